@@ -1,0 +1,31 @@
+"""mixle_mpi: a resilient MPI/SPMD encoded-data handle for mixle's EM.
+
+Import is cheap and does not initialize MPI; the handle imports mpi4py when built.
+"""
+
+from mixle.utils.parallel.resilient_em import checkpointed_fold
+
+from mixle_mpi.errors import ConfigError, DataError, MixleMPIError, NoWorkersLeft, WorkerError
+from mixle_mpi.faults import Fault
+
+
+def __getattr__(name):
+    if name in ("ResilientMPIEncodedData", "is_driver"):
+        from mixle_mpi import handle
+
+        return getattr(handle, name)
+    raise AttributeError(name)
+
+
+__all__ = [
+    "ResilientMPIEncodedData",
+    "is_driver",
+    "checkpointed_fold",
+    "Fault",
+    "MixleMPIError",
+    "ConfigError",
+    "DataError",
+    "NoWorkersLeft",
+    "WorkerError",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,425 @@
+"""Rank 0: places shards, runs rounds, detects failures and recovers exactly.
+
+Decisions come from the pure modules (membership, placement); this class carries them out
+over MPI. A round dispatches one task per live worker over its resident shards, accepts a
+shard's result only from the worker it is currently assigned to, and recomputes the
+shards of any worker that fails on survivors from the HDF5 shard store. Reconfiguration
+(shrink, respawn, blacklist, migration) happens between rounds, when every worker is idle.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import signal
+import sys
+import time
+from typing import Any
+
+from mpi4py import MPI
+
+from mixle_mpi.config import Settings
+from mixle_mpi.errors import NoWorkersLeft, ReconfigurationTimeout, WorkerError
+from mixle_mpi.estep import PROTO
+from mixle_mpi.events import EventLog
+from mixle_mpi.faults import plan_to_json
+from mixle_mpi.membership import Membership
+from mixle_mpi.monitor import Monitor
+from mixle_mpi.placement import initial_placement, plan_recovery, spread
+from mixle_mpi.shrink import EMULATED, run_with_deadline, shrink
+from mixle_mpi.store import ShardStore
+from mixle_mpi.transport import TAG_CMD, TAG_REPLY, Backoff, Link, PeerFailed
+
+_TASK_IDS = itertools.count(1)
+
+
+class Driver:
+    def __init__(
+        self,
+        gcomm,
+        ghb,
+        store: ShardStore,
+        encoder_b: bytes,
+        sub_chunks: int,
+        max_retries: int,
+        settings: Settings,
+        events: EventLog,
+        fault_plan,
+        shrink_method: str,
+        spawn_command: list[str] | None,
+    ) -> None:
+        self.store = store
+        self.num_shards = store.num_shards
+        self.encoder_b = encoder_b
+        self.sub_chunks = sub_chunks
+        self.settings = settings
+        self.events = events
+        self.fault_plan_json = plan_to_json(fault_plan)
+        self.shrink_method = shrink_method
+        self.spawn_command = spawn_command
+        self.can_spawn = settings.respawn and spawn_command is not None
+        self.host = MPI.Get_processor_name()
+
+        self.gcomm = gcomm
+        workers = list(range(1, gcomm.Get_size()))
+        self.membership = Membership(workers, max_retries)
+        self.grank = {w: w for w in workers}          # original-group members: rank in gcomm
+        self.links = {w: Link(gcomm, ghb, w) for w in workers}
+        self.info: dict[int, tuple[str, int]] = {}    # worker -> (host, pid)
+        self.owners = initial_placement(self.num_shards, workers)
+        self.pending: set[int] = set()                # failed since the last reconfiguration
+        self.unfenced: set[int] = set()               # failed but possibly alive (not ours to kill)
+        self.epoch = 0
+        self.calls = {"estep": 0, "init": 0, "llsum": 0}
+        self.monitor = Monitor(settings.heartbeat_period, settings.heartbeat_timeout)
+        self.rounds: list[dict[str, Any]] = []
+        self.closed = False
+
+    # -- failure handling ------------------------------------------------------
+    def _fail(self, worker: int, cause: str, detected_at: float | None = None) -> None:
+        """Fence a failed worker: stop listening, kill it if it is ours to kill, queue recovery."""
+        if not self.membership.mark_failed(worker):
+            return
+        self.monitor.forget(worker)
+        self.links.pop(worker, None)
+        host, pid = self.info.get(worker, (None, None))
+        fenced = False
+        if pid is not None and host == self.host:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                fenced = True
+            except ProcessLookupError:
+                fenced = True
+            except PermissionError:
+                pass
+        if not fenced:
+            self.unfenced.add(worker)
+        self.pending.add(worker)
+        rec = self.membership.records[worker]
+        self.events.emit(
+            "failure_detected", worker=worker, host=host, pid=pid, cause=cause,
+            failures=rec.failures, incarnation=rec.incarnation,
+            detected_at=detected_at or time.time(), fenced=fenced,
+        )
+
+    def _check_failures(self) -> None:
+        for worker, (cause, when) in sorted(self.monitor.take_suspects().items()):
+            self._fail(worker, cause, when)
+
+    def _live(self) -> list[int]:
+        return [w for w in self.membership.live() if w in self.links]
+
+    # -- messaging helpers -------------------------------------------------------
+    def _post(self, worker: int, msg: tuple) -> bool:
+        link = self.links.get(worker)
+        if link is None:
+            return False
+        try:
+            link.post(msg, TAG_CMD)
+            return True
+        except PeerFailed as exc:
+            self._fail(worker, f"ulfm: send failed ({exc})")
+            return False
+
+    def _drain(self, worker: int) -> list[tuple]:
+        """Every reply waiting from ``worker``; a ULFM error fails the worker instead."""
+        link = self.links.get(worker)
+        out: list[tuple] = []
+        if link is None:
+            return out
+        try:
+            link.progress()
+            while True:
+                msg = link.poll(TAG_REPLY)
+                if msg is None:
+                    return out
+                if msg[0] == "error":
+                    host, pid = msg[3], msg[4]
+                    raise WorkerError(worker, host, pid, msg[2])
+                out.append(msg)
+        except PeerFailed as exc:
+            self._fail(worker, f"ulfm: {exc}")
+            return out
+
+    def _collect(self, expect: dict[int, set], what: str) -> dict[int, list[tuple]]:
+        """Wait until each expected worker sent replies with the expected keys (msg[0], msg[1]),
+        or failed. Returns the messages per worker; failed workers are simply absent."""
+        got: dict[int, list[tuple]] = {w: [] for w in expect}
+        waiting = {w: set(keys) for w, keys in expect.items() if keys}
+        backoff = Backoff()
+        while waiting:
+            progressed = False
+            for w in list(waiting):
+                for msg in self._drain(w):
+                    key = (msg[0], msg[1])
+                    if key in waiting.get(w, ()):
+                        waiting[w].discard(key)
+                        got[w].append(msg)
+                        progressed = True
+                if not waiting.get(w):
+                    waiting.pop(w, None)
+            self._check_failures()
+            for w in list(waiting):
+                if not self.membership.is_live(w) or w not in self.links:
+                    waiting.pop(w)
+                    got.pop(w, None)
+            if not progressed:
+                backoff.sleep()
+            else:
+                backoff.reset()
+        return got
+
+    # -- startup -----------------------------------------------------------------
+    def start(self) -> None:
+        self.monitor.start()
+        self._setup(self._live())
+        self._load({w: list(self.owners[w]) for w in self._live()})
+        self.reconfigure()
+
+    def _setup_message(self, worker: int) -> tuple:
+        s = self.settings
+        return ("setup", {
+            "worker": worker,
+            "incarnation": self.membership.records[worker].incarnation,
+            "encoder": self.encoder_b,
+            "sub_chunks": self.sub_chunks,
+            "heartbeat_period": s.heartbeat_period,
+            "driver_timeout": s.driver_timeout,
+            "reconfigure_timeout": s.reconfigure_timeout,
+            "blas_threads": s.blas_threads,
+            "fault_plan": self.fault_plan_json,
+        })
+
+    def _setup(self, workers: list[int]) -> None:
+        for w in workers:
+            self._post(w, self._setup_message(w))
+            self.monitor.watch(w, self.links[w])
+        ready = self._collect({w: {("ready", w)} for w in workers if w in self.links}, "ready")
+        for w, msgs in ready.items():
+            _, _, host, pid = msgs[0]
+            self.info[w] = (host, pid)
+            rec = self.membership.records[w]
+            rec.host, rec.pid = host, pid
+
+    def _load(self, plan: dict[int, list[int]]) -> None:
+        """Send raw shards (read from the store) for workers to encode and keep resident."""
+        expect: dict[int, set] = {}
+        for w, sids in plan.items():
+            for sid in sids:
+                if self._post(w, ("load", sid, self.store.read_shard(sid))):
+                    expect.setdefault(w, set()).add(("loaded", sid))
+        self._collect(expect, "loaded")
+
+    # -- rounds --------------------------------------------------------------------
+    def run_round(self, kind: str, body: Any, extras: dict[int, Any] | None = None) -> dict[int, Any]:
+        """Compute every shard's result for one call; exact whatever fails meanwhile."""
+        t0 = time.perf_counter()
+        call = self.calls[kind]
+        self.calls[kind] += 1
+        task_id = next(_TASK_IDS)
+        body_b = pickle.dumps(body, protocol=PROTO)
+        extras = extras or {}
+        assigned: dict[int, int] = {}
+        results: dict[int, Any] = {}
+        recomputed: set[int] = set()
+        failed_before = set(self.pending)
+
+        def dispatch(worker: int, sids: list[int], with_rows: bool) -> None:
+            items = [(s, self.store.read_shard(s) if with_rows else None, extras.get(s)) for s in sids]
+            if self._post(worker, ("task", task_id, kind, call, body_b, items)):
+                for s in sids:
+                    assigned[s] = worker
+
+        for w in self._live():
+            if self.owners.get(w):
+                dispatch(w, list(self.owners[w]), False)
+        backoff = Backoff()
+        while len(results) < self.num_shards:
+            progressed = False
+            for w in sorted(set(assigned.values())):
+                for msg in self._drain(w):
+                    if msg[0] == "result" and msg[1] == task_id and assigned.get(msg[2]) == w and msg[2] not in results:
+                        results[msg[2]] = msg[3]
+                        progressed = True
+            self._check_failures()
+            orphans = sorted(s for s in range(self.num_shards) if s not in results and not self.membership.is_live(assigned.get(s, -1)))
+            if orphans:
+                if not self._live():
+                    self.reconfigure()
+                live = self._live()
+                if not live:
+                    raise self._no_workers_error()
+                for target, sids in plan_recovery(orphans, self.owners, live).items():
+                    dispatch(target, sids, True)
+                    recomputed.update(sids)
+                    self.events.emit("recovery", worker=target, kind=kind, call=call, shards=sids)
+                progressed = True
+            if progressed:
+                backoff.reset()
+            else:
+                backoff.sleep()
+        failed_now = sorted(self.pending - failed_before)
+        blacklisted = self.reconfigure() if self.pending else []
+        self.rounds.append({
+            "kind": kind, "call": call, "seconds": time.perf_counter() - t0,
+            "reused": sorted(set(results) - recomputed), "recomputed": sorted(recomputed),
+            "failed": failed_now, "blacklisted": blacklisted,
+        })
+        return results
+
+    def _no_workers_error(self) -> NoWorkersLeft:
+        fails = ", ".join(f"rank {w}: {n} failure(s)" for w, n in self.membership.failures().items())
+        return NoWorkersLeft(
+            f"every worker rank is dead or blacklisted ({fails}); max_retries={self.membership.max_retries}"
+            f"{'' if self.can_spawn else ', respawn unavailable'}. The fit cannot continue."
+        )
+
+    # -- reconfiguration -----------------------------------------------------------
+    def reconfigure(self) -> list[int]:
+        """Between rounds: shrink, respawn or blacklist, and re-place orphaned shards.
+        Returns the workers blacklisted now. Loops until no failure is pending."""
+        blacklisted: list[int] = []
+        while self.pending:
+            failed = sorted(self.pending)
+            self.pending.clear()
+            if any(w in self.grank for w in failed):
+                self._shrink()
+            decision = self.membership.decide(failed, self.can_spawn)
+            for w in decision.respawn:
+                if not self._respawn(w):
+                    decision.blacklist.append(w)
+            for w in decision.blacklist:
+                self.membership.blacklist(w)
+                blacklisted.append(w)
+                host, pid = self.info.get(w, (None, None))
+                self.events.emit(
+                    "blacklisted", worker=w, host=host, pid=pid,
+                    failures=self.membership.records[w].failures,
+                    cause="max_retries reached" if self.can_spawn else "respawn unavailable",
+                )
+            self._migrate()
+        return blacklisted
+
+    def _migrate(self) -> None:
+        """Shards of blacklisted places move for good onto the least-loaded live workers."""
+        homeless = sorted(s for w, ss in self.owners.items() if self.membership.records[w].state == "blacklisted" for s in ss)
+        if not homeless:
+            return
+        live = self._live()
+        if not live:
+            if self.pending:
+                return  # the next loop of reconfigure() respawns someone first
+            raise self._no_workers_error()
+        for w in list(self.owners):
+            if self.membership.records[w].state == "blacklisted":
+                self.owners[w] = []
+        plan = spread(homeless, {w: len(self.owners.get(w, [])) for w in live})
+        for w, sids in plan.items():
+            self.owners.setdefault(w, []).extend(sids)
+            self.owners[w].sort()
+            self.events.emit("migrated", worker=w, shards=sids)
+        self._load(plan)
+
+    def _shrink(self) -> None:
+        """Agree on the surviving original ranks, then shrink the group communicator."""
+        while True:
+            self.epoch += 1
+            epoch = self.epoch
+            survivors = sorted(w for w in self.grank if self.membership.is_live(w) and w in self.links)
+            ranks = [0] + [self.grank[w] for w in survivors]
+            # ULFM's Shrink waits for every member it does not know to be dead: only use it
+            # when each excluded original rank was really killed.
+            method = EMULATED if self.unfenced & set(self.grank) else self.shrink_method
+            for w in survivors:
+                self._post(w, ("shrink", epoch, ranks, method))
+            ready = self._collect({w: {("shrink_ready", epoch)} for w in survivors}, "shrink_ready")
+            if sorted(ready) != survivors:
+                continue  # someone died before the collective: agree again without them
+            for w in survivors:
+                self._post(w, ("shrink_go", epoch))
+                self.links[w].progress()
+            t0 = time.perf_counter()
+            try:
+                comm = run_with_deadline(lambda: shrink(self.gcomm, ranks, method, epoch),
+                                         self.settings.reconfigure_timeout, "shrink")
+                hb = run_with_deadline(comm.Dup, self.settings.reconfigure_timeout, "heartbeat dup")
+            except TimeoutError as exc:
+                raise ReconfigurationTimeout(
+                    f"shrinking to ranks {ranks} ({method}) failed: {exc}; a rank probably died inside "
+                    "the collective on an MPI without ULFM"
+                ) from None
+            if comm.Get_size() != len(ranks):
+                raise ReconfigurationTimeout(f"shrink returned {comm.Get_size()} ranks, expected {len(ranks)}")
+            seconds = time.perf_counter() - t0
+            self.gcomm = comm
+            self.grank = {w: i + 1 for i, w in enumerate(survivors)}
+            for w in survivors:
+                self.links[w] = Link(comm, hb, self.grank[w])
+                self.monitor.watch(w, self.links[w])
+            self._collect({w: {("shrunk", epoch)} for w in survivors}, "shrunk")
+            self.events.emit("shrink", method=method, epoch=epoch, survivors=survivors, seconds=round(seconds, 6))
+            return
+
+    def _respawn(self, worker: int) -> bool:
+        """Start a replacement process for ``worker``; it gets the same shards back."""
+        t0 = time.perf_counter()
+        exe, args = self.spawn_command[0], self.spawn_command[1:]
+        timeout = self.settings.reconfigure_timeout
+        try:
+            inter = run_with_deadline(lambda: MPI.COMM_SELF.Spawn(exe, args=args, maxprocs=1, root=0), timeout, "spawn")
+            pair = run_with_deadline(lambda: inter.Merge(high=False), timeout, "merge")
+            hb = run_with_deadline(pair.Dup, timeout, "heartbeat dup")
+        except (TimeoutError, MPI.Exception, NotImplementedError) as exc:
+            self.can_spawn = False
+            self.events.emit("spawn_unavailable", worker=worker, cause=str(exc),
+                             action="shards migrate to survivors")
+            return False
+        self.grank.pop(worker, None)
+        self.links[worker] = Link(pair, hb, 1, inter=inter)
+        incarnation = self.membership.revive(worker)
+        self._post(worker, self._setup_message(worker))
+        self.monitor.watch(worker, self.links[worker])
+        ready = self._collect({worker: {("ready", worker)}}, "ready")
+        if worker in ready:
+            _, _, host, pid = ready[worker][0]
+            self.info[worker] = (host, pid)
+            self.membership.records[worker].host, self.membership.records[worker].pid = host, pid
+            self._load({worker: list(self.owners.get(worker, []))})
+        if self.membership.is_live(worker):
+            host, pid = self.info[worker]
+            self.events.emit("respawned", worker=worker, host=host, pid=pid, incarnation=incarnation,
+                             shards=list(self.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6))
+        return True
+
+    # -- ending ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop every live worker; disconnect spawned ones (their exit needs it)."""
+        if self.closed:
+            return
+        self.closed = True
+        live = self._live()
+        for w in live:
+            self._post(w, ("stop",))
+        deadline = time.monotonic() + 5.0
+        backoff = Backoff()
+        while time.monotonic() < deadline and not all(self.links[w].progress() for w in live if w in self.links):
+            backoff.sleep()
+        self.monitor.stop()
+        for w in live:
+            link = self.links.get(w)
+            if link is not None and link.inter is not None:
+                try:
+                    run_with_deadline(link.inter.Disconnect, 10.0, "disconnect")
+                except (TimeoutError, MPI.Exception) as exc:
+                    sys.stderr.write(f"[mixle_mpi] disconnecting respawned rank {w} failed: {exc}\n")
+        self.events.emit("closed", live=live, blacklisted=self.membership.blacklisted(),
+                         failures=self.membership.failures())
+
+    def abort_workers(self) -> None:
+        """Best effort, before a failing driver exits: tell every worker to end now."""
+        for w in self._live():
+            self._post(w, ("abort",))
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and not all(l.progress() for l in self.links.values()):
+            time.sleep(0.005)

@@ -1,0 +1,31 @@
+"""One small exception tree: every message says what was found and what was needed."""
+
+from __future__ import annotations
+
+
+class MixleMPIError(RuntimeError):
+    """Base of every error mixle_mpi raises on purpose."""
+
+
+class ConfigError(MixleMPIError, ValueError):
+    """A parameter, environment variable or launch setup is wrong (found X, needed Y)."""
+
+
+class DataError(MixleMPIError, ValueError):
+    """The data (or the estimator applied to it) cannot be fitted as given."""
+
+
+class NoWorkersLeft(MixleMPIError):
+    """Every worker rank is dead or blacklisted: the fit cannot continue."""
+
+
+class WorkerError(MixleMPIError):
+    """A worker raised while computing; carries its rank, host and traceback."""
+
+    def __init__(self, worker: int, host: str, pid: int, text: str) -> None:
+        super().__init__(f"worker rank {worker} (pid {pid} on {host}) failed:\n{text}")
+        self.worker, self.host, self.pid, self.text = worker, host, pid, text
+
+
+class ReconfigurationTimeout(MixleMPIError):
+    """A shrink or respawn did not finish within its deadline; the job cannot recover."""

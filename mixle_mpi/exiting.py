@@ -1,0 +1,101 @@
+"""How every rank ends: never hang in MPI_Finalize, never outlive a failure.
+
+After a rank death MPI_Finalize can hang (always on MPICH, sometimes on Open MPI), so the
+driver and original workers flush and ``os._exit``. An uncaught exception on the driver
+stops the workers and exits nonzero; on any other rank it aborts the whole job. The driver
+also writes a small JSON status file (``MIXLE_MPI_STATUS_FILE``) that the launcher trusts
+over mpiexec's own exit code.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import traceback
+
+from mixle_mpi import exitcodes
+from mixle_mpi.errors import ConfigError, DataError
+
+STATUS_ENV = "MIXLE_MPI_STATUS_FILE"
+_state: dict = {"role": None, "handle": None, "status_written": False}
+
+
+def write_status(code: int, message: str = "", extra: dict | None = None) -> None:
+    path = os.environ.get(STATUS_ENV)
+    if not path or _state["status_written"]:
+        return
+    _state["status_written"] = True
+    record = {"exit_code": int(code), "status": "ok" if code == 0 else "error", "message": message, **(extra or {})}
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(record, fh)
+    os.replace(tmp, path)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def exit_code_for(exc: BaseException) -> int:
+    return exitcodes.BAD_INPUT if isinstance(exc, (ConfigError, DataError)) else exitcodes.FAILED
+
+
+def _driver_excepthook(tp, value, tb) -> None:
+    traceback.print_exception(tp, value, tb)
+    code = exit_code_for(value)
+    sys.stderr.write(f"[mixle_mpi] driver failed: {tp.__name__}: {value}\n")
+    try:
+        write_status(code, f"{tp.__name__}: {value}")
+    except OSError:
+        pass
+    handle = _state["handle"]
+    stopped = False
+    try:
+        if handle is not None:
+            stopped = handle._abort_workers()
+    except Exception:  # noqa: BLE001 - we are already failing; abort below
+        stopped = False
+    _flush()
+    if not stopped:
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Abort(code)
+    os._exit(code)
+
+
+def _driver_atexit() -> None:
+    handle = _state["handle"]
+    if handle is not None:
+        handle.close()
+    write_status(exitcodes.OK, "finished")
+    _flush()
+    os._exit(exitcodes.OK)
+
+
+def _rank_excepthook(tp, value, tb) -> None:
+    from mpi4py import MPI
+
+    sys.stderr.write(f"[mixle_mpi] uncaught exception on rank {MPI.COMM_WORLD.Get_rank()} ({MPI.Get_processor_name()}, pid {os.getpid()}):\n")
+    traceback.print_exception(tp, value, tb)
+    _flush()
+    MPI.COMM_WORLD.Abort(exitcodes.FAILED)
+
+
+def install(role: str, handle=None) -> None:
+    """Install the ending rules for this process's role ('driver' or 'worker')."""
+    if handle is not None:
+        _state["handle"] = handle
+    if _state["role"] == role:
+        return
+    _state["role"] = role
+    if role == "driver":
+        sys.excepthook = _driver_excepthook
+        atexit.register(_driver_atexit)
+    else:
+        sys.excepthook = _rank_excepthook

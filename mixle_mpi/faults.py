@@ -1,0 +1,147 @@
+"""Deterministic chaos: a fault plan says which worker does what, when, at which phase.
+
+The MPI equivalent of mixle's ``arm_kill``: a worker process checks the plan at fixed
+points of its own code and kills, stops or ends *itself*, so a test kills a real process
+with no timing race. Plans come from the API (``fault_plan=``) or ``MIXLE_MPI_FAULT_PLAN``,
+as JSON or as compact ``worker:action:phase[:call[:incarnation]]`` items joined by commas.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from dataclasses import asdict, dataclass
+
+from mixle_mpi.errors import ConfigError
+
+ACTIONS = ("kill", "stop", "exit")
+PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "respawn")
+SCOPES = ("any", "own", "recovery")
+ENV_VAR = "MIXLE_MPI_FAULT_PLAN"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Worker place ``worker`` performs ``action`` at ``phase`` of call number ``call``.
+
+    ``call`` counts the driver's calls of that kind from 0 (E-step rounds for the estep
+    phases, initializations, log-density sums); it is ignored for ``respawn``.
+    ``incarnation`` picks the process: 0 is the original, 1 its first replacement, ...
+    ``scope`` limits task phases to the worker's own shards or to recovery work.
+    """
+
+    worker: int
+    action: str
+    phase: str
+    call: int = 0
+    incarnation: int | None = None
+    scope: str = "any"
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ConfigError(f"fault action {self.action!r} is unknown; valid actions are {list(ACTIONS)}")
+        if self.phase not in PHASES:
+            raise ConfigError(f"fault phase {self.phase!r} is unknown; valid phases are {list(PHASES)}")
+        if self.scope not in SCOPES:
+            raise ConfigError(f"fault scope {self.scope!r} is unknown; valid scopes are {list(SCOPES)}")
+        if isinstance(self.worker, bool) or not isinstance(self.worker, int) or self.worker < 1:
+            raise ConfigError(f"fault worker must be a worker rank >= 1 (rank 0 is the driver); found {self.worker!r}")
+        if isinstance(self.call, bool) or not isinstance(self.call, int) or self.call < 0:
+            raise ConfigError(f"fault call must be an integer >= 0; found {self.call!r}")
+        if self.incarnation is None:
+            object.__setattr__(self, "incarnation", 1 if self.phase == "respawn" else 0)
+
+    def matches(self, worker: int, incarnation: int, phase: str, call: int, recovery: bool) -> bool:
+        if (self.worker, self.incarnation, self.phase) != (worker, incarnation, phase):
+            return False
+        if phase != "respawn" and self.call != call:
+            return False
+        return self.scope == "any" or (self.scope == "recovery") == recovery
+
+
+def parse_plan(spec) -> tuple[Fault, ...]:
+    """Accept None, Fault objects, dicts, a JSON string or the compact string form."""
+    if spec is None or spec == "" or spec == []:
+        return ()
+    if isinstance(spec, str):
+        text = spec.strip()
+        if text.startswith("[") or text.startswith("{"):
+            try:
+                spec = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"fault plan is not valid JSON ({exc}); found {text!r}") from None
+            if isinstance(spec, dict):
+                spec = [spec]
+        else:
+            spec = [_parse_compact(item) for item in text.split(",") if item.strip()]
+    if isinstance(spec, (Fault, dict)):
+        spec = [spec]
+    faults = []
+    for item in spec:
+        if isinstance(item, Fault):
+            faults.append(item)
+        elif isinstance(item, dict):
+            try:
+                faults.append(Fault(**item))
+            except TypeError as exc:
+                raise ConfigError(f"bad fault entry {item!r}: {exc}") from None
+        else:
+            raise ConfigError(f"a fault entry must be a dict or Fault; found {type(item).__name__}")
+    return tuple(faults)
+
+
+def _parse_compact(item: str) -> dict:
+    parts = item.strip().split(":")
+    if not 3 <= len(parts) <= 6:
+        raise ConfigError(
+            f"compact fault {item!r} must look like worker:action:phase[:call[:incarnation[:scope]]]"
+        )
+    try:
+        out = {"worker": int(parts[0]), "action": parts[1], "phase": parts[2]}
+        if len(parts) > 3:
+            out["call"] = int(parts[3])
+        if len(parts) > 4 and parts[4] != "":
+            out["incarnation"] = int(parts[4])
+    except ValueError:
+        raise ConfigError(f"compact fault {item!r}: worker, call and incarnation must be integers") from None
+    if len(parts) > 5:
+        out["scope"] = parts[5]
+    return out
+
+
+def plan_from_env(environ=None) -> tuple[Fault, ...]:
+    environ = os.environ if environ is None else environ
+    return parse_plan(environ.get(ENV_VAR))
+
+
+def plan_to_json(plan) -> str:
+    return json.dumps([asdict(f) for f in plan])
+
+
+class FaultInjector:
+    """Held by one worker process; fires the matching fault on itself, at most once each."""
+
+    def __init__(self, plan, worker: int, incarnation: int) -> None:
+        self.plan = tuple(plan)
+        self.worker, self.incarnation = worker, incarnation
+        self._fired: set[int] = set()
+
+    def check(self, phase: str, call: int = 0, recovery: bool = False) -> None:
+        for i, fault in enumerate(self.plan):
+            if i not in self._fired and fault.matches(self.worker, self.incarnation, phase, call, recovery):
+                self._fired.add(i)
+                _perform(fault)
+
+
+def _perform(fault: Fault) -> None:
+    sys.stdout.flush()
+    sys.stderr.write(f"[mixle_mpi] chaos: worker {fault.worker} {fault.action} at {fault.phase} (call {fault.call})\n")
+    sys.stderr.flush()
+    if fault.action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif fault.action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    else:
+        os._exit(3)

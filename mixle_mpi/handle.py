@@ -1,0 +1,285 @@
+"""``ResilientMPIEncodedData``: the SPMD handle a user script builds on every rank.
+
+On rank 0 it is an ordinary mixle encoded-data handle driving the fit. On every other rank
+(and in a respawned process) the constructor serves the driver and never returns: the
+process ends when the driver closes the handle. See README.md for the script pattern.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+from collections.abc import Sequence
+from numbers import Integral
+from typing import Any
+
+import numpy as np
+from mixle.utils.parallel.planner import EncodedDataHandle
+from mixle.utils.parallel.resilient_em import checkpointed_fold
+from mixle.utils.vector import validate_initialization_probability, validated_initialized_observations
+
+from mixle_mpi import exiting
+from mixle_mpi.config import Settings
+from mixle_mpi.errors import ConfigError, DataError
+from mixle_mpi.estep import PROTO
+from mixle_mpi.events import EventLog
+from mixle_mpi.faults import parse_plan, plan_from_env
+
+DEFAULT_WORKDIR = "mixle_mpi_run"
+
+
+def is_driver() -> bool:
+    """True only on rank 0 of the original job (a respawned process is never the driver)."""
+    from mpi4py import MPI
+
+    return MPI.Comm.Get_parent() == MPI.COMM_NULL and MPI.COMM_WORLD.Get_rank() == 0
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral) or int(value) < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}; found {value!r}")
+    return int(value)
+
+
+class ResilientMPIEncodedData(EncodedDataHandle):
+    """Resilient MPI sibling of mixle's ``ResilientMPEncodedData``.
+
+    Shards are the fixed ids ``0..S-1`` (shard i = ``data[i::S]``, sub-chunk j =
+    ``shard[j::sub_chunks]``); results are folded in shard-id order, so a fit is
+    bit-identical to ``ResilientMPEncodedData(num_workers=S, sub_chunks=k)`` whatever the
+    number of ranks and whatever fails. ``data`` is needed on rank 0 only (an in-memory
+    sequence, an ndarray or an ``h5py.Dataset``); it is written to an HDF5 shard store and
+    not kept in memory.
+
+    Keyword-only extras: ``workdir`` (store and event log; default ``$MIXLE_MPI_WORKDIR``
+    or ``./mixle_mpi_run``), ``store_path``, ``event_log``, ``fault_plan`` (see
+    :mod:`mixle_mpi.faults`), and the :class:`~mixle_mpi.config.Settings` fields
+    ``heartbeat_period``, ``heartbeat_timeout``, ``driver_timeout``,
+    ``reconfigure_timeout``, ``blas_threads`` and ``respawn``.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        estimator: Any = None,
+        encoder: Any = None,
+        num_shards: int | None = None,
+        sub_chunks: int = 1,
+        max_retries: int = 2,
+        *,
+        workdir: str | None = None,
+        store_path: str | None = None,
+        event_log: str | None = None,
+        fault_plan: Any = None,
+        **settings: Any,
+    ) -> None:
+        from mpi4py import MPI
+
+        from mixle_mpi.transport import Link
+        from mixle_mpi.worker import serve_forever
+
+        self._driver = None
+        parent = MPI.Comm.Get_parent()
+        if parent != MPI.COMM_NULL:  # a respawned worker: join the driver and serve
+            exiting.install("worker")
+            pair = parent.Merge(high=True)
+            hb = pair.Dup()
+            serve_forever(Link(pair, hb, 0, inter=parent), spawned=True)
+        world = MPI.COMM_WORLD
+        gcomm, ghb = world.Dup(), world.Dup()
+        if world.Get_rank() != 0:
+            exiting.install("worker")
+            serve_forever(Link(gcomm, ghb, 0), spawned=False)
+
+        exiting.install("driver", self)
+        self._gcomm = gcomm
+        try:
+            self._start(data, estimator, encoder, num_shards, sub_chunks, max_retries,
+                        workdir, store_path, event_log, fault_plan, settings, gcomm, ghb)
+        except BaseException:
+            self._abort_workers(gcomm)
+            raise
+
+    # -- driver setup ------------------------------------------------------------
+    def _start(self, data, estimator, encoder, num_shards, sub_chunks, max_retries,
+               workdir, store_path, event_log, fault_plan, settings, gcomm, ghb) -> None:
+        from mixle_mpi.driver import Driver
+        from mixle_mpi.shrink import probe_shrink_method
+        from mixle_mpi.store import ShardStore
+        from mixle_mpi.blas import blas_description, pin_blas_threads
+
+        world_size = gcomm.Get_size()
+        if world_size < 2:
+            raise ConfigError(
+                f"found {world_size} MPI rank but needs at least 2: rank 0 drives and ranks 1.. compute "
+                "(launch with e.g. `mixle-mpi run -n 3 -- python script.py`)"
+            )
+        workers = world_size - 1
+        num_shards = workers if num_shards is None else _check_int("num_shards", num_shards, 1)
+        self.sub_chunks = _check_int("sub_chunks", sub_chunks, 1)
+        self.max_retries = _check_int("max_retries", max_retries, 1)
+        self.settings = Settings.resolve(settings)
+        plan = parse_plan(fault_plan) if fault_plan is not None else plan_from_env()
+        if encoder is None:
+            if estimator is None:
+                raise ConfigError("ResilientMPIEncodedData needs an estimator or an explicit encoder; found neither")
+            encoder = estimator.accumulator_factory().make().acc_to_encoder()
+        if data is None:
+            raise DataError("data is None on the driver (rank 0): the driver needs the data; workers may pass None")
+
+        workdir = workdir or os.environ.get("MIXLE_MPI_WORKDIR") or DEFAULT_WORKDIR
+        store_path = store_path or os.path.join(workdir, "shards.h5")
+        event_log = event_log or os.environ.get("MIXLE_MPI_EVENT_LOG") or os.path.join(workdir, "events.jsonl")
+        _ensure_dir(os.path.dirname(os.path.abspath(store_path)), "shard store")
+        self._blas = pin_blas_threads(self.settings.blas_threads)
+        self.store = ShardStore.create(store_path, data, num_shards)
+        self.num_shards = self.store.num_shards
+        self.size = self.store.num_rows
+        _check_estimator_matches(self.store, estimator, encoder)
+
+        self.events = EventLog(event_log)
+        method, reason = probe_shrink_method()
+        self.shrink_method = method
+        self.events.emit(
+            "start", workers=workers, num_shards=self.num_shards, sub_chunks=self.sub_chunks,
+            max_retries=self.max_retries, shrink=method, shrink_reason=reason,
+            mpi=" ".join(map(str, __import__("mpi4py").MPI.get_vendor())), blas=blas_description(),
+            settings=self.settings.__dict__, fault_plan=[f.__dict__ for f in plan],
+        )
+        self._driver = Driver(
+            gcomm, ghb, self.store, pickle.dumps(encoder, protocol=PROTO), self.sub_chunks,
+            self.max_retries, self.settings, self.events, plan, method, _spawn_command(),
+        )
+        self._driver.start()
+
+    def _abort_workers(self, gcomm=None) -> bool:
+        """Tell workers to end now (driver failing); True if they were told."""
+        if self._driver is not None:
+            if not self._driver.closed:
+                self._driver.abort_workers()
+                self._driver.closed = True
+            return True
+        if gcomm is None:
+            return False
+        reqs = [gcomm.isend(("abort",), dest=r, tag=11) for r in range(1, gcomm.Get_size())]
+        import time
+
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and not all(r.Test() for r in reqs):
+            time.sleep(0.005)
+        return True
+
+    # -- instrumentation -----------------------------------------------------------
+    def _last(self, key: str) -> set[int]:
+        rounds = [r for r in self._driver.rounds if r["kind"] == "estep"]
+        return set(rounds[-1][key]) if rounds else set()
+
+    @property
+    def last_round_reused_shards(self) -> set[int]:
+        return self._last("reused")
+
+    @property
+    def last_round_recomputed_shards(self) -> set[int]:
+        return self._last("recomputed")
+
+    @property
+    def last_round_failed_workers(self) -> set[int]:
+        return self._last("failed")
+
+    @property
+    def last_round_blacklisted_workers(self) -> set[int]:
+        return self._last("blacklisted")
+
+    @property
+    def rounds(self) -> list[dict]:
+        """Every round so far: kind, call, seconds, reused, recomputed, failed, blacklisted."""
+        return list(self._driver.rounds)
+
+    @property
+    def failures(self) -> dict[int, int]:
+        return self._driver.membership.failures()
+
+    @property
+    def blacklist(self) -> list[int]:
+        return self._driver.membership.blacklisted()
+
+    # -- protocol recognized by mixle.stats dispatch -------------------------------
+    def _fold(self, estimator, results: dict[int, bytes]):
+        return checkpointed_fold(estimator, [results[s] for s in range(self.num_shards)])
+
+    def pysp_seq_estimate(self, estimator: Any, prev_estimate: Any) -> Any:
+        """One resilient EM step: E-step on the workers, canonical fold and M-step here."""
+        nobs, value = self._fold(estimator, self._driver.run_round("estep", (estimator, prev_estimate)))
+        return estimator.estimate(nobs, value)
+
+    def pysp_stream_accumulate(self, estimator: Any, model: Any) -> tuple[float, Any]:
+        """Folded, key-tied sufficient statistics for streaming EM."""
+        return self._fold(estimator, self._driver.run_round("estep", (estimator, model)))
+
+    def pysp_seq_initialize(self, estimator: Any, rng: np.random.RandomState, p: float) -> Any:
+        """Randomized initialization; each shard uses its own seed from ``rng``."""
+        p = validate_initialization_probability(p)
+        seeds = rng.randint(2**31, size=self.num_shards)
+        results = self._driver.run_round("init", (estimator, float(p)), {s: int(seeds[s]) for s in range(self.num_shards)})
+        nobs, value = self._fold(estimator, results)
+        return estimator.estimate(validated_initialized_observations(nobs), value)
+
+    def pysp_seq_log_density_sum(self, estimate: Any) -> tuple[float, float]:
+        """(count, log density) summed per shard in shard-id order."""
+        results = self._driver.run_round("llsum", estimate)
+        count, score = 0.0, 0.0
+        for s in range(self.num_shards):
+            c, ll = results[s]
+            count += c
+            score += ll
+        return count, score
+
+    # -- lifecycle -------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the workers (they exit) and release the store. Idempotent."""
+        if self._driver is not None and not self._driver.closed:
+            self._driver.close()
+            self.store.close()
+            self.events.close()
+
+    def __len__(self) -> int:
+        return int(self.size)
+
+    def __enter__(self) -> "ResilientMPIEncodedData":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+
+
+def _ensure_dir(path: str, what: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the {what} directory {path!r}: {exc.strerror}") from None
+    if not os.access(path, os.W_OK):
+        raise ConfigError(f"the {what} directory {path!r} is not writable")
+
+
+def _spawn_command() -> list[str]:
+    """How to start a replacement worker: this very script, as it was started."""
+    argv = list(getattr(sys, "orig_argv", [sys.executable] + sys.argv))
+    return [sys.executable] + argv[1:]
+
+
+def _check_estimator_matches(store, estimator, encoder) -> None:
+    """Encode (and initialize on) the first rows, so a wrong estimator fails now, clearly."""
+    rows = store.read_shard(0)[:8]
+    try:
+        x = encoder.seq_encode(rows)
+        if estimator is not None:
+            acc = estimator.accumulator_factory().make()
+            acc.seq_initialize(x, np.ones(len(rows)), np.random.RandomState(0))
+    except Exception as exc:  # noqa: BLE001 - any failure here means "does not match"
+        name = type(estimator).__name__ if estimator is not None else type(encoder).__name__
+        raise DataError(
+            f"the estimator {name} does not match the data: encoding and initializing the first "
+            f"rows failed with {type(exc).__name__}: {exc}. First row found: {rows[0]!r:.200}"
+        ) from None

@@ -1,0 +1,48 @@
+"""Shard placement and recovery planning: pure functions over ids.
+
+Placement never changes the fitted bits (each shard is computed alone and the fold is in
+shard-id order); it only decides where work runs, so it aims for balance and stability.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+
+def initial_placement(num_shards: int, workers: Iterable[int]) -> dict[int, list[int]]:
+    """Shard s goes to the (s mod W)-th worker: shard i on worker i when S == W."""
+    ws = sorted(workers)
+    if not ws:
+        raise ValueError("initial_placement needs at least one worker")
+    owners: dict[int, list[int]] = {w: [] for w in ws}
+    for s in range(num_shards):
+        owners[ws[s % len(ws)]].append(s)
+    return owners
+
+
+def spread(shards: Iterable[int], load: Mapping[int, int]) -> dict[int, list[int]]:
+    """Give each shard, in id order, to the least-loaded candidate (ties: lowest id).
+
+    ``load`` maps every candidate worker to the number of shards it already holds; the
+    result maps each chosen worker to the shards it receives (id-ordered).
+    """
+    if not load:
+        raise ValueError("no candidate workers to place shards on")
+    current = dict(load)
+    plan: dict[int, list[int]] = {}
+    for s in sorted(shards):
+        target = min(current, key=lambda w: (current[w], w))
+        plan.setdefault(target, []).append(s)
+        current[target] += 1
+    return plan
+
+
+def owner_of(owners: Mapping[int, Iterable[int]]) -> dict[int, int]:
+    """Invert worker -> shards into shard -> worker."""
+    return {s: w for w, ss in owners.items() for s in ss}
+
+
+def plan_recovery(orphans: Iterable[int], owners: Mapping[int, list[int]], survivors: Iterable[int]) -> dict[int, list[int]]:
+    """Which survivor recomputes which orphaned shard this round, balancing by resident load."""
+    live = sorted(survivors)
+    return spread(orphans, {w: len(owners.get(w, ())) for w in live})

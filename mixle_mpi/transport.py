@@ -1,0 +1,89 @@
+"""The thin MPI layer: links to peers, tagged pickled messages, failure-aware polling.
+
+Everything here only moves bytes and reports MPI errors; what to do about them is decided
+elsewhere. All waits are polls with a sleeping backoff (never a busy spin, never a blocking
+receive without a deadline).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mpi4py import MPI
+
+TAG_CMD, TAG_REPLY, TAG_HB = 11, 12, 13
+
+
+class PeerFailed(Exception):
+    """An MPI operation with a peer raised: under ULFM that peer is dead."""
+
+    def __init__(self, error_class: int, detail: str) -> None:
+        super().__init__(f"MPI error class {error_class}: {detail}")
+        self.error_class = error_class
+
+
+@dataclass
+class Link:
+    """How one side reaches its peer: data and heartbeat communicators and the peer's rank.
+
+    ``inter`` is the parent/child intercommunicator of a spawned worker, which both sides
+    must disconnect at the end.
+    """
+
+    comm: Any
+    hb: Any
+    peer: int
+    inter: Any = None
+    sends: list = field(default_factory=list)
+    hb_sends: list = field(default_factory=list)
+
+    def post(self, obj: Any, tag: int = TAG_CMD) -> None:
+        """Non-blocking send; the request is kept until it completes (see ``progress``)."""
+        try:
+            self.sends.append(self.comm.isend(obj, dest=self.peer, tag=tag))
+        except MPI.Exception as exc:
+            raise PeerFailed(exc.Get_error_class(), str(exc)) from None
+
+    def progress(self) -> bool:
+        """Complete finished sends; True once none is pending."""
+        if self.sends:
+            try:
+                self.sends = [r for r in self.sends if not r.Test()]
+            except MPI.Exception as exc:
+                raise PeerFailed(exc.Get_error_class(), str(exc)) from None
+        return not self.sends
+
+    def poll(self, tag: int, comm: Any = None) -> Any:
+        """One pending message from the peer with ``tag``, or None; raises PeerFailed on ULFM errors."""
+        comm = self.comm if comm is None else comm
+        try:
+            msg = comm.improbe(source=self.peer, tag=tag)
+            return None if msg is None else msg.recv()
+        except MPI.Exception as exc:
+            raise PeerFailed(exc.Get_error_class(), str(exc)) from None
+
+
+class Backoff:
+    """Sleep between polls, growing from ``low`` to ``high`` seconds; reset on progress."""
+
+    def __init__(self, low: float = 0.0002, high: float = 0.005) -> None:
+        self.low, self.high, self.delay = low, high, low
+
+    def reset(self) -> None:
+        self.delay = self.low
+
+    def sleep(self) -> None:
+        time.sleep(self.delay)
+        self.delay = min(self.high, self.delay * 2)
+
+
+def world_link_for_worker() -> Link:
+    """Used only before setup: the raw world communicator's view of the driver."""
+    return Link(MPI.COMM_WORLD, MPI.COMM_WORLD, 0)
+
+
+def host_and_pid() -> tuple[str, int]:
+    return MPI.Get_processor_name(), os.getpid()

@@ -1,0 +1,223 @@
+"""A worker rank: holds encoded shards, runs E-step tasks, heartbeats, obeys the driver.
+
+Heartbeats run on their own thread and communicator, so a shard that computes for longer
+than the heartbeat timeout is not mistaken for a dead rank. A worker that stops hearing the
+driver for ``driver_timeout`` seconds (or whose reconfiguration overruns its deadline)
+ends itself: a worker never outlives its job.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from mpi4py import MPI
+
+from mixle_mpi import estep
+from mixle_mpi.blas import pin_blas_threads
+from mixle_mpi.exitcodes import DRIVER_LOST, RECONFIG_TIMEOUT, WORKER_ABORTED
+from mixle_mpi.faults import FaultInjector, parse_plan
+from mixle_mpi.shrink import shrink
+from mixle_mpi.transport import TAG_CMD, TAG_HB, TAG_REPLY, Backoff, Link, PeerFailed, host_and_pid
+
+
+def _die(code: int, why: str) -> None:
+    sys.stderr.write(f"[mixle_mpi] worker pid {os.getpid()}: {why}; exiting with code {code}\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(code)
+
+
+class Worker:
+    def __init__(self, link: Link, spawned: bool) -> None:
+        self.link = link
+        self.spawned = spawned
+        self.lock = threading.Lock()
+        self.worker_id = -1
+        self.incarnation = 0
+        self.encoder: Any = None
+        self.sub_chunks = 1
+        self.resident: dict[int, estep.Chunks] = {}
+        self.faults = FaultInjector((), -1, 0)
+        self.period, self.driver_timeout, self.reconfigure_timeout = 0.1, 60.0, 60.0
+        self.deadline: float | None = None  # set while inside a collective
+        self.last_driver = time.monotonic()
+        self._body_cache: tuple[int, Any] = (-1, None)
+        self._stopping = False
+        self._blas = None
+
+    # -- messaging -------------------------------------------------------------
+    def _check_alive(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            _die(RECONFIG_TIMEOUT, "reconfiguration overran its deadline")
+
+    def recv(self) -> tuple:
+        backoff = Backoff(0.0002, 0.005)
+        while True:
+            try:
+                msg = self.link.poll(TAG_CMD)
+            except PeerFailed as exc:
+                _die(DRIVER_LOST, f"lost the driver ({exc})")
+            if msg is not None:
+                self.last_driver = time.monotonic()
+                return msg
+            backoff.sleep()
+
+    def reply(self, obj: Any) -> None:
+        backoff = Backoff(0.0001, 0.005)
+        try:
+            self.link.post(obj, TAG_REPLY)
+            while not self.link.progress():
+                backoff.sleep()
+        except PeerFailed as exc:
+            _die(DRIVER_LOST, f"lost the driver while replying ({exc})")
+
+    # -- heartbeat thread --------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        seq = 0
+        while not self._stopping:
+            with self.lock:
+                link = self.link
+                try:
+                    link.hb_sends = [r for r in link.hb_sends if not r.Test()]
+                    if len(link.hb_sends) < 64:
+                        link.hb_sends.append(link.hb.isend((self.worker_id, self.incarnation, seq), dest=link.peer, tag=TAG_HB))
+                    while link.poll(TAG_HB, comm=link.hb) is not None:
+                        self.last_driver = time.monotonic()
+                except (PeerFailed, MPI.Exception) as exc:
+                    _die(DRIVER_LOST, f"lost the driver on the heartbeat channel ({exc})")
+            seq += 1
+            silent = time.monotonic() - self.last_driver
+            if silent > self.driver_timeout:
+                _die(DRIVER_LOST, f"heard nothing from the driver for {silent:.1f} s")
+            self._check_alive()
+            time.sleep(self.period)
+
+    # -- commands ----------------------------------------------------------------
+    def setup(self, cfg: dict) -> None:
+        self.worker_id = cfg["worker"]
+        self.incarnation = cfg["incarnation"]
+        self.encoder = pickle.loads(cfg["encoder"])  # nosec B301 - IPC from this job's own driver
+        self.sub_chunks = cfg["sub_chunks"]
+        self.period = cfg["heartbeat_period"]
+        self.driver_timeout = cfg["driver_timeout"]
+        self.reconfigure_timeout = cfg["reconfigure_timeout"]
+        self._blas = pin_blas_threads(cfg["blas_threads"])
+        self.faults = FaultInjector(parse_plan(cfg["fault_plan"]), self.worker_id, self.incarnation)
+        self.last_driver = time.monotonic()
+        threading.Thread(target=self._heartbeat_loop, daemon=True, name="mixle-mpi-heartbeat").start()
+        if self.spawned:
+            self.faults.check("respawn")
+        host, pid = host_and_pid()
+        self.reply(("ready", self.worker_id, host, pid))
+
+    def _body(self, task_id: int, body_b: bytes) -> Any:
+        if self._body_cache[0] != task_id:
+            self._body_cache = (task_id, pickle.loads(body_b))  # nosec B301 - IPC from this job's own driver
+        return self._body_cache[1]
+
+    def task(self, task_id: int, kind: str, call: int, body_b: bytes, items: list) -> None:
+        recovery = any(rows is not None for _, rows, _ in items)
+        phase = {"estep": "estep_before", "init": "init", "llsum": "llsum"}[kind]
+        self.faults.check(phase, call, recovery)
+        body = self._body(task_id, body_b)
+        mid = (lambda: self.faults.check("estep_mid", call, recovery)) if kind == "estep" else None
+        for sid, rows, extra in items:
+            chunks = self.resident[sid] if rows is None else estep.encode_shard(self.encoder, rows, self.sub_chunks)
+            if kind == "estep":
+                estimator, model = body
+                result = estep.estep_shard(estimator, model, chunks, after_first=mid)
+                mid = None
+            elif kind == "init":
+                estimator, p = body
+                result = estep.init_shard(estimator, p, int(extra), chunks)
+            else:
+                result = estep.score_shard(body, chunks)
+            self.reply(("result", task_id, sid, result))
+        if kind == "estep":
+            self.faults.check("estep_after_reply", call, recovery)
+
+    def do_shrink(self, epoch: int, ranks: list[int], method: str) -> None:
+        while True:
+            self.reply(("shrink_ready", epoch, self.worker_id))
+            msg = self.recv()
+            if msg[0] == "shrink":
+                _, epoch, ranks, method = msg
+                continue
+            if msg[0] == "stop":
+                self.stop()
+            assert msg[0] == "shrink_go" and msg[1] == epoch, msg
+            break
+        self.deadline = time.monotonic() + self.reconfigure_timeout
+        old = self.link
+        comm = shrink(old.comm, ranks, method, epoch)
+        hb = comm.Dup()
+        with self.lock:
+            self.link = Link(comm, hb, 0)
+        self.deadline = None
+        self.reply(("shrunk", epoch, self.worker_id))
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self.spawned:
+            self._finalize_spawned()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+    def _finalize_spawned(self) -> None:
+        """A spawned process must disconnect from its parent and finalize, or Open MPI
+        reports it as exiting improperly."""
+        self.deadline = time.monotonic() + self.reconfigure_timeout
+        time.sleep(2 * self.period)  # let the heartbeat thread see _stopping
+        with self.lock:
+            try:
+                self.link.hb.Free()
+                self.link.comm.Free()
+                self.link.inter.Disconnect()
+                MPI.Finalize()
+            except MPI.Exception:
+                pass
+
+    def serve(self) -> None:
+        """Answer the driver until it says stop; never returns."""
+        while True:
+            msg = self.recv()
+            op = msg[0]
+            try:
+                if op == "setup":
+                    self.setup(msg[1])
+                elif op == "load":
+                    _, sid, rows = msg
+                    self.resident[sid] = estep.encode_shard(self.encoder, rows, self.sub_chunks)
+                    self.reply(("loaded", sid, len(rows)))
+                elif op == "drop":
+                    for sid in msg[1]:
+                        self.resident.pop(sid, None)
+                elif op == "task":
+                    self.task(*msg[1:])
+                elif op == "shrink":
+                    self.do_shrink(*msg[1:])
+                elif op == "stop":
+                    self.stop()
+                elif op == "abort":
+                    _die(WORKER_ABORTED, "the driver aborted the job")
+                else:
+                    raise RuntimeError(f"unknown command {op!r}")
+            except Exception as exc:  # noqa: BLE001 - a worker-side bug is reported to the driver
+                host, pid = host_and_pid()
+                task_id = msg[1] if op == "task" else None
+                self.reply(("error", task_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", host, pid))
+
+
+def serve_forever(link: Link, spawned: bool) -> None:
+    """Entry for worker ranks: ignore SIGUSR1 (Hydra sends it to survivors) and serve."""
+    if hasattr(signal, "SIGUSR1"):
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    Worker(link, spawned).serve()
