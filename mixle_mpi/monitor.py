@@ -66,6 +66,7 @@ class Monitor:
             link.hb_sends.append(link.hb.isend(None, dest=link.peer, tag=TAG_HB))
 
     def _run(self) -> None:
+        last = time.monotonic()
         while not self._stop.is_set():
             with self.lock:
                 for worker, link in list(self._links.items()):
@@ -75,6 +76,12 @@ class Monitor:
                         self._beat(worker, link)
                     except (PeerFailed, MPI.Exception) as exc:
                         self._suspects[worker] = (f"ulfm: {exc}", time.time())
+                now = time.monotonic()
+                if now - last > self.tracker.timeout / 2:
+                    # This thread could not listen (the process was descheduled, or MPICH's
+                    # global lock was held by a blocking Spawn): blame no worker for it.
+                    self.tracker.watch(self.tracker.watched)
+                last = now
                 for worker in self.tracker.overdue():
                     if worker not in self._suspects:
                         silent = self.tracker.silence(worker)

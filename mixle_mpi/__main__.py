@@ -1,0 +1,5 @@
+import sys
+
+from mixle_mpi.cli import main
+
+sys.exit(main())
