@@ -38,9 +38,13 @@ class Settings:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.type == "float" or isinstance(f.default, float):
+            if isinstance(f.default, bool):
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{f.name} must be True or False; found {value!r}")
+            elif isinstance(f.default, float):
                 object.__setattr__(self, f.name, _positive_float(f.name, value))
-        _positive_int("blas_threads", self.blas_threads)
+            else:
+                object.__setattr__(self, f.name, _positive_int(f.name, value))
         if self.heartbeat_timeout < 2 * self.heartbeat_period:
             raise ConfigError(
                 f"heartbeat_timeout must be at least 2 x heartbeat_period; found timeout="
@@ -66,7 +70,13 @@ class Settings:
             raise ConfigError(
                 f"unknown setting(s) {sorted(unknown)}; valid settings are {[f.name for f in fields(cls)]}"
             )
-        return cls(**values)
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            from_env = [ENV_PREFIX + k.upper() for k in values if k not in overrides]
+            if from_env:
+                raise ConfigError(f"{exc} (settings read from the environment: {', '.join(from_env)})") from None
+            raise
 
 
 def _parse_env(name: str, raw: str, default):
@@ -83,5 +93,5 @@ def _parse_env(name: str, raw: str, default):
             return int(raw)
         return float(raw)
     except ValueError:
-        kind = "a boolean (1/0/true/false)" if isinstance(default, bool) else type(default).__name__
+        kind = "boolean (1/0/true/false)" if isinstance(default, bool) else type(default).__name__
         raise ConfigError(f"{var}={raw!r} is not a valid {kind}") from None

@@ -69,7 +69,6 @@ class Driver:
         self.info: dict[int, tuple[str, int]] = {}    # worker -> (host, pid)
         self.owners = initial_placement(self.num_shards, workers)
         self.pending: set[int] = set()                # failed since the last reconfiguration
-        self.unfenced: set[int] = set()               # failed but possibly alive (not ours to kill)
         self.epoch = 0
         self.calls = {"estep": 0, "init": 0, "llsum": 0}
         self.monitor = Monitor(settings.heartbeat_period, settings.heartbeat_timeout)
@@ -93,8 +92,6 @@ class Driver:
                 fenced = True
             except PermissionError:
                 pass
-        if not fenced:
-            self.unfenced.add(worker)
         self.pending.add(worker)
         rec = self.membership.records[worker]
         self.events.emit(
@@ -328,9 +325,9 @@ class Driver:
             epoch = self.epoch
             survivors = sorted(w for w in self.grank if self.membership.is_live(w) and w in self.links)
             ranks = [0] + [self.grank[w] for w in survivors]
-            # ULFM's Shrink waits for every member it does not know to be dead: only use it
-            # when each excluded original rank was really killed.
-            method = EMULATED if self.unfenced & set(self.grank) else self.shrink_method
+            method = self.shrink_method
+            if method != EMULATED and not self._ulfm_knows_failed(survivors):
+                method = EMULATED
             for w in survivors:
                 self._post(w, ("shrink", epoch, ranks, method))
             ready = self._collect({w: {("shrink_ready", epoch)} for w in survivors}, "shrink_ready")
@@ -360,6 +357,28 @@ class Driver:
             self._collect({w: {("shrunk", epoch)} for w in survivors}, "shrunk")
             self.events.emit("shrink", method=method, epoch=epoch, survivors=survivors, seconds=round(seconds, 6))
             return
+
+    def _ulfm_knows_failed(self, survivors: list[int], wait: float = 1.0) -> bool:
+        """ULFM's Shrink waits forever for a member the library does not know to be dead
+        (one that was fenced but is alive elsewhere, or that exited without a signal), so
+        it is used only once the library itself reports every excluded rank failed."""
+        excluded = [r for w, r in self.grank.items() if w not in survivors]
+        deadline = time.monotonic() + wait
+        pending = set(excluded)
+        while pending:
+            for rank in sorted(pending):
+                try:
+                    self.gcomm.Iprobe(source=rank, tag=TAG_REPLY)
+                except MPI.Exception as exc:
+                    if exc.Get_error_class() == MPI.ERR_PROC_FAILED:
+                        pending.discard(rank)
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        if pending:
+            self.events.emit("shrink_fallback", ranks=sorted(pending),
+                             cause="ULFM does not report these ranks failed; emulating the shrink")
+        return not pending
 
     def _respawn(self, worker: int) -> bool:
         """Start a replacement process for ``worker``; it gets the same shards back."""
@@ -394,27 +413,35 @@ class Driver:
 
     # -- ending ------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop every live worker; disconnect spawned ones (their exit needs it)."""
+        """Stop the original workers. Respawned ones stay parked until :meth:`finish`:
+        their exit needs a disconnect, and under Open MPI it can end the whole job once
+        some rank exited with a nonzero status, so it must come after results are saved."""
         if self.closed:
             return
         self.closed = True
         live = self._live()
-        for w in live:
+        self._stop([w for w in live if self.links[w].inter is None])
+        self.events.emit("closed", live=live, blacklisted=self.membership.blacklisted(),
+                         failures=self.membership.failures())
+
+    def finish(self) -> None:
+        """At process exit: stop and disconnect respawned workers, stop the monitor."""
+        spawned = [w for w in self._live() if self.links[w].inter is not None]
+        self._stop(spawned)
+        self.monitor.stop()
+        for w in spawned:
+            try:
+                run_with_deadline(self.links[w].inter.Disconnect, 10.0, "disconnect")
+            except (TimeoutError, MPI.Exception) as exc:
+                sys.stderr.write(f"[mixle_mpi] disconnecting respawned rank {w} failed: {exc}\n")
+
+    def _stop(self, workers: list[int]) -> None:
+        for w in workers:
             self._post(w, ("stop",))
         deadline = time.monotonic() + 5.0
         backoff = Backoff()
-        while time.monotonic() < deadline and not all(self.links[w].progress() for w in live if w in self.links):
+        while time.monotonic() < deadline and not all(self.links[w].progress() for w in workers if w in self.links):
             backoff.sleep()
-        self.monitor.stop()
-        for w in live:
-            link = self.links.get(w)
-            if link is not None and link.inter is not None:
-                try:
-                    run_with_deadline(link.inter.Disconnect, 10.0, "disconnect")
-                except (TimeoutError, MPI.Exception) as exc:
-                    sys.stderr.write(f"[mixle_mpi] disconnecting respawned rank {w} failed: {exc}\n")
-        self.events.emit("closed", live=live, blacklisted=self.membership.blacklisted(),
-                         failures=self.membership.failures())
 
     def abort_workers(self) -> None:
         """Best effort, before a failing driver exits: tell every worker to end now."""

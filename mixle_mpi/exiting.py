@@ -71,11 +71,21 @@ def _driver_excepthook(tp, value, tb) -> None:
 
 def _driver_atexit() -> None:
     handle = _state["handle"]
-    if handle is not None:
-        handle.close()
-    write_status(exitcodes.OK, "finished")
+    code, message = exitcodes.OK, "finished"
+    if handle is not None and not handle.closed_cleanly:
+        try:
+            handle.close()
+        except Exception as exc:  # noqa: BLE001 - reported through the status and exit code
+            code, message = exitcodes.FAILED, f"closing the handle at exit failed: {type(exc).__name__}: {exc}"
+    write_status(code, message)
     _flush()
-    os._exit(exitcodes.OK)
+    if handle is not None:
+        try:
+            handle._finish()
+        except Exception as exc:  # noqa: BLE001 - the fit is saved; only the teardown failed
+            sys.stderr.write(f"[mixle_mpi] teardown after the fit failed: {exc}\n")
+    _flush()
+    os._exit(code)
 
 
 def _rank_excepthook(tp, value, tb) -> None:
@@ -85,6 +95,14 @@ def _rank_excepthook(tp, value, tb) -> None:
     traceback.print_exception(tp, value, tb)
     _flush()
     MPI.COMM_WORLD.Abort(exitcodes.FAILED)
+
+
+def install_early() -> None:
+    """Before the handle exists: an uncaught exception on any rank aborts the whole job
+    (plain ``python`` would leave the other ranks waiting forever)."""
+    if _state["role"] is None:
+        _state["role"] = "early"
+        sys.excepthook = _rank_excepthook
 
 
 def install(role: str, handle=None) -> None:

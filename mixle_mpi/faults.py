@@ -52,6 +52,8 @@ class Fault:
             raise ConfigError(f"fault call must be an integer >= 0; found {self.call!r}")
         if self.incarnation is None:
             object.__setattr__(self, "incarnation", 1 if self.phase == "respawn" else 0)
+        if isinstance(self.incarnation, bool) or not isinstance(self.incarnation, int) or self.incarnation < 0:
+            raise ConfigError(f"fault incarnation must be an integer >= 0; found {self.incarnation!r}")
 
     def matches(self, worker: int, incarnation: int, phase: str, call: int, recovery: bool) -> bool:
         if (self.worker, self.incarnation, self.phase) != (worker, incarnation, phase):
@@ -78,6 +80,8 @@ def parse_plan(spec) -> tuple[Fault, ...]:
             spec = [_parse_compact(item) for item in text.split(",") if item.strip()]
     if isinstance(spec, (Fault, dict)):
         spec = [spec]
+    if not isinstance(spec, (list, tuple)):
+        raise ConfigError(f"a fault plan must be a list, a dict, a Fault or a string; found {type(spec).__name__} {spec!r}")
     faults = []
     for item in spec:
         if isinstance(item, Fault):

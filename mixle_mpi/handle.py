@@ -33,6 +33,7 @@ def is_driver() -> bool:
     """True only on rank 0 of the original job (a respawned process is never the driver)."""
     from mpi4py import MPI
 
+    exiting.install_early()
     return MPI.Comm.Get_parent() == MPI.COMM_NULL and MPI.COMM_WORLD.Get_rank() == 0
 
 
@@ -80,6 +81,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         from mixle_mpi.worker import serve_forever
 
         self._driver = None
+        self.closed_cleanly = False
         parent = MPI.Comm.Get_parent()
         if parent != MPI.COMM_NULL:  # a respawned worker: join the driver and serve
             exiting.install("worker")
@@ -241,6 +243,12 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         if self._driver is not None and not self._driver.closed:
             self._driver.close()
             self.store.close()
+            self.closed_cleanly = True
+
+    def _finish(self) -> None:
+        """Called once at process exit, after the status is written (see exiting.py)."""
+        if self._driver is not None:
+            self._driver.finish()
             self.events.close()
 
     def __len__(self) -> int:

@@ -1,0 +1,324 @@
+"""One benchmark fit under MPI, timed per EM iteration on rank 0 (used by bench/overhead.py).
+
+    python -m mixle_mpi run -n W+1 -- python bench/_job.py --backend resilient --model gmm1d ...
+    python -m mixle_mpi run -n W   -- python bench/_job.py --backend mixle     --model gmm1d ...
+
+``resilient``: mixle_mpi's ResilientMPIEncodedData (rank 0 drives, ranks 1..W compute).
+``mixle``: mixle's own MPIEncodedData (SPMD: every rank, rank 0 included, computes and every
+rank calls optimize).
+
+optimize runs with ``delta=None`` so it does exactly ``--its`` iterations (unless a step is
+rejected as a decrease, which mixle ends the loop on; the count actually done is recorded).
+Rank 0 timestamps the end of every iteration through optimize's ``on_step`` callback; the
+differences of consecutive timestamps are the per-iteration times of iterations 2..its (the
+first iteration is discarded). The handle's ``pysp_seq_estimate`` / ``pysp_seq_log_density_sum``
+calls are also timed on rank 0, and the per-rank compute (E-step accumulation and scoring) is
+timed where it runs, so the report can say where an iteration's time goes. No timing is
+asserted anywhere; rank 0 writes a JSON record to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import glob
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+# The project root (parent of bench/) must be importable however this script is started.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+
+# -- models -----------------------------------------------------------------------------------
+def model_spec(name: str):
+    """(description, estimator factory, sampler(n, seed)) for a benchmark model."""
+    from mixle_mpi import models
+
+    if name == "gmm1d":
+        m = models.get_model("gmm1d")
+        return "1-D Gaussian mixture, K=3", m.estimator, m.sample
+    if name == "diag":
+        return ("diagonal Gaussian mixture, K=8, D=16",
+                functools.partial(models._diag, dim=16, k=8),
+                functools.partial(models._diag_data, dim=16, k=8))
+    if name == "hmm":
+        m = models.get_model("hmm")
+        return "2-state Gaussian HMM, Poisson(8) lengths (N = sequences)", m.estimator, m.sample
+    raise SystemExit(f"unknown model {name!r}; valid: gmm1d, diag, hmm")
+
+
+MODEL_NAMES = ("gmm1d", "diag", "hmm")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", choices=["resilient", "mixle"], required=True)
+    p.add_argument("--model", choices=MODEL_NAMES, default="gmm1d")
+    p.add_argument("--n", type=int, default=100000)
+    p.add_argument("--its", type=int, default=6, help="EM iterations (delta=None: exactly this many)")
+    p.add_argument("--data-seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=7, help="seed of the EM initialization")
+    p.add_argument("--init-p", type=float, default=0.1)
+    p.add_argument("--mixle-data", choices=["root", "all"], default="root",
+                   help="mixle backend: data on rank 0 only (root_only=True, scattered) or on every rank")
+    p.add_argument("--workdir", default=None, help="resilient backend: shard store/event log dir (default: a temp dir)")
+    p.add_argument("--profile", default=None, help="cProfile rank 0's optimize() call into this .pstats file")
+    p.add_argument("--out", required=True, help="rank 0 writes the JSON record here")
+    return p.parse_args(argv)
+
+
+# -- timing helpers -----------------------------------------------------------------------------
+# time.monotonic() is CLOCK_MONOTONIC on Linux: one clock for every process on the host, so the
+# workers' compute stamps can be placed on rank 0's iteration timeline.
+now = time.monotonic
+
+
+class StepClock:
+    """optimize's on_step callback: a timestamp at the end of every iteration."""
+
+    def __init__(self) -> None:
+        self.stamps: list[float] = []
+        self.lls: list[float] = []
+
+    def __call__(self, step) -> None:
+        self.stamps.append(now())
+        self.lls.append(float(step.log_density))
+
+    def per_iteration(self) -> list[float]:
+        # stamps[k] - stamps[k-1] is iteration k+1 (1-based); iteration 1 has no start stamp: discarded
+        return [b - a for a, b in zip(self.stamps, self.stamps[1:])]
+
+
+def time_method(obj, name: str, sink: list, label: str) -> None:
+    """Shadow obj.name with a wrapper appending (label, end, seconds) per call (an instance
+    attribute: mixle dispatches through hasattr/getattr on the handle, so the wrapper is what
+    gets called)."""
+    fn = getattr(obj, name)
+
+    @functools.wraps(fn)
+    def timed(*a, **k):
+        t0 = now()
+        try:
+            return fn(*a, **k)
+        finally:
+            t1 = now()
+            sink.append((label, t1, t1 - t0))
+
+    setattr(obj, name, timed)
+
+
+def per_iteration_totals(events, stamps, label, by_source=False) -> list[float]:
+    """For iterations 2..its: the summed seconds of ``label`` events ending inside each iteration.
+    With by_source, events are (label, end, seconds, source) and the slowest source counts (the
+    workers compute in parallel)."""
+    out = []
+    for a, b in zip(stamps, stamps[1:]):
+        per: dict = {}
+        for ev in events:
+            if ev[0] == label and a < ev[1] <= b:
+                src = ev[3] if by_source else 0
+                per[src] = per.get(src, 0.0) + ev[2]
+        out.append(max(per.values()) if per else 0.0)
+    return out
+
+
+def summary(xs: list[float]) -> dict:
+    if not xs:
+        return {"n": 0}
+    return {"n": len(xs), "median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+
+
+def run_optimize(est, enc, args, clock, out_stream, profile_path):
+    from mixle.inference.estimation import optimize
+
+    kwargs = dict(enc_data=enc, max_its=args.its, delta=None, init_p=args.init_p,
+                  rng=np.random.RandomState(args.seed), on_step=clock, out=out_stream, print_iter=0)
+    if profile_path:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+        try:
+            return optimize(None, est, **kwargs)
+        finally:
+            prof.disable()
+            prof.dump_stats(profile_path)
+    return optimize(None, est, **kwargs)
+
+
+def write_json(path: str, record: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(record, fh, indent=1)
+    os.replace(tmp, path)
+
+
+def base_record(args, describe, clock, t_setup, t_fit, events) -> dict:
+    per_it = clock.per_iteration()
+    st = clock.stamps
+    return {
+        "backend": args.backend, "model": args.model, "describe": describe, "n": args.n,
+        "its_requested": args.its, "its_done": len(st),
+        "per_iteration_seconds": per_it,
+        "median": statistics.median(per_it) if per_it else None,
+        "min": min(per_it) if per_it else None, "max": max(per_it) if per_it else None,
+        "setup_seconds": t_setup, "fit_seconds": t_fit,
+        "final_ll": clock.lls[-1] if clock.lls else None,
+        # rank 0's view of the two handle calls in each iteration 2..its
+        "rank0_estep_call": summary(per_iteration_totals(events, st, "estep_call")),
+        "rank0_llsum_call": summary(per_iteration_totals(events, st, "llsum_call")),
+    }
+
+
+# -- the resilient backend --------------------------------------------------------------------
+def _instrument_workers(timing_dir: str) -> None:
+    """On every rank (before the handle is built): time the per-shard compute the workers run,
+    one JSON line per call in timing_dir. Worker ranks never return from the handle's
+    constructor, so a file is how their numbers reach rank 0."""
+    from mpi4py import MPI
+
+    from mixle_mpi import estep
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    path = os.path.join(timing_dir, f"worker_{rank}_{os.getpid()}.jsonl")
+
+    def wrap(label, fn):
+        @functools.wraps(fn)
+        def timed(*a, **k):
+            t0 = now()
+            result = fn(*a, **k)
+            t1 = now()
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps([label, t1, t1 - t0, rank]) + "\n")
+            return result
+        return timed
+
+    estep.estep_shard = wrap("worker_estep", estep.estep_shard)
+    estep.score_shard = wrap("worker_llsum", estep.score_shard)
+
+
+def run_resilient(args) -> None:
+    from mpi4py import MPI
+
+    from mixle_mpi import ResilientMPIEncodedData, is_driver
+
+    describe, make_est, sample = model_spec(args.model)
+    est = make_est()
+    driver = is_driver()
+    # every rank needs the workdir path before the handle is built: given, or derived from --out
+    workdir = args.workdir or (args.out + ".work")
+    timing_dir = os.path.join(workdir, "timing")
+    if driver:
+        shutil.rmtree(workdir, ignore_errors=True)
+        os.makedirs(timing_dir, exist_ok=True)
+    data = sample(args.n, args.data_seed) if driver else None
+    MPI.COMM_WORLD.Barrier()  # the timing dir exists before any worker could write into it
+    _instrument_workers(timing_dir)
+    t0 = now()
+    enc = ResilientMPIEncodedData(data, estimator=est, workdir=workdir)  # workers serve inside
+    t_setup = now() - t0
+    del data
+    events: list = []
+    time_method(enc, "pysp_seq_estimate", events, "estep_call")
+    time_method(enc, "pysp_seq_log_density_sum", events, "llsum_call")
+    drv = enc._driver  # the driver's round (dispatch -> last shard result; no fold, no M-step)
+    run_round = drv.run_round
+
+    def timed_round(kind, *a, **k):
+        t = now()
+        try:
+            return run_round(kind, *a, **k)
+        finally:
+            events.append((f"{kind}_round", now(), now() - t))
+
+    drv.run_round = timed_round
+    clock = StepClock()
+    t1 = now()
+    with enc:
+        run_optimize(est, enc, args, clock, None, args.profile)
+        t_fit = now() - t1
+        num_shards = enc.num_shards
+        failures = sum(enc.failures.values())
+    st = clock.stamps
+    record = base_record(args, describe, clock, t_setup, t_fit, events)
+    record["driver_estep_round"] = summary(per_iteration_totals(events, st, "estep_round"))
+    record["driver_llsum_round"] = summary(per_iteration_totals(events, st, "llsum_round"))
+    wev = []
+    for f in glob.glob(os.path.join(timing_dir, "worker_*.jsonl")):
+        with open(f, encoding="utf-8") as fh:
+            wev.extend(tuple(json.loads(line)) for line in fh if line.strip())
+    # per iteration, the slowest worker's compute (the workers run in parallel)
+    record["worker_estep_compute"] = summary(per_iteration_totals(wev, st, "worker_estep", by_source=True))
+    record["worker_llsum_compute"] = summary(per_iteration_totals(wev, st, "worker_llsum", by_source=True))
+    record.update(ranks=MPI.COMM_WORLD.Get_size(), compute_ranks=MPI.COMM_WORLD.Get_size() - 1,
+                  num_shards=num_shards, failures=failures)
+    write_json(args.out, record)
+    if not args.workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+    # the driver's atexit hook closes up, writes the launcher's status file and exits 0
+
+
+# -- mixle's own MPIEncodedData -----------------------------------------------------------------
+def run_mixle(args) -> None:
+    from mpi4py import MPI
+    from mixle.utils.parallel.mpi import MPIEncodedData
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    describe, make_est, sample = model_spec(args.model)
+    est = make_est()
+    root_only = args.mixle_data == "root"
+    data = sample(args.n, args.data_seed) if (rank == 0 or not root_only) else None
+    comm.Barrier()
+    t0 = now()
+    enc = MPIEncodedData(data, estimator=est, root_only=root_only)
+    comm.Barrier()
+    t_setup = now() - t0
+    del data
+    events: list = []
+    time_method(enc, "pysp_seq_estimate", events, "estep_call")
+    time_method(enc, "pysp_seq_log_density_sum", events, "llsum_call")
+    mine: list = []  # this rank's own E-step accumulation (the compute part of pysp_seq_estimate)
+    time_method(enc, "_local_update", mine, "local_estep")
+    clock = StepClock()
+    t1 = now()
+    run_optimize(est, enc, args, clock, None, args.profile if rank == 0 else None)  # every rank
+    t_fit = now() - t1
+    everyone = comm.gather([(*ev, rank) for ev in mine], root=0)
+    if rank == 0:
+        st = clock.stamps
+        record = base_record(args, describe, clock, t_setup, t_fit, events)
+        flat = [ev for evs in everyone for ev in evs]
+        record["local_estep_compute"] = summary(per_iteration_totals(flat, st, "local_estep", by_source=True))
+        record["rank0_local_estep_compute"] = summary(per_iteration_totals(mine, st, "local_estep"))
+        record.update(ranks=comm.Get_size(), compute_ranks=comm.Get_size(), root_only=root_only)
+        write_json(args.out, record)
+        # the launcher trusts the driver's status file over mpiexec's exit code; mixle's handle
+        # does not write one, so say "finished" here (otherwise `mixle_mpi run` reports failure)
+        from mixle_mpi.exiting import write_status
+
+        write_status(0, "finished (mixle MPIEncodedData benchmark job)")
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    from threadpoolctl import threadpool_limits
+
+    _blas = threadpool_limits(limits=1)  # noqa: F841 - keep alive: BLAS pinned to 1 thread on every rank
+    if args.backend == "resilient":
+        run_resilient(args)
+    else:
+        run_mixle(args)
+
+
+if __name__ == "__main__":
+    main()

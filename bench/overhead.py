@@ -1,0 +1,352 @@
+"""Failure-free per-iteration overhead: mixle_mpi's ResilientMPIEncodedData vs mixle's MPIEncodedData.
+
+Both fits use the same number of E-step processes W: ours runs W workers + 1 driver rank
+(``-n W+1``), mixle's SPMD handle runs ``-n W`` ranks, where rank 0 computes as well as folds.
+Every job is a real MPI job started through the same launcher (``python -m mixle_mpi run``), so
+the mpiexec flags (``--with-ft ulfm --oversubscribe --bind-to none`` on Open MPI) are identical
+for both; BLAS is pinned to one thread on every rank. Repetitions are interleaved per model
+(ours, mixle, ours, mixle, ...). Each job runs exactly ``--its`` EM iterations (``delta=None``)
+and reports the per-iteration times of iterations 2..its measured on rank 0 (see bench/_job.py).
+
+Nothing here asserts a timing; it is a report. Output: a markdown table printed and written to
+bench/results/overhead.md, everything (raw per-job records included) to bench/results/overhead.json.
+
+    python bench/overhead.py --quick
+    python bench/overhead.py --models gmm1d,diag,hmm --n gmm1d=1000000,diag=200000,hmm=20000 --its 6 --reps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+JOB = os.path.join(BENCH, "_job.py")
+MODELS = ("gmm1d", "diag", "hmm")
+DEFAULT_N = {"gmm1d": 1_000_000, "diag": 200_000, "hmm": 20_000}
+QUICK_N = {"gmm1d": 50_000, "diag": 10_000, "hmm": 2_000}
+BACKENDS = ("resilient", "mixle")
+LABEL = {"resilient": "ours", "mixle": "mixle"}
+
+
+def parse_n(text: str | None, models: list[str], defaults: dict) -> dict:
+    """``--n 200000`` (every model) or ``--n gmm1d=1000000,hmm=20000`` (per model)."""
+    sizes = {m: defaults[m] for m in models}
+    if not text:
+        return sizes
+    if "=" not in text:
+        return {m: int(float(text)) for m in models}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        name = name.strip()
+        if name not in MODELS:
+            raise SystemExit(f"--n: unknown model {name!r}; valid: {', '.join(MODELS)}")
+        sizes[name] = int(float(value))
+    return sizes
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: gmm1d only, small N, 4 iterations (well under 2 minutes)")
+    p.add_argument("--workers", type=int, default=2, help="E-step processes W (ours: -n W+1, mixle: -n W)")
+    p.add_argument("--n", default=None, help="observations: one number for every model or model=N,... "
+                   f"(default {DEFAULT_N}; --quick {QUICK_N})")
+    p.add_argument("--its", type=int, default=None, help="EM iterations per job (default 6; --quick 4); "
+                   "the first is discarded")
+    p.add_argument("--reps", type=int, default=3, help="interleaved repetitions per backend and model")
+    p.add_argument("--models", default=None, help=f"comma list from {','.join(MODELS)} (default all; --quick gmm1d)")
+    p.add_argument("--python", default=sys.executable, help="interpreter for the launcher and the ranks "
+                   "(default: this one; mpiexec is taken from beside it)")
+    p.add_argument("--mixle-data", choices=["root", "all"], default="root",
+                   help="mixle baseline: data on rank 0 and scattered (root_only=True, default) or on every rank")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds before one job is killed")
+    p.add_argument("--profile", action="store_true",
+                   help="also run one cProfile'd job per model and backend (rank 0 only; not timed)")
+    p.add_argument("--results", default=os.path.join(BENCH, "results"), help="output directory")
+    args = p.parse_args(argv)
+    if args.workers < 2:
+        raise SystemExit("--workers must be >= 2: the baseline runs -n W and `mixle_mpi run` refuses -n 1")
+    if args.models:
+        args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    else:
+        args.models = ["gmm1d"] if args.quick else list(MODELS)
+    for m in args.models:
+        if m not in MODELS:
+            raise SystemExit(f"--models: unknown model {m!r}; valid: {', '.join(MODELS)}")
+    args.sizes = parse_n(args.n, args.models, QUICK_N if args.quick else DEFAULT_N)
+    args.its = args.its if args.its is not None else (4 if args.quick else 6)
+    if args.its < 2:
+        raise SystemExit("--its must be >= 2 (the first iteration is discarded)")
+    if args.reps < 1:
+        raise SystemExit("--reps must be >= 1")
+    return args
+
+
+# -- running one job --------------------------------------------------------------------------
+def job_command(args, backend: str, model: str, out: str, profile: str | None = None) -> list[str]:
+    ranks = args.workers + 1 if backend == "resilient" else args.workers
+    cmd = [args.python, "-m", "mixle_mpi", "run", "-n", str(ranks), "--timeout", f"{args.timeout:g}", "--",
+           args.python, JOB, "--backend", backend, "--model", model, "--n", str(args.sizes[model]),
+           "--its", str(args.its), "--mixle-data", args.mixle_data, "--out", out]
+    if profile:
+        cmd += ["--profile", profile]
+    return cmd
+
+
+def job_env() -> dict:
+    env = dict(os.environ)
+    # the project is used from its source tree: make it importable on the launcher and every rank
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = "1"
+    env.pop("MIXLE_MPI_FAULTS", None)  # failure-free runs only
+    return env
+
+
+def run_job(args, backend: str, model: str, tmpdir: str, tag: str, profile: str | None = None) -> dict:
+    out = os.path.join(tmpdir, f"{tag}.json")
+    cmd = job_command(args, backend, model, out, profile)
+    load_before = os.getloadavg()[0]  # other work on the host shows up here (and in the spread)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=args.timeout + 60)  # the launcher kills the job at --timeout
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher we started, by its own process group
+        log, _ = proc.communicate()
+        rc = None
+    wall = time.monotonic() - t0
+    record = {"backend": backend, "model": model, "tag": tag, "launcher_rc": rc, "wall_seconds": wall,
+              "loadavg_before": load_before, "command": shlex.join(cmd)}
+    if os.path.exists(out):
+        with open(out, encoding="utf-8") as fh:
+            record.update(json.load(fh))
+        record["ok"] = rc == 0 and record.get("median") is not None
+    else:
+        record["ok"] = False
+    if not record["ok"]:
+        record["log_tail"] = (log or "")[-3000:]
+    return record
+
+
+# -- summarising ------------------------------------------------------------------------------
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def field(rec: dict, key: str):
+    v = rec.get(key)
+    return v.get("median") if isinstance(v, dict) else v
+
+
+def summarise(args, jobs: list[dict]) -> dict:
+    out = {}
+    for model in args.models:
+        per = {b: [j for j in jobs if j["model"] == model and j["backend"] == b and j["ok"]] for b in BACKENDS}
+        s = {"n": args.sizes[model], "describe": next((j.get("describe") for b in BACKENDS for j in per[b]), model)}
+        for b in BACKENDS:
+            meds = [j["median"] for j in per[b]]
+            pooled = [x for j in per[b] for x in j["per_iteration_seconds"]]
+            s[b] = {
+                "reps_ok": len(meds),
+                "rep_medians": meds,
+                "median": med(meds),               # median over reps of each rep's median s/it
+                "min": min(meds) if meds else None,  # spread: the fastest and slowest rep
+                "max": max(meds) if meds else None,
+                "pooled_iterations": len(pooled),
+                "pooled_median": med(pooled),
+                "pooled_min": min(pooled) if pooled else None,
+                "pooled_max": max(pooled) if pooled else None,
+                "setup_seconds": med([j.get("setup_seconds") for j in per[b]]),
+                "final_ll": [j.get("final_ll") for j in per[b]],
+                "its_done": sorted({j.get("its_done") for j in per[b]}),
+            }
+        # where the time goes (medians over reps of each job's per-iteration median)
+        r, m = per["resilient"], per["mixle"]
+        s["breakdown"] = {
+            "resilient": {k: med([field(j, k) for j in r]) for k in (
+                "rank0_estep_call", "driver_estep_round", "worker_estep_compute",
+                "rank0_llsum_call", "driver_llsum_round", "worker_llsum_compute")},
+            "mixle": {k: med([field(j, k) for j in m]) for k in (
+                "rank0_estep_call", "local_estep_compute", "rank0_local_estep_compute", "rank0_llsum_call")},
+        }
+        a, b = s["resilient"]["median"], s["mixle"]["median"]
+        s["ratio"] = a / b if a and b else None
+        # paired ratios: rep i of ours against rep i of mixle (they ran back to back)
+        paired = [x / y for x, y in zip(s["resilient"]["rep_medians"], s["mixle"]["rep_medians"]) if y]
+        s["paired_ratios"] = paired
+        s["paired_ratio_min"] = min(paired) if paired else None
+        s["paired_ratio_max"] = max(paired) if paired else None
+        lls = [ll for bk in BACKENDS for ll in s[bk]["final_ll"] if ll is not None]
+        s["final_ll_identical"] = len(set(lls)) == 1 if lls else None
+        out[model] = s
+    return out
+
+
+def ms(x) -> str:
+    return "n/a" if x is None else f"{1000 * x:.1f}"
+
+
+def render(args, summary: dict, meta: dict) -> str:
+    w = args.workers
+    lines = [
+        "# mixle_mpi failure-free overhead per EM iteration",
+        "",
+        f"ours = `ResilientMPIEncodedData` with {w} workers + 1 driver (`-n {w + 1}`); "
+        f"mixle = `MPIEncodedData` on {w} ranks (`-n {w}`, rank 0 computes too, data "
+        f"{'scattered from rank 0' if args.mixle_data == 'root' else 'on every rank'}). "
+        f"Same launcher and mpiexec flags, BLAS 1 thread, {args.its} iterations per job "
+        f"(first discarded, so {args.its - 1} timed), {args.reps} interleaved reps per backend.",
+        "",
+        f"Host: {meta['host']['cpus']} CPUs, {meta['host']['platform']}; MPI: {meta['mpi']}; "
+        f"python: `{args.python}`; {meta['started']}.",
+        "",
+        "Times are ms per iteration: median over reps of each rep's median, [fastest rep, slowest rep]. "
+        "Ratio = ours / mixle of those medians; paired = per-rep ratios (back-to-back runs), min-max.",
+        "",
+        "| model | N | ours ms/it [min, max] | mixle ms/it [min, max] | ours/mixle | paired min-max | same final LL |",
+        "|---|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for model, s in summary.items():
+        o, m = s["resilient"], s["mixle"]
+        ratio = "n/a" if s["ratio"] is None else f"{s['ratio']:.2f}"
+        paired = ("n/a" if s["paired_ratio_min"] is None
+                  else f"{s['paired_ratio_min']:.2f}-{s['paired_ratio_max']:.2f}")
+        same = {True: "yes", False: "no", None: "n/a"}[s["final_ll_identical"]]
+        lines.append(
+            f"| {model} ({s['describe']}) | {s['n']:,} | {ms(o['median'])} [{ms(o['min'])}, {ms(o['max'])}] | "
+            f"{ms(m['median'])} [{ms(m['min'])}, {ms(m['max'])}] | {ratio} | {paired} | {same} |")
+    lines += [
+        "",
+        "## Where an iteration's time goes (ms, medians)",
+        "",
+        "An iteration is one E-step+M-step call (`pysp_seq_estimate`) and one scoring call "
+        "(`pysp_seq_log_density_sum`). For ours, *round* is the driver's dispatch-to-last-result time, "
+        "*worker* the slowest worker's compute inside it (so round - worker = messaging, pickling of the "
+        "model and results, polling latency), and call - round = the driver's fold + M-step. For mixle, "
+        "*local* is the slowest rank's own accumulation; the rest of the call is the reduce tree, the "
+        "M-step on rank 0 and the model broadcast.",
+        "",
+        "| model | ours estep call | ours estep round | ours estep worker | ours fold+M | ours llsum call | "
+        "ours llsum worker | mixle estep call | mixle estep local | mixle llsum call | setup s ours / mixle |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for model, s in summary.items():
+        r, m = s["breakdown"]["resilient"], s["breakdown"]["mixle"]
+        fold = (r["rank0_estep_call"] - r["driver_estep_round"]
+                if r["rank0_estep_call"] is not None and r["driver_estep_round"] is not None else None)
+        so, sm = s["resilient"]["setup_seconds"], s["mixle"]["setup_seconds"]
+        lines.append(
+            f"| {model} | {ms(r['rank0_estep_call'])} | {ms(r['driver_estep_round'])} | "
+            f"{ms(r['worker_estep_compute'])} | {ms(fold)} | {ms(r['rank0_llsum_call'])} | "
+            f"{ms(r['worker_llsum_compute'])} | {ms(m['rank0_estep_call'])} | {ms(m['local_estep_compute'])} | "
+            f"{ms(m['rank0_llsum_call'])} | "
+            f"{'n/a' if so is None else f'{so:.2f}'} / {'n/a' if sm is None else f'{sm:.2f}'} |")
+    failed = meta.get("failed_jobs") or []
+    short = [f"{s} ({model}): its_done {summary[model][b]['its_done']}"
+             for model in summary for b, s in (("resilient", "ours"), ("mixle", "mixle"))
+             if any(d is not None and d < args.its for d in summary[model][b]["its_done"])]
+    lines += ["", f"Command: `{meta['command']}`", ""]
+    if failed:
+        lines += [f"**{len(failed)} job(s) failed** (see overhead.json `jobs[*].log_tail`): "
+                  + ", ".join(f"{j['backend']}/{j['model']}/{j['tag']}" for j in failed), ""]
+    if short:
+        lines += ["Fits ended early (a step was rejected as a decrease): " + "; ".join(short), ""]
+    return "\n".join(lines)
+
+
+def mpi_description(python: str) -> str:
+    try:
+        out = subprocess.run([python, "-c", "import mpi4py; from mpi4py import MPI; "
+                              "print(MPI.Get_library_version().splitlines()[0].strip())"],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT, env=job_env())
+        return out.stdout.strip() or out.stderr.strip()[-200:]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({exc})"
+
+
+def profile_report(args, tmpdir: str) -> str:
+    import io
+    import pstats
+
+    parts = []
+    for model in args.models:
+        for backend in BACKENDS:
+            path = os.path.join(args.results, f"overhead_profile_{model}_{backend}.pstats")
+            rec = run_job(args, backend, model, tmpdir, f"profile-{model}-{backend}", profile=path)
+            if not os.path.exists(path):
+                parts.append(f"## {model} / {LABEL[backend]}: profile failed (launcher rc {rec['launcher_rc']})\n")
+                continue
+            for order in ("tottime", "cumulative"):
+                buf = io.StringIO()
+                pstats.Stats(path, stream=buf).strip_dirs().sort_stats(order).print_stats(18)
+                parts.append(f"## {model} / {LABEL[backend]} rank 0, optimize() call, sorted by {order}\n"
+                             f"(profiled job's median {ms(rec.get('median'))} ms/it)\n\n{buf.getvalue()}")
+    text = "\n".join(parts)
+    with open(os.path.join(args.results, "overhead_profile.txt"), "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return text
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.makedirs(args.results, exist_ok=True)
+    meta = {
+        "started": _dt.datetime.now().isoformat(timespec="seconds"),
+        "command": shlex.join([sys.executable] + sys.argv) if argv is None else shlex.join(["overhead.py", *argv]),
+        "host": {"cpus": os.cpu_count(), "platform": platform.platform(), "node": platform.node()},
+        "mpi": mpi_description(args.python),
+        "example_job_commands": {b: shlex.join(job_command(args, b, args.models[0], "OUT.json")) for b in BACKENDS},
+    }
+    config = {k: v for k, v in vars(args).items()}
+    jobs: list[dict] = []
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="mixle_mpi_overhead_") as tmpdir:
+        for rep in range(args.reps):
+            for model in args.models:
+                for backend in BACKENDS:  # interleaved: ours, mixle, ours, mixle, ...
+                    tag = f"{model}-{backend}-rep{rep}"
+                    rec = run_job(args, backend, model, tmpdir, tag)
+                    rec["rep"] = rep
+                    jobs.append(rec)
+                    status = (f"{ms(rec['median'])} ms/it" if rec["ok"]
+                              else f"FAILED (launcher rc {rec['launcher_rc']})")
+                    print(f"[overhead] rep {rep + 1}/{args.reps} {model:6s} {LABEL[backend]:5s} "
+                          f"n={args.sizes[model]:,}: {status}  (job wall {rec['wall_seconds']:.1f} s)", flush=True)
+                    if not rec["ok"]:
+                        print(rec.get("log_tail", ""), file=sys.stderr, flush=True)
+        profile_text = profile_report(args, tmpdir) if args.profile else None
+    meta["total_seconds"] = time.monotonic() - t_start
+    meta["failed_jobs"] = [{"backend": j["backend"], "model": j["model"], "tag": j["tag"]} for j in jobs if not j["ok"]]
+    summary = summarise(args, jobs)
+    table = render(args, summary, meta)
+    with open(os.path.join(args.results, "overhead.md"), "w", encoding="utf-8") as fh:
+        fh.write(table + "\n")
+    with open(os.path.join(args.results, "overhead.json"), "w", encoding="utf-8") as fh:
+        json.dump({"meta": meta, "config": config, "summary": summary, "jobs": jobs}, fh, indent=1)
+    print()
+    print(table)
+    if profile_text:
+        print(f"\n[overhead] rank-0 profiles: {os.path.join(args.results, 'overhead_profile.txt')}")
+    print(f"\n[overhead] wrote {os.path.join(args.results, 'overhead.md')} and overhead.json "
+          f"({meta['total_seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

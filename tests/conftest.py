@@ -1,0 +1,34 @@
+import functools
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from mpiharness import OMPI_PYTHON, mpich_python  # noqa: E402
+
+
+@functools.lru_cache(maxsize=None)
+def _reference(model, n, shards, sub_chunks, max_its, seed):
+    from mixle_mpi.reference import reference_fit
+
+    return reference_fit(model, n, 1, seed, shards, sub_chunks=sub_chunks, max_its=max_its)
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """mixle's own ResilientMPEncodedData fit (multiprocessing), cached per parameter set."""
+    return _reference
+
+
+def _libraries():
+    libs = [pytest.param(("openmpi", OMPI_PYTHON), id="openmpi")]
+    mp = mpich_python()
+    libs.append(pytest.param(("mpich", mp), id="mpich",
+                             marks=pytest.mark.skipif(mp is None, reason="no MPICH environment (.venv-mpich or MIXLE_MPI_MPICH_PYTHON)")))
+    return libs
+
+
+LIBRARIES = _libraries()

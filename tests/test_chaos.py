@@ -1,0 +1,75 @@
+"""Chaos tests: real jobs under mpiexec, real rank deaths (SIGKILL/SIGSTOP/exit of a real
+process at a deterministic point), and exact equality with the failure-free fit and with
+mixle's own ResilientMPEncodedData. Every job runs as a subprocess with a deadline."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import LIBRARIES
+from mpiharness import fit_args, no_leftover_processes, run_job, same_fit
+
+pytestmark = pytest.mark.mpijob
+
+# 3 workers, 4 shards (worker 1 holds shards 0 and 3), 2 sub-chunks so "mid-accumulation"
+# falls between two seq_update calls. E-step calls are numbered from 0; log-density call 0
+# is the initial one, call k+1 follows E-step k.
+MODEL, N, SHARDS, SUB, ITS = "gmm1d", 6000, 4, 2, 6
+
+SCENARIOS = {
+    # name: (fault plan, max_retries, expected failures per worker, expected blacklist)
+    "init": ("1:kill:init:0", 2, {1: 1}, []),
+    "estep_before": ("2:kill:estep_before:1", 2, {2: 1}, []),
+    "estep_mid": ("3:kill:estep_mid:2", 2, {3: 1}, []),
+    "after_reply": ("1:kill:estep_after_reply:1", 2, {1: 1}, []),
+    "llsum": ("2:kill:llsum:2", 2, {2: 1}, []),
+    "during_respawn": ("2:kill:estep_before:1,2:kill:respawn:0", 2, {2: 2}, [2]),
+    "two_in_one_round": ("1:kill:estep_before:2,3:kill:estep_mid:2", 2, {1: 1, 3: 1}, []),
+    "recovery_target_dies": ("1:kill:estep_before:2,2:kill:estep_before:2:0:recovery", 2, {1: 1, 2: 1}, []),
+    "blacklisted": ("2:kill:estep_before:1,2:kill:estep_mid:3:1", 2, {2: 2}, [2]),
+    "stopped_worker": ("3:stop:estep_before:2", 2, {3: 1}, []),
+    "respawned_dies_again": ("1:kill:estep_mid:1,1:kill:estep_before:3:1", 3, {1: 2}, []),
+    "exit": ("2:exit:estep_before:1", 2, {2: 1}, []),
+}
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_failure_is_recovered_bit_identically(library, scenario, tmp_path, reference):
+    _, python = library
+    plan, retries, failures, blacklist = SCENARIOS[scenario]
+    job = run_job(python, 4, fit_args(MODEL, N, SHARDS, SUB, ITS, max_retries=retries), tmp_path, plan=plan)
+    assert job.rc == 0, job.describe()
+    assert job.result is not None, job.describe()
+    ref = reference(MODEL, N, SHARDS, SUB, ITS, 7)
+    assert same_fit(job.result, ref), "fit differs from mixle's ResilientMPEncodedData\n" + job.describe()
+    got_failures = {int(k): v for k, v in job.result["failures"].items() if v}
+    assert got_failures == failures, job.describe()
+    assert job.result["blacklist"] == blacklist, job.describe()
+    detected = sorted({e["worker"] for e in job.events if e["event"] == "failure_detected"})
+    assert detected == sorted(failures), job.describe()
+    assert any(e["event"] == "shrink" for e in job.events), job.describe()
+    recovered = [r for r in job.result["rounds"] if r["recomputed"]]
+    if "after_reply" not in scenario:
+        assert recovered, "no shard was recomputed although a worker died mid-round"
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_all_workers_lost_fails_cleanly(library, tmp_path):
+    """With max_retries=1 and every worker dead, the driver ends with a clear error."""
+    _, python = library
+    plan = "1:kill:estep_before:1,2:kill:estep_before:1,3:kill:estep_before:1"
+    job = run_job(python, 4, fit_args(MODEL, N, SHARDS, SUB, ITS, max_retries=1), tmp_path, plan=plan, timeout=120)
+    assert job.rc == 1, job.describe()
+    assert "NoWorkersLeft" in job.stderr and "every worker rank is dead or blacklisted" in job.stderr, job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_failure_free_matches_mixle_and_reports_nothing(library, tmp_path, reference):
+    _, python = library
+    job = run_job(python, 4, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path)
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7))
+    assert all(not r["recomputed"] and not r["failed"] for r in job.result["rounds"])
+    assert not [e for e in job.events if e["event"] == "failure_detected"]

@@ -1,0 +1,336 @@
+"""Fault plans: parsing (API, JSON, compact strings), validation, matching, firing once."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import mixle_mpi.faults as faults
+from mixle_mpi.errors import ConfigError
+from mixle_mpi.faults import ACTIONS, ENV_VAR, PHASES, SCOPES, Fault, FaultInjector, parse_plan, plan_from_env, plan_to_json
+
+
+# -- parse_plan: empty forms -------------------------------------------------------
+@pytest.mark.parametrize("spec", [None, "", [], (), "   ", ",", " , ,"])
+def test_empty_plans(spec):
+    assert parse_plan(spec) == ()
+
+
+def test_empty_json_list():
+    assert parse_plan("[]") == ()
+
+
+# -- parse_plan: structured forms --------------------------------------------------
+def test_single_dict():
+    assert parse_plan({"worker": 2, "action": "kill", "phase": "estep_before", "call": 3}) == (
+        Fault(2, "kill", "estep_before", 3, 0, "any"),
+    )
+
+
+def test_list_of_dicts_and_faults():
+    f = Fault(1, "stop", "llsum")
+    plan = parse_plan([{"worker": 2, "action": "exit", "phase": "init"}, f])
+    assert plan == (Fault(2, "exit", "init", 0, 0, "any"), f)
+
+
+def test_single_fault_object():
+    f = Fault(3, "kill", "respawn")
+    assert parse_plan(f) == (f,)
+
+
+def test_json_list():
+    text = json.dumps([
+        {"worker": 2, "action": "kill", "phase": "estep_mid", "call": 1, "incarnation": 1, "scope": "recovery"},
+        {"worker": 3, "action": "stop", "phase": "init"},
+    ])
+    assert parse_plan(text) == (
+        Fault(2, "kill", "estep_mid", 1, 1, "recovery"),
+        Fault(3, "stop", "init", 0, 0, "any"),
+    )
+
+
+def test_json_object_with_whitespace():
+    text = '  {"worker": 4, "action": "exit", "phase": "llsum", "call": 2}  '
+    assert parse_plan(text) == (Fault(4, "exit", "llsum", 2, 0, "any"),)
+
+
+def test_invalid_json():
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        parse_plan('[{"worker": 2,')
+
+
+def test_json_entry_not_a_dict():
+    with pytest.raises(ConfigError, match="must be a dict or Fault; found int"):
+        parse_plan("[1]")
+
+
+def test_list_entry_string_rejected():
+    with pytest.raises(ConfigError, match="found str"):
+        parse_plan(["2:kill:init"])
+
+
+@pytest.mark.parametrize("entry", [
+    {"worker": 2, "action": "kill"},  # missing phase
+    {"worker": 2, "action": "kill", "phase": "init", "when": 3},  # unknown field
+    {},
+])
+def test_bad_dict_entries(entry):
+    with pytest.raises(ConfigError, match="bad fault entry"):
+        parse_plan([entry])
+    with pytest.raises(ConfigError, match="bad fault entry"):
+        parse_plan(json.dumps(entry))
+
+
+# -- parse_plan: compact strings ---------------------------------------------------
+def test_compact_basic():
+    assert parse_plan("2:kill:estep_before:3") == (Fault(2, "kill", "estep_before", 3, 0, "any"),)
+
+
+def test_compact_minimal():
+    assert parse_plan("2:kill:init") == (Fault(2, "kill", "init", 0, 0, "any"),)
+
+
+def test_compact_with_incarnation():
+    assert parse_plan("2:kill:estep_before:3:1") == (Fault(2, "kill", "estep_before", 3, 1, "any"),)
+
+
+def test_compact_with_scope_and_blank_incarnation():
+    (f,) = parse_plan("2:kill:estep_mid:1::recovery")
+    assert f == Fault(2, "kill", "estep_mid", 1, 0, "recovery")
+    (g,) = parse_plan("3:stop:respawn:0::own")
+    assert g.incarnation == 1 and g.scope == "own"  # respawn defaults to the first replacement
+
+
+def test_compact_all_fields():
+    assert parse_plan("5:exit:estep_after_reply:2:3:own") == (Fault(5, "exit", "estep_after_reply", 2, 3, "own"),)
+
+
+def test_compact_several_items():
+    plan = parse_plan(" 2:kill:estep_before:1 , 3:stop:llsum ,4:exit:respawn,")
+    assert plan == (
+        Fault(2, "kill", "estep_before", 1),
+        Fault(3, "stop", "llsum"),
+        Fault(4, "exit", "respawn", 0, 1),
+    )
+
+
+@pytest.mark.parametrize("text", ["2", "2:kill", "2:kill:init:0:0:any:extra", "1:2:3:4:5:6:7"])
+def test_compact_wrong_number_of_fields(text):
+    with pytest.raises(ConfigError, match=r"worker:action:phase\[:call\[:incarnation\[:scope\]\]\]"):
+        parse_plan(text)
+
+
+@pytest.mark.parametrize("text", ["x:kill:init", "2:kill:init:once", "2:kill:init:1:first", "2:kill:init:", "2.5:kill:init"])
+def test_compact_non_integers(text):
+    with pytest.raises(ConfigError, match="must be integers"):
+        parse_plan(text)
+
+
+def test_plan_from_env():
+    assert plan_from_env({}) == ()
+    assert plan_from_env({ENV_VAR: ""}) == ()
+    assert plan_from_env({ENV_VAR: "2:kill:init"}) == (Fault(2, "kill", "init"),)
+
+
+def test_plan_from_env_defaults_to_os_environ(monkeypatch):
+    monkeypatch.setenv(ENV_VAR, "3:stop:llsum:4")
+    assert plan_from_env() == (Fault(3, "stop", "llsum", 4),)
+
+
+def test_plan_to_json_round_trip():
+    plan = parse_plan("2:kill:estep_before:3,3:stop:respawn,4:exit:estep_mid:1:2:recovery")
+    assert parse_plan(plan_to_json(plan)) == plan
+    assert json.loads(plan_to_json(())) == []
+
+
+# -- validation ----------------------------------------------------------------------
+def _assert_lists(exc, values):
+    msg = str(exc.value)
+    for v in values:
+        assert repr(v) in msg, (v, msg)
+
+
+def test_unknown_action_lists_valid_actions():
+    with pytest.raises(ConfigError) as exc:
+        parse_plan("2:explode:init")
+    assert "'explode'" in str(exc.value)
+    _assert_lists(exc, ACTIONS)
+
+
+def test_unknown_phase_lists_valid_phases():
+    with pytest.raises(ConfigError) as exc:
+        parse_plan("2:kill:mstep")
+    assert "'mstep'" in str(exc.value)
+    _assert_lists(exc, PHASES)
+
+
+def test_unknown_scope_lists_valid_scopes():
+    with pytest.raises(ConfigError) as exc:
+        parse_plan("2:kill:init:0:0:mine")
+    assert "'mine'" in str(exc.value)
+    _assert_lists(exc, SCOPES)
+
+
+@pytest.mark.parametrize("worker", [0, -1, True, 2.0, "2", None])
+def test_bad_worker(worker):
+    with pytest.raises(ConfigError, match="worker rank >= 1"):
+        Fault(worker, "kill", "init")
+    with pytest.raises(ConfigError, match="worker rank >= 1"):
+        parse_plan({"worker": worker, "action": "kill", "phase": "init"})
+
+
+def test_worker_zero_compact():
+    with pytest.raises(ConfigError, match="rank 0 is the driver"):
+        parse_plan("0:kill:init")
+
+
+@pytest.mark.parametrize("call", [-1, True, 1.0, "1", None])
+def test_bad_call(call):
+    with pytest.raises(ConfigError, match="call must be an integer >= 0"):
+        Fault(2, "kill", "init", call)
+
+
+def test_negative_call_compact():
+    with pytest.raises(ConfigError, match="call must be an integer >= 0; found -1"):
+        parse_plan("2:kill:estep_before:-1")
+
+
+def test_config_error_is_a_value_error():
+    with pytest.raises(ValueError):
+        parse_plan("2:kill:nowhere")
+
+
+@pytest.mark.parametrize("incarnation", [-1, "1", True])
+def test_bad_incarnation_rejected(incarnation):
+    with pytest.raises(ConfigError):
+        Fault(2, "kill", "init", 0, incarnation)
+
+
+@pytest.mark.parametrize("spec", [5, True, 2.5])
+def test_non_iterable_spec_is_config_error(spec):
+    with pytest.raises(ConfigError):
+        parse_plan(spec)
+
+
+# -- Fault defaults and matching ------------------------------------------------------
+def test_defaults():
+    f = Fault(2, "kill", "estep_before")
+    assert (f.call, f.incarnation, f.scope) == (0, 0, "any")
+    assert Fault(2, "kill", "respawn").incarnation == 1
+    assert Fault(2, "kill", "respawn", incarnation=3).incarnation == 3
+    assert Fault(2, "kill", "init", incarnation=2).incarnation == 2
+
+
+def test_fault_is_frozen():
+    f = Fault(2, "kill", "init")
+    with pytest.raises(AttributeError):
+        f.worker = 3  # type: ignore[misc]
+
+
+def test_matches_exact_fields():
+    f = Fault(2, "kill", "estep_before", call=3)
+    assert f.matches(2, 0, "estep_before", 3, False)
+    assert f.matches(2, 0, "estep_before", 3, True)  # scope any
+    assert not f.matches(3, 0, "estep_before", 3, False)  # other worker
+    assert not f.matches(2, 1, "estep_before", 3, False)  # replacement process
+    assert not f.matches(2, 0, "estep_mid", 3, False)  # other phase
+    assert not f.matches(2, 0, "estep_before", 2, False)  # other call
+    assert not f.matches(2, 0, "estep_before", 4, False)
+
+
+def test_respawn_phase_ignores_call_and_defaults_to_first_replacement():
+    f = Fault(2, "kill", "respawn", call=7)
+    for call in (0, 1, 7, 100):
+        assert f.matches(2, 1, "respawn", call, False)
+    assert not f.matches(2, 0, "respawn", 7, False)  # the original process never "respawns"
+    assert not f.matches(2, 2, "respawn", 7, False)
+    g = Fault(2, "kill", "respawn", incarnation=2)
+    assert g.matches(2, 2, "respawn", 0, False) and not g.matches(2, 1, "respawn", 0, False)
+
+
+def test_scope_own_and_recovery():
+    own = Fault(2, "kill", "estep_mid", 1, scope="own")
+    rec = Fault(2, "kill", "estep_mid", 1, scope="recovery")
+    anyf = Fault(2, "kill", "estep_mid", 1, scope="any")
+    assert own.matches(2, 0, "estep_mid", 1, recovery=False)
+    assert not own.matches(2, 0, "estep_mid", 1, recovery=True)
+    assert rec.matches(2, 0, "estep_mid", 1, recovery=True)
+    assert not rec.matches(2, 0, "estep_mid", 1, recovery=False)
+    assert anyf.matches(2, 0, "estep_mid", 1, recovery=True)
+    assert anyf.matches(2, 0, "estep_mid", 1, recovery=False)
+
+
+# -- FaultInjector --------------------------------------------------------------------
+@pytest.fixture
+def performed(monkeypatch):
+    fired = []
+    monkeypatch.setattr(faults, "_perform", fired.append)
+    return fired
+
+
+def test_injector_fires_once(performed):
+    f = Fault(2, "kill", "estep_before", 1)
+    inj = FaultInjector([f], worker=2, incarnation=0)
+    inj.check("estep_before", 0)
+    assert performed == []
+    inj.check("estep_before", 1)
+    assert performed == [f]
+    inj.check("estep_before", 1)
+    inj.check("estep_before", 1, recovery=True)
+    assert performed == [f]
+
+
+def test_injector_ignores_other_workers_and_incarnations(performed):
+    plan = parse_plan("2:kill:init,3:kill:init,2:stop:init:0:1")
+    FaultInjector(plan, worker=2, incarnation=0).check("init", 0)
+    assert performed == [plan[0]]
+    performed.clear()
+    FaultInjector(plan, worker=2, incarnation=1).check("init", 0)
+    assert performed == [plan[2]]
+    performed.clear()
+    FaultInjector(plan, worker=4, incarnation=0).check("init", 0)
+    assert performed == []
+
+
+def test_injector_each_entry_once_in_plan_order(performed):
+    plan = parse_plan("2:stop:llsum:0,2:kill:llsum:0,2:exit:llsum:1")
+    inj = FaultInjector(plan, worker=2, incarnation=0)
+    inj.check("llsum", 0)
+    assert performed == [plan[0], plan[1]]  # both matching entries, in plan order
+    inj.check("llsum", 0)
+    assert performed == [plan[0], plan[1]]
+    inj.check("llsum", 1)
+    assert performed == list(plan)
+    inj.check("llsum", 1)
+    assert performed == list(plan)
+
+
+def test_injector_respawn_fires_once_whatever_the_call(performed):
+    (f,) = parse_plan("3:kill:respawn")
+    inj = FaultInjector([f], worker=3, incarnation=1)
+    inj.check("respawn", 5)
+    inj.check("respawn", 6)
+    assert performed == [f]
+
+
+def test_injector_scope(performed):
+    plan = parse_plan("2:kill:estep_mid:0:0:recovery,2:stop:estep_mid:0:0:own")
+    inj = FaultInjector(plan, worker=2, incarnation=0)
+    inj.check("estep_mid", 0, recovery=True)
+    assert performed == [plan[0]]
+    inj.check("estep_mid", 0, recovery=False)
+    assert performed == [plan[0], plan[1]]
+
+
+def test_injector_default_call_and_recovery(performed):
+    (f,) = parse_plan("2:exit:init")
+    FaultInjector([f], 2, 0).check("init")
+    assert performed == [f]
+
+
+def test_injector_empty_plan(performed):
+    inj = FaultInjector((), 2, 0)
+    for phase in PHASES:
+        inj.check(phase, 0)
+    assert performed == []

@@ -1,0 +1,212 @@
+"""Canonical folding: checkpointed_fold is checkpoint-invariant, and the driver folds in shard-id order.
+
+Per-shard payloads are built exactly as the workers build them (mixle_mpi.estep) from
+data[i::S], against a model obtained from a randomized initialization folded the same way.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import random
+
+import numpy as np
+import pytest
+
+import mixle_mpi
+from mixle_mpi import checkpointed_fold
+from mixle_mpi.estep import encode_shard, estep_shard, init_shard
+from mixle_mpi.handle import ResilientMPIEncodedData
+from mixle_mpi.models import get_model
+
+MODELS = ["gmm1d", "diag", "poisson", "hmm", "composite"]
+N, S, SEED = 300, 4, 20240607
+
+
+def same_bits(a, b) -> bool:
+    """Equal types and values all the way down; floats and arrays compared bit for bit."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and (
+            np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+            if a.dtype.kind != "O" else all(same_bits(x, y) for x, y in zip(a.ravel(), b.ravel()))
+        )
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_bits(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same_bits(a[k], b[k]) for k in a)
+    if isinstance(a, (float, np.floating)):
+        return np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    return a == b
+
+
+@functools.lru_cache(maxsize=None)
+def setup(name: str, sub_chunks: int = 2):
+    """(estimator, per-shard E-step payloads in shard order) for one built-in model."""
+    m = get_model(name)
+    est = m.estimator()
+    data = m.sample(N, SEED)
+    encoder = est.accumulator_factory().make().acc_to_encoder()
+    chunks = [encode_shard(encoder, data[i::S], sub_chunks) for i in range(S)]
+    init = [init_shard(est, 0.5, 1000 + i, chunks[i]) for i in range(S)]
+    nobs, value = checkpointed_fold(est, init)
+    model = est.estimate(nobs, value)
+    payloads = [estep_shard(est, model, c) for c in chunks]
+    return est, tuple(payloads)
+
+
+def test_checkpointed_fold_is_reexported_from_mixle():
+    from mixle.utils.parallel.resilient_em import checkpointed_fold as upstream
+
+    assert mixle_mpi.checkpointed_fold is upstream
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_payloads_are_well_formed(name):
+    est, payloads = setup(name)
+    assert len(payloads) == S
+    total = 0.0
+    for raw in payloads:
+        count, _ = pickle.loads(raw)
+        total += count
+    assert total == N
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_estep_payloads_are_deterministic(name):
+    est, payloads = setup(name)
+    again = setup.__wrapped__(name)[1]
+    assert again == payloads  # byte-identical pickles
+
+
+@pytest.mark.parametrize("sub_chunks", [1, 2, 3])
+@pytest.mark.parametrize("name", MODELS)
+def test_checkpoint_position_never_changes_the_result(name, sub_chunks):
+    est, payloads = setup(name, sub_chunks)
+    base = checkpointed_fold(est, list(payloads))
+    assert base[0] == float(N)
+    base_bytes = pickle.dumps(base, protocol=pickle.HIGHEST_PROTOCOL)
+    for k in [None, *range(S)]:
+        got = checkpointed_fold(est, list(payloads), checkpoint_after=k)
+        assert same_bits(got, base), (name, k)
+        assert pickle.dumps(got, protocol=pickle.HIGHEST_PROTOCOL) == base_bytes, (name, k)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_checkpoint_after_past_the_end_is_a_plain_fold(name):
+    est, payloads = setup(name)
+    assert same_bits(checkpointed_fold(est, list(payloads), checkpoint_after=S + 5),
+                     checkpointed_fold(est, list(payloads)))
+
+
+def _bare_handle(num_shards: int) -> ResilientMPIEncodedData:
+    """A handle with no MPI behind it: _fold only reads num_shards."""
+    h = object.__new__(ResilientMPIEncodedData)
+    h.num_shards = num_shards
+    return h
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_driver_fold_uses_shard_id_order_not_arrival_order(name):
+    est, payloads = setup(name)
+    canonical = checkpointed_fold(est, list(payloads))
+    canonical_bytes = pickle.dumps(canonical, protocol=pickle.HIGHEST_PROTOCOL)
+    h = _bare_handle(S)
+    rng = random.Random(7)
+    orders = [list(range(S)), list(reversed(range(S)))] + [rng.sample(range(S), S) for _ in range(8)]
+    for order in orders:
+        results = {s: payloads[s] for s in order}  # insertion order = "arrival" order
+        assert list(results) == order
+        got = h._fold(est, results)
+        assert same_bits(got, canonical), (name, order)
+        assert pickle.dumps(got, protocol=pickle.HIGHEST_PROTOCOL) == canonical_bytes, (name, order)
+
+
+def test_fold_order_matters_so_canonical_order_is_needed():
+    """Why the driver must sort: folding the same payloads in another order changes bits
+    (floating-point addition is not associative) for at least some of these models."""
+    differs = []
+    for name in MODELS:
+        est, payloads = setup(name)
+        canonical = checkpointed_fold(est, list(payloads))
+        reordered = checkpointed_fold(est, list(reversed(payloads)))
+        assert reordered[0] == canonical[0]  # counts are exact either way
+        if not same_bits(reordered, canonical):
+            differs.append(name)
+    assert differs, "expected at least one model whose fold depends on order"
+
+
+def test_driver_fold_ignores_extra_results_and_requires_every_shard():
+    est, payloads = setup("poisson")
+    h = _bare_handle(3)
+    results = {3: payloads[3], 2: payloads[2], 0: payloads[0], 1: payloads[1]}
+    assert same_bits(h._fold(est, results), checkpointed_fold(est, list(payloads[:3])))
+    with pytest.raises(KeyError):
+        h._fold(est, {0: payloads[0], 2: payloads[2]})
+
+
+class _FakeDriver:
+    """Stands in for mixle_mpi.driver.Driver: returns the round's results in a given order."""
+
+    def __init__(self, results):
+        self.results = results
+        self.calls = []
+
+    def run_round(self, kind, payload, *extra):
+        self.calls.append(kind)
+        return dict(self.results)
+
+
+@pytest.mark.parametrize("name", ["gmm1d", "hmm"])
+def test_em_step_through_handle_matches_canonical_fold(name):
+    est, payloads = setup(name)
+    h = _bare_handle(S)
+    shuffled = {s: payloads[s] for s in (2, 0, 3, 1)}
+    h._driver = _FakeDriver(shuffled)
+    nobs, value = checkpointed_fold(est, list(payloads))
+    expected = est.estimate(nobs, value)
+    got = h.pysp_seq_estimate(est, None)
+    assert h._driver.calls == ["estep"]
+    assert pickle.dumps(got) == pickle.dumps(expected)
+    acc = h.pysp_stream_accumulate(est, None)
+    assert same_bits(acc, (nobs, value))
+
+
+def test_log_density_sum_is_summed_in_shard_order():
+    # values chosen so that float addition order is visible in the result
+    per_shard = {0: (1.0, 1e16), 1: (2.0, 1.0), 2: (3.0, -1e16), 3: (4.0, 1.0)}
+    in_order = 0.0
+    for s in range(4):
+        in_order += per_shard[s][1]
+    backwards = 0.0
+    for s in reversed(range(4)):
+        backwards += per_shard[s][1]
+    assert in_order != backwards  # the test data really is order-sensitive
+    h = _bare_handle(4)
+    h._driver = _FakeDriver({s: per_shard[s] for s in (3, 1, 2, 0)})
+    assert h.pysp_seq_log_density_sum(None) == (10.0, in_order)
+
+
+def test_initialize_seeds_by_shard_and_folds_in_shard_order():
+    name = "gmm1d"
+    m = get_model(name)
+    est = m.estimator()
+    data = m.sample(N, SEED)
+    encoder = est.accumulator_factory().make().acc_to_encoder()
+    chunks = [encode_shard(encoder, data[i::S], 2) for i in range(S)]
+    seeds = np.random.RandomState(5).randint(2**31, size=S)
+    init = {s: init_shard(est, 0.5, int(seeds[s]), chunks[s]) for s in range(S)}
+
+    class InitDriver(_FakeDriver):
+        def run_round(self, kind, payload, seeds_by_shard=None):
+            self.calls.append((kind, payload[1], seeds_by_shard))
+            return {s: init[s] for s in (1, 3, 0, 2)}
+
+    h = _bare_handle(S)
+    h._driver = InitDriver({})
+    got = h.pysp_seq_initialize(est, np.random.RandomState(5), 0.5)
+    (call,) = h._driver.calls
+    assert call == ("init", 0.5, {s: int(seeds[s]) for s in range(S)})
+    nobs, value = checkpointed_fold(est, [init[s] for s in range(S)])
+    assert pickle.dumps(got) == pickle.dumps(est.estimate(nobs, value))

@@ -1,0 +1,150 @@
+"""HeartbeatTracker with an injected fake clock: deadlines without sleeping."""
+
+from __future__ import annotations
+
+import pytest
+
+from mixle_mpi.heartbeat import HeartbeatTracker
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand (values chosen to be exact in binary)."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, dt: float) -> None:
+        self.now += dt
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+def test_nothing_watched_nothing_overdue(clock):
+    hb = HeartbeatTracker(1.0, clock)
+    assert hb.watched == []
+    clock.advance(1e6)
+    assert hb.overdue() == []
+
+
+def test_timeout_is_stored_as_float(clock):
+    hb = HeartbeatTracker(2, clock)
+    assert isinstance(hb.timeout, float) and hb.timeout == 2.0
+
+
+def test_watch_starts_deadline_now(clock):
+    hb = HeartbeatTracker(1.0, clock)
+    hb.watch([3, 1, 2])
+    assert hb.watched == [1, 2, 3]
+    for w in (1, 2, 3):
+        assert hb.silence(w) == 0.0
+    clock.advance(0.75)
+    assert hb.silence(2) == 0.75
+    assert hb.overdue() == []
+
+
+def test_exact_boundary_equal_is_not_overdue_greater_is(clock):
+    hb = HeartbeatTracker(0.5, clock)
+    hb.watch([1])
+    clock.advance(0.5)
+    assert hb.silence(1) == 0.5 == hb.timeout
+    assert hb.overdue() == []  # silence == timeout: still in time
+    clock.advance(2.0**-20)
+    assert hb.silence(1) > hb.timeout
+    assert hb.overdue() == [1]  # strictly longer: overdue
+
+
+def test_heard_resets_deadline(clock):
+    hb = HeartbeatTracker(1.0, clock)
+    hb.watch([1, 2])
+    clock.advance(0.75)
+    hb.heard(1)
+    clock.advance(0.5)  # worker 1 silent 0.5, worker 2 silent 1.25
+    assert hb.silence(1) == 0.5
+    assert hb.silence(2) == 1.25
+    assert hb.overdue() == [2]
+    hb.heard(2)
+    assert hb.overdue() == []
+
+
+def test_heard_on_unwatched_worker_does_nothing(clock):
+    hb = HeartbeatTracker(1.0, clock)
+    hb.watch([1])
+    hb.heard(7)
+    assert hb.watched == [1]
+    with pytest.raises(KeyError):
+        hb.silence(7)
+    clock.advance(5.0)
+    assert hb.overdue() == [1]
+
+
+def test_heard_after_forget_does_not_rewatch(clock):
+    hb = HeartbeatTracker(1.0, clock)
+    hb.watch([1, 2])
+    hb.forget(1)
+    hb.heard(1)
+    assert hb.watched == [2]
+    clock.advance(2.0)
+    assert hb.overdue() == [2]
+
+
+def test_forget_stops_watching_and_is_idempotent(clock):
+    hb = HeartbeatTracker(1.0, clock)
+    hb.watch([1, 2, 3])
+    clock.advance(2.0)
+    assert hb.overdue() == [1, 2, 3]
+    hb.forget(2)
+    hb.forget(2)  # no error the second time
+    hb.forget(99)  # never watched: no error
+    assert hb.watched == [1, 3]
+    assert hb.overdue() == [1, 3]
+
+
+def test_rewatch_gives_fresh_grace_period(clock):
+    hb = HeartbeatTracker(1.0, clock)
+    hb.watch([1, 2])
+    clock.advance(3.0)
+    assert hb.overdue() == [1, 2]
+    hb.watch([2])  # e.g. a respawned replacement holds place 2
+    assert hb.silence(2) == 0.0
+    assert hb.overdue() == [1]
+    clock.advance(1.0)
+    assert hb.overdue() == [1]  # exactly at the deadline: still fine
+    clock.advance(0.25)
+    assert hb.overdue() == [1, 2]
+
+
+def test_rewatch_after_forget(clock):
+    hb = HeartbeatTracker(1.0, clock)
+    hb.watch([4])
+    hb.forget(4)
+    clock.advance(10.0)
+    hb.watch([4])
+    assert hb.overdue() == []
+    assert hb.silence(4) == 0.0
+
+
+def test_overdue_is_id_ordered(clock):
+    hb = HeartbeatTracker(1.0, clock)
+    hb.watch([9, 2, 5])
+    hb.watch([1])
+    clock.advance(5.0)
+    assert hb.overdue() == [1, 2, 5, 9]
+
+
+def test_watch_accepts_any_iterable(clock):
+    hb = HeartbeatTracker(1.0, clock)
+    hb.watch(range(1, 4))
+    hb.watch(w for w in (7, 8))
+    assert hb.watched == [1, 2, 3, 7, 8]
+
+
+def test_default_clock_is_monotonic():
+    import time
+
+    assert HeartbeatTracker(1.0).clock is time.monotonic

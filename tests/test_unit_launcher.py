@@ -1,0 +1,214 @@
+"""Launcher pure functions: the mpiexec command line, the environment, the verdict."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from mixle_mpi import exitcodes, launcher
+from mixle_mpi.errors import ConfigError
+from mixle_mpi.launcher import MPICH, OPENMPI, build_command, judge, launch_env, wrapper_path
+
+CMD = ["python", "-m", "mixle_mpi.fitjob", "--model", "gmm1d"]
+
+
+@pytest.fixture
+def as_user(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+
+
+@pytest.fixture
+def as_root(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+
+
+def test_openmpi_command_as_user(as_user):
+    argv = build_command("/opt/bin/mpiexec", OPENMPI, 3, CMD)
+    assert argv[0] == "/opt/bin/mpiexec"
+    i = argv.index("--with-ft")
+    assert argv[i + 1] == "ulfm"
+    assert "--oversubscribe" in argv
+    assert "--allow-run-as-root" not in argv
+    n = argv.index("-n")
+    assert argv[n + 1] == "3"
+    assert argv[n + 2:] == CMD  # the command comes last, unchanged
+    assert all(flag in argv[:n] for flag in ("--with-ft", "ulfm", "--oversubscribe"))
+
+
+def test_openmpi_command_as_root(as_root):
+    argv = build_command("mpiexec", OPENMPI, 2, CMD)
+    assert "--allow-run-as-root" in argv
+    assert argv.index("--allow-run-as-root") < argv.index("-n")
+    assert argv[argv.index("-n") + 1] == "2"
+    assert argv[-len(CMD):] == CMD
+
+
+def test_openmpi_extra_before_n(as_user):
+    argv = build_command("mpiexec", OPENMPI, 4, CMD, extra=["--mca", "btl", "self,tcp"])
+    n = argv.index("-n")
+    assert argv[n - 3:n] == ["--mca", "btl", "self,tcp"]
+    assert argv[n + 1] == "4"
+    assert argv[n + 2:] == CMD
+
+
+def test_mpich_command(as_root):
+    argv = build_command("/usr/bin/mpiexec", MPICH, 5, CMD)
+    assert argv[0] == "/usr/bin/mpiexec"
+    assert "-disable-auto-cleanup" in argv
+    assert "--with-ft" not in argv and "--allow-run-as-root" not in argv
+    n = argv.index("-n")
+    assert argv[n + 1] == "5"
+    assert argv[n + 2] == "sh"
+    assert argv[n + 3] == wrapper_path()
+    assert argv[n + 4:] == CMD  # wrapper first, then the command
+
+
+def test_mpich_extra_before_n():
+    argv = build_command("mpiexec", MPICH, 2, CMD, extra=["-hosts", "a,b"])
+    n = argv.index("-n")
+    assert argv[1] == "-disable-auto-cleanup"
+    assert argv[n - 2:n] == ["-hosts", "a,b"]
+
+
+def test_wrapper_file_exists():
+    path = wrapper_path()
+    assert os.path.isfile(path)
+    assert os.path.basename(path) == "rankwrap.sh"
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    assert text.startswith("#!/bin/sh")
+    assert "trap '' USR1" in text
+
+
+@pytest.mark.parametrize("flavor", [OPENMPI, MPICH])
+@pytest.mark.parametrize("n", [1, 0, -3])
+def test_too_few_ranks(flavor, n):
+    with pytest.raises(ConfigError, match=f"found -n {n} but needs at least 2"):
+        build_command("mpiexec", flavor, n, CMD)
+
+
+@pytest.mark.parametrize("flavor", [OPENMPI, MPICH])
+def test_empty_command(flavor):
+    with pytest.raises(ConfigError, match="no command given"):
+        build_command("mpiexec", flavor, 3, [])
+
+
+def test_unknown_flavor():
+    with pytest.raises(ConfigError) as exc:
+        build_command("mpiexec", "intelmpi", 3, CMD)
+    msg = str(exc.value)
+    assert "'intelmpi'" in msg and "'openmpi'" in msg and "'mpich'" in msg
+
+
+def test_build_command_does_not_mutate_inputs(as_user):
+    cmd, extra = list(CMD), ["--x"]
+    build_command("mpiexec", OPENMPI, 3, cmd, extra)
+    build_command("mpiexec", MPICH, 3, cmd, extra)
+    assert cmd == CMD and extra == ["--x"]
+
+
+# -- judge ---------------------------------------------------------------------------------
+def test_judge_status_ok_overrides_nonzero_mpiexec():
+    code, note = judge(141, {"status": "ok", "exit_code": 0, "message": "fit done"})
+    assert code == 0
+    assert "ok" in note and "fit done" in note
+    assert "141" in note and "ignored" in note
+
+
+def test_judge_status_ok_mpiexec_zero():
+    code, note = judge(0, {"status": "ok", "exit_code": 0, "message": ""})
+    assert code == 0
+    assert "ignored" not in note
+
+
+def test_judge_status_ok_after_timeout():
+    code, note = judge(None, {"status": "ok", "exit_code": 0})
+    assert code == 0 and "ignored" not in note
+
+
+@pytest.mark.parametrize("rc", [0, 1, 255, None])
+@pytest.mark.parametrize("reported", [exitcodes.BAD_INPUT, exitcodes.FAILED, exitcodes.RECONFIG_TIMEOUT])
+def test_judge_status_error_uses_its_code(rc, reported):
+    code, note = judge(rc, {"status": "error", "exit_code": reported, "message": "NoWorkersLeft: all dead"})
+    assert code == reported
+    assert "error" in note and "NoWorkersLeft" in note
+    assert "ignored" not in note
+
+
+def test_judge_status_without_exit_code_is_failure():
+    code, _ = judge(0, {"status": "weird"})
+    assert code == exitcodes.FAILED
+
+
+def test_judge_status_exit_code_as_string():
+    assert judge(0, {"status": "error", "exit_code": "2"})[0] == 2
+
+
+def test_judge_no_status_rc_zero_is_failure():
+    code, note = judge(0, None)
+    assert code == exitcodes.FAILED == 1
+    assert "no status" in note
+
+
+@pytest.mark.parametrize("rc", [137, 1, 2, 255])
+def test_judge_no_status_nonzero_passes_rc_through(rc):
+    code, note = judge(rc, None)
+    assert code == rc
+    assert str(rc) in note and "no status" in note
+
+
+def test_judge_timeout_without_status():
+    code, note = judge(None, None)
+    assert code == exitcodes.FAILED == 1
+    assert "timed out" in note
+
+
+# -- launch_env --------------------------------------------------------------------------------
+BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def test_launch_env_sets_blas_and_status():
+    env = launch_env(3, "/tmp/status.json", base={"PATH": "/bin"})
+    for var in BLAS_VARS:
+        assert env[var] == "3"
+    assert env["MIXLE_MPI_BLAS_THREADS"] == "3"
+    assert env["MIXLE_MPI_STATUS_FILE"] == "/tmp/status.json"
+    assert env["PATH"] == "/bin"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["OMPI_ALLOW_RUN_AS_ROOT"] == "1" and env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
+
+
+def test_launch_env_keeps_existing_values_but_not_status_file():
+    base = {
+        "OMP_NUM_THREADS": "8",
+        "MKL_NUM_THREADS": "2",
+        "MIXLE_MPI_BLAS_THREADS": "5",
+        "MIXLE_MPI_STATUS_FILE": "/old/status.json",
+        "PYTHONUNBUFFERED": "0",
+    }
+    snapshot = dict(base)
+    env = launch_env(1, "/new/status.json", base=base)
+    assert env["OMP_NUM_THREADS"] == "8"
+    assert env["MKL_NUM_THREADS"] == "2"
+    assert env["OPENBLAS_NUM_THREADS"] == "1"  # the one not set is filled in
+    assert env["MIXLE_MPI_BLAS_THREADS"] == "5"
+    assert env["PYTHONUNBUFFERED"] == "0"
+    assert env["MIXLE_MPI_STATUS_FILE"] == "/new/status.json"  # always this run's own file
+    assert base == snapshot  # the base mapping is copied, not modified
+
+
+def test_launch_env_defaults_to_os_environ(monkeypatch):
+    monkeypatch.setenv("MIXLE_UNIT_MARKER", "yes")
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MIXLE_MPI_STATUS_FILE", raising=False)
+    env = launch_env(2, "/s.json")
+    assert env["MIXLE_UNIT_MARKER"] == "yes"
+    assert env["OPENBLAS_NUM_THREADS"] == "2"
+    assert env["MIXLE_MPI_STATUS_FILE"] == "/s.json"
+    assert "MIXLE_MPI_STATUS_FILE" not in os.environ  # our own environment is left alone
+    assert "OPENBLAS_NUM_THREADS" not in os.environ
+
+
+def test_find_mpiexec_explicit():
+    assert launcher.find_mpiexec("/some/mpiexec") == "/some/mpiexec"

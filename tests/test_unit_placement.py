@@ -1,0 +1,178 @@
+"""Placement and recovery planning: pure functions over shard and worker ids."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from mixle_mpi.placement import initial_placement, owner_of, plan_recovery, spread
+
+
+# -- initial_placement ---------------------------------------------------------------
+def test_initial_placement_one_shard_per_worker():
+    assert initial_placement(4, [1, 2, 3, 4]) == {1: [0], 2: [1], 3: [2], 4: [3]}
+
+
+def test_initial_placement_worker_order_does_not_matter():
+    assert initial_placement(4, [4, 2, 3, 1]) == {1: [0], 2: [1], 3: [2], 4: [3]}
+    assert initial_placement(3, (w for w in (9, 5, 7))) == {5: [0], 7: [1], 9: [2]}
+
+
+def test_initial_placement_over_decomposition():
+    # S > W: round robin over workers in id order
+    assert initial_placement(7, [1, 2, 3]) == {1: [0, 3, 6], 2: [1, 4], 3: [2, 5]}
+
+
+def test_initial_placement_fewer_shards_than_workers_leaves_idle():
+    owners = initial_placement(2, [1, 2, 3, 4])
+    assert owners == {1: [0], 2: [1], 3: [], 4: []}
+
+
+def test_initial_placement_zero_shards():
+    assert initial_placement(0, [1, 2]) == {1: [], 2: []}
+
+
+def test_initial_placement_no_workers():
+    with pytest.raises(ValueError):
+        initial_placement(3, [])
+
+
+@pytest.mark.parametrize("S", range(0, 14))
+@pytest.mark.parametrize("W", range(1, 7))
+def test_initial_placement_properties(S, W):
+    workers = list(range(1, W + 1))
+    owners = initial_placement(S, workers)
+    assert sorted(owners) == workers
+    all_shards = [s for ss in owners.values() for s in ss]
+    assert sorted(all_shards) == list(range(S))  # each shard exactly once
+    loads = [len(ss) for ss in owners.values()]
+    assert max(loads) - min(loads) <= 1
+    for ss in owners.values():
+        assert ss == sorted(ss)
+    if S == W:
+        assert owners == {w: [w - 1] for w in workers}
+
+
+# -- spread ----------------------------------------------------------------------------
+def test_spread_ties_go_to_lowest_id():
+    assert spread([0], {5: 0, 3: 0, 9: 0}) == {3: [0]}
+    assert spread([0, 1, 2], {5: 0, 3: 0, 9: 0}) == {3: [0], 5: [1], 9: [2]}
+
+
+def test_spread_prefers_least_loaded():
+    assert spread([0, 1, 2], {1: 2, 2: 0, 3: 1}) == {2: [0, 1], 3: [2]}
+
+
+def test_spread_orders_shards_by_id():
+    assert spread([7, 2, 5], {1: 0, 2: 0}) == {1: [2, 7], 2: [5]}
+
+
+def test_spread_nothing_to_place():
+    assert spread([], {1: 0}) == {}
+
+
+def test_spread_no_candidates():
+    with pytest.raises(ValueError):
+        spread([0], {})
+
+
+def test_spread_does_not_mutate_load():
+    load = {1: 0, 2: 0}
+    spread([0, 1, 2], load)
+    assert load == {1: 0, 2: 0}
+
+
+def test_spread_balance_random_loads():
+    rng = random.Random(1234)
+    for _ in range(500):
+        workers = rng.sample(range(1, 30), rng.randint(1, 8))
+        load = {w: rng.randint(0, 6) for w in workers}
+        shards = rng.sample(range(100), rng.randint(0, 25))
+        plan = spread(shards, load)
+        placed = [s for ss in plan.values() for s in ss]
+        assert sorted(placed) == sorted(shards)
+        assert set(plan) <= set(load)
+        final = {w: load[w] + len(plan.get(w, ())) for w in load}
+        # water filling: nobody is pushed above max(initial max, final min + 1)
+        assert max(final.values()) <= max(max(load.values()), min(final.values()) + 1)
+        if len(set(load.values())) == 1:
+            assert max(final.values()) - min(final.values()) <= 1
+
+
+# -- owner_of ---------------------------------------------------------------------------
+def test_owner_of_inverts():
+    owners = {1: [0, 3], 2: [1], 3: [2, 4], 4: []}
+    assert owner_of(owners) == {0: 1, 3: 1, 1: 2, 2: 3, 4: 3}
+
+
+def test_owner_of_round_trip_initial_placement():
+    for S, W in itertools.product(range(0, 10), range(1, 6)):
+        owners = initial_placement(S, range(1, W + 1))
+        inv = owner_of(owners)
+        assert sorted(inv) == list(range(S))
+        for s, w in inv.items():
+            assert s in owners[w]
+
+
+# -- plan_recovery ----------------------------------------------------------------------
+def test_plan_recovery_spreads_over_survivors_by_resident_load():
+    owners = {1: [0, 4], 2: [1, 5], 3: [2], 4: [3]}
+    # worker 2 died: shards 1 and 5 are orphans; 3 and 4 hold fewest resident shards
+    assert plan_recovery([1, 5], owners, [1, 3, 4]) == {3: [1], 4: [5]}
+
+
+def test_plan_recovery_survivor_without_owner_entry_counts_as_empty():
+    owners = {1: [0, 1], 2: [2]}
+    assert plan_recovery([2], owners, [1, 7]) == {7: [2]}
+
+
+def test_plan_recovery_no_survivors():
+    with pytest.raises(ValueError):
+        plan_recovery([0], {1: [0]}, [])
+
+
+def test_plan_recovery_ties_lowest_id():
+    owners = {1: [0], 2: [1], 3: [2]}
+    assert plan_recovery([0], owners, [3, 2]) == {2: [0]}
+
+
+def _failed_sets(workers):
+    for k in range(1, len(workers)):  # at least one survivor
+        yield from itertools.combinations(workers, k)
+
+
+def test_plan_recovery_properties_over_many_cases():
+    cases = 0
+    for S in range(1, 13):
+        for W in range(1, 7):
+            workers = list(range(1, W + 1))
+            owners = initial_placement(S, workers)
+            for failed in _failed_sets(workers):
+                survivors = [w for w in workers if w not in failed]
+                orphans = sorted(s for w in failed for s in owners[w])
+                plan = plan_recovery(orphans, owners, survivors)
+                placed = [s for ss in plan.values() for s in ss]
+                assert sorted(placed) == orphans, (S, W, failed)  # each orphan exactly once
+                assert set(plan) <= set(survivors), (S, W, failed)
+                final = {w: len(owners[w]) + len(plan.get(w, ())) for w in survivors}
+                assert sum(final.values()) == S
+                # initial_placement loads differ by <= 1, so after recovery they still do
+                assert max(final.values()) - min(final.values()) <= 1, (S, W, failed, plan)
+                cases += 1
+    assert cases > 500
+
+
+def test_plan_recovery_equal_loads_stay_balanced():
+    rng = random.Random(99)
+    for _ in range(300):
+        W = rng.randint(1, 8)
+        survivors = rng.sample(range(1, 40), W)
+        level = rng.randint(0, 5)
+        owners = {w: list(range(i * level, (i + 1) * level)) for i, w in enumerate(survivors)}
+        orphans = rng.sample(range(1000, 1100), rng.randint(0, 20))
+        plan = plan_recovery(orphans, owners, survivors)
+        assert sorted(s for ss in plan.values() for s in ss) == sorted(orphans)
+        final = [level + len(plan.get(w, ())) for w in survivors]
+        assert max(final) - min(final) <= 1
