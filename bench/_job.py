@@ -72,6 +72,9 @@ def parse_args(argv=None):
                    help="mixle backend: data on rank 0 only (root_only=True, scattered) or on every rank")
     p.add_argument("--workdir", default=None, help="resilient backend: shard store/event log dir (default: a temp dir)")
     p.add_argument("--profile", default=None, help="cProfile rank 0's optimize() call into this .pstats file")
+    p.add_argument("--poll-cap", type=float, default=None,
+                   help="what-if (resilient only): cap mixle_mpi's polling backoff at this many seconds "
+                   "(default: the library's own 5 ms); a diagnostic, not a setting of the library")
     p.add_argument("--out", required=True, help="rank 0 writes the JSON record here")
     return p.parse_args(argv)
 
@@ -167,7 +170,7 @@ def base_record(args, describe, clock, t_setup, t_fit, events) -> dict:
     st = clock.stamps
     return {
         "backend": args.backend, "model": args.model, "describe": describe, "n": args.n,
-        "its_requested": args.its, "its_done": len(st),
+        "its_requested": args.its, "poll_cap": getattr(args, "poll_cap", None), "its_done": len(st),
         "per_iteration_seconds": per_it,
         "median": statistics.median(per_it) if per_it else None,
         "min": min(per_it) if per_it else None, "max": max(per_it) if per_it else None,
@@ -206,6 +209,20 @@ def _instrument_workers(timing_dir: str) -> None:
     estep.score_shard = wrap("worker_llsum", estep.score_shard)
 
 
+def _cap_backoff(cap: float) -> None:
+    """What-if on every rank: no poll sleeps longer than ``cap`` seconds (driver and workers)."""
+    from mixle_mpi import transport
+
+    orig = transport.Backoff.sleep
+
+    def sleep(self):
+        self.high = min(self.high, cap)
+        self.delay = min(self.delay, cap)
+        orig(self)
+
+    transport.Backoff.sleep = sleep
+
+
 def run_resilient(args) -> None:
     from mpi4py import MPI
 
@@ -223,6 +240,8 @@ def run_resilient(args) -> None:
     data = sample(args.n, args.data_seed) if driver else None
     MPI.COMM_WORLD.Barrier()  # the timing dir exists before any worker could write into it
     _instrument_workers(timing_dir)
+    if args.poll_cap is not None:
+        _cap_backoff(args.poll_cap)
     t0 = now()
     enc = ResilientMPIEncodedData(data, estimator=est, workdir=workdir)  # workers serve inside
     t_setup = now() - t0

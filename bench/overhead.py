@@ -38,6 +38,7 @@ DEFAULT_N = {"gmm1d": 1_000_000, "diag": 200_000, "hmm": 20_000}
 QUICK_N = {"gmm1d": 50_000, "diag": 10_000, "hmm": 2_000}
 BACKENDS = ("resilient", "mixle")
 LABEL = {"resilient": "ours", "mixle": "mixle"}
+CLEAN = 0.3  # foreign cores below which a rep counts as undisturbed
 
 
 def parse_n(text: str | None, models: list[str], defaults: dict) -> dict:
@@ -72,6 +73,9 @@ def parse_args(argv=None):
     p.add_argument("--mixle-data", choices=["root", "all"], default="root",
                    help="mixle baseline: data on rank 0 and scattered (root_only=True, default) or on every rank")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before one job is killed")
+    p.add_argument("--wait-idle", type=float, default=None,
+                   help="before each job wait up to this many seconds for the host to be quiet "
+                   "(< 0.3 cores busy; default 30, --quick 5); 0 disables")
     p.add_argument("--profile", action="store_true",
                    help="also run one cProfile'd job per model and backend (rank 0 only; not timed)")
     p.add_argument("--results", default=os.path.join(BENCH, "results"), help="output directory")
@@ -87,11 +91,54 @@ def parse_args(argv=None):
             raise SystemExit(f"--models: unknown model {m!r}; valid: {', '.join(MODELS)}")
     args.sizes = parse_n(args.n, args.models, QUICK_N if args.quick else DEFAULT_N)
     args.its = args.its if args.its is not None else (4 if args.quick else 6)
+    if args.wait_idle is None:
+        args.wait_idle = 5.0 if args.quick else 30.0
     if args.its < 2:
         raise SystemExit("--its must be >= 2 (the first iteration is discarded)")
     if args.reps < 1:
         raise SystemExit("--reps must be >= 1")
     return args
+
+
+# -- other work on the host ------------------------------------------------------------------
+# This box may be shared: a foreign MPI job on 2 cores doubles an iteration. Each job therefore
+# waits (bounded) for a quiet CPU before it starts, and reports how many cores foreign processes
+# used while it ran: host busy CPU time (/proc/stat) minus the CPU time of the job's own process
+# tree (getrusage(RUSAGE_CHILDREN) covers every reaped descendant: launcher, mpiexec, ranks).
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def host_busy_seconds() -> float | None:
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            vals = [int(v) for v in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    return (sum(vals[:8]) - idle) / _HZ
+
+
+def children_cpu_seconds() -> float:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def wait_for_quiet(max_wait: float, threshold: float = 0.3, sample: float = 1.0) -> tuple[float, float | None]:
+    """Wait until the host used < threshold cores over a ``sample``-second window, at most
+    max_wait seconds. Returns (seconds waited, cores busy in the last window)."""
+    t0 = time.monotonic()
+    busy = None
+    while True:
+        b0 = host_busy_seconds()
+        time.sleep(sample)
+        b1 = host_busy_seconds()
+        if b0 is None or b1 is None:
+            return time.monotonic() - t0, None
+        busy = (b1 - b0) / sample
+        if busy < threshold or time.monotonic() - t0 >= max_wait:
+            return time.monotonic() - t0, busy
 
 
 # -- running one job --------------------------------------------------------------------------
@@ -118,7 +165,9 @@ def job_env() -> dict:
 def run_job(args, backend: str, model: str, tmpdir: str, tag: str, profile: str | None = None) -> dict:
     out = os.path.join(tmpdir, f"{tag}.json")
     cmd = job_command(args, backend, model, out, profile)
-    load_before = os.getloadavg()[0]  # other work on the host shows up here (and in the spread)
+    waited, busy_before = wait_for_quiet(args.wait_idle) if args.wait_idle > 0 else (0.0, None)
+    load_before = os.getloadavg()[0]
+    host0, own0 = host_busy_seconds(), children_cpu_seconds()
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
@@ -130,8 +179,11 @@ def run_job(args, backend: str, model: str, tmpdir: str, tag: str, profile: str 
         log, _ = proc.communicate()
         rc = None
     wall = time.monotonic() - t0
+    host1, own1 = host_busy_seconds(), children_cpu_seconds()
+    foreign = None if host0 is None or host1 is None else max(0.0, (host1 - host0) - (own1 - own0)) / wall
     record = {"backend": backend, "model": model, "tag": tag, "launcher_rc": rc, "wall_seconds": wall,
-              "loadavg_before": load_before, "command": shlex.join(cmd)}
+              "waited_for_quiet_seconds": waited, "busy_cores_before": busy_before,
+              "loadavg_before": load_before, "foreign_cores_during": foreign, "command": shlex.join(cmd)}
     if os.path.exists(out):
         with open(out, encoding="utf-8") as fh:
             record.update(json.load(fh))
@@ -175,6 +227,12 @@ def summarise(args, jobs: list[dict]) -> dict:
                 "setup_seconds": med([j.get("setup_seconds") for j in per[b]]),
                 "final_ll": [j.get("final_ll") for j in per[b]],
                 "its_done": sorted({j.get("its_done") for j in per[b]}),
+                # reps during which foreign processes used < CLEAN cores (undisturbed runs)
+                "clean_rep_medians": [j["median"] for j in per[b]
+                                      if j.get("foreign_cores_during") is not None
+                                      and j["foreign_cores_during"] < CLEAN],
+                "foreign_cores_max": max((j["foreign_cores_during"] for j in per[b]
+                                          if j.get("foreign_cores_during") is not None), default=None),
             }
         # where the time goes (medians over reps of each job's per-iteration median)
         r, m = per["resilient"], per["mixle"]
@@ -190,6 +248,10 @@ def summarise(args, jobs: list[dict]) -> dict:
         # paired ratios: rep i of ours against rep i of mixle (they ran back to back)
         paired = [x / y for x, y in zip(s["resilient"]["rep_medians"], s["mixle"]["rep_medians"]) if y]
         s["paired_ratios"] = paired
+        lo_a, lo_b = s["resilient"]["min"], s["mixle"]["min"]
+        ca, cb = med(s["resilient"]["clean_rep_medians"]), med(s["mixle"]["clean_rep_medians"])
+        s["clean_ratio"] = ca / cb if ca and cb else None
+        s["best_rep_ratio"] = lo_a / lo_b if lo_a and lo_b else None  # least disturbed by foreign load
         s["paired_ratio_min"] = min(paired) if paired else None
         s["paired_ratio_max"] = max(paired) if paired else None
         lls = [ll for bk in BACKENDS for ll in s[bk]["final_ll"] if ll is not None]
@@ -217,10 +279,15 @@ def render(args, summary: dict, meta: dict) -> str:
         f"python: `{args.python}`; {meta['started']}.",
         "",
         "Times are ms per iteration: median over reps of each rep's median, [fastest rep, slowest rep]. "
-        "Ratio = ours / mixle of those medians; paired = per-rep ratios (back-to-back runs), min-max.",
+        "Ratio = ours / mixle of those medians; paired = per-rep ratios (back-to-back runs), min-max; "
+        "best = fastest ours rep / fastest mixle rep. Foreign = the most CPU cores that processes other "
+        "than the job used during any of its reps (ours / mixle); on this 2-core host anything near "
+        "1 means that rep was disturbed. Clean = ratio of medians over only the reps with foreign < "
+        f"{CLEAN} cores (how many ours/mixle reps qualified).",
         "",
-        "| model | N | ours ms/it [min, max] | mixle ms/it [min, max] | ours/mixle | paired min-max | same final LL |",
-        "|---|---:|---:|---:|---:|---:|:---:|",
+        "| model | N | ours ms/it [min, max] | mixle ms/it [min, max] | ours/mixle | paired min-max | best | "
+        "clean (reps) | same final LL | foreign |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|:---:|---:|",
     ]
     for model, s in summary.items():
         o, m = s["resilient"], s["mixle"]
@@ -228,9 +295,14 @@ def render(args, summary: dict, meta: dict) -> str:
         paired = ("n/a" if s["paired_ratio_min"] is None
                   else f"{s['paired_ratio_min']:.2f}-{s['paired_ratio_max']:.2f}")
         same = {True: "yes", False: "no", None: "n/a"}[s["final_ll_identical"]]
+        clean = (("n/a" if s["clean_ratio"] is None else f"{s['clean_ratio']:.2f}")
+                 + f" ({len(o['clean_rep_medians'])}/{len(m['clean_rep_medians'])})")
+        best = "n/a" if s["best_rep_ratio"] is None else f"{s['best_rep_ratio']:.2f}"
+        fo, fm = (("?" if x is None else f"{x:.2f}") for x in (o["foreign_cores_max"], m["foreign_cores_max"]))
         lines.append(
             f"| {model} ({s['describe']}) | {s['n']:,} | {ms(o['median'])} [{ms(o['min'])}, {ms(o['max'])}] | "
-            f"{ms(m['median'])} [{ms(m['min'])}, {ms(m['max'])}] | {ratio} | {paired} | {same} |")
+            f"{ms(m['median'])} [{ms(m['min'])}, {ms(m['max'])}] | {ratio} | {paired} | {best} | {clean} | {same} | "
+            f"{fo} / {fm} |")
     lines += [
         "",
         "## Where an iteration's time goes (ms, medians)",
@@ -326,8 +398,11 @@ def main(argv=None) -> int:
                     jobs.append(rec)
                     status = (f"{ms(rec['median'])} ms/it" if rec["ok"]
                               else f"FAILED (launcher rc {rec['launcher_rc']})")
+                    fc = rec["foreign_cores_during"]
                     print(f"[overhead] rep {rep + 1}/{args.reps} {model:6s} {LABEL[backend]:5s} "
-                          f"n={args.sizes[model]:,}: {status}  (job wall {rec['wall_seconds']:.1f} s)", flush=True)
+                          f"n={args.sizes[model]:,}: {status}  (job wall {rec['wall_seconds']:.1f} s, "
+                          f"foreign load {'?' if fc is None else f'{fc:.2f}'} cores, "
+                          f"waited {rec['waited_for_quiet_seconds']:.0f} s)", flush=True)
                     if not rec["ok"]:
                         print(rec.get("log_tail", ""), file=sys.stderr, flush=True)
         profile_text = profile_report(args, tmpdir) if args.profile else None

@@ -272,9 +272,17 @@ def _ensure_dir(path: str, what: str) -> None:
 
 
 def _spawn_command() -> list[str]:
-    """How to start a replacement worker: this very script, as it was started."""
+    """How to start a replacement worker: this very script, as it was started. Under
+    MPICH it runs inside the rank wrapper, or Hydra would end the job when it dies."""
+    from mpi4py import MPI
+
+    from mixle_mpi.launcher import wrapper_path
+
     argv = list(getattr(sys, "orig_argv", [sys.executable] + sys.argv))
-    return [sys.executable] + argv[1:]
+    command = [sys.executable] + argv[1:]
+    if MPI.get_vendor()[0] == "MPICH":
+        return ["sh", wrapper_path(), "--worker"] + command
+    return command
 
 
 def _check_estimator_matches(store, estimator, encoder) -> None:

@@ -97,14 +97,15 @@ def judge(mpiexec_rc: int | None, status: dict | None) -> tuple[int, str]:
 
 
 def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | None = None,
-        timeout: float | None = None, blas_threads: int = 1, extra: list[str] | None = None) -> int:
+        timeout: float | None = None, blas_threads: int = 1, extra: list[str] | None = None,
+        env: dict | None = None) -> int:
     exe = find_mpiexec(mpiexec)
     flavor = flavor or detect_flavor(exe)
     argv = build_command(exe, flavor, n, cmd, extra)
     fd, status_file = tempfile.mkstemp(prefix="mixle_mpi_status_", suffix=".json")
     os.close(fd)
     os.unlink(status_file)
-    env = launch_env(blas_threads, status_file)
+    env = {**launch_env(blas_threads, status_file), **(env or {})}
     sys.stderr.write("[mixle_mpi] launching: " + " ".join(argv) + "\n")
     sys.stderr.flush()
     proc = subprocess.Popen(argv, env=env, start_new_session=True)

@@ -3,8 +3,12 @@
 # survivors when a rank dies and SIGKILLs everyone if a rank dies of a signal. Ignore USR1
 # and run the rank as a child, so a worker killed by a signal ends this wrapper with 0 and
 # the other ranks live on. The driver's (rank 0) own code is passed through unchanged.
+# A respawned worker is rank 0 of its own world, so the driver starts it with --worker.
 trap '' USR1
+worker=0
+if [ "${1:-}" = "--worker" ]; then worker=1; shift; fi
+if [ "${PMI_RANK:-0}" != "0" ]; then worker=1; fi
 "$@"
 rc=$?
-if [ "$rc" -gt 128 ] && [ "${PMI_RANK:-0}" != "0" ]; then exit 0; fi
+if [ "$rc" -gt 128 ] && [ "$worker" = "1" ]; then exit 0; fi
 exit $rc
