@@ -1,0 +1,49 @@
+"""Failure-free exactness: bit-identical to mixle's own ResilientMPEncodedData on several
+models, and independent of the number of MPI ranks for a fixed number of shards."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import LIBRARIES
+from mpiharness import OMPI_PYTHON, fit_args, run_job, same_fit
+
+pytestmark = pytest.mark.mpijob
+
+CASES = [
+    # model, n, shards, sub_chunks
+    ("gmm1d", 5000, 3, 1),
+    ("diag", 3000, 3, 2),
+    ("full", 2000, 3, 1),
+    ("poisson", 4000, 3, 2),
+    ("hmm", 400, 3, 1),
+    ("composite", 3000, 3, 2),
+]
+
+
+@pytest.mark.parametrize("model,n,shards,sub", CASES, ids=[c[0] for c in CASES])
+def test_matches_mixle_resilient_mp(model, n, shards, sub, tmp_path, reference):
+    job = run_job(OMPI_PYTHON, 4, fit_args(model, n, shards, sub, 5), tmp_path)
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(model, n, shards, sub, 5, 7)), job.describe()
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize("ranks", [2, 3, 6])
+def test_bits_do_not_depend_on_rank_count(library, ranks, tmp_path, reference):
+    """S=5 shards on 1, 2 or 5 workers: the same bits (and the same as mixle's)."""
+    _, python = library
+    job = run_job(python, ranks, fit_args("diag", 2500, 5, 2, 5), tmp_path)
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference("diag", 2500, 5, 2, 5, 7)), job.describe()
+
+
+def test_long_estep_is_not_a_death(tmp_path):
+    """One shard computes for longer than the heartbeat timeout: heartbeats come from a
+    separate thread, so no worker is declared dead."""
+    env = {"MIXLE_MPI_HEARTBEAT_PERIOD": "0.05", "MIXLE_MPI_HEARTBEAT_TIMEOUT": "0.25"}
+    job = run_job(OMPI_PYTHON, 3, fit_args("diag", 1_500_000, 2, 1, 2), tmp_path, env=env)
+    assert job.rc == 0, job.describe()
+    slowest = max(r["seconds"] for r in job.result["rounds"] if r["kind"] == "estep")
+    assert slowest > 0.25, f"the E-step ({slowest:.2f} s) was too short to test anything"
+    assert not [e for e in job.events if e["event"] == "failure_detected"], job.describe()
+    assert all(not r["recomputed"] for r in job.result["rounds"])
