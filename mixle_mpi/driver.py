@@ -293,10 +293,17 @@ class Driver:
                 self.events.emit(
                     "blacklisted", worker=w, host=host, pid=pid,
                     failures=self.membership.records[w].failures,
-                    cause="max_retries reached" if self.can_spawn else "respawn unavailable",
+                    cause=self._blacklist_cause(w),
                 )
             self._migrate()
         return blacklisted
+
+    def _blacklist_cause(self, worker: int) -> str:
+        if self.membership.records[worker].failures >= self.membership.max_retries:
+            return f"max_retries={self.membership.max_retries} reached"
+        if not self.settings.respawn:
+            return "respawn disabled (respawn=False): shards migrate to survivors"
+        return "respawn unavailable (spawning failed): shards migrate to survivors"
 
     def _migrate(self) -> None:
         """Shards of blacklisted places move for good onto the least-loaded live workers."""

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import time
 from dataclasses import asdict, dataclass
 
 from mixle_mpi.errors import ConfigError
@@ -141,7 +142,8 @@ class FaultInjector:
 
 def _perform(fault: Fault) -> None:
     sys.stdout.flush()
-    sys.stderr.write(f"[mixle_mpi] chaos: worker {fault.worker} {fault.action} at {fault.phase} (call {fault.call})\n")
+    sys.stderr.write(f"[mixle_mpi] chaos: worker {fault.worker} {fault.action} at {fault.phase} "
+                     f"(call {fault.call}) pid={os.getpid()} t={time.time():.6f}\n")
     sys.stderr.flush()
     if fault.action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)

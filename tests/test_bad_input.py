@@ -65,3 +65,12 @@ def test_uncaught_exception_on_a_worker_aborts_the_job(library, tmp_path):
     assert proc.returncode != 0
     assert "user code failed on a worker rank" in proc.stderr
     assert no_leftover_processes(str(tmp_path / "work")) == []
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_uncaught_exception_on_the_driver_stops_every_rank(library, tmp_path):
+    _, python = library
+    proc = _launch(python, 3, ["driver_raises", str(tmp_path / "work")], tmp_path, timeout=60)
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    assert "user code failed on the driver" in proc.stderr
+    assert no_leftover_processes(str(tmp_path / "work")) == []

@@ -73,3 +73,19 @@ def test_failure_free_matches_mixle_and_reports_nothing(library, tmp_path, refer
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7))
     assert all(not r["recomputed"] and not r["failed"] for r in job.result["rounds"])
     assert not [e for e in job.events if e["event"] == "failure_detected"]
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_without_respawn_shards_migrate_for_good(library, tmp_path, reference):
+    """respawn disabled (as where spawning is impossible): the dead rank's shards move to
+    the survivors at once, and the log says why."""
+    _, python = library
+    job = run_job(python, 4, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan="1:kill:estep_before:1",
+                  env={"MIXLE_MPI_RESPAWN": "0"})
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7))
+    assert job.result["blacklist"] == [1]
+    black = [e for e in job.events if e["event"] == "blacklisted"]
+    assert black and "respawn" in black[0]["cause"]
+    moved = sorted(s for e in job.events if e["event"] == "migrated" for s in e["shards"])
+    assert moved == [0, 3]

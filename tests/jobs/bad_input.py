@@ -32,6 +32,8 @@ elif case == "unwritable":
     kwargs["store_path"] = "/proc/mixle_mpi_cannot_write_here/shards.h5"
 elif case == "single":
     pass
+elif case == "driver_raises":
+    pass
 elif case == "worker_raises":
     if not is_driver():
         raise RuntimeError("user code failed on a worker rank before the handle existed")
@@ -42,4 +44,6 @@ with ResilientMPIEncodedData(data if is_driver() else None, estimator=est, **kwa
     from mixle.inference.estimation import optimize
 
     optimize(None, est, enc_data=enc, max_its=2, rng=np.random.RandomState(1))
+    if case == "driver_raises":
+        raise RuntimeError("user code failed on the driver in the middle of the job")
 print("UNEXPECTED: the bad input was accepted", flush=True)
