@@ -90,11 +90,19 @@ class StepClock:
 
     def __init__(self) -> None:
         self.stamps: list[float] = []
+        self.cpu: list[float] = []  # this process's CPU seconds (all threads) at each stamp
         self.lls: list[float] = []
 
     def __call__(self, step) -> None:
         self.stamps.append(now())
+        self.cpu.append(time.process_time())
         self.lls.append(float(step.log_density))
+
+    def cpu_cores(self) -> float | None:
+        """Cores this process kept busy over iterations 2..its (polling and heartbeats included)."""
+        if len(self.stamps) < 2:
+            return None
+        return (self.cpu[-1] - self.cpu[0]) / (self.stamps[-1] - self.stamps[0])
 
     def per_iteration(self) -> list[float]:
         # stamps[k] - stamps[k-1] is iteration k+1 (1-based); iteration 1 has no start stamp: discarded
@@ -176,6 +184,7 @@ def base_record(args, describe, clock, t_setup, t_fit, events) -> dict:
         "min": min(per_it) if per_it else None, "max": max(per_it) if per_it else None,
         "setup_seconds": t_setup, "fit_seconds": t_fit,
         "final_ll": clock.lls[-1] if clock.lls else None,
+        "rank0_cpu_cores": clock.cpu_cores(),
         # rank 0's view of the two handle calls in each iteration 2..its
         "rank0_estep_call": summary(per_iteration_totals(events, st, "estep_call")),
         "rank0_llsum_call": summary(per_iteration_totals(events, st, "llsum_call")),
@@ -201,7 +210,7 @@ def _instrument_workers(timing_dir: str) -> None:
             result = fn(*a, **k)
             t1 = now()
             with open(path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps([label, t1, t1 - t0, rank]) + "\n")
+                fh.write(json.dumps([label, t1, t1 - t0, rank, time.process_time()]) + "\n")
             return result
         return timed
 
@@ -278,6 +287,15 @@ def run_resilient(args) -> None:
     # per iteration, the slowest worker's compute (the workers run in parallel)
     record["worker_estep_compute"] = summary(per_iteration_totals(wev, st, "worker_estep", by_source=True))
     record["worker_llsum_compute"] = summary(per_iteration_totals(wev, st, "worker_llsum", by_source=True))
+    # each worker's CPU use (all its threads) between its last events of iteration 1 and of its
+    # final iteration, divided by the same wall span: compute + polling + heartbeat thread
+    cores = []
+    for src in sorted({ev[3] for ev in wev}):
+        mine = sorted((ev for ev in wev if ev[3] == src and len(ev) > 4), key=lambda ev: ev[1])
+        first = [ev for ev in mine if ev[1] <= st[0]] if st else []
+        if first and mine[-1][1] > first[-1][1]:
+            cores.append((mine[-1][4] - first[-1][4]) / (mine[-1][1] - first[-1][1]))
+    record["worker_cpu_cores"] = cores
     record.update(ranks=MPI.COMM_WORLD.Get_size(), compute_ranks=MPI.COMM_WORLD.Get_size() - 1,
                   num_shards=num_shards, failures=failures)
     write_json(args.out, record)

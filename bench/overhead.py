@@ -239,10 +239,12 @@ def summarise(args, jobs: list[dict]) -> dict:
         s["breakdown"] = {
             "resilient": {k: med([field(j, k) for j in r]) for k in (
                 "rank0_estep_call", "driver_estep_round", "worker_estep_compute",
-                "rank0_llsum_call", "driver_llsum_round", "worker_llsum_compute")},
+                "rank0_llsum_call", "driver_llsum_round", "worker_llsum_compute", "rank0_cpu_cores")},
             "mixle": {k: med([field(j, k) for j in m]) for k in (
-                "rank0_estep_call", "local_estep_compute", "rank0_local_estep_compute", "rank0_llsum_call")},
+                "rank0_estep_call", "local_estep_compute", "rank0_local_estep_compute", "rank0_llsum_call",
+                "rank0_cpu_cores")},
         }
+        s["breakdown"]["resilient"]["worker_cpu_cores"] = med([med(j.get("worker_cpu_cores") or [None]) for j in r])
         a, b = s["resilient"]["median"], s["mixle"]["median"]
         s["ratio"] = a / b if a and b else None
         # paired ratios: rep i of ours against rep i of mixle (they ran back to back)
@@ -262,6 +264,10 @@ def summarise(args, jobs: list[dict]) -> dict:
 
 def ms(x) -> str:
     return "n/a" if x is None else f"{1000 * x:.1f}"
+
+
+def cores(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
 
 
 def render(args, summary: dict, meta: dict) -> str:
@@ -312,11 +318,15 @@ def render(args, summary: dict, meta: dict) -> str:
         "*worker* the slowest worker's compute inside it (so round - worker = messaging, pickling of the "
         "model and results, polling latency), and call - round = the driver's fold + M-step. For mixle, "
         "*local* is the slowest rank's own accumulation; the rest of the call is the reduce tree, the "
-        "M-step on rank 0 and the model broadcast.",
+        "M-step on rank 0 and the model broadcast. CPU = cores a process kept busy over the timed "
+        "iterations (ours: driver / median worker; mixle: rank 0, which spins inside MPI collectives "
+        "while it waits); a worker well below 1 core with a long round means it waited for messages "
+        "or for a CPU.",
         "",
         "| model | ours estep call | ours estep round | ours estep worker | ours fold+M | ours llsum call | "
-        "ours llsum worker | mixle estep call | mixle estep local | mixle llsum call | setup s ours / mixle |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "ours llsum worker | mixle estep call | mixle estep local | mixle llsum call | CPU ours drv / wrk | "
+        "CPU mixle r0 | setup s ours / mixle |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for model, s in summary.items():
         r, m = s["breakdown"]["resilient"], s["breakdown"]["mixle"]
@@ -327,7 +337,8 @@ def render(args, summary: dict, meta: dict) -> str:
             f"| {model} | {ms(r['rank0_estep_call'])} | {ms(r['driver_estep_round'])} | "
             f"{ms(r['worker_estep_compute'])} | {ms(fold)} | {ms(r['rank0_llsum_call'])} | "
             f"{ms(r['worker_llsum_compute'])} | {ms(m['rank0_estep_call'])} | {ms(m['local_estep_compute'])} | "
-            f"{ms(m['rank0_llsum_call'])} | "
+            f"{ms(m['rank0_llsum_call'])} | {cores(r['rank0_cpu_cores'])} / {cores(r['worker_cpu_cores'])} | "
+            f"{cores(m['rank0_cpu_cores'])} | "
             f"{'n/a' if so is None else f'{so:.2f}'} / {'n/a' if sm is None else f'{sm:.2f}'} |")
     failed = meta.get("failed_jobs") or []
     short = [f"{s} ({model}): its_done {summary[model][b]['its_done']}"

@@ -202,11 +202,15 @@ class Driver:
     def _load(self, plan: dict[int, list[int]]) -> None:
         """Send raw shards (read from the store) for workers to encode and keep resident."""
         expect: dict[int, set] = {}
+        for w in plan:
+            self.monitor.grace(w, self.settings.reconfigure_timeout)
         for w, sids in plan.items():
             for sid in sids:
-                if self._post(w, ("load", sid, self.store.read_shard(sid))):
+                if self._post(w, ("load", sid, self.store.read_packed(sid))):
                     expect.setdefault(w, set()).add(("loaded", sid))
         self._collect(expect, "loaded")
+        for w in plan:
+            self.monitor.grace(w, 0.0)
 
     # -- rounds --------------------------------------------------------------------
     def run_round(self, kind: str, body: Any, extras: dict[int, Any] | None = None) -> dict[int, Any]:
@@ -223,7 +227,7 @@ class Driver:
         failed_before = set(self.pending)
 
         def dispatch(worker: int, sids: list[int], with_rows: bool) -> None:
-            items = [(s, self.store.read_shard(s) if with_rows else None, extras.get(s)) for s in sids]
+            items = [(s, self.store.read_packed(s) if with_rows else None, extras.get(s)) for s in sids]
             if self._post(worker, ("task", task_id, kind, call, body_b, items)):
                 for s in sids:
                     assigned[s] = worker

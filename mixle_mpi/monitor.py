@@ -48,6 +48,13 @@ class Monitor:
             self._links.pop(worker, None)
             self.tracker.forget(worker)
 
+    def grace(self, worker: int, seconds: float) -> None:
+        """Allow ``worker`` up to ``seconds`` of silence (0 restores the normal timeout): a
+        shard load unpickles and encodes in long calls that hold the GIL, so the worker's
+        heartbeat thread may not run. ULFM still reports a real death at once."""
+        with self.lock:
+            self.tracker.set_grace(worker, seconds)
+
     def suspect(self, worker: int, cause: str) -> None:
         with self.lock:
             self._suspects.setdefault(worker, (cause, time.time()))
@@ -86,7 +93,7 @@ class Monitor:
                     if worker not in self._suspects:
                         silent = self.tracker.silence(worker)
                         self._suspects[worker] = (
-                            f"heartbeat: silent for {silent:.2f} s (timeout {self.tracker.timeout:g} s)",
+                            f"heartbeat: silent for {silent:.2f} s (limit {self.tracker.limit(worker):g} s)",
                             time.time(),
                         )
             self._stop.wait(self.period / 2)

@@ -34,6 +34,14 @@ _NUMERIC = "biufc"
 _STR = h5py.string_dtype("utf-8")
 
 
+def rows_from_packed(packed: tuple[str, object]) -> list:
+    """Rebuild the rows of a shard from :meth:`ShardStore.read_packed` (on the worker)."""
+    kind, obj = packed
+    if kind == "general":
+        return [decode_row(r) for r in obj]
+    return obj.tolist() if kind == "scalars" else list(obj)
+
+
 def _numeric(dtype: np.dtype) -> bool:
     return dtype.kind in _NUMERIC and dtype.fields is None
 
@@ -222,11 +230,18 @@ class ShardStore:
 
     def read_shard(self, i: int) -> list:
         """Rows of shard i, equal (values and types) to [data[j] for j in range(i, n, S)]."""
+        return rows_from_packed(self.read_packed(i))
+
+    def read_packed(self, i: int) -> tuple[str, object]:
+        """Shard i as shipped to a worker: one ndarray (numeric kinds) or the row strings.
+
+        Pickling one array is fast and unpickling it holds the GIL only briefly, unlike a
+        list of a million row objects, so a worker's heartbeat thread keeps running.
+        """
         ds = self._dataset(i)
         if self._kind == "general":
-            return [decode_row(r) for r in ds.asstr()[()]]
-        arr = ds[()]
-        return arr.tolist() if self._kind == "scalars" else list(arr)
+            return self._kind, list(ds.asstr()[()])
+        return self._kind, ds[()]
 
     def fingerprint(self) -> str:
         """sha256 hex over the header attributes and every shard's stored bytes, read in blocks."""

@@ -24,6 +24,7 @@ from mixle_mpi.blas import pin_blas_threads
 from mixle_mpi.exitcodes import DRIVER_LOST, RECONFIG_TIMEOUT, WORKER_ABORTED
 from mixle_mpi.faults import FaultInjector, parse_plan
 from mixle_mpi.shrink import shrink
+from mixle_mpi.store import rows_from_packed
 from mixle_mpi.transport import TAG_CMD, TAG_HB, TAG_REPLY, Backoff, Link, PeerFailed, host_and_pid
 
 
@@ -129,7 +130,7 @@ class Worker:
         body = self._body(task_id, body_b)
         mid = (lambda: self.faults.check("estep_mid", call, recovery)) if kind == "estep" else None
         for sid, rows, extra in items:
-            chunks = self.resident[sid] if rows is None else estep.encode_shard(self.encoder, rows, self.sub_chunks)
+            chunks = self.resident[sid] if rows is None else estep.encode_shard(self.encoder, rows_from_packed(rows), self.sub_chunks)
             if kind == "estep":
                 estimator, model = body
                 result = estep.estep_shard(estimator, model, chunks, after_first=mid)
@@ -194,7 +195,8 @@ class Worker:
                 if op == "setup":
                     self.setup(msg[1])
                 elif op == "load":
-                    _, sid, rows = msg
+                    _, sid, packed = msg
+                    rows = rows_from_packed(packed)
                     self.resident[sid] = estep.encode_shard(self.encoder, rows, self.sub_chunks)
                     self.reply(("loaded", sid, len(rows)))
                 elif op == "drop":

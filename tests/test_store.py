@@ -316,3 +316,20 @@ def test_fingerprint(tmp_path):
         assert g.fingerprint() == fg
     with ShardStore.create(tmp_path / "h.h5", rows[:-1] + [{"w": 0}], 2) as h:
         assert h.fingerprint() != fg
+
+
+def test_packed_shards_rebuild_the_same_rows(tmp_path):
+    import pickle
+
+    from mixle_mpi.store import rows_from_packed
+
+    cases = [np.arange(40.0).reshape(20, 2), [1.5, 2.5, 3.5, 4.5], [(1.0, "a"), (2.0, "b"), (3.0, "c")]]
+    for k, data in enumerate(cases):
+        with ShardStore.create(str(tmp_path / f"s{k}.h5"), data, 2) as st:
+            for i in range(2):
+                packed = pickle.loads(pickle.dumps(st.read_packed(i)))
+                got, want = rows_from_packed(packed), st.read_shard(i)
+                assert len(got) == len(want)
+                for a, b in zip(got, want):
+                    assert type(a) is type(b)
+                    assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b

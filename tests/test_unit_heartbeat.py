@@ -148,3 +148,19 @@ def test_default_clock_is_monotonic():
     import time
 
     assert HeartbeatTracker(1.0).clock is time.monotonic
+
+
+def test_grace_extends_one_worker_then_restores():
+    now = [0.0]
+    t = HeartbeatTracker(1.0, clock=lambda: now[0])
+    t.watch([1, 2])
+    t.set_grace(1, 10.0)
+    now[0] = 5.0
+    assert t.overdue() == [2]
+    t.set_grace(1, 0.0)           # restored, with a fresh start
+    now[0] = 5.9
+    assert t.overdue() == [2]
+    now[0] = 6.1
+    assert t.overdue() == [1, 2]
+    t.forget(1)
+    assert t.limit(1) == 1.0
