@@ -73,8 +73,9 @@ def parse_args(argv=None):
     p.add_argument("--workdir", default=None, help="resilient backend: shard store/event log dir (default: a temp dir)")
     p.add_argument("--profile", default=None, help="cProfile rank 0's optimize() call into this .pstats file")
     p.add_argument("--poll-cap", type=float, default=None,
-                   help="what-if (resilient only): cap mixle_mpi's polling backoff at this many seconds "
-                   "(default: the library's own 5 ms); a diagnostic, not a setting of the library")
+                   help="what-if (resilient only): set the ceiling of mixle_mpi's polling backoff to this "
+                   "many seconds on every rank (the library's own is 5 ms); a diagnostic, not a setting "
+                   "of the library")
     p.add_argument("--out", required=True, help="rank 0 writes the JSON record here")
     return p.parse_args(argv)
 
@@ -219,17 +220,16 @@ def _instrument_workers(timing_dir: str) -> None:
 
 
 def _cap_backoff(cap: float) -> None:
-    """What-if on every rank: no poll sleeps longer than ``cap`` seconds (driver and workers)."""
+    """What-if on every rank: every polling backoff (driver and workers) grows to ``cap`` seconds
+    instead of the library's ceiling, so idle polls wake up less (larger cap) or more (smaller)."""
     from mixle_mpi import transport
 
-    orig = transport.Backoff.sleep
+    orig = transport.Backoff.__init__
 
-    def sleep(self):
-        self.high = min(self.high, cap)
-        self.delay = min(self.delay, cap)
-        orig(self)
+    def init(self, low=0.0002, high=0.005):
+        orig(self, min(low, cap), cap)
 
-    transport.Backoff.sleep = sleep
+    transport.Backoff.__init__ = init
 
 
 def run_resilient(args) -> None:

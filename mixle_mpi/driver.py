@@ -23,7 +23,7 @@ from mixle_mpi.config import Settings
 from mixle_mpi.errors import NoWorkersLeft, ReconfigurationTimeout, WorkerError
 from mixle_mpi.estep import PROTO
 from mixle_mpi.events import EventLog
-from mixle_mpi.faults import plan_to_json
+from mixle_mpi.faults import FaultInjector, plan_to_json
 from mixle_mpi.membership import Membership
 from mixle_mpi.monitor import Monitor
 from mixle_mpi.placement import initial_placement, plan_recovery, spread
@@ -56,6 +56,7 @@ class Driver:
         self.settings = settings
         self.events = events
         self.fault_plan_json = plan_to_json(fault_plan)
+        self.faults = FaultInjector(fault_plan, 0, 0)   # the driver's own chaos (rank 0)
         self.shrink_method = shrink_method
         self.spawn_command = spawn_command
         self.can_spawn = settings.respawn and spawn_command is not None
@@ -218,6 +219,8 @@ class Driver:
         t0 = time.perf_counter()
         call = self.calls[kind]
         self.calls[kind] += 1
+        if kind == "estep":
+            self.faults.check("estep_before", call)
         task_id = next(_TASK_IDS)
         body_b = pickle.dumps(body, protocol=PROTO)
         extras = extras or {}

@@ -6,4 +6,4 @@ BAD_INPUT = 2         # bad data, configuration or launch (e.g. too few ranks)
 DRIVER_LOST = 70      # a worker lost its driver and ended itself
 RECONFIG_TIMEOUT = 71  # a shrink/respawn overran its deadline
 WORKER_ABORTED = 72   # a worker ended because the driver aborted the job
-CHECKPOINTED = 75     # reserved: checkpointed, please requeue (EX_TEMPFAIL)
+CHECKPOINTED = 75     # preempted (SIGTERM/SIGUSR1): checkpointed, please requeue (EX_TEMPFAIL)

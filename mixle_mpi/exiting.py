@@ -43,7 +43,14 @@ def _flush() -> None:
 
 
 def exit_code_for(exc: BaseException) -> int:
-    return exitcodes.BAD_INPUT if isinstance(exc, (ConfigError, DataError)) else exitcodes.FAILED
+    from mixle_mpi.checkpoint import CheckpointError
+    from mixle_mpi.fitloop import Preempted
+
+    if isinstance(exc, Preempted):
+        return exitcodes.CHECKPOINTED
+    if isinstance(exc, (ConfigError, DataError, CheckpointError)):
+        return exitcodes.BAD_INPUT
+    return exitcodes.FAILED
 
 
 def _driver_excepthook(tp, value, tb) -> None:

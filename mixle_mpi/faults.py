@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 from mixle_mpi.errors import ConfigError
 
 ACTIONS = ("kill", "stop", "exit")
-PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "respawn")
+PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "respawn", "checkpoint_write")
+DRIVER_PHASES = ("estep_before", "checkpoint_write")  # worker 0 is the driver
 SCOPES = ("any", "own", "recovery")
 ENV_VAR = "MIXLE_MPI_FAULT_PLAN"
 
@@ -28,7 +29,9 @@ class Fault:
     """Worker place ``worker`` performs ``action`` at ``phase`` of call number ``call``.
 
     ``call`` counts the driver's calls of that kind from 0 (E-step rounds for the estep
-    phases, initializations, log-density sums); it is ignored for ``respawn``.
+    phases, initializations, log-density sums; for ``checkpoint_write`` the iteration being
+    written); it is ignored for ``respawn``. Worker 0 is the driver itself (phases
+    ``estep_before`` and ``checkpoint_write``), for checkpoint and resume tests.
     ``incarnation`` picks the process: 0 is the original, 1 its first replacement, ...
     ``scope`` limits task phases to the worker's own shards or to recovery work.
     """
@@ -47,8 +50,12 @@ class Fault:
             raise ConfigError(f"fault phase {self.phase!r} is unknown; valid phases are {list(PHASES)}")
         if self.scope not in SCOPES:
             raise ConfigError(f"fault scope {self.scope!r} is unknown; valid scopes are {list(SCOPES)}")
-        if isinstance(self.worker, bool) or not isinstance(self.worker, int) or self.worker < 1:
-            raise ConfigError(f"fault worker must be a worker rank >= 1 (rank 0 is the driver); found {self.worker!r}")
+        if isinstance(self.worker, bool) or not isinstance(self.worker, int) or self.worker < 0:
+            raise ConfigError(f"fault worker must be a rank >= 0 (0 is the driver); found {self.worker!r}")
+        if self.worker == 0 and self.phase not in DRIVER_PHASES:
+            raise ConfigError(f"the driver (rank 0) can only fault at {list(DRIVER_PHASES)}; found phase {self.phase!r}")
+        if self.worker > 0 and self.phase == "checkpoint_write":
+            raise ConfigError("phase 'checkpoint_write' happens on the driver only: use worker 0")
         if isinstance(self.call, bool) or not isinstance(self.call, int) or self.call < 0:
             raise ConfigError(f"fault call must be an integer >= 0; found {self.call!r}")
         if self.incarnation is None:

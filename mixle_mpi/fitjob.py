@@ -13,8 +13,6 @@ import os
 import sys
 import time
 
-import numpy as np
-
 
 class TraceOut:
     """An ``out`` for mixle's optimize: echoes progress lines and records the exact lls."""
@@ -49,19 +47,27 @@ def parse_args(argv=None):
     p.add_argument("--init-p", type=float, default=0.1)
     p.add_argument("--out", default=None, help="write the JSON result here")
     p.add_argument("--workdir", default=None)
+    p.add_argument("--checkpoint", default=None, help="HDF5 checkpoint path (resumes when it exists)")
+    p.add_argument("--checkpoint-every", type=int, default=1, help="iterations between checkpoints")
+    p.add_argument("--checkpoint-seconds", type=float, default=None, help="seconds between checkpoints")
+    p.add_argument("--resume", choices=["auto", "yes", "no"], default="auto")
+    p.add_argument("--allow-version-change", action="store_true")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> None:
-    from mixle.inference.estimation import optimize
-
     from mixle_mpi import ResilientMPIEncodedData, is_driver
+    from mixle_mpi.fitloop import fit
     from mixle_mpi.models import get_model
 
     args = parse_args(argv)
     model = get_model(args.model)
     est = model.estimator()
+    if is_driver() and args.checkpoint:
+        from mixle_mpi.checkpoint import check_writable
+
+        check_writable(args.checkpoint)  # before any work starts
     data = model.sample(args.n, args.data_seed) if is_driver() else None
     t0 = time.perf_counter()
     with ResilientMPIEncodedData(
@@ -70,12 +76,13 @@ def main(argv=None) -> None:
     ) as enc:  # worker ranks serve inside this call and end when the fit is done
         del data
         out = TraceOut(None if args.quiet else sys.stdout)
-        fitted = optimize(None, est, enc_data=enc, max_its=args.max_its, init_p=args.init_p,
-                          rng=np.random.RandomState(args.seed), out=out, print_iter=1)
+        fitted, lls = fit(enc, est, max_its=args.max_its, init_p=args.init_p, seed=args.seed, out=out,
+                          checkpoint=args.checkpoint, every=args.checkpoint_every, seconds=args.checkpoint_seconds,
+                          resume=args.resume, allow_version_change=args.allow_version_change)
         result = {
             "model": fitted.to_json(),
-            "ll": out.lls,
-            "iterations": len(out.lls),
+            "ll": lls,
+            "iterations": len(lls),
             "num_shards": enc.num_shards,
             "rounds": enc.rounds,
             "failures": {str(k): v for k, v in enc.failures.items()},
@@ -87,7 +94,7 @@ def main(argv=None) -> None:
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(result, fh)
         os.replace(tmp, args.out)
-    print(f"[mixle_mpi] fit done: {result['iterations']} log-likelihoods, final {out.lls[-1]!r}, "
+    print(f"[mixle_mpi] fit done: {result['iterations']} log-likelihoods, final {lls[-1]!r}, "
           f"failures survived {sum(enc.failures.values())}", flush=True)
 
 

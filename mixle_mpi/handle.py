@@ -144,7 +144,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         method, reason = probe_shrink_method()
         self.shrink_method = method
         self.events.emit(
-            "start", workers=workers, num_shards=self.num_shards, sub_chunks=self.sub_chunks,
+            "start", driver_pid=os.getpid(), workers=workers, num_shards=self.num_shards, sub_chunks=self.sub_chunks,
             max_retries=self.max_retries, shrink=method, shrink_reason=reason,
             mpi=" ".join(map(str, __import__("mpi4py").MPI.get_vendor())), blas=blas_description(),
             settings=self.settings.__dict__, fault_plan=[f.__dict__ for f in plan],

@@ -13,16 +13,15 @@ def reference_fit(model_name: str, n: int, data_seed: int, seed: int, num_shards
     from mixle.inference.estimation import optimize
     from mixle.utils.parallel.resilient_em import ResilientMPEncodedData
 
-    from mixle_mpi.fitjob import TraceOut
     from mixle_mpi.models import get_model
 
     model = get_model(model_name)
     est = model.estimator()
     data = model.sample(n, data_seed)
-    out = TraceOut(None)
+    lls: list[float] = []
     with ResilientMPEncodedData(data, estimator=est, num_workers=num_shards, sub_chunks=sub_chunks) as enc:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fitted = optimize(None, est, enc_data=enc, max_its=max_its, init_p=init_p,
-                              rng=np.random.RandomState(seed), out=out, print_iter=1)
-    return {"model": fitted.to_json(), "ll": out.lls, "iterations": len(out.lls)}
+                              rng=np.random.RandomState(seed), on_step=lambda s: lls.append(float(s.log_density)))
+    return {"model": fitted.to_json(), "ll": lls, "iterations": len(lls)}

@@ -172,17 +172,21 @@ def test_unknown_scope_lists_valid_scopes():
     _assert_lists(exc, SCOPES)
 
 
-@pytest.mark.parametrize("worker", [0, -1, True, 2.0, "2", None])
+@pytest.mark.parametrize("worker", [-1, True, 2.0, "2", None])
 def test_bad_worker(worker):
-    with pytest.raises(ConfigError, match="worker rank >= 1"):
+    with pytest.raises(ConfigError, match="rank >= 0"):
         Fault(worker, "kill", "init")
-    with pytest.raises(ConfigError, match="worker rank >= 1"):
+    with pytest.raises(ConfigError, match="rank >= 0"):
         parse_plan({"worker": worker, "action": "kill", "phase": "init"})
 
 
-def test_worker_zero_compact():
-    with pytest.raises(ConfigError, match="rank 0 is the driver"):
+def test_worker_zero_is_the_driver_with_driver_phases_only():
+    with pytest.raises(ConfigError, match="driver .rank 0. can only fault at"):
         parse_plan("0:kill:init")
+    assert parse_plan("0:kill:estep_before:3")[0].worker == 0
+    assert parse_plan("0:kill:checkpoint_write:2")[0].phase == "checkpoint_write"
+    with pytest.raises(ConfigError, match="driver only"):
+        parse_plan("2:kill:checkpoint_write:2")
 
 
 @pytest.mark.parametrize("call", [-1, True, 1.0, "1", None])

@@ -1,0 +1,150 @@
+"""``fit``: mixle's optimize with exact checkpoints, resume and preemption.
+
+mixle's EM loop reports every accepted iteration to ``on_step`` and resumes from
+``prev_estimate``; the E-step is deterministic, so a fit resumed from the model after
+iteration k replays iterations k+1.. to the same bits. Checkpoints are written by the
+driver only (see :mod:`mixle_mpi.checkpoint`). SIGTERM (and SIGUSR1, unless it is ignored
+as under MPICH's rank wrapper) asks the driver to checkpoint at the end of the current
+iteration and exit with code 75, "checkpointed, please requeue".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import json
+import signal
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+from mixle_mpi import checkpoint as ckpt
+from mixle_mpi.errors import MixleMPIError
+
+
+class Preempted(MixleMPIError):
+    """The driver was asked to stop; a checkpoint was written. Rerun to resume."""
+
+
+class _StopFlag:
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    def install(self) -> None:
+        sigs = [signal.SIGTERM]
+        if signal.getsignal(signal.SIGUSR1) != signal.SIG_IGN:
+            sigs.append(signal.SIGUSR1)
+        for s in sigs:
+            signal.signal(s, self._handler)
+
+    def _handler(self, signum, frame) -> None:
+        self.signal = signum
+
+
+def versions(blas_threads: int) -> dict:
+    """The versions that the fitted bits depend on."""
+    from mpi4py import MPI
+
+    vendor, ver = MPI.get_vendor()
+    return {"mixle": md.version("mixle"), "numpy": np.__version__, "mpi": f"{vendor} {'.'.join(map(str, ver))}",
+            "blas_threads": int(blas_threads)}
+
+
+def _whole_fit_provenance(model, iterations: int, max_its: int) -> None:
+    """optimize's fit receipt describes only the resumed part; make it describe the whole
+    fit, as the uninterrupted run's does (it is part of the model's JSON)."""
+    import dataclasses
+
+    prov = model.fit_provenance() if hasattr(model, "fit_provenance") else None
+    if prov is not None:
+        model._fit_provenance = dataclasses.replace(prov, iterations=iterations, max_iterations=max_its)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_p: float = 0.1, seed: int = 1,
+        checkpoint: str | None = None, every: int = 1, seconds: float | None = None, resume: str = "auto",
+        allow_version_change: bool = False, out=None) -> tuple[Any, list[float]]:
+    """Fit with ``optimize`` on the driver; returns (model, log-likelihood per iteration).
+
+    ``checkpoint`` is an HDF5 path; a checkpoint is written every ``every`` iterations
+    and/or every ``seconds`` seconds, and once at the end. ``resume``: "auto" resumes when
+    a checkpoint exists, "yes" requires one, "no" starts afresh (overwriting).
+    """
+    from mixle.inference.estimation import optimize
+    from mixle.utils.serialization import from_json, to_json
+
+    if resume not in ("auto", "yes", "no"):
+        raise ckpt.ConfigError(f"resume must be 'auto', 'yes' or 'no'; found {resume!r}")
+    drv = enc._driver
+    current = ckpt.FitState(
+        iteration=0, model="", ll=[],
+        layout={"num_shards": enc.num_shards, "sub_chunks": enc.sub_chunks},
+        fingerprint={"data": enc.store.fingerprint(), "estimator": _sha(to_json(estimator)),
+                     "config": _sha(json.dumps({"delta": delta, "init_p": init_p, "seed": seed}))},
+        versions=versions(enc.settings.blas_threads),
+    )
+    state = None
+    if checkpoint:
+        ckpt.check_writable(checkpoint)
+        if resume != "no":
+            state = ckpt.read(checkpoint, on_fallback=lambda p, why: enc.events.emit("checkpoint_fallback", path=p, cause=why))
+            if state is None and resume == "yes":
+                raise ckpt.CheckpointError(f"resume='yes' but there is no checkpoint at {checkpoint!r}")
+        if state is not None:
+            diff = ckpt.differences(state, current, allow_version_change)
+            if diff:
+                raise ckpt.CheckpointError(f"{checkpoint} is a checkpoint of a different fit; refusing to resume:\n  "
+                                           + "\n  ".join(diff))
+            enc.events.emit("resumed", path=checkpoint, iteration=state.iteration, finished=state.finished)
+            if state.finished:
+                return from_json(state.model), list(state.ll)
+
+    history = list(state.ll) if state else []
+    start = state.iteration if state else 0
+    stop = _StopFlag()
+    stop.install()
+    last_write = [time.monotonic()]
+
+    def save(model, iteration: int, finished: bool = False, converged: bool = False) -> None:
+        t0 = time.perf_counter()
+        s = ckpt.FitState(**{**current.__dict__, "iteration": iteration, "model": model.to_json(), "ll": list(history),
+                              "finished": finished, "converged": converged,
+                              "failures": {str(k): v for k, v in drv.membership.failures().items()},
+                              "blacklist": drv.membership.blacklisted()})
+        ckpt.write(checkpoint, s, before_rename=lambda tmp: drv.faults.check("checkpoint_write", iteration))
+        last_write[0] = time.monotonic()
+        enc.events.emit("checkpoint", path=checkpoint, iteration=iteration, finished=finished,
+                        seconds=round(time.perf_counter() - t0, 6))
+
+    def on_step(step) -> None:
+        history.append(float(step.log_density))
+        i = start + step.iter
+        due = (every and i % every == 0) or (seconds is not None and time.monotonic() - last_write[0] >= seconds)
+        if checkpoint and (due or stop.signal is not None):
+            save(step.model, i)
+        if stop.signal is not None:
+            name = signal.Signals(stop.signal).name
+            enc.events.emit("preempted", signal=name, iteration=i, checkpoint=checkpoint)
+            raise Preempted(f"received {name} after iteration {i}; "
+                            + (f"checkpoint written to {checkpoint}: rerun the same command to resume"
+                               if checkpoint else "no checkpoint path was given, so nothing was saved"))
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*max_its cap.*")
+        if state is None:
+            model = optimize(None, estimator, enc_data=enc, max_its=max_its, delta=delta, init_p=init_p,
+                             rng=np.random.RandomState(seed), on_step=on_step, out=out, print_iter=1)
+        else:
+            model = optimize(None, estimator, enc_data=enc, prev_estimate=from_json(state.model),
+                             max_its=max(0, max_its - start), delta=delta, on_step=on_step, out=out, print_iter=1)
+    if state is not None:
+        _whole_fit_provenance(model, len(history), max_its)
+    if checkpoint:
+        converged = bool(history) and delta is not None and len(history) < max_its
+        save(model, len(history), finished=True, converged=converged)
+    return model, history
