@@ -98,10 +98,17 @@ def _driver_atexit() -> None:
 def _rank_excepthook(tp, value, tb) -> None:
     from mpi4py import MPI
 
-    sys.stderr.write(f"[mixle_mpi] uncaught exception on rank {MPI.COMM_WORLD.Get_rank()} ({MPI.Get_processor_name()}, pid {os.getpid()}):\n")
+    rank = MPI.COMM_WORLD.Get_rank()
+    sys.stderr.write(f"[mixle_mpi] uncaught exception on rank {rank} ({MPI.Get_processor_name()}, pid {os.getpid()}):\n")
     traceback.print_exception(tp, value, tb)
+    code = exit_code_for(value)
+    if rank == 0 and MPI.Comm.Get_parent() == MPI.COMM_NULL:
+        try:
+            write_status(code, f"{tp.__name__}: {value}")
+        except OSError:
+            pass
     _flush()
-    MPI.COMM_WORLD.Abort(exitcodes.FAILED)
+    MPI.COMM_WORLD.Abort(code)
 
 
 def install_early() -> None:

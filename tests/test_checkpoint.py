@@ -1,0 +1,162 @@
+"""Checkpoint and resume under real MPI: the driver (or every rank) is killed or preempted,
+the same command is run again, and the fit ends bit-identical to an uninterrupted one."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit
+
+from mixle_mpi import checkpoint as ckpt
+
+pytestmark = pytest.mark.mpijob
+
+ITS = 8
+
+
+def _args(model: str, n: int, ck: Path, extra=()) -> list[str]:
+    return fit_args(model, n, 4, 1, ITS) + ["--checkpoint", str(ck), *extra]
+
+
+@functools.lru_cache(maxsize=None)
+def _uninterrupted(model: str, n: int, root: str) -> dict:
+    job = run_job(OMPI_PYTHON, 4, fit_args(model, n, 4, 1, ITS), Path(root) / f"ref-{model}-{n}")
+    assert job.rc == 0, job.describe()
+    return job.result
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("uninterrupted"))
+    return lambda model, n: _uninterrupted(model, n, root)
+
+
+@pytest.mark.parametrize("model,n,call", [("gmm1d", 4000, 2), ("hmm", 600, 4), ("gmm1d", 4000, 4)])
+def test_driver_killed_mid_estep_resumes_exactly(model, n, call, tmp_path, uninterrupted):
+    ck = tmp_path / "ck.h5"
+    first = run_job(OMPI_PYTHON, 4, _args(model, n, ck), tmp_path / "a", plan=f"0:kill:estep_before:{call}")
+    assert first.rc != 0 and first.result is None, first.describe()
+    assert ckpt.read(str(ck)).iteration == call
+    # resume on a different number of ranks: S is fixed by the checkpoint, so the bits are too
+    second = run_job(OMPI_PYTHON, 3, _args(model, n, ck), tmp_path / "b")
+    assert second.rc == 0, second.describe()
+    assert same_fit(second.result, uninterrupted(model, n)), second.describe()
+    assert [e["iteration"] for e in second.events if e["event"] == "resumed"] == [call]
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+def test_driver_killed_while_writing_a_checkpoint(tmp_path, uninterrupted):
+    ck = tmp_path / "ck.h5"
+    first = run_job(OMPI_PYTHON, 4, _args("gmm1d", 4000, ck), tmp_path / "a", plan="0:kill:checkpoint_write:3")
+    assert first.rc != 0, first.describe()
+    assert ckpt.read(str(ck)).iteration == 2          # the half-written one never replaced it
+    second = run_job(OMPI_PYTHON, 4, _args("gmm1d", 4000, ck), tmp_path / "b")
+    assert second.rc == 0, second.describe()
+    assert same_fit(second.result, uninterrupted("gmm1d", 4000))
+
+
+def _start(tmp_path: Path, ck: Path, n: int) -> tuple[subprocess.Popen, Path]:
+    events = tmp_path / "events.jsonl"
+    env = dict(os.environ, PYTHONWARNINGS="ignore", MIXLE_MPI_EVENT_LOG=str(events), MIXLE_MPI_FAULT_PLAN="")
+    cmd = [OMPI_PYTHON, "-m", "mixle_mpi", "run", "-n", "4", "--timeout", "200", "--", OMPI_PYTHON, "-m",
+           "mixle_mpi.fitjob", *_args("gmm1d", n, ck), "--max-its", "40", "--workdir", str(tmp_path / "work"),
+           "--quiet"]
+    proc = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, events
+
+
+def _wait_for_iteration(ck: Path, at_least: int, proc: subprocess.Popen, deadline: float = 120) -> None:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        assert proc.poll() is None, "the job ended before the test could interrupt it"
+        try:
+            state = ckpt.read(str(ck))
+        except ckpt.CheckpointError:
+            state = None
+        if state is not None and state.iteration >= at_least:
+            return
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint appeared in time")
+
+
+def _resume_and_compare(tmp_path: Path, ck: Path, n: int) -> None:
+    ref = run_job(OMPI_PYTHON, 4, fit_args("gmm1d", n, 4, 1, 40), tmp_path / "ref")
+    again = run_job(OMPI_PYTHON, 4, _args("gmm1d", n, ck) + ["--max-its", "40"], tmp_path / "again")
+    assert again.rc == 0, again.describe()
+    assert any(e["event"] == "resumed" for e in again.events)
+    assert same_fit(again.result, ref.result)
+
+
+def test_every_rank_killed_resumes_exactly(tmp_path):
+    ck, n = tmp_path / "ck.h5", 200000
+    proc, _ = _start(tmp_path, ck, n)
+    _wait_for_iteration(ck, 3, proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    time.sleep(1.0)
+    assert no_leftover_processes(str(tmp_path / "work")) == []
+    _resume_and_compare(tmp_path, ck, n)
+
+
+def test_sigterm_to_the_driver_checkpoints_and_asks_for_requeue(tmp_path):
+    ck, n = tmp_path / "ck.h5", 200000
+    proc, events = _start(tmp_path, ck, n)
+    _wait_for_iteration(ck, 2, proc)
+    start = next(json.loads(l) for l in events.read_text().splitlines() if '"start"' in l)
+    os.kill(start["driver_pid"], signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err[-4000:]
+    assert "received SIGTERM" in err and "rerun the same command to resume" in err
+    saved = ckpt.read(str(ck))
+    assert not saved.finished and saved.iteration >= 2
+    _resume_and_compare(tmp_path, ck, n)
+
+
+@pytest.mark.parametrize("change,field", [
+    (["--data-seed", "2"], "fingerprint.data"),
+    (["--sub-chunks", "2"], "layout.sub_chunks"),
+    (["--num-shards", "3"], "layout.num_shards"),
+    (["--seed", "8"], "fingerprint.config"),
+])
+def test_checkpoint_of_another_fit_is_refused(change, field, tmp_path):
+    ck = tmp_path / "ck.h5"
+    first = run_job(OMPI_PYTHON, 3, _args("gmm1d", 3000, ck), tmp_path / "a", plan="0:kill:estep_before:2")
+    assert first.rc != 0
+    again = run_job(OMPI_PYTHON, 3, _args("gmm1d", 3000, ck) + change, tmp_path / "b")
+    assert again.rc == 2, again.describe()
+    assert "is a checkpoint of a different fit" in again.stderr and field in again.stderr, again.describe()
+
+
+def test_corrupt_checkpoint_falls_back_or_fails_clearly(tmp_path, uninterrupted):
+    ck = tmp_path / "ck.h5"
+    first = run_job(OMPI_PYTHON, 4, _args("gmm1d", 4000, ck), tmp_path / "a", plan="0:kill:estep_before:5")
+    assert first.rc != 0
+    data = bytearray(ck.read_bytes())
+    i = data.find(b'"iteration"')
+    data[i + 1] ^= 0x01
+    ck.write_bytes(bytes(data))
+    again = run_job(OMPI_PYTHON, 4, _args("gmm1d", 4000, ck), tmp_path / "b")
+    assert again.rc == 0, again.describe()
+    assert any(e["event"] == "checkpoint_fallback" for e in again.events)
+    assert same_fit(again.result, uninterrupted("gmm1d", 4000))
+    # now both files are bad: a clear error naming them, exit 2
+    for p in (ck, Path(str(ck) + ".prev")):
+        p.write_bytes(b"garbage")
+    bad = run_job(OMPI_PYTHON, 3, _args("gmm1d", 4000, ck), tmp_path / "c")
+    assert bad.rc == 2 and "no usable checkpoint" in bad.stderr and str(ck) in bad.stderr, bad.describe()
+
+
+def test_missing_checkpoint_directory_fails_before_work(tmp_path):
+    ck = tmp_path / "missing" / "ck.h5"
+    job = run_job(OMPI_PYTHON, 3, _args("gmm1d", 3000, ck), tmp_path / "a")
+    assert job.rc == 2, job.describe()
+    assert "does not exist" in job.stderr
+    assert not any(e["event"] == "start" for e in job.events)

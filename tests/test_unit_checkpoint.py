@@ -1,0 +1,111 @@
+"""Checkpoint files without MPI: atomic write, checksum, fallback, refusal of other fits."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from mixle_mpi import checkpoint as ckpt
+from mixle_mpi.errors import ConfigError
+
+
+def _state(i: int, **kw) -> ckpt.FitState:
+    base = dict(iteration=i, model='{"m": %d}' % i, ll=[-1.5 * k for k in range(i)],
+                layout={"num_shards": 4, "sub_chunks": 1}, fingerprint={"data": "d", "estimator": "e", "config": "c"},
+                versions={"mixle": "0.8.2", "numpy": "2.4.6", "mpi": "Open MPI 5.0.11", "blas_threads": 1})
+    base.update(kw)
+    return ckpt.FitState(**base)
+
+
+def test_round_trip_and_previous_kept(tmp_path):
+    p = str(tmp_path / "ck.h5")
+    assert ckpt.read(p) is None
+    ckpt.write(p, _state(1))
+    ckpt.write(p, _state(2))
+    assert ckpt.read(p) == _state(2)
+    assert ckpt.read(p + ".prev") == _state(1)
+    assert not os.path.exists(p + ".tmp")
+
+
+def _flip_byte_in_state(path: str) -> None:
+    data = bytearray(open(path, "rb").read())
+    i = data.find(b'"iteration"')
+    assert i > 0
+    data[i + 1] ^= 0x01
+    open(path, "wb").write(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
+def test_damaged_newest_falls_back_to_previous(tmp_path, damage):
+    p = str(tmp_path / "ck.h5")
+    ckpt.write(p, _state(1))
+    ckpt.write(p, _state(2))
+    if damage == "flip":
+        _flip_byte_in_state(p)
+    elif damage == "truncate":
+        os.truncate(p, os.path.getsize(p) // 2)
+    else:
+        open(p, "wb").write(b"not hdf5 at all")
+    seen = []
+    assert ckpt.read(p, on_fallback=lambda path, why: seen.append((path, why))) == _state(1)
+    assert seen and seen[0][0] == p + ".prev" and p in seen[0][1]
+
+
+def test_no_good_checkpoint_names_every_file(tmp_path):
+    p = str(tmp_path / "ck.h5")
+    ckpt.write(p, _state(1))
+    ckpt.write(p, _state(2))
+    _flip_byte_in_state(p)
+    _flip_byte_in_state(p + ".prev")
+    with pytest.raises(ckpt.CheckpointError) as exc:
+        ckpt.read(p)
+    assert "checksum mismatch" in str(exc.value)
+    assert p in str(exc.value) and p + ".prev" in str(exc.value)
+
+
+def test_kill_before_rename_leaves_the_old_checkpoint(tmp_path):
+    p = str(tmp_path / "ck.h5")
+    ckpt.write(p, _state(1))
+
+    class Killed(Exception):
+        pass
+
+    def die(tmp):
+        raise Killed
+
+    with pytest.raises(Killed):
+        ckpt.write(p, _state(2), before_rename=die)
+    assert ckpt.read(p) == _state(1)
+
+
+def test_differences_list_every_field():
+    saved = _state(3)
+    other = _state(0, layout={"num_shards": 8, "sub_chunks": 2},
+                   fingerprint={"data": "X", "estimator": "e", "config": "c"},
+                   versions={**saved.versions, "numpy": "9.9"})
+    diff = ckpt.differences(saved, other)
+    assert any(d.startswith("layout.num_shards") for d in diff)
+    assert any(d.startswith("layout.sub_chunks") for d in diff)
+    assert any(d.startswith("fingerprint.data") for d in diff)
+    assert any(d.startswith("versions.numpy") for d in diff)
+    assert len(diff) == 4
+    relaxed = ckpt.differences(saved, other, allow_version_change=True)
+    assert len(relaxed) == 3 and not any("versions" in d for d in relaxed)
+    assert ckpt.differences(saved, _state(0)) == []
+
+
+def test_unwritable_or_missing_directory(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        ckpt.check_writable(str(tmp_path / "nope" / "ck.h5"))
+    ckpt.check_writable(str(tmp_path / "ck.h5"))
+
+
+def test_not_a_checkpoint(tmp_path):
+    import h5py
+
+    p = str(tmp_path / "other.h5")
+    with h5py.File(p, "w") as f:
+        f.attrs["format"] = "something else"
+    with pytest.raises(ckpt.CheckpointError, match="not a mixle_mpi checkpoint"):
+        ckpt.read(p)
