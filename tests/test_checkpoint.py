@@ -106,15 +106,16 @@ def test_every_rank_killed_resumes_exactly(tmp_path):
     _resume_and_compare(tmp_path, ck, n)
 
 
-def test_sigterm_to_the_driver_checkpoints_and_asks_for_requeue(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
+def test_signal_to_the_driver_checkpoints_and_asks_for_requeue(sig, tmp_path):
     ck, n = tmp_path / "ck.h5", 200000
     proc, events = _start(tmp_path, ck, n)
     _wait_for_iteration(ck, 2, proc)
     start = next(json.loads(l) for l in events.read_text().splitlines() if '"start"' in l)
-    os.kill(start["driver_pid"], signal.SIGTERM)
+    os.kill(start["driver_pid"], sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, err[-4000:]
-    assert "received SIGTERM" in err and "rerun the same command to resume" in err
+    assert f"received {sig.name}" in err and "rerun the same command to resume" in err
     saved = ckpt.read(str(ck))
     assert not saved.finished and saved.iteration >= 2
     _resume_and_compare(tmp_path, ck, n)
