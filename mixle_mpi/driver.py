@@ -214,8 +214,12 @@ class Driver:
             self.monitor.grace(w, 0.0)
 
     # -- rounds --------------------------------------------------------------------
-    def run_round(self, kind: str, body: Any, extras: dict[int, Any] | None = None) -> dict[int, Any]:
-        """Compute every shard's result for one call; exact whatever fails meanwhile."""
+    def run_round(self, kind: str, body: Any, extras: dict[int, Any] | None = None,
+                  preloaded: dict[int, Any] | None = None, record=None) -> dict[int, Any]:
+        """Compute every shard's result for one call; exact whatever fails meanwhile.
+
+        ``preloaded`` results (from a fold journal) are not recomputed; ``record(shard,
+        result)`` is called for each result as it arrives."""
         t0 = time.perf_counter()
         call = self.calls[kind]
         self.calls[kind] += 1
@@ -225,7 +229,7 @@ class Driver:
         body_b = pickle.dumps(body, protocol=PROTO)
         extras = extras or {}
         assigned: dict[int, int] = {}
-        results: dict[int, Any] = {}
+        results: dict[int, Any] = dict(preloaded or {})
         recomputed: set[int] = set()
         failed_before = set(self.pending)
 
@@ -236,8 +240,9 @@ class Driver:
                     assigned[s] = worker
 
         for w in self._live():
-            if self.owners.get(w):
-                dispatch(w, list(self.owners[w]), False)
+            todo = [s for s in self.owners.get(w, []) if s not in results]
+            if todo:
+                dispatch(w, todo, False)
         backoff = Backoff()
         while len(results) < self.num_shards:
             progressed = False
@@ -246,6 +251,10 @@ class Driver:
                     if msg[0] == "result" and msg[1] == task_id and assigned.get(msg[2]) == w and msg[2] not in results:
                         results[msg[2]] = msg[3]
                         progressed = True
+                        if record is not None:
+                            record(msg[2], msg[3])
+                            if kind == "estep" and len(results) < self.num_shards:
+                                self.faults.check("estep_mid", call)
             self._check_failures()
             orphans = sorted(s for s in range(self.num_shards) if s not in results and not self.membership.is_live(assigned.get(s, -1)))
             if orphans:
@@ -267,7 +276,8 @@ class Driver:
         blacklisted = self.reconfigure() if self.pending else []
         self.rounds.append({
             "kind": kind, "call": call, "seconds": time.perf_counter() - t0,
-            "reused": sorted(set(results) - recomputed), "recomputed": sorted(recomputed),
+            "reused": sorted(set(results) - recomputed - set(preloaded or ())), "recomputed": sorted(recomputed),
+            "journaled": sorted(preloaded or ()),
             "failed": failed_now, "blacklisted": blacklisted,
         })
         return results

@@ -19,7 +19,7 @@ from mixle_mpi.errors import ConfigError
 
 ACTIONS = ("kill", "stop", "exit")
 PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "respawn", "checkpoint_write")
-DRIVER_PHASES = ("estep_before", "checkpoint_write")  # worker 0 is the driver
+DRIVER_PHASES = ("estep_before", "estep_mid", "checkpoint_write")  # worker 0 is the driver
 SCOPES = ("any", "own", "recovery")
 ENV_VAR = "MIXLE_MPI_FAULT_PLAN"
 
@@ -31,7 +31,8 @@ class Fault:
     ``call`` counts the driver's calls of that kind from 0 (E-step rounds for the estep
     phases, initializations, log-density sums; for ``checkpoint_write`` the iteration being
     written); it is ignored for ``respawn``. Worker 0 is the driver itself (phases
-    ``estep_before`` and ``checkpoint_write``), for checkpoint and resume tests.
+    ``estep_before``, ``estep_mid`` -- after a first result was journaled -- and
+    ``checkpoint_write``), for checkpoint and resume tests.
     ``incarnation`` picks the process: 0 is the original, 1 its first replacement, ...
     ``scope`` limits task phases to the worker's own shards or to recovery work.
     """

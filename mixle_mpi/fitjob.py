@@ -52,6 +52,8 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint-seconds", type=float, default=None, help="seconds between checkpoints")
     p.add_argument("--resume", choices=["auto", "yes", "no"], default="auto")
     p.add_argument("--allow-version-change", action="store_true")
+    p.add_argument("--fold-journal", action="store_true",
+                   help="persist each round's received shard payloads (resume mid-round)")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
 
@@ -78,7 +80,8 @@ def main(argv=None) -> None:
         out = TraceOut(None if args.quiet else sys.stdout)
         fitted, lls = fit(enc, est, max_its=args.max_its, init_p=args.init_p, seed=args.seed, out=out,
                           checkpoint=args.checkpoint, every=args.checkpoint_every, seconds=args.checkpoint_seconds,
-                          resume=args.resume, allow_version_change=args.allow_version_change)
+                          resume=args.resume, allow_version_change=args.allow_version_change,
+                          journal=args.fold_journal)
         result = {
             "model": fitted.to_json(),
             "ll": lls,

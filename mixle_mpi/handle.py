@@ -81,6 +81,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         from mixle_mpi.worker import serve_forever
 
         self._driver = None
+        self.journal = None  # a FoldJournal, set by fitloop.fit(journal=True)
         self.closed_cleanly = False
         parent = MPI.Comm.Get_parent()
         if parent != MPI.COMM_NULL:  # a respawned worker: join the driver and serve
@@ -210,14 +211,24 @@ class ResilientMPIEncodedData(EncodedDataHandle):
     def _fold(self, estimator, results: dict[int, bytes]):
         return checkpointed_fold(estimator, [results[s] for s in range(self.num_shards)])
 
+    def _estep(self, estimator: Any, model: Any) -> dict[int, bytes]:
+        if self.journal is None:
+            return self._driver.run_round("estep", (estimator, model))
+        from mixle_mpi.journal import round_key
+
+        found = self.journal.begin(round_key(estimator, model))
+        if found:
+            self.events.emit("journal_reused", shards=sorted(found), path=self.journal.path)
+        return self._driver.run_round("estep", (estimator, model), preloaded=found, record=self.journal.record)
+
     def pysp_seq_estimate(self, estimator: Any, prev_estimate: Any) -> Any:
         """One resilient EM step: E-step on the workers, canonical fold and M-step here."""
-        nobs, value = self._fold(estimator, self._driver.run_round("estep", (estimator, prev_estimate)))
+        nobs, value = self._fold(estimator, self._estep(estimator, prev_estimate))
         return estimator.estimate(nobs, value)
 
     def pysp_stream_accumulate(self, estimator: Any, model: Any) -> tuple[float, Any]:
         """Folded, key-tied sufficient statistics for streaming EM."""
-        return self._fold(estimator, self._driver.run_round("estep", (estimator, model)))
+        return self._fold(estimator, self._estep(estimator, model))
 
     def pysp_seq_initialize(self, estimator: Any, rng: np.random.RandomState, p: float) -> Any:
         """Randomized initialization; each shard uses its own seed from ``rng``."""

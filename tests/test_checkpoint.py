@@ -161,3 +161,19 @@ def test_missing_checkpoint_directory_fails_before_work(tmp_path):
     assert job.rc == 2, job.describe()
     assert "does not exist" in job.stderr
     assert not any(e["event"] == "start" for e in job.events)
+
+
+def test_driver_killed_mid_fold_recomputes_only_missing_shards(tmp_path, uninterrupted):
+    """With the fold journal, the round's shards that had arrived are not recomputed."""
+    ck = tmp_path / "ck.h5"
+    first = run_job(OMPI_PYTHON, 4, _args("gmm1d", 4000, ck, ["--fold-journal"]), tmp_path / "a",
+                    plan="0:kill:estep_mid:3")
+    assert first.rc != 0, first.describe()
+    second = run_job(OMPI_PYTHON, 4, _args("gmm1d", 4000, ck, ["--fold-journal"]), tmp_path / "b")
+    assert second.rc == 0, second.describe()
+    reused = [e["shards"] for e in second.events if e["event"] == "journal_reused"]
+    assert len(reused) == 1 and 1 <= len(reused[0]) < 4, second.describe()
+    first_round = [r for r in second.result["rounds"] if r["kind"] == "estep"][0]
+    assert first_round["journaled"] == reused[0]
+    assert sorted(first_round["reused"] + first_round["journaled"]) == [0, 1, 2, 3]
+    assert same_fit(second.result, uninterrupted("gmm1d", 4000))
