@@ -59,7 +59,7 @@ class Worker:
             _die(RECONFIG_TIMEOUT, "reconfiguration overran its deadline")
 
     def recv(self) -> tuple:
-        backoff = Backoff(0.0002, 0.005)
+        backoff = Backoff()
         while True:
             try:
                 msg = self.link.poll(TAG_CMD)
@@ -71,7 +71,7 @@ class Worker:
             backoff.sleep()
 
     def reply(self, obj: Any) -> None:
-        backoff = Backoff(0.0001, 0.005)
+        backoff = Backoff()
         try:
             self.link.post(obj, TAG_REPLY)
             while not self.link.progress():
