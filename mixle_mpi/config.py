@@ -31,7 +31,7 @@ class Settings:
     heartbeat_period: float = 0.1      # seconds between heartbeats, both directions
     heartbeat_timeout: float = 1.0     # silence after which a worker is declared failed
     driver_timeout: float = 60.0       # silence after which a worker gives the driver up
-    reconfigure_timeout: float = 60.0  # deadline for one shrink, spawn or shard load
+    reconfigure_timeout: float = 60.0  # deadline for one shrink, spawn, or control reply (shard load)
     blas_threads: int = 1              # BLAS threads on every rank (bits depend on it)
     respawn: bool = True               # respawn failed ranks below max_retries
 

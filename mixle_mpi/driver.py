@@ -142,11 +142,20 @@ class Driver:
 
     def _collect(self, expect: dict[int, set], what: str) -> dict[int, list[tuple]]:
         """Wait until each expected worker sent replies with the expected keys (msg[0], msg[1]),
-        or failed. Returns the messages per worker; failed workers are simply absent."""
+        or failed. Returns the messages per worker; failed workers are simply absent.
+
+        Control replies have a deadline (``reconfigure_timeout``): a worker whose heartbeat
+        thread lives on while its main thread never answers is hung, and is failed."""
         got: dict[int, list[tuple]] = {w: [] for w in expect}
         waiting = {w: set(keys) for w, keys in expect.items() if keys}
         backoff = Backoff()
+        deadline = time.monotonic() + self.settings.reconfigure_timeout
         while waiting:
+            if time.monotonic() > deadline:
+                for w in sorted(waiting):
+                    self._fail(w, f"no {what!r} reply within reconfigure_timeout="
+                                  f"{self.settings.reconfigure_timeout:g} s (hung)")
+                deadline = float("inf")
             progressed = False
             for w in list(waiting):
                 for msg in self._drain(w):
