@@ -60,6 +60,8 @@ class ResilientMPIEncodedData(EncodedDataHandle):
     ``reconfigure_timeout``, ``blas_threads`` and ``respawn``.
     """
 
+    journal = None  # a FoldJournal while fitloop.fit(journal=True) runs
+
     def __init__(
         self,
         data: Any,
@@ -81,7 +83,6 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         from mixle_mpi.worker import serve_forever
 
         self._driver = None
-        self.journal = None  # a FoldJournal, set by fitloop.fit(journal=True)
         self.closed_cleanly = False
         parent = MPI.Comm.Get_parent()
         if parent != MPI.COMM_NULL:  # a respawned worker: join the driver and serve
