@@ -153,7 +153,10 @@ class Worker:
                 continue
             if msg[0] == "stop":
                 self.stop()
-            assert msg[0] == "shrink_go" and msg[1] == epoch, msg
+            if msg[0] == "abort":
+                _die(WORKER_ABORTED, "the driver aborted the job during a shrink")
+            if msg[0] != "shrink_go" or msg[1] != epoch:
+                raise RuntimeError(f"expected shrink_go for epoch {epoch}, got {msg[:2]!r}")
             break
         self.deadline = time.monotonic() + self.reconfigure_timeout
         old = self.link
