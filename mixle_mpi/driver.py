@@ -468,18 +468,15 @@ class Driver:
             except (TimeoutError, MPI.Exception) as exc:
                 sys.stderr.write(f"[mixle_mpi] disconnecting respawned rank {w} failed: {exc}\n")
 
-    def _stop(self, workers: list[int]) -> None:
+    def _stop(self, workers: list[int], msg: tuple = ("stop",), wait: float = 5.0) -> None:
+        """Send ``msg`` to ``workers`` and wait (bounded) until the sends have completed."""
         for w in workers:
-            self._post(w, ("stop",))
-        deadline = time.monotonic() + 5.0
+            self._post(w, msg)
+        deadline = time.monotonic() + wait
         backoff = Backoff()
         while time.monotonic() < deadline and not all(self.links[w].progress() for w in workers if w in self.links):
             backoff.sleep()
 
     def abort_workers(self) -> None:
         """Best effort, before a failing driver exits: tell every worker to end now."""
-        for w in self._live():
-            self._post(w, ("abort",))
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and not all(l.progress() for l in self.links.values()):
-            time.sleep(0.005)
+        self._stop(self._live(), ("abort",), wait=2.0)

@@ -14,26 +14,6 @@ import sys
 import time
 
 
-class TraceOut:
-    """An ``out`` for mixle's optimize: echoes progress lines and records the exact lls."""
-
-    def __init__(self, echo=sys.stdout) -> None:
-        self.echo = echo
-        self.lls: list[float] = []
-        self.t0 = time.perf_counter()
-
-    def write(self, text: str) -> None:
-        if self.echo is not None:
-            self.echo.write(text)
-            self.echo.flush()
-
-    def flush(self) -> None:
-        pass
-
-    def em_record(self, i, ll, dll, vll, label) -> None:
-        self.lls.append(float(ll))
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m mixle_mpi.fitjob", description=__doc__)
     p.add_argument("--model", default="gmm1d")
@@ -77,7 +57,7 @@ def main(argv=None) -> None:
         max_retries=args.max_retries, workdir=args.workdir,
     ) as enc:  # worker ranks serve inside this call and end when the fit is done
         del data
-        out = TraceOut(None if args.quiet else sys.stdout)
+        out = None if args.quiet else sys.stdout  # mixle's progress lines; the trace comes from fit()
         fitted, lls = fit(enc, est, max_its=args.max_its, init_p=args.init_p, seed=args.seed, out=out,
                           checkpoint=args.checkpoint, every=args.checkpoint_every, seconds=args.checkpoint_seconds,
                           resume=args.resume, allow_version_change=args.allow_version_change,
