@@ -1,11 +1,25 @@
-"""The ``mixle-mpi`` command (also ``python -m mixle_mpi``)."""
+"""The ``mixle-mpi`` command (also ``python -m mixle_mpi``).
+
+Subcommands: ``fit`` (one resilient fit), ``run`` (the launcher), ``chaos`` (a randomized
+fault campaign against a failure-free reference), ``inspect`` (a shard store, checkpoint,
+event log or output folder, for a human) and ``demo`` (the built-in default).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from mixle_mpi.errors import MixleMPIError
+from mixle_mpi.errors import ConfigError, MixleMPIError
+
+
+def _add_launch_options(p: argparse.ArgumentParser, required_n: bool = False) -> None:
+    p.add_argument("-n", type=int, required=required_n, default=None,
+                   help="number of ranks (1 driver + n-1 workers)" if required_n else
+                   "launch N ranks (1 driver + N-1 workers) through `mixle-mpi run`; omit under mpiexec/srun")
+    p.add_argument("--mpi", choices=["openmpi", "mpich"], default=None, help="default: detected")
+    p.add_argument("--mpiexec", default=None, help="default: the one beside this Python, else PATH")
+    p.add_argument("--timeout", type=float, default=None, help="kill the job after this many seconds")
 
 
 def _run(args) -> int:
@@ -18,30 +32,92 @@ def _run(args) -> int:
                blas_threads=args.blas_threads)
 
 
+def _fit(args) -> int:
+    from mixle_mpi import fitcmd
+    from mixle_mpi.jobconfig import from_args, to_argv
+
+    cfg = from_args(args)
+    if args.n is not None and not fitcmd.under_mpi_launcher():
+        from mixle_mpi.launcher import run
+
+        return run(args.n, [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)], mpiexec=args.mpiexec,
+                   flavor=args.mpi, timeout=args.timeout)
+    if not fitcmd.under_mpi_launcher():
+        raise ConfigError("fit runs on several MPI ranks: give -n N (e.g. -n 4: a driver and 3 workers), "
+                          "or start it under mpiexec/srun")
+    args.spmd = True  # under MPI, errors end the job through mixle_mpi.exiting, not in main()
+    return fitcmd.run(cfg)
+
+
+def _chaos(args) -> int:
+    from mixle_mpi.chaos import campaign_from_args
+
+    return campaign_from_args(args)
+
+
+def _inspect(args) -> int:
+    from mixle_mpi.inspector import inspect_paths
+
+    return inspect_paths(args.paths, sys.stdout)
+
+
 def _demo(args) -> int:
     from mixle_mpi.demo import demo
 
-    return demo(n=args.n, ranks=args.ranks, model=args.model, timeout=args.timeout)
+    return demo(ranks=args.ranks, timeout=args.timeout, out_dir=args.out_dir)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from mixle_mpi.jobconfig import add_fit_options
+
     p = argparse.ArgumentParser(prog="mixle-mpi", description="Resilient MPI EM for mixle.")
     sub = p.add_subparsers(dest="command", required=True)
+
+    f = sub.add_parser("fit", help="fit a model to HDF5/.npy/CSV data on MPI ranks (survives rank failures)",
+                       description="Fit a model by EM on MPI ranks. Under mpiexec/srun every rank runs this "
+                                   "command; with -n N it launches itself. Options may come from a TOML job "
+                                   "file (--config); flags override it.")
+    _add_launch_options(f)
+    add_fit_options(f)
+    f.set_defaults(func=_fit)
+
     r = sub.add_parser("run", help="launch a command under mpiexec with the flags each MPI needs")
-    r.add_argument("-n", type=int, required=True, help="number of ranks (driver + workers)")
-    r.add_argument("--mpi", choices=["openmpi", "mpich"], default=None, help="default: detected")
-    r.add_argument("--mpiexec", default=None, help="default: the one beside this Python, else PATH")
-    r.add_argument("--timeout", type=float, default=None, help="kill the job after this many seconds")
+    _add_launch_options(r, required_n=True)
     r.add_argument("--blas-threads", type=int, default=1)
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python script.py [args]")
     r.set_defaults(func=_run)
-    d = sub.add_parser("demo", help="fit a built-in model, kill a worker mid-fit, check the bits")
-    d.add_argument("--n", type=int, default=200000)
+
+    c = sub.add_parser("chaos", help="randomized fault campaign: kill/stop real ranks, check the bits",
+                       description="Runs the fit once without failures, then --runs times with random faults "
+                                   "(kill or stop a worker at a random phase, deaths during recovery, repeated "
+                                   "deaths), and checks every result is bit-identical. Exits 1 on any "
+                                   "divergence, failure or hang.")
+    _add_launch_options(c)
+    c.add_argument("--runs", type=int, default=5, help="fault runs after the reference run")
+    c.add_argument("--campaign-seed", type=int, default=0, help="seed of the random fault plans")
+    c.add_argument("--run-timeout", type=float, default=None,
+                   help="seconds before a run counts as hung (default: 10 x the reference run + 60)")
+    add_fit_options(c)
+    c.set_defaults(func=_chaos)
+
+    i = sub.add_parser("inspect", help="summarize a shard store, checkpoint, event log or fit output folder")
+    i.add_argument("paths", nargs="+", help="shards.h5, a checkpoint .h5, events.jsonl, summary.json or an out_dir")
+    i.set_defaults(func=_inspect)
+
+    d = sub.add_parser("demo", help="fit the built-in Iris data, kill a worker mid-fit, check the bits")
     d.add_argument("--ranks", type=int, default=4)
-    d.add_argument("--model", default="gmm1d")
     d.add_argument("--timeout", type=float, default=600)
+    d.add_argument("--out-dir", default=None, help="default: a new temporary folder")
     d.set_defaults(func=_demo)
+
+    for register in _extensions():
+        register(sub)
     return p
+
+
+def _extensions():
+    """Subcommands defined beside their modules (templates, collectors)."""
+    return []
 
 
 def main(argv=None) -> int:
@@ -49,7 +125,9 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except MixleMPIError as exc:
-        sys.stderr.write(f"mixle-mpi: error: {exc}\n")
+        if getattr(args, "spmd", False):
+            raise
+        sys.stderr.write(f"mixle-mpi {args.command}: error: {exc}\n")
         return 2
 
 

@@ -53,8 +53,16 @@ def exit_code_for(exc: BaseException) -> int:
     return exitcodes.FAILED
 
 
+def _report(tp, value, tb) -> None:
+    """A user's mistake gets its message; anything else gets the traceback too."""
+    from mixle_mpi.errors import MixleMPIError
+
+    if not isinstance(value, MixleMPIError):
+        traceback.print_exception(tp, value, tb)
+
+
 def _driver_excepthook(tp, value, tb) -> None:
-    traceback.print_exception(tp, value, tb)
+    _report(tp, value, tb)
     code = exit_code_for(value)
     sys.stderr.write(f"[mixle_mpi] driver failed: {tp.__name__}: {value}\n")
     try:
@@ -99,8 +107,9 @@ def _rank_excepthook(tp, value, tb) -> None:
     from mpi4py import MPI
 
     rank = MPI.COMM_WORLD.Get_rank()
-    sys.stderr.write(f"[mixle_mpi] uncaught exception on rank {rank} ({MPI.Get_processor_name()}, pid {os.getpid()}):\n")
-    traceback.print_exception(tp, value, tb)
+    sys.stderr.write(f"[mixle_mpi] rank {rank} ({MPI.Get_processor_name()}, pid {os.getpid()}) failed: "
+                     f"{tp.__name__}: {value}\n")
+    _report(tp, value, tb)
     code = exit_code_for(value)
     if rank == 0 and MPI.Comm.Get_parent() == MPI.COMM_NULL:
         try:

@@ -68,7 +68,8 @@ def _sha(text: str) -> str:
 
 def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_p: float = 0.1, seed: int = 1,
         checkpoint: str | None = None, every: int = 1, seconds: float | None = None, resume: str = "auto",
-        allow_version_change: bool = False, journal: bool = False, out=None) -> tuple[Any, list[float]]:
+        allow_version_change: bool = False, journal: bool = False, out=None,
+        on_iteration=None) -> tuple[Any, list[float]]:
     """Fit with ``optimize`` on the driver; returns (model, log-likelihood per iteration).
 
     ``checkpoint`` is an HDF5 path; a checkpoint is written every ``every`` iterations
@@ -77,6 +78,7 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
     ``journal`` also persists each E-step round's received shard payloads to
     ``<checkpoint>.round.h5``, so a driver killed mid-round recomputes only the missing
     shards after resuming (off by default: one small HDF5 write per shard and round).
+    ``on_iteration(iteration, ll)`` is called after each accepted iteration (progress lines).
     """
     from mixle.inference.estimation import optimize
     from mixle.utils.serialization import from_json, to_json
@@ -131,6 +133,8 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
     def on_step(step) -> None:
         history.append(float(step.log_density))
         i = start + step.iter
+        if on_iteration is not None:
+            on_iteration(i, history[-1])
         due = (every and i % every == 0) or (seconds is not None and time.monotonic() - last_write[0] >= seconds)
         if checkpoint and (due or stop.signal is not None):
             save(step.model, i)
@@ -145,10 +149,10 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
         warnings.filterwarnings("ignore", message=".*max_its cap.*")
         if state is None:
             model = optimize(None, estimator, enc_data=enc, max_its=max_its, delta=delta, init_p=init_p,
-                             rng=np.random.RandomState(seed), on_step=on_step, out=out, print_iter=1)
+                             rng=np.random.RandomState(seed), on_step=on_step, out=out, print_iter=1 if out is not None else None)
         else:
             model = optimize(None, estimator, enc_data=enc, prev_estimate=from_json(state.model),
-                             max_its=max(0, max_its - start), delta=delta, on_step=on_step, out=out, print_iter=1)
+                             max_its=max(0, max_its - start), delta=delta, on_step=on_step, out=out, print_iter=1 if out is not None else None)
     if state is not None:
         _whole_fit_provenance(model, len(history), max_its)
     if checkpoint:

@@ -78,6 +78,8 @@ def launch_env(blas_threads: int, status_file: str, base=None) -> dict:
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if sys.stdout.isatty():
+        env.setdefault("MIXLE_MPI_LIVE_PROGRESS", "1")  # ranks' own stdout may be a pty whatever ours is
     return env
 
 

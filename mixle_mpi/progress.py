@@ -1,0 +1,95 @@
+"""One progress line per EM iteration on the driver.
+
+In a batch log each iteration gets its own compact line, so ``tail -f slurm-123.out`` reads
+like a table; in a terminal the line is rewritten in place. Under mpiexec a rank's stdout
+may be a pseudo-terminal whatever the user's is, so "a terminal" is what ``mixle-mpi run``
+saw on its own stdout, passed down as ``MIXLE_MPI_LIVE_PROGRESS=1``.
+The formatting is pure and unit-tested; :class:`Progress` only keeps time and writes.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import IO
+
+
+LIVE_ENV = "MIXLE_MPI_LIVE_PROGRESS"
+
+
+@dataclass(frozen=True)
+class Status:
+    iteration: int
+    max_its: int
+    ll: float
+    prev_ll: float | None
+    seconds: float          # this iteration's wall time
+    recent: tuple           # recent iteration times, for the ETA
+    live: int
+    blacklisted: int
+    recovered: int          # shards recomputed on another rank so far
+    restart: str = ""       # "r/R" when fitting restarts
+
+
+def eta_seconds(s: Status) -> float | None:
+    """Upper bound: the remaining iterations at the recent median pace (EM may converge sooner)."""
+    if not s.recent or s.iteration >= s.max_its:
+        return None
+    return (s.max_its - s.iteration) * statistics.median(s.recent)
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def format_line(s: Status) -> str:
+    dll = "-" if s.prev_ll is None else f"{s.ll - s.prev_ll:+.3e}"
+    head = f"restart {s.restart} " if s.restart else ""
+    return (f"{head}it {s.iteration}/{s.max_its} ll {s.ll:.10g} dll {dll} {s.seconds:.3f}s/it "
+            f"workers {s.live} live {s.blacklisted} blacklisted recovered {s.recovered} "
+            f"eta<={_clock(eta_seconds(s))}")
+
+
+class Progress:
+    """Writes a Status per iteration to ``stream``: 'line', 'live', 'off' or 'auto'."""
+
+    def __init__(self, stream: IO[str] | None = None, mode: str = "auto", window: int = 5) -> None:
+        self.stream = stream or sys.stdout
+        if mode == "auto":
+            mode = "live" if os.environ.get(LIVE_ENV) == "1" else "line"
+        self.mode = mode
+        self.window = window
+        self._times: list[float] = []
+        self._last = time.perf_counter()
+        self._open_live = False
+
+    def start(self) -> None:
+        self._last = time.perf_counter()
+        self._times.clear()
+
+    def step(self, *, iteration: int, max_its: int, ll: float, prev_ll: float | None, live: int,
+             blacklisted: int, recovered: int, restart: str = "") -> Status:
+        now = time.perf_counter()
+        seconds, self._last = now - self._last, now
+        self._times.append(seconds)
+        status = Status(iteration, max_its, ll, prev_ll, seconds, tuple(self._times[-self.window:]),
+                        live, blacklisted, recovered, restart)
+        if self.mode == "line":
+            self.stream.write("[fit] " + format_line(status) + "\n")
+        elif self.mode == "live":
+            self.stream.write("\r\x1b[K" + format_line(status))
+            self._open_live = True
+        self.stream.flush()
+        return status
+
+    def done(self) -> None:
+        if self._open_live:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open_live = False
