@@ -1,54 +1,56 @@
 """``mixle-mpi demo``: the main job on a built-in default.
 
-It fits a built-in model twice under MPI: once with no failure and once with a worker
-SIGKILLed in the middle of an E-step (a real process, killed by the fault plan), then says
-whether the two fits are bit-identical and what happened to which rank.
+It fits a 3-component full-covariance Gaussian mixture to Fisher's Iris measurements
+(shipped with the package, see ``mixle_mpi/data/README.md``) twice under MPI: once with no
+failure, and once with a worker rank SIGKILLed in the middle of an E-step (a real process,
+killed by the fault plan). Then it says what happened to which rank and whether the two
+fits are bit-identical.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
 
 from mixle_mpi.events import describe, read_events
-from mixle_mpi.launcher import run
+
+DEMO_JOB = {"data": "builtin:iris", "columns": "0:4", "model": "gmm:k=3,cov=full", "max_its": "40",
+            "init_p": "0.5", "num_shards": "6", "seed": "3"}
+KILL_ROUND = 12
 
 
-def _fit(workdir: str, ranks: int, model: str, n: int, its: int, timeout: float, plan: str | None) -> tuple[int, dict | None, list]:
-    out = os.path.join(workdir, "result.json")
-    events = os.path.join(workdir, "events.jsonl")
-    cmd = [sys.executable, "-m", "mixle_mpi.fitjob", "--model", model, "--n", str(n), "--max-its", str(its),
-           "--num-shards", str(2 * (ranks - 1)), "--out", out, "--workdir", workdir, "--quiet"]
-    env = {"MIXLE_MPI_EVENT_LOG": events, "MIXLE_MPI_FAULT_PLAN": plan or "", "PYTHONWARNINGS": "ignore"}
-    code = run(ranks, cmd, timeout=timeout, env=env)
-    result = json.load(open(out, encoding="utf-8")) if os.path.exists(out) else None
-    return code, result, (read_events(events) if os.path.exists(events) else [])
+def demo(ranks: int = 4, timeout: float = 600, out_dir: str | None = None) -> int:
+    from mixle_mpi.chaos import compare, launch_fit, read_output
+    from mixle_mpi.jobconfig import resolve
 
-
-def demo(n: int = 200000, ranks: int = 4, model: str = "gmm1d", timeout: float = 600, its: int = 12) -> int:
     if ranks < 3:
-        sys.stderr.write("mixle-mpi demo: needs --ranks >= 3 (a driver and at least two workers)\n")
+        sys.stderr.write(f"mixle-mpi demo: needs --ranks >= 3 (a driver and at least two workers); found {ranks}\n")
         return 2
+    cfg = resolve(None, {**DEMO_JOB, "progress": "off"})
+    base = out_dir or tempfile.mkdtemp(prefix="mixle_mpi_demo_")
     victim = 2
-    plan = f"{victim}:kill:estep_mid:{its // 2}"
-    base = tempfile.mkdtemp(prefix="mixle_mpi_demo_")
-    print(f"mixle_mpi demo: {model}, {n} points, {ranks} ranks (1 driver + {ranks - 1} workers), {its} EM iterations")
-    print(f"  1) failure-free fit ...", flush=True)
-    c1, clean, _ = _fit(os.path.join(base, "clean"), ranks, model, n, its, timeout, None)
-    print(f"  2) same fit, worker rank {victim} SIGKILLed mid-E-step in iteration {its // 2 + 1} ...", flush=True)
-    c2, chaos, events = _fit(os.path.join(base, "chaos"), ranks, model, n, its, timeout, plan)
-    print("\nWhat happened to which rank:")
-    for e in events:
-        if e["event"] not in ("start", "closed"):
+    plan = f"{victim}:kill:estep_mid:{KILL_ROUND}"
+    print(f"mixle_mpi demo: {cfg.model} on Fisher's Iris data (150 flowers, 4 measurements), {ranks} ranks "
+          f"(1 driver + {ranks - 1} workers), {cfg.num_shards} shards, up to {cfg.max_its} EM iterations")
+    print("  1) failure-free fit ...", flush=True)
+    c1, s1, _ = launch_fit(cfg, ranks, os.path.join(base, "clean"), "", timeout, [])
+    print(f"  2) the same fit, worker rank {victim} SIGKILLed in the middle of E-step round {KILL_ROUND} ...", flush=True)
+    c2, s2, _ = launch_fit(cfg, ranks, os.path.join(base, "chaos"), plan, timeout, [])
+    clean, chaos = read_output(os.path.join(base, "clean")), read_output(os.path.join(base, "chaos"))
+    events_path = os.path.join(base, "chaos", "events.jsonl")
+    print("\nWhat happened to which rank (from the event log):")
+    for e in read_events(events_path) if os.path.exists(events_path) else []:
+        if e["event"] not in ("start", "closed", "checkpoint"):
             print("  " + describe(e))
     if c1 != 0 or c2 != 0 or clean is None or chaos is None:
-        print(f"\nFAILED: exit codes {c1} (clean) and {c2} (with failure); see the messages above")
+        print(f"\nFAILED: exit codes {c1} (clean) and {c2} (with failure); logs: {base}/*/job.log")
         return 1
-    identical = clean["model"] == chaos["model"] and clean["ll"] == chaos["ll"]
-    print(f"\nfinal log-likelihood  clean: {clean['ll'][-1]!r}\n                 with failure: {chaos['ll'][-1]!r}")
-    print(f"failures survived: {sum(chaos['failures'].values())}; seconds: clean {clean['seconds']:.1f}, with failure {chaos['seconds']:.1f}")
-    print(f"bit-identical to the failure-free fit: {'yes' if identical else 'NO'}")
-    print(f"(work files in {base})")
-    return 0 if identical else 1
+    diffs = compare(clean, chaos)
+    print(f"\nfinal log-likelihood  failure-free: {clean['summary']['final_ll']!r}\n"
+          f"                      with failure: {chaos['summary']['final_ll']!r}")
+    print(f"iterations: {chaos['summary']['iterations']}; failures survived: {chaos['summary']['failures_survived']}; "
+          f"seconds: failure-free {s1:.1f}, with failure {s2:.1f}")
+    print(f"bit-identical to the failure-free fit: {'yes' if not diffs else 'NO (' + '; '.join(diffs) + ')'}")
+    print(f"(outputs: {base}/clean and {base}/chaos; try `mixle-mpi inspect {base}/chaos`)")
+    return 0 if not diffs else 1

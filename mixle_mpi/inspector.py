@@ -1,0 +1,190 @@
+"""``mixle-mpi inspect``: a shard store, checkpoint, event log or fit output, for a human.
+
+The event log answers "what happened to which rank, when, and what did it cost": one line
+per rank with its failures, how each was detected, where its shards were recomputed, how
+long the reconfiguration took, and whether it came back or was blacklisted. The summaries
+are pure functions of the parsed files and unit-tested.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from typing import IO
+
+from mixle_mpi.errors import ConfigError
+from mixle_mpi.events import read_events
+
+
+def kind_of(path: str) -> str:
+    """'outdir', 'events', 'summary', 'store' or 'checkpoint' (reads HDF5 attributes only)."""
+    if os.path.isdir(path):
+        return "outdir"
+    if not os.path.exists(path):
+        raise ConfigError(f"no such file or folder {path!r}")
+    if path.endswith(".jsonl"):
+        return "events"
+    if path.endswith(".json"):
+        return "summary"
+    import h5py
+
+    from mixle_mpi import checkpoint, store
+
+    try:
+        with h5py.File(path, "r") as f:
+            fmt = f.attrs.get("format")
+    except OSError:
+        raise ConfigError(f"{path} is not an event log (.jsonl), a summary (.json) or an HDF5 file "
+                          "(shard store or checkpoint)") from None
+    if fmt == store.FORMAT:
+        return "store"
+    if fmt == checkpoint.FORMAT:
+        return "checkpoint"
+    raise ConfigError(f"{path} is HDF5 but neither a mixle_mpi shard store nor a checkpoint (format={fmt!r})")
+
+
+def rank_stories(events: list[dict]) -> dict[int, list[str]]:
+    """Per worker rank, what happened to it, in order, with times relative to the start (pure)."""
+    t0 = next((e["time"] for e in events if e.get("event") == "start"), events[0]["time"] if events else 0.0)
+    stories: dict[int, list[str]] = defaultdict(list)
+    last_fail: dict[int, float] = {}
+    for e in events:
+        ev, w, t = e.get("event"), e.get("worker"), e.get("time", t0) - t0
+        if w is None:
+            continue
+        if ev == "failure_detected":
+            last_fail[w] = e["time"]
+            cause = str(e.get("cause", "?")).split(":")[0]
+            lag = ""
+            stories[w].append(f"t+{t:.2f}s failed (pid {e.get('pid')} on {e.get('host')}, incarnation "
+                              f"{e.get('incarnation')}, failure #{e.get('failures')}), detected by {cause}{lag}"
+                              + (", fenced" if e.get("fenced") else ""))
+        elif ev == "recovery":
+            stories[w].append(f"t+{t:.2f}s recomputed shards {e.get('shards')} of a failed rank ({e.get('kind')} round "
+                              f"{e.get('call')})")
+        elif ev == "respawned":
+            took = e["time"] - last_fail[w] if w in last_fail else None
+            stories[w].append(f"t+{t:.2f}s respawned as pid {e.get('pid')} on {e.get('host')} (incarnation "
+                              f"{e.get('incarnation')}, spawn {e.get('seconds', 0):.2f}s"
+                              + (f", {took:.2f}s after its failure" if took is not None else "")
+                              + f"), got back shards {e.get('shards')}")
+        elif ev == "blacklisted":
+            stories[w].append(f"t+{t:.2f}s blacklisted ({e.get('cause')}); its shards move for good")
+        elif ev == "migrated":
+            stories[w].append(f"t+{t:.2f}s took over shards {e.get('shards')} for good")
+        elif ev == "spawn_unavailable":
+            stories[w].append(f"t+{t:.2f}s could not be respawned: {e.get('cause')}")
+    return dict(stories)
+
+
+def summarize_events(events: list[dict]) -> list[str]:
+    if not events:
+        return ["empty event log"]
+    start = next((e for e in events if e.get("event") == "start"), {})
+    t0 = start.get("time", events[0]["time"])
+    lines = []
+    if start:
+        lines.append(f"job: {start.get('workers')} workers, {start.get('num_shards')} shards, shrink by "
+                     f"{start.get('shrink')}, MPI {start.get('mpi')}, driver pid {start.get('driver_pid')} on "
+                     f"{start.get('driver_host')}")
+    counts = defaultdict(int)
+    for e in events:
+        counts[e.get("event")] += 1
+    span = events[-1]["time"] - t0
+    lines.append(f"{len(events)} events over {span:.1f}s: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())))
+    shrinks = [e for e in events if e.get("event") == "shrink"]
+    if shrinks:
+        lines.append(f"shrinks: {len(shrinks)}, {sum(e.get('seconds', 0) for e in shrinks):.3f}s in all "
+                     f"({', '.join(str(e.get('method')) for e in shrinks)})")
+    stories = rank_stories(events)
+    if not stories:
+        lines.append("no rank failed")
+    for w in sorted(stories):
+        lines.append(f"rank {w}:")
+        lines.extend("  " + s for s in stories[w])
+    for e in events:
+        if e.get("event") in ("preempted", "resumed", "checkpoint_fallback"):
+            lines.append(f"t+{e['time'] - t0:.2f}s {e['event']}: " + ", ".join(f"{k}={v}" for k, v in e.items()
+                                                                            if k not in ("time", "event", "driver_host")))
+    closed = next((e for e in reversed(events) if e.get("event") == "closed"), None)
+    lines.append(f"ended: live {closed.get('live')}, blacklisted {closed.get('blacklisted')}" if closed
+                 else "no 'closed' event: the job did not end cleanly (killed, preempted or still running)")
+    return lines
+
+
+def summarize_summary(s: dict) -> list[str]:
+    lines = [f"fit of {s.get('model_spec')} on {s.get('data')}: final ll {s.get('final_ll')!r} after "
+             f"{s.get('iterations')} iterations ({'converged' if s.get('converged') else 'iteration cap'}), "
+             f"{s.get('wall_seconds', 0):.1f}s",
+             f"failures survived {s.get('failures_survived')} {s.get('failures')}, blacklisted {s.get('blacklisted')}, "
+             f"shards recomputed {s.get('recovered_shards')}; {s.get('workers')} workers, {s.get('num_shards')} shards"]
+    if len(s.get("restarts", [])) > 1:
+        lines.append("restarts: " + ", ".join(f"seed {r['seed']}: {r['final_ll']!r}" for r in s["restarts"])
+                     + f"; best is restart {s.get('best_restart', 0) + 1}")
+    if s.get("versions"):
+        lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in s["versions"].items()))
+    return lines
+
+
+def summarize_store(path: str) -> list[str]:
+    from mixle_mpi.store import ShardStore
+
+    with ShardStore.open(path) as st:
+        sizes = [st.shard_size(i) for i in range(st.num_shards)]
+        return [f"shard store: {st.num_rows} rows of kind {st.row_kind!r} in {st.num_shards} shards "
+                f"(sizes {min(sizes)}..{max(sizes)}), {os.path.getsize(path) / 1e6:.1f} MB",
+                f"sha256 {st.fingerprint()}"]
+
+
+def summarize_checkpoint(path: str) -> list[str]:
+    from mixle_mpi import checkpoint
+
+    try:
+        state = checkpoint._read_one(path)
+    except checkpoint.CheckpointError as exc:
+        lines = [f"checkpoint is NOT usable: {exc}"]
+        if os.path.exists(path + ".prev"):
+            lines += ["previous checkpoint (.prev), used on resume instead:"] + summarize_checkpoint(path + ".prev")[0:3]
+        return lines
+    tail = ", ".join(f"{x:.10g}" for x in state.ll[-3:])
+    return [f"checkpoint after iteration {state.iteration} ({'finished' if state.finished else 'in progress'}"
+            f"{', converged' if state.converged else ''}), checksum ok",
+            f"log-likelihood: last {tail}" if state.ll else "no iteration completed yet",
+            f"layout {state.layout}; failures {state.failures}; blacklisted {state.blacklist}",
+            "versions: " + ", ".join(f"{k} {v}" for k, v in state.versions.items())]
+
+
+def summarize(path: str) -> list[str]:
+    kind = kind_of(path)
+    if kind == "outdir":
+        lines = []
+        for name in ("summary.json", "events.jsonl"):
+            p = os.path.join(path, name)
+            if os.path.exists(p):
+                lines += [f"== {p}"] + summarize(p)
+        if not lines:
+            raise ConfigError(f"{path} holds no summary.json or events.jsonl; is it a `mixle-mpi fit` out_dir?")
+        return lines
+    if kind == "events":
+        try:
+            return summarize_events(read_events(path))
+        except ValueError as exc:
+            raise ConfigError(f"{path} is not a JSON-lines event log: {exc}") from None
+    if kind == "summary":
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return summarize_summary(json.load(fh))
+        except ValueError as exc:
+            raise ConfigError(f"{path} is not a JSON summary: {exc}") from None
+    if kind == "store":
+        return summarize_store(path)
+    return summarize_checkpoint(path)
+
+
+def inspect_paths(paths: list[str], out: IO[str]) -> int:
+    for i, path in enumerate(paths):
+        if len(paths) > 1:
+            out.write(("\n" if i else "") + f"# {path}\n")
+        out.write("\n".join(summarize(path)) + "\n")
+    return 0
