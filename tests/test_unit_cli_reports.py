@@ -1,0 +1,140 @@
+"""Progress lines, chaos plans, the inspector's stories and plot placement (pure parts)."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+
+import pytest
+
+from mixle_mpi import chaos, fitcmd, inspector, progress
+from mixle_mpi.errors import ConfigError
+from mixle_mpi.faults import parse_plan
+from mixle_mpi.plot import event_position
+
+
+def test_progress_line_has_every_field():
+    s = progress.Status(iteration=3, max_its=10, ll=-12.5, prev_ll=-13.0, seconds=0.25, recent=(0.2, 0.25, 0.3),
+                        live=3, blacklisted=1, recovered=2)
+    line = progress.format_line(s)
+    for part in ("it 3/10", "ll -12.5", "dll +5.000e-01", "0.250s/it", "workers 3 live 1 blacklisted",
+                 "recovered 2", "eta<=0:00:02"):
+        assert part in line
+    assert progress.eta_seconds(s) == pytest.approx(7 * 0.25)
+    first = progress.Status(1, 10, -20.0, None, 1.0, (1.0,), 2, 0, 0, restart="2/3")
+    assert "dll -" in progress.format_line(first) and progress.format_line(first).startswith("restart 2/3 ")
+
+
+def test_progress_is_compact_in_a_log_and_live_in_a_terminal(monkeypatch):
+    monkeypatch.delenv(progress.LIVE_ENV, raising=False)
+    log = io.StringIO()
+    p = progress.Progress(log, "auto")
+    for i in (1, 2):
+        p.step(iteration=i, max_its=5, ll=-1.0 * i, prev_ll=None, live=2, blacklisted=0, recovered=0)
+    p.done()
+    assert p.mode == "line" and log.getvalue().count("\n") == 2 and "\r" not in log.getvalue()
+    monkeypatch.setenv(progress.LIVE_ENV, "1")
+    tty = io.StringIO()
+    p = progress.Progress(tty, "auto")
+    p.step(iteration=1, max_its=5, ll=-1.0, prev_ll=None, live=2, blacklisted=0, recovered=0)
+    p.done()
+    assert p.mode == "live" and tty.getvalue().startswith("\r") and tty.getvalue().endswith("\n")
+    off = io.StringIO()
+    progress.Progress(off, "off").step(iteration=1, max_its=5, ll=-1.0, prev_ll=None, live=2, blacklisted=0, recovered=0)
+    assert off.getvalue() == ""
+
+
+def test_chaos_plans_are_seeded_valid_and_cover_every_kind():
+    plans = chaos.random_plans(random.Random(5), 10, 3, 8)
+    assert plans == chaos.random_plans(random.Random(5), 10, 3, 8)
+    assert {p.kind for p in plans} == set(chaos.KINDS)
+    for p in plans:
+        faults = parse_plan(p.plan)
+        assert len(faults) == p.faults
+        assert all(1 <= f.worker <= 3 for f in faults)
+        assert all(f.call < 8 for f in faults)
+        if p.kind == "repeat":
+            assert faults[1].call > faults[0].call and faults[1].incarnation == 1
+        if p.kind in ("recovery", "double"):
+            assert faults[0].worker != faults[1].worker
+        if p.kind == "recovery":
+            assert faults[1].scope == "recovery"
+    two = chaos.random_plans(random.Random(1), 6, 2, 5)
+    assert {p.kind for p in two} == {"single", "repeat", "respawn"}  # one survivor is needed for the others
+    with pytest.raises(ConfigError, match="at least 2 workers"):
+        chaos.random_plans(random.Random(1), 3, 1, 5)
+
+
+def test_chaos_compares_bits_and_measures_recovery():
+    ref = {"model": "M", "summary": {"ll": [1.0, 2.0, 3.0]}}
+    assert chaos.compare(ref, {"model": "M", "summary": {"ll": [1.0, 2.0, 3.0]}}) == []
+    diffs = chaos.compare(ref, {"model": "N", "summary": {"ll": [1.0, 2.5, 3.0]}})
+    assert diffs == ["model.json differs", "log-likelihood trace differs from iteration 2"]
+    events = [{"event": "start", "time": 0.0}, {"event": "failure_detected", "time": 1.0},
+              {"event": "recovery", "time": 1.1}, {"event": "respawned", "time": 3.5}, {"event": "closed", "time": 9.0}]
+    assert chaos.recovery_seconds(events) == pytest.approx(2.5)
+    assert chaos.recovery_seconds(events[:1]) is None
+
+
+def test_best_restart_and_restart_checkpoints():
+    runs = [{"ll": [1.0, 5.0]}, {"ll": [2.0, 7.0]}, {"ll": [7.0]}]
+    assert fitcmd.best_restart(runs) == 1  # ties go to the earliest
+    assert fitcmd.restart_checkpoint("c/ck.h5", 2, 3) == "c/ck.r2.h5"
+    assert fitcmd.restart_checkpoint("c/ck.h5", 0, 1) == "c/ck.h5"
+    assert fitcmd.restart_checkpoint(None, 0, 3) is None
+    assert fitcmd.under_mpi_launcher({"OMPI_COMM_WORLD_SIZE": "3"})
+    assert not fitcmd.under_mpi_launcher({})
+
+
+EVENTS = [
+    {"event": "start", "time": 100.0, "workers": 3, "num_shards": 6, "shrink": "ulfm", "mpi": "Open MPI",
+     "driver_pid": 1, "driver_host": "h"},
+    {"event": "failure_detected", "time": 101.0, "worker": 2, "pid": 22, "host": "h", "cause": "ulfm: MPI_ERR_PROC_FAILED",
+     "failures": 1, "incarnation": 0, "fenced": True},
+    {"event": "recovery", "time": 101.1, "worker": 1, "kind": "estep", "call": 4, "shards": [1]},
+    {"event": "shrink", "time": 101.2, "method": "ulfm", "seconds": 0.01},
+    {"event": "respawned", "time": 103.0, "worker": 2, "pid": 23, "host": "h", "incarnation": 1, "seconds": 1.5,
+     "shards": [1, 4]},
+    {"event": "closed", "time": 110.0, "live": [1, 2, 3], "blacklisted": []},
+]
+
+
+def test_inspector_tells_what_happened_to_which_rank():
+    stories = inspector.rank_stories(EVENTS)
+    assert set(stories) == {1, 2}
+    assert "t+1.00s failed (pid 22 on h, incarnation 0, failure #1), detected by ulfm, fenced" == stories[2][0]
+    assert "respawned as pid 23" in stories[2][1] and "2.00s after its failure" in stories[2][1]
+    assert "recomputed shards [1]" in stories[1][0]
+    text = "\n".join(inspector.summarize_events(EVENTS))
+    assert "job: 3 workers, 6 shards, shrink by ulfm" in text and "ended: live [1, 2, 3]" in text
+    assert "did not end cleanly" in "\n".join(inspector.summarize_events(EVENTS[:-1]))
+
+
+def test_inspector_rejects_what_it_cannot_read(tmp_path):
+    with pytest.raises(ConfigError, match="no such file or folder"):
+        inspector.kind_of(str(tmp_path / "nothing"))
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\x00" * 64)
+    with pytest.raises(ConfigError, match="is not an event log"):
+        inspector.kind_of(str(junk))
+    with pytest.raises(ConfigError, match="holds no summary.json"):
+        inspector.summarize(str(tmp_path))
+    bad = tmp_path / "e.jsonl"
+    bad.write_text("{not json\n")
+    with pytest.raises(ConfigError, match="not a JSON-lines event log"):
+        inspector.summarize(str(bad))
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"model_spec": "gmm:k=2", "data": "x.h5:/X", "final_ll": -1.5, "iterations": 3,
+                                   "converged": True, "wall_seconds": 2.0, "failures_survived": 1,
+                                   "failures": {"2": 1}, "blacklisted": [], "recovered_shards": 2,
+                                   "workers": 3, "num_shards": 6}))
+    assert "final ll -1.5 after 3 iterations (converged)" in inspector.summarize(str(summary))[0]
+
+
+def test_events_are_placed_between_the_iterations_they_happened_in():
+    times, its = [10.0, 12.0, 14.0], [1, 2, 3]
+    assert event_position(11.0, times, its) == pytest.approx(1.5)
+    assert event_position(13.5, times, its) == pytest.approx(2.75)
+    assert event_position(5.0, times, its) == pytest.approx(0.5)
+    assert event_position(20.0, times, its) == 3.0
