@@ -1,0 +1,172 @@
+"""The ``mixle-mpi`` subcommands as a user runs them: real mpiexec jobs, real SIGKILLs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from conftest import LIBRARIES
+from mpiharness import OMPI_PYTHON, no_leftover_processes
+
+from mixle_mpi.models import get_model
+
+pytestmark = pytest.mark.mpijob
+ENV = {"PYTHONWARNINGS": "ignore", "MIXLE_MPI_DRIVER_TIMEOUT": "30", "MIXLE_MPI_RECONFIGURE_TIMEOUT": "20"}
+
+
+def cli(python: str, *args: str, cwd: Path, plan: str | None = None, timeout: float = 240):
+    env = {**os.environ, **ENV}
+    env.pop("MIXLE_MPI_FAULT_PLAN", None)
+    if plan:
+        env["MIXLE_MPI_FAULT_PLAN"] = plan
+    return subprocess.run([python, "-m", "mixle_mpi", *args], capture_output=True, text=True, cwd=str(cwd),
+                          env=env, timeout=timeout)
+
+
+def outputs(out_dir: Path) -> tuple[dict, dict]:
+    return json.loads((out_dir / "model.json").read_text()), json.loads((out_dir / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def diag_h5(tmp_path_factory):
+    """The built-in diagonal-GMM data in an HDF5 file, as a user would bring it."""
+    path = tmp_path_factory.mktemp("data") / "measurements.h5"
+    with h5py.File(path, "w") as f:
+        f["/run1/X"] = np.asarray(get_model("diag").sample(3000, 1))
+        f["/run1/notes"] = np.arange(5)
+    return path
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_fit_on_hdf5_equals_mixle_through_a_kill(library, diag_h5, reference, tmp_path):
+    name, python = library
+    out = tmp_path / "out"
+    proc = cli(python, "fit", "-n", "4", "--timeout", "180", "--data", f"{diag_h5}:/run1/X", "--model", "gmm:k=3,cov=diag",
+               "--num-shards", "5", "--max-its", "8", "--seed", "7", "--out-dir", str(out),
+               "--checkpoint", str(tmp_path / "ck.h5"), cwd=tmp_path, plan="2:kill:estep_mid:3")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    model, summary = outputs(out)
+    ref = reference("diag", 3000, 5, 1, 8, 7)
+    assert model == json.loads(ref["model"]) and summary["ll"] == ref["ll"]  # exact floats
+    its = ref["iterations"]  # converged (delta 1e-9) before the cap
+    assert summary["failures_survived"] == 1 and summary["iterations"] == its and summary["recovered_shards"] >= 1
+    assert summary["final_ll"] == ref["ll"][-1] and summary["converged"]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("[fit] it ")]
+    assert len(lines) == its and f"it {its}/8" in lines[-1] and "workers 3 live 0 blacklisted" in lines[-1]
+    events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
+    assert [e["worker"] for e in events if e["event"] == "failure_detected"] == [2]
+    report = cli(python, "inspect", str(out), str(tmp_path / "ck.h5"), str(out / "work" / "shards.h5"), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    for needle in ("failures survived 1", "rank 2:", "failed (pid", "respawned as pid", "recomputed shards",
+                   "(finished, converged), checksum ok", "checksum ok", "shard store: 3000 rows"):
+        assert needle in report.stdout, report.stdout
+    assert not no_leftover_processes(str(out))
+
+
+def test_fit_from_a_job_file_with_restarts_and_plot(tmp_path):
+    job = tmp_path / "job.toml"
+    job.write_text('[fit]\ndata = "builtin:iris"\ncolumns = "0:4"\nmodel = "gmm:k=3,cov=full"\nmax_its = 99\n'
+                   'init_p = 0.5\nrestarts = 2\nnum_shards = 4\nplot = true\nprogress = "line"\n')
+    out = tmp_path / "out"
+    proc = cli(OMPI_PYTHON, "fit", "-n", "3", "--timeout", "180", "--config", str(job), "--max-its", "6",
+               "--out-dir", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    model, summary = outputs(out)
+    assert [r["seed"] for r in summary["restarts"]] == [1, 2] and summary["config"]["max_its"] == 6
+    finals = [r["final_ll"] for r in summary["restarts"]]
+    assert summary["final_ll"] == max(finals) and summary["best_restart"] == finals.index(max(finals))
+    assert "restart 2/2 it 6/6" in proc.stdout
+    assert (out / "fit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert model["__pysp_type__"] == "object"
+
+
+@pytest.mark.parametrize("spec, data", [
+    ("hmm:states=2", "seqs"), ("composite:k=2,parts=gaussian+categorical+poisson", "table"), ("poisson:k=2", "counts"),
+])
+def test_fit_other_families(spec, data, tmp_path):
+    rng = np.random.RandomState(3)
+    if data == "seqs":
+        path = tmp_path / "seqs.h5"
+        with h5py.File(path, "w") as f:
+            ds = f.create_dataset("seqs", (60,), dtype=h5py.vlen_dtype(np.float64))
+            for i in range(60):
+                ds[i] = rng.normal(size=4 + i % 5) + (3 if i % 2 else 0)
+        source = f"{path}:/seqs"
+    elif data == "table":
+        path = tmp_path / "table.csv"
+        lines = ["x,colour,n"] + [f"{rng.normal() + 3 * (i % 2):.4f},{'ab'[i % 2]},{rng.poisson(2 + 5 * (i % 2))}" for i in range(200)]
+        path.write_text("\n".join(lines) + "\n")
+        source = str(path)
+    else:
+        path = tmp_path / "counts.npy"
+        np.save(path, rng.poisson(4.0, size=300))
+        source = str(path)
+    out = tmp_path / "out"
+    proc = cli(OMPI_PYTHON, "fit", "-n", "3", "--timeout", "120", "--data", source, "--model", spec, "--max-its", "4",
+               "--out-dir", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    _, summary = outputs(out)
+    assert summary["iterations"] == 4 and np.isfinite(summary["final_ll"])
+
+
+@pytest.mark.parametrize("args, needle, code", [
+    (["--data", "{h5}:/run1/Y", "--model", "gmm:k=2"], "its datasets are: /run1/X (3000, 4) float64, /run1/notes (5,) int64", 2),
+    (["--data", "builtin:iris", "--model", "gmm:k=2"], "found 'Iris-setosa', needs a finite number", 2),
+    (["--data", "{h5}:/run1/X", "--model", "gmm:k=2", "--num-shards", "5000"], "num_shards=5000", 2),
+])
+def test_fit_errors_under_mpi_end_the_job_fast_and_clearly(args, needle, code, diag_h5, tmp_path):
+    args = [a.replace("{h5}", str(diag_h5)) for a in args]
+    proc = cli(OMPI_PYTHON, "fit", "-n", "3", "--timeout", "90", *args, "--out-dir", str(tmp_path / "o"), cwd=tmp_path,
+               timeout=150)
+    assert proc.returncode == code, proc.stderr[-3000:]
+    assert needle in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["fit", "-n", "3", "--data", "x.csv", "--model", "kmeans:k=3"], "valid specs are: Gaussian mixture: gmm:k=K"),
+    (["fit", "-n", "3", "--data", "builtin:iris", "--model", "gmm:k=2", "--max-its", "0"],
+     "max_its must be an integer >= 1; found 0"),
+    (["fit", "--data", "builtin:iris", "--model", "gmm:k=2"], "give -n N"),
+    (["fit", "-n", "1", "--data", "builtin:iris", "--columns", "0", "--model", "gmm:k=2"], "needs at least 2 ranks"),
+    (["fit", "-n", "3", "--config", "missing.toml"], "cannot read the job file 'missing.toml'"),
+    (["inspect", "nothing-here"], "no such file or folder 'nothing-here'"),
+    (["chaos", "-n", "2", "--runs", "1"], "needs -n 3 or more"),
+])
+def test_command_line_errors_before_launch(args, needle, tmp_path):
+    proc = cli(OMPI_PYTHON, *args, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_chaos_campaign_is_bit_identical(library, tmp_path):
+    name, python = library
+    out = tmp_path / "campaign"
+    proc = cli(python, "chaos", "-n", "4", "--runs", "3", "--campaign-seed", "2", "--max-its", "6",
+               "--out-dir", str(out), cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "3/3 runs bit-identical to the reference" in proc.stdout
+    report = json.loads((out / "campaign.json").read_text())
+    assert report["ok"] and [r["kind"] for r in report["runs"]] == ["single", "repeat", "respawn"]
+    assert all(r["identical"] and r["fired"] >= 1 for r in report["runs"][1:])
+
+
+def test_demo_kills_a_worker_and_matches(tmp_path):
+    proc = cli(OMPI_PYTHON, "demo", "--out-dir", str(tmp_path / "demo"), cwd=tmp_path, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "bit-identical to the failure-free fit: yes" in proc.stdout
+    assert "failure_detected rank 2" in proc.stdout and "failures survived: 1" in proc.stdout
+
+
+def test_module_entry_lists_every_subcommand(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "mixle_mpi", "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    for sub in ("fit", "run", "chaos", "inspect", "demo"):
+        assert sub in proc.stdout
