@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import time
 
@@ -155,6 +156,8 @@ def _summary(enc, cfg: FitConfig, results: list[dict], seconds: float) -> dict:
         "blacklisted": enc.blacklist,
         "recovered_shards": _recovered(enc),
         "wall_seconds": seconds,
+        "rows": len(enc),
+        "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "workers": len(enc._driver.membership.records),
         "num_shards": enc.num_shards,
         "sub_chunks": enc.sub_chunks,

@@ -1,6 +1,7 @@
-"""A plain resilient fit: copy this file and edit the three marked places.
+"""A plain resilient fit through the Python API (the CLI jobs are the *.sh files here):
+copy this file and edit the three marked places.
 
-Run:  .venv/bin/mixle-mpi run -n 5 -- .venv/bin/python jobs/fit_gmm.py [data.h5 [dataset]]
+Run:  .venv/bin/mixle-mpi run -n 5 -- .venv/bin/python jobs/api_fit.py [data.h5 [dataset]]
 With no arguments it fits synthetic data, so it runs as it is.
 """
 

@@ -1,0 +1,58 @@
+"""Every ready job in jobs/ runs as it is (small sizes through its environment knobs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from mpiharness import OMPI_PYTHON, REPO
+
+pytestmark = pytest.mark.mpijob
+JOBS = REPO / "jobs"
+SMALL = {"N": "3000", "MAX_ITS": "4", "RUNS": "1", "RESTARTS": "2", "SHARDS": "6", "RANKS": "3",
+         "PYTHONWARNINGS": "ignore"}
+
+
+def run_job(script: str, tmp_path: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    bindir = str(Path(OMPI_PYTHON).parent)
+    env = {**os.environ, **SMALL, "PATH": bindir + os.pathsep + os.environ["PATH"], "WORK": str(tmp_path / "work")}
+    env.pop("MIXLE_MPI_FAULT_PLAN", None)
+    return subprocess.run(["bash", str(JOBS / script)], capture_output=True, text=True, cwd=str(tmp_path), env=env,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("script, out, check", [
+    ("fit.sh", "fit", "no rank failed"),
+    ("best_of.sh", "best_of", "best is restart"),
+    ("large_data.sh", "large", "driver peak RSS"),
+    ("chaos.sh", "chaos", "1/1 runs bit-identical"),
+])
+def test_job_runs_as_it_is(script, out, check, tmp_path):
+    proc = run_job(script, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert check in proc.stdout
+    if script != "chaos.sh":
+        summary = json.loads((tmp_path / "work" / out / "summary.json").read_text())
+        assert summary["iterations"] >= 1 and summary["rows"] == 3000
+    if script == "fit.sh":
+        assert (tmp_path / "work" / "fit" / "fit.png").exists()
+        assert (tmp_path / "work" / "fit" / "checkpoint.h5").exists()
+
+
+def test_job_file_example_is_valid(tmp_path):
+    from mixle_mpi.jobconfig import read_toml, resolve
+
+    cfg = resolve(read_toml(str(JOBS / "job.toml")), {})
+    assert cfg.data == "builtin:iris" and cfg.model == "gmm:k=3,cov=full" and cfg.checkpoint_every == 5
+
+
+def test_api_example_runs(tmp_path):
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "run", "-n", "3", "--timeout", "200", "--",
+                           OMPI_PYTHON, str(JOBS / "api_fit.py")], capture_output=True, text=True, cwd=str(tmp_path),
+                          env=env, timeout=260)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rounds with failures: []" in proc.stdout
