@@ -63,7 +63,8 @@ def plot_fit(path: str, traces: list[list[float]], timeline: list[tuple], events
             if mark is None:
                 continue
             label, colour, style = mark
-            x = event_position(e["time"], times, its)
+            # a checkpoint belongs to the iteration it saved; other events to when they happened
+            x = float(e["iteration"]) if e.get("event") == "checkpoint" else event_position(e["time"], times, its)
             ax.axvline(x, color=colour, linestyle=style, linewidth=1.2,
                        label=None if label in seen else label, alpha=0.8)
             seen.add(label)
