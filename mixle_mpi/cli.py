@@ -17,7 +17,8 @@ def _add_launch_options(p: argparse.ArgumentParser, required_n: bool = False) ->
     p.add_argument("-n", type=int, required=required_n, default=None,
                    help="number of ranks (1 driver + n-1 workers)" if required_n else
                    "launch N ranks (1 driver + N-1 workers) through `mixle-mpi run`; omit under mpiexec/srun")
-    p.add_argument("--mpi", choices=["openmpi", "mpich"], default=None, help="default: detected")
+    p.add_argument("--mpi", choices=["openmpi", "mpich", "srun"], default=None,
+                   help="default: detected from --mpiexec; srun launches with srun --mpi=pmix (no ULFM)")
     p.add_argument("--mpiexec", default=None, help="default: the one beside this Python, else PATH")
     p.add_argument("--timeout", type=float, default=None, help="kill the job after this many seconds")
 

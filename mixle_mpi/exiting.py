@@ -4,7 +4,8 @@ After a rank death MPI_Finalize can hang (always on MPICH, sometimes on Open MPI
 driver and original workers flush and ``os._exit``. An uncaught exception on the driver
 stops the workers and exits nonzero; on any other rank it aborts the whole job. The driver
 also writes a small JSON status file (``MIXLE_MPI_STATUS_FILE``) that the launcher trusts
-over mpiexec's own exit code.
+over mpiexec's own exit code, and, once it can act on SIGTERM/SIGUSR1, its pid
+(``MIXLE_MPI_DRIVER_PID_FILE``), so the launcher forwards those signals to it alone.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from mixle_mpi import exitcodes
 from mixle_mpi.errors import ConfigError, DataError
 
 STATUS_ENV = "MIXLE_MPI_STATUS_FILE"
+DRIVER_PID_ENV = "MIXLE_MPI_DRIVER_PID_FILE"
 _state: dict = {"role": None, "handle": None, "status_written": False}
 
 
@@ -28,10 +30,24 @@ def write_status(code: int, message: str = "", extra: dict | None = None) -> Non
         return
     _state["status_written"] = True
     record = {"exit_code": int(code), "status": "ok" if code == 0 else "error", "message": message, **(extra or {})}
+    _write_json(path, record)
+
+
+def _write_json(path: str, record: dict) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(record, fh)
     os.replace(tmp, path)
+
+
+def write_driver_pid() -> None:
+    """Tell the launcher where to forward SIGTERM/SIGUSR1: call once the driver's handlers
+    are installed, so a forwarded signal is never taken by a default action."""
+    path = os.environ.get(DRIVER_PID_ENV)
+    if path:
+        import socket
+
+        _write_json(path, {"pid": os.getpid(), "host": socket.gethostname()})
 
 
 def _flush() -> None:

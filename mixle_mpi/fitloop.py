@@ -38,6 +38,9 @@ class _StopFlag:
             sigs.append(signal.SIGUSR1)
         for s in sigs:
             signal.signal(s, self._handler)
+        from mixle_mpi.exiting import write_driver_pid
+
+        write_driver_pid()  # from now on the launcher may forward SIGTERM/SIGUSR1 here
 
     def _handler(self, signum, frame) -> None:
         self.signal = signum

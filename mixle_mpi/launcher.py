@@ -5,6 +5,13 @@ than cores, and room to respawn) and the root flags; MPICH gets ``-disable-auto-
 and the rank wrapper. BLAS threads are pinned through the environment. Success is judged
 from the driver's status file, not only from mpiexec's exit code (MPICH's Hydra can exit
 141/255 after a respawn although the fit finished).
+
+SIGTERM and SIGUSR1 sent to the launcher (by a SLURM batch script at its time limit, say)
+are forwarded to the driver (rank 0) alone, never to mpiexec: Open MPI's mpiexec would pass
+SIGUSR1 on to every rank, and a worker still starting up would die of it. The driver
+writes its pid to ``MIXLE_MPI_DRIVER_PID_FILE`` once its handlers are in place; a signal that
+arrives before that is held and delivered then. The ``srun`` flavor launches the ranks with
+``srun --mpi=pmix --kill-on-bad-exit=0`` for sites without ULFM (heartbeat detection only).
 """
 
 from __future__ import annotations
@@ -15,19 +22,31 @@ import shutil
 import signal
 import subprocess
 import sys
+import socket
 import tempfile
+import threading
+import time
 from importlib import resources
 
 from mixle_mpi import exitcodes
 from mixle_mpi.errors import ConfigError
+from mixle_mpi.exiting import DRIVER_PID_ENV, STATUS_ENV
 
-OPENMPI, MPICH = "openmpi", "mpich"
+OPENMPI, MPICH, SRUN = "openmpi", "mpich", "srun"
+FLAVORS = (OPENMPI, MPICH, SRUN)
+FORWARDED = (signal.SIGTERM, signal.SIGUSR1)
 
 
-def find_mpiexec(explicit: str | None = None) -> str:
-    """mpiexec beside this interpreter (the pip MPI wheels put it there), else on PATH."""
+def find_mpiexec(explicit: str | None = None, flavor: str | None = None) -> str:
+    """mpiexec beside this interpreter (the pip MPI wheels put it there), else on PATH;
+    for the ``srun`` flavor, srun on PATH."""
     if explicit:
         return explicit
+    if flavor == SRUN:
+        found = shutil.which("srun")
+        if not found:
+            raise ConfigError("--mpi srun was asked for but found no srun on PATH (is this a SLURM node?)")
+        return found
     beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     if os.path.exists(beside):
         return beside
@@ -45,6 +64,8 @@ def detect_flavor(mpiexec: str) -> str:
         return OPENMPI
     if "hydra" in text or "mpich" in text:
         return MPICH
+    if text.startswith("slurm"):
+        return SRUN
     raise ConfigError(f"cannot tell which MPI {mpiexec} is; `--version` said: {text[:200]!r}")
 
 
@@ -66,15 +87,21 @@ def build_command(mpiexec: str, flavor: str, n: int, cmd: list[str], extra: list
         return [mpiexec, *flags, *extra, "-n", str(n), *cmd]
     if flavor == MPICH:
         return [mpiexec, "-disable-auto-cleanup", *extra, "-n", str(n), "sh", wrapper_path(), *cmd]
-    raise ConfigError(f"unknown MPI flavor {flavor!r}; valid flavors are {[OPENMPI, MPICH]}")
+    if flavor == SRUN:
+        return [mpiexec, "--mpi=pmix", "--kill-on-bad-exit=0", *extra, "-n", str(n), *cmd]
+    raise ConfigError(f"unknown MPI flavor {flavor!r}; valid flavors are {list(FLAVORS)}")
 
 
-def launch_env(blas_threads: int, status_file: str, base=None) -> dict:
+def launch_env(blas_threads: int, status_file: str, base=None, pid_file: str | None = None) -> dict:
     env = dict(os.environ if base is None else base)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, str(blas_threads))
     env.setdefault("MIXLE_MPI_BLAS_THREADS", str(blas_threads))
-    env["MIXLE_MPI_STATUS_FILE"] = status_file
+    env[STATUS_ENV] = status_file
+    if pid_file is not None:
+        env[DRIVER_PID_ENV] = pid_file
+    else:
+        env.pop(DRIVER_PID_ENV, None)  # never an outer launcher's file
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -83,8 +110,12 @@ def launch_env(blas_threads: int, status_file: str, base=None) -> dict:
     return env
 
 
-def judge(mpiexec_rc: int | None, status: dict | None) -> tuple[int, str]:
-    """The job's exit code and a one-line verdict (pure; unit-tested)."""
+def judge(mpiexec_rc: int | None, status: dict | None, terminated: bool = False) -> tuple[int, str]:
+    """The job's exit code and a one-line verdict (pure; unit-tested). ``terminated``: the
+    launcher ended the job on a SIGTERM that came before the driver could checkpoint."""
+    if status is None and terminated:
+        return exitcodes.CHECKPOINTED, ("stopped by SIGTERM before the driver could checkpoint; "
+                                        "rerun the same command to resume from the last checkpoint, if any")
     if status is not None:
         code = int(status.get("exit_code", exitcodes.FAILED))
         note = f"driver reported {status.get('status')} (exit {code}): {status.get('message', '')}"
@@ -98,34 +129,134 @@ def judge(mpiexec_rc: int | None, status: dict | None) -> tuple[int, str]:
     return mpiexec_rc, f"the job failed: mpiexec exited {mpiexec_rc} and the driver wrote no status"
 
 
+class SignalForwarder:
+    """Forwards the signals the launcher receives to the driver only (pure but for ``kill``).
+
+    ``receive`` is called from the signal handler, ``deliver`` again from the wait loop: a
+    SIGUSR1 that arrives before the driver has written its pid file is held until it has; a
+    SIGTERM then calls ``terminate`` (the job is ended: there is nothing to checkpoint yet).
+    """
+
+    def __init__(self, pid_file: str, kill=os.kill, host: str | None = None, log=None, terminate=None) -> None:
+        self.pid_file = pid_file
+        self.pending: list[int] = []
+        self.terminated = False
+        self._terminate = terminate
+        self.delivered: list[tuple[int, int]] = []
+        self._kill = kill
+        self._host = host or socket.gethostname()
+        self._log = log or (lambda msg: sys.stderr.write(f"[mixle_mpi] {msg}\n"))
+
+    def driver_pid(self) -> int | None:
+        """The driver's pid once it can take a signal; None before (or if unreadable)."""
+        try:
+            with open(self.pid_file, encoding="utf-8") as fh:
+                record = json.load(fh)
+            pid = int(record["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if record.get("host") not in (None, self._host):
+            self._log(f"the driver runs on {record.get('host')}, not on this host {self._host}: "
+                      "cannot forward signals to it")
+            return None
+        return pid
+
+    def receive(self, signum: int, frame=None) -> None:
+        self.pending.append(int(signum))
+        if self.deliver():
+            return
+        if signum == signal.SIGTERM and self._terminate is not None:
+            # nothing to checkpoint yet (or no checkpointing fit at all): end the job now
+            self.pending.remove(signum)
+            self.terminated = True
+            self._log("received SIGTERM before the driver could checkpoint; ending the job")
+            self._terminate()
+            return
+        self._log(f"received {signal.Signals(signum).name}; holding it until the driver is ready")
+
+    def deliver(self) -> list[int]:
+        """Send the held signals to the driver if it is ready; returns those sent."""
+        if not self.pending:
+            return []
+        pid = self.driver_pid()
+        if pid is None:
+            return []
+        sent, self.pending = self.pending, []
+        for signum in sent:
+            try:
+                self._kill(pid, signum)
+            except ProcessLookupError:
+                self._log(f"the driver (pid {pid}) is gone; {signal.Signals(signum).name} not forwarded")
+                continue
+            self.delivered.append((pid, signum))
+            self._log(f"forwarded {signal.Signals(signum).name} to the driver (pid {pid})")
+        return sent
+
+    def install(self) -> dict:
+        """Handle the forwarded signals (main thread only); returns the previous handlers."""
+        return {s: signal.signal(s, self.receive) for s in FORWARDED}
+
+
+def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | None) -> int | None:
+    """Wait for mpiexec, delivering held signals; None if ``timeout`` passed."""
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            return proc.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            forwarder.deliver()
+            if end is not None and time.monotonic() >= end:
+                return None
+
+
+def _temp_path(prefix: str) -> str:
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=".json")
+    os.close(fd)
+    os.unlink(path)
+    return path
+
+
+def _read_json(path: str) -> dict | None:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
 def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | None = None,
         timeout: float | None = None, blas_threads: int = 1, extra: list[str] | None = None,
         env: dict | None = None) -> int:
-    exe = find_mpiexec(mpiexec)
+    exe = find_mpiexec(mpiexec, flavor)
     flavor = flavor or detect_flavor(exe)
     argv = build_command(exe, flavor, n, cmd, extra)
-    fd, status_file = tempfile.mkstemp(prefix="mixle_mpi_status_", suffix=".json")
-    os.close(fd)
-    os.unlink(status_file)
-    env = {**launch_env(blas_threads, status_file), **(env or {})}
+    status_file, pid_file = _temp_path("mixle_mpi_status_"), _temp_path("mixle_mpi_driver_")
+    env = {**launch_env(blas_threads, status_file, pid_file=pid_file), **(env or {})}
     sys.stderr.write("[mixle_mpi] launching: " + " ".join(argv) + "\n")
     sys.stderr.flush()
-    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    started: list[subprocess.Popen] = []
+    forwarder = SignalForwarder(pid_file, terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started])
+    previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
     try:
-        rc = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        rc = None
+        proc = subprocess.Popen(argv, env=env, start_new_session=True)
+        started.append(proc)
+        rc = _wait(proc, forwarder, timeout)
+        if rc is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     except KeyboardInterrupt:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
         raise
-    status = None
-    if os.path.exists(status_file):
-        with open(status_file, encoding="utf-8") as fh:
-            status = json.load(fh)
-        os.unlink(status_file)
-    code, note = judge(rc, status)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if forwarder.pending:
+        names = ", ".join(signal.Signals(s).name for s in forwarder.pending)
+        sys.stderr.write(f"[mixle_mpi] {names} arrived before the driver could take it; not delivered\n")
+    status = _read_json(status_file)
+    for path in (status_file, pid_file):
+        if os.path.exists(path):
+            os.unlink(path)
+    code, note = judge(rc, status, forwarder.terminated)
     sys.stderr.write(f"[mixle_mpi] {note}\n")
     return code
