@@ -1,9 +1,8 @@
 """mixle_mpi: a resilient MPI/SPMD encoded-data handle for mixle's EM.
 
-Import is cheap and does not initialize MPI; the handle imports mpi4py when built.
+Import is cheap and does not initialize MPI; the handle imports mpi4py when built. mixle
+itself is imported on first use, so `mixle-mpi run` starts (and takes signals) at once.
 """
-
-from mixle.utils.parallel.resilient_em import checkpointed_fold
 
 from mixle_mpi.errors import ConfigError, DataError, MixleMPIError, NoWorkersLeft, WorkerError
 from mixle_mpi.faults import Fault
@@ -14,6 +13,10 @@ def __getattr__(name):
         from mixle_mpi import handle
 
         return getattr(handle, name)
+    if name == "checkpointed_fold":
+        from mixle.utils.parallel.resilient_em import checkpointed_fold
+
+        return checkpointed_fold
     raise AttributeError(name)
 
 

@@ -118,7 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extensions():
     """Subcommands defined beside their modules (templates, collectors)."""
-    return []
+    from mixle_mpi import slurm
+
+    return [slurm.add_subcommands]
 
 
 def main(argv=None) -> int:

@@ -20,9 +20,9 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
-import socket
 import tempfile
 import threading
 import time
@@ -226,17 +226,17 @@ def _read_json(path: str) -> dict | None:
 def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | None = None,
         timeout: float | None = None, blas_threads: int = 1, extra: list[str] | None = None,
         env: dict | None = None) -> int:
-    exe = find_mpiexec(mpiexec, flavor)
-    flavor = flavor or detect_flavor(exe)
-    argv = build_command(exe, flavor, n, cmd, extra)
     status_file, pid_file = _temp_path("mixle_mpi_status_"), _temp_path("mixle_mpi_driver_")
-    env = {**launch_env(blas_threads, status_file, pid_file=pid_file), **(env or {})}
-    sys.stderr.write("[mixle_mpi] launching: " + " ".join(argv) + "\n")
-    sys.stderr.flush()
     started: list[subprocess.Popen] = []
     forwarder = SignalForwarder(pid_file, terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started])
     previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
     try:
+        exe = find_mpiexec(mpiexec, flavor)
+        flavor = flavor or detect_flavor(exe)
+        argv = build_command(exe, flavor, n, cmd, extra)
+        env = {**launch_env(blas_threads, status_file, pid_file=pid_file), **(env or {})}
+        sys.stderr.write("[mixle_mpi] launching: " + " ".join(argv) + "\n")
+        sys.stderr.flush()
         proc = subprocess.Popen(argv, env=env, start_new_session=True)
         started.append(proc)
         rc = _wait(proc, forwarder, timeout)
@@ -244,8 +244,9 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     except KeyboardInterrupt:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+        for p in started:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait(timeout=30)
         raise
     finally:
         for s, handler in previous.items():
