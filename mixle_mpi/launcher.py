@@ -202,7 +202,7 @@ def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | N
     end = None if timeout is None else time.monotonic() + timeout
     while True:
         try:
-            return proc.wait(timeout=0.2)
+            return proc.wait(timeout=0.05)
         except subprocess.TimeoutExpired:
             forwarder.deliver()
             if end is not None and time.monotonic() >= end:

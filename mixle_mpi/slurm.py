@@ -178,17 +178,18 @@ _COMMON_DOC = """\
 # Rendered by `mixle-mpi slurm {kind}`; regenerate it instead of editing by hand."""
 
 _BODY = """\
+trap '' USR1 TERM  # until the launcher is up: a signal now must not end this script
 set -u
 PY={python}
 MAX_RESTARTS={max_restarts}
 RESTARTS=${{SLURM_RESTART_COUNT:-0}}
 {setup}mkdir -p "$OUT_DIR"
 
+echo "[mixle_mpi] job $SLURM_JOB_ID on $(hostname -s): start $((RESTARTS + 1)), restart count $RESTARTS of at most $MAX_RESTARTS"{announce}
+
 # Forward USR1/TERM to `mixle-mpi run`, which passes them to the driver only. The launcher
-# starts with both ignored (not killed by one that comes before its handlers are in) and runs
-# in the background, because bash runs a trap only between commands.
-echo "[mixle_mpi] job $SLURM_JOB_ID on $(hostname -s): start $((RESTARTS + 1)), restart count $RESTARTS of at most $MAX_RESTARTS"
-trap '' USR1 TERM
+# starts with both ignored (so one that comes before its handlers are in cannot kill it) and
+# runs in the background, because bash runs a trap only between commands.
 "$PY" -m mixle_mpi run{launch} -n "${{SLURM_NTASKS:-{ntasks}}}" -- {fit_cmd} &
 launcher=$!
 trap 'kill -s USR1 "$launcher" 2>/dev/null' USR1
@@ -240,6 +241,8 @@ def render(kind: str, **opts) -> str:
     lines.append("")
     lines.append(_BODY.format(python=shlex.quote(o["python"]), max_restarts=o["max_restarts"], setup=setup,
                               launch=" --mpi srun" if kind == "srun" else "", ntasks=o["ntasks"],
+                              announce=('\necho "[mixle_mpi] array task $SLURM_ARRAY_TASK_ID: seed $SEED, output $OUT_DIR"'
+                                        if array else ""),
                               fit_cmd=o["fit_cmd"], ok=exitcodes.OK, ck=exitcodes.CHECKPOINTED))
     return "\n".join(lines)
 

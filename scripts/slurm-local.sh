@@ -9,7 +9,9 @@
 # and why each is needed are in the notes on running SLURM locally: CPUs=8 is declared
 # through config_overrides so that 4 tasks fit on 2 real cores; CR_Core so that jobs run side
 # by side; cred_expire=10 and sched_interval=1 so that a requeued job restarts in seconds.
-# Every wait has a deadline (SLURM_LOCAL_DEADLINE seconds, default 30).
+# Every wait has a deadline (SLURM_LOCAL_DEADLINE seconds, default 30). The daemons listen on
+# SLURM_LOCAL_CTLD_PORT and SLURM_LOCAL_SLURMD_PORT (default 6817 and 6818), so a test can run
+# its own cluster beside another one.
 set -euo pipefail
 
 usage() { echo "usage: $0 start|stop STATEDIR" >&2; exit 2; }
@@ -55,16 +57,23 @@ start() {
   local host
   host=$(hostname -s)
   mkdir -p "$dir/munge" "$dir/state" "$dir/spool" "$dir/log"
-  chmod 711 "$dir/munge"
+  # munged wants execute permission for all on every folder above its socket, which a
+  # private STATEDIR (a test's tmp folder, mode 700) does not give: the socket lives in /tmp.
+  local sockdir
+  sockdir=$(mktemp -d /tmp/slurm-local-munge.XXXXXX)
+  chmod 711 "$sockdir"
+  echo "$sockdir" > "$dir/munge.dir"
   [ -s "$dir/munge/munge.key" ] || mungekey -c -k "$dir/munge/munge.key"
   chmod 600 "$dir/munge/munge.key"
   cat > "$dir/slurm.conf" <<CONF
 ClusterName=ci
 SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=${SLURM_LOCAL_CTLD_PORT:-6817}
+SlurmdPort=${SLURM_LOCAL_SLURMD_PORT:-6818}
 SlurmUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$dir/munge/munge.socket,cred_expire=10
+AuthInfo=socket=$sockdir/munge.socket,cred_expire=10
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/slurmctld.pid
@@ -84,7 +93,7 @@ SlurmdParameters=config_overrides
 NodeName=$host CPUs=8 RealMemory=4000 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
-  munged --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
+  munged --key-file="$dir/munge/munge.key" --socket="$sockdir/munge.socket" \
     --pid-file="$dir/munge/munged.pid" --seed-file="$dir/munge/munge.seed" --log-file="$dir/log/munged.log"
   slurmctld -i
   slurmd
@@ -104,6 +113,10 @@ stop() {
   kill_pidfile "$dir/slurmd.pid"
   kill_pidfile "$dir/slurmctld.pid"
   kill_pidfile "$dir/munge/munged.pid"
+  if [ -s "$dir/munge.dir" ]; then
+    case $(cat "$dir/munge.dir") in /tmp/slurm-local-munge.*) rm -rf "$(cat "$dir/munge.dir")" ;; esac
+    rm -f "$dir/munge.dir"
+  fi
   echo "slurm-local: stopped ($dir)"
 }
 

@@ -1,0 +1,230 @@
+"""The rendered SLURM templates on a real single-node SLURM (scripts/slurm-local.sh).
+
+A session fixture starts munge, slurmctld and slurmd in a temporary folder and stops them
+at the end. Every submission is polled (squeue, ``scontrol -o show job``) with a deadline;
+nothing waits with ``sbatch --wait``. The fits are small: SLURM's own latencies (a requeued
+job restarts after ``cred_expire``, 10 s here) dominate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from mpiharness import OMPI_PYTHON, REPO, same_fit
+
+from mixle_mpi import slurm
+
+SLURM_BINARIES = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "srun", "slurmctld", "slurmd", "munged", "mungekey")
+MISSING = [b for b in SLURM_BINARIES if shutil.which(b) is None]
+
+pytestmark = [pytest.mark.mpijob,
+              pytest.mark.skipif(bool(MISSING), reason=f"SLURM is not installed (missing {', '.join(MISSING)}); "
+                                                      "scripts/install-slurm.sh installs it")]
+
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+            "PREEMPTED"}
+FIT = ('"$PY" -m mixle_mpi.fitjob --model gmm1d --n {n} --max-its {its} --num-shards 4 --quiet '
+       '--workdir "$OUT_DIR/work" --checkpoint "$OUT_DIR/fit.ckpt.h5" --out "$OUT_DIR/result.json"')
+SINGLE_FIT = FIT.format(n=20000, its=10)   # the same fit under ft (plain and interrupted) and srun
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Cluster:
+    env: dict
+
+    def run(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=self.env)
+
+    def submit(self, text: str, folder: Path, name: str, env: dict | None = None) -> str:
+        """sbatch the script from ``folder`` (its output lands there); the job inherits ``env``."""
+        folder.mkdir(parents=True, exist_ok=True)
+        script = folder / f"{name}.sbatch"
+        script.write_text(text)
+        out = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=30,
+                             env={**self.env, **(env or {})}, cwd=str(folder))
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip().split(";")[0]
+
+    def jobs(self, job: str) -> list[dict]:
+        """``scontrol -o show job`` as one dict per job (an array gives one per task)."""
+        out = self.run("scontrol", "-o", "show", "job", job)
+        return [dict(re.findall(r"(\w+)=(\S*)", line)) for line in out.stdout.splitlines() if line.strip()]
+
+    def wait(self, job: str, until, deadline: float, what: str) -> list[dict]:
+        end = time.monotonic() + deadline
+        records: list[dict] = []
+        while time.monotonic() < end:
+            records = self.jobs(job)
+            if records and until(records):
+                return records
+            time.sleep(0.2)
+        raise AssertionError(f"job {job}: gave up after {deadline:.0f} s waiting for {what}; last seen {records}")
+
+    def wait_done(self, job: str, deadline: float = 120) -> list[dict]:
+        def done(records):
+            queued = self.run("squeue", "-h", "-j", job, "-o", "%i").stdout.strip()
+            return not queued and all(r.get("JobState") in TERMINAL for r in records)
+        return self.wait(job, done, deadline, "the end of the job")
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    state = tmp_path_factory.mktemp("slurm")
+    env = dict(os.environ, SLURM_CONF=str(state / "slurm.conf"), PYTHONWARNINGS="ignore",
+               SLURM_LOCAL_CTLD_PORT=str(_free_port()), SLURM_LOCAL_SLURMD_PORT=str(_free_port()),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env.pop("MIXLE_MPI_FAULT_PLAN", None)
+    script = str(REPO / "scripts" / "slurm-local.sh")
+    up = subprocess.run(["bash", script, "start", str(state)], capture_output=True, text=True, timeout=90, env=env)
+    try:
+        assert up.returncode == 0, f"could not start SLURM:\n{up.stdout}\n{up.stderr}"
+        yield Cluster(env)
+    finally:
+        down = subprocess.run(["bash", script, "stop", str(state)], capture_output=True, text=True, timeout=120,
+                              env=env)
+        assert down.returncode == 0, f"could not stop SLURM:\n{down.stdout}\n{down.stderr}"
+
+
+def _render(kind: str, out_dir: Path, **opts) -> str:
+    base = {"job_name": f"t-{kind}", "ntasks": 3, "time": "10", "signal_margin": 60, "max_restarts": 1,
+            "python": OMPI_PYTHON, "out_dir": str(out_dir), "fit_cmd": SINGLE_FIT}
+    return slurm.render(kind, **{**base, **opts})
+
+
+def _output(folder: Path) -> str:
+    return "\n".join(p.read_text() for p in sorted(folder.glob("*.out")))
+
+
+def _result(out_dir: Path) -> dict:
+    return json.loads((out_dir / "result.json").read_text())
+
+
+def _events(out_dir: Path) -> list[dict]:
+    return [json.loads(l) for l in (out_dir / "work" / "events.jsonl").read_text().splitlines() if l.strip()]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(cluster, tmp_path_factory):
+    """The ft template's fit, run once without interruption (also the bits others must match)."""
+    folder = tmp_path_factory.mktemp("ft")
+    job = cluster.submit(_render("ft", folder / "out"), folder, "ft")
+    (rec,) = cluster.wait_done(job)
+    return folder, rec
+
+
+def test_ft_template_completes_a_fit(uninterrupted):
+    folder, rec = uninterrupted
+    log = _output(folder)
+    assert (rec["JobState"], rec["ExitCode"], rec["Restarts"]) == ("COMPLETED", "0:0", "0"), log
+    result = _result(folder / "out")
+    assert result["iterations"] == 10 and len(result["ll"]) == 10 and result["num_shards"] == 4
+    assert "--with-ft ulfm" in log and "the fit finished (exit 0)" in log
+    assert "restart count 0 of at most 1" in log
+
+
+def test_time_limit_signal_checkpoints_requeues_and_resumes_to_the_same_bits(cluster, uninterrupted, tmp_path):
+    job = cluster.submit(_render("ft", tmp_path / "out"), tmp_path, "ft")
+    # The launcher takes signals once it has said "launching"; before that the script ignores them.
+    end = time.monotonic() + 60
+    while "launching:" not in _output(tmp_path):
+        assert time.monotonic() < end, f"the launcher did not start:\n{_output(tmp_path)}\n{cluster.jobs(job)}"
+        time.sleep(0.1)
+    sent = cluster.run("scancel", "--signal=USR1", "--batch", job)
+    assert sent.returncode == 0, sent.stderr
+    (rec,) = cluster.wait_done(job, deadline=150)
+    log = _output(tmp_path)
+    assert (rec["JobState"], rec["ExitCode"], rec["Restarts"]) == ("COMPLETED", "0:0", "1"), log
+    # first start: USR1 reached the driver only, which checkpointed and exited 75; the script requeued
+    assert "forwarded SIGUSR1 to the driver" in log
+    assert "received SIGUSR1 after iteration" in log and "driver reported error (exit 75)" in log
+    assert f"checkpointed (exit 75): requeueing job {job} (restart 1 of at most 1)" in log
+    assert "worker pid" not in log.split("driver failed:")[0]  # no worker acted on the signal
+    # second start (SLURM_RESTART_COUNT=1) resumed from the checkpoint and finished
+    assert "start 2, restart count 1 of at most 1" in log and "the fit finished (exit 0)" in log
+    resumed = [e for e in _events(tmp_path / "out") if e["event"] == "resumed"]
+    assert len(resumed) == 1 and 1 <= resumed[0]["iteration"] < 10, log
+    assert same_fit(_result(tmp_path / "out"), _result(uninterrupted[0] / "out"))
+
+
+def test_restart_bound_fails_clearly_with_exit_75(cluster, tmp_path):
+    text = _render("ft", tmp_path / "out", max_restarts=0, fit_cmd=FIT.format(n=20000, its=40))
+    job = cluster.submit(text, tmp_path, "ft")
+    end = time.monotonic() + 60
+    while "launching:" not in _output(tmp_path):
+        assert time.monotonic() < end, _output(tmp_path)
+        time.sleep(0.1)
+    assert cluster.run("scancel", "--signal=USR1", "--batch", job).returncode == 0
+    (rec,) = cluster.wait_done(job, deadline=90)
+    log = _output(tmp_path)
+    assert (rec["JobState"], rec["ExitCode"], rec["Restarts"]) == ("FAILED", "75:0", "0"), log
+    assert "max_restarts 0): not requeueing; resubmit this script to resume from the checkpoint" in log
+
+
+def test_array_best_of_n_is_collected(cluster, tmp_path):
+    out = tmp_path / "out"
+    text = _render("array", out, ntasks=2, array="0-2", base_seed=11,
+                   fit_cmd=FIT.format(n=3000, its=6) + ' --seed "$SEED"')
+    job = cluster.submit(text, tmp_path, "array")
+    records = cluster.wait_done(job, deadline=150)
+    log = _output(tmp_path)
+    assert sorted(r["ArrayTaskId"] for r in records) == ["0", "1", "2"], records
+    assert all((r["JobState"], r["ExitCode"]) == ("COMPLETED", "0:0") for r in records), log
+    for task in range(3):
+        assert f"array task {task}: seed {11 + task}, output {out}/task-{task}" in log
+    results = {t: _result(out / f"task-{t}") for t in range(3)}
+    finals = {t: r["ll"][-1] for t, r in results.items()}
+    assert len(set(finals.values())) == 3, finals  # three seeds, three different fits
+    best = max(finals, key=finals.get)
+    report = tmp_path / "best.json"
+    got = subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "collect", str(out), "-o", str(report)],
+                         capture_output=True, text=True, timeout=60, env=cluster.env)
+    assert got.returncode == 0, got.stderr
+    collected = json.loads(report.read_text())
+    assert collected["best"] == str(out / f"task-{best}" / "result.json")
+    assert collected["final_ll"] == finals[best]
+    assert collected["summary"]["model"] == results[best]["model"]
+    assert collected["summary"]["ll"] == results[best]["ll"]
+    assert len(collected["candidates"]) == 3
+
+
+def test_srun_template_completes_the_same_fit(cluster, uninterrupted, tmp_path):
+    job = cluster.submit(_render("srun", tmp_path / "out"), tmp_path, "srun")
+    (rec,) = cluster.wait_done(job)
+    log = _output(tmp_path)
+    assert (rec["JobState"], rec["ExitCode"]) == ("COMPLETED", "0:0"), log
+    assert "srun --mpi=pmix --kill-on-bad-exit=0" in log
+    assert "shrink=emulated" in log  # no ULFM under srun: heartbeats only
+    # a failure-free fit does not depend on the launcher: the same bits as under mpiexec
+    assert same_fit(_result(tmp_path / "out"), _result(uninterrupted[0] / "out"))
+
+
+def test_srun_worker_death_is_detected_but_ends_the_fit(cluster, tmp_path):
+    """Measured limit of the srun kind: with -K0 the other tasks survive a SIGKILLed worker and
+    heartbeats detect it, but Open MPI cannot shrink the communicator under srun (no PMIx
+    group support in SLURM's pmix plugin), so the fit ends with exit 1, without hanging."""
+    plan = {"MIXLE_MPI_FAULT_PLAN": "2:kill:estep_mid:3", "MIXLE_MPI_RECONFIGURE_TIMEOUT": "15"}
+    job = cluster.submit(_render("srun", tmp_path / "out"), tmp_path, "srun", env=plan)
+    (rec,) = cluster.wait_done(job)
+    log = _output(tmp_path)
+    assert (rec["JobState"], rec["ExitCode"]) == ("FAILED", "1:0"), log
+    events = _events(tmp_path / "out")
+    detected = [e for e in events if e["event"] == "failure_detected"]
+    assert detected and detected[0]["worker"] == 2 and detected[0]["cause"].startswith("heartbeat"), log
+    assert "MPI_ERR_UNSUPPORTED_OPERATION" in log, log
+    assert "the fit failed with exit code 1" in log
+
