@@ -3,7 +3,8 @@
 Each DIR is a task's output folder, or a folder of such folders (an array's ``out_dir``).
 A task's summary is the first of ``SUMMARY_FILES`` found in its folder: ``summary.json``
 (written by ``mixle-mpi fit``) or ``result.json`` (written by ``python -m mixle_mpi.fitjob
---out``). Its final log-likelihood is ``final_ll``, else the last entry of ``ll``. The best
+--out``). Its final log-likelihood is ``final_ll``, else the last entry of ``ll``; the report names the task's
+``model.json`` too when there is one. The best
 task is the one with the highest final log-likelihood; ties go to the first in path order,
 so the choice does not depend on the order the tasks finished in. A task without a summary
 (it failed, or is still running) is skipped and listed; if no task has one, the error lists
@@ -46,17 +47,13 @@ def pick_best(summaries: list[dict]) -> dict:
     """
     if not summaries:
         raise ConfigError("no summaries to choose from")
-    best, best_ll = None, -math.inf
-    for s in summaries:
-        ll = final_ll(s)
-        if math.isnan(ll):
-            continue
-        if best is None or ll > best_ll:
-            best, best_ll = s, ll
-    if best is None:
+    from mixle_mpi.fitcmd import best_restart  # the same rule as `mixle-mpi fit --restarts`
+
+    usable = [s for s in summaries if not math.isnan(final_ll(s))]
+    if not usable:
         raise ConfigError("every summary's final log-likelihood is NaN: "
                           + ", ".join(str(s.get("path", "?")) for s in summaries))
-    return best
+    return usable[best_restart([{"ll": [final_ll(s)]} for s in usable])]
 
 
 def _summary_in(folder: str) -> str | None:
@@ -118,7 +115,8 @@ def collect(dirs: list[str]) -> dict:
     if not summaries:
         raise ConfigError("no usable summary; found:\n  " + "\n  ".join(problems))
     best = pick_best(summaries)
-    return {"best": best["path"], "final_ll": final_ll(best),
+    model = os.path.join(os.path.dirname(best["path"]), "model.json")
+    return {"best": best["path"], "final_ll": final_ll(best), "model": model if os.path.isfile(model) else None,
             "candidates": [{"path": s["path"], "final_ll": final_ll(s)} for s in summaries],
             "skipped": problems, "summary": {k: v for k, v in best.items() if k != "path"}}
 

@@ -36,10 +36,10 @@ from mixle_mpi.errors import ConfigError
 KINDS = ("ft", "srun", "array")
 GOLDEN = {"ft": "fit-ft.sbatch", "srun": "fit-srun.sbatch", "array": "best-of-array.sbatch"}
 
-# The fit each task runs when no fit command is given: the built-in job, with a checkpoint
-# and a result in the task's output folder ($OUT_DIR; for arrays also $SEED).
-DEFAULT_FIT = ('"$PY" -m mixle_mpi.fitjob --model gmm1d --n 20000 --max-its 100 --num-shards 16 '
-               '--workdir "$OUT_DIR/work" --checkpoint "$OUT_DIR/fit.ckpt.h5" --out "$OUT_DIR/result.json"')
+# The fit each task runs when no fit command is given: `mixle-mpi fit` with the job file
+# job.toml (in the folder sbatch is run from), writing model.json, summary.json, events.jsonl
+# and its checkpoint to $OUT_DIR; an array task also gets its own seed, $SEED.
+DEFAULT_FIT = '"$PY" -m mixle_mpi fit --config job.toml --out-dir "$OUT_DIR" --checkpoint "$OUT_DIR/checkpoint.h5"'
 DEFAULT_ARRAY_FIT = DEFAULT_FIT + ' --seed "$SEED"'
 
 DEFAULTS = {

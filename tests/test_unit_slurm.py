@@ -327,3 +327,21 @@ def test_driver_writes_its_pid_where_the_launcher_said(tmp_path, monkeypatch):
     assert record["pid"] == os.getpid() and record["host"]
     fw = SignalForwarder(str(path), kill=lambda p, s: None)
     assert fw.driver_pid() == os.getpid()
+
+
+def test_default_fit_is_mixle_mpi_fit_with_a_job_file():
+    text = slurm.render("ft")
+    assert '-- "$PY" -m mixle_mpi fit --config job.toml --out-dir "$OUT_DIR" --checkpoint "$OUT_DIR/checkpoint.h5" &' in text
+    assert slurm.render("array").count('--seed "$SEED"') == 1
+
+
+def test_collect_reads_mixle_mpi_fit_summaries(tmp_path):
+    for name, final in (("task-0", -7.5), ("task-1", -7.25), ("task-2", None)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "summary.json").write_text(json.dumps({"final_ll": final, "iterations": 3}))
+        (d / "model.json").write_text("{}")
+    report = collect.collect([str(tmp_path)])
+    assert report["best"] == str(tmp_path / "task-1" / "summary.json")
+    assert report["model"] == str(tmp_path / "task-1" / "model.json")
+    assert any("task-2" in s and "is not a number" in s for s in report["skipped"])
