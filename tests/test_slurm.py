@@ -137,6 +137,20 @@ def test_ft_template_completes_a_fit(uninterrupted):
     assert "restart count 0 of at most 1" in log
 
 
+def test_default_ft_template_runs_mixle_mpi_fit_with_a_job_file(cluster, tmp_path):
+    (tmp_path / "job.toml").write_text('[fit]\ndata = "builtin:iris"\ncolumns = "0:4"\nmodel = "gmm:k=3,cov=full"\n'
+                                       'num_shards = 4\nmax_its = 5\nseed = 3\n')
+    text = slurm.render("ft", job_name="t-default", ntasks=3, time="10", signal_margin=60, python=OMPI_PYTHON,
+                        out_dir="out")
+    job = cluster.submit(text, tmp_path, "ft")
+    (rec,) = cluster.wait_done(job)
+    log = _output(tmp_path)
+    assert (rec["JobState"], rec["ExitCode"]) == ("COMPLETED", "0:0"), log
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["iterations"] == 5 and (tmp_path / "out" / "model.json").exists()
+    assert (tmp_path / "out" / "checkpoint.h5").exists()
+
+
 def test_time_limit_signal_checkpoints_requeues_and_resumes_to_the_same_bits(cluster, uninterrupted, tmp_path):
     job = cluster.submit(_render("ft", tmp_path / "out"), tmp_path, "ft")
     # The launcher takes signals once it has said "launching"; before that the script ignores them.
