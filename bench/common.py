@@ -77,10 +77,15 @@ def run(cmd: list[str], env: dict | None = None, timeout: float = 660.0) -> tupl
     return rc, out or "", time.monotonic() - t0
 
 
-def show(cmd: list[str], env_extra: dict | None = None) -> str:
-    """The exact command, with the environment variables it needs, for the report."""
+def show(cmd, env_extra: dict | None = None, tmp: str | None = None) -> str:
+    """The exact command, with the environment variables it needs, for the report: paths
+    relative to the repository root (jobs run there) and the run's temporary directory as
+    ``$TMPDIR``."""
     prefix = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in (env_extra or {}).items())
-    return (prefix + " " if prefix else "") + shlex.join(cmd)
+    text = (prefix + " " if prefix else "") + (cmd if isinstance(cmd, str) else shlex.join(cmd))
+    if tmp:
+        text = text.replace(tmp, "$TMPDIR")
+    return text.replace(ROOT + os.sep, "").replace("'$(date +%s.%N)'", "$(date +%s.%N)")
 
 
 # -- other work on the host ------------------------------------------------------------------

@@ -36,7 +36,7 @@ def job(python: str, tmp: str, tag: str, model: str, n: int, its: int, workers: 
                                                 "--n", str(n), "--its", str(its), "--num-shards", str(shards),
                                                 "--out", out])
     rc, log, _ = common.run(cmd, common.job_env(env_extra))
-    command = common.show(cmd, env_extra)
+    command = common.show(cmd, env_extra, tmp)
     if rc != 0 or not os.path.exists(out):
         return {"ok": False, "rc": rc, "log_tail": log[-3000:]}, command
     with open(out, encoding="utf-8") as fh:

@@ -74,7 +74,8 @@ def measure(python: str, quick: bool, workers: int = 2, reps: int | None = None)
             for n in sizes:  # interleaved over repetitions
                 out = os.path.join(tmp, f"r_{n}_{rep}.json")
                 template = job_command(python, os.path.join(tmp, f"data_{n}.h5"), workers, its, out)
-                commands[n] = common.show(template).replace("{now}", "$(date +%s.%N)")
+                commands[n] = (common.show([c.replace("{now}", "$(date +%s.%N)") for c in template], tmp=tmp)
+                               + f"  # $TMPDIR/data_{n}.h5 from bench.memory_startup.write_h5(path, {n})")
                 cmd = [c.replace("{now}", f"{time.time():.6f}") for c in template]
                 rc, log, _ = common.run(cmd)
                 if rc == 0 and os.path.exists(out):

@@ -47,7 +47,7 @@ def measure(python: str, quick: bool, workers: int = 2) -> dict:
             figures.append(common.figure(
                 "7", f"MPI bytes per iteration / sufficient-statistic bytes ({model}, N={n:,}, W={workers}, S={rec['num_shards']})",
                 [(down + up) / stats], baseline="numeric bytes of every shard's E-step statistic in the same job",
-                target=None, met=None, command=common.show(cmd), unit="ratio (lower is better)",
+                target=None, met=None, command=common.show(cmd, tmp=tmp), unit="ratio (lower is better)",
                 why=("down: the model (and estimator, for the E-step) goes to each worker twice per iteration "
                      "(E-step and scoring); up: pickled per-shard statistics plus the scores"),
                 bytes_per_iteration=raw[model]))

@@ -60,8 +60,8 @@ def item_overhead(python: str, quick: bool, reps: int | None) -> dict:
             "1", f"{model} ({s['describe']}, N={s['n']:,}): ours / mixle per-iteration time", ratios,
             baseline=f"mixle MPIEncodedData on W={args.workers} ranks, interleaved reps; ratio of medians "
                      f"{common.fmt(s['ratio'], 3)}", target="<= 1.03",
-            met=met, why=why, command=overhead.shlex.join(overhead.job_command(args, "resilient", model, "OUT.json"))
-            + " ; baseline: " + overhead.shlex.join(overhead.job_command(args, "mixle", model, "OUT.json")),
+            met=met, why=why, command=common.show(overhead.job_command(args, "resilient", model, "OUT.json"))
+            + " ; baseline: " + common.show(overhead.job_command(args, "mixle", model, "OUT.json")),
             ratio_of_medians=s["ratio"], ours_ms=s["resilient"]["median"] and 1e3 * s["resilient"]["median"],
             mixle_ms=s["mixle"]["median"] and 1e3 * s["mixle"]["median"], same_final_ll=s["final_ll_identical"],
             breakdown=b, foreign_cores_max=[s["resilient"]["foreign_cores_max"], s["mixle"]["foreign_cores_max"]]))
@@ -102,6 +102,7 @@ def soak(python: str, seconds: float, s) -> dict:
     out = os.path.join(common.BENCH, "results", ".soak.tmp")
     cmd = common.launcher(python, 5, [python, os.path.join(common.BENCH, "soak.py"), "--seconds", f"{seconds:g}",
                                       "--out", out], timeout=seconds + 300)
+    shown = common.show(cmd).replace(out.replace(common.ROOT + os.sep, ""), "SOAK.json")
     rc, log, _ = common.run(cmd, timeout=seconds + 360)
     rec = {}
     if rc == 0 and os.path.exists(out):
@@ -115,7 +116,7 @@ def soak(python: str, seconds: float, s) -> dict:
         [] if false is None else [false], baseline=f"{rec.get('iterations')} E-step + scoring rounds",
         target="0 in a 10-minute run",
         met=None if false is None else (False if false > 0 else (True if seconds >= 600 else None)),
-        unit="count", command=common.show(cmd),
+        unit="count", command=shown,
         why="" if seconds >= 600 else f"only {seconds:g} s in this run (the target needs 600 s: run without --quick)",
         settings=s.__dict__)
 

@@ -223,7 +223,7 @@ class Driver:
     def _load(self, plan: dict[int, list[int]]) -> None:
         """Send raw shards (read from the store) for workers to encode and keep resident.
 
-        Shards travel in blocks of a few MiB, and a worker's next block is read only once
+        Shards travel in blocks of about 1 MiB, and a worker's next block is read only once
         its previous one was delivered, so the driver holds at most one block per worker
         whatever the size of the data."""
         expect: dict[int, set] = {}

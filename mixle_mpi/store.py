@@ -244,7 +244,7 @@ class ShardStore:
             return self._kind, list(ds.asstr()[start:stop])
         return self._kind, ds[start:stop]
 
-    def blocks(self, i: int, max_bytes: int = 4 << 20) -> list[tuple[int, int]]:
+    def blocks(self, i: int, max_bytes: int = 1 << 20) -> list[tuple[int, int]]:
         """``(start, stop)`` row ranges covering shard i, each about ``max_bytes`` or one row:
         the driver streams a shard in these pieces, so its memory does not grow with N."""
         ds = self._dataset(i)
