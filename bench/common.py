@@ -123,6 +123,19 @@ def wait_for_quiet(max_wait: float, threshold: float = 0.3, sample: float = 1.0)
     return time.monotonic() - t0, busy
 
 
+def script_main(measure, doc: str, argv=None) -> int:
+    """``main`` of a single-item benchmark: ``[--quick] [--python P]``, prints its figures."""
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--python", default=sys.executable)
+    args = ap.parse_args(argv)
+    print(json.dumps(measure(args.python, args.quick)["figures"], indent=1))
+    return 0
+
+
 def log(msg: str) -> None:
     print(f"[bench] {msg}", flush=True)
     sys.stdout.flush()

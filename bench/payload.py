@@ -13,7 +13,6 @@ packing of the statistics alone.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -55,12 +54,7 @@ def measure(python: str, quick: bool, workers: int = 2) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--python", default=sys.executable)
-    args = ap.parse_args(argv)
-    print(json.dumps(measure(args.python, args.quick)["figures"], indent=1))
-    return 0
+    return common.script_main(measure, __doc__, argv)
 
 
 if __name__ == "__main__":
