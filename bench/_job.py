@@ -119,22 +119,23 @@ class StepClock:
         return [b - a for a, b in zip(self.stamps, self.stamps[1:])]
 
 
-def time_method(obj, name: str, sink: list, label: str) -> None:
-    """Shadow obj.name with a wrapper appending (label, end, seconds) per call (an instance
-    attribute: mixle dispatches through hasattr/getattr on the handle, so the wrapper is what
-    gets called)."""
-    fn = getattr(obj, name)
-
+def timed(fn, done):
+    """``fn`` wrapped to call ``done(start, end)`` after every call, even a failing one."""
     @functools.wraps(fn)
-    def timed(*a, **k):
+    def wrapper(*a, **k):
         t0 = now()
         try:
             return fn(*a, **k)
         finally:
-            t1 = now()
-            sink.append((label, t1, t1 - t0))
+            done(t0, now())
+    return wrapper
 
-    setattr(obj, name, timed)
+
+def time_method(obj, name: str, sink: list, label: str) -> None:
+    """Shadow obj.name with a wrapper appending (label, end, seconds) per call (an instance
+    attribute: mixle dispatches through hasattr/getattr on the handle, so the wrapper is what
+    gets called)."""
+    setattr(obj, name, timed(getattr(obj, name), lambda t0, t1: sink.append((label, t1, t1 - t0))))
 
 
 def per_iteration_totals(events, stamps, label, by_source=False) -> list[float]:
@@ -291,11 +292,7 @@ def run_resilient(args) -> None:
     run_round = drv.run_round
 
     def timed_round(kind, *a, **k):
-        t = now()
-        try:
-            return run_round(kind, *a, **k)
-        finally:
-            events.append((f"{kind}_round", now(), now() - t))
+        return timed(run_round, lambda t0, t1: events.append((f"{kind}_round", t1, t1 - t0)))(kind, *a, **k)
 
     drv.run_round = timed_round
     payload: dict = {}
@@ -395,29 +392,12 @@ def _instrument_driver_startup(startup: dict) -> None:
     """Rank 0 only: time the setup phases (shard store write, worker setup, shard loading)."""
     from mixle_mpi import driver, store
 
-    def wrap(owner, name, label):
-        fn = getattr(owner, name)
+    def add(label):
+        return lambda t0, t1: startup.__setitem__(label, startup.get(label, 0.0) + t1 - t0)
 
-        @functools.wraps(fn)
-        def timed(*a, **k):
-            t0 = now()
-            try:
-                return fn(*a, **k)
-            finally:
-                startup[label] = startup.get(label, 0.0) + now() - t0
-        setattr(owner, name, timed)
-
-    orig_create = store.ShardStore.create.__func__
-
-    def create(cls, *a, **k):
-        t0 = now()
-        try:
-            return orig_create(cls, *a, **k)
-        finally:
-            startup["store_write"] = now() - t0
-    store.ShardStore.create = classmethod(create)
-    wrap(driver.Driver, "_setup", "worker_setup")
-    wrap(driver.Driver, "_load", "shard_load")
+    store.ShardStore.create = classmethod(timed(store.ShardStore.create.__func__, add("store_write")))
+    driver.Driver._setup = timed(driver.Driver._setup, add("worker_setup"))
+    driver.Driver._load = timed(driver.Driver._load, add("shard_load"))
 
 
 def _count_bytes(events: list) -> None:
