@@ -108,8 +108,14 @@ def measure(python: str, quick: bool, workers: int = 3, shards_per_worker: int =
             met = None if med is None else med <= bound
             why = ""
             if met is False and respawn:
-                why = ("the respawn (MPI Spawn + setup + reloading the shards) runs inside this call; "
-                       "without respawn the survivors absorb the work")
+                why = ('the respawn runs inside this call, synchronously between rounds: MPI Spawn of a fresh Python '
+                       "process that imports mixle and joins (~3 s, see item 5's import phase) plus setup and shard "
+                       'reload; without respawn the survivors absorb the work within the target. To meet it, the '
+                       'respawn would have to overlap the next rounds while survivors keep the orphaned shards')
+            elif met is False and k == 1:
+                why = ("with S = W the dead worker's single shard is recomputed whole on one survivor, and the "
+                       "kill (after its first sub-chunk, i.e. late) wastes most of a call first; with S = 4W the "
+                       "orphans spread over every survivor (row above)")
             elif met is False:
                 why = "recomputation did not spread evenly enough (see the split)"
             figures.append(common.figure(
