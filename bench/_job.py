@@ -24,6 +24,8 @@ import functools
 import glob
 import json
 import os
+import pickle
+import resource
 import shutil
 import statistics
 import sys
@@ -76,6 +78,13 @@ def parse_args(argv=None):
                    help="what-if (resilient only): set the ceiling of mixle_mpi's polling backoff to this "
                    "many seconds on every rank (the library's own is 5 ms); a diagnostic, not a setting "
                    "of the library")
+    p.add_argument("--num-shards", type=int, default=None, help="resilient: shards S (default: the workers)")
+    p.add_argument("--h5", default=None, help="resilient: read the data from this HDF5 file (dataset 'data'), "
+                   "handed to the handle as an h5py.Dataset; --n and --data-seed are then ignored")
+    p.add_argument("--count-bytes", action="store_true",
+                   help="resilient: count the pickled bytes of every message the driver sends and receives")
+    p.add_argument("--launched-at", type=float, default=None,
+                   help="wall time at which the launcher was started (for launch-to-first-E-step)")
     p.add_argument("--out", required=True, help="rank 0 writes the JSON record here")
     return p.parse_args(argv)
 
@@ -110,22 +119,23 @@ class StepClock:
         return [b - a for a, b in zip(self.stamps, self.stamps[1:])]
 
 
-def time_method(obj, name: str, sink: list, label: str) -> None:
-    """Shadow obj.name with a wrapper appending (label, end, seconds) per call (an instance
-    attribute: mixle dispatches through hasattr/getattr on the handle, so the wrapper is what
-    gets called)."""
-    fn = getattr(obj, name)
-
+def timed(fn, done):
+    """``fn`` wrapped to call ``done(start, end)`` after every call, even a failing one."""
     @functools.wraps(fn)
-    def timed(*a, **k):
+    def wrapper(*a, **k):
         t0 = now()
         try:
             return fn(*a, **k)
         finally:
-            t1 = now()
-            sink.append((label, t1, t1 - t0))
+            done(t0, now())
+    return wrapper
 
-    setattr(obj, name, timed)
+
+def time_method(obj, name: str, sink: list, label: str) -> None:
+    """Shadow obj.name with a wrapper appending (label, end, seconds) per call (an instance
+    attribute: mixle dispatches through hasattr/getattr on the handle, so the wrapper is what
+    gets called)."""
+    setattr(obj, name, timed(getattr(obj, name), lambda t0, t1: sink.append((label, t1, t1 - t0))))
 
 
 def per_iteration_totals(events, stamps, label, by_source=False) -> list[float]:
@@ -203,15 +213,19 @@ def _instrument_workers(timing_dir: str) -> None:
 
     rank = MPI.COMM_WORLD.Get_rank()
     path = os.path.join(timing_dir, f"worker_{rank}_{os.getpid()}.jsonl")
+    # one line per call: label, end, wall s, rank, process CPU s, this thread's CPU s, and its
+    # minor page faults (fresh pages for temporaries made the workers' E-step slow once)
 
     def wrap(label, fn):
         @functools.wraps(fn)
         def timed(*a, **k):
-            t0 = now()
+            f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+            t0, c0 = now(), time.thread_time()
             result = fn(*a, **k)
-            t1 = now()
+            t1, c1 = now(), time.thread_time()
+            f1 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
             with open(path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps([label, t1, t1 - t0, rank, time.process_time()]) + "\n")
+                fh.write(json.dumps([label, t1, t1 - t0, rank, time.process_time(), c1 - c0, f1 - f0]) + "\n")
             return result
         return timed
 
@@ -246,29 +260,52 @@ def run_resilient(args) -> None:
     if driver:
         shutil.rmtree(workdir, ignore_errors=True)
         os.makedirs(timing_dir, exist_ok=True)
-    data = sample(args.n, args.data_seed) if driver else None
+    h5file = None
+    if driver and args.h5:
+        import h5py
+
+        h5file = h5py.File(args.h5, "r")
+        data = h5file["data"]  # an h5py.Dataset: the handle streams it into the shard store
+    else:
+        data = sample(args.n, args.data_seed) if driver else None
     MPI.COMM_WORLD.Barrier()  # the timing dir exists before any worker could write into it
     _instrument_workers(timing_dir)
     if args.poll_cap is not None:
         _cap_backoff(args.poll_cap)
+    events: list = []
+    startup: dict = {"script_started_at": args.script_started_at}
+    if driver:
+        _instrument_driver_startup(startup)
+        if args.count_bytes:
+            _count_bytes(events)
     t0 = now()
-    enc = ResilientMPIEncodedData(data, estimator=est, workdir=workdir)  # workers serve inside
+    startup["handle_start"] = time.time()
+    enc = ResilientMPIEncodedData(data, estimator=est, workdir=workdir,
+                                  num_shards=args.num_shards)  # workers serve inside
+    startup["handle_done"] = time.time()
+    startup["vmhwm_after_setup"] = vm_hwm()
     t_setup = now() - t0
     del data
-    events: list = []
     time_method(enc, "pysp_seq_estimate", events, "estep_call")
     time_method(enc, "pysp_seq_log_density_sum", events, "llsum_call")
     drv = enc._driver  # the driver's round (dispatch -> last shard result; no fold, no M-step)
     run_round = drv.run_round
 
     def timed_round(kind, *a, **k):
-        t = now()
-        try:
-            return run_round(kind, *a, **k)
-        finally:
-            events.append((f"{kind}_round", now(), now() - t))
+        return timed(run_round, lambda t0, t1: events.append((f"{kind}_round", t1, t1 - t0)))(kind, *a, **k)
 
     drv.run_round = timed_round
+    payload: dict = {}
+    if args.count_bytes:
+        inner_estimate = enc._estep
+
+        def estep_sizes(*a, **k):
+            results = inner_estimate(*a, **k)
+            payload.setdefault("estep_result_bytes", sum(len(v) for v in results.values()))
+            payload.setdefault("estep_stat_numeric_bytes", sum(numeric_bytes(pickle.loads(v)) for v in results.values()))
+            return results
+
+        enc._estep = estep_sizes
     clock = StepClock()
     t1 = now()
     with enc:
@@ -276,6 +313,9 @@ def run_resilient(args) -> None:
         t_fit = now() - t1
         num_shards = enc.num_shards
         failures = sum(enc.failures.values())
+        rounds = enc.rounds
+    if h5file is not None:
+        h5file.close()
     st = clock.stamps
     record = base_record(args, describe, clock, t_setup, t_fit, events)
     record["driver_estep_round"] = summary(per_iteration_totals(events, st, "estep_round"))
@@ -297,11 +337,88 @@ def run_resilient(args) -> None:
             cores.append((mine[-1][4] - first[-1][4]) / (mine[-1][1] - first[-1][1]))
     record["worker_cpu_cores"] = cores
     record.update(ranks=MPI.COMM_WORLD.Get_size(), compute_ranks=MPI.COMM_WORLD.Get_size() - 1,
-                  num_shards=num_shards, failures=failures)
+                  num_shards=num_shards, failures=failures, rounds=rounds,
+                  estep_calls=[list(ev) for ev in events if ev[0] == "estep_call"],
+                  iteration_stamps=st, launched_at=args.launched_at, payload=payload)
+    startup["first_round_started_at"] = rounds[0]["started_at"] if rounds else None
+    startup["vmhwm_end"] = vm_hwm()
+    record["startup"] = startup
+    record["worker_page_faults_per_estep"] = med([ev[6] for ev in wev if ev[0] == "worker_estep" and len(ev) > 6])
+    if args.count_bytes:
+        for label in ("bytes_down", "bytes_up", "bytes_hb"):
+            record[label] = summary(per_iteration_totals(events, st, label))
+    evpath = os.path.join(workdir, "events.jsonl")
+    if os.path.exists(evpath):
+        with open(evpath, encoding="utf-8") as fh:
+            record["events"] = [json.loads(line) for line in fh if line.strip()]
     write_json(args.out, record)
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     # the driver's atexit hook closes up, writes the launcher's status file and exits 0
+
+
+def vm_hwm() -> int | None:
+    """This process's peak resident set (VmHWM) in bytes, from /proc (Linux)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def numeric_bytes(obj) -> int:
+    """Bytes of the numbers in a sufficient statistic (arrays' data, 8 per scalar): what a
+    perfectly packed message would carry."""
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes
+    if isinstance(obj, (tuple, list)):
+        return sum(numeric_bytes(x) for x in obj)
+    if isinstance(obj, dict):
+        return sum(numeric_bytes(k) + numeric_bytes(v) for k, v in obj.items())
+    if isinstance(obj, (int, float, np.generic)):
+        return 8
+    return 0
+
+
+def _instrument_driver_startup(startup: dict) -> None:
+    """Rank 0 only: time the setup phases (shard store write, worker setup, shard loading)."""
+    from mixle_mpi import driver, store
+
+    def add(label):
+        return lambda t0, t1: startup.__setitem__(label, startup.get(label, 0.0) + t1 - t0)
+
+    store.ShardStore.create = classmethod(timed(store.ShardStore.create.__func__, add("store_write")))
+    driver.Driver._setup = timed(driver.Driver._setup, add("worker_setup"))
+    driver.Driver._load = timed(driver.Driver._load, add("shard_load"))
+
+
+def _count_bytes(events: list) -> None:
+    """Rank 0 only: log the pickled size of every message the driver posts and receives
+    (a second pickling, so only in jobs that are not timed)."""
+    from mixle_mpi import transport
+
+    post, poll = transport.Link.post, transport.Link.poll
+    label = {transport.TAG_CMD: "bytes_down", transport.TAG_REPLY: "bytes_up", transport.TAG_HB: "bytes_hb"}
+
+    def counted_post(self, obj, tag=transport.TAG_CMD):
+        events.append((label.get(tag, "bytes_other"), now(), len(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))))
+        return post(self, obj, tag)
+
+    def counted_poll(self, tag, comm=None):
+        msg = poll(self, tag, comm)
+        if msg is not None:
+            events.append((label.get(tag, "bytes_other"), now(), len(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))))
+        return msg
+
+    transport.Link.post, transport.Link.poll = counted_post, counted_poll
 
 
 # -- mixle's own MPIEncodedData -----------------------------------------------------------------
@@ -348,6 +465,7 @@ def run_mixle(args) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    args.script_started_at = time.time()
     from threadpoolctl import threadpool_limits
 
     _blas = threadpool_limits(limits=1)  # noqa: F841 - keep alive: BLAS pinned to 1 thread on every rank

@@ -27,6 +27,7 @@ def one_run(python: str, action: str, period: float, timeout: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="mixle_mpi_detect_") as tmp:
         events = os.path.join(tmp, "events.jsonl")
         env = dict(os.environ, PYTHONWARNINGS="ignore", MIXLE_MPI_EVENT_LOG=events,
+                   PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                    MIXLE_MPI_FAULT_PLAN=f"2:{action}:estep_before:2",
                    MIXLE_MPI_HEARTBEAT_PERIOD=str(period), MIXLE_MPI_HEARTBEAT_TIMEOUT=str(timeout))
         cmd = [python, "-m", "mixle_mpi", "run", "-n", "4", "--timeout", "180", "--", python, "-m",
@@ -42,6 +43,25 @@ def one_run(python: str, action: str, period: float, timeout: float) -> dict:
                 "cause": ev["cause"].split(":")[0]}
 
 
+def measure(libs: list[tuple[str, str]], reps: int, period: float, timeout: float) -> list[dict]:
+    """Interleaved runs: for each rep, each (library, python) and each of kill/stop."""
+    rows: dict[tuple, list] = {}
+    for _ in range(reps):
+        for lib, python in libs:
+            for action in ("kill", "stop"):
+                rows.setdefault((lib, action), []).append(one_run(python, action, period, timeout))
+    return [{"mpi": lib, "action": action, "latencies_ms": [r["latency_ms"] for r in runs if r["ok"]],
+             "causes": sorted({r["cause"] for r in runs if r["ok"]}), "failed": [r for r in runs if not r["ok"]]}
+            for (lib, action), runs in rows.items()]
+
+
+def command(python: str, action: str, period: float, timeout: float) -> str:
+    """The exact command of one detection run (for the report)."""
+    return (f"MIXLE_MPI_FAULT_PLAN=2:{action}:estep_before:2 MIXLE_MPI_HEARTBEAT_PERIOD={period:g} "
+            f"MIXLE_MPI_HEARTBEAT_TIMEOUT={timeout:g} {python} -m mixle_mpi run -n 4 -- {python} -m "
+            "mixle_mpi.fitjob --n 20000 --num-shards 3 --max-its 4 --quiet")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
@@ -53,25 +73,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     reps = 2 if args.quick else args.reps
     libs = [(n, p) for n, p in (("openmpi", args.openmpi_python), ("mpich", args.mpich_python)) if os.path.exists(p)]
-    rows: dict[tuple, list] = {}
-    for _ in range(reps):
-        for lib, python in libs:
-            for action in ("kill", "stop"):
-                rows.setdefault((lib, action), []).append(one_run(python, action, args.period, args.timeout))
+    report = measure(libs, reps, args.period, args.timeout)
     out = [f"# Detection latency (heartbeat period {args.period:g} s, timeout {args.timeout:g} s, {reps} reps)", "",
            "| MPI | action | detected by | median ms | min ms | max ms | in heartbeat periods | failed runs |",
            "|---|---|---|---:|---:|---:|---:|---:|"]
-    report = []
-    for (lib, action), runs in rows.items():
-        good = [r for r in runs if r["ok"]]
-        lat = [r["latency_ms"] for r in good]
-        causes = sorted({r["cause"] for r in good})
+    for row in report:
+        lat = row["latencies_ms"]
         if lat:
             med = statistics.median(lat)
-            out.append(f"| {lib} | {action} | {', '.join(causes)} | {med:.1f} | {min(lat):.1f} | {max(lat):.1f} | "
-                       f"{med / 1000.0 / args.period:.1f} | {len(runs) - len(good)} |")
-        report.append({"mpi": lib, "action": action, "latencies_ms": lat, "causes": causes,
-                       "failed": [r for r in runs if not r["ok"]]})
+            out.append(f"| {row['mpi']} | {row['action']} | {', '.join(row['causes'])} | {med:.1f} | {min(lat):.1f} | "
+                       f"{max(lat):.1f} | {med / 1000.0 / args.period:.1f} | {len(row['failed'])} |")
     text = "\n".join(out)
     print(text)
     res = REPO / "bench" / "results"

@@ -30,9 +30,10 @@ import sys
 import tempfile
 import time
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(BENCH)
-JOB = os.path.join(BENCH, "_job.py")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.common import (BENCH, JOB, ROOT, children_cpu_seconds, host_busy_seconds,  # noqa: E402
+                          job_env, wait_for_quiet)
+
 MODELS = ("gmm1d", "diag", "hmm")
 DEFAULT_N = {"gmm1d": 1_000_000, "diag": 200_000, "hmm": 20_000}
 QUICK_N = {"gmm1d": 50_000, "diag": 10_000, "hmm": 2_000}
@@ -105,40 +106,6 @@ def parse_args(argv=None):
 # waits (bounded) for a quiet CPU before it starts, and reports how many cores foreign processes
 # used while it ran: host busy CPU time (/proc/stat) minus the CPU time of the job's own process
 # tree (getrusage(RUSAGE_CHILDREN) covers every reaped descendant: launcher, mpiexec, ranks).
-_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def host_busy_seconds() -> float | None:
-    try:
-        with open("/proc/stat", encoding="ascii") as fh:
-            vals = [int(v) for v in fh.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-    return (sum(vals[:8]) - idle) / _HZ
-
-
-def children_cpu_seconds() -> float:
-    import resource
-
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
-def wait_for_quiet(max_wait: float, threshold: float = 0.3, sample: float = 1.0) -> tuple[float, float | None]:
-    """Wait until the host used < threshold cores over a ``sample``-second window, at most
-    max_wait seconds. Returns (seconds waited, cores busy in the last window)."""
-    t0 = time.monotonic()
-    busy = None
-    while True:
-        b0 = host_busy_seconds()
-        time.sleep(sample)
-        b1 = host_busy_seconds()
-        if b0 is None or b1 is None:
-            return time.monotonic() - t0, None
-        busy = (b1 - b0) / sample
-        if busy < threshold or time.monotonic() - t0 >= max_wait:
-            return time.monotonic() - t0, busy
 
 
 # -- running one job --------------------------------------------------------------------------
@@ -150,16 +117,6 @@ def job_command(args, backend: str, model: str, out: str, profile: str | None = 
     if profile:
         cmd += ["--profile", profile]
     return cmd
-
-
-def job_env() -> dict:
-    env = dict(os.environ)
-    # the project is used from its source tree: make it importable on the launcher and every rank
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = "1"
-    env.pop("MIXLE_MPI_FAULTS", None)  # failure-free runs only
-    return env
 
 
 def run_job(args, backend: str, model: str, tmpdir: str, tag: str, profile: str | None = None) -> dict:
@@ -397,8 +354,28 @@ def main(argv=None) -> int:
         "example_job_commands": {b: shlex.join(job_command(args, b, args.models[0], "OUT.json")) for b in BACKENDS},
     }
     config = {k: v for k, v in vars(args).items()}
-    jobs: list[dict] = []
     t_start = time.monotonic()
+    jobs, profile_text = collect(args)
+    meta["total_seconds"] = time.monotonic() - t_start
+    meta["failed_jobs"] = [{"backend": j["backend"], "model": j["model"], "tag": j["tag"]} for j in jobs if not j["ok"]]
+    summary = summarise(args, jobs)
+    table = render(args, summary, meta)
+    with open(os.path.join(args.results, "overhead.md"), "w", encoding="utf-8") as fh:
+        fh.write(table + "\n")
+    with open(os.path.join(args.results, "overhead.json"), "w", encoding="utf-8") as fh:
+        json.dump({"meta": meta, "config": config, "summary": summary, "jobs": jobs}, fh, indent=1)
+    print()
+    print(table)
+    if profile_text:
+        print(f"\n[overhead] rank-0 profiles: {os.path.join(args.results, 'overhead_profile.txt')}")
+    print(f"\n[overhead] wrote {os.path.join(args.results, 'overhead.md')} and overhead.json "
+          f"({meta['total_seconds']:.0f} s)")
+    return 0
+
+
+def collect(args) -> tuple[list[dict], str | None]:
+    """Run every job (reps interleaved: ours, mixle, ours, ...); the raw per-job records."""
+    jobs: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="mixle_mpi_overhead_") as tmpdir:
         for rep in range(args.reps):
             for model in args.models:
@@ -417,21 +394,7 @@ def main(argv=None) -> int:
                     if not rec["ok"]:
                         print(rec.get("log_tail", ""), file=sys.stderr, flush=True)
         profile_text = profile_report(args, tmpdir) if args.profile else None
-    meta["total_seconds"] = time.monotonic() - t_start
-    meta["failed_jobs"] = [{"backend": j["backend"], "model": j["model"], "tag": j["tag"]} for j in jobs if not j["ok"]]
-    summary = summarise(args, jobs)
-    table = render(args, summary, meta)
-    with open(os.path.join(args.results, "overhead.md"), "w", encoding="utf-8") as fh:
-        fh.write(table + "\n")
-    with open(os.path.join(args.results, "overhead.json"), "w", encoding="utf-8") as fh:
-        json.dump({"meta": meta, "config": config, "summary": summary, "jobs": jobs}, fh, indent=1)
-    print()
-    print(table)
-    if profile_text:
-        print(f"\n[overhead] rank-0 profiles: {os.path.join(args.results, 'overhead_profile.txt')}")
-    print(f"\n[overhead] wrote {os.path.join(args.results, 'overhead.md')} and overhead.json "
-          f"({meta['total_seconds']:.0f} s)")
-    return 0
+    return jobs, profile_text
 
 
 if __name__ == "__main__":

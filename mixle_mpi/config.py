@@ -28,7 +28,10 @@ def _positive_float(name: str, value) -> float:
 class Settings:
     """Everything tunable about detection and recovery, validated once on the driver."""
 
-    heartbeat_period: float = 0.1      # seconds between heartbeats, both directions
+    # Seconds between heartbeats, both directions. 0.4 s against the 1 s timeout: a silent
+    # worker is declared failed after 2.5 missed beats (within 3 periods of its death, see
+    # bench/results/report.md) while a stall of up to 0.6 s is still tolerated.
+    heartbeat_period: float = 0.4
     heartbeat_timeout: float = 1.0     # silence after which a worker is declared failed
     driver_timeout: float = 60.0       # silence after which a worker gives the driver up
     reconfigure_timeout: float = 60.0  # deadline for one shrink, spawn, or control reply (shard load)

@@ -209,16 +209,64 @@ class Driver:
             rec = self.membership.records[w]
             rec.host, rec.pid = host, pid
 
+    def _sent(self, worker: int) -> bool | None:
+        """True once every send to ``worker`` completed; None if it failed meanwhile."""
+        link = self.links.get(worker)
+        if link is None:
+            return None
+        try:
+            return link.progress()
+        except PeerFailed as exc:
+            self._fail(worker, f"ulfm: {exc}")
+            return None
+
     def _load(self, plan: dict[int, list[int]]) -> None:
-        """Send raw shards (read from the store) for workers to encode and keep resident."""
+        """Send raw shards (read from the store) for workers to encode and keep resident.
+
+        Shards travel in blocks of about 1 MiB, and a worker's next block is read only once
+        its previous one was delivered, so the driver holds at most one block per worker
+        whatever the size of the data."""
         expect: dict[int, set] = {}
         for w in plan:
             self.monitor.grace(w, self.settings.reconfigure_timeout)
-        for w, sids in plan.items():
-            for sid in sids:
-                if self._post(w, ("load", sid, self.store.read_packed(sid))):
+        parts = {w: [(sid, a, b, k == len(blocks) - 1) for sid in sids
+                     for blocks in [self.store.blocks(sid)] for k, (a, b) in enumerate(blocks)]
+                 for w, sids in plan.items()}
+        parts = {w: q for w, q in parts.items() if q}
+        backoff = Backoff()
+        last_progress = {w: time.monotonic() for w in parts}
+        while parts:
+            progressed = False
+            for w in list(parts):
+                done = self._sent(w)
+                if done is None:
+                    parts.pop(w)
+                    continue
+                if not done:
+                    if time.monotonic() - last_progress[w] > self.settings.reconfigure_timeout:
+                        self._fail(w, f"no progress receiving its shards within reconfigure_timeout="
+                                      f"{self.settings.reconfigure_timeout:g} s (hung)")
+                        parts.pop(w)
+                    continue
+                sid, a, b, last = parts[w].pop(0)
+                if not self._post(w, ("load", sid, self.store.read_packed(sid, a, b), last)):
+                    parts.pop(w)
+                    continue
+                if last:
                     expect.setdefault(w, set()).add(("loaded", sid))
-        self._collect(expect, "loaded")
+                last_progress[w] = time.monotonic()
+                progressed = True
+                if not parts[w]:
+                    parts.pop(w)
+            self._check_failures()
+            for w in list(parts):
+                if not self.membership.is_live(w) or w not in self.links:
+                    parts.pop(w)
+            if progressed:
+                backoff.reset()
+            else:
+                backoff.sleep()
+        self._collect({w: keys for w, keys in expect.items() if w in self.links}, "loaded")
         for w in plan:
             self.monitor.grace(w, 0.0)
 
@@ -229,7 +277,7 @@ class Driver:
 
         ``preloaded`` results (from a fold journal) are not recomputed; ``record(shard,
         result)`` is called for each result as it arrives."""
-        t0 = time.perf_counter()
+        t0, started_at = time.perf_counter(), time.time()
         call = self.calls[kind]
         self.calls[kind] += 1
         if kind == "estep":
@@ -281,10 +329,12 @@ class Driver:
                 backoff.reset()
             else:
                 backoff.sleep()
+        t_results = time.perf_counter()
         failed_now = sorted(self.pending - failed_before)
         blacklisted = self.reconfigure() if self.pending else []
         self.rounds.append({
-            "kind": kind, "call": call, "seconds": time.perf_counter() - t0,
+            "kind": kind, "call": call, "seconds": time.perf_counter() - t0, "started_at": started_at,
+            "results_seconds": t_results - t0,  # the rest of "seconds" is the reconfiguration
             "reused": sorted(set(results) - recomputed - set(preloaded or ())), "recomputed": sorted(recomputed),
             "journaled": sorted(preloaded or ()),
             "failed": failed_now, "blacklisted": blacklisted,

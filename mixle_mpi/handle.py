@@ -299,7 +299,9 @@ def _spawn_command() -> list[str]:
 
 def _check_estimator_matches(store, estimator, encoder) -> None:
     """Encode (and initialize on) the first rows, so a wrong estimator fails now, clearly."""
-    rows = store.read_shard(0)[:8]
+    from mixle_mpi.store import rows_from_packed
+
+    rows = rows_from_packed(store.read_packed(0, 0, 8))  # only the head: shard 0 may be huge
     try:
         x = encoder.seq_encode(rows)
         if estimator is not None:

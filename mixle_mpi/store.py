@@ -232,16 +232,28 @@ class ShardStore:
         """Rows of shard i, equal (values and types) to [data[j] for j in range(i, n, S)]."""
         return rows_from_packed(self.read_packed(i))
 
-    def read_packed(self, i: int) -> tuple[str, object]:
-        """Shard i as shipped to a worker: one ndarray (numeric kinds) or the row strings.
+    def read_packed(self, i: int, start: int = 0, stop: int | None = None) -> tuple[str, object]:
+        """Rows ``start:stop`` of shard i (default: all) as shipped to a worker: one ndarray
+        (numeric kinds) or the row strings.
 
         Pickling one array is fast and unpickling it holds the GIL only briefly, unlike a
         list of a million row objects, so a worker's heartbeat thread keeps running.
         """
         ds = self._dataset(i)
         if self._kind == "general":
-            return self._kind, list(ds.asstr()[()])
-        return self._kind, ds[()]
+            return self._kind, list(ds.asstr()[start:stop])
+        return self._kind, ds[start:stop]
+
+    def blocks(self, i: int, max_bytes: int = 1 << 20) -> list[tuple[int, int]]:
+        """``(start, stop)`` row ranges covering shard i, each about ``max_bytes`` or one row:
+        the driver streams a shard in these pieces, so its memory does not grow with N."""
+        ds = self._dataset(i)
+        n = ds.shape[0]
+        if self._kind == "general":
+            step = 8192
+        else:
+            step = max(1, max_bytes // max(1, ds.dtype.itemsize * int(np.prod(ds.shape[1:], dtype=np.int64))))
+        return [(a, min(a + step, n)) for a in range(0, n, step)] or [(0, 0)]
 
     def fingerprint(self) -> str:
         """sha256 hex over the header attributes and every shard's stored bytes, read in blocks."""

@@ -23,6 +23,7 @@ from mixle_mpi import estep
 from mixle_mpi.blas import pin_blas_threads
 from mixle_mpi.exitcodes import DRIVER_LOST, RECONFIG_TIMEOUT, WORKER_ABORTED
 from mixle_mpi.faults import FaultInjector, parse_plan
+from mixle_mpi.malloc import retain_freed_memory
 from mixle_mpi.shrink import shrink
 from mixle_mpi.store import rows_from_packed
 from mixle_mpi.transport import TAG_CMD, TAG_HB, TAG_REPLY, Backoff, Link, PeerFailed, host_and_pid
@@ -45,6 +46,7 @@ class Worker:
         self.encoder: Any = None
         self.sub_chunks = 1
         self.resident: dict[int, estep.Chunks] = {}
+        self._loading: dict[int, list] = {}  # rows of shards still arriving in parts
         self.faults = FaultInjector((), -1, 0)
         self.period, self.driver_timeout, self.reconfigure_timeout = 0.1, 60.0, 60.0
         self.deadline: float | None = None  # set while inside a collective
@@ -110,6 +112,7 @@ class Worker:
         self.driver_timeout = cfg["driver_timeout"]
         self.reconfigure_timeout = cfg["reconfigure_timeout"]
         self._blas = pin_blas_threads(cfg["blas_threads"])
+        retain_freed_memory()  # E-step temporaries reuse heap pages instead of faulting fresh ones
         self.faults = FaultInjector(parse_plan(cfg["fault_plan"]), self.worker_id, self.incarnation)
         self.last_driver = time.monotonic()
         threading.Thread(target=self._heartbeat_loop, daemon=True, name="mixle-mpi-heartbeat").start()
@@ -197,11 +200,14 @@ class Worker:
             try:
                 if op == "setup":
                     self.setup(msg[1])
-                elif op == "load":
-                    _, sid, packed = msg
-                    rows = rows_from_packed(packed)
-                    self.resident[sid] = estep.encode_shard(self.encoder, rows, self.sub_chunks)
-                    self.reply(("loaded", sid, len(rows)))
+                elif op == "load":  # a shard arrives in parts; encode it once complete
+                    _, sid, packed, last = msg
+                    rows = self._loading.setdefault(sid, [])
+                    rows.extend(rows_from_packed(packed))
+                    if last:
+                        del self._loading[sid]
+                        self.resident[sid] = estep.encode_shard(self.encoder, rows, self.sub_chunks)
+                        self.reply(("loaded", sid, len(rows)))
                 elif op == "drop":
                     for sid in msg[1]:
                         self.resident.pop(sid, None)

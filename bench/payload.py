@@ -1,0 +1,61 @@
+"""Item 7: bytes sent over MPI per EM iteration against the size of the sufficient statistics.
+
+One failure-free job per model with ``--count-bytes``: rank 0 logs the pickled size of
+every message it posts (commands: model and estimator to each worker) and receives
+(replies: one pickled ``(count, accumulator.value())`` per shard, heartbeats apart). The
+baseline, from the same job, is the numeric content of every shard's sufficient statistic
+(array bytes, 8 per scalar): the least any transport must move upwards per E-step. The
+figure is (command + reply bytes) per iteration / that baseline; 1 would be a perfect
+packing of the statistics alone.
+
+    python bench/payload.py [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import common  # noqa: E402
+
+MODELS = {"gmm1d": 1_000_000, "diag": 200_000, "hmm": 20_000}
+QUICK = {"diag": 10_000}
+
+
+def measure(python: str, quick: bool, workers: int = 2) -> dict:
+    figures, raw = [], {}
+    with tempfile.TemporaryDirectory(prefix="mixle_mpi_bytes_") as tmp:
+        for model, n in (QUICK if quick else MODELS).items():
+            out = os.path.join(tmp, f"{model}.json")
+            cmd = common.launcher(python, workers + 1, [python, common.JOB, "--backend", "resilient", "--model", model,
+                                                        "--n", str(n), "--its", "4", "--count-bytes", "--out", out])
+            rc, log, _ = common.run(cmd)
+            if rc != 0 or not os.path.exists(out):
+                common.log(f"payload {model}: FAILED rc {rc}\n{log[-1500:]}")
+                continue
+            with open(out, encoding="utf-8") as fh:
+                rec = json.load(fh)
+            down, up, hb = (rec[k]["median"] for k in ("bytes_down", "bytes_up", "bytes_hb"))
+            stats = rec["payload"]["estep_stat_numeric_bytes"]
+            raw[model] = {"down": down, "up": up, "heartbeat": hb, "stat_numeric": stats,
+                          "stat_pickled": rec["payload"]["estep_result_bytes"], "shards": rec["num_shards"]}
+            common.log(f"payload {model}: {down:,.0f} B down + {up:,.0f} B up per iteration; statistics {stats:,} B")
+            figures.append(common.figure(
+                "7", f"MPI bytes per iteration / sufficient-statistic bytes ({model}, N={n:,}, W={workers}, S={rec['num_shards']})",
+                [(down + up) / stats], baseline="numeric bytes of every shard's E-step statistic in the same job",
+                target=None, met=None, command=common.show(cmd, tmp=tmp), unit="ratio (lower is better)",
+                why=("down: the model (and estimator, for the E-step) goes to each worker twice per iteration "
+                     "(E-step and scoring); up: pickled per-shard statistics plus the scores"),
+                bytes_per_iteration=raw[model]))
+    return {"figures": figures, "raw": raw}
+
+
+def main(argv=None) -> int:
+    return common.script_main(measure, __doc__, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
