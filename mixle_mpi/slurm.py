@@ -148,10 +148,12 @@ _HEADER = {
 # - No ULFM: a dead rank is detected by heartbeats only (after heartbeat_timeout, 1 s by default).
 # - --kill-on-bad-exit=0 (-K0) keeps srun from ending the step when one rank dies; with -K1
 #   (or a site's KillOnBadExit=1) the first death ends the whole fit.
-# - With -K0 a SIGKILLed worker is detected and its shards recomputed, but Open MPI cannot
-#   then shrink the communicator under srun (MPI_Comm_create_from_group fails with
-#   MPI_ERR_UNSUPPORTED_OPERATION): the fit ends with exit 1. Rerun (or resubmit) to resume
-#   from the last checkpoint. No respawn either. A failure-free fit is bit-identical to "ft".""",
+# - A worker death ends the fit either way, without a hang. With -K0 the death is detected
+#   and its shards recomputed, but Open MPI cannot then shrink the communicator under srun
+#   (MPI_Comm_create_from_group fails with MPI_ERR_UNSUPPORTED_OPERATION): exit 1. In some
+#   runs SLURM's pmix plugin cancels the whole step first: exit 137. Rerun (or resubmit) to
+#   resume from the last checkpoint. No respawn either. A failure-free fit is bit-identical
+#   to "ft".""",
     "array": """\
 # mixle_mpi: best-of-N random restarts as a job array (kind "array").
 #

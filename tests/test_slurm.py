@@ -230,12 +230,16 @@ def test_srun_template_completes_the_same_fit(cluster, uninterrupted, tmp_path):
 def test_srun_worker_death_is_detected_but_ends_the_fit(cluster, tmp_path):
     """Measured limit of the srun kind: with -K0 the other tasks survive a SIGKILLed worker and
     heartbeats detect it, but Open MPI cannot shrink the communicator under srun (no PMIx
-    group support in SLURM's pmix plugin), so the fit ends with exit 1, without hanging."""
+    group support in SLURM's pmix plugin), so the fit ends with exit 1, without hanging. In some
+    runs (seen in CI) the pmix plugin's error handler cancels the step first: exit 137."""
     plan = {"MIXLE_MPI_FAULT_PLAN": "2:kill:estep_mid:3", "MIXLE_MPI_RECONFIGURE_TIMEOUT": "15"}
     job = cluster.submit(_render("srun", tmp_path / "out"), tmp_path, "srun", env=plan)
     (rec,) = cluster.wait_done(job)
     log = _output(tmp_path)
-    assert (rec["JobState"], rec["ExitCode"]) == ("FAILED", "1:0"), log
+    assert rec["JobState"] == "FAILED" and rec["ExitCode"] in ("1:0", "137:0"), log
+    if rec["ExitCode"] == "137:0":
+        assert "CANCELLED" in log and "the fit failed with exit code 137" in log, log
+        return
     events = _events(tmp_path / "out")
     detected = [e for e in events if e["event"] == "failure_detected"]
     assert detected and detected[0]["worker"] == 2 and detected[0]["cause"].startswith("heartbeat"), log
