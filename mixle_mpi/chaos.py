@@ -19,6 +19,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 
+from mixle_mpi.atomicjson import write_json
 from mixle_mpi.errors import ConfigError
 from mixle_mpi.events import read_events
 from mixle_mpi.jobconfig import FitConfig, to_argv
@@ -172,8 +173,7 @@ def campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: str, run_
         stream.flush()
     report = {"n": n, "seed": seed, "runs": rows, "reference_seconds": ref_seconds, "rounds": rounds,
               "config": asdict(cfg), "ok": bad == 0}
-    with open(os.path.join(out_dir, "campaign.json"), "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=1)
+    write_json(os.path.join(out_dir, "campaign.json"), report, indent=1)
     w(f"chaos: {len(plans) - bad}/{len(plans)} runs bit-identical to the reference"
       + ("" if bad == 0 else f"; {bad} FAILED: see job.log in their folders") + f"; report in {out_dir}/campaign.json\n")
     return 0 if bad == 0 else 1

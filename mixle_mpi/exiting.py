@@ -11,12 +11,12 @@ over mpiexec's own exit code, and, once it can act on SIGTERM/SIGUSR1, its pid
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import sys
 import traceback
 
 from mixle_mpi import exitcodes
+from mixle_mpi.atomicjson import write_json
 from mixle_mpi.errors import ConfigError, DataError
 
 STATUS_ENV = "MIXLE_MPI_STATUS_FILE"
@@ -30,14 +30,7 @@ def write_status(code: int, message: str = "", extra: dict | None = None) -> Non
         return
     _state["status_written"] = True
     record = {"exit_code": int(code), "status": "ok" if code == 0 else "error", "message": message, **(extra or {})}
-    _write_json(path, record)
-
-
-def _write_json(path: str, record: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(record, fh)
-    os.replace(tmp, path)
+    write_json(path, record)
 
 
 def write_driver_pid() -> None:
@@ -47,7 +40,7 @@ def write_driver_pid() -> None:
     if path:
         import socket
 
-        _write_json(path, {"pid": os.getpid(), "host": socket.gethostname()})
+        write_json(path, {"pid": os.getpid(), "host": socket.gethostname()})
 
 
 def _flush() -> None:

@@ -18,6 +18,7 @@ import sys
 import time
 
 from mixle_mpi import datainput, modelspec
+from mixle_mpi.atomicjson import write_json
 from mixle_mpi.jobconfig import FitConfig
 
 MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS")
@@ -39,14 +40,6 @@ def restart_checkpoint(path: str | None, restart: int, restarts: int) -> str | N
 def _settings(cfg: FitConfig) -> dict:
     return {k: v for k, v in (("heartbeat_period", cfg.heartbeat_period), ("heartbeat_timeout", cfg.heartbeat_timeout),
                               ("respawn", cfg.respawn)) if v is not None}
-
-
-def _write_json(path: str, obj) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=1)
-        fh.write("\n")
-    os.replace(tmp, path)
 
 
 def prepare(cfg: FitConfig):
@@ -88,8 +81,8 @@ def run(cfg: FitConfig) -> int:
         results, timeline = _fit_restarts(enc, est, cfg)
         summary = _summary(enc, cfg, results, time.perf_counter() - t0)
     best = results[summary["best_restart"]]
-    _write_json(os.path.join(cfg.out_dir, "model.json"), json.loads(best["model"].to_json()))
-    _write_json(os.path.join(cfg.out_dir, "summary.json"), summary)
+    write_json(os.path.join(cfg.out_dir, "model.json"), json.loads(best["model"].to_json()), indent=1)
+    write_json(os.path.join(cfg.out_dir, "summary.json"), summary, indent=1)
     if cfg.plot:
         from mixle_mpi.plot import plot_fit
 

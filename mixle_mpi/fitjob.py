@@ -8,8 +8,6 @@ tests and the demo compare bit for bit. It is also the pattern a user script fol
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 
@@ -73,10 +71,9 @@ def main(argv=None) -> None:
             "seconds": time.perf_counter() - t0,
         }
     if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(result, fh)
-        os.replace(tmp, args.out)
+        from mixle_mpi.atomicjson import write_json
+
+        write_json(args.out, result)
     print(f"[mixle_mpi] fit done: {result['iterations']} log-likelihoods, final {lls[-1]!r}, "
           f"failures survived {sum(enc.failures.values())}", flush=True)
 
