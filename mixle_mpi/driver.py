@@ -220,6 +220,14 @@ class Driver:
             self._fail(worker, f"ulfm: {exc}")
             return None
 
+    def _load_parts(self, sids: list[int]) -> list[tuple[int, int, int, bool]]:
+        """(shard, start, stop, is its last block) for every block of ``sids``, in order."""
+        parts = []
+        for sid in sids:
+            blocks = self.store.blocks(sid)
+            parts += [(sid, a, b, k == len(blocks) - 1) for k, (a, b) in enumerate(blocks)]
+        return parts
+
     def _load(self, plan: dict[int, list[int]]) -> None:
         """Send raw shards (read from the store) for workers to encode and keep resident.
 
@@ -229,10 +237,7 @@ class Driver:
         expect: dict[int, set] = {}
         for w in plan:
             self.monitor.grace(w, self.settings.reconfigure_timeout)
-        parts = {w: [(sid, a, b, k == len(blocks) - 1) for sid in sids
-                     for blocks in [self.store.blocks(sid)] for k, (a, b) in enumerate(blocks)]
-                 for w, sids in plan.items()}
-        parts = {w: q for w, q in parts.items() if q}
+        parts = {w: self._load_parts(sids) for w, sids in plan.items() if sids}
         backoff = Backoff()
         last_progress = {w: time.monotonic() for w in parts}
         while parts:
