@@ -29,7 +29,6 @@ import resource
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 
 import numpy as np

@@ -148,14 +148,15 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
                             + (f"checkpoint written to {checkpoint}: rerun the same command to resume"
                                if checkpoint else "no checkpoint path was given, so nothing was saved"))
 
+    print_iter = 1 if out is not None else None  # mixle prints to stdout when out is None
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*max_its cap.*")
         if state is None:
             model = optimize(None, estimator, enc_data=enc, max_its=max_its, delta=delta, init_p=init_p,
-                             rng=np.random.RandomState(seed), on_step=on_step, out=out, print_iter=1 if out is not None else None)
+                             rng=np.random.RandomState(seed), on_step=on_step, out=out, print_iter=print_iter)
         else:
             model = optimize(None, estimator, enc_data=enc, prev_estimate=from_json(state.model),
-                             max_its=max(0, max_its - start), delta=delta, on_step=on_step, out=out, print_iter=1 if out is not None else None)
+                             max_its=max(0, max_its - start), delta=delta, on_step=on_step, out=out, print_iter=print_iter)
     if state is not None:
         _whole_fit_provenance(model, len(history), max_its)
     if checkpoint:

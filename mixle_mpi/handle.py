@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-from collections.abc import Sequence
 from numbers import Integral
 from typing import Any
 

@@ -56,9 +56,8 @@ def rank_stories(events: list[dict]) -> dict[int, list[str]]:
         if ev == "failure_detected":
             last_fail[w] = e["time"]
             cause = str(e.get("cause", "?")).split(":")[0]
-            lag = ""
             stories[w].append(f"t+{t:.2f}s failed (pid {e.get('pid')} on {e.get('host')}, incarnation "
-                              f"{e.get('incarnation')}, failure #{e.get('failures')}), detected by {cause}{lag}"
+                              f"{e.get('incarnation')}, failure #{e.get('failures')}), detected by {cause}"
                               + (", fenced" if e.get("fenced") else ""))
         elif ev == "recovery":
             stories[w].append(f"t+{t:.2f}s recomputed shards {e.get('shards')} of a failed rank ({e.get('kind')} round "

@@ -67,8 +67,7 @@ POSITIVE_INT = ("sub_chunks", "max_its", "restarts", "max_retries", "checkpoint_
 POSITIVE_FLOAT = ("heartbeat_period", "heartbeat_timeout", "checkpoint_seconds")
 
 
-def _types() -> dict[str, str]:
-    return {f.name: str(f.type) for f in fields(FitConfig)}
+TYPES = {f.name: str(f.type) for f in fields(FitConfig)}  # annotations as text ("int | None")
 
 
 def add_fit_options(p: argparse.ArgumentParser) -> None:
@@ -76,14 +75,14 @@ def add_fit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="a TOML job file holding any of the options below (flags override it)")
     for f in fields(FitConfig):
         flag = "--" + f.name.replace("_", "-")
-        if f.type == "bool" or f.type == "bool | None":
+        if f.type.startswith("bool"):
             p.add_argument(flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction, help=HELP[f.name])
         else:
             p.add_argument(flag, dest=f.name, default=None, help=HELP[f.name], metavar=f.name.upper())
 
 
 def _coerce(name: str, value, where: str):
-    typ = _types()[name]
+    typ = TYPES[name]
     if value is None:
         return None
     if "None" in typ and isinstance(value, str) and value.strip().lower() in ("none", ""):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 import h5py
 import mixle.stats as st
