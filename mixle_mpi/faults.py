@@ -4,6 +4,12 @@ The MPI equivalent of mixle's ``arm_kill``: a worker process checks the plan at 
 points of its own code and kills, stops or ends *itself*, so a test kills a real process
 with no timing race. Plans come from the API (``fault_plan=``) or ``MIXLE_MPI_FAULT_PLAN``,
 as JSON or as compact ``worker:action:phase[:call[:incarnation]]`` items joined by commas.
+
+Before it acts, the victim records that its fault fired: one JSON line (event
+``fault_fired``) appended and fsynced to the file named by ``MIXLE_MPI_FAULT_LOG``, if set,
+and a line on stderr. A campaign or a test compares the records with the plan
+(:func:`mixle_mpi.chaos.unfired`): a planned fault that left no record did not happen, and
+a run that was meant to survive it proves nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -22,6 +29,7 @@ PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "re
 DRIVER_PHASES = ("estep_before", "estep_mid", "checkpoint_write")  # worker 0 is the driver
 SCOPES = ("any", "own", "recovery")
 ENV_VAR = "MIXLE_MPI_FAULT_PLAN"
+FIRED_ENV = "MIXLE_MPI_FAULT_LOG"  # where a victim records its fault before acting
 
 
 @dataclass(frozen=True)
@@ -148,7 +156,33 @@ class FaultInjector:
                 _perform(fault)
 
 
+def fired_record(fault: Fault) -> dict:
+    """What the victim records about itself, just before it acts."""
+    return {"time": round(time.time(), 6), "event": "fault_fired", **asdict(fault),
+            "pid": os.getpid(), "host": socket.gethostname()}
+
+
+def record_fired(fault: Fault, path: str | None = None) -> None:
+    """Append the record to ``path`` (default ``$MIXLE_MPI_FAULT_LOG``; nothing if unset) with
+    one ``write`` on an ``O_APPEND`` descriptor, then fsync, so that the line is on disk before
+    the process kills or stops itself and whole even when several ranks share the file."""
+    path = path if path is not None else os.environ.get(FIRED_ENV)
+    if not path:
+        return
+    line = (json.dumps(fired_record(fault)) + "\n").encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:  # the fault still acts; the missing record then fails the run
+        sys.stderr.write(f"[mixle_mpi] chaos: cannot record the fault in {path!r}: {exc}\n")
+
+
 def _perform(fault: Fault) -> None:
+    record_fired(fault)
     sys.stdout.flush()
     sys.stderr.write(f"[mixle_mpi] chaos: worker {fault.worker} {fault.action} at {fault.phase} "
                      f"(call {fault.call}) pid={os.getpid()} t={time.time():.6f}\n")

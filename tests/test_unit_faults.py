@@ -338,3 +338,168 @@ def test_injector_empty_plan(performed):
     for phase in PHASES:
         inj.check(phase, 0)
     assert performed == []
+
+
+# -- the victim records its fault before it acts ----------------------------------------
+VICTIM = """
+import sys
+from mixle_mpi.faults import FaultInjector, parse_plan
+FaultInjector(parse_plan(sys.argv[1]), worker=2, incarnation=0).check("estep_before", 1)
+print("survived", flush=True)
+"""
+
+
+def _victim(plan: str, env_log, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != faults.FIRED_ENV}
+    if env_log is not None:
+        env[faults.FIRED_ENV] = str(env_log)
+    return subprocess.run([sys.executable, "-c", VICTIM, plan], capture_output=True, text=True, env=env,
+                          cwd=str(tmp_path), timeout=60)
+
+
+@pytest.mark.parametrize("action, returncode", [("kill", -9), ("exit", 3)])
+def test_victim_process_records_before_it_dies(action, returncode, tmp_path):
+    from mixle_mpi.chaos import read_fired, unfired
+
+    log = tmp_path / "faults.jsonl"
+    plan = f"2:{action}:estep_before:1"
+    proc = _victim(plan, log, tmp_path)
+    assert proc.returncode == returncode, proc.stderr
+    assert "survived" not in proc.stdout  # it really acted
+    (rec,) = read_fired(str(log))
+    assert {k: rec[k] for k in ("event", "worker", "action", "phase", "call", "incarnation", "scope")} == {
+        "event": "fault_fired", "worker": 2, "action": action, "phase": "estep_before", "call": 1,
+        "incarnation": 0, "scope": "any"}
+    assert isinstance(rec["pid"], int) and rec["pid"] > 1 and rec["host"]
+    assert f"pid={rec['pid']}" in proc.stderr  # the stderr line names the same process
+    assert unfired(plan, [rec]) == []
+    assert (log.stat().st_mode & 0o777) == 0o600
+
+
+def test_a_fault_that_does_not_match_leaves_no_record(tmp_path):
+    from mixle_mpi.chaos import read_fired, unfired
+
+    log = tmp_path / "faults.jsonl"
+    proc = _victim("2:kill:estep_before:2", log, tmp_path)  # call 2 never comes
+    assert proc.returncode == 0 and "survived" in proc.stdout
+    assert not log.exists() and read_fired(str(log)) == []
+    assert unfired("2:kill:estep_before:2", []) == [Fault(2, "kill", "estep_before", 2)]
+
+
+def test_an_unwritable_record_still_acts_and_says_why(tmp_path):
+    proc = _victim("2:exit:estep_before:1", tmp_path / "missing-dir" / "faults.jsonl", tmp_path)
+    assert proc.returncode == 3
+    assert "cannot record the fault" in proc.stderr
+
+
+def test_record_fired_without_a_log_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.delenv(faults.FIRED_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    faults.record_fired(Fault(2, "kill", "init"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_records_append_one_whole_line_each(tmp_path):
+    from mixle_mpi.chaos import read_fired
+
+    log = tmp_path / "f.jsonl"
+    plan = parse_plan("1:kill:init,2:stop:respawn,0:kill:checkpoint_write:4")
+    for f in plan:
+        faults.record_fired(f, str(log))
+    lines = log.read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(x)["event"] == "fault_fired" for x in lines)
+    assert [Fault(**{k: r[k] for k in ("worker", "action", "phase", "call", "incarnation", "scope")})
+            for r in read_fired(str(log))] == list(plan)
+
+
+# -- planned against fired ----------------------------------------------------------------
+def _rec(text: str) -> dict:
+    (f,) = parse_plan(text)
+    return faults.fired_record(f)
+
+
+def test_unfired_matches_every_field():
+    from mixle_mpi.chaos import unfired
+
+    plan = "1:kill:estep_mid:2:0,1:stop:estep_before:4:1,2:kill:estep_before:2:0:recovery"
+    assert unfired(plan, [_rec("1:kill:estep_mid:2:0"), _rec("1:stop:estep_before:4:1"),
+                          _rec("2:kill:estep_before:2:0:recovery")]) == []
+    missing = unfired(plan, [_rec("1:kill:estep_mid:2:0"), _rec("1:stop:estep_before:4:0"),  # other incarnation
+                             _rec("2:kill:estep_before:2:0:own")])  # other scope
+    assert missing == list(parse_plan(plan))[1:]
+    assert unfired(plan, [_rec("1:kill:estep_mid:3:0")]) == list(parse_plan(plan))  # other call
+    assert unfired("", []) == []
+
+
+def test_one_record_accounts_for_one_planned_fault():
+    from mixle_mpi.chaos import unfired
+
+    plan = "2:kill:llsum:0,2:kill:llsum:0"
+    assert unfired(plan, [_rec("2:kill:llsum:0")]) == [Fault(2, "kill", "llsum", 0)]
+    assert unfired(plan, [_rec("2:kill:llsum:0")] * 2) == []
+
+
+def test_read_fired_skips_other_events_and_a_torn_line(tmp_path):
+    from mixle_mpi.chaos import read_fired
+
+    log = tmp_path / "events.jsonl"
+    good = _rec("3:stop:estep_mid:1")
+    log.write_text(json.dumps({"event": "start", "time": 1.0}) + "\n" + json.dumps(good) + "\n"
+                   + '{"event": "fault_fired", "worker": 1, "act')
+    assert read_fired(str(log)) == [good]
+    assert read_fired(str(tmp_path / "absent.jsonl")) == []
+
+
+# -- the campaign's verdict ---------------------------------------------------------------
+@pytest.mark.parametrize("args, verdict", [
+    ((0, False, True, [], []), "ok"),
+    ((0, False, True, [], [Fault(1, "kill", "init")]), "UNFIRED"),
+    ((0, False, True, ["model.json differs"], [Fault(1, "kill", "init")]), "DIVERGED"),
+    ((1, False, False, [], [Fault(1, "kill", "init")]), "FAILED(1)"),
+    ((0, False, False, [], []), "FAILED(0)"),  # exit 0 but no model: not ok
+    ((-1, True, False, [], []), "HUNG"),
+])
+def test_outcome(args, verdict):
+    from mixle_mpi.chaos import outcome
+
+    assert outcome(*args) == verdict
+
+
+# -- campaign plans only hold faults the fit reaches -------------------------------------------
+@pytest.mark.parametrize("workers, shards", [(2, None), (3, None), (3, 6), (4, 2), (5, 3), (3, 1), (6, 16)])
+def test_random_plans_pick_victims_that_reach_their_fault(workers, shards):
+    import random
+
+    from mixle_mpi.chaos import KINDS, random_plans
+    from mixle_mpi.placement import initial_placement, plan_recovery
+
+    owners = initial_placement(shards or workers, range(1, workers + 1))
+    holders = {w for w, s in owners.items() if s}
+    for seed in range(20):
+        rounds = 1 + seed % 7
+        plans = random_plans(random.Random(seed), 10, workers, rounds, shards)
+        expected_kinds = set(KINDS) if workers >= 3 and len(holders) >= 2 else set(KINDS[:3])
+        if rounds < 2:
+            expected_kinds.discard("repeat")  # no later round for the replacement to die in
+        assert {p.kind for p in plans} == expected_kinds
+        for p in plans:
+            plan = parse_plan(p.plan)
+            assert len(plan) == p.faults
+            assert plan[0].worker in holders, p  # a worker with no shard gets no task
+            assert all(f.call < rounds for f in plan), p
+            if p.kind == "recovery":
+                a, b = plan[0].worker, plan[1].worker
+                assert b in plan_recovery(owners[a], owners, [w for w in owners if w != a]), p
+            if p.kind == "double":
+                assert plan[1].worker in holders and plan[1].worker != plan[0].worker, p
+
+
+def test_compact_form_round_trips():
+    from mixle_mpi.chaos import compact
+
+    for f in parse_plan("2:kill:estep_mid:1::recovery,3:stop:respawn,0:kill:checkpoint_write:4"):
+        assert parse_plan(compact(f)) == (f,)
