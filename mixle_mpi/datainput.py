@@ -10,6 +10,7 @@ read into memory on the driver once, then written to the store and dropped.
 from __future__ import annotations
 
 import csv
+import itertools
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -37,6 +38,7 @@ class Loaded:
     ncols: int | None   # columns of a matrix; None for 1-D rows
     describe: str
     closer: object = None
+    lines: list[int] | None = None  # CSV tables: each row's file line number, for error messages
 
     def close(self) -> None:
         if self.closer is not None:
@@ -144,7 +146,7 @@ def _from_h5_dataset(ds, need: str, where: str) -> Loaded:
         if vlen is None:
             raise DataError(f"{where} has dtype {ds.dtype}; an HMM needs one sequence per row, stored as a "
                             "variable-length dataset (h5py.vlen_dtype(float))")
-        rows = [np.asarray(r).tolist() for r in ds[()]]
+        rows = _finite_sequences(ds[()], where)
         return Loaded(rows, None, f"{where}: {len(rows)} sequences")
     if need == "table":
         raise DataError(f"{where}: a composite model reads mixed-type rows from CSV only")
@@ -153,6 +155,19 @@ def _from_h5_dataset(ds, need: str, where: str) -> Loaded:
                         "with one row per observation (1-D, or 2-D with one column per variable)")
     _check_need(need, ds.dtype, ds.ndim, where)
     return Loaded(ds, ds.shape[1] if ds.ndim == 2 else None, f"{where}: shape {ds.shape}, {ds.dtype}")
+
+
+def _finite_sequences(seqs, where: str) -> list[list]:
+    """Sequences as lists, after checking every value is finite (named by 0-based row)."""
+    from mixle_mpi.store import nonfinite_row
+
+    rows = []
+    for i, seq in enumerate(seqs):
+        seq = np.asarray(seq)
+        if seq.dtype.kind in "fc" and not np.isfinite(seq).all():
+            raise nonfinite_row(where, i)
+        rows.append(seq.tolist())
+    return rows
 
 
 # -- .npy ---------------------------------------------------------------------------
@@ -175,6 +190,21 @@ def _check_need(need: str, dtype, ndim: int, where: str) -> None:
 
 
 # -- CSV ----------------------------------------------------------------------------
+# A numeric CSV is parsed in blocks of BLOCK_ROWS records straight into one float array,
+# so the driver never holds the file as Python strings (a 1M-row file took 665 MB that
+# way). Errors name the file and its 1-based line number, as an editor shows it.
+BLOCK_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class CsvHead:
+    """What the first records of a CSV say: its header (if any) and its first data record."""
+
+    header: list[str] | None
+    first: list[str]        # the first data record's cells
+    first_line: int         # its file line number
+
+
 def _is_number(cell: str) -> bool:
     try:
         float(cell)
@@ -183,21 +213,42 @@ def _is_number(cell: str) -> bool:
     return True
 
 
-def _read_csv(path: str) -> tuple[list[str] | None, list[list[str]]]:
+def _records(path: str):
+    """(file line number, stripped cells) of each non-blank record, streamed."""
     delimiter = "\t" if path.lower().endswith(".tsv") else ","
     with open(path, encoding="utf-8", newline="") as fh:
-        rows = [[c.strip() for c in r] for r in csv.reader(fh, delimiter=delimiter) if r and any(c.strip() for c in r)]
-    if not rows:
-        raise DataError(f"{path} has no rows")
-    header = None
-    if not all(_is_number(c) for c in rows[0]) and len(rows) > 1 and any(_is_number(c) for c in rows[1]):
-        header, rows = rows[0], rows[1:]
-    return header, rows
+        reader = csv.reader(fh, delimiter=delimiter)
+        for cells in reader:
+            cells = [c.strip() for c in cells]
+            if any(cells):
+                yield reader.line_num, cells
 
 
-def _select(header, rows, columns, path):
+def _open_csv(path: str):
+    """(CsvHead, iterator over the data records, the first one included).
+
+    A first record that is not all numbers is a header when the second record has a
+    number in it; a lone non-numeric record is a header with no data under it.
+    """
+    records = _records(path)
+    first = next(records, None)
+    if first is None:
+        raise DataError(f"{path} is empty: found no header and no data rows")
+    second = next(records, None)
+    if second is None and not all(_is_number(c) for c in first[1]):
+        raise DataError(f"{path} has a header row ({', '.join(first[1])}) but no data rows")
+    if second is not None and not all(_is_number(c) for c in first[1]) and any(_is_number(c) for c in second[1]):
+        return CsvHead(first[1], second[1], second[0]), itertools.chain([second], records)
+    head = [first] if second is None else [first, second]
+    return CsvHead(None, first[1], first[0]), itertools.chain(head, records)
+
+
+def _column_index(head: CsvHead, columns: list[str] | None, path: str) -> list[int]:
+    """The 0-based indices of the selected columns (all when ``columns`` is None)."""
+    width = len(head.first)
     if columns is None:
-        return header, rows
+        return list(range(width))
+    header = head.header
     index = []
     for c in columns:
         if c.isdigit() and (header is None or c not in header):
@@ -205,12 +256,23 @@ def _select(header, rows, columns, path):
         elif header is not None and c in header:
             i = header.index(c)
         else:
-            raise ConfigError(f"{path} has no column {c!r}; its columns are "
-                              f"{header if header else list(range(len(rows[0])))}")
-        if i >= len(rows[0]):
-            raise ConfigError(f"{path} has {len(rows[0])} columns; column index {i} is out of range")
+            raise ConfigError(f"{path} has no column {c!r}; its columns are {header if header else list(range(width))}")
+        if i >= width:
+            raise ConfigError(f"{path} has {width} columns; column index {i} is out of range")
         index.append(i)
-    return ([header[i] for i in index] if header else None), [[r[i] for i in index] for r in rows]
+    return index
+
+
+def _column_name(head: CsvHead, i: int) -> str:
+    """'column 3' or 'column 3 (petal_length_cm)': 1-based, as a spreadsheet counts."""
+    name = f" ({head.header[i]})" if head.header and i < len(head.header) else ""
+    return f"column {i + 1}{name}"
+
+
+def _check_width(cells: list[str], line: int, head: CsvHead, path: str) -> None:
+    if len(cells) != len(head.first):
+        raise DataError(f"{path} line {line} has {len(cells)} columns, expected {len(head.first)} "
+                        f"like line {head.first_line}")
 
 
 def _convert(cell: str, kind: str, where: str):
@@ -219,46 +281,117 @@ def _convert(cell: str, kind: str, where: str):
             return cell
         value = float(cell)
         if kind == "poisson":
-            if value < 0 or value != int(value):
+            if not value >= 0 or value != int(value):
                 raise ValueError
             return int(value)
         if not np.isfinite(value):
             raise ValueError
         return value
+    except (ValueError, OverflowError):
+        raise DataError(f"{where}: found {cell!r}, needs {NEEDS[kind]}") from None
+
+
+NEEDS = {"poisson": "a non-negative integer", "gaussian": "a finite number"}
+
+
+def _count_lines(path: str) -> int:
+    """Lines in the file, counted in binary blocks: an upper bound on its records."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count + (last != b"\n")
+
+
+def _bad_cell(cells: list[list[str]], values: np.ndarray | None, kind: str) -> tuple[int, int]:
+    """(record, column) of the first cell that is not a value of ``kind``, in reading order."""
+    for r, row in enumerate(cells):
+        for j, cell in enumerate(row):
+            try:
+                v = float(cell) if values is None else values[r, j]
+            except ValueError:
+                return r, j
+            if not np.isfinite(v) or (kind == "poisson" and (v < 0 or v != np.floor(v))):
+                return r, j
+    raise AssertionError("no bad cell in a block that failed to convert")
+
+
+def _block_values(block, index: list[int], head: CsvHead, kind: str, path: str) -> np.ndarray:
+    """One block of records -> a float array of the selected columns; errors name the cell."""
+    cells = [[cells[i] for i in index] for _, cells in block]
+    try:
+        values = np.array(cells, dtype=np.float64).reshape(len(cells), len(index))
     except ValueError:
-        need = {"poisson": "a non-negative integer", "gaussian": "a finite number"}[kind]
-        raise DataError(f"{where}: found {cell!r}, needs {need}") from None
+        values = None
+    ok = values is not None and np.isfinite(values).all()
+    if ok and kind == "poisson":
+        ok = bool((values >= 0).all() and (values == np.floor(values)).all())
+    if not ok:
+        r, j = _bad_cell(cells, values, kind)
+        raise DataError(f"{path} line {block[r][0]}, {_column_name(head, index[j])}: found {cells[r][j]!r}, "
+                        f"needs {NEEDS[kind]}")
+    return values
+
+
+def _blocks(records, head: CsvHead, path: str):
+    """Lists of at most BLOCK_ROWS (line, cells) records, each checked for its width."""
+    block = []
+    for line, cells in records:
+        _check_width(cells, line, head, path)
+        block.append((line, cells))
+        if len(block) == BLOCK_ROWS:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def _read_numeric(path: str, head: CsvHead, records, index: list[int], kind: str) -> np.ndarray:
+    """Fill one preallocated array block by block (rows x selected columns; 1-D for one column)."""
+    width = len(index)
+    shape = (_count_lines(path),) if width == 1 else (_count_lines(path), width)
+    out = np.empty(shape, dtype=np.int64 if kind == "poisson" else np.float64)
+    n = 0
+    for block in _blocks(records, head, path):
+        values = _block_values(block, index, head, kind, path)
+        out[n:n + len(block)] = values[:, 0] if width == 1 else values
+        n += len(block)
+    out.resize((n,) + shape[1:], refcheck=False)  # shrinks in place: no second copy
+    return out
 
 
 def _load_csv(source: DataSource, need: str, columns) -> Loaded:
     path = source.path
-    header, rows = _read_csv(path)
+    head, records = _open_csv(path)
     if need == "sequences":
-        kind = "gaussian"
-        seqs = [[_convert(c, kind, f"{path} row {i + 1}") for c in r if c != ""] for i, r in enumerate(rows)]
+        seqs = [[_convert(c, "gaussian", f"{path} line {line}") for c in cells if c != ""] for line, cells in records]
         return Loaded(seqs, None, f"{path}: {len(seqs)} sequences")
-    header, rows = _select(header, rows, columns, path)
-    width = len(rows[0])
-    for i, r in enumerate(rows):
-        if len(r) != width:
-            raise DataError(f"{path} row {i + 1} has {len(r)} columns, expected {width} like the first row")
+    index = _column_index(head, columns, path)
+    header = [head.header[i] for i in index] if head.header else None
+    width = len(index)
     if need == "table":
-        return Loaded([tuple(r) for r in rows], width, f"{path}: {len(rows)} rows x {width} columns")
-    kind = "poisson" if need == "integers" else "gaussian"
+        rows, lines = [], []
+        for block in _blocks(records, head, path):
+            rows.extend(tuple(cells[i] for i in index) for _, cells in block)
+            lines.extend(line for line, _ in block)
+        return Loaded(rows, width, f"{path}: {len(rows)} rows x {width} columns", lines=lines)
     if need == "integers" and width != 1:
         raise DataError(f"{path} has {width} columns; a Poisson mixture needs one (select it with --columns)")
-    values = [[_convert(c, kind, f"{path} row {i + 1} column {j + 1}") for j, c in enumerate(r)] for i, r in enumerate(rows)]
-    arr = np.asarray(values, dtype=np.int64 if kind == "poisson" else np.float64)
-    if width == 1:
-        arr = arr[:, 0]
+    arr = _read_numeric(path, head, records, index, "poisson" if need == "integers" else "gaussian")
     return Loaded(arr, None if width == 1 else width, f"{path}: {len(arr)} rows x {width} columns"
                   + (f" ({', '.join(header)})" if header else ""))
 
 
-def convert_table(rows: list[tuple], parts: tuple[str, ...], where: str) -> list[tuple]:
-    """Type a CSV table's cells by the composite model's parts (one part per column)."""
+def convert_table(rows: list[tuple], parts: tuple[str, ...], where: str, lines: list[int] | None = None) -> list[tuple]:
+    """Type a CSV table's cells by the composite model's parts (one part per column).
+
+    ``lines`` are the rows' file line numbers (``Loaded.lines``), so that an error points
+    at the line an editor shows; without them rows are counted from 1.
+    """
     if rows and len(rows[0]) != len(parts):
         raise DataError(f"{where} has {len(rows[0])} columns but the model has {len(parts)} parts "
                         f"({'+'.join(parts)}); select columns with --columns or change parts=")
-    return [tuple(_convert(c, k, f"{where} row {i + 1} column {j + 1}") for j, (c, k) in enumerate(zip(r, parts)))
-            for i, r in enumerate(rows)]
+    label, numbers = ("line", lines) if lines is not None else ("row", range(1, len(rows) + 1))
+    return [tuple(_convert(c, k, f"{where} {label} {n}, column {j + 1}") for j, (c, k) in enumerate(zip(r, parts)))
+            for n, r in zip(numbers, rows)]

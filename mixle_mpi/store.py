@@ -114,7 +114,28 @@ def _first_nonfinite(block: np.ndarray) -> int | None:
     return None if ok.all() else int(np.argmin(ok))
 
 
-def _write(f: h5py.File, n: int, s: int, dtype, row_shape: tuple, block: Callable, block_rows: int) -> None:
+def source_name(data) -> str | None:
+    """Where the rows come from, for error messages: ``file.h5:/dataset`` for an HDF5
+    dataset, the file of a memory-mapped array (also behind an ``np.asarray`` view); None
+    for data that lives only in memory."""
+    if isinstance(data, h5py.Dataset):
+        return f"{data.file.filename}:{data.name}"
+    while isinstance(data, np.ndarray):
+        if isinstance(data, np.memmap) and data.filename:
+            return data.filename
+        data = data.base
+    return None
+
+
+def nonfinite_row(source: str | None, row: int) -> DataError:
+    """The error for a row with a NaN or infinity: arrays are named by 0-based index."""
+    where = f"{source}: " if source else ""
+    return DataError(f"{where}row {row} contains a NaN or infinite value; finite values are needed "
+                     "(rows are counted from 0)")
+
+
+def _write(f: h5py.File, n: int, s: int, dtype, row_shape: tuple, block: Callable, block_rows: int,
+           source: str | None = None) -> None:
     """Stream blocks of rows; rows of shard i in block [a, b) are block[(i - a) % s :: s]."""
     group = f.create_group("shards")
     try:
@@ -126,7 +147,7 @@ def _write(f: h5py.File, n: int, s: int, dtype, row_shape: tuple, block: Callabl
         rows = block(a, min(a + block_rows, n))
         bad = _first_nonfinite(rows)
         if bad is not None:
-            raise DataError(f"row {a + bad} contains a NaN or infinite value; finite values are needed")
+            raise nonfinite_row(source, a + bad)
         for i in range(s):
             start = (i - a) % s
             if start < len(rows):
@@ -196,7 +217,7 @@ class ShardStore:
             with h5py.File(tmp, "w") as f:
                 f.attrs.update({"format": FORMAT, "version": VERSION, "num_shards": s,
                                 "num_rows": n, "row_kind": kind})
-                _write(f, n, s, dtype, row_shape, block, block_rows)
+                _write(f, n, s, dtype, row_shape, block, block_rows, source_name(data))
             os.replace(tmp, path)
         except BaseException as exc:
             if os.path.exists(tmp):

@@ -167,11 +167,11 @@ def test_csv_header_columns_and_types(tmp_path):
         datainput.load(datainput.parse_source("builtin:iris"), "matrix")
     counts = tmp_path / "c.csv"
     counts.write_text("n\n1\n2\n2.5\n")
-    with pytest.raises(DataError, match="row 3 column 1: found '2.5', needs a non-negative integer"):
+    with pytest.raises(DataError, match=r"c.csv line 4, column 1 \(n\): found '2.5', needs a non-negative integer"):
         datainput.load(datainput.parse_source(str(counts)), "integers")
     ragged = tmp_path / "r.csv"
     ragged.write_text("1,2\n3\n")
-    with pytest.raises(DataError, match="row 2 has 1 columns, expected 2"):
+    with pytest.raises(DataError, match="r.csv line 2 has 1 columns, expected 2 like line 1"):
         datainput.load(datainput.parse_source(str(ragged)), "matrix")
     seqs = datainput.load(datainput.parse_source(str(ragged)), "sequences")
     assert seqs.data == [[1.0, 2.0], [3.0]]
