@@ -4,7 +4,8 @@ Every rank runs this command (``mpiexec -n N mixle-mpi fit ...``, or ``mixle-mpi
 ...`` which launches itself). Rank 0 reads the data, fits and writes the outputs; the other
 ranks serve E-steps inside the handle and end when the fit ends. Outputs, in ``out_dir``:
 ``model.json`` (mixle's safe JSON), ``summary.json`` (final log-likelihood, iterations,
-failures survived, wall time, per-restart traces), ``events.jsonl`` and, with ``plot``,
+failures survived, wall time, per-restart traces), ``events.jsonl``, ``progress.json``
+(replaced after every iteration, read by ``mixle-mpi status``) and, with ``plot``,
 ``fit.png``. Restart r uses seed + r and its own checkpoint, so a requeued job resumes
 every restart exactly.
 """
@@ -37,6 +38,11 @@ def restart_checkpoint(path: str | None, restart: int, restarts: int) -> str | N
     return f"{root}.r{restart}{ext or '.h5'}"
 
 
+def restart_checkpoints(path: str, restarts: int) -> list[str]:
+    """Every restart's checkpoint path, in restart order."""
+    return [restart_checkpoint(path, r, restarts) for r in range(restarts)]
+
+
 def _settings(cfg: FitConfig) -> dict:
     return {k: v for k, v in (("heartbeat_period", cfg.heartbeat_period), ("heartbeat_timeout", cfg.heartbeat_timeout),
                               ("respawn", cfg.respawn)) if v is not None}
@@ -59,7 +65,7 @@ def prepare(cfg: FitConfig):
         check_writable(cfg.checkpoint)
     loaded = datainput.load(source, modelspec.row_shape_needed(spec), columns)
     if spec.family == "composite":
-        loaded.data = datainput.convert_table(loaded.data, spec.parts, source.path)
+        loaded.data = datainput.convert_table(loaded.data, spec.parts, source.path, loaded.lines)
     estimator = modelspec.build_estimator(spec, loaded.ncols)
     return spec, loaded, estimator
 
@@ -78,6 +84,9 @@ def run(cfg: FitConfig) -> int:
         loaded.close()
         print(f"[fit] {spec.text} on {loaded.describe}; {enc.num_shards} shards over "
               f"{len(enc._driver.membership.live())} workers; out_dir {cfg.out_dir}", flush=True)
+        if cfg.checkpoint and cfg.restarts > 1:
+            print(f"[fit] {cfg.restarts} restarts, each with its own checkpoint: "
+                  + ", ".join(restart_checkpoints(cfg.checkpoint, cfg.restarts)), flush=True)
         results, timeline = _fit_restarts(enc, est, cfg)
         summary = _summary(enc, cfg, results, time.perf_counter() - t0)
     best = results[summary["best_restart"]]
@@ -99,9 +108,10 @@ def _recovered(enc) -> int:
 
 def _fit_restarts(enc, est, cfg: FitConfig):
     from mixle_mpi.fitloop import fit
-    from mixle_mpi.progress import Progress
+    from mixle_mpi.progress import PROGRESS_FILE, Progress, ranks_of
 
-    progress = Progress(sys.stdout, cfg.progress)
+    progress = Progress(sys.stdout, cfg.progress, record=os.path.join(cfg.out_dir, PROGRESS_FILE),
+                        meta={"model": cfg.model, "data": cfg.data})
     membership = enc._driver.membership
     results, timeline = [], []  # timeline: (restart, iteration, wall time) per accepted iteration
     for r in range(cfg.restarts):
@@ -113,7 +123,7 @@ def _fit_restarts(enc, est, cfg: FitConfig):
             timeline.append((r, i, time.time()))
             progress.step(iteration=i, max_its=cfg.max_its, ll=ll, prev_ll=trace[-1] if trace else None,
                           live=len(membership.live()), blacklisted=len(membership.blacklisted()),
-                          recovered=_recovered(enc), restart=label)
+                          recovered=_recovered(enc), restart=label, ranks=ranks_of(membership))
             trace.append(ll)
 
         model, lls = fit(enc, est, max_its=cfg.max_its, delta=cfg.delta, init_p=cfg.init_p, seed=cfg.seed + r,

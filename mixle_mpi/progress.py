@@ -5,19 +5,27 @@ like a table; in a terminal the line is rewritten in place. Under mpiexec a rank
 may be a pseudo-terminal whatever the user's is, so "a terminal" is what ``mixle-mpi run``
 saw on its own stdout, passed down as ``MIXLE_MPI_LIVE_PROGRESS=1``.
 The formatting is pure and unit-tested; :class:`Progress` only keeps time and writes.
+
+With a ``record`` path, each iteration also replaces ``progress.json`` (atomically, a few
+hundred bytes) in the fit's out_dir: what ``mixle-mpi status`` shows of a running job.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import statistics
 import sys
 import time
 from dataclasses import dataclass
 from typing import IO
 
+from mixle_mpi.atomicjson import write_json
+
 
 LIVE_ENV = "MIXLE_MPI_LIVE_PROGRESS"
+PROGRESS_FILE = "progress.json"
+RECORD_FORMAT = "mixle_mpi.progress"
 
 
 @dataclass(frozen=True)
@@ -56,10 +64,34 @@ def format_line(s: Status) -> str:
             f"eta<={_clock(eta_seconds(s))}")
 
 
-class Progress:
-    """Writes a Status per iteration to ``stream``: 'line', 'live', 'off' or 'auto'."""
+def ranks_of(membership) -> dict:
+    """The worker ranks by state, from a :class:`~mixle_mpi.membership.Membership` (pure):
+    live ones, the failure count of each rank that ever failed, blacklisted ones."""
+    return {"live": membership.live(),
+            "failures": {str(w): n for w, n in membership.failures().items() if n},
+            "blacklisted": membership.blacklisted()}
 
-    def __init__(self, stream: IO[str] | None = None, mode: str = "auto", window: int = 5) -> None:
+
+def record(s: Status, ranks: dict | None, meta: dict, now: float) -> dict:
+    """The content of progress.json after an iteration (pure): everything ``status`` shows,
+    so that it never has to parse the progress line."""
+    return {"format": RECORD_FORMAT, "version": 1, "updated": now, **meta,
+            "restart": s.restart, "iteration": s.iteration, "max_its": s.max_its, "ll": s.ll,
+            "dll": None if s.prev_ll is None else s.ll - s.prev_ll, "last_seconds": s.seconds,
+            "seconds_per_iteration": statistics.median(s.recent) if s.recent else None,
+            "eta_seconds": eta_seconds(s), "recovered_shards": s.recovered,
+            "ranks": ranks if ranks is not None else {"live_count": s.live, "blacklisted_count": s.blacklisted}}
+
+
+class Progress:
+    """Writes a Status per iteration to ``stream``: 'line', 'live', 'off' or 'auto'; and,
+    given ``record`` (a path), the same as JSON for ``mixle-mpi status``, whatever the mode.
+    ``meta`` goes into every record (the model and data of the fit, say)."""
+
+    def __init__(self, stream: IO[str] | None = None, mode: str = "auto", window: int = 5,
+                 record: str | None = None, meta: dict | None = None) -> None:
+        self.record_path = record
+        self.meta = {"pid": os.getpid(), "host": socket.gethostname(), **(meta or {})}
         self.stream = stream or sys.stdout
         if mode == "auto":
             mode = "live" if os.environ.get(LIVE_ENV) == "1" else "line"
@@ -74,7 +106,8 @@ class Progress:
         self._times.clear()
 
     def step(self, *, iteration: int, max_its: int, ll: float, prev_ll: float | None, live: int,
-             blacklisted: int, recovered: int, restart: str = "") -> Status:
+             blacklisted: int, recovered: int, restart: str = "", ranks: dict | None = None) -> Status:
+        """Report one iteration; ``ranks`` (see :func:`ranks_of`) goes into the record."""
         now = time.perf_counter()
         seconds, self._last = now - self._last, now
         self._times.append(seconds)
@@ -86,6 +119,8 @@ class Progress:
             self.stream.write("\r\x1b[K" + format_line(status))
             self._open_live = True
         self.stream.flush()
+        if self.record_path:
+            write_json(self.record_path, record(status, ranks, self.meta, time.time()))
         return status
 
     def done(self) -> None:
