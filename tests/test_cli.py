@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -14,6 +15,8 @@ import pytest
 from conftest import LIBRARIES
 from mpiharness import OMPI_PYTHON, no_leftover_processes
 
+from mixle_mpi.chaos import FAULT_LOG, read_fired, unfired
+from mixle_mpi.faults import FIRED_ENV
 from mixle_mpi.models import get_model
 
 pytestmark = pytest.mark.mpijob
@@ -21,12 +24,23 @@ ENV = {"PYTHONWARNINGS": "ignore", "MIXLE_MPI_DRIVER_TIMEOUT": "30", "MIXLE_MPI_
 
 
 def cli(python: str, *args: str, cwd: Path, plan: str | None = None, timeout: float = 240):
+    """Run ``python -m mixle_mpi ARGS``; under a fault plan, victims record in ``cwd/faults.jsonl``
+    (check it with :func:`all_fired`)."""
     env = {**os.environ, **ENV}
     env.pop("MIXLE_MPI_FAULT_PLAN", None)
+    env.pop(FIRED_ENV, None)
     if plan:
         env["MIXLE_MPI_FAULT_PLAN"] = plan
+        env[FIRED_ENV] = str(cwd / FAULT_LOG)
     return subprocess.run([python, "-m", "mixle_mpi", *args], capture_output=True, text=True, cwd=str(cwd),
                           env=env, timeout=timeout)
+
+
+def all_fired(plan: str, log: Path) -> list[dict]:
+    """The records of ``plan``'s faults in ``log``; fails the test if a planned fault did not fire."""
+    records = read_fired(str(log))
+    assert unfired(plan, records) == [], f"planned faults that did not fire: {unfired(plan, records)}; records {records}"
+    return records
 
 
 def outputs(out_dir: Path) -> tuple[dict, dict]:
@@ -47,10 +61,12 @@ def diag_h5(tmp_path_factory):
 def test_fit_on_hdf5_equals_mixle_through_a_kill(library, diag_h5, reference, tmp_path):
     name, python = library
     out = tmp_path / "out"
+    plan = "2:kill:estep_mid:3"
     proc = cli(python, "fit", "-n", "4", "--timeout", "180", "--data", f"{diag_h5}:/run1/X", "--model", "gmm:k=3,cov=diag",
                "--num-shards", "5", "--max-its", "8", "--seed", "7", "--out-dir", str(out),
-               "--checkpoint", str(tmp_path / "ck.h5"), cwd=tmp_path, plan="2:kill:estep_mid:3")
+               "--checkpoint", str(tmp_path / "ck.h5"), cwd=tmp_path, plan=plan)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    (fired,) = all_fired(plan, tmp_path / FAULT_LOG)
     model, summary = outputs(out)
     ref = reference("diag", 3000, 5, 1, 8, 7)
     assert model == json.loads(ref["model"]) and summary["ll"] == ref["ll"]  # exact floats
@@ -61,6 +77,7 @@ def test_fit_on_hdf5_equals_mixle_through_a_kill(library, diag_h5, reference, tm
     assert len(lines) == its and f"it {its}/8" in lines[-1] and "workers 3 live 0 blacklisted" in lines[-1]
     events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
     assert [e["worker"] for e in events if e["event"] == "failure_detected"] == [2]
+    assert [e["pid"] for e in events if e["event"] == "failure_detected"] == [fired["pid"]]  # the victim's death
     report = cli(python, "inspect", str(out), str(tmp_path / "ck.h5"), str(out / "work" / "shards.h5"), cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     for needle in ("failures survived 1", "rank 2:", "failed (pid", "respawned as pid", "recomputed shards",
@@ -152,10 +169,40 @@ def test_chaos_campaign_is_bit_identical(library, tmp_path):
     proc = cli(python, "chaos", "-n", "4", "--runs", "3", "--campaign-seed", "2", "--max-its", "6",
                "--out-dir", str(out), cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "3/3 runs bit-identical to the reference" in proc.stdout
     report = json.loads((out / "campaign.json").read_text())
-    assert report["ok"] and [r["kind"] for r in report["runs"]] == ["single", "repeat", "respawn"]
-    assert all(r["identical"] and r["fired"] >= 1 for r in report["runs"][1:])
+    runs = report["runs"]
+    assert report["ok"] and [r["kind"] for r in runs] == ["single", "repeat", "respawn"]
+    planned = sum(r["faults"] for r in runs)
+    assert "3/3 runs passed" in proc.stdout and f"{planned}/{planned} planned faults fired" in proc.stdout
+    assert report["planned_faults"] == report["fired_faults"] == planned == 5
+    assert not (out / "reference" / FAULT_LOG).exists()  # the reference ran with no fault
+    for r in runs:  # every run, the first one too: each planned fault fired in a real process
+        assert r["outcome"] == "ok" and r["identical"] and r["fired"] == r["faults"] and r["unfired"] == [], r
+        records = all_fired(r["plan"], Path(r["out_dir"]) / FAULT_LOG)
+        assert len(records) == r["faults"] and len({x["pid"] for x in records}) == r["faults"], records
+        detected = [e["worker"] for e in map(json.loads, (Path(r["out_dir"]) / "events.jsonl").read_text().splitlines())
+                    if e["event"] == "failure_detected"]
+        assert sorted(detected) == sorted(x["worker"] for x in records), (detected, records)  # and each was seen
+
+
+def test_chaos_campaign_fails_a_run_whose_fault_never_fires(tmp_path, monkeypatch):
+    """The campaign's own check, on a real fit: a plan whose fault can never fire (E-step call 99
+    of a 3-iteration fit) is UNFIRED and fails the campaign, although the bits match."""
+    from mixle_mpi import chaos
+    from mixle_mpi.jobconfig import resolve
+
+    monkeypatch.setattr(chaos, "random_plans", lambda *a, **k: [chaos.ChaosRun(1, "single", "2:kill:estep_before:99", 1)])
+    monkeypatch.setenv("PYTHONWARNINGS", "ignore")
+    cfg = resolve(None, {"data": "builtin:iris", "columns": "0:4", "model": "gmm:k=3,cov=full", "max_its": "3",
+                         "init_p": "0.5", "num_shards": "6", "seed": "3"})
+    stream = io.StringIO()
+    code = chaos.campaign(cfg, n=3, runs=1, seed=0, out_dir=str(tmp_path / "c"), run_timeout=180, stream=stream)
+    text = stream.getvalue()
+    assert code == 1, text
+    assert "UNFIRED" in text and "not fired: 2:kill:estep_before:99:0:any" in text, text
+    assert "0/1 runs passed" in text and "0/1 planned faults fired" in text and "FAILED: UNFIRED 1" in text, text
+    (row,) = json.loads((tmp_path / "c" / "campaign.json").read_text())["runs"]
+    assert row["outcome"] == "UNFIRED" and row["identical"] and row["exit_code"] == 0 and row["fired"] == 0
 
 
 def test_demo_kills_a_worker_and_matches(tmp_path):
@@ -163,6 +210,9 @@ def test_demo_kills_a_worker_and_matches(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "bit-identical to the failure-free fit: yes" in proc.stdout
     assert "failure_detected rank 2" in proc.stdout and "failures survived: 1" in proc.stdout
+    from mixle_mpi.demo import KILL_ROUND
+
+    all_fired(f"2:kill:estep_mid:{KILL_ROUND}", tmp_path / "demo" / "chaos" / FAULT_LOG)
 
 
 def test_module_entry_lists_every_subcommand(tmp_path):
