@@ -21,6 +21,9 @@ def _add_launch_options(p: argparse.ArgumentParser, required_n: bool = False) ->
                    help="default: detected from --mpiexec; srun launches with srun --mpi=pmix (no ULFM)")
     p.add_argument("--mpiexec", default=None, help="default: the one beside this Python, else PATH")
     p.add_argument("--timeout", type=float, default=None, help="kill the job after this many seconds")
+    p.add_argument("--start-retries", type=int, default=1,
+                   help="launch again, up to this many times, a job that never started (exit 73: a rank "
+                        "died or hung while starting; nothing was computed)")
 
 
 def _run(args) -> int:
@@ -70,6 +73,8 @@ def _demo(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from mixle_mpi.jobconfig import add_fit_options
+    from mixle_mpi import helptext, inspector, status
+    from mixle_mpi.dryrun import dry_run
 
     p = argparse.ArgumentParser(prog="mixle-mpi", description="Resilient MPI EM for mixle.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -81,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_launch_options(f)
     add_fit_options(f)
     f.set_defaults(func=_fit)
+    f.add_argument("--dry-run", dest="func", action="store_const", const=dry_run, default=argparse.SUPPRESS,
+                   help="print the layout (shards, shards per worker), the memory per rank, the MPI found and "
+                        "the launch command, then exit without launching (default: off)")
 
     r = sub.add_parser("run", help="launch a command under mpiexec with the flags each MPI needs")
     _add_launch_options(r, required_n=True)
@@ -104,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="summarize a shard store, checkpoint, event log or fit output folder")
     i.add_argument("paths", nargs="+", help="shards.h5, a checkpoint .h5, events.jsonl, summary.json or an out_dir")
     i.set_defaults(func=_inspect)
+    i.description = inspector.__doc__
 
     d = sub.add_parser("demo", help="fit the built-in Iris data, kill a worker mid-fit, check the bits")
     d.add_argument("--ranks", type=int, default=4)
@@ -113,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in _extensions():
         register(sub)
+    status.add_subcommand(sub)
+    p.add_argument("--version", action="version", version=f"%(prog)s {helptext.version()}")
+    for parser in (p, *sub.choices.values()):
+        helptext.polish(parser)  # defaults shown, docstring markup gone
     return p
 
 

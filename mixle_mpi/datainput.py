@@ -88,17 +88,82 @@ def parse_columns(text: str | None) -> list[str] | None:
     return out
 
 
-def load(source: DataSource, need: str, columns: list[str] | None = None) -> Loaded:
-    """Open ``source`` for a model that needs ``need`` rows (see modelspec.row_shape_needed)."""
+def _check_source(source: DataSource, columns: list[str] | None) -> None:
     if not os.path.exists(source.path):
         raise ConfigError(f"no such data file {source.path!r} (from --data {source.text!r}); needs one of {FORMS}")
     if columns and source.kind != "csv":
         raise ConfigError(f"--columns selects CSV columns only; {source.path!r} is {source.kind}")
+
+
+def load(source: DataSource, need: str, columns: list[str] | None = None) -> Loaded:
+    """Open ``source`` for a model that needs ``need`` rows (see modelspec.row_shape_needed)."""
+    _check_source(source, columns)
     if source.kind == "h5":
         return _load_h5(source, need)
     if source.kind == "npy":
         return _load_npy(source, need)
     return _load_csv(source, need, columns)
+
+
+# -- shape only, for a dry run ----------------------------------------------------------
+PY_VALUE_BYTES = 32   # a float in a Python list: the object (24 bytes) and its pointer (8)
+SAMPLE_ROWS = 1000    # sequences sampled for their mean length
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """The size of the data, read from headers only (``mixle-mpi fit --dry-run``)."""
+
+    rows: int             # observations (CSV: data lines, blank ones included)
+    values: float         # numbers per observation (sequences: the mean length of a sample)
+    value_bytes: int      # bytes per value on a rank: the dtype's in an array, PY_VALUE_BYTES in Python rows
+    driver_reads_all: bool  # the driver holds the whole data while it writes the shard store
+    describe: str
+    ncols: int | None     # as Loaded.ncols, to build the estimator
+
+
+def probe(source: DataSource, need: str, columns: list[str] | None = None) -> DataShape:
+    """The data's size, checked as ``load`` checks it but without reading the values: HDF5
+    and .npy headers, a CSV's first records and its line count."""
+    _check_source(source, columns)
+    if source.kind == "csv":
+        return _probe_csv(source, need, columns)
+    if source.kind == "h5" and need == "sequences":
+        return _probe_h5_sequences(source)
+    loaded = _load_h5(source, need) if source.kind == "h5" else _load_npy(source, need)
+    try:
+        arr = loaded.data
+        values = int(np.prod(arr.shape[1:], dtype=np.int64))
+        return DataShape(arr.shape[0], values, arr.dtype.itemsize, False, loaded.describe, loaded.ncols)
+    finally:
+        loaded.close()
+
+
+def _probe_h5_sequences(source: DataSource) -> DataShape:
+    f, ds = _open_h5(source)
+    with f:
+        where = f"{source.path}:{ds.name}"
+        _require_vlen(ds, where)
+        sample = ds[:SAMPLE_ROWS]
+        mean = float(np.mean([len(r) for r in sample])) if len(sample) else 0.0
+        return DataShape(ds.shape[0], mean, PY_VALUE_BYTES, True,
+                         f"{where}: {ds.shape[0]} sequences, mean length {mean:.1f} (first {len(sample)})", None)
+
+
+def _probe_csv(source: DataSource, need: str, columns) -> DataShape:
+    path = source.path
+    head, _ = _open_csv(path)
+    index = _column_index(head, columns, path)
+    rows = _count_lines(path) - head.first_line + 1
+    if need == "sequences":
+        values = float(sum(1 for c in head.first if c != ""))
+        return DataShape(rows, values, PY_VALUE_BYTES, True, f"{path}: {rows} data lines (sequences)", None)
+    if need == "integers" and len(index) != 1:
+        raise DataError(f"{path} has {len(index)} columns; a Poisson mixture needs one (select it with --columns)")
+    value_bytes = PY_VALUE_BYTES if need == "table" else 8
+    names = f" ({', '.join(head.header[i] for i in index)})" if head.header else ""
+    return DataShape(rows, len(index), value_bytes, True, f"{path}: {rows} data lines x {len(index)} columns{names}",
+                     None if len(index) == 1 and need != "table" else len(index))
 
 
 # -- HDF5 ---------------------------------------------------------------------------
@@ -110,7 +175,8 @@ def list_datasets(f) -> list[str]:
     return found
 
 
-def _load_h5(source: DataSource, need: str) -> Loaded:
+def _open_h5(source: DataSource):
+    """(open h5py.File, the dataset it names); the file is closed again on any error."""
     import h5py
 
     try:
@@ -130,6 +196,15 @@ def _load_h5(source: DataSource, need: str) -> Loaded:
                 what = "a group, not a dataset" if ds is not None else "not there"
                 raise ConfigError(f"dataset {source.dataset!r} in {source.path} is {what}; "
                                   f"its datasets are: {', '.join(names) or 'none'}")
+    except BaseException:
+        f.close()
+        raise
+    return f, ds
+
+
+def _load_h5(source: DataSource, need: str) -> Loaded:
+    f, ds = _open_h5(source)
+    try:
         loaded = _from_h5_dataset(ds, need, f"{source.path}:{ds.name}")
     except BaseException:
         f.close()
@@ -143,9 +218,7 @@ def _from_h5_dataset(ds, need: str, where: str) -> Loaded:
 
     vlen = h5py.check_vlen_dtype(ds.dtype)
     if need == "sequences":
-        if vlen is None:
-            raise DataError(f"{where} has dtype {ds.dtype}; an HMM needs one sequence per row, stored as a "
-                            "variable-length dataset (h5py.vlen_dtype(float))")
+        _require_vlen(ds, where)
         rows = _finite_sequences(ds[()], where)
         return Loaded(rows, None, f"{where}: {len(rows)} sequences")
     if need == "table":
@@ -155,6 +228,14 @@ def _from_h5_dataset(ds, need: str, where: str) -> Loaded:
                         "with one row per observation (1-D, or 2-D with one column per variable)")
     _check_need(need, ds.dtype, ds.ndim, where)
     return Loaded(ds, ds.shape[1] if ds.ndim == 2 else None, f"{where}: shape {ds.shape}, {ds.dtype}")
+
+
+def _require_vlen(ds, where: str) -> None:
+    import h5py
+
+    if h5py.check_vlen_dtype(ds.dtype) is None:
+        raise DataError(f"{where} has dtype {ds.dtype}; an HMM needs one sequence per row, stored as a "
+                        "variable-length dataset (h5py.vlen_dtype(float))")
 
 
 def _finite_sequences(seqs, where: str) -> list[list]:

@@ -60,5 +60,14 @@ def describe(rec: dict[str, Any]) -> str:
 
 
 def read_events(path: str) -> list[dict[str, Any]]:
+    """Every event in the log. A last line without its newline is a record still being
+    appended by a live job; it is skipped when it does not parse yet."""
     with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        lines = fh.read().split("\n")
+    tail = lines.pop()
+    events = [json.loads(line) for line in lines if line.strip()]
+    try:
+        events += [json.loads(tail)] if tail.strip() else []
+    except ValueError:
+        pass
+    return events

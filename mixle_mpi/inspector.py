@@ -1,9 +1,12 @@
-"""``mixle-mpi inspect``: a shard store, checkpoint, event log or fit output, for a human.
+"""``mixle-mpi inspect``: a shard store, checkpoint, event log, fitted model or fit output,
+for a human.
 
 The event log answers "what happened to which rank, when, and what did it cost": one line
 per rank with its failures, how each was detected, where its shards were recomputed, how
-long the reconfiguration took, and whether it came back or was blacklisted. The summaries
-are pure functions of the parsed files and unit-tested.
+long the reconfiguration took, and whether it came back or was blacklisted. A model.json is
+shown as parameters (:mod:`mixle_mpi.modelview`); a damaged HDF5 file is said to be damaged.
+``ck.h5`` stands for every restart's checkpoint (``ck.r0.h5``, ``ck.r1.h5``, ...) when the fit
+had restarts. The summaries are pure functions of the parsed files and unit-tested.
 """
 
 from __future__ import annotations
@@ -17,16 +20,53 @@ from mixle_mpi.errors import ConfigError
 from mixle_mpi.events import read_events
 
 
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def restart_siblings(path: str) -> list[str]:
+    """``ck.r0.h5``, ``ck.r1.h5``, ... that exist for a base checkpoint name ``ck.h5``."""
+    from mixle_mpi.fitcmd import restart_checkpoint
+
+    found: list[str] = []
+    # restart r's name does not depend on the number of restarts, as long as it is above 1
+    while os.path.exists(p := restart_checkpoint(path, len(found), 2 + len(found))):
+        found.append(p)
+    return found
+
+
+def _looks_like_hdf5(path: str) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
+
+
+def _json_kind(path: str) -> str:
+    """'model' (mixle's safe JSON), 'progress' (progress.json) or 'summary'."""
+    from mixle_mpi.modelview import is_model_json
+    from mixle_mpi.progress import RECORD_FORMAT
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except ValueError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
+    if is_model_json(doc):
+        return "model"
+    return "progress" if isinstance(doc, dict) and doc.get("format") == RECORD_FORMAT else "summary"
+
+
 def kind_of(path: str) -> str:
-    """'outdir', 'events', 'summary', 'store' or 'checkpoint' (reads HDF5 attributes only)."""
+    """'outdir', 'events', 'summary', 'model', 'progress', 'store', 'checkpoint', 'restarts'
+    (a base checkpoint name) or 'damaged' (an HDF5 file that does not open)."""
     if os.path.isdir(path):
         return "outdir"
     if not os.path.exists(path):
+        if restart_siblings(path):
+            return "restarts"
         raise ConfigError(f"no such file or folder {path!r}")
     if path.endswith(".jsonl"):
         return "events"
     if path.endswith(".json"):
-        return "summary"
+        return _json_kind(path)
     import h5py
 
     from mixle_mpi import checkpoint, store
@@ -35,7 +75,9 @@ def kind_of(path: str) -> str:
         with h5py.File(path, "r") as f:
             fmt = f.attrs.get("format")
     except OSError:
-        raise ConfigError(f"{path} is not an event log (.jsonl), a summary (.json) or an HDF5 file "
+        if _looks_like_hdf5(path) or path.endswith(".prev"):
+            return "damaged"
+        raise ConfigError(f"{path} is not an event log (.jsonl), a summary or model (.json) or an HDF5 file "
                           "(shard store or checkpoint)") from None
     if fmt == store.FORMAT:
         return "store"
@@ -136,16 +178,25 @@ def summarize_store(path: str) -> list[str]:
                 f"sha256 {st.fingerprint()}"]
 
 
+def _previous(path: str) -> list[str]:
+    """What a resume falls back to when ``path`` is damaged: its ``.prev``, if good."""
+    prev = path + ".prev"
+    if path.endswith(".prev") or not os.path.exists(prev):
+        return ["no previous checkpoint (.prev) to fall back to: a resume would fail"]
+    return ["previous checkpoint (.prev), which a resume uses instead:"] + ["  " + x for x in summarize_checkpoint(prev)]
+
+
+def summarize_damaged(path: str, why: str) -> list[str]:
+    return [f"DAMAGED: {path} is not a usable checkpoint: {why}"] + _previous(path)
+
+
 def summarize_checkpoint(path: str) -> list[str]:
     from mixle_mpi import checkpoint
 
     try:
         state = checkpoint._read_one(path)
     except checkpoint.CheckpointError as exc:
-        lines = [f"checkpoint is NOT usable: {exc}"]
-        if os.path.exists(path + ".prev"):
-            lines += ["previous checkpoint (.prev), used on resume instead:"] + summarize_checkpoint(path + ".prev")[0:3]
-        return lines
+        return summarize_damaged(path, str(exc).removeprefix(f"{path}: "))
     tail = ", ".join(f"{x:.10g}" for x in state.ll[-3:])
     return [f"checkpoint after iteration {state.iteration} ({'finished' if state.finished else 'in progress'}"
             f"{', converged' if state.converged else ''}), checksum ok",
@@ -154,31 +205,65 @@ def summarize_checkpoint(path: str) -> list[str]:
             "versions: " + ", ".join(f"{k} {v}" for k, v in state.versions.items())]
 
 
+def summarize_model(path: str) -> list[str]:
+    from mixle_mpi.modelview import describe_model_json
+
+    with open(path, encoding="utf-8") as fh:
+        return describe_model_json(fh.read(), path)
+
+
+def summarize_restarts(path: str) -> list[str]:
+    """Every restart's checkpoint for a base name, each summarized."""
+    siblings = restart_siblings(path)
+    lines = [f"{path} is the base name of {len(siblings)} restart checkpoints"]
+    for r, p in enumerate(siblings):
+        lines += [f"restart {r + 1}: {p}"] + ["  " + x for x in summarize_checkpoint(p)]
+    return lines
+
+
+def summarize_progress(path: str) -> list[str]:
+    from mixle_mpi.status import status_lines
+
+    return status_lines(os.path.dirname(os.path.abspath(path)))
+
+
+OUTDIR_FILES = ("summary.json", "model.json", "events.jsonl")
+
+
 def summarize(path: str) -> list[str]:
     kind = kind_of(path)
     if kind == "outdir":
-        lines = []
-        for name in ("summary.json", "events.jsonl"):
-            p = os.path.join(path, name)
-            if os.path.exists(p):
-                lines += [f"== {p}"] + summarize(p)
-        if not lines:
-            raise ConfigError(f"{path} holds no summary.json or events.jsonl; is it a `mixle-mpi fit` out_dir?")
-        return lines
+        return _summarize_outdir(path)
     if kind == "events":
         try:
             return summarize_events(read_events(path))
         except ValueError as exc:
             raise ConfigError(f"{path} is not a JSON-lines event log: {exc}") from None
     if kind == "summary":
-        try:
-            with open(path, encoding="utf-8") as fh:
-                return summarize_summary(json.load(fh))
-        except ValueError as exc:
-            raise ConfigError(f"{path} is not a JSON summary: {exc}") from None
-    if kind == "store":
-        return summarize_store(path)
-    return summarize_checkpoint(path)
+        with open(path, encoding="utf-8") as fh:
+            return summarize_summary(json.load(fh))
+    readers = {"model": summarize_model, "progress": summarize_progress, "store": summarize_store,
+               "restarts": summarize_restarts, "checkpoint": summarize_checkpoint,
+               "damaged": lambda p: summarize_damaged(p, "the HDF5 file does not open (truncated or corrupt)")}
+    return readers[kind](path)
+
+
+def _summarize_outdir(path: str) -> list[str]:
+    """A fit's out_dir: its summary, model and events; a live fit's status when it has no
+    summary yet."""
+    from mixle_mpi.progress import PROGRESS_FILE
+
+    lines = []
+    if not os.path.exists(os.path.join(path, "summary.json")) and os.path.exists(os.path.join(path, PROGRESS_FILE)):
+        lines += [f"== {os.path.join(path, PROGRESS_FILE)} (no summary.json yet: the fit is running or was stopped)"]
+        lines += summarize(os.path.join(path, PROGRESS_FILE))
+    for name in OUTDIR_FILES:
+        p = os.path.join(path, name)
+        if os.path.exists(p):
+            lines += [f"== {p}"] + summarize(p)
+    if not lines:
+        raise ConfigError(f"{path} holds no summary.json, model.json or events.jsonl; is it a `mixle-mpi fit` out_dir?")
+    return lines
 
 
 def inspect_paths(paths: list[str], out: IO[str]) -> int:

@@ -40,17 +40,19 @@ class FitConfig:
 
 
 HELP = {
-    "data": "PATH.h5:/dataset, PATH.npy, PATH.csv or builtin:iris",
-    "model": "gmm:k=K[,cov=diag|full], poisson:k=K, hmm:states=S, composite:k=K,parts=a+b, or json:FILE",
+    "data": "PATH.h5:/dataset, PATH.npy, PATH.csv or builtin:iris (required)",
+    "model": "gmm:k=K[,cov=diag|full], poisson:k=K, hmm:states=S, composite:k=K,parts=a+b, or json:FILE (required)",
     "columns": "CSV columns to use: names or indices, e.g. 0:4 or x,y",
-    "out_dir": "where model.json, summary.json, events.jsonl (and fit.png) go",
+    "out_dir": "where model.json, summary.json, events.jsonl, progress.json (and fit.png) go",
     "num_shards": "shards S (default: the number of workers); S fixes the bits, not the rank count",
     "sub_chunks": "sub-chunks per shard",
     "max_its": "EM iterations at most",
     "delta": "stop when the log-likelihood gains less than this (0 or 'none': run max_its)",
     "seed": "seed of the random initialization (restart r uses seed + r)",
     "init_p": "fraction of rows used by the random initialization",
-    "restarts": "random restarts; the best final log-likelihood wins",
+    "restarts": "random restarts; restart r uses seed + r, the best final log-likelihood wins, and with "
+                "--checkpoint ck.h5 each restart keeps its own checkpoint ck.r0.h5, ck.r1.h5, ... "
+                "(inspect accepts ck.h5 for all of them)",
     "max_retries": "failures after which a worker rank is blacklisted",
     "heartbeat_period": "seconds between heartbeats",
     "heartbeat_timeout": "seconds of silence before a rank is declared dead",
@@ -70,15 +72,44 @@ POSITIVE_FLOAT = ("heartbeat_period", "heartbeat_timeout", "checkpoint_seconds")
 TYPES = {f.name: str(f.type) for f in fields(FitConfig)}  # annotations as text ("int | None")
 
 
+DEFAULT_TEXT = {"columns": "all columns", "checkpoint": "none: no checkpoints"}
+
+
+def _show(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None or value == "":
+        return "none"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def default_text(name: str) -> str:
+    """The default of a fit option as ``--help`` shows it: FitConfig's, or for the
+    detection settings left to the handle, the handle's (pure)."""
+    from mixle_mpi.config import Settings
+
+    if name in DEFAULT_TEXT:
+        return DEFAULT_TEXT[name]
+    value = getattr(FitConfig, name)
+    if value is None and hasattr(Settings, name):
+        return f"{_show(getattr(Settings, name))}, or MIXLE_MPI_{name.upper()}"
+    return _show(value)
+
+
 def add_fit_options(p: argparse.ArgumentParser) -> None:
-    """Flags for every FitConfig field; defaults are None so unset flags don't override a file."""
-    p.add_argument("--config", help="a TOML job file holding any of the options below (flags override it)")
+    """Flags for every FitConfig field; defaults are None so unset flags don't override a file.
+    The help text shows the real default (FitConfig's), not argparse's None."""
+    p.add_argument("--config", help="a TOML job file holding any of the options below (flags override it) "
+                                    "(default: none)")
     for f in fields(FitConfig):
         flag = "--" + f.name.replace("_", "-")
+        text = HELP[f.name]
+        if "default" not in text and "(required)" not in text:
+            text += f" (default: {default_text(f.name)})"
         if f.type.startswith("bool"):
-            p.add_argument(flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction, help=HELP[f.name])
+            p.add_argument(flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction, help=text)
         else:
-            p.add_argument(flag, dest=f.name, default=None, help=HELP[f.name], metavar=f.name.upper())
+            p.add_argument(flag, dest=f.name, default=None, help=text, metavar=f.name.upper())
 
 
 def _coerce(name: str, value, where: str):

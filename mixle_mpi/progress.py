@@ -49,7 +49,8 @@ def eta_seconds(s: Status) -> float | None:
     return (s.max_its - s.iteration) * statistics.median(s.recent)
 
 
-def _clock(seconds: float | None) -> str:
+def hms(seconds: float | None) -> str:
+    """Seconds as h:mm:ss ('-' for unknown)."""
     if seconds is None:
         return "-"
     seconds = int(round(seconds))
@@ -61,7 +62,7 @@ def format_line(s: Status) -> str:
     head = f"restart {s.restart} " if s.restart else ""
     return (f"{head}it {s.iteration}/{s.max_its} ll {s.ll:.10g} dll {dll} {s.seconds:.3f}s/it "
             f"workers {s.live} live {s.blacklisted} blacklisted recovered {s.recovered} "
-            f"eta<={_clock(eta_seconds(s))}")
+            f"eta<={hms(eta_seconds(s))}")
 
 
 def ranks_of(membership) -> dict:

@@ -1,0 +1,107 @@
+"""``mixle-mpi fit --dry-run``: layout, memory, MPI and launch command, with nothing launched."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import h5py
+import numpy as np
+import pytest
+
+from mixle_mpi import datainput, dryrun
+from mixle_mpi.cli import main
+from mixle_mpi.errors import ConfigError
+
+
+@pytest.fixture
+def h5data(tmp_path):
+    path = tmp_path / "m.h5"
+    with h5py.File(path, "w") as f:
+        f["/run1/X"] = np.zeros((10_000, 4))
+    return path
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Fail the test if anything but ``mpiexec --version`` is started."""
+    real = subprocess.Popen
+
+    class Guard(real):
+        def __init__(self, cmd, *a, **kw):
+            assert list(cmd[1:]) == ["--version"], f"a dry run started {cmd}"
+            super().__init__(cmd, *a, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", Guard)
+
+
+def test_layout_and_memory_per_rank():
+    lay = dryrun.layout(rows=1_000_000, num_shards=16, ranks=5)
+    assert (lay.workers, lay.num_shards, lay.per_worker, lay.rows_per_shard) == (4, 16, (4, 4), 62_500)
+    uneven = dryrun.layout(rows=1000, num_shards=None, ranks=4)
+    assert (uneven.num_shards, uneven.per_worker) == (3, (1, 1))
+    assert dryrun.layout(rows=1000, num_shards=5, ranks=4).per_worker == (1, 2)
+    shape = datainput.DataShape(1_000_000, 4, 8, False, "x", 4)
+    mem = dryrun.memory(shape, lay)
+    assert mem["worker"] == 4 * 62_500 * 4 * 8 and mem["total"] == 32_000_000
+    assert mem["driver"] == dryrun.STORE_BLOCK_ROWS * 4 * 8  # HDF5 is streamed
+    csv = dryrun.memory(datainput.DataShape(1_000_000, 4, 8, True, "x", 4), lay)
+    assert csv["driver"] == 32_000_000  # a CSV is read whole on the driver
+    with pytest.raises(ConfigError, match="found 10 observations but num_shards=16 needs at least 16"):
+        dryrun.layout(rows=10, num_shards=16, ranks=3)
+    with pytest.raises(ConfigError, match="found 1 rank"):
+        dryrun.layout(rows=10, num_shards=None, ranks=1)
+
+
+def test_rank_count_from_n_or_slurm():
+    assert dryrun.rank_count(SimpleNamespace(n=6), {}) == (6, "-n")
+    assert dryrun.rank_count(SimpleNamespace(n=None), {"SLURM_NTASKS": "8"}) == (8, "SLURM_NTASKS")
+    assert dryrun.rank_count(SimpleNamespace(n=None), {}) == (None, "")
+
+
+def test_dry_run_prints_everything_and_launches_nothing(h5data, tmp_path, capsys, no_launch):
+    code = main(["fit", "-n", "5", "--dry-run", "--data", f"{h5data}:/run1/X", "--model", "gmm:k=8,cov=diag",
+                 "--num-shards", "16", "--out-dir", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "out" / "ck.h5")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    for needle in ("dry run: nothing was launched", "shape (10000, 4), float64",
+                   "layout: 5 ranks (-n) = 1 driver + 4 workers; S = 16 shards of about 625 rows; 4 shards per worker",
+                   "each worker about 78 KB", "streams the data into the shard store", "MPI library (mpi4py): ",
+                   "mpiexec: ", "launch: ", " -n 5 ", f"{sys.executable} -m mixle_mpi fit --data {h5data}:/run1/X",
+                   "--num-shards 16", "checkpoint ", "none yet", "will be created"):
+        assert needle in out, (needle, out)
+    from mpi4py import MPI
+
+    assert not MPI.Is_initialized()  # mpi4py named its library without MPI_Init
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_reads_a_csv_header_not_its_values(tmp_path, capsys, no_launch, monkeypatch):
+    path = tmp_path / "d.csv"
+    path.write_text("a,b,c\n" + "1,2,3\n" * 999 + "oops,2,3\n")  # a bad cell a full read would find
+    monkeypatch.setattr(datainput, "_read_numeric", lambda *a: pytest.fail("the dry run parsed the values"))
+    assert main(["fit", "-n", "3", "--dry-run", "--data", str(path), "--columns", "a,c", "--model", "gmm:k=2"]) == 0
+    out = capsys.readouterr().out
+    assert "d.csv: 1000 data lines x 2 columns (a, c)" in out and "1 shard per worker" in out
+    assert "reads the whole data before writing the shard store" in out
+
+
+def test_dry_run_reports_what_would_stop_the_fit(tmp_path, capsys, no_launch):
+    path = tmp_path / "d.csv"
+    path.write_text("a,b\n1,2\n3,4\n")
+    assert main(["fit", "-n", "3", "--dry-run", "--data", str(path), "--columns", "q", "--model", "gmm:k=2"]) == 2
+    captured = capsys.readouterr()
+    assert "fit: gmm:k=2" in captured.out  # what was found before the error is still shown
+    assert "error: " in captured.err and "has no column 'q'; its columns are ['a', 'b']" in captured.err
+    assert main(["fit", "-n", "3", "--dry-run", "--data", str(path), "--model", "gmm:k=2",
+                 "--mpiexec", str(tmp_path / "no-mpiexec")]) == 2
+    captured = capsys.readouterr()
+    assert "mpiexec: NOT USABLE" in captured.out and "error: MPI: " in captured.err
+
+
+def test_dry_run_without_a_rank_count_says_how_to_get_the_layout(h5data, capsys, no_launch, monkeypatch):
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    assert main(["fit", "--dry-run", "--data", f"{h5data}:/run1/X", "--model", "gmm:k=2"]) == 0
+    out = capsys.readouterr().out
+    assert "rank count unknown" in out and "give -n N" in out and "under mpiexec/srun every rank runs" in out

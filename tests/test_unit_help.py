@@ -1,0 +1,85 @@
+"""``--help`` and ``--version`` as a user reads them: defaults everywhere, no reST markup."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import re
+import subprocess
+import sys
+
+import pytest
+
+import mixle_mpi
+from mixle_mpi import helptext
+from mixle_mpi.cli import build_parser, main
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+PARSER = build_parser()
+ALL = {"mixle-mpi": PARSER, **subparsers(PARSER)}
+
+
+def test_version_comes_from_the_package_metadata(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"mixle-mpi {md.version('mixle-mpi')}"
+    assert md.version("mixle-mpi") == mixle_mpi.__version__
+
+
+def test_version_from_the_command_line():
+    proc = subprocess.run([sys.executable, "-m", "mixle_mpi", "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"mixle-mpi {mixle_mpi.__version__}"
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_every_option_shows_its_default(name):
+    parser = ALL[name]
+    formatter = parser._get_formatter()
+    missing = []
+    for action in parser._actions:
+        if not action.option_strings or isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            continue
+        text = formatter._format_action(action)  # the option's lines, exactly as --help prints them
+        if action.required or "(required)" in text:
+            continue
+        if "default" not in text.lower():
+            missing.append(action.option_strings[-1])
+    assert not missing, f"{name} --help shows no default for {missing}"
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_help_has_no_docstring_markup(name):
+    text = ALL[name].format_help()
+    assert "``" not in text and not re.search(r":[a-z]+:`", text), text
+
+
+def test_slurm_help_is_plain_text_with_its_paragraphs():
+    text = ALL["slurm"].format_help()
+    assert "- ft: a fault-tolerant single job." in text  # the list keeps its lines
+    assert "(mixle_mpi.launcher.SignalForwarder)" in text
+
+
+def test_fit_defaults_are_the_real_ones_not_none():
+    text = ALL["fit"].format_help()
+    flat = " ".join(text.split())
+    for needle in ("EM iterations at most (default: 100)", "(default: 1e-09)", "(default: 0.4, or MIXLE_MPI_HEARTBEAT_PERIOD)",
+                   "(default: all columns)", "--dry-run", "ck.r0.h5, ck.r1.h5"):
+        assert needle in flat, needle
+    assert "(default: None)" not in text
+
+
+@pytest.mark.parametrize("text, plain", [
+    ("``mixle-mpi run`` starts", "mixle-mpi run starts"),
+    ("see :func:`mixle_mpi.faults.record_fired`.", "see mixle_mpi.faults.record_fired."),
+    ("(:class:`~mixle_mpi.launcher.SignalForwarder`)", "(mixle_mpi.launcher.SignalForwarder)"),
+    ("no markup", "no markup"),
+    (None, None),
+])
+def test_plain_removes_roles_and_literals(text, plain):
+    assert helptext.plain(text) == plain
