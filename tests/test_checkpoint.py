@@ -15,6 +15,8 @@ import pytest
 from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit
 
 from mixle_mpi import checkpoint as ckpt
+from mixle_mpi.chaos import read_fired, unfired
+from mixle_mpi.faults import FIRED_ENV
 
 pytestmark = pytest.mark.mpijob
 
@@ -23,6 +25,15 @@ ITS = 8
 
 def _args(model: str, n: int, ck: Path, extra=()) -> list[str]:
     return fit_args(model, n, 4, 1, ITS) + ["--checkpoint", str(ck), *extra]
+
+
+def killed_job(ranks: int, args: list[str], tmp: Path, plan: str):
+    """A job under fault ``plan`` whose every planned fault must fire (the victim's own record)."""
+    log = tmp.parent / f"{tmp.name}-faults.jsonl"
+    job = run_job(OMPI_PYTHON, ranks, args, tmp, plan=plan, env={FIRED_ENV: str(log)})
+    records = read_fired(str(log))
+    assert unfired(plan, records) == [], f"planned faults that did not fire: {plan}\n" + job.describe()
+    return job
 
 
 @functools.lru_cache(maxsize=None)
@@ -41,7 +52,7 @@ def uninterrupted(tmp_path_factory):
 @pytest.mark.parametrize("model,n,call", [("gmm1d", 4000, 2), ("hmm", 600, 4), ("gmm1d", 4000, 4)])
 def test_driver_killed_mid_estep_resumes_exactly(model, n, call, tmp_path, uninterrupted):
     ck = tmp_path / "ck.h5"
-    first = run_job(OMPI_PYTHON, 4, _args(model, n, ck), tmp_path / "a", plan=f"0:kill:estep_before:{call}")
+    first = killed_job(4, _args(model, n, ck), tmp_path / "a", f"0:kill:estep_before:{call}")
     assert first.rc != 0 and first.result is None, first.describe()
     assert ckpt.read(str(ck)).iteration == call
     # resume on a different number of ranks: S is fixed by the checkpoint, so the bits are too
@@ -54,7 +65,7 @@ def test_driver_killed_mid_estep_resumes_exactly(model, n, call, tmp_path, unint
 
 def test_driver_killed_while_writing_a_checkpoint(tmp_path, uninterrupted):
     ck = tmp_path / "ck.h5"
-    first = run_job(OMPI_PYTHON, 4, _args("gmm1d", 4000, ck), tmp_path / "a", plan="0:kill:checkpoint_write:3")
+    first = killed_job(4, _args("gmm1d", 4000, ck), tmp_path / "a", "0:kill:checkpoint_write:3")
     assert first.rc != 0, first.describe()
     assert ckpt.read(str(ck)).iteration == 2          # the half-written one never replaced it
     second = run_job(OMPI_PYTHON, 4, _args("gmm1d", 4000, ck), tmp_path / "b")
@@ -129,7 +140,7 @@ def test_signal_to_the_driver_checkpoints_and_asks_for_requeue(sig, tmp_path):
 ])
 def test_checkpoint_of_another_fit_is_refused(change, field, tmp_path):
     ck = tmp_path / "ck.h5"
-    first = run_job(OMPI_PYTHON, 3, _args("gmm1d", 3000, ck), tmp_path / "a", plan="0:kill:estep_before:2")
+    first = killed_job(3, _args("gmm1d", 3000, ck), tmp_path / "a", "0:kill:estep_before:2")
     assert first.rc != 0
     again = run_job(OMPI_PYTHON, 3, _args("gmm1d", 3000, ck) + change, tmp_path / "b")
     assert again.rc == 2, again.describe()
@@ -138,15 +149,25 @@ def test_checkpoint_of_another_fit_is_refused(change, field, tmp_path):
 
 def test_corrupt_checkpoint_falls_back_or_fails_clearly(tmp_path, uninterrupted):
     ck = tmp_path / "ck.h5"
-    first = run_job(OMPI_PYTHON, 4, _args("gmm1d", 4000, ck), tmp_path / "a", plan="0:kill:estep_before:5")
+    first = killed_job(4, _args("gmm1d", 4000, ck), tmp_path / "a", "0:kill:estep_before:5")
     assert first.rc != 0
+    assert ckpt._read_one(str(ck)).iteration == 5
+    prev_iteration = ckpt._read_one(str(ck) + ".prev").iteration  # the good one left to fall back to
+    assert 1 <= prev_iteration < 5
     data = bytearray(ck.read_bytes())
     i = data.find(b'"iteration"')
+    assert i >= 0, "the byte to flip was not found: the checkpoint was not corrupted"
+    assert data.find(b'"iteration"', i + 1) == -1  # one copy only: flipping it leaves no good one
     data[i + 1] ^= 0x01
     ck.write_bytes(bytes(data))
+    assert b'"iteration"' not in ck.read_bytes()  # the flip really landed in the file
+    with pytest.raises(ckpt.CheckpointError, match="checksum mismatch"):
+        ckpt._read_one(str(ck))
     again = run_job(OMPI_PYTHON, 4, _args("gmm1d", 4000, ck), tmp_path / "b")
     assert again.rc == 0, again.describe()
-    assert any(e["event"] == "checkpoint_fallback" for e in again.events)
+    fallback = [e for e in again.events if e["event"] == "checkpoint_fallback"]
+    assert len(fallback) == 1 and "checksum mismatch" in str(fallback[0]), again.describe()
+    assert [e["iteration"] for e in again.events if e["event"] == "resumed"] == [prev_iteration]
     assert same_fit(again.result, uninterrupted("gmm1d", 4000))
     # now both files are bad: a clear error naming them, exit 2
     for p in (ck, Path(str(ck) + ".prev")):
@@ -166,8 +187,7 @@ def test_missing_checkpoint_directory_fails_before_work(tmp_path):
 def test_driver_killed_mid_fold_recomputes_only_missing_shards(tmp_path, uninterrupted):
     """With the fold journal, the round's shards that had arrived are not recomputed."""
     ck = tmp_path / "ck.h5"
-    first = run_job(OMPI_PYTHON, 4, _args("gmm1d", 4000, ck, ["--fold-journal"]), tmp_path / "a",
-                    plan="0:kill:estep_mid:3")
+    first = killed_job(4, _args("gmm1d", 4000, ck, ["--fold-journal"]), tmp_path / "a", "0:kill:estep_mid:3")
     assert first.rc != 0, first.describe()
     second = run_job(OMPI_PYTHON, 4, _args("gmm1d", 4000, ck, ["--fold-journal"]), tmp_path / "b")
     assert second.rc == 0, second.describe()
