@@ -83,9 +83,21 @@ def test_fit_cmd_is_inserted_verbatim():
     assert f"-- {cmd} &\n" in slurm.render("ft", fit_cmd=cmd)
 
 
-def test_render_is_pure_and_deterministic():
-    assert slurm.render("array") == slurm.render("array")
-    assert slurm.DEFAULTS["sbatch"] == ()
+def test_render_depends_on_its_arguments_only(monkeypatch, tmp_path):
+    """Pure: the environment (SLURM's own variables included), the working directory and
+    earlier calls change nothing; neither the caller's options nor DEFAULTS are mutated."""
+    golden = {kind: (REPO / "slurm" / slurm.GOLDEN[kind]).read_text() for kind in slurm.KINDS}
+    opts = {"ntasks": 6, "sbatch": ("--partition=x",)}
+    before, defaults = dict(opts), dict(slurm.DEFAULTS)
+    custom = slurm.render("ft", **opts)
+    assert "--ntasks=6" in _sbatch(custom) and _sbatch(custom)[-1] == "--partition=x" and custom != golden["ft"]
+    monkeypatch.chdir(tmp_path)
+    for var in ("SLURM_NTASKS", "SLURM_JOB_ID", "SLURM_ARRAY_TASK_ID", "PY", "OUT_DIR", "SEED", "MIXLE_MPI_WORKDIR"):
+        monkeypatch.setenv(var, "from-the-environment")
+    for kind in slurm.KINDS:
+        assert slurm.render(kind) == golden[kind], kind
+    assert slurm.render("ft", **opts) == custom
+    assert opts == before and slurm.DEFAULTS == defaults and slurm.DEFAULTS["sbatch"] == ()
 
 
 @pytest.mark.parametrize("limit,seconds", [("90", 5400), ("5:30", 330), ("01:00:00", 3600), ("1-0", 86400),
