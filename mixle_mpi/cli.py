@@ -33,7 +33,7 @@ def _run(args) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     return run(args.n, cmd, mpiexec=args.mpiexec, flavor=args.mpi, timeout=args.timeout,
-               blas_threads=args.blas_threads)
+               blas_threads=args.blas_threads, start_retries=args.start_retries)
 
 
 def _fit(args) -> int:
@@ -45,7 +45,7 @@ def _fit(args) -> int:
         from mixle_mpi.launcher import run
 
         return run(args.n, [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)], mpiexec=args.mpiexec,
-                   flavor=args.mpi, timeout=args.timeout)
+                   flavor=args.mpi, timeout=args.timeout, start_retries=args.start_retries)
     if not fitcmd.under_mpi_launcher():
         raise ConfigError("fit runs on several MPI ranks: give -n N (e.g. -n 4: a driver and 3 workers), "
                           "or start it under mpiexec/srun")

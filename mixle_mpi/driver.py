@@ -29,7 +29,7 @@ from mixle_mpi.monitor import Monitor
 from mixle_mpi.placement import initial_placement, plan_recovery, spread
 from mixle_mpi.shrink import EMULATED, run_with_deadline, shrink
 from mixle_mpi.store import ShardStore
-from mixle_mpi.transport import TAG_CMD, TAG_REPLY, Backoff, Link, PeerFailed
+from mixle_mpi.transport import ABORT_SEND_WAIT, TAG_CMD, TAG_REPLY, Backoff, Link, PeerFailed, abort_message
 
 _TASK_IDS = itertools.count(1)
 
@@ -39,6 +39,9 @@ class Driver:
         self,
         gcomm,
         ghb,
+        ranks: dict[int, int],
+        workers: int,
+        monitor: Monitor,
         store: ShardStore,
         encoder_b: bytes,
         sub_chunks: int,
@@ -63,17 +66,20 @@ class Driver:
         self.host = MPI.Get_processor_name()
 
         self.gcomm = gcomm
-        workers = list(range(1, gcomm.Get_size()))
-        self.membership = Membership(workers, max_retries)
-        self.grank = {w: w for w in workers}          # original-group members: rank in gcomm
-        self.links = {w: Link(gcomm, ghb, w) for w in workers}
+        # Worker ids are the world ranks 1..workers, whoever came up: a rank left out at
+        # startup is placed like the others and then recovered as a failed worker.
+        ids = list(range(1, workers + 1))
+        self.membership = Membership(ids, max_retries)
+        self.grank = dict(ranks)                      # original-group members: rank in gcomm
+        self.links = {w: Link(gcomm, ghb, r) for w, r in ranks.items()}
         self.info: dict[int, tuple[str, int]] = {}    # worker -> (host, pid)
-        self.owners = initial_placement(self.num_shards, workers)
+        self.owners = initial_placement(self.num_shards, ids)
         self.pending: set[int] = set()                # failed since the last reconfiguration
         self.epoch = 0
         self.calls = {"estep": 0, "init": 0, "llsum": 0}
-        self.monitor = Monitor(settings.heartbeat_period, settings.heartbeat_timeout)
+        self.monitor = monitor                        # started by the handle at the handshake
         self.rounds: list[dict[str, Any]] = []
+        self.started = False                          # every worker set up and loaded once
         self.closed = False
 
     # -- failure handling ------------------------------------------------------
@@ -178,11 +184,15 @@ class Driver:
         return got
 
     # -- startup -----------------------------------------------------------------
-    def start(self) -> None:
-        self.monitor.start()
+    def start(self, excluded: dict[int, str] | None = None) -> None:
+        """Set up and load the live workers; ``excluded`` ranks (left out at startup, with
+        why) fail now and are respawned or have their shards migrated like any failure."""
+        for w, why in sorted((excluded or {}).items()):
+            self._fail(w, f"startup: {why}")
         self._setup(self._live())
         self._load({w: list(self.owners[w]) for w in self._live()})
         self.reconfigure()
+        self.started = True
 
     def _setup_message(self, worker: int) -> tuple:
         s = self.settings
@@ -414,7 +424,13 @@ class Driver:
             survivors = sorted(w for w in self.grank if self.membership.is_live(w) and w in self.links)
             ranks = [0] + [self.grank[w] for w in survivors]
             method = self.shrink_method
-            if method != EMULATED and not self._ulfm_knows_failed(survivors):
+            if method != EMULATED and not self.started:
+                # Measured: ULFM's Shrink can hang for good after a rank died inside the
+                # startup collectives (Create_from_group/Dup); the emulation does not.
+                method = EMULATED
+                self.events.emit("shrink_fallback", ranks=sorted(set(self.grank) - set(survivors)),
+                                 cause="a rank failed while the job started; emulating the shrink")
+            elif method != EMULATED and not self._ulfm_knows_failed(survivors):
                 method = EMULATED
             for w in survivors:
                 self._post(w, ("shrink", epoch, ranks, method))
@@ -532,6 +548,6 @@ class Driver:
         while time.monotonic() < deadline and not all(self.links[w].progress() for w in workers if w in self.links):
             backoff.sleep()
 
-    def abort_workers(self) -> None:
+    def abort_workers(self, code: int) -> None:
         """Best effort, before a failing driver exits: tell every worker to end now."""
-        self._stop(self._live(), ("abort",), wait=2.0)
+        self._stop(self._live(), abort_message(code), wait=ABORT_SEND_WAIT)

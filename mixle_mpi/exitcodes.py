@@ -6,4 +6,5 @@ BAD_INPUT = 2         # bad data, configuration or launch (e.g. too few ranks)
 DRIVER_LOST = 70      # a worker lost its driver and ended itself
 RECONFIG_TIMEOUT = 71  # a shrink/respawn overran its deadline
 WORKER_ABORTED = 72   # a worker ended because the driver aborted the job
+NEVER_STARTED = 73    # a rank died or hung while the job started; nothing was computed: safe to rerun
 CHECKPOINTED = 75     # preempted (SIGTERM/SIGUSR1): checkpointed, please requeue (EX_TEMPFAIL)

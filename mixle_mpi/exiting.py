@@ -55,8 +55,12 @@ def exit_code_for(exc: BaseException) -> int:
     from mixle_mpi.checkpoint import CheckpointError
     from mixle_mpi.fitloop import Preempted
 
+    from mixle_mpi.startup import StartupFailed
+
     if isinstance(exc, Preempted):
         return exitcodes.CHECKPOINTED
+    if isinstance(exc, StartupFailed):
+        return exitcodes.NEVER_STARTED
     if isinstance(exc, (ConfigError, DataError, CheckpointError)):
         return exitcodes.BAD_INPUT
     return exitcodes.FAILED
@@ -79,17 +83,12 @@ def _driver_excepthook(tp, value, tb) -> None:
     except OSError:
         pass
     handle = _state["handle"]
-    stopped = False
     try:
         if handle is not None:
-            stopped = handle._abort_workers()
-    except Exception:  # noqa: BLE001 - we are already failing; abort below
-        stopped = False
+            handle.abort_workers(code, f"{tp.__name__}: {value}")
+    except Exception:  # noqa: BLE001 - we are already failing; workers end on their own deadlines
+        pass
     _flush()
-    if not stopped:
-        from mpi4py import MPI
-
-        MPI.COMM_WORLD.Abort(code)
     os._exit(code)
 
 
@@ -116,15 +115,23 @@ def _rank_excepthook(tp, value, tb) -> None:
     from mpi4py import MPI
 
     rank = MPI.COMM_WORLD.Get_rank()
-    sys.stderr.write(f"[mixle_mpi] rank {rank} ({MPI.Get_processor_name()}, pid {os.getpid()}) failed: "
+    who = "the driver (rank 0)" if rank == 0 else f"rank {rank}"
+    sys.stderr.write(f"[mixle_mpi] {who} ({MPI.Get_processor_name()}, pid {os.getpid()}) failed: "
                      f"{tp.__name__}: {value}\n")
     _report(tp, value, tb)
     code = exit_code_for(value)
     if rank == 0 and MPI.Comm.Get_parent() == MPI.COMM_NULL:
+        # The driver failed before the job started: the workers wait for it point to point,
+        # so tell them to end (no MPI_Abort: Open MPI's banner is not for a user's typo).
+        from mixle_mpi.startup import abort_startup
+
         try:
             write_status(code, f"{tp.__name__}: {value}")
         except OSError:
             pass
+        abort_startup(MPI.COMM_WORLD, code, f"{tp.__name__}: {value}")
+        _flush()
+        os._exit(code)
     _flush()
     MPI.COMM_WORLD.Abort(code)
 

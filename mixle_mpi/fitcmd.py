@@ -51,12 +51,12 @@ def _settings(cfg: FitConfig) -> dict:
 def prepare(cfg: FitConfig):
     """Driver-side checks and inputs, before any worker is busy: (spec, loaded data, estimator)."""
     from mixle_mpi.checkpoint import check_writable
-    from mixle_mpi.handle import _ensure_dir
+    from mixle_mpi.handle import ensure_dir
 
     spec = modelspec.parse_spec(cfg.model)
     source = datainput.parse_source(cfg.data)
     columns = datainput.parse_columns(cfg.columns)
-    _ensure_dir(cfg.out_dir, "output")
+    ensure_dir(cfg.out_dir, "output")
     if cfg.plot:
         from mixle_mpi.plot import require_matplotlib
 

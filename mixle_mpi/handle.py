@@ -30,10 +30,14 @@ DEFAULT_WORKDIR = "mixle_mpi_run"
 
 def is_driver() -> bool:
     """True only on rank 0 of the original job (a respawned process is never the driver)."""
-    from mpi4py import MPI
+    from mixle_mpi import startup
 
+    MPI = startup.init_mpi()
     exiting.install_early()
-    return MPI.Comm.Get_parent() == MPI.COMM_NULL and MPI.COMM_WORLD.Get_rank() == 0
+    driver = MPI.Comm.Get_parent() == MPI.COMM_NULL and MPI.COMM_WORLD.Get_rank() == 0
+    if driver:
+        startup.start_beacon(MPI.COMM_WORLD)  # the workers wait while this rank prepares
+    return driver
 
 
 def _check_int(name: str, value, minimum: int) -> int:
@@ -76,43 +80,45 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         fault_plan: Any = None,
         **settings: Any,
     ) -> None:
-        from mpi4py import MPI
+        from mixle_mpi import startup
 
-        from mixle_mpi.transport import Link
-        from mixle_mpi.worker import serve_forever
-
+        MPI = startup.init_mpi()
         self._driver = None
+        self._gcomm = None
+        self._aborted = False
         self.closed_cleanly = False
-        parent = MPI.Comm.Get_parent()
-        if parent != MPI.COMM_NULL:  # a respawned worker: join the driver and serve
+        if MPI.Comm.Get_parent() != MPI.COMM_NULL:  # a respawned worker: join the driver and serve
             exiting.install("worker")
-            pair = parent.Merge(high=True)
-            hb = pair.Dup()
-            serve_forever(Link(pair, hb, 0, inter=parent), spawned=True)
+            from mixle_mpi.worker import serve_spawned
+
+            serve_spawned(MPI.Comm.Get_parent())
         world = MPI.COMM_WORLD
-        gcomm, ghb = world.Dup(), world.Dup()
         if world.Get_rank() != 0:
             exiting.install("worker")
-            serve_forever(Link(gcomm, ghb, 0), spawned=False)
+            from mixle_mpi.worker import serve_original
+
+            serve_original(world)
 
         exiting.install("driver", self)
-        self._gcomm = gcomm
         try:
             self._start(data, estimator, encoder, num_shards, sub_chunks, max_retries,
-                        workdir, store_path, event_log, fault_plan, settings, gcomm, ghb)
-        except BaseException:
-            self._abort_workers(gcomm)
+                        workdir, store_path, event_log, fault_plan, settings, world)
+        except BaseException as exc:
+            self.abort_workers(exiting.exit_code_for(exc), f"{type(exc).__name__}: {exc}")
             raise
 
     # -- driver setup ------------------------------------------------------------
     def _start(self, data, estimator, encoder, num_shards, sub_chunks, max_retries,
-               workdir, store_path, event_log, fault_plan, settings, gcomm, ghb) -> None:
+               workdir, store_path, event_log, fault_plan, settings, world) -> None:
+        from mixle_mpi import startup
         from mixle_mpi.driver import Driver
+        from mixle_mpi.monitor import Monitor
         from mixle_mpi.shrink import probe_shrink_method
         from mixle_mpi.store import ShardStore
         from mixle_mpi.blas import blas_description, pin_blas_threads
+        from mixle_mpi.transport import Link
 
-        world_size = gcomm.Get_size()
+        world_size = world.Get_size()
         if world_size < 2:
             raise ConfigError(
                 f"found {world_size} MPI rank but needs at least 2: rank 0 drives and ranks 1.. compute "
@@ -134,7 +140,20 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         workdir = workdir or os.environ.get("MIXLE_MPI_WORKDIR") or DEFAULT_WORKDIR
         store_path = store_path or os.path.join(workdir, "shards.h5")
         event_log = event_log or os.environ.get("MIXLE_MPI_EVENT_LOG") or os.path.join(workdir, "events.jsonl")
-        _ensure_dir(os.path.dirname(os.path.abspath(store_path)), "shard store")
+        ensure_dir(os.path.dirname(os.path.abspath(store_path)), "shard store")
+
+        # The handshake: from here on the workers wait on heartbeats, not on a fixed deadline.
+        timeout = startup.startup_timeout()
+        members, excluded = startup.gather_workers(world, timeout)
+        startup.send_go(world, members, self.settings.heartbeat_period, self.settings.driver_timeout)
+        gcomm, ghb = startup.build_comms(world, tuple([0] + members), timeout)
+        self._gcomm = gcomm
+        ranks = {w: i + 1 for i, w in enumerate(members)}  # worker id (world rank) -> rank in gcomm
+        monitor = Monitor(self.settings.heartbeat_period, self.settings.heartbeat_timeout)
+        for w, r in ranks.items():
+            monitor.watch(w, Link(gcomm, ghb, r))
+        monitor.start()
+
         self._blas = pin_blas_threads(self.settings.blas_threads)
         self.store = ShardStore.create(store_path, data, num_shards)
         self.num_shards = self.store.num_shards
@@ -151,27 +170,30 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             settings=self.settings.__dict__, fault_plan=[f.__dict__ for f in plan],
         )
         self._driver = Driver(
-            gcomm, ghb, self.store, pickle.dumps(encoder, protocol=PROTO), self.sub_chunks,
+            gcomm, ghb, ranks, workers, monitor, self.store, pickle.dumps(encoder, protocol=PROTO), self.sub_chunks,
             self.max_retries, self.settings, self.events, plan, method, _spawn_command(),
         )
-        self._driver.start()
+        self._driver.start(excluded)
+        startup.mark_started()
 
-    def _abort_workers(self, gcomm=None) -> bool:
-        """Tell workers to end now (driver failing); True if they were told."""
+    def abort_workers(self, code: int = 1, message: str = "") -> None:
+        """Tell every worker to end now with ``code`` (the driver is failing); bounded, once."""
+        from mixle_mpi import startup
+        from mixle_mpi.transport import abort_peers
+
+        if self._aborted:
+            return
+        self._aborted = True
         if self._driver is not None:
             if not self._driver.closed:
-                self._driver.abort_workers()
+                self._driver.abort_workers(code)
                 self._driver.closed = True
-            return True
-        if gcomm is None:
-            return False
-        reqs = [gcomm.isend(("abort",), dest=r, tag=11) for r in range(1, gcomm.Get_size())]
-        import time
+        elif self._gcomm is not None:
+            abort_peers(self._gcomm, range(1, self._gcomm.Get_size()), code)
+        else:
+            from mpi4py import MPI
 
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and not all(r.Test() for r in reqs):
-            time.sleep(0.005)
-        return True
+            startup.abort_startup(MPI.COMM_WORLD, code, message)
 
     # -- instrumentation -----------------------------------------------------------
     def _last(self, key: str) -> set[int]:
@@ -273,7 +295,8 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             self.close()
 
 
-def _ensure_dir(path: str, what: str) -> None:
+def ensure_dir(path: str, what: str) -> None:
+    """Create ``path`` if needed; a ConfigError that names ``what`` if it is not writable."""
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:

@@ -26,11 +26,14 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from importlib import resources
 
 from mixle_mpi import exitcodes
 from mixle_mpi.errors import ConfigError
 from mixle_mpi.exiting import DRIVER_PID_ENV, STATUS_ENV
+from mixle_mpi.reaper import DONE, TAG_ENV, sweep
+from mixle_mpi.startup import MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV, startup_timeout
 
 OPENMPI, MPICH, SRUN = "openmpi", "mpich", "srun"
 FLAVORS = (OPENMPI, MPICH, SRUN)
@@ -92,8 +95,14 @@ def build_command(mpiexec: str, flavor: str, n: int, cmd: list[str], extra: list
     raise ConfigError(f"unknown MPI flavor {flavor!r}; valid flavors are {list(FLAVORS)}")
 
 
-def launch_env(blas_threads: int, status_file: str, base=None, pid_file: str | None = None) -> dict:
+def launch_env(blas_threads: int, status_file: str, base=None, pid_file: str | None = None,
+               mpi_up_file: str | None = None, started_file: str | None = None, tag: str | None = None) -> dict:
     env = dict(os.environ if base is None else base)
+    for var, value in ((MPI_UP_ENV, mpi_up_file), (STARTED_ENV, started_file), (TAG_ENV, tag)):
+        if value is None:
+            env.pop(var, None)  # never an outer launcher's
+        else:
+            env[var] = value
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, str(blas_threads))
     env.setdefault("MIXLE_MPI_BLAS_THREADS", str(blas_threads))
@@ -110,18 +119,25 @@ def launch_env(blas_threads: int, status_file: str, base=None, pid_file: str | N
     return env
 
 
-def judge(mpiexec_rc: int | None, status: dict | None, terminated: bool = False) -> tuple[int, str]:
+def judge(mpiexec_rc: int | None, status: dict | None, terminated: bool = False,
+          never_started: str | None = None) -> tuple[int, str]:
     """The job's exit code and a one-line verdict (pure; unit-tested). ``terminated``: the
-    launcher ended the job on a SIGTERM that came before the driver could checkpoint."""
+    launcher ended the job on a SIGTERM that came before the driver could checkpoint.
+    ``never_started``: why the launcher found that MPI never came up on every rank."""
     if status is None and terminated:
         return exitcodes.CHECKPOINTED, ("stopped by SIGTERM before the driver could checkpoint; "
                                         "rerun the same command to resume from the last checkpoint, if any")
     if status is not None:
         code = int(status.get("exit_code", exitcodes.FAILED))
+        if code == exitcodes.NEVER_STARTED:
+            return code, f"the job never started: {status.get('message', '')}"
         note = f"driver reported {status.get('status')} (exit {code}): {status.get('message', '')}"
         if mpiexec_rc not in (0, None) and code == 0:
             note += f"; mpiexec itself exited {mpiexec_rc}, ignored because the driver finished"
         return code, note
+    if never_started:
+        return exitcodes.NEVER_STARTED, (f"the job never started: {never_started}. Nothing was computed; "
+                                         "running the same command again loses nothing")
     if mpiexec_rc is None:
         return exitcodes.FAILED, "the job timed out and was killed; the driver wrote no status"
     if mpiexec_rc == 0:
@@ -197,6 +213,26 @@ class SignalForwarder:
         return {s: signal.signal(s, self.receive) for s in FORWARDED}
 
 
+LEFTOVER_GRACE = 5.0    # seconds the job's processes get to end by themselves after mpiexec
+
+
+class RunFiles:
+    """The files one launch shares with its driver, in a private directory (mode 0700)."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="mixle_mpi_run_")
+        self.status = os.path.join(self.dir, "status.json")
+        self.driver = os.path.join(self.dir, "driver.json")
+        self.mpi_up = os.path.join(self.dir, "mpi_up.json")
+        self.started = os.path.join(self.dir, "started.json")
+
+    def read_status(self) -> dict | None:
+        return _read_json(self.status)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | None) -> int | None:
     """Wait for mpiexec, delivering held signals; None if ``timeout`` passed."""
     end = None if timeout is None else time.monotonic() + timeout
@@ -209,13 +245,6 @@ def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | N
                 return None
 
 
-def _temp_path(prefix: str) -> str:
-    fd, path = tempfile.mkstemp(prefix=prefix, suffix=".json")
-    os.close(fd)
-    os.unlink(path)
-    return path
-
-
 def _read_json(path: str) -> dict | None:
     if not os.path.exists(path):
         return None
@@ -223,21 +252,59 @@ def _read_json(path: str) -> dict | None:
         return json.load(fh)
 
 
+def _start_reaper(tag: str) -> subprocess.Popen:
+    """The process that kills this job if the launcher dies (see reaper.py)."""
+    return subprocess.Popen([sys.executable, "-m", "mixle_mpi.reaper", tag], stdin=subprocess.PIPE,
+                            start_new_session=True)
+
+
+def _release_reaper(reaper: subprocess.Popen) -> None:
+    try:
+        reaper.communicate(DONE, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        reaper.kill()
+
+
 def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | None = None,
         timeout: float | None = None, blas_threads: int = 1, extra: list[str] | None = None,
-        env: dict | None = None) -> int:
-    status_file, pid_file = _temp_path("mixle_mpi_status_"), _temp_path("mixle_mpi_driver_")
+        env: dict | None = None, start_retries: int = 1) -> int:
+    """Launch ``cmd`` on ``n`` ranks and return the job's exit code. A job that never
+    started (exit NEVER_STARTED: a rank died or hung while starting) is launched again, up
+    to ``start_retries`` times: nothing was computed, and a checkpoint resumes the rest."""
+    limit = startup_timeout({**os.environ, **(env or {})})  # a bad value is refused before any launch
+    exe = find_mpiexec(mpiexec, flavor)
+    flavor = flavor or detect_flavor(exe)
+    argv = build_command(exe, flavor, n, cmd, extra)
+    attempts = 1 + max(0, int(start_retries))
+    for attempt in range(1, attempts + 1):
+        code, note = _launch_once(argv, timeout, blas_threads, env, limit)
+        if code != exitcodes.NEVER_STARTED or attempt == attempts:
+            break
+        _log(f"{note}; starting it again (attempt {attempt + 1} of {attempts})")
+    _log(note)
+    return code
+
+
+def _log(msg: str) -> None:
+    sys.stderr.write(f"[mixle_mpi] {msg}\n")
+    sys.stderr.flush()
+
+
+def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env: dict | None,
+                 limit: float) -> tuple[int, str]:
+    files = RunFiles()
+    tag = uuid.uuid4().hex
     started: list[subprocess.Popen] = []
-    forwarder = SignalForwarder(pid_file, terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started])
+    forwarder = SignalForwarder(files.driver, terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started])
     previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
+    full_env = {**launch_env(blas_threads, files.status, pid_file=files.driver, mpi_up_file=files.mpi_up,
+                            started_file=files.started, tag=tag),
+                **(env or {})}
+    reaper = _start_reaper(tag)
+    rc, t0 = None, time.monotonic()
     try:
-        exe = find_mpiexec(mpiexec, flavor)
-        flavor = flavor or detect_flavor(exe)
-        argv = build_command(exe, flavor, n, cmd, extra)
-        env = {**launch_env(blas_threads, status_file, pid_file=pid_file), **(env or {})}
-        sys.stderr.write("[mixle_mpi] launching: " + " ".join(argv) + "\n")
-        sys.stderr.flush()
-        proc = subprocess.Popen(argv, env=env, start_new_session=True)
+        _log("launching: " + " ".join(argv))
+        proc = subprocess.Popen(argv, env=full_env, start_new_session=True)
         started.append(proc)
         rc = _wait(proc, forwarder, timeout)
         if rc is None:
@@ -251,13 +318,27 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        leftovers = sweep(tag, LEFTOVER_GRACE)
+        if leftovers:
+            _log(f"killed {len(leftovers)} process(es) of the job still running after mpiexec ended: {leftovers}")
+        _release_reaper(reaper)
     if forwarder.pending:
         names = ", ".join(signal.Signals(s).name for s in forwarder.pending)
-        sys.stderr.write(f"[mixle_mpi] {names} arrived before the driver could take it; not delivered\n")
-    status = _read_json(status_file)
-    for path in (status_file, pid_file):
-        if os.path.exists(path):
-            os.unlink(path)
-    code, note = judge(rc, status, forwarder.terminated)
-    sys.stderr.write(f"[mixle_mpi] {note}\n")
-    return code
+        _log(f"{names} arrived before the driver could take it; not delivered")
+    status = files.read_status()
+    never = None if status is not None or rc is None else never_started(
+        os.path.exists(files.mpi_up), os.path.exists(files.started), time.monotonic() - t0, limit)
+    files.remove()
+    return judge(rc, status, forwarder.terminated, never)
+
+
+def never_started(mpi_up: bool, started: bool, seconds: float, limit: float) -> str | None:
+    """Why a job that ended without a status never started, or None if it did (pure)."""
+    if started:
+        return None
+    if mpi_up:
+        return "the ranks died while the job started (a rank failed in the startup handshake)"
+    if seconds >= limit:  # the ranks' own alarm ended them inside MPI_Init (see startup.py)
+        return (f"MPI initialisation did not finish on every rank within {STARTUP_TIMEOUT_ENV}="
+                f"{limit:g} s (a rank probably died while starting)")
+    return None

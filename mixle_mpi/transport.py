@@ -83,9 +83,41 @@ class Backoff:
         self.delay = min(self.high, self.delay * 2)
 
 
-def world_link_for_worker() -> Link:
-    """Used only before setup: the raw world communicator's view of the driver."""
-    return Link(MPI.COMM_WORLD, MPI.COMM_WORLD, 0)
+ABORT_SEND_WAIT = 2.0  # seconds a failing driver waits for its abort messages to leave
+
+
+def abort_message(code: int) -> tuple:
+    """The command that ends a worker at once with ``code`` (the driver's own exit code)."""
+    return ("abort", int(code))
+
+
+def abort_peers(comm: Any, ranks, code: int, wait: float = ABORT_SEND_WAIT) -> None:
+    """Best effort, bounded: tell ``ranks`` of ``comm`` to end with ``code``."""
+    links = [Link(comm, comm, r) for r in ranks]
+    for link in links:
+        try:
+            link.post(abort_message(code))
+        except PeerFailed:
+            pass
+    finish_sends(links, wait)
+
+
+def finish_sends(links, wait: float) -> None:
+    """Wait at most ``wait`` seconds for the pending sends of ``links``; failed peers are skipped."""
+    deadline = time.monotonic() + wait
+    backoff = Backoff()
+    pending = list(links)
+    while pending and time.monotonic() < deadline:
+        still = []
+        for link in pending:
+            try:
+                if not link.progress():
+                    still.append(link)
+            except PeerFailed:
+                pass
+        pending = still
+        if pending:
+            backoff.sleep()
 
 
 def host_and_pid() -> tuple[str, int]:

@@ -21,7 +21,7 @@ from mpi4py import MPI
 
 from mixle_mpi import estep
 from mixle_mpi.blas import pin_blas_threads
-from mixle_mpi.exitcodes import DRIVER_LOST, RECONFIG_TIMEOUT, WORKER_ABORTED
+from mixle_mpi.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT, WORKER_ABORTED
 from mixle_mpi.faults import FaultInjector, parse_plan
 from mixle_mpi.malloc import retain_freed_memory
 from mixle_mpi.shrink import shrink
@@ -29,7 +29,8 @@ from mixle_mpi.store import rows_from_packed
 from mixle_mpi.transport import TAG_CMD, TAG_HB, TAG_REPLY, Backoff, Link, PeerFailed, host_and_pid
 
 
-def _die(code: int, why: str) -> None:
+def die(code: int, why: str) -> None:
+    """End this worker process now, with one line that says why."""
     sys.stderr.write(f"[mixle_mpi] worker pid {os.getpid()}: {why}; exiting with code {code}\n")
     sys.stderr.flush()
     sys.stdout.flush()
@@ -53,12 +54,13 @@ class Worker:
         self.last_driver = time.monotonic()
         self._body_cache: tuple[int, Any] = (-1, None)
         self._stopping = False
+        self._beating = False
         self._blas = None
 
     # -- messaging -------------------------------------------------------------
     def _check_alive(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
-            _die(RECONFIG_TIMEOUT, "reconfiguration overran its deadline")
+            die(RECONFIG_TIMEOUT, "reconfiguration overran its deadline")
 
     def recv(self) -> tuple:
         backoff = Backoff()
@@ -66,7 +68,7 @@ class Worker:
             try:
                 msg = self.link.poll(TAG_CMD)
             except PeerFailed as exc:
-                _die(DRIVER_LOST, f"lost the driver ({exc})")
+                die(DRIVER_LOST, f"lost the driver ({exc})")
             if msg is not None:
                 self.last_driver = time.monotonic()
                 return msg
@@ -79,7 +81,7 @@ class Worker:
             while not self.link.progress():
                 backoff.sleep()
         except PeerFailed as exc:
-            _die(DRIVER_LOST, f"lost the driver while replying ({exc})")
+            die(DRIVER_LOST, f"lost the driver while replying ({exc})")
 
     # -- heartbeat thread --------------------------------------------------------
     def _heartbeat_loop(self) -> None:
@@ -94,28 +96,33 @@ class Worker:
                     while link.poll(TAG_HB, comm=link.hb) is not None:
                         self.last_driver = time.monotonic()
                 except (PeerFailed, MPI.Exception) as exc:
-                    _die(DRIVER_LOST, f"lost the driver on the heartbeat channel ({exc})")
+                    die(DRIVER_LOST, f"lost the driver on the heartbeat channel ({exc})")
             seq += 1
             silent = time.monotonic() - self.last_driver
             if silent > self.driver_timeout:
-                _die(DRIVER_LOST, f"heard nothing from the driver for {silent:.1f} s")
+                die(DRIVER_LOST, f"heard nothing from the driver for {silent:.1f} s")
             self._check_alive()
             time.sleep(self.period)
 
     # -- commands ----------------------------------------------------------------
+    def start_heartbeats(self, period: float, driver_timeout: float) -> None:
+        """From now on the driver hears this worker, and a silent driver ends it."""
+        self.period, self.driver_timeout = period, driver_timeout
+        self.last_driver = time.monotonic()
+        if not self._beating:
+            self._beating = True
+            threading.Thread(target=self._heartbeat_loop, daemon=True, name="mixle-mpi-heartbeat").start()
+
     def setup(self, cfg: dict) -> None:
         self.worker_id = cfg["worker"]
         self.incarnation = cfg["incarnation"]
         self.encoder = pickle.loads(cfg["encoder"])  # nosec B301 - IPC from this job's own driver
         self.sub_chunks = cfg["sub_chunks"]
-        self.period = cfg["heartbeat_period"]
-        self.driver_timeout = cfg["driver_timeout"]
         self.reconfigure_timeout = cfg["reconfigure_timeout"]
         self._blas = pin_blas_threads(cfg["blas_threads"])
         retain_freed_memory()  # E-step temporaries reuse heap pages instead of faulting fresh ones
         self.faults = FaultInjector(parse_plan(cfg["fault_plan"]), self.worker_id, self.incarnation)
-        self.last_driver = time.monotonic()
-        threading.Thread(target=self._heartbeat_loop, daemon=True, name="mixle-mpi-heartbeat").start()
+        self.start_heartbeats(cfg["heartbeat_period"], cfg["driver_timeout"])
         if self.spawned:
             self.faults.check("respawn")
         host, pid = host_and_pid()
@@ -157,7 +164,7 @@ class Worker:
             if msg[0] == "stop":
                 self.stop()
             if msg[0] == "abort":
-                _die(WORKER_ABORTED, "the driver aborted the job during a shrink")
+                quit_on_abort(msg)
             if msg[0] != "shrink_go" or msg[1] != epoch:
                 raise RuntimeError(f"expected shrink_go for epoch {epoch}, got {msg[:2]!r}")
             break
@@ -208,9 +215,6 @@ class Worker:
                         del self._loading[sid]
                         self.resident[sid] = estep.encode_shard(self.encoder, rows, self.sub_chunks)
                         self.reply(("loaded", sid, len(rows)))
-                elif op == "drop":
-                    for sid in msg[1]:
-                        self.resident.pop(sid, None)
                 elif op == "task":
                     self.task(*msg[1:])
                 elif op == "shrink":
@@ -218,7 +222,7 @@ class Worker:
                 elif op == "stop":
                     self.stop()
                 elif op == "abort":
-                    _die(WORKER_ABORTED, "the driver aborted the job")
+                    quit_on_abort(msg)
                 else:
                     raise RuntimeError(f"unknown command {op!r}")
             except Exception as exc:  # noqa: BLE001 - a worker-side bug is reported to the driver
@@ -227,8 +231,61 @@ class Worker:
                 self.reply(("error", task_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", host, pid))
 
 
-def serve_forever(link: Link, spawned: bool) -> None:
-    """Entry for worker ranks: ignore SIGUSR1 (Hydra sends it to survivors) and serve."""
+def quit_on_abort(msg: tuple) -> None:
+    """The driver ends the job and has said why itself: exit with its code, silently."""
+    flush_and_exit(msg[1] if len(msg) > 1 else WORKER_ABORTED)
+
+
+def flush_and_exit(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def serve_forever(link: Link, spawned: bool, worker: Worker | None = None) -> None:
+    """Ignore SIGUSR1 (Hydra sends it to survivors) and answer the driver; never returns."""
     if hasattr(signal, "SIGUSR1"):
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    Worker(link, spawned).serve()
+    (worker or Worker(link, spawned)).serve()
+
+
+def serve_original(world) -> None:
+    """An original worker rank: the startup handshake (see startup.py), then serve."""
+    from mixle_mpi import startup
+
+    timeout = startup.startup_timeout()
+    try:
+        answer = startup.wait_for_go(world, timeout)
+    except MPI.Exception as exc:
+        die(DRIVER_LOST, f"lost the driver while the job started ({exc})")
+    if answer is None:
+        die(NEVER_STARTED, f"heard nothing from the driver (rank 0) for startup_timeout={timeout:g} s "
+                           f"while the job started (set {startup.STARTUP_TIMEOUT_ENV} to wait longer)")
+    if isinstance(answer, startup.Abort):
+        flush_and_exit(answer.code)
+    rank = world.Get_rank()
+    if rank not in answer.members:
+        die(0, f"rank {rank} was left out: the driver did not hear from it within startup_timeout="
+               f"{timeout:g} s; the job goes on without it")
+    try:
+        comm, hb = startup.build_comms(world, answer.members, timeout)
+    except startup.StartupFailed as exc:
+        die(NEVER_STARTED, str(exc))
+    worker = Worker(Link(comm, hb, 0), spawned=False)
+    worker.worker_id = rank
+    worker.start_heartbeats(answer.heartbeat_period, answer.driver_timeout)
+    serve_forever(worker.link, False, worker)
+
+
+def serve_spawned(parent) -> None:
+    """A respawned worker: merge with the driver (under a deadline), then serve."""
+    from mixle_mpi import startup
+    from mixle_mpi.shrink import run_with_deadline
+
+    timeout = startup.startup_timeout()
+    try:
+        pair = run_with_deadline(lambda: parent.Merge(high=True), timeout, "merge with the driver")
+        hb = run_with_deadline(pair.Dup, timeout, "heartbeat communicator")
+    except (TimeoutError, MPI.Exception) as exc:
+        die(NEVER_STARTED, f"a respawned worker could not join the driver: {exc}")
+    serve_forever(Link(pair, hb, 0, inter=parent), spawned=True)

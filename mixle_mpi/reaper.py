@@ -1,0 +1,88 @@
+"""No process of a job outlives its launcher, however the launcher ends.
+
+``mixle-mpi run`` marks every process it starts with ``MIXLE_MPI_JOB_TAG=<random>`` in the
+environment (mpiexec passes it on to the ranks, respawned ones included) and starts this
+reaper in a session of its own, holding the read end of a pipe. When the launcher ends
+normally it sweeps the job itself and writes ``done``; when it is SIGKILLed (or its whole
+process group is), the pipe closes without ``done`` and the reaper kills every process that
+carries the tag: mpiexec, its daemons and the ranks, wherever they were reparented.
+Only processes of this host can be found this way; mpiexec's daemons end the others.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+TAG_ENV = "MIXLE_MPI_JOB_TAG"
+DONE = b"done"
+
+
+def tagged_pids(tag: str, proc: str = "/proc") -> list[int]:
+    """Pids of this host's processes whose environment carries ``tag`` (never our own)."""
+    needle = f"{TAG_ENV}={tag}".encode()
+    found = []
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(os.path.join(proc, entry, "environ"), "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue  # gone, or not ours to read
+        if needle in env.split(b"\0"):
+            found.append(int(entry))
+    return sorted(found)
+
+
+def kill_tagged(tag: str, sig: int = signal.SIGKILL) -> list[int]:
+    """Send ``sig`` to every process carrying ``tag``; returns the pids signalled."""
+    hit = []
+    for pid in tagged_pids(tag):
+        try:
+            os.kill(pid, sig)
+            hit.append(pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return hit
+
+
+def sweep(tag: str, grace: float) -> list[int]:
+    """Give the job's processes ``grace`` seconds to end by themselves, then kill the rest
+    (several passes, for processes started meanwhile). Returns the pids killed."""
+    end = time.monotonic() + grace
+    while tagged_pids(tag) and time.monotonic() < end:
+        time.sleep(0.1)
+    killed: list[int] = []
+    for _ in range(5):
+        hit = kill_tagged(tag)
+        if not hit:
+            break
+        killed += hit
+        time.sleep(0.2)
+    return sorted(set(killed))
+
+
+def main(argv: list[str]) -> int:
+    tag = argv[0]
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the terminal is the launcher's
+    try:
+        said = sys.stdin.buffer.read()  # returns when the launcher closes the pipe, or dies
+    except OSError:
+        said = b""
+    if said.strip() == DONE:
+        return 0
+    killed = sweep(tag, grace=0.0)
+    if killed:
+        sys.stderr.write(f"[mixle_mpi] the launcher is gone: killed the job's {len(killed)} remaining processes\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
