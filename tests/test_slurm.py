@@ -16,12 +16,16 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
-from mpiharness import OMPI_PYTHON, REPO, same_fit
+from mpiharness import OMPI_PYTHON, REPO, no_leftover_processes, same_fit
 
+from mixle_mpi import checkpoint as ckpt
 from mixle_mpi import slurm
+from mixle_mpi.chaos import read_fired, unfired
+from mixle_mpi.faults import FIRED_ENV
 
 SLURM_BINARIES = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "srun", "slurmctld", "slurmd", "munged", "mungekey")
 MISSING = [b for b in SLURM_BINARIES if shutil.which(b) is None]
@@ -227,22 +231,47 @@ def test_srun_template_completes_the_same_fit(cluster, uninterrupted, tmp_path):
     assert same_fit(_result(tmp_path / "out"), _result(uninterrupted[0] / "out"))
 
 
+def _epoch(slurm_time: str) -> float:
+    """A time from ``scontrol show job`` (local time, whole seconds) as seconds since the epoch."""
+    return datetime.strptime(slurm_time, "%Y-%m-%dT%H:%M:%S").timestamp()
+
+
+def _job_processes_gone(marker: str, grace: float = 10.0) -> list[str]:
+    """Processes whose command line mentions ``marker``, after up to ``grace`` s for slurmd to reap them."""
+    end = time.monotonic() + grace
+    while (left := no_leftover_processes(marker)) and time.monotonic() < end:
+        time.sleep(0.2)
+    return left
+
+
 def test_srun_worker_death_is_detected_but_ends_the_fit(cluster, tmp_path):
     """Measured limit of the srun kind: with -K0 the other tasks survive a SIGKILLed worker and
     heartbeats detect it, but Open MPI cannot shrink the communicator under srun (no PMIx
     group support in SLURM's pmix plugin), so the fit ends with exit 1, without hanging. In some
-    runs (seen in CI) the pmix plugin's error handler cancels the step first: exit 137."""
-    plan = {"MIXLE_MPI_FAULT_PLAN": "2:kill:estep_mid:3", "MIXLE_MPI_RECONFIGURE_TIMEOUT": "15"}
-    job = cluster.submit(_render("srun", tmp_path / "out"), tmp_path, "srun", env=plan)
+    runs (seen in CI) the pmix plugin's error handler cancels the step first: exit 137. Either
+    way the worker really died at the planned point, the job ended soon after (not at its time
+    limit), no model was written, the checkpoint is the last iteration before the death, and
+    no process of the job is left."""
+    plan, fault_log = "2:kill:estep_mid:3", tmp_path / "faults.jsonl"
+    env = {"MIXLE_MPI_FAULT_PLAN": plan, FIRED_ENV: str(fault_log), "MIXLE_MPI_RECONFIGURE_TIMEOUT": "15"}
+    job = cluster.submit(_render("srun", tmp_path / "out"), tmp_path, "srun", env=env)
     (rec,) = cluster.wait_done(job)
     log = _output(tmp_path)
     assert rec["JobState"] == "FAILED" and rec["ExitCode"] in ("1:0", "137:0"), log
+    records = read_fired(str(fault_log))  # written by the victim just before it SIGKILLed itself
+    assert unfired(plan, records) == [] and len(records) == 1, (records, log)
+    waited = _epoch(rec["EndTime"]) - records[0]["time"]
+    assert -1 <= waited <= 60, f"the job ended {waited:.0f} s after the worker died\n{log}"
+    assert not (tmp_path / "out" / "result.json").exists(), log
+    saved = ckpt.read(str(tmp_path / "out" / "fit.ckpt.h5"))
+    assert saved.iteration == 3 and not saved.finished, log  # E-step call 3 is iteration 4's
+    assert _job_processes_gone(str(tmp_path)) == []
     if rec["ExitCode"] == "137:0":
         assert "CANCELLED" in log and "the fit failed with exit code 137" in log, log
         return
     events = _events(tmp_path / "out")
     detected = [e for e in events if e["event"] == "failure_detected"]
     assert detected and detected[0]["worker"] == 2 and detected[0]["cause"].startswith("heartbeat"), log
+    assert detected[0]["pid"] == records[0]["pid"], (detected, records)  # the victim is the one detected
     assert "MPI_ERR_UNSUPPORTED_OPERATION" in log, log
     assert "the fit failed with exit code 1" in log
-
