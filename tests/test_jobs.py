@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from mpiharness import OMPI_PYTHON, REPO
 
+from mixle_mpi.chaos import FAULT_LOG, read_fired, unfired
+
 pytestmark = pytest.mark.mpijob
 JOBS = REPO / "jobs"
 SMALL = {"N": "3000", "MAX_ITS": "4", "RUNS": "1", "RESTARTS": "2", "SHARDS": "6", "RANKS": "3",
@@ -28,7 +30,7 @@ def run_job(script: str, tmp_path: Path, timeout: float = 300) -> subprocess.Com
     ("fit.sh", "fit", "no rank failed"),
     ("best_of.sh", "best_of", "best is restart"),
     ("large_data.sh", "large", "driver peak RSS"),
-    ("chaos.sh", "chaos", "1/1 runs bit-identical"),
+    ("chaos.sh", "chaos", "1/1 runs passed (every planned fault fired, bits identical to the reference)"),
 ])
 def test_job_runs_as_it_is(script, out, check, tmp_path):
     proc = run_job(script, tmp_path)
@@ -37,6 +39,14 @@ def test_job_runs_as_it_is(script, out, check, tmp_path):
     if script != "chaos.sh":
         summary = json.loads((tmp_path / "work" / out / "summary.json").read_text())
         assert summary["iterations"] >= 1 and summary["rows"] == 3000
+    if script == "chaos.sh":  # the one run's planned fault fired in a real worker, which recorded it
+        report = json.loads((tmp_path / "work" / "chaos" / "campaign.json").read_text())
+        (run,) = report["runs"]
+        assert report["ok"] and run["outcome"] == "ok" and run["identical"], run
+        assert run["faults"] >= 1 and run["fired"] == run["faults"] and run["unfired"] == [], run
+        records = read_fired(os.path.join(run["out_dir"], FAULT_LOG))
+        assert unfired(run["plan"], records) == [] and len(records) == run["faults"], (run["plan"], records)
+        assert f"{run['faults']}/{run['faults']} planned faults fired" in proc.stdout
     if script == "fit.sh":
         assert (tmp_path / "work" / "fit" / "fit.png").exists()
         assert (tmp_path / "work" / "fit" / "checkpoint.h5").exists()
