@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import itertools
 import os
+import tempfile
 from dataclasses import dataclass
 from importlib import resources
 
@@ -95,14 +96,17 @@ def _check_source(source: DataSource, columns: list[str] | None) -> None:
         raise ConfigError(f"--columns selects CSV columns only; {source.path!r} is {source.kind}")
 
 
-def load(source: DataSource, need: str, columns: list[str] | None = None) -> Loaded:
-    """Open ``source`` for a model that needs ``need`` rows (see modelspec.row_shape_needed)."""
+def load(source: DataSource, need: str, columns: list[str] | None = None, spill_dir: str | None = None) -> Loaded:
+    """Open ``source`` for a model that needs ``need`` rows (see modelspec.row_shape_needed).
+
+    A big numeric CSV is parsed into a temporary HDF5 file in ``spill_dir`` (default: the
+    system's temporary folder), which ``Loaded.close`` deletes."""
     _check_source(source, columns)
     if source.kind == "h5":
         return _load_h5(source, need)
     if source.kind == "npy":
         return _load_npy(source, need)
-    return _load_csv(source, need, columns)
+    return _load_csv(source, need, columns, spill_dir)
 
 
 # -- shape only, for a dry run ----------------------------------------------------------
@@ -161,8 +165,9 @@ def _probe_csv(source: DataSource, need: str, columns) -> DataShape:
     if need == "integers" and len(index) != 1:
         raise DataError(f"{path} has {len(index)} columns; a Poisson mixture needs one (select it with --columns)")
     value_bytes = PY_VALUE_BYTES if need == "table" else 8
+    in_memory = need == "table" or rows * len(index) * value_bytes <= SPILL_BYTES
     names = f" ({', '.join(head.header[i] for i in index)})" if head.header else ""
-    return DataShape(rows, len(index), value_bytes, True, f"{path}: {rows} data lines x {len(index)} columns{names}",
+    return DataShape(rows, len(index), value_bytes, in_memory, f"{path}: {rows} data lines x {len(index)} columns{names}",
                      None if len(index) == 1 and need != "table" else len(index))
 
 
@@ -273,8 +278,11 @@ def _check_need(need: str, dtype, ndim: int, where: str) -> None:
 # -- CSV ----------------------------------------------------------------------------
 # A numeric CSV is parsed in blocks of BLOCK_ROWS records straight into one float array,
 # so the driver never holds the file as Python strings (a 1M-row file took 665 MB that
-# way). Errors name the file and its 1-based line number, as an editor shows it.
+# way); above SPILL_BYTES the array is a dataset in a temporary HDF5 file, so the driver's
+# memory does not grow with the data at all. Errors name the file and its 1-based line
+# number, as an editor shows it.
 BLOCK_ROWS = 4096
+SPILL_BYTES = 8 << 20  # a numeric CSV bigger than this as numbers is parsed to a temporary HDF5 file
 
 
 @dataclass(frozen=True)
@@ -379,7 +387,7 @@ def _count_lines(path: str) -> int:
     """Lines in the file, counted in binary blocks: an upper bound on its records."""
     count, last = 0, b"\n"
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
+        for chunk in iter(lambda: fh.read(1 << 16), b""):
             count += chunk.count(b"\n")
             last = chunk[-1:]
     return count + (last != b"\n")
@@ -428,21 +436,65 @@ def _blocks(records, head: CsvHead, path: str):
         yield block
 
 
-def _read_numeric(path: str, head: CsvHead, records, index: list[int], kind: str) -> np.ndarray:
-    """Fill one preallocated array block by block (rows x selected columns; 1-D for one column)."""
+def _spill_file(directory: str | None):
+    """An HDF5 file that lives only while it is open: made in ``directory`` (default: the
+    system's temporary folder) and unlinked at once, so that nothing is left behind even
+    when the driver is killed."""
+    import h5py
+
+    fd, path = tempfile.mkstemp(prefix="mixle_mpi_csv_", suffix=".h5", dir=directory)
+    os.close(fd)
+    try:
+        return h5py.File(path, "w")
+    finally:
+        os.unlink(path)
+
+
+def _numeric_sink(shape: tuple, dtype: np.dtype, spill_dir: str | None):
+    """(where the values go, the file to close or None): an array in memory, or, above
+    SPILL_BYTES, a contiguous dataset in a temporary HDF5 file that the handle then streams
+    into its shard store block by block, as it does HDF5 input. (A chunked, resizable
+    dataset would cost the driver about 10 MB of HDF5 chunk buffers per million rows.)"""
+    if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize <= SPILL_BYTES:
+        return np.empty(shape, dtype=dtype), None
+    f = _spill_file(spill_dir)
+    return f.create_dataset("parsed", shape=shape, dtype=dtype), f
+
+
+def _trim(out, n: int, spill):
+    """The first ``n`` rows of the sink, when blank lines made it longer than the data."""
+    if n == out.shape[0]:
+        return out
+    if spill is None:
+        out.resize((n,) + out.shape[1:], refcheck=False)  # shrinks in place: no second copy
+        return out
+    rows = spill.create_dataset("rows", shape=(n,) + out.shape[1:], dtype=out.dtype)
+    for a in range(0, n, BLOCK_ROWS):
+        rows[a:a + BLOCK_ROWS] = out[a:min(a + BLOCK_ROWS, n)]
+    return rows
+
+
+def _read_numeric(path: str, head: CsvHead, records, index: list[int], kind: str, spill_dir: str | None = None):
+    """Parse block by block into one sink (rows x selected columns; 1-D for one column);
+    returns (the data, the spill file to close or None)."""
     width = len(index)
-    shape = (_count_lines(path),) if width == 1 else (_count_lines(path), width)
-    out = np.empty(shape, dtype=np.int64 if kind == "poisson" else np.float64)
-    n = 0
-    for block in _blocks(records, head, path):
-        values = _block_values(block, index, head, kind, path)
-        out[n:n + len(block)] = values[:, 0] if width == 1 else values
-        n += len(block)
-    out.resize((n,) + shape[1:], refcheck=False)  # shrinks in place: no second copy
-    return out
+    lines = _count_lines(path) - head.first_line + 1  # the rows, unless blank lines are among them
+    shape = (lines,) if width == 1 else (lines, width)
+    out, spill = _numeric_sink(shape, np.dtype(np.int64 if kind == "poisson" else np.float64), spill_dir)
+    try:
+        n = 0
+        for block in _blocks(records, head, path):
+            values = _block_values(block, index, head, kind, path)
+            out[n:n + len(block)] = values[:, 0] if width == 1 else values
+            n += len(block)
+        return _trim(out, n, spill), spill
+    except BaseException:
+        if spill is not None:
+            spill.close()
+        raise
 
 
-def _load_csv(source: DataSource, need: str, columns) -> Loaded:
+def _load_csv(source: DataSource, need: str, columns, spill_dir: str | None = None) -> Loaded:
     path = source.path
     head, records = _open_csv(path)
     if need == "sequences":
@@ -459,9 +511,9 @@ def _load_csv(source: DataSource, need: str, columns) -> Loaded:
         return Loaded(rows, width, f"{path}: {len(rows)} rows x {width} columns", lines=lines)
     if need == "integers" and width != 1:
         raise DataError(f"{path} has {width} columns; a Poisson mixture needs one (select it with --columns)")
-    arr = _read_numeric(path, head, records, index, "poisson" if need == "integers" else "gaussian")
+    arr, spill = _read_numeric(path, head, records, index, "poisson" if need == "integers" else "gaussian", spill_dir)
     return Loaded(arr, None if width == 1 else width, f"{path}: {len(arr)} rows x {width} columns"
-                  + (f" ({', '.join(header)})" if header else ""))
+                  + (f" ({', '.join(header)})" if header else ""), closer=spill)
 
 
 def convert_table(rows: list[tuple], parts: tuple[str, ...], where: str, lines: list[int] | None = None) -> list[tuple]:

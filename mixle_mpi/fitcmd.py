@@ -63,7 +63,7 @@ def prepare(cfg: FitConfig):
         require_matplotlib()
     if cfg.checkpoint:
         check_writable(cfg.checkpoint)
-    loaded = datainput.load(source, modelspec.row_shape_needed(spec), columns)
+    loaded = datainput.load(source, modelspec.row_shape_needed(spec), columns, spill_dir=cfg.out_dir)
     if spec.family == "composite":
         loaded.data = datainput.convert_table(loaded.data, spec.parts, source.path, loaded.lines)
     estimator = modelspec.build_estimator(spec, loaded.ncols)

@@ -89,8 +89,8 @@ def test_table_errors_name_the_line(tmp_path):
 def test_reading_holds_about_one_float_array(tmp_path, monkeypatch):
     """Peak Python-heap use while reading is the result plus one block of records (the old
     reader kept every cell as a string: about 20 times the array)."""
-    monkeypatch.setattr(datainput, "BLOCK_ROWS", 1000)
-    rows = 100_000
+    monkeypatch.setattr(datainput, "BLOCK_ROWS", 200)
+    rows = 30_000
     path = tmp_path / "big.csv"
     rng = np.random.RandomState(1)
     np.savetxt(path, rng.normal(size=(rows, 4)), delimiter=",", header="a,b,c,d", comments="", fmt="%.6f")
@@ -102,6 +102,69 @@ def test_reading_holds_about_one_float_array(tmp_path, monkeypatch):
         tracemalloc.stop()
     assert got.data.shape == (rows, 4)
     assert peak < 2 * got.data.nbytes, f"peak {peak / 1e6:.1f} MB for a {got.data.nbytes / 1e6:.1f} MB array"
+
+
+def test_big_csv_goes_through_a_temporary_hdf5_file(tmp_path, small_blocks, monkeypatch):
+    """Above SPILL_BYTES the values are parsed into an unlinked HDF5 file that the shard store
+    streams from, as from HDF5 input; the rows and the store are the same as in memory."""
+    rng = np.random.RandomState(2)
+    x = np.round(rng.normal(size=(200, 3)), 6)
+    path = tmp_path / "x.csv"
+    np.savetxt(path, x, delimiter=",", header="a,b,c", comments="", fmt="%.6f")
+    in_memory = load(path)
+    gaps = tmp_path / "gaps.csv"  # blank lines make the file longer than its rows
+    lines = path.read_text().splitlines()
+    gaps.write_text("\n".join(lines[:50] + [""] + lines[50:] + ["", ""]) + "\n")
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    monkeypatch.setattr(datainput, "SPILL_BYTES", 1000)
+    spilled = datainput.load(datainput.parse_source(str(path)), "matrix", spill_dir=str(spill_dir))
+    assert isinstance(spilled.data, h5py.Dataset) and spilled.data.shape == (200, 3) and spilled.ncols == 3
+    assert list(spill_dir.iterdir()) == []  # unlinked at once: nothing is left if the driver dies
+    assert np.array_equal(spilled.data[()], x) and np.array_equal(spilled.data[()], in_memory.data)
+    with ShardStore.create(tmp_path / "a.h5", in_memory.data, 3) as a, ShardStore.create(tmp_path / "b.h5", spilled.data, 3) as b:
+        assert a.fingerprint() == b.fingerprint()
+    spilled.close()
+    assert not spilled.data.id.valid
+    for columns, want in ((None, x), (["b"], x[:, 1])):
+        trimmed = datainput.load(datainput.parse_source(str(gaps)), "matrix", columns, spill_dir=str(spill_dir))
+        assert trimmed.data.shape == want.shape and np.array_equal(trimmed.data[()], want)
+        trimmed.close()
+
+
+def test_a_bad_cell_in_a_spilled_csv_is_named_and_the_file_closed(tmp_path, small_blocks, monkeypatch):
+    path = tmp_path / "bad.csv"
+    path.write_text("n\n" + "1\n" * 50 + "-1\n")
+    monkeypatch.setattr(datainput, "SPILL_BYTES", 64)
+    opened = []
+    real = datainput._spill_file
+    monkeypatch.setattr(datainput, "_spill_file", lambda d: opened.append(real(d)) or opened[-1])
+    with pytest.raises(DataError, match="bad.csv line 52, column 1 \\(n\\): found '-1', needs a non-negative integer"):
+        load(path, "integers")
+    assert len(opened) == 1 and not opened[0].id.valid
+
+
+def test_spilling_keeps_the_array_out_of_memory(tmp_path, monkeypatch):
+    """Parsing into the temporary file takes the same peak heap for 10,000 and 40,000 rows."""
+    monkeypatch.setattr(datainput, "BLOCK_ROWS", 200)
+    monkeypatch.setattr(datainput, "SPILL_BYTES", 1 << 16)
+
+    def peak_for(rows: int) -> int:
+        path = tmp_path / f"{rows}.csv"
+        np.savetxt(path, np.random.RandomState(1).normal(size=(rows, 4)), delimiter=",", fmt="%.6f")
+        tracemalloc.start()
+        try:
+            got = datainput.load(datainput.parse_source(str(path)), "matrix", spill_dir=str(tmp_path))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert got.data.shape == (rows, 4)
+        got.close()
+        return peak
+
+    peak_for(2_000)  # first use: imports and caches
+    small, large = peak_for(10_000), peak_for(40_000)
+    assert large - small < 0.1 * 30_000 * 4 * 8, f"peak grew from {small / 1e6:.2f} MB to {large / 1e6:.2f} MB"
 
 
 def test_array_errors_name_the_dataset_and_a_0_based_row(tmp_path):
