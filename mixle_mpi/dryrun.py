@@ -118,36 +118,50 @@ def _report_mpi(args, cfg, ranks: int | None, problems: list[str]) -> list[str]:
     return lines
 
 
-def _report_checkpoint(cfg, lay: Layout | None) -> list[str]:
+def _layout_match(saved: int | None, lay: Layout | None) -> tuple[str, bool]:
+    """How a checkpoint's shard count compares with this run's: (phrase, resume refused)."""
+    if lay is None:
+        return f"it has num_shards={saved}: pass --num-shards {saved} to resume on any rank count", False
+    if saved == lay.num_shards:
+        return "same layout", False
+    return f"it has num_shards={saved} but this run has {lay.num_shards}: pass --num-shards {saved} to resume", True
+
+
+def _checkpoint_line(path: str, cfg, lay: Layout | None, problems: list[str]) -> str:
+    """What the fit would do with one checkpoint path; what would stop it goes to ``problems``."""
     from mixle_mpi import checkpoint
+
+    parent = os.path.dirname(os.path.abspath(path))
+    if parent == os.path.abspath(cfg.out_dir) and not os.path.isdir(parent):
+        return f"checkpoint {path}: none yet (its folder is the out_dir, which the fit creates)"
+    checkpoint.check_writable(path)
+    exists = os.path.exists(path) or os.path.exists(path + ".prev")
+    if cfg.resume == "no":
+        return f"checkpoint {path}: resume=no: the fit starts afresh" + (" and overwrites it" if exists else "")
+    fallback: list[str] = []
+    try:
+        state = checkpoint.read(path, on_fallback=lambda p, why: fallback.append(f"{path} is damaged ({why}); "))
+    except checkpoint.CheckpointError as exc:
+        problems.append(str(exc))
+        return f"checkpoint {path}: damaged, and no good .prev: a resume would fail"
+    if state is None:
+        if cfg.resume == "yes":
+            problems.append(f"resume=yes but there is no checkpoint at {path!r}")
+        return f"checkpoint {path}: none yet; the fit starts afresh"
+    match, refused = _layout_match(state.layout.get("num_shards"), lay)
+    if refused:
+        problems.append(f"{path}: {match}")
+    where = f"{fallback[0]}falls back to {path}.prev, which " if fallback else ""
+    return (f"checkpoint {path}: {where}resumes after iteration {state.iteration}"
+            f"{' (finished)' if state.finished else ''}; {match}")
+
+
+def _report_checkpoint(cfg, lay: Layout | None, problems: list[str]) -> list[str]:
     from mixle_mpi.fitcmd import restart_checkpoints
 
-    lines = []
-    for path in restart_checkpoints(cfg.checkpoint, cfg.restarts):
-        parent = os.path.dirname(os.path.abspath(path))
-        if parent == os.path.abspath(cfg.out_dir) and not os.path.isdir(parent):
-            lines.append(f"checkpoint {path}: none yet (its folder is the out_dir, which the fit creates)")
-            continue
-        checkpoint.check_writable(path)
-        try:
-            state = checkpoint.read(path) if cfg.resume != "no" else None
-        except checkpoint.CheckpointError as exc:
-            lines.append(f"checkpoint {path}: damaged, a resume would fail: {exc}")
-            continue
-        if state is None:
-            lines.append(f"checkpoint {path}: none yet; the fit starts afresh" if cfg.resume != "yes" else
-                         f"checkpoint {path}: missing, but resume=yes needs one")
-            continue
-        saved = state.layout.get("num_shards")
-        if lay is None:
-            match = f"it has num_shards={saved}: pass --num-shards {saved} to resume on any rank count"
-        elif saved == lay.num_shards:
-            match = "same layout"
-        else:
-            match = f"it has num_shards={saved} but this run has {lay.num_shards}: pass --num-shards {saved} to resume"
-        lines.append(f"checkpoint {path}: resumes after iteration {state.iteration}"
-                     f"{' (finished)' if state.finished else ''}; {match}")
-    return lines
+    if not cfg.checkpoint:
+        return ["checkpoint: none (--checkpoint not given)"]
+    return [_checkpoint_line(path, cfg, lay, problems) for path in restart_checkpoints(cfg.checkpoint, cfg.restarts)]
 
 
 def _layout_line(lay: Layout, ranks: int | None, origin: str) -> str:
@@ -199,7 +213,7 @@ def report(args, lines: list[str], problems: list[str]) -> None:
         lines.append(_layout_line(lay, ranks, origin))
         lines += _memory_lines(shape, lay)
     lines += _report_mpi(args, cfg, ranks, problems)
-    lines += _report_checkpoint(cfg, lay) if cfg.checkpoint else ["checkpoint: none (--checkpoint not given)"]
+    lines += _report_checkpoint(cfg, lay, problems)
     lines.append(_outputs_line(cfg))
 
 

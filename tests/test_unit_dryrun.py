@@ -105,3 +105,26 @@ def test_dry_run_without_a_rank_count_says_how_to_get_the_layout(h5data, capsys,
     assert main(["fit", "--dry-run", "--data", f"{h5data}:/run1/X", "--model", "gmm:k=2"]) == 0
     out = capsys.readouterr().out
     assert "rank count unknown" in out and "give -n N" in out and "under mpiexec/srun every rank runs" in out
+
+
+def test_dry_run_tells_what_a_resume_would_do(h5data, tmp_path, capsys, no_launch):
+    from mixle_mpi import checkpoint
+
+    ck = tmp_path / "ck.h5"
+    state = checkpoint.FitState(iteration=7, model="{}", ll=[-2.0], layout={"num_shards": 4, "sub_chunks": 1})
+    checkpoint.write(str(ck), state)
+    base = ["fit", "-n", "4", "--dry-run", "--data", f"{h5data}:/run1/X", "--model", "gmm:k=2", "--checkpoint", str(ck)]
+    assert main(base) == 2  # 3 workers make S = 3, the checkpoint has 4
+    captured = capsys.readouterr()
+    assert "resumes after iteration 7; it has num_shards=4 but this run has 3: pass --num-shards 4" in captured.out
+    assert "error: " in captured.err and "pass --num-shards 4 to resume" in captured.err
+    assert main(base + ["--num-shards", "4"]) == 0
+    assert "resumes after iteration 7; same layout" in capsys.readouterr().out
+    checkpoint.write(str(ck), state)  # the first one becomes ck.h5.prev
+    ck.write_bytes(ck.read_bytes()[:100])
+    assert main(base + ["--num-shards", "4"]) == 0
+    assert "is damaged" in (out := capsys.readouterr().out) and f"falls back to {ck}.prev" in out
+    assert main(base + ["--resume", "no"]) == 0
+    assert "resume=no: the fit starts afresh and overwrites it" in capsys.readouterr().out
+    assert main(base[:-1] + [str(tmp_path / "none.h5"), "--resume", "yes"]) == 2
+    assert "resume=yes but there is no checkpoint" in capsys.readouterr().err
