@@ -18,12 +18,14 @@ def _num(x) -> str:
 
 
 def _vec(x) -> str:
-    return np.array2string(np.asarray(x, dtype=float), precision=4, separator=", ", max_line_width=10**6,
-                           threshold=50, floatmode="maxprec")
+    return "[" + ", ".join(f"{float(v):.4g}" for v in np.ravel(np.asarray(x, dtype=float))) + "]"
 
 
 def _matrix(m, indent: str) -> list[str]:
-    return [indent + _vec(row) for row in np.asarray(m, dtype=float)]
+    """One line per row, the columns aligned across rows."""
+    cells = [[f"{float(v):.4g}" for v in row] for row in np.atleast_2d(np.asarray(m, dtype=float))]
+    width = max(len(c) for row in cells for c in row)
+    return [indent + "[" + ", ".join(c.rjust(width) for c in row) + "]" for row in cells]
 
 
 def _gaussian(d, indent: str) -> list[str]:
@@ -48,7 +50,8 @@ def _categorical(d, indent: str) -> list[str]:
 
 
 def _mixture(d, indent: str) -> list[str]:
-    lines = [f"{indent}mixture of {len(d.components)} components, weights {_vec(d.w)}"]
+    k = len(d.components)
+    lines = [f"{indent}mixture of {k} component{'s' if k != 1 else ''}, weights {_vec(d.w)}"]
     for i, (w, comp) in enumerate(zip(d.w, d.components)):
         lines.append(f"{indent}  component {i + 1} (weight {_num(w)}):")
         lines += describe_model(comp, indent + "    ")

@@ -136,10 +136,13 @@ def _progress_lines(p: dict, now: float) -> list[str]:
 
 def _summary_lines(s: dict) -> list[str]:
     how = "converged" if s.get("converged") else "stopped at the iteration cap"
-    return [f"{s.get('iterations')} iterations ({how}), final ll {s.get('final_ll')!r}, "
+    ll = s.get("final_ll")
+    failed = {w: n for w, n in (s.get("failures") or {}).items() if n}
+    return [f"{s.get('iterations')} iterations ({how}), final ll {'-' if ll is None else f'{ll:.10g}'}, "
             f"{s.get('wall_seconds', 0):.1f}s; model in model.json",
-            f"ranks: {s.get('workers')} workers; failures survived {s.get('failures_survived')} "
-            f"{s.get('failures')}; blacklisted {s.get('blacklisted')}; shards recomputed {s.get('recovered_shards')}"]
+            f"ranks: {s.get('workers')} workers; failures survived {s.get('failures_survived')}"
+            + (f" ({', '.join(f'rank {w} x{n}' for w, n in failed.items())})" if failed else "")
+            + f"; blacklisted {s.get('blacklisted')}; shards recomputed {s.get('recovered_shards')}"]
 
 
 def event_line(rec: dict) -> str:
