@@ -187,7 +187,17 @@ def _previous(path: str) -> list[str]:
 
 
 def summarize_damaged(path: str, why: str) -> list[str]:
+    """A checkpoint that fails its checks, and what a resume would do instead."""
     return [f"DAMAGED: {path} is not a usable checkpoint: {why}"] + _previous(path)
+
+
+def summarize_unreadable_hdf5(path: str) -> list[str]:
+    """An HDF5 file that does not open: its kind is unknown, so the .prev is only named if
+    there is one (a checkpoint's fallback)."""
+    lines = [f"DAMAGED: {path} is an HDF5 file that does not open (truncated or corrupt)"]
+    if os.path.exists(path + ".prev") and not path.endswith(".prev"):
+        lines += _previous(path)
+    return lines
 
 
 def summarize_checkpoint(path: str) -> list[str]:
@@ -244,7 +254,7 @@ def summarize(path: str) -> list[str]:
             return summarize_summary(json.load(fh))
     readers = {"model": summarize_model, "progress": summarize_progress, "store": summarize_store,
                "restarts": summarize_restarts, "checkpoint": summarize_checkpoint,
-               "damaged": lambda p: summarize_damaged(p, "the HDF5 file does not open (truncated or corrupt)")}
+               "damaged": summarize_unreadable_hdf5}
     return readers[kind](path)
 
 

@@ -203,7 +203,7 @@ def test_inspect_says_a_checkpoint_is_damaged(damage, tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.err == "" and "Traceback" not in captured.out
     first, *rest = captured.out.splitlines()
-    assert first.startswith(f"DAMAGED: {path} is not a usable checkpoint: ")
+    assert first.startswith(f"DAMAGED: {path} ")
     assert ("truncated" in first) if damage == "truncate" else ("checksum mismatch" in first)
     assert "previous checkpoint (.prev), which a resume uses instead:" in rest[0]
     assert "checkpoint after iteration 3 (in progress), checksum ok" in rest[1]
@@ -212,9 +212,13 @@ def test_inspect_says_a_checkpoint_is_damaged(damage, tmp_path, capsys):
 def test_a_damaged_file_without_prev_says_a_resume_would_fail(tmp_path):
     path = tmp_path / "ck.h5"
     checkpoint.write(str(path), state(1, [-1.0]))
-    path.write_bytes(path.read_bytes()[:200])
+    data = path.read_bytes()
+    path.write_bytes(data[:200])  # does not open as HDF5: its kind is unknown
+    assert inspector.summarize(str(path)) == [f"DAMAGED: {path} is an HDF5 file that does not open (truncated or corrupt)"]
+    pos = data.index(b'"iteration": 1')
+    path.write_bytes(data[:pos + 13] + b"7" + data[pos + 14:])  # opens, but fails its checksum
     lines = inspector.summarize(str(path))
-    assert lines[0].startswith("DAMAGED") and "a resume would fail" in lines[1]
+    assert lines[0].startswith(f"DAMAGED: {path} is not a usable checkpoint: ") and "a resume would fail" in lines[1]
 
 
 def test_a_non_json_file_is_refused_clearly(tmp_path):
