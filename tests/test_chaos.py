@@ -4,11 +4,26 @@ mixle's own ResilientMPEncodedData. Every job runs as a subprocess with a deadli
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import LIBRARIES
 from mpiharness import fit_args, no_leftover_processes, run_job, same_fit
 
+from mixle_mpi.chaos import read_fired, unfired
+from mixle_mpi.faults import FIRED_ENV
+
 pytestmark = pytest.mark.mpijob
+
+
+def chaos_job(python: str, args: list[str], tmp: Path, plan: str, **kw):
+    """``run_job`` under fault ``plan``, failing the test unless every planned fault fired: each
+    victim records its fault (``MIXLE_MPI_FAULT_LOG``) just before it acts. Returns (job, records)."""
+    log = tmp / "faults.jsonl"
+    job = run_job(python, 4, args, tmp, plan=plan, env={FIRED_ENV: str(log), **kw.pop("env", {})}, **kw)
+    records = read_fired(str(log))
+    assert unfired(plan, records) == [], f"planned faults that did not fire: {unfired(plan, records)}\n" + job.describe()
+    return job, records
 
 # 3 workers, 4 shards (worker 1 holds shards 0 and 3), 2 sub-chunks so "mid-accumulation"
 # falls between two seq_update calls. E-step calls are numbered from 0; log-density call 0
@@ -37,7 +52,7 @@ SCENARIOS = {
 def test_failure_is_recovered_bit_identically(library, scenario, tmp_path, reference):
     _, python = library
     plan, retries, failures, blacklist = SCENARIOS[scenario]
-    job = run_job(python, 4, fit_args(MODEL, N, SHARDS, SUB, ITS, max_retries=retries), tmp_path, plan=plan)
+    job, records = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS, max_retries=retries), tmp_path, plan)
     assert job.rc == 0, job.describe()
     assert job.result is not None, job.describe()
     ref = reference(MODEL, N, SHARDS, SUB, ITS, 7)
@@ -47,6 +62,7 @@ def test_failure_is_recovered_bit_identically(library, scenario, tmp_path, refer
     assert job.result["blacklist"] == blacklist, job.describe()
     detected = sorted({e["worker"] for e in job.events if e["event"] == "failure_detected"})
     assert detected == sorted(failures), job.describe()
+    assert sorted(r["worker"] for r in records) == sorted(w for w, k in failures.items() for _ in range(k))
     assert any(e["event"] == "shrink" for e in job.events), job.describe()
     recovered = [r for r in job.result["rounds"] if r["recomputed"]]
     if "after_reply" not in scenario:
@@ -59,7 +75,7 @@ def test_all_workers_lost_fails_cleanly(library, tmp_path):
     """With max_retries=1 and every worker dead, the driver ends with a clear error."""
     _, python = library
     plan = "1:kill:estep_before:1,2:kill:estep_before:1,3:kill:estep_before:1"
-    job = run_job(python, 4, fit_args(MODEL, N, SHARDS, SUB, ITS, max_retries=1), tmp_path, plan=plan, timeout=120)
+    job, _ = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS, max_retries=1), tmp_path, plan, timeout=120)
     assert job.rc == 1, job.describe()
     assert "NoWorkersLeft" in job.stderr and "every worker rank is dead or blacklisted" in job.stderr, job.describe()
     assert no_leftover_processes(str(tmp_path)) == []
@@ -68,8 +84,9 @@ def test_all_workers_lost_fails_cleanly(library, tmp_path):
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_failure_free_matches_mixle_and_reports_nothing(library, tmp_path, reference):
     _, python = library
-    job = run_job(python, 4, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path)
+    job = run_job(python, 4, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, env={FIRED_ENV: str(tmp_path / "faults.jsonl")})
     assert job.rc == 0, job.describe()
+    assert not (tmp_path / "faults.jsonl").exists()  # no plan, no fault
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7))
     assert all(not r["recomputed"] and not r["failed"] for r in job.result["rounds"])
     assert not [e for e in job.events if e["event"] == "failure_detected"]
@@ -80,8 +97,8 @@ def test_without_respawn_shards_migrate_for_good(library, tmp_path, reference):
     """respawn disabled (as where spawning is impossible): the dead rank's shards move to
     the survivors at once, and the log says why."""
     _, python = library
-    job = run_job(python, 4, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan="1:kill:estep_before:1",
-                  env={"MIXLE_MPI_RESPAWN": "0"})
+    job, _ = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, "1:kill:estep_before:1",
+                       env={"MIXLE_MPI_RESPAWN": "0"})
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7))
     assert job.result["blacklist"] == [1]
