@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from mixle_mpi.atomicjson import write_json
 from mixle_mpi.errors import ConfigError
 from mixle_mpi.events import read_events
-from mixle_mpi.faults import FIRED_ENV, Fault, parse_plan
+from mixle_mpi.faults import FIRED_ENV, Fault, parse_plan, read_fired, unfired
 from mixle_mpi.jobconfig import FitConfig, to_argv
 from mixle_mpi.placement import initial_placement, plan_recovery
 
@@ -99,39 +99,6 @@ def random_plans(rng: random.Random, runs: int, workers: int, rounds: int,
 def compact(fault: Fault) -> str:
     """The full compact form ``worker:action:phase:call:incarnation:scope`` of a fault (pure)."""
     return f"{fault.worker}:{fault.action}:{fault.phase}:{fault.call}:{fault.incarnation}:{fault.scope}"
-
-
-def read_fired(path: str) -> list[dict]:
-    """The ``fault_fired`` records in ``path`` (a fault log or an event log); [] if it is missing.
-    A torn last line (a writer killed mid-write) is skipped."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and rec.get("event") == "fault_fired":
-            out.append(rec)
-    return out
-
-
-def unfired(plan, fired: list[dict]) -> list[Fault]:
-    """The planned faults that no record says fired (each record accounts for one fault; pure)."""
-    keys = ("worker", "action", "phase", "call", "incarnation", "scope")
-    left = [tuple(r.get(k) for k in keys) for r in fired]
-    missing = []
-    for fault in parse_plan(plan):
-        key = tuple(getattr(fault, k) for k in keys)
-        if key in left:
-            left.remove(key)
-        else:
-            missing.append(fault)
-    return missing
 
 
 def compare(reference: dict, result: dict) -> list[str]:

@@ -25,7 +25,9 @@ from dataclasses import asdict, dataclass
 from mixle_mpi.errors import ConfigError
 
 ACTIONS = ("kill", "stop", "exit")
-PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "respawn", "checkpoint_write")
+PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "respawn", "checkpoint_write",
+          "startup", "handshake")
+STARTUP_PHASES = ("startup", "handshake")  # an original worker, before setup: read from the environment
 DRIVER_PHASES = ("estep_before", "estep_mid", "checkpoint_write")  # worker 0 is the driver
 SCOPES = ("any", "own", "recovery")
 ENV_VAR = "MIXLE_MPI_FAULT_PLAN"
@@ -36,6 +38,9 @@ FIRED_ENV = "MIXLE_MPI_FAULT_LOG"  # where a victim records its fault before act
 class Fault:
     """Worker place ``worker`` performs ``action`` at ``phase`` of call number ``call``.
 
+    ``startup`` fires on an original worker right after MPI init, before it says hello to
+    the driver; ``handshake`` once the driver's go arrived, before the job's communicator is
+    built. Those two come from ``MIXLE_MPI_FAULT_PLAN`` (the worker has no setup yet).
     ``call`` counts the driver's calls of that kind from 0 (E-step rounds for the estep
     phases, initializations, log-density sums; for ``checkpoint_write`` the iteration being
     written); it is ignored for ``respawn``. Worker 0 is the driver itself (phases
@@ -193,3 +198,36 @@ def _perform(fault: Fault) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
     else:
         os._exit(3)
+
+
+def read_fired(path: str | None) -> list[dict]:
+    """The ``fault_fired`` records in ``path`` (a fault log or an event log); [] if it is missing.
+    A torn last line (a writer killed mid-write) is skipped."""
+    try:
+        with open(path or "", encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("event") == "fault_fired":
+            out.append(rec)
+    return out
+
+
+def unfired(plan, fired: list[dict]) -> list[Fault]:
+    """The planned faults that no record says fired (each record accounts for one fault; pure)."""
+    keys = ("worker", "action", "phase", "call", "incarnation", "scope")
+    left = [tuple(r.get(k) for k in keys) for r in fired]
+    missing = []
+    for fault in parse_plan(plan):
+        key = tuple(getattr(fault, k) for k in keys)
+        if key in left:
+            left.remove(key)
+        else:
+            missing.append(fault)
+    return missing

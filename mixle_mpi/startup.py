@@ -244,13 +244,17 @@ def send_go(world, members: list[int], heartbeat_period: float, driver_timeout: 
 def build_comms(world, members: tuple, timeout: float):
     """Collective over ``members`` only: (data communicator, heartbeat communicator).
 
-    Ranks keep their order, so world rank ``members[i]`` is rank ``i`` of both."""
+    Ranks keep their order, so world rank ``members[i]`` is rank ``i`` of both. When every
+    rank is a member this is ``world.Dup()``, which srun-launched Open MPI supports and
+    ``Create_from_group`` is not."""
     from mpi4py import MPI
 
     from mixle_mpi.shrink import run_with_deadline
 
     def create():
-        group = world.Get_group().Incl(list(members))
+        if len(members) == world.Get_size():  # everyone came: Dup works under every launcher
+            return world.Dup(), world.Dup()
+        group = world.Get_group().Incl(list(members))  # not under srun's pmix: StartupFailed
         try:
             comm = MPI.Intracomm.Create_from_group(group, stringtag="mixle_mpi.start")
         finally:

@@ -254,6 +254,9 @@ def serve_original(world) -> None:
     from mixle_mpi import startup
 
     timeout = startup.startup_timeout()
+    rank = world.Get_rank()
+    faults = _startup_faults(rank)
+    faults.check("startup")
     try:
         answer = startup.wait_for_go(world, timeout)
     except MPI.Exception as exc:
@@ -263,10 +266,10 @@ def serve_original(world) -> None:
                            f"while the job started (set {startup.STARTUP_TIMEOUT_ENV} to wait longer)")
     if isinstance(answer, startup.Abort):
         flush_and_exit(answer.code)
-    rank = world.Get_rank()
     if rank not in answer.members:
         die(0, f"rank {rank} was left out: the driver did not hear from it within startup_timeout="
                f"{timeout:g} s; the job goes on without it")
+    faults.check("handshake")
     try:
         comm, hb = startup.build_comms(world, answer.members, timeout)
     except startup.StartupFailed as exc:
@@ -275,6 +278,20 @@ def serve_original(world) -> None:
     worker.worker_id = rank
     worker.start_heartbeats(answer.heartbeat_period, answer.driver_timeout)
     serve_forever(worker.link, False, worker)
+
+
+def _startup_faults(rank: int) -> FaultInjector:
+    """This rank's startup faults from the environment, less those the fault log says fired
+    already: a job launched again after it never started meets each fault once. A bad plan
+    is the driver's to report."""
+    from mixle_mpi.errors import ConfigError
+    from mixle_mpi.faults import FIRED_ENV, STARTUP_PHASES, plan_from_env, read_fired, unfired
+
+    try:
+        plan = [f for f in plan_from_env() if f.phase in STARTUP_PHASES]
+    except ConfigError:
+        plan = []
+    return FaultInjector(unfired(plan, read_fired(os.environ.get(FIRED_ENV))), rank, 0)
 
 
 def serve_spawned(parent) -> None:

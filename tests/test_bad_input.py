@@ -23,7 +23,12 @@ CASES = {
     "num_shards": "num_shards must be an integer >= 1; found 0",
     "max_retries": "max_retries must be an integer >= 1; found 0",
     "unwritable": "/proc/mixle_mpi_cannot_write_here",
+    "load_raises": "cannot parse measurements.dat line 7",
 }
+CODES = {"load_raises": 1}  # a user's own exception is a failure (1), not bad input (2)
+# Every case at 4 ranks (where Open MPI used to hang); each kind of path also at 3 or 8:
+# before the handshake (validation), after it (the shard store) and the user's own code.
+MATRIX = [(case, 4) for case in sorted(CASES)] + [("num_shards", 3), ("nan", 8), ("load_raises", 8)]
 
 
 def _launch(python: str, ranks: int, args: list[str], tmp_path: Path, timeout: float = 90):
@@ -32,15 +37,22 @@ def _launch(python: str, ranks: int, args: list[str], tmp_path: Path, timeout: f
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30, cwd=str(tmp_path), env=env)
 
 
-@pytest.mark.parametrize("library", LIBRARIES)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_input_is_a_clear_error(library, case, tmp_path):
-    _, python = library
-    proc = _launch(python, 3, [case, str(tmp_path / "work")], tmp_path)
-    assert proc.returncode == 2, proc.stderr[-4000:]
-    assert CASES[case] in proc.stderr, proc.stderr[-4000:]
+def assert_ended_cleanly(proc, code: int, needle: str, marker: str) -> None:
+    """The job ended with ``code``, said ``needle`` once, showed no MPI_Abort banner and
+    left no process behind."""
+    assert proc.returncode == code, proc.stderr[-4000:]
+    assert needle in proc.stderr, proc.stderr[-4000:]
+    assert "MPI_ABORT" not in proc.stderr and "MPI_Abort" not in proc.stderr, proc.stderr[-4000:]
     assert "UNEXPECTED" not in proc.stdout
-    assert no_leftover_processes(str(tmp_path / "work")) == []
+    assert no_leftover_processes(marker) == []
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize("case, ranks", MATRIX)
+def test_bad_input_is_a_clear_error(library, case, ranks, tmp_path):
+    _, python = library
+    proc = _launch(python, ranks, [case, str(tmp_path / "work")], tmp_path)
+    assert_ended_cleanly(proc, CODES.get(case, 2), CASES[case], str(tmp_path / "work"))
 
 
 def test_single_rank_is_refused(tmp_path):
@@ -59,18 +71,60 @@ def test_launcher_refuses_one_rank(tmp_path):
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
-def test_uncaught_exception_on_a_worker_aborts_the_job(library, tmp_path):
+@pytest.mark.parametrize("ranks", [4, 8])
+def test_uncaught_exception_on_a_worker_aborts_the_job(library, ranks, tmp_path):
     _, python = library
-    proc = _launch(python, 3, ["worker_raises", str(tmp_path / "work")], tmp_path, timeout=60)
+    proc = _launch(python, ranks, ["worker_raises", str(tmp_path / "work")], tmp_path, timeout=60)
     assert proc.returncode != 0
     assert "user code failed on a worker rank" in proc.stderr
     assert no_leftover_processes(str(tmp_path / "work")) == []
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
-def test_uncaught_exception_on_the_driver_stops_every_rank(library, tmp_path):
+@pytest.mark.parametrize("ranks", [4, 8])
+def test_uncaught_exception_on_the_driver_stops_every_rank(library, ranks, tmp_path):
     _, python = library
-    proc = _launch(python, 3, ["driver_raises", str(tmp_path / "work")], tmp_path, timeout=60)
+    proc = _launch(python, ranks, ["driver_raises", str(tmp_path / "work")], tmp_path, timeout=60)
     assert proc.returncode == 1, proc.stderr[-4000:]
     assert "user code failed on the driver" in proc.stderr
     assert no_leftover_processes(str(tmp_path / "work")) == []
+
+
+# -- the same through `mixle-mpi fit`, as a new user meets it --------------------------------
+CSV = {
+    "text.csv": "x,y\n1.0,2.0\n3.0,abc\n",
+    "header_only.csv": "x,y\n",
+    "empty.csv": "",
+    "nan.csv": "x,y\n1.0,2.0\nnan,1.0\n",
+    "blank.csv": "x,y\n1.0,2.0\n3.0,\n",
+}
+FIT_ERRORS = {
+    # name: (--data, --model, extra args, what the message must say)
+    "missing_file": ("nofile.csv", "gmm:k=2", [], "no such data file 'nofile.csv'"),
+    "k0": ("builtin:iris", "gmm:k=0", ["--columns", "0:4"], "k=0"),
+    "iris_no_columns": ("builtin:iris", "gmm:k=2", [], "Iris-setosa"),
+    "text_cell": ("text.csv", "gmm:k=2", [], "abc"),
+    "header_only": ("header_only.csv", "gmm:k=2", [], "header_only.csv"),
+    "empty": ("empty.csv", "gmm:k=2", [], "empty.csv"),
+    "nan": ("nan.csv", "gmm:k=2", [], "nan.csv"),
+    "blank_cell": ("blank.csv", "gmm:k=2", [], "blank.csv"),
+}
+# A missing file at 3, 4 and 8 ranks under both MPIs; every other mistake at 4 under Open MPI.
+FIT_MATRIX = [pytest.param(lib.values[0], "missing_file", ranks, marks=lib.marks, id=f"{lib.id}-missing_file-{ranks}")
+              for lib in LIBRARIES for ranks in (3, 4, 8)] + [
+    pytest.param(LIBRARIES[0].values[0], name, 4, id=f"openmpi-{name}-4") for name in sorted(FIT_ERRORS)
+    if name != "missing_file"]
+
+
+@pytest.mark.parametrize("library, name, ranks", FIT_MATRIX)
+def test_fit_input_errors_end_the_job_at_any_rank_count(library, name, ranks, tmp_path):
+    _, python = library
+    for fname, text in CSV.items():
+        (tmp_path / fname).write_text(text)
+    data, model, extra, needle = FIT_ERRORS[name]
+    out = tmp_path / "out"
+    proc = subprocess.run([python, "-m", "mixle_mpi", "fit", "-n", str(ranks), "--timeout", "90", "--data", data,
+                           "--model", model, *extra, "--out-dir", str(out)], capture_output=True, text=True,
+                          timeout=150, cwd=str(tmp_path), env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert_ended_cleanly(proc, 2, needle, str(out))
+    assert "Traceback" not in proc.stderr

@@ -10,7 +10,7 @@ import pytest
 from conftest import LIBRARIES
 from mpiharness import fit_args, no_leftover_processes, run_job, same_fit
 
-from mixle_mpi.chaos import read_fired, unfired
+from mixle_mpi.faults import read_fired, unfired
 from mixle_mpi.faults import FIRED_ENV
 
 pytestmark = pytest.mark.mpijob

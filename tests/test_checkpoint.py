@@ -15,7 +15,7 @@ import pytest
 from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit
 
 from mixle_mpi import checkpoint as ckpt
-from mixle_mpi.chaos import read_fired, unfired
+from mixle_mpi.faults import read_fired, unfired
 from mixle_mpi.faults import FIRED_ENV
 
 pytestmark = pytest.mark.mpijob

@@ -15,7 +15,8 @@ import pytest
 from conftest import LIBRARIES
 from mpiharness import OMPI_PYTHON, no_leftover_processes
 
-from mixle_mpi.chaos import FAULT_LOG, read_fired, unfired
+from mixle_mpi.chaos import FAULT_LOG
+from mixle_mpi.faults import read_fired, unfired
 from mixle_mpi.faults import FIRED_ENV
 from mixle_mpi.models import get_model
 

@@ -24,7 +24,7 @@ from mpiharness import OMPI_PYTHON, REPO, no_leftover_processes, same_fit
 
 from mixle_mpi import checkpoint as ckpt
 from mixle_mpi import slurm
-from mixle_mpi.chaos import read_fired, unfired
+from mixle_mpi.faults import read_fired, unfired
 from mixle_mpi.faults import FIRED_ENV
 
 SLURM_BINARIES = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "srun", "slurmctld", "slurmd", "munged", "mungekey")

@@ -363,7 +363,7 @@ def _victim(plan: str, env_log, tmp_path):
 
 @pytest.mark.parametrize("action, returncode", [("kill", -9), ("exit", 3)])
 def test_victim_process_records_before_it_dies(action, returncode, tmp_path):
-    from mixle_mpi.chaos import read_fired, unfired
+    from mixle_mpi.faults import read_fired, unfired
 
     log = tmp_path / "faults.jsonl"
     plan = f"2:{action}:estep_before:1"
@@ -381,7 +381,7 @@ def test_victim_process_records_before_it_dies(action, returncode, tmp_path):
 
 
 def test_a_fault_that_does_not_match_leaves_no_record(tmp_path):
-    from mixle_mpi.chaos import read_fired, unfired
+    from mixle_mpi.faults import read_fired, unfired
 
     log = tmp_path / "faults.jsonl"
     proc = _victim("2:kill:estep_before:2", log, tmp_path)  # call 2 never comes
@@ -404,7 +404,7 @@ def test_record_fired_without_a_log_writes_nothing(tmp_path, monkeypatch):
 
 
 def test_records_append_one_whole_line_each(tmp_path):
-    from mixle_mpi.chaos import read_fired
+    from mixle_mpi.faults import read_fired
 
     log = tmp_path / "f.jsonl"
     plan = parse_plan("1:kill:init,2:stop:respawn,0:kill:checkpoint_write:4")
@@ -423,7 +423,7 @@ def _rec(text: str) -> dict:
 
 
 def test_unfired_matches_every_field():
-    from mixle_mpi.chaos import unfired
+    from mixle_mpi.faults import unfired
 
     plan = "1:kill:estep_mid:2:0,1:stop:estep_before:4:1,2:kill:estep_before:2:0:recovery"
     assert unfired(plan, [_rec("1:kill:estep_mid:2:0"), _rec("1:stop:estep_before:4:1"),
@@ -436,7 +436,7 @@ def test_unfired_matches_every_field():
 
 
 def test_one_record_accounts_for_one_planned_fault():
-    from mixle_mpi.chaos import unfired
+    from mixle_mpi.faults import unfired
 
     plan = "2:kill:llsum:0,2:kill:llsum:0"
     assert unfired(plan, [_rec("2:kill:llsum:0")]) == [Fault(2, "kill", "llsum", 0)]
@@ -444,7 +444,7 @@ def test_one_record_accounts_for_one_planned_fault():
 
 
 def test_read_fired_skips_other_events_and_a_torn_line(tmp_path):
-    from mixle_mpi.chaos import read_fired
+    from mixle_mpi.faults import read_fired
 
     log = tmp_path / "events.jsonl"
     good = _rec("3:stop:estep_mid:1")

@@ -34,6 +34,9 @@ elif case == "single":
     pass
 elif case == "driver_raises":
     pass
+elif case == "load_raises":  # the user's own loading code fails on the driver, before the handle
+    if is_driver():
+        raise ValueError("cannot parse measurements.dat line 7: 'n/a'")
 elif case == "worker_raises":
     if not is_driver():
         raise RuntimeError("user code failed on a worker rank before the handle existed")

@@ -1,0 +1,106 @@
+"""A rank that dies while the job starts never hangs it, and a killed launcher takes its
+whole job with it. Real jobs under mpiexec, real deaths, deadlines on everything.
+
+- ``startup``: a worker dies right after MPI init, before it says hello: the driver leaves
+  it out (ULFM tells at once; MPICH when the startup deadline passes), the fit goes on
+  and the rank is respawned: same bits as mixle's reference.
+- ``handshake``: a worker dies after the driver's go, inside the communicator's creation:
+  the fit goes on, or the job ends as "never started" (exit 73) and the launcher starts
+  it again; either way the same bits.
+- MPI init: a rank that dies before MPI_Init finished leaves the others blocked inside it;
+  their alarm ends them at the startup deadline and the job exits 73.
+- The launcher SIGKILLed with its process group: no process of the job survives it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import LIBRARIES
+from mpiharness import fit_args, no_leftover_processes, run_job, same_fit
+
+from mixle_mpi import exitcodes
+from mixle_mpi.faults import read_fired, unfired
+
+pytestmark = pytest.mark.mpijob
+MODEL, N, SHARDS, SUB, ITS = "gmm1d", 6000, 3, 1, 5
+STARTUP_TIMEOUT = "15"
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize("phase", ["startup", "handshake"])
+def test_worker_dying_while_the_job_starts_gives_the_same_bits(library, phase, tmp_path, reference):
+    _, python = library
+    plan = f"2:kill:{phase}"
+    fault_log = tmp_path / "fired.jsonl"
+    job = run_job(python, 4, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan=plan, timeout=240,
+                  env={"MIXLE_MPI_FAULT_LOG": str(fault_log), "MIXLE_MPI_STARTUP_TIMEOUT": STARTUP_TIMEOUT})
+    assert unfired(plan, read_fired(str(fault_log))) == [], "the planned fault did not fire\n" + job.describe()
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    retried = "starting it again" in job.stderr
+    if not retried:  # recovered in place: the dead rank failed at startup and came back
+        assert job.result["failures"].get("2") == 1, job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+INIT_DEATH = """
+import os, signal, sys, time
+rank = os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMI_RANK")
+if rank == "2":
+    os.kill(os.getpid(), signal.SIGKILL)   # dies before MPI_Init: the others block inside it
+from mixle_mpi import is_driver
+is_driver()
+print("UNEXPECTED: MPI came up without rank 2", flush=True)
+"""
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_rank_dying_in_mpi_init_ends_the_job_as_never_started(library, tmp_path):
+    _, python = library
+    script = tmp_path / "init_death.py"
+    script.write_text(INIT_DEATH)
+    env = dict(os.environ, MIXLE_MPI_STARTUP_TIMEOUT="8", PYTHONWARNINGS="ignore")
+    t0 = time.monotonic()
+    proc = subprocess.run([python, "-m", "mixle_mpi", "run", "-n", "4", "--start-retries", "0", "--", python,
+                           str(script)], capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=env)
+    took = time.monotonic() - t0
+    assert proc.returncode == exitcodes.NEVER_STARTED, proc.stderr[-3000:]
+    assert "the job never started" in proc.stderr and "MIXLE_MPI_STARTUP_TIMEOUT=8" in proc.stderr
+    assert "UNEXPECTED" not in proc.stdout
+    assert took < 100, f"ended only after {took:.0f} s"  # a hang would have run into the timeout
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize("delay", [1.0, 6.0])
+def test_killing_the_launcher_kills_the_whole_job(library, delay, tmp_path):
+    """SIGKILL of the launcher's process group, during startup (1 s) or the fit (6 s)."""
+    _, python = library
+    mixle = os.path.join(os.path.dirname(python), "mixle-mpi")
+    out = tmp_path / "out"
+    cmd = [mixle, "fit", "-n", "4", "--data", "builtin:iris", "--columns", "0:4", "--model", "gmm:k=3",
+           "--max-its", "100000", "--delta", "none", "--out-dir", str(out)]
+    launcher = subprocess.Popen(cmd, cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    time.sleep(delay)
+    assert launcher.poll() is None, "the job ended before the launcher could be killed"
+    os.killpg(launcher.pid, signal.SIGKILL)
+    launcher.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while no_leftover_processes(str(out)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert no_leftover_processes(str(out)) == []
+
+
+def test_bad_startup_timeout_is_refused_before_launch(tmp_path):
+    env = dict(os.environ, MIXLE_MPI_STARTUP_TIMEOUT="soon")
+    proc = subprocess.run([sys.executable, "-m", "mixle_mpi", "run", "-n", "3", "--", "true"],
+                          capture_output=True, text=True, timeout=60, cwd=str(tmp_path), env=env)
+    assert proc.returncode == 2
+    assert "MIXLE_MPI_STARTUP_TIMEOUT='soon' must be a number of seconds > 0" in proc.stderr

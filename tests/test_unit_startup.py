@@ -1,0 +1,90 @@
+"""The pure parts of starting a job and of ending it with its launcher: the startup deadline,
+the launcher's verdict on a job that never started, the job tag and the reaper's search."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mixle_mpi import exitcodes, launcher, reaper, startup
+from mixle_mpi.errors import ConfigError
+
+
+def test_startup_timeout_default_and_environment():
+    assert startup.startup_timeout({}) == startup.DEFAULT_STARTUP_TIMEOUT
+    assert startup.startup_timeout({startup.STARTUP_TIMEOUT_ENV: " 7.5 "}) == 7.5
+
+
+@pytest.mark.parametrize("raw", ["soon", "0", "-3", "nan", "inf"])
+def test_startup_timeout_refuses_bad_values(raw):
+    with pytest.raises(ConfigError, match=f"MIXLE_MPI_STARTUP_TIMEOUT='{raw}' must be a number of seconds > 0"):
+        startup.startup_timeout({startup.STARTUP_TIMEOUT_ENV: raw})
+
+
+def test_never_started_says_why_only_when_the_job_did_not_start():
+    assert launcher.never_started(mpi_up=True, started=True, seconds=500, limit=10) is None
+    assert "startup handshake" in launcher.never_started(mpi_up=True, started=False, seconds=1, limit=10)
+    assert "MIXLE_MPI_STARTUP_TIMEOUT=10" in launcher.never_started(mpi_up=False, started=False, seconds=11, limit=10)
+    # a script that failed fast before MPI (a typo) is a plain failure, not "never started"
+    assert launcher.never_started(mpi_up=False, started=False, seconds=2, limit=10) is None
+
+
+def test_judge_never_started():
+    code, note = launcher.judge(0, None, never_started="a rank died")
+    assert code == exitcodes.NEVER_STARTED and "never started: a rank died" in note and "loses nothing" in note
+    code, note = launcher.judge(1, {"exit_code": exitcodes.NEVER_STARTED, "status": "error", "message": "X"})
+    assert code == exitcodes.NEVER_STARTED and note == "the job never started: X"
+    # a driver's own status wins over the launcher's guess
+    assert launcher.judge(0, {"exit_code": 0, "status": "ok"}, never_started="x")[0] == 0
+
+
+def test_launch_env_sets_this_launch_markers_and_drops_an_outer_launchers():
+    outer = {startup.MPI_UP_ENV: "/outer/up", startup.STARTED_ENV: "/outer/s", reaper.TAG_ENV: "outer"}
+    env = launcher.launch_env(1, "/s.json", base=outer, mpi_up_file="/r/up", started_file="/r/st", tag="t1")
+    assert (env[startup.MPI_UP_ENV], env[startup.STARTED_ENV], env[reaper.TAG_ENV]) == ("/r/up", "/r/st", "t1")
+    bare = launcher.launch_env(1, "/s.json", base=outer)
+    assert not {startup.MPI_UP_ENV, startup.STARTED_ENV, reaper.TAG_ENV} & set(bare)
+
+
+def test_run_files_are_private_and_removed():
+    files = launcher.RunFiles()
+    try:
+        assert os.stat(files.dir).st_mode & 0o777 == 0o700
+        assert os.path.dirname(files.status) == files.dir
+    finally:
+        files.remove()
+    assert not os.path.exists(files.dir)
+
+
+def test_reaper_finds_processes_by_their_tag_only(tmp_path):
+    env = dict(os.environ, **{reaper.TAG_ENV: "tag-under-test"})
+    tagged = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env=dict(os.environ, **{reaper.TAG_ENV: "tag-under-test-2"}))
+    try:
+        assert reaper.tagged_pids("tag-under-test") == [tagged.pid]
+        assert reaper.sweep("tag-under-test", grace=0.2) == [tagged.pid]
+        assert tagged.wait(timeout=10) == -9
+        assert other.poll() is None
+    finally:
+        for p in (tagged, other):
+            p.kill()
+            p.wait()
+
+
+def test_reaper_leaves_the_job_alone_when_the_launcher_says_done():
+    env = dict(os.environ, **{reaper.TAG_ENV: "tag-done"})
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        r = subprocess.run([sys.executable, "-m", "mixle_mpi.reaper", "tag-done"], input=reaper.DONE, timeout=30)
+        assert r.returncode == 0 and victim.poll() is None
+        r = subprocess.run([sys.executable, "-m", "mixle_mpi.reaper", "tag-done"], input=b"", timeout=30,
+                           capture_output=True)
+        assert victim.wait(timeout=10) == -9
+        assert b"killed the job's 1 remaining processes" in r.stderr
+    finally:
+        victim.kill()
+        victim.wait()
