@@ -19,6 +19,7 @@ import h5py
 import numpy as np
 
 from mixle_mpi.errors import ConfigError, MixleMPIError
+from mixle_mpi.privatefile import create_private
 
 FORMAT, VERSION = "mixle_mpi.checkpoint", 1
 VERSION_FIELDS = ("mixle", "numpy", "mpi", "blas_threads")
@@ -73,6 +74,7 @@ def write(path: str, state: FitState, before_rename=None) -> None:
     """Atomically replace the checkpoint at ``path``, keeping the previous one as ``.prev``."""
     text = json.dumps(asdict(state), sort_keys=True)
     tmp = path + ".tmp"
+    create_private(tmp)
     with h5py.File(tmp, "w") as f:
         f.attrs["format"] = FORMAT
         f.attrs["version"] = VERSION

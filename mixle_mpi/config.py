@@ -37,6 +37,11 @@ class Settings:
     reconfigure_timeout: float = 60.0  # deadline for one shrink, spawn, or control reply (shard load)
     blas_threads: int = 1              # BLAS threads on every rank (bits depend on it)
     respawn: bool = True               # respawn failed ranks below max_retries
+    # A busy worker whose main thread reports no progress (one sub-chunk, one shard) for this
+    # long is stuck (a deadlock in a C extension, a livelock) and is failed like a dead one.
+    # 600 s: far above any sub-chunk of the data sizes we see; raise it, or split shards
+    # finer with sub_chunks, if a single sub-chunk legitimately computes longer.
+    stall_timeout: float = 600.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

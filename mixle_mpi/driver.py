@@ -27,11 +27,15 @@ from mixle_mpi.faults import FaultInjector, plan_to_json
 from mixle_mpi.membership import Membership
 from mixle_mpi.monitor import Monitor
 from mixle_mpi.placement import initial_placement, plan_recovery, spread
-from mixle_mpi.shrink import EMULATED, run_with_deadline, shrink
+from mixle_mpi.deadlines import run_with_deadline
+from mixle_mpi.shrink import EMULATED, shrink
 from mixle_mpi.store import ShardStore
 from mixle_mpi.transport import ABORT_SEND_WAIT, TAG_CMD, TAG_REPLY, Backoff, Link, PeerFailed, abort_message
 
 _TASK_IDS = itertools.count(1)
+STOP_SEND_WAIT = 5.0       # seconds for "stop" messages to leave at the end
+DISCONNECT_TIMEOUT = 10.0  # seconds for one respawned worker's Disconnect at exit
+SPAWN_CHECK_TIMEOUT = 5.0  # after a spawn timed out: seconds MPI gets to prove it still answers
 
 
 class Driver:
@@ -210,8 +214,8 @@ class Driver:
 
     def _setup(self, workers: list[int]) -> None:
         for w in workers:
-            self._post(w, self._setup_message(w))
-            self.monitor.watch(w, self.links[w])
+            if self._post(w, self._setup_message(w)):
+                self.monitor.watch(w, self.links[w])
         ready = self._collect({w: {("ready", w)} for w in workers if w in self.links}, "ready")
         for w, msgs in ready.items():
             _, _, host, pid = msgs[0]
@@ -439,7 +443,9 @@ class Driver:
                 continue  # someone died before the collective: agree again without them
             for w in survivors:
                 self._post(w, ("shrink_go", epoch))
-                self.links[w].progress()
+                self._sent(w)
+            if any(w not in self.links for w in survivors):
+                continue  # one died before the collective: agree again without it
             t0 = time.perf_counter()
             try:
                 comm = run_with_deadline(lambda: shrink(self.gcomm, ranks, method, epoch),
@@ -494,6 +500,8 @@ class Driver:
             pair = run_with_deadline(lambda: inter.Merge(high=False), timeout, "merge")
             hb = run_with_deadline(pair.Dup, timeout, "heartbeat dup")
         except (TimeoutError, MPI.Exception, NotImplementedError) as exc:
+            if isinstance(exc, TimeoutError):
+                self._check_mpi_answers(str(exc))
             self.can_spawn = False
             self.events.emit("spawn_unavailable", worker=worker, cause=str(exc),
                              action="shards migrate to survivors")
@@ -501,8 +509,8 @@ class Driver:
         self.grank.pop(worker, None)
         self.links[worker] = Link(pair, hb, 1, inter=inter)
         incarnation = self.membership.revive(worker)
-        self._post(worker, self._setup_message(worker))
-        self.monitor.watch(worker, self.links[worker])
+        if self._post(worker, self._setup_message(worker)):
+            self.monitor.watch(worker, self.links[worker])
         ready = self._collect({worker: {("ready", worker)}}, "ready")
         if worker in ready:
             _, _, host, pid = ready[worker][0]
@@ -514,6 +522,20 @@ class Driver:
             self.events.emit("respawned", worker=worker, host=host, pid=pid, incarnation=incarnation,
                              shards=list(self.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6))
         return True
+
+    def _check_mpi_answers(self, what: str) -> None:
+        """After a blocking call was abandoned in its thread (a Spawn that timed out): go on
+        only if MPI still answers. Under MPICH's global lock a stuck call could otherwise
+        freeze every later MPI call of this process, an unbounded wait."""
+        try:
+            run_with_deadline(MPI.COMM_SELF.Iprobe, SPAWN_CHECK_TIMEOUT, "MPI check")
+        except TimeoutError:
+            raise ReconfigurationTimeout(
+                f"{what}, and MPI no longer answers (the abandoned call holds it); the fit cannot go on. "
+                "Rerun the same command to resume from the last checkpoint, or disable respawn (--no-respawn)"
+            ) from None
+        except MPI.Exception:
+            pass  # it answered
 
     # -- ending ------------------------------------------------------------------------
     def close(self) -> None:
@@ -530,23 +552,26 @@ class Driver:
 
     def finish(self) -> None:
         """At process exit: stop and disconnect respawned workers, stop the monitor."""
-        spawned = [w for w in self._live() if self.links[w].inter is not None]
-        self._stop(spawned)
+        spawned = {w: self.links[w].inter for w in self._live() if self.links[w].inter is not None}
+        self._stop(list(spawned))
         self.monitor.stop()
-        for w in spawned:
+        for w, inter in spawned.items():  # a worker failed meanwhile is disconnected all the same
             try:
-                run_with_deadline(self.links[w].inter.Disconnect, 10.0, "disconnect")
+                run_with_deadline(inter.Disconnect, DISCONNECT_TIMEOUT, "disconnect")
             except (TimeoutError, MPI.Exception) as exc:
                 sys.stderr.write(f"[mixle_mpi] disconnecting respawned rank {w} failed: {exc}\n")
 
-    def _stop(self, workers: list[int], msg: tuple = ("stop",), wait: float = 5.0) -> None:
+    def _stop(self, workers: list[int], msg: tuple = ("stop",), wait: float = STOP_SEND_WAIT) -> None:
         """Send ``msg`` to ``workers`` and wait (bounded) until the sends have completed."""
         for w in workers:
             self._post(w, msg)
         deadline = time.monotonic() + wait
         backoff = Backoff()
-        while time.monotonic() < deadline and not all(self.links[w].progress() for w in workers if w in self.links):
-            backoff.sleep()
+        pending = list(workers)
+        while pending and time.monotonic() < deadline:
+            pending = [w for w in pending if self._sent(w) is False]  # None: it failed meanwhile
+            if pending:
+                backoff.sleep()
 
     def abort_workers(self, code: int) -> None:
         """Best effort, before a failing driver exits: tell every worker to end now."""

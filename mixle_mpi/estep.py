@@ -29,37 +29,45 @@ def encode_shard(encoder: Any, rows, sub_chunks: int) -> Chunks:
     return chunks
 
 
-def estep_shard(estimator: Any, model: Any, chunks: Chunks, after_first: Callable[[], None] | None = None) -> bytes:
+OnChunk = Callable[[int], None]  # called with a sub-chunk's index once it is done
+
+
+def _done(on_chunk: OnChunk | None, index: int) -> None:
+    if on_chunk is not None:
+        on_chunk(index)
+
+
+def estep_shard(estimator: Any, model: Any, chunks: Chunks, on_chunk: OnChunk | None = None) -> bytes:
     """Pickled ``(count, accumulator.value())`` of one shard (mixle's payload format)."""
     accumulator = estimator.accumulator_factory().make()
     count = 0.0
-    for sz, x in chunks:
+    for i, (sz, x) in enumerate(chunks):
         count += sz
         accumulator.seq_update(x, np.ones(sz), model)
-        if after_first is not None:
-            after_first()
-            after_first = None
+        _done(on_chunk, i)
     return pickle.dumps((count, accumulator.value()), protocol=PROTO)
 
 
-def init_shard(estimator: Any, p: float, seed: int, chunks: Chunks) -> bytes:
+def init_shard(estimator: Any, p: float, seed: int, chunks: Chunks, on_chunk: OnChunk | None = None) -> bytes:
     """Randomized initialization of one shard from its own fixed seed."""
     accumulator = estimator.accumulator_factory().make()
     rng_loc = np.random.RandomState(seed)
     rng_w = np.random.RandomState(seed=rng_loc.randint(2**31))
     count = 0.0
-    for sz, x in chunks:
+    for i, (sz, x) in enumerate(chunks):
         weights = np.zeros(sz, dtype=float)
         weights[rng_w.rand(sz) <= p] = 1.0
         count += np.sum(weights)
         accumulator.seq_initialize(x, weights, rng_loc)
+        _done(on_chunk, i)
     return pickle.dumps((count, accumulator.value()), protocol=PROTO)
 
 
-def score_shard(model: Any, chunks: Chunks) -> tuple[float, float]:
+def score_shard(model: Any, chunks: Chunks, on_chunk: OnChunk | None = None) -> tuple[float, float]:
     """(count, summed log density) of one shard, sub-chunks in order."""
     count, log_density = 0.0, 0.0
-    for size, encoded in chunks:
+    for i, (size, encoded) in enumerate(chunks):
         count += size
         log_density += model.seq_log_density(encoded).sum()
+        _done(on_chunk, i)
     return count, log_density

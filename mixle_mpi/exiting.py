@@ -83,13 +83,24 @@ def _driver_excepthook(tp, value, tb) -> None:
     except OSError:
         pass
     handle = _state["handle"]
-    try:
-        if handle is not None:
-            handle.abort_workers(code, f"{tp.__name__}: {value}")
-    except Exception:  # noqa: BLE001 - we are already failing; workers end on their own deadlines
-        pass
+    if handle is not None:
+        _bounded(lambda: handle.abort_workers(code, f"{tp.__name__}: {value}"))
     _flush()
     os._exit(code)
+
+
+ABORT_DEADLINE = 10.0  # telling the workers is best effort: past this the driver just exits
+
+
+def _bounded(fn) -> None:
+    """Run ``fn`` (telling workers to end) but never wait past ABORT_DEADLINE: after an
+    abandoned collective, any MPI call may wait for good. Workers end on their own deadlines."""
+    from mixle_mpi.deadlines import run_with_deadline
+
+    try:
+        run_with_deadline(fn, ABORT_DEADLINE, "telling the workers to end")
+    except Exception:  # noqa: BLE001 - we are already failing
+        pass
 
 
 def _driver_atexit() -> None:
@@ -129,7 +140,7 @@ def _rank_excepthook(tp, value, tb) -> None:
             write_status(code, f"{tp.__name__}: {value}")
         except OSError:
             pass
-        abort_startup(MPI.COMM_WORLD, code, f"{tp.__name__}: {value}")
+        _bounded(lambda: abort_startup(MPI.COMM_WORLD, code, f"{tp.__name__}: {value}"))
         _flush()
         os._exit(code)
     _flush()

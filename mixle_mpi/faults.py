@@ -19,12 +19,13 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 
 from mixle_mpi.errors import ConfigError
 
-ACTIONS = ("kill", "stop", "exit")
+ACTIONS = ("kill", "stop", "exit", "hang")  # hang: the main thread blocks for good, heartbeats go on
 PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "respawn", "checkpoint_write",
           "startup", "handshake")
 STARTUP_PHASES = ("startup", "handshake")  # an original worker, before setup: read from the environment
@@ -66,6 +67,8 @@ class Fault:
             raise ConfigError(f"fault scope {self.scope!r} is unknown; valid scopes are {list(SCOPES)}")
         if isinstance(self.worker, bool) or not isinstance(self.worker, int) or self.worker < 0:
             raise ConfigError(f"fault worker must be a rank >= 0 (0 is the driver); found {self.worker!r}")
+        if self.worker == 0 and self.action == "hang":
+            raise ConfigError("action 'hang' is for workers: the driver has no stall detection (use kill or stop)")
         if self.worker == 0 and self.phase not in DRIVER_PHASES:
             raise ConfigError(f"the driver (rank 0) can only fault at {list(DRIVER_PHASES)}; found phase {self.phase!r}")
         if self.worker > 0 and self.phase == "checkpoint_write":
@@ -196,6 +199,10 @@ def _perform(fault: Fault) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif fault.action == "stop":
         os.kill(os.getpid(), signal.SIGSTOP)
+    elif fault.action == "hang":  # blocked in a C-level lock wait: the GIL is free, beats go on
+        lock = threading.Lock()
+        lock.acquire()
+        lock.acquire()
     else:
         os._exit(3)
 

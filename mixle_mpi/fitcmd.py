@@ -45,7 +45,7 @@ def restart_checkpoints(path: str, restarts: int) -> list[str]:
 
 def _settings(cfg: FitConfig) -> dict:
     return {k: v for k, v in (("heartbeat_period", cfg.heartbeat_period), ("heartbeat_timeout", cfg.heartbeat_timeout),
-                              ("respawn", cfg.respawn)) if v is not None}
+                              ("stall_timeout", cfg.stall_timeout), ("respawn", cfg.respawn)) if v is not None}
 
 
 def prepare(cfg: FitConfig):
@@ -80,6 +80,7 @@ def run(cfg: FitConfig) -> int:
     events_path = os.path.join(cfg.out_dir, "events.jsonl")
     with ResilientMPIEncodedData(loaded.data, estimator=est, num_shards=cfg.num_shards, sub_chunks=cfg.sub_chunks,
                                  max_retries=cfg.max_retries, workdir=os.path.join(cfg.out_dir, "work"),
+                                 keep_store=cfg.keep_store,
                                  event_log=events_path, **_settings(cfg)) as enc:
         loaded.close()
         print(f"[fit] {spec.text} on {loaded.describe}; {enc.num_shards} shards over "

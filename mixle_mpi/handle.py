@@ -58,9 +58,11 @@ class ResilientMPIEncodedData(EncodedDataHandle):
 
     Keyword-only extras: ``workdir`` (store and event log; default ``$MIXLE_MPI_WORKDIR``
     or ``./mixle_mpi_run``), ``store_path``, ``event_log``, ``fault_plan`` (see
-    :mod:`mixle_mpi.faults`), and the :class:`~mixle_mpi.config.Settings` fields
-    ``heartbeat_period``, ``heartbeat_timeout``, ``driver_timeout``,
-    ``reconfigure_timeout``, ``blas_threads`` and ``respawn``.
+    :mod:`mixle_mpi.faults`), ``keep_store`` (keep the shard store, a full owner-only copy
+    of the data, after :meth:`close`; it is deleted by default), and the
+    :class:`~mixle_mpi.config.Settings` fields ``heartbeat_period``, ``heartbeat_timeout``,
+    ``driver_timeout``, ``reconfigure_timeout``, ``stall_timeout``, ``blas_threads`` and
+    ``respawn``.
     """
 
     journal = None  # a FoldJournal while fitloop.fit(journal=True) runs
@@ -78,12 +80,14 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         store_path: str | None = None,
         event_log: str | None = None,
         fault_plan: Any = None,
+        keep_store: bool = False,
         **settings: Any,
     ) -> None:
         from mixle_mpi import startup
 
         MPI = startup.init_mpi()
         self._driver = None
+        self.keep_store = bool(keep_store)
         self._gcomm = None
         self._aborted = False
         self.closed_cleanly = False
@@ -149,7 +153,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         gcomm, ghb = startup.build_comms(world, tuple([0] + members), timeout)
         self._gcomm = gcomm
         ranks = {w: i + 1 for i, w in enumerate(members)}  # worker id (world rank) -> rank in gcomm
-        monitor = Monitor(self.settings.heartbeat_period, self.settings.heartbeat_timeout)
+        monitor = Monitor(self.settings.heartbeat_period, self.settings.heartbeat_timeout, self.settings.stall_timeout)
         for w, r in ranks.items():
             monitor.watch(w, Link(gcomm, ghb, r))
         monitor.start()
@@ -272,10 +276,17 @@ class ResilientMPIEncodedData(EncodedDataHandle):
 
     # -- lifecycle -------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the workers (they exit) and release the store. Idempotent."""
+        """Stop the workers (they exit) and release the store, then delete it (a full copy
+        of the user's data) unless ``keep_store``. Idempotent. A fit that ends in an error
+        or a preemption never gets here, so its store stays for inspection."""
         if self._driver is not None and not self._driver.closed:
             self._driver.close()
             self.store.close()
+            if not self.keep_store:
+                try:
+                    os.remove(self.store.path)
+                except OSError:
+                    pass
             self.closed_cleanly = True
 
     def _finish(self) -> None:

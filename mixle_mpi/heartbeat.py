@@ -8,6 +8,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+
+class Beat(NamedTuple):
+    """Worker -> driver heartbeat. ``progress`` counts the main thread's steps (sub-chunks,
+    shards, commands); ``busy`` is True while it holds a task. The heartbeat thread sends
+    it, so a worker whose main thread is stuck still beats, but its progress stands still."""
+
+    worker: int
+    incarnation: int
+    seq: int
+    progress: int
+    busy: bool
 
 
 class HeartbeatTracker:
@@ -57,3 +70,34 @@ class HeartbeatTracker:
     @property
     def watched(self) -> list[int]:
         return sorted(self._last)
+
+
+class StallTracker:
+    """Whose main thread is stuck: busy with a task, yet no progress for ``timeout`` seconds.
+
+    Heartbeats alone cannot tell: the heartbeat thread lives on while the main thread sits
+    in a deadlocked C call. A long but healthy E-step reports progress after every
+    sub-chunk, so it is never taken for a stall unless one sub-chunk alone outlasts
+    ``timeout``."""
+
+    def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.timeout = float(timeout)
+        self.clock = clock
+        self._seen: dict[int, tuple[int, float]] = {}  # worker -> (progress, when it last moved)
+
+    def observe(self, worker: int, progress: int, busy: bool) -> None:
+        """Feed one heartbeat's report. An idle worker is never stalled."""
+        if not busy:
+            self._seen.pop(worker, None)
+            return
+        last = self._seen.get(worker)
+        if last is None or last[0] != progress:
+            self._seen[worker] = (progress, self.clock())
+
+    def forget(self, worker: int) -> None:
+        self._seen.pop(worker, None)
+
+    def stalled(self) -> dict[int, float]:
+        """Busy workers whose progress has not moved for longer than ``timeout``: seconds."""
+        now = self.clock()
+        return {w: now - t for w, (_, t) in sorted(self._seen.items()) if now - t > self.timeout}

@@ -30,6 +30,7 @@ class FitConfig:
     max_retries: int = 2
     heartbeat_period: float | None = None
     heartbeat_timeout: float | None = None
+    stall_timeout: float | None = None
     respawn: bool | None = None
     checkpoint: str | None = None
     checkpoint_every: int = 1
@@ -37,6 +38,7 @@ class FitConfig:
     resume: str = "auto"
     plot: bool = False
     progress: str = "auto"
+    keep_store: bool = False
 
 
 HELP = {
@@ -56,6 +58,7 @@ HELP = {
     "max_retries": "failures after which a worker rank is blacklisted",
     "heartbeat_period": "seconds between heartbeats",
     "heartbeat_timeout": "seconds of silence before a rank is declared dead",
+    "stall_timeout": "seconds a busy worker may go without progress (one sub-chunk) before it is failed as stuck",
     "respawn": "respawn failed workers (else their shards migrate)",
     "checkpoint": "HDF5 checkpoint path; an existing one is resumed",
     "checkpoint_every": "iterations between checkpoints",
@@ -63,10 +66,11 @@ HELP = {
     "resume": "auto (resume if a checkpoint exists), yes (require one) or no (start afresh)",
     "plot": "write fit.png: log-likelihood per iteration with failures and recoveries marked",
     "progress": "auto (live in a terminal, one line per iteration otherwise), line, live or off",
+    "keep_store": "keep out_dir/work/shards.h5 (a full copy of the data) after a finished fit",
 }
 CHOICES = {"resume": ("auto", "yes", "no"), "progress": ("auto", "line", "live", "off")}
 POSITIVE_INT = ("sub_chunks", "max_its", "restarts", "max_retries", "checkpoint_every")
-POSITIVE_FLOAT = ("heartbeat_period", "heartbeat_timeout", "checkpoint_seconds")
+POSITIVE_FLOAT = ("heartbeat_period", "heartbeat_timeout", "stall_timeout", "checkpoint_seconds")
 
 
 TYPES = {f.name: str(f.type) for f in fields(FitConfig)}  # annotations as text ("int | None")

@@ -17,6 +17,7 @@ import h5py
 
 from mixle_mpi.codec import decode_value, encode_value
 from mixle_mpi.estep import PROTO
+from mixle_mpi.privatefile import create_private
 
 
 def round_key(estimator, model) -> str:
@@ -47,6 +48,7 @@ class FoldJournal:
         if found:
             self._file = h5py.File(self.path, "a")
         else:
+            create_private(self.path)
             self._file = h5py.File(self.path, "w")
             self._file.attrs["key"] = key
             self._file.flush()

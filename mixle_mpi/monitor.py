@@ -12,16 +12,15 @@ import time
 
 from mpi4py import MPI
 
-from mixle_mpi.heartbeat import HeartbeatTracker
-from mixle_mpi.transport import TAG_HB, Link, PeerFailed
-
-MAX_PENDING_BEATS = 64
+from mixle_mpi.heartbeat import Beat, HeartbeatTracker, StallTracker
+from mixle_mpi.transport import MAX_PENDING_BEATS, TAG_HB, Link, PeerFailed
 
 
 class Monitor:
-    def __init__(self, period: float, timeout: float) -> None:
+    def __init__(self, period: float, timeout: float, stall_timeout: float = float("inf")) -> None:
         self.period = period
         self.tracker = HeartbeatTracker(timeout)
+        self.stalls = StallTracker(stall_timeout)
         self.lock = threading.Lock()
         self._links: dict[int, Link] = {}
         self._suspects: dict[int, tuple[str, float]] = {}
@@ -42,11 +41,13 @@ class Monitor:
             self._links[worker] = link
             self._suspects.pop(worker, None)
             self.tracker.watch([worker])
+            self.stalls.forget(worker)
 
     def forget(self, worker: int) -> None:
         with self.lock:
             self._links.pop(worker, None)
             self.tracker.forget(worker)
+            self.stalls.forget(worker)
 
     def grace(self, worker: int, seconds: float) -> None:
         """Allow ``worker`` up to ``seconds`` of silence (0 restores the normal timeout): a
@@ -65,35 +66,66 @@ class Monitor:
             out, self._suspects = self._suspects, {}
             return {w: v for w, v in out.items() if w in self._links}
 
-    def _beat(self, worker: int, link: Link) -> None:
-        while link.poll(TAG_HB, comm=link.hb) is not None:
-            self.tracker.heard(worker)
+    @staticmethod
+    def _exchange(link: Link) -> list:
+        """MPI only, outside the lock: the beats waiting from ``link``'s worker, and one back."""
+        beats = []
+        while True:
+            beat = link.poll(TAG_HB, comm=link.hb)
+            if beat is None:
+                break
+            beats.append(beat)
         link.hb_sends = [r for r in link.hb_sends if not r.Test()]
         if len(link.hb_sends) < MAX_PENDING_BEATS:
             link.hb_sends.append(link.hb.isend(None, dest=link.peer, tag=TAG_HB))
+        return beats
 
     def _run(self) -> None:
         last = time.monotonic()
         while not self._stop.is_set():
+            # MPI calls happen outside the lock: under MPICH's global lock one of them can wait
+            # for another thread's blocking call, and the main thread must never wait on that.
             with self.lock:
-                for worker, link in list(self._links.items()):
-                    if worker in self._suspects:
-                        continue
-                    try:
-                        self._beat(worker, link)
-                    except (PeerFailed, MPI.Exception) as exc:
-                        self._suspects[worker] = (f"ulfm: {exc}", time.time())
+                targets = [(w, link) for w, link in self._links.items() if w not in self._suspects]
+            results: dict[int, tuple[Link, object]] = {}
+            for worker, link in targets:
+                try:
+                    results[worker] = (link, self._exchange(link))
+                except (PeerFailed, MPI.Exception) as exc:
+                    results[worker] = (link, exc)
+            with self.lock:
+                self._record(results)
                 now = time.monotonic()
                 if now - last > self.tracker.timeout / 2:
                     # This thread could not listen (the process was descheduled, or MPICH's
                     # global lock was held by a blocking Spawn): blame no worker for it.
                     self.tracker.watch(self.tracker.watched)
                 last = now
-                for worker in self.tracker.overdue():
-                    if worker not in self._suspects:
-                        silent = self.tracker.silence(worker)
-                        self._suspects[worker] = (
-                            f"heartbeat: silent for {silent:.2f} s (limit {self.tracker.limit(worker):g} s)",
-                            time.time(),
-                        )
+                self._name_suspects()
             self._stop.wait(self.period / 2)
+
+    def _record(self, results: dict) -> None:
+        """Under the lock: what the exchange found, for links still current."""
+        for worker, (link, got) in results.items():
+            if self._links.get(worker) is not link or worker in self._suspects:
+                continue  # re-watched on a new link, or forgotten, meanwhile
+            if isinstance(got, Exception):
+                self._suspects[worker] = (f"ulfm: {got}", time.time())
+                continue
+            for beat in got:
+                self.tracker.heard(worker)
+                if isinstance(beat, Beat):
+                    self.stalls.observe(worker, beat.progress, beat.busy)
+
+    def _name_suspects(self) -> None:
+        """Under the lock: the silent ones and the stuck ones."""
+        for worker in self.tracker.overdue():
+            if worker not in self._suspects:
+                silent = self.tracker.silence(worker)
+                self._suspects[worker] = (
+                    f"heartbeat: silent for {silent:.2f} s (limit {self.tracker.limit(worker):g} s)", time.time())
+        for worker, stuck in self.stalls.stalled().items():
+            if worker not in self._suspects:
+                self._suspects[worker] = (
+                    f"stalled: beats, but its main thread made no progress on its task for {stuck:.1f} s "
+                    f"(limit stall_timeout={self.stalls.timeout:g} s)", time.time())

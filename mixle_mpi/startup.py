@@ -249,7 +249,7 @@ def build_comms(world, members: tuple, timeout: float):
     ``Create_from_group`` is not."""
     from mpi4py import MPI
 
-    from mixle_mpi.shrink import run_with_deadline
+    from mixle_mpi.deadlines import run_with_deadline
 
     def create():
         if len(members) == world.Get_size():  # everyone came: Dup works under every launcher

@@ -24,6 +24,7 @@ import numpy as np
 
 from mixle_mpi.codec import decode_row, encode_row
 from mixle_mpi.errors import ConfigError, DataError
+from mixle_mpi.privatefile import create_private
 
 __all__ = ["ShardStore", "FORMAT", "VERSION"]
 
@@ -210,7 +211,7 @@ class ShardStore:
         if os.path.isdir(path):
             raise ConfigError(f"cannot write shard store at {path!r}: it is a directory, a file path is needed")
         try:
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))
+            create_private(tmp)  # a full copy of the user's data: owner-only
         except OSError as exc:
             raise ConfigError(f"cannot write shard store at {path!r}: {exc.strerror} (creating {tmp!r})") from None
         try:

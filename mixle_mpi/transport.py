@@ -15,6 +15,7 @@ from typing import Any
 from mpi4py import MPI
 
 TAG_CMD, TAG_REPLY, TAG_HB = 11, 12, 13
+MAX_PENDING_BEATS = 64  # per link: a dead peer's heartbeats may never complete (MPICH)
 
 
 class PeerFailed(Exception):

@@ -23,10 +23,11 @@ from mixle_mpi import estep
 from mixle_mpi.blas import pin_blas_threads
 from mixle_mpi.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT, WORKER_ABORTED
 from mixle_mpi.faults import FaultInjector, parse_plan
+from mixle_mpi.heartbeat import Beat
 from mixle_mpi.malloc import retain_freed_memory
 from mixle_mpi.shrink import shrink
 from mixle_mpi.store import rows_from_packed
-from mixle_mpi.transport import TAG_CMD, TAG_HB, TAG_REPLY, Backoff, Link, PeerFailed, host_and_pid
+from mixle_mpi.transport import MAX_PENDING_BEATS, TAG_CMD, TAG_HB, TAG_REPLY, Backoff, Link, PeerFailed, host_and_pid
 
 
 def die(code: int, why: str) -> None:
@@ -55,6 +56,8 @@ class Worker:
         self._body_cache: tuple[int, Any] = (-1, None)
         self._stopping = False
         self._beating = False
+        self.progress = 0    # main-thread steps; read by the heartbeat thread (see Beat)
+        self.busy = False    # True while a task is being computed
         self._blas = None
 
     # -- messaging -------------------------------------------------------------
@@ -91,8 +94,9 @@ class Worker:
                 link = self.link
                 try:
                     link.hb_sends = [r for r in link.hb_sends if not r.Test()]
-                    if len(link.hb_sends) < 64:
-                        link.hb_sends.append(link.hb.isend((self.worker_id, self.incarnation, seq), dest=link.peer, tag=TAG_HB))
+                    if len(link.hb_sends) < MAX_PENDING_BEATS:
+                        beat = Beat(self.worker_id, self.incarnation, seq, self.progress, self.busy)
+                        link.hb_sends.append(link.hb.isend(beat, dest=link.peer, tag=TAG_HB))
                     while link.poll(TAG_HB, comm=link.hb) is not None:
                         self.last_driver = time.monotonic()
                 except (PeerFailed, MPI.Exception) as exc:
@@ -138,18 +142,24 @@ class Worker:
         phase = {"estep": "estep_before", "init": "init", "llsum": "llsum"}[kind]
         self.faults.check(phase, call, recovery)
         body = self._body(task_id, body_b)
-        mid = (lambda: self.faults.check("estep_mid", call, recovery)) if kind == "estep" else None
+        mid_pending = [kind == "estep"]
+
+        def on_chunk(_index: int) -> None:
+            self.progress += 1  # the heartbeat tells the driver this main thread moves
+            if mid_pending[0]:  # "estep_mid": after the task's first sub-chunk
+                mid_pending[0] = False
+                self.faults.check("estep_mid", call, recovery)
+
         for sid, rows, extra in items:
             chunks = self.resident[sid] if rows is None else estep.encode_shard(self.encoder, rows_from_packed(rows), self.sub_chunks)
             if kind == "estep":
                 estimator, model = body
-                result = estep.estep_shard(estimator, model, chunks, after_first=mid)
-                mid = None
+                result = estep.estep_shard(estimator, model, chunks, on_chunk)
             elif kind == "init":
                 estimator, p = body
-                result = estep.init_shard(estimator, p, int(extra), chunks)
+                result = estep.init_shard(estimator, p, int(extra), chunks, on_chunk)
             else:
-                result = estep.score_shard(body, chunks)
+                result = estep.score_shard(body, chunks, on_chunk)
             self.reply(("result", task_id, sid, result))
         if kind == "estep":
             self.faults.check("estep_after_reply", call, recovery)
@@ -187,22 +197,31 @@ class Worker:
 
     def _finalize_spawned(self) -> None:
         """A spawned process must disconnect from its parent and finalize, or Open MPI
-        reports it as exiting improperly."""
-        self.deadline = time.monotonic() + self.reconfigure_timeout
+        reports it as exiting improperly. Bounded: past the deadline it just exits."""
+        from mixle_mpi.deadlines import run_with_deadline
+
         time.sleep(2 * self.period)  # let the heartbeat thread see _stopping
-        with self.lock:
-            try:
-                self.link.hb.Free()
-                self.link.comm.Free()
-                self.link.inter.Disconnect()
-                MPI.Finalize()
-            except MPI.Exception:
-                pass
+
+        def finalize() -> None:
+            with self.lock:
+                try:
+                    self.link.hb.Free()
+                    self.link.comm.Free()
+                    self.link.inter.Disconnect()
+                    MPI.Finalize()
+                except MPI.Exception:
+                    pass
+
+        try:
+            run_with_deadline(finalize, self.reconfigure_timeout, "disconnect and finalize")
+        except TimeoutError as exc:
+            sys.stderr.write(f"[mixle_mpi] respawned worker pid {os.getpid()}: {exc}; exiting anyway\n")
 
     def serve(self) -> None:
         """Answer the driver until it says stop; never returns."""
         while True:
             msg = self.recv()
+            self.progress += 1
             op = msg[0]
             try:
                 if op == "setup":
@@ -216,7 +235,11 @@ class Worker:
                         self.resident[sid] = estep.encode_shard(self.encoder, rows, self.sub_chunks)
                         self.reply(("loaded", sid, len(rows)))
                 elif op == "task":
-                    self.task(*msg[1:])
+                    self.busy = True
+                    try:
+                        self.task(*msg[1:])
+                    finally:
+                        self.busy = False
                 elif op == "shrink":
                     self.do_shrink(*msg[1:])
                 elif op == "stop":
@@ -297,7 +320,7 @@ def _startup_faults(rank: int) -> FaultInjector:
 def serve_spawned(parent) -> None:
     """A respawned worker: merge with the driver (under a deadline), then serve."""
     from mixle_mpi import startup
-    from mixle_mpi.shrink import run_with_deadline
+    from mixle_mpi.deadlines import run_with_deadline
 
     timeout = startup.startup_timeout()
     try:

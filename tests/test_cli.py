@@ -65,7 +65,7 @@ def test_fit_on_hdf5_equals_mixle_through_a_kill(library, diag_h5, reference, tm
     plan = "2:kill:estep_mid:3"
     proc = cli(python, "fit", "-n", "4", "--timeout", "180", "--data", f"{diag_h5}:/run1/X", "--model", "gmm:k=3,cov=diag",
                "--num-shards", "5", "--max-its", "8", "--seed", "7", "--out-dir", str(out),
-               "--checkpoint", str(tmp_path / "ck.h5"), cwd=tmp_path, plan=plan)
+               "--checkpoint", str(tmp_path / "ck.h5"), "--keep-store", cwd=tmp_path, plan=plan)
     assert proc.returncode == 0, proc.stderr[-4000:]
     (fired,) = all_fired(plan, tmp_path / FAULT_LOG)
     model, summary = outputs(out)
@@ -79,6 +79,8 @@ def test_fit_on_hdf5_equals_mixle_through_a_kill(library, diag_h5, reference, tm
     events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
     assert [e["worker"] for e in events if e["event"] == "failure_detected"] == [2]
     assert [e["pid"] for e in events if e["event"] == "failure_detected"] == [fired["pid"]]  # the victim's death
+    for private in (out / "work" / "shards.h5", tmp_path / "ck.h5"):  # the data and the model: owner-only
+        assert private.stat().st_mode & 0o777 == 0o600, private
     report = cli(python, "inspect", str(out), str(tmp_path / "ck.h5"), str(out / "work" / "shards.h5"), cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     for needle in ("failures survived 1", "rank 2:", "failed (pid", "respawned as pid", "recomputed shards",

@@ -34,7 +34,7 @@ def test_status_while_a_csv_fit_runs_then_inspect(tmp_path):
     out = tmp_path / "out"
     args = ["fit", "-n", "3", "--timeout", "300", "--data", str(csv), "--model", "gmm:k=2,cov=diag", "--num-shards", "4",
             "--max-its", "6", "--delta", "none", "--restarts", "2", "--checkpoint", str(out / "ck.h5"),
-            "--out-dir", str(out), "--progress", "line"]
+            "--out-dir", str(out), "--progress", "line", "--keep-store"]
     proc = subprocess.Popen([OMPI_PYTHON, "-m", "mixle_mpi", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=str(tmp_path), env={**os.environ, **ENV})
     seen = []

@@ -109,3 +109,29 @@ def test_not_a_checkpoint(tmp_path):
         f.attrs["format"] = "something else"
     with pytest.raises(ckpt.CheckpointError, match="not a mixle_mpi checkpoint"):
         ckpt.read(p)
+
+
+def test_store_checkpoint_and_journal_are_owner_only_whatever_the_umask(tmp_path):
+    """They hold a full copy of the user's data and the model: mode 0600 even under umask 0."""
+    import os
+
+    import numpy as np
+
+    from mixle_mpi import checkpoint as ck
+    from mixle_mpi.journal import FoldJournal
+    from mixle_mpi.store import ShardStore
+
+    old = os.umask(0)
+    try:
+        (tmp_path / "ck.h5.tmp").write_text("left by a killed writer")
+        os.chmod(tmp_path / "ck.h5.tmp", 0o666)
+        with ShardStore.create(tmp_path / "shards.h5", np.arange(12.0), 3):
+            pass
+        ck.write(str(tmp_path / "ck.h5"), ck.FitState(iteration=1, model="{}", ll=[-1.0]))
+        journal = FoldJournal(str(tmp_path / "fold.h5"))
+        journal.begin("round-key")
+        journal.close()
+    finally:
+        os.umask(old)
+    for name in ("shards.h5", "ck.h5", "fold.h5"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name

@@ -1,0 +1,56 @@
+"""A worker whose main thread is stuck while its heartbeat thread lives on (a deadlock in a C
+extension, a livelock) is failed and recovered from; a long but healthy E-step is not.
+
+The ``hang`` fault blocks the victim's main thread in a C-level lock wait: the GIL is free,
+so its heartbeats go on and only the progress it reports stands still.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import LIBRARIES
+from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit
+
+from mixle_mpi.faults import read_fired, unfired
+
+pytestmark = pytest.mark.mpijob
+MODEL, N, SHARDS, SUB, ITS = "gmm1d", 6000, 4, 2, 5
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_hung_main_thread_is_detected_and_recovered_to_the_same_bits(library, tmp_path, reference):
+    _, python = library
+    plan = "2:hang:estep_before:1"
+    fault_log = tmp_path / "fired.jsonl"
+    job = run_job(python, 4, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan=plan, timeout=180,
+                  env={"MIXLE_MPI_STALL_TIMEOUT": "2", "MIXLE_MPI_FAULT_LOG": str(fault_log)})
+    assert unfired(plan, read_fired(str(fault_log))) == [], job.describe()
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    causes = [e["cause"] for e in job.events if e["event"] == "failure_detected"]
+    assert len(causes) == 1 and causes[0].startswith("stalled: "), causes
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+def test_a_long_healthy_estep_is_not_taken_for_a_stall(tmp_path):
+    """Each worker's E-step lasts longer than the heartbeat timeout and the stall timeout;
+    it reports progress after every sub-chunk, so nobody is failed."""
+    data = tmp_path / "x.npy"
+    np.save(data, np.random.RandomState(0).normal(size=(60000, 40)))
+    env = dict(os.environ, PYTHONWARNINGS="ignore", MIXLE_MPI_STALL_TIMEOUT="1.5")
+    out = tmp_path / "out"
+    proc = subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "fit", "-n", "3", "--timeout", "240", "--data", str(data), "--model", "gmm:k=30,cov=full",
+                           "--num-shards", "2", "--sub-chunks", "8", "--max-its", "3", "--out-dir", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines() if line.strip()]
+    assert not [e for e in events if e["event"] == "failure_detected"], proc.stderr[-3000:]
+    assert not (out / "work" / "shards.h5").exists(), "a finished fit keeps no copy of the data without --keep-store"
+    summary = json.loads((out / "summary.json").read_text())
+    per_it = summary["wall_seconds"] / summary["iterations"]
+    assert per_it > 1.5, f"the E-step took {per_it:.2f} s per iteration: too short to prove anything"
