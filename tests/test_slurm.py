@@ -155,6 +155,23 @@ def test_default_ft_template_runs_mixle_mpi_fit_with_a_job_file(cluster, tmp_pat
     assert (tmp_path / "out" / "checkpoint.h5").exists()
 
 
+@pytest.mark.parametrize("ntasks", [4, 8])
+def test_ft_template_with_a_mistyped_data_path_fails_fast(cluster, ntasks, tmp_path):
+    """A user's typo in job.toml: the job FAILS with exit 2 and the message, within seconds;
+    it does not sit RUNNING until its time limit (as it did at 4+ ranks under Open MPI)."""
+    (tmp_path / "job.toml").write_text('[fit]\ndata = "mesurements.h5:/run1/X"\nmodel = "gmm:k=3"\n')
+    text = slurm.render("ft", job_name="t-typo", ntasks=ntasks, time="10", signal_margin=60, python=OMPI_PYTHON,
+                        out_dir="out")
+    t0 = time.monotonic()
+    job = cluster.submit(text, tmp_path, "ft")
+    (rec,) = cluster.wait_done(job, deadline=120)
+    log = _output(tmp_path)
+    assert (rec["JobState"], rec["ExitCode"]) == ("FAILED", "2:0"), log
+    assert "no such data file 'mesurements.h5'" in log
+    assert "MPI_ABORT" not in log
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
 def test_time_limit_signal_checkpoints_requeues_and_resumes_to_the_same_bits(cluster, uninterrupted, tmp_path):
     job = cluster.submit(_render("ft", tmp_path / "out"), tmp_path, "ft")
     # The launcher takes signals once it has said "launching"; before that the script ignores them.
