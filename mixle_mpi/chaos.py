@@ -133,26 +133,66 @@ def read_output(out_dir: str) -> dict | None:
     return {"model": model, "summary": summary}
 
 
-def launch_fit(cfg: FitConfig, n: int, out_dir: str, plan: str, timeout: float, launch: list[str]) -> tuple[int, float, bool]:
-    """Run ``mixle-mpi fit -n n`` under fault plan ``plan``, output to ``out_dir/job.log``:
-    (exit code, seconds, hung). Victims record their faults in ``out_dir/faults.jsonl``
-    (read it with :func:`read_fired`)."""
+def fit_command(cfg: FitConfig, n: int, timeout: float, launch: list[str]) -> list[str]:
+    """``python -m mixle_mpi fit -n n --timeout timeout [launch flags] <cfg>`` (pure): the command
+    every campaign run (fault-plan or external) launches, with ``cfg.out_dir`` as its folder."""
+    return [sys.executable, "-m", "mixle_mpi", "fit", "-n", str(n), "--timeout", str(timeout), *launch,
+            *to_argv(cfg)]
+
+
+def fit_env(plan: str, fault_log: str, extra: dict | None = None, base=None) -> dict:
+    """The environment of a campaign run: fault ``plan`` (empty: none), victims' records
+    into ``fault_log``, no live progress line, then ``extra`` (over ``base``, default os.environ)."""
+    env = {**(os.environ if base is None else base), "MIXLE_MPI_FAULT_PLAN": plan, FIRED_ENV: fault_log}
+    env.pop("MIXLE_MPI_LIVE_PROGRESS", None)
+    env.update(extra or {})
+    return env
+
+
+def prepare_run_dir(out_dir: str) -> str:
+    """Create a run's folder; returns its fault log path, emptied (a record from an earlier
+    run in this folder must not count)."""
     os.makedirs(out_dir, exist_ok=True)
     fault_log = os.path.abspath(os.path.join(out_dir, FAULT_LOG))
     if os.path.exists(fault_log):
-        os.remove(fault_log)  # a record from an earlier run in this folder must not count
-    run_cfg = replace(cfg, out_dir=out_dir)
-    cmd = [sys.executable, "-m", "mixle_mpi", "fit", "-n", str(n), "--timeout", str(timeout), *launch, *to_argv(run_cfg)]
-    env = {**os.environ, "MIXLE_MPI_FAULT_PLAN": plan, FIRED_ENV: fault_log}
-    env.pop("MIXLE_MPI_LIVE_PROGRESS", None)
+        os.remove(fault_log)
+    return fault_log
+
+
+def launch_fit(cfg: FitConfig, n: int, out_dir: str, plan: str, timeout: float, launch: list[str],
+               env: dict | None = None) -> tuple[int, float, bool]:
+    """Run ``mixle-mpi fit -n n`` under fault plan ``plan``, output to ``out_dir/job.log``:
+    (exit code, seconds, hung). Victims record their faults in ``out_dir/faults.jsonl``
+    (read it with :func:`read_fired`). ``env``: extra environment variables."""
+    fault_log = prepare_run_dir(out_dir)
+    cmd = fit_command(replace(cfg, out_dir=out_dir), n, timeout, launch)
     t0 = time.perf_counter()
     with open(os.path.join(out_dir, "job.log"), "w", encoding="utf-8") as log:
         try:
-            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout + 60).returncode
+            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=fit_env(plan, fault_log, env),
+                                  timeout=timeout + 60).returncode
         except subprocess.TimeoutExpired:
             code = -1
     seconds = time.perf_counter() - t0
     return code, seconds, seconds >= timeout
+
+
+def reference_run(cfg: FitConfig, n: int, ref_dir: str, timeout: float, launch: list[str], stream,
+                  env: dict | None = None) -> tuple[dict, float] | None:
+    """The failure-free reference fit into ``ref_dir``: (its output, its wall seconds), or None
+    after saying on ``stream`` why it cannot serve (it failed, or a fault fired in it)."""
+    code, seconds, hung = launch_fit(cfg, n, ref_dir, "", timeout, launch, env)
+    reference = read_output(ref_dir)
+    if code != 0 or reference is None:
+        stream.write(f"chaos: the reference run failed (exit {code}{', hung' if hung else ''}); see "
+                     f"{os.path.join(ref_dir, 'job.log')}\n")
+        return None
+    stray = read_fired(os.path.join(ref_dir, FAULT_LOG))
+    if stray:
+        stream.write(f"chaos: a fault fired in the reference run, which has none planned ({len(stray)} records in "
+                     f"{os.path.join(ref_dir, FAULT_LOG)}); it is not a failure-free reference\n")
+        return None
+    return reference, seconds
 
 
 def outcome(code: int, hung: bool, has_result: bool, diffs: list[str], missing: list) -> str:
@@ -180,18 +220,10 @@ def campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: str, run_
     w = stream.write
     w(f"chaos: reference run (no faults), {n} ranks, out_dir {out_dir}\n")
     stream.flush()
-    ref_dir = os.path.join(out_dir, "reference")
-    code, ref_seconds, hung = launch_fit(cfg, n, ref_dir, "", run_timeout or 600, launch)
-    reference = read_output(ref_dir)
-    if code != 0 or reference is None:
-        w(f"chaos: the reference run failed (exit {code}{', hung' if hung else ''}); see "
-          f"{os.path.join(ref_dir, 'job.log')}\n")
+    ref = reference_run(cfg, n, os.path.join(out_dir, "reference"), run_timeout or 600, launch, stream)
+    if ref is None:
         return 1
-    stray = read_fired(os.path.join(ref_dir, FAULT_LOG))
-    if stray:
-        w(f"chaos: a fault fired in the reference run, which has none planned ({len(stray)} records in "
-          f"{os.path.join(ref_dir, FAULT_LOG)}); it is not a failure-free reference\n")
-        return 1
+    reference, ref_seconds = ref
     rounds = reference["summary"]["iterations"]
     shards = reference["summary"].get("num_shards")
     timeout = run_timeout or (10 * ref_seconds + 60)
@@ -243,7 +275,9 @@ def campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: str, run_
     return 0 if failed == 0 else 1
 
 
-def campaign_from_args(args) -> int:
+def resolve_args(args) -> tuple[FitConfig, int, str, list[str]]:
+    """The campaign's fit (the demo job when no data is given), rank count, folder and
+    launcher flags, from the ``chaos`` subcommand's arguments."""
     from mixle_mpi.demo import DEMO_JOB
     from mixle_mpi.jobconfig import from_args
 
@@ -255,5 +289,16 @@ def campaign_from_args(args) -> int:
     n = args.n or 4
     out_dir = cfg.out_dir if cfg.out_dir != FitConfig.out_dir else tempfile.mkdtemp(prefix="mixle_mpi_chaos_")
     launch = (["--mpi", args.mpi] if args.mpi else []) + (["--mpiexec", args.mpiexec] if args.mpiexec else [])
+    return cfg, n, os.path.abspath(out_dir), launch
+
+
+def campaign_from_args(args) -> int:
+    cfg, n, out_dir, launch = resolve_args(args)
+    if getattr(args, "external", False):
+        from mixle_mpi.chaos_external import external_campaign, kinds_from_text
+
+        return external_campaign(cfg, n=n, runs=args.runs, seed=args.campaign_seed, out_dir=out_dir,
+                                 run_timeout=args.run_timeout, launch=launch, kinds=kinds_from_text(args.kinds),
+                                 window=args.kill_window, leftover_seconds=args.leftover_seconds)
     return campaign(cfg, n=n, runs=args.runs, seed=args.campaign_seed, out_dir=out_dir,
                     run_timeout=args.run_timeout, launch=launch)

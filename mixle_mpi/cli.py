@@ -106,6 +106,20 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--campaign-seed", type=int, default=0, help="seed of the random fault plans")
     c.add_argument("--run-timeout", type=float, default=None,
                    help="seconds before a run counts as hung (default: 10 x the reference run + 60)")
+    c.add_argument("--external", action="store_true",
+                   help="kill real processes from outside instead of fault plans: SIGKILL or SIGSTOP of a "
+                        "worker, two workers, a second death during recovery, or SIGKILL of the driver "
+                        "(then the same command is rerun and must resume), at uniformly random times over "
+                        "the whole run; also fails a run whose processes outlive the launcher "
+                        "(default: off)")
+    c.add_argument("--kinds", default=None,
+                   help="with --external: comma-separated kinds, cycled over the runs "
+                        "(default: worker,two_workers,during_recovery,stop,driver)")
+    c.add_argument("--kill-window", type=float, default=1.0,
+                   help="with --external: kill times are uniform over [0, this x the reference run's wall time]")
+    c.add_argument("--leftover-seconds", type=float, default=10.0,
+                   help="with --external: a process of the job still alive this long after the launcher "
+                        "exited is a LEFTOVER")
     add_fit_options(c)
     c.set_defaults(func=_chaos)
 
