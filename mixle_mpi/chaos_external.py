@@ -308,6 +308,7 @@ def _annotate_kills(kills: list, ranks: dict, events: list) -> None:
             k["worker"] = respawned[k["pid"]]
         elif k.get("role") == "worker":
             k["worker"] = k.get("rank")
+        k["phase"] = cp.phase_at(k["wall_time"], events)
         hit = [e for e in events if e.get("event") == "failure_detected" and e.get("pid") == k["pid"]]
         k["detected"] = bool(hit)
         if hit:
@@ -369,11 +370,11 @@ def _victims(row: dict) -> str:
             parts.append(f"{sig} missed ({k.get('why', '')})")
             continue
         who = "driver" if k["role"] == "driver" else (f"w{k.get('worker', '?')}*" if k["respawned"] else f"w{k['rank']}")
-        parts.append(f"{sig} {who} pid {k['pid']} @{k['at']:.2f}s")
+        parts.append(f"{sig} {who} @{k['at']:.2f}s ({k.get('phase', '?')})")
     return "; ".join(parts)
 
 
-HEADER = (f"{'run':>5}  {'kind':<15} {'victims':<58} {'exit':>4}  {'outcome':<21} {'identical':<9} "
+HEADER = (f"{'run':>5}  {'kind':<15} {'victims':<50} {'exit':>4}  {'outcome':<21} {'identical':<9} "
           f"{'recovery s':>10} {'wall s':>7} {'left':>4}")
 
 
@@ -385,7 +386,7 @@ def table_row(row: dict) -> str:
     if row.get("rerun"):
         code += f"/{row['rerun']['exit_code']}"
     left = len(row["leftovers"]) + (len(row["rerun"]["leftovers"]) if row.get("rerun") else 0)
-    return (f"{run:>5}  {row['kind']:<15} {_victims(row):<58} {code:>4}  {row['outcome']:<21} {ident:<9} "
+    return (f"{run:>5}  {row['kind']:<15} {_victims(row):<50} {code:>4}  {row['outcome']:<21} {ident:<9} "
             f"{'-' if rec is None else f'{rec:.2f}':>10} {row['wall_seconds']:>7.1f} {left:>4}")
 
 

@@ -240,6 +240,30 @@ def never_started_explained(victim_tags: list, attempts: int) -> bool:
     return attempts >= 1 and len({t for t in victim_tags if t is not None}) >= attempts
 
 
+def phase_at(wall: float, events: list[dict]) -> str:
+    """Roughly where the job was at wall-clock time ``wall``, from its event log (pure):
+    ``startup`` (before the driver's start event: process start, MPI init, handshake),
+    ``setup`` (shards being loaded, before the first iteration's checkpoint), ``it N`` (in
+    iteration N, after checkpoint N-1), ``close`` (after the last checkpoint, or the handle
+    closed)."""
+    before = [e for e in events if e.get("time", float("inf")) <= wall]
+    if not any(e.get("event") == "start" for e in before):
+        return "startup"
+    last_start = max(i for i, e in enumerate(before) if e.get("event") == "start")
+    since = before[last_start:]
+    if any(e.get("event") == "closed" for e in since):
+        return "close"
+    its = [e.get("iteration") or 0 for e in since if e.get("event") in ("checkpoint", "resumed")]
+    if any(e.get("event") == "checkpoint" and e.get("finished") for e in since):
+        return "close"
+    return f"it {max(its) + 1}" if its else "setup"
+
+
+def phase_group(phase: str | None) -> str:
+    """``it N`` counts as ``fit`` in the report's histogram (pure)."""
+    return "fit" if phase and phase.startswith("it ") else (phase or "unknown")
+
+
 # -- judging ---------------------------------------------------------------------------------
 @dataclass
 class Launch:
@@ -333,6 +357,12 @@ def summarize(rows: list[dict], kinds: tuple = KINDS) -> dict:
     for r in rows:
         outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
     rec = [r.get("recovery_seconds") for r in counted]
+    phases: dict[str, int] = {}
+    for r in counted:
+        for k in r.get("kills", []):
+            if k.get("delivered"):
+                g = phase_group(k.get("phase"))
+                phases[g] = phases.get(g, 0) + 1
     return {
         "runs": len(counted),
         "missed": len(rows) - len(counted),
@@ -340,6 +370,7 @@ def summarize(rows: list[dict], kinds: tuple = KINDS) -> dict:
         "outcomes": dict(sorted(outcomes.items())),
         "per_kind": per_kind,
         "failures": len(failures),
+        "kills_per_phase": dict(sorted(phases.items())),
         "recovery_seconds": distribution(rec),
         "recovery_seconds_per_kind": {k: distribution([r.get("recovery_seconds") for r in counted if r["kind"] == k])
                                       for k in per_kind},

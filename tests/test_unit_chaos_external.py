@@ -1,0 +1,362 @@
+"""The pure parts of ``mixle-mpi chaos --external`` (plans, which process is which, victim
+choice, outcomes, the report), and its process watcher against fake (non-MPI) ranks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mixle_mpi import chaos_plan as cp
+from mixle_mpi.errors import ConfigError
+
+TAG = "t" * 32
+
+
+# -- plans ------------------------------------------------------------------------------------
+def test_plans_are_replayable_from_seed_run_and_draw_alone():
+    a = cp.campaign_plans(7, 12, 9.0)
+    assert a == cp.campaign_plans(7, 12, 9.0)
+    assert a != cp.campaign_plans(8, 12, 9.0)
+    # run 4's plan does not depend on how many runs the campaign has, nor on the other runs
+    assert cp.external_plan(7, 4, 0, a[3].kind, 9.0) == a[3] == cp.campaign_plans(7, 4, 9.0)[3]
+    assert cp.external_plan(7, 4, 1, a[3].kind, 9.0) != a[3]  # a redraw is another plan
+    assert [p.kind for p in a] == list(cp.KINDS) * 2 + list(cp.KINDS[:2])
+
+
+@pytest.mark.parametrize("kind", cp.KINDS)
+def test_every_kind_has_its_signals_targets_and_gaps(kind):
+    window = 8.0
+    plans = [cp.external_plan(3, i, 0, kind, window) for i in range(1, 200)]
+    firsts = [p.kills[0].delay for p in plans]
+    assert all(0.0 <= t <= window for t in firsts)
+    assert min(firsts) < 0.1 * window and max(firsts) > 0.9 * window  # uniform over the whole run
+    for p in plans:
+        assert p.kind == kind and all(0.0 <= k.pick < 1.0 for k in p.kills)
+        sigs = [(k.signal, k.target) for k in p.kills]
+        if kind == "driver":
+            assert sigs == [("SIGKILL", "driver")]
+        elif kind == "stop":
+            assert sigs == [("SIGSTOP", "worker")]
+        elif kind == "worker":
+            assert sigs == [("SIGKILL", "worker")]
+        else:
+            assert sigs == [("SIGKILL", "worker")] * 2
+            lo, hi = cp.TWO_WORKERS_GAP if kind == "two_workers" else cp.RECOVERY_GAP
+            assert lo <= p.kills[1].delay <= hi
+    if kind == "during_recovery":
+        prefer = [p.kills[1].prefer_replacement for p in plans]
+        assert any(prefer) and not all(prefer)
+
+
+def test_describe_names_signals_targets_and_times():
+    plan = cp.ExternalPlan(1, 0, "during_recovery", (cp.KillSpec(3.125, "SIGKILL", "worker", 0.5),
+                                                     cp.KillSpec(0.4, "SIGKILL", "worker", 0.1, True)))
+    assert plan.describe() == "SIGKILL worker @3.12s, SIGKILL worker (replacement) +0.40s"
+
+
+def test_kinds_and_campaign_checks_say_what_is_wrong():
+    assert cp.kinds_from_text(None) == cp.KINDS
+    assert cp.kinds_from_text("driver, stop") == ("driver", "stop")
+    with pytest.raises(ConfigError, match="unknown kind.*'bogus'.*valid kinds are worker"):
+        cp.kinds_from_text("worker,bogus")
+    with pytest.raises(ConfigError, match="needs at least 3 workers \\(-n 4 or more\\); found 2 \\(-n 3\\)"):
+        cp.check_campaign(2, 5, 1.0, cp.KINDS)
+    cp.check_campaign(2, 5, 1.0, ("worker", "stop", "driver"))  # one victim at a time: 2 workers do
+    with pytest.raises(ConfigError, match="--runs must be >= 1; found 0"):
+        cp.check_campaign(3, 0, 1.0, cp.KINDS)
+    with pytest.raises(ConfigError, match="--kill-window"):
+        cp.check_campaign(3, 1, 0.0, cp.KINDS)
+    with pytest.raises(ConfigError, match="unknown external kind"):
+        cp.external_plan(0, 1, 0, "single", 1.0)
+
+
+# -- process tables, as measured (see the module doc of chaos_plan) ---------------------------
+PY = "/venv/bin/python"
+FIT = (PY, "-m", "mixle_mpi", "fit", "--out-dir", "/runs/run-001")
+
+
+def _p(pid, ppid, argv, env=None, state="S"):
+    return cp.Proc(pid, ppid, state, tuple(argv), env or {})
+
+
+def openmpi_table() -> dict:
+    """A launcher (100) with its reaper, prterun and 4 ranks, and a respawned rank."""
+    rows = [
+        _p(1, 0, ["/sbin/init"]),
+        _p(100, 1, [PY, "-m", "mixle_mpi", "fit", "-n", "4"]),
+        _p(101, 100, [PY, "-m", "mixle_mpi.reaper", TAG]),
+        _p(102, 100, ["/venv/bin/prterun", "--with-ft", "ulfm"], {"MIXLE_MPI_JOB_TAG": TAG}),
+        *[_p(110 + r, 102, FIT, {"MIXLE_MPI_JOB_TAG": TAG, "OMPI_COMM_WORLD_RANK": str(r), "PMIX_RANK": str(r),
+                                 "PMIX_NAMESPACE": "prterun-vm-102@1"}) for r in range(4)],
+        _p(120, 102, FIT, {"MIXLE_MPI_JOB_TAG": TAG, "OMPI_COMM_WORLD_RANK": "0", "PMIX_RANK": "0",
+                           "OMPI_PARENT_PORT": "1231421441.0:2137227106", "PMIX_NAMESPACE": "prterun-vm-102@2"}),
+        _p(200, 1, FIT, {"OMPI_COMM_WORLD_RANK": "1"}),  # another job's rank: not under the launcher, no tag
+    ]
+    return {p.pid: p for p in rows}
+
+
+def mpich_table() -> dict:
+    """Hydra: each rank is ``sh rankwrap.sh python ...`` with python as its child; rank 3's
+    wrapper has just forked (its child is still ``sh``); a respawned rank runs under
+    ``rankwrap.sh --worker`` with PMI_SPAWNED=1."""
+    wrap = ("sh", "/pkg/mixle_mpi/rankwrap.sh")
+    env = lambda r, **kw: {"MIXLE_MPI_JOB_TAG": TAG, "PMI_RANK": str(r), "PMI_SIZE": "4", **kw}  # noqa: E731
+    rows = [
+        _p(100, 1, [PY, "-m", "mixle_mpi", "fit", "-n", "4"]),
+        _p(101, 100, [PY, "-m", "mixle_mpi.reaper", TAG]),
+        _p(102, 100, ["/venv/bin/mpiexec", "-disable-auto-cleanup"], {"MIXLE_MPI_JOB_TAG": TAG}),
+        _p(103, 102, ["/venv/bin/hydra_pmi_proxy", "--control-port", "vm:1"], {"MIXLE_MPI_JOB_TAG": TAG}),
+        *[_p(110 + r, 103, [*wrap, *FIT], env(r)) for r in range(4)],
+        *[_p(130 + r, 110 + r, FIT, env(r)) for r in range(3)],
+        _p(133, 113, [*wrap, *FIT], env(3)),  # forked, not yet exec'd
+        _p(140, 103, [*wrap, "--worker", *FIT], env(0, PMI_SPAWNED="1")),
+        _p(141, 140, FIT, env(0, PMI_SPAWNED="1")),
+    ]
+    return {p.pid: p for p in rows}
+
+
+def test_classify_openmpi_tells_driver_workers_and_respawned_apart():
+    ranks = {r.pid: r for r in cp.classify(openmpi_table(), 100)}
+    assert sorted(ranks) == [110, 111, 112, 113, 120]  # not the reaper, prterun, or another job's rank
+    assert ranks[110].role == "driver" and not ranks[110].respawned
+    assert [ranks[p].role for p in (111, 112, 113)] == ["worker"] * 3 and [ranks[p].rank for p in (111, 112, 113)] == [1, 2, 3]
+    assert ranks[120].role == "worker" and ranks[120].respawned and ranks[120].rank == 0  # rank 0 of its own world
+    assert all(r.tag == TAG and r.wrapper is None for r in ranks.values())
+
+
+def test_classify_mpich_picks_the_python_child_never_the_wrapper():
+    ranks = {r.pid: r for r in cp.classify(mpich_table(), 100)}
+    assert sorted(ranks) == [130, 131, 132, 141]  # rank 3 has no python yet; no sh is a rank
+    assert ranks[130].role == "driver" and ranks[130].wrapper == 110
+    assert [ranks[p].role for p in (131, 132)] == ["worker", "worker"]
+    assert ranks[141].role == "worker" and ranks[141].respawned and ranks[141].wrapper == 140
+
+
+def test_classify_respawned_by_wrapper_flag_alone_and_reparented_ranks_by_tag():
+    table = mpich_table()
+    table[141] = _p(141, 140, FIT, {"MIXLE_MPI_JOB_TAG": TAG, "PMI_RANK": "0"})  # no PMI_SPAWNED: --worker says it
+    assert {r.pid: r.role for r in cp.classify(table, 100)}[141] == "worker"
+    table = openmpi_table()
+    table[112] = cp.Proc(112, 1, "S", table[112].argv, table[112].env)  # reparented to init
+    assert 112 not in {r.pid for r in cp.classify(table, 100)}
+    assert 112 in {r.pid for r in cp.classify(table, 100, {TAG})}
+
+
+def test_descendants_parents_first():
+    assert cp.descendants(openmpi_table(), 102) == [110, 111, 112, 113, 120]
+    assert cp.descendants(openmpi_table(), 100)[:2] == [101, 102]
+
+
+# -- victims ----------------------------------------------------------------------------------
+def _ranks(states=None):
+    states = states or {}
+    out = [cp.RankProc(10, "driver", 0, False, states.get(10, "S"))]
+    out += [cp.RankProc(10 + r, "worker", r, False, states.get(10 + r, "R")) for r in (1, 2, 3)]
+    out.append(cp.RankProc(50, "worker", 0, True, states.get(50, "S")))
+    return out
+
+
+def test_choose_victim_is_deterministic_over_live_workers_of_the_target_role():
+    kill = lambda pick, **kw: cp.KillSpec(1.0, "SIGKILL", "worker", pick, **kw)  # noqa: E731
+    assert cp.choose_victim(_ranks(), kill(0.0)).pid == 11
+    assert cp.choose_victim(_ranks(), kill(0.99)).pid == 50  # respawned ones sort last
+    assert cp.choose_victim(list(reversed(_ranks())), kill(0.5)).pid == cp.choose_victim(_ranks(), kill(0.5)).pid
+    assert cp.choose_victim(_ranks({11: "Z"}), kill(0.0)).pid == 12  # a zombie is no victim
+    assert cp.choose_victim(_ranks(), kill(0.0), {11, 12}).pid == 13  # nor one this run hit already
+    assert cp.choose_victim(_ranks(), kill(0.0, prefer_replacement=True)).pid == 50
+    assert cp.choose_victim(_ranks(), kill(0.0, prefer_replacement=True), {50}).pid == 11  # none left: any worker
+    assert cp.choose_victim(_ranks(), cp.KillSpec(0.0, "SIGKILL", "driver", 0.7)).pid == 10
+    assert cp.choose_victim(_ranks(), kill(0.0), {11, 12, 13, 50}) is None
+    assert cp.choose_victim([], kill(0.3)) is None
+    stop = cp.KillSpec(1.0, "SIGSTOP", "worker", 0.0)
+    assert cp.choose_victim(_ranks({11: "T"}), stop).pid == 12  # SIGSTOP never picks a stopped rank
+    assert cp.choose_victim(_ranks({11: "T"}), kill(0.0)).pid == 11  # SIGKILL may
+
+
+def test_never_started_is_explained_only_if_every_attempt_lost_a_rank():
+    assert cp.never_started_explained(["a"], 1)
+    assert not cp.never_started_explained(["a"], 2)
+    assert not cp.never_started_explained(["a", "a"], 2)  # both victims in the first attempt
+    assert cp.never_started_explained(["a", "b"], 2)
+    assert not cp.never_started_explained([None], 1)
+
+
+# -- outcomes ---------------------------------------------------------------------------------
+def L(code, *, diffs=(), result=True, hung=False, leftovers=(), retried=False):  # noqa: N802
+    return cp.Launch(code, 5.0, hung, result, list(diffs), list(leftovers), retried)
+
+
+@pytest.mark.parametrize("kind, first, kw, expected", [
+    ("worker", L(0), {}, "ok"),
+    ("worker", L(0, retried=True), {}, "never-started-retried"),
+    ("worker", L(0, diffs=["model.json differs"]), {}, "DIVERGED"),
+    ("worker", L(0, result=False), {}, "FAILED(0)"),
+    ("worker", L(1, result=False), {}, "FAILED(1)"),
+    ("worker", L(70), {}, "FAILED(70)"),
+    ("worker", L(None, hung=True, result=False), {}, "HUNG"),
+    ("worker", L(0, leftovers=[{"pid": 5}]), {}, "LEFTOVER"),
+    ("worker", L(0), {"missed": True}, "missed"),
+    ("worker", L(1), {"missed": True}, "FAILED(1)"),  # a failure is never hidden by a missed kill
+    ("worker", L(0, diffs=["x"]), {"missed": True}, "DIVERGED"),
+    ("stop", L(73, result=False), {}, "FAILED(73)"),  # unexplained: nothing disturbed the retry
+    ("two_workers", L(73, result=False), {"explained_73": True, "rerun": L(0)}, "never-started-retried"),
+    ("two_workers", L(73, result=False), {"explained_73": True, "rerun": L(0, diffs=["x"])}, "DIVERGED"),
+    ("two_workers", L(73, result=False), {"explained_73": True, "rerun": L(73, result=False)}, "FAILED(73)"),
+    ("driver", L(137, result=False), {"rerun": L(0)}, "resumed-ok"),
+    ("driver", L(70, result=False), {"rerun": L(0, diffs=["x"])}, "DIVERGED"),
+    ("driver", L(70, result=False), {"rerun": L(1, result=False)}, "FAILED(1)"),
+    ("driver", L(70, result=False), {"rerun": L(None, hung=True)}, "HUNG"),
+    ("driver", L(70, result=False), {"rerun": L(0, leftovers=[{"pid": 9}])}, "LEFTOVER"),
+    ("driver", L(70, result=False, leftovers=[{"pid": 9}]), {"rerun": L(0)}, "LEFTOVER"),
+    ("driver", L(70, result=False), {}, "FAILED(70)"),  # a driver kill must be followed by a rerun
+    ("driver", L(0, retried=True), {}, "never-started-retried"),
+    ("driver", L(73, result=False), {"rerun": L(0)}, "FAILED(73)"),
+])
+def test_judge(kind, first, kw, expected):
+    kw = {"missed": False, "explained_73": False, **kw}
+    assert cp.judge(kind, first, **kw) == expected
+    assert cp.passed(expected) == (expected in ("ok", "resumed-ok", "never-started-retried", "missed"))
+
+
+def test_needs_rerun_only_after_an_explained_exit():
+    assert cp.needs_rerun("driver", L(137), False)
+    assert not cp.needs_rerun("driver", L(0), False)
+    assert not cp.needs_rerun("driver", L(None, hung=True), False)
+    assert not cp.needs_rerun("worker", L(1), False)
+    assert cp.needs_rerun("worker", L(73), True) and not cp.needs_rerun("worker", L(73), False)
+    assert not cp.needs_rerun("driver", L(73), False)
+
+
+# -- phases and the report --------------------------------------------------------------------
+EVENTS = [{"time": 10.0, "event": "start"}, {"time": 11.0, "event": "checkpoint", "iteration": 1},
+          {"time": 11.5, "event": "failure_detected", "pid": 3},
+          {"time": 12.0, "event": "checkpoint", "iteration": 2},
+          {"time": 13.0, "event": "checkpoint", "iteration": 2, "finished": True}, {"time": 13.1, "event": "closed"}]
+
+
+@pytest.mark.parametrize("wall, phase", [(5.0, "startup"), (10.5, "setup"), (11.2, "it 2"), (12.5, "it 3"),
+                                         (13.05, "close"), (14.0, "close")])
+def test_phase_at(wall, phase):
+    assert cp.phase_at(wall, EVENTS) == phase
+    assert cp.phase_at(wall, []) == "startup"
+
+
+def test_phase_after_a_resume_counts_from_the_resumed_iteration():
+    events = [{"time": 1.0, "event": "start"}, {"time": 2.0, "event": "resumed", "iteration": 7}]
+    assert cp.phase_at(2.5, events) == "it 8"
+
+
+def test_percentiles_and_summary():
+    assert cp.percentile([], 50) is None
+    assert cp.percentile([3.0, 1.0, 2.0, None], 50) == 2.0
+    assert cp.percentile([1.0, 2.0], 90) == pytest.approx(1.9)
+    rows = [
+        {"kind": "worker", "outcome": "ok", "recovery_seconds": 1.0, "kills": [{"delivered": True, "phase": "it 3"}]},
+        {"kind": "worker", "outcome": "missed", "recovery_seconds": None, "kills": [{"missed": True}]},
+        {"kind": "worker", "outcome": "ok", "recovery_seconds": 3.0, "kills": [{"delivered": True, "phase": "startup"}]},
+        {"kind": "driver", "outcome": "resumed-ok", "recovery_seconds": None, "kills": [{"delivered": True, "phase": "it 9"}]},
+    ]
+    s = cp.summarize(rows, ("worker", "driver"))
+    assert s["runs"] == 3 and s["missed"] == 1 and s["runs_per_kind"] == {"worker": 2, "driver": 1}
+    assert s["per_kind"]["worker"] == {"ok": 2, "missed": 1} and s["failures"] == 0 and s["ok"]
+    assert s["recovery_seconds"]["n"] == 2 and s["recovery_seconds"]["p50"] == 2.0 and s["recovery_seconds"]["max"] == 3.0
+    assert s["kills_per_phase"] == {"fit": 2, "startup": 1}
+    rows.append({"kind": "driver", "outcome": "LEFTOVER", "recovery_seconds": None, "kills": []})
+    s = cp.summarize(rows, ("worker", "driver"))
+    assert not s["ok"] and s["failures"] == 1 and s["outcomes"]["LEFTOVER"] == 1
+    assert not cp.summarize([rows[1]], ("worker",))["ok"]  # nothing but missed draws proves nothing
+
+
+# -- the watcher, against fake ranks (plain processes, no MPI) -----------------------------------
+FAKE_LAUNCHER = r"""
+import os, subprocess, sys, time
+tag, seconds = sys.argv[1], sys.argv[2]
+procs = [subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"],
+                          env={**os.environ, "MIXLE_MPI_JOB_TAG": tag, "OMPI_COMM_WORLD_RANK": str(r)})
+         for r in range(4)]
+codes = [p.wait() for p in procs]
+print("codes", codes, flush=True)
+sys.exit(0 if codes[0] == 0 else 1)
+"""
+
+
+def test_watch_kills_the_chosen_worker_from_outside_and_records_it(tmp_path):
+    from mixle_mpi.chaos_external import watch
+
+    script = tmp_path / "fake_launcher.py"
+    script.write_text(FAKE_LAUNCHER)
+    kills = (cp.KillSpec(0.8, "SIGKILL", "worker", 0.0), cp.KillSpec(0.1, "SIGKILL", "worker", 0.0))
+    seen = watch([sys.executable, str(script), TAG, "4"], dict(os.environ), str(tmp_path / "job.log"), kills, 60, 1)
+    assert seen.code == 0 and not seen.hung, (tmp_path / "job.log").read_text()
+    assert [(k["role"], k["rank"], k["delivered"]) for k in seen.kills] == [("worker", 1, True), ("worker", 2, True)]
+    assert 0.8 <= seen.kills[0]["at"] < 1.5 and seen.kills[1]["at"] - seen.kills[0]["at"] >= 0.1
+    assert seen.tags == [TAG] and {r.rank for r in seen.ranks.values()} == {0, 1, 2, 3}
+    assert "codes [0, -9, -9, 0]" in (tmp_path / "job.log").read_text()
+
+
+def test_watch_records_a_kill_after_the_end_as_missed(tmp_path):
+    from mixle_mpi.chaos_external import watch
+
+    script = tmp_path / "fake_launcher.py"
+    script.write_text(FAKE_LAUNCHER)
+    seen = watch([sys.executable, str(script), TAG, "0.2"], dict(os.environ), str(tmp_path / "job.log"),
+                 (cp.KillSpec(30.0, "SIGKILL", "driver", 0.0),), 60, 1)
+    assert seen.code == 0 and len(seen.kills) == 1
+    assert seen.kills[0]["missed"] and seen.kills[0]["why"] == "the job had ended"
+
+
+def test_leftovers_are_found_by_tag_and_by_folder_then_killed(tmp_path):
+    from mixle_mpi.chaos_external import job_processes, wait_gone
+
+    folder = str(tmp_path / "run-001")
+    by_tag = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              env={**os.environ, "MIXLE_MPI_JOB_TAG": TAG})
+    by_dir = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--out-dir", folder])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", folder + "-d1"])
+    try:
+        found = {p["pid"] for p in job_processes([TAG], [folder])}
+        assert found == {by_tag.pid, by_dir.pid}
+        t0 = time.monotonic()
+        left = wait_gone([TAG], [folder], 0.5)
+        assert {p["pid"] for p in left} == {by_tag.pid, by_dir.pid} and time.monotonic() - t0 < 5
+        assert by_tag.wait(timeout=10) == -9 and by_dir.wait(timeout=10) == -9
+        assert other.poll() is None  # a folder that merely starts with the same name is not the job's
+        assert wait_gone([TAG], [folder], 5.0) == []
+    finally:
+        for p in (by_tag, by_dir, other):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_table_row_shows_victims_phases_exit_and_leftovers():
+    from mixle_mpi.chaos_external import HEADER, table_row
+
+    row = {"index": 7, "draw": 1, "kind": "driver", "exit_code": 137, "outcome": "resumed-ok", "identical": True,
+           "diffs": [], "recovery_seconds": None, "wall_seconds": 12.34, "leftovers": [],
+           "rerun": {"exit_code": 0, "leftovers": [{"pid": 1}]},
+           "kills": [{"signal": "SIGKILL", "role": "driver", "rank": 0, "respawned": False, "pid": 5, "at": 4.5,
+                      "phase": "it 12", "delivered": True}]}
+    line = table_row(row)
+    assert line.split() == ["7.1", "driver", "KILL", "driver", "@4.50s", "(it", "12)", "137/0", "resumed-ok", "yes",
+                            "-", "12.3", "1"]
+    assert HEADER.split() == ["run", "kind", "victims", "exit", "outcome", "identical", "recovery", "s", "wall", "s", "left"]
+    row.update(kind="during_recovery", exit_code=0, rerun=None, outcome="missed", identical=False, kills=[
+        {"signal": "SIGKILL", "role": "worker", "rank": 0, "respawned": True, "worker": 2, "pid": 9, "at": 1.0,
+         "phase": "setup", "delivered": True},
+        {"signal": "SIGKILL", "target": "worker", "missed": True, "why": "no live candidate"}])
+    assert "KILL w2* @1.00s (setup); KILL missed (no live candidate)" in table_row(row)
+
+
+def test_cli_refuses_an_external_campaign_it_cannot_run(tmp_path, capsys):
+    from mixle_mpi.cli import main
+
+    assert main(["chaos", "--external", "-n", "3", "--out-dir", str(tmp_path)]) == 2
+    assert "needs at least 3 workers (-n 4 or more); found 2 (-n 3)" in capsys.readouterr().err
+    assert main(["chaos", "--external", "--kinds", "worker,nope", "--out-dir", str(tmp_path)]) == 2
+    assert "unknown kind(s) ['nope']" in capsys.readouterr().err
+    assert not os.listdir(tmp_path)  # refused before any launch
