@@ -1,0 +1,38 @@
+"""The driver policy under 10,000 random schedules of deaths, hangs, late replies, deaths
+during recovery and right after a respawn (pure: simulated clock and transport)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mixle_mpi import rounds, simulation
+from mixle_mpi.simulation import Schedule, Simulation, Violation, simulate
+
+
+def test_ten_thousand_random_schedules_fold_exactly_once_and_end():
+    outcomes = simulate(range(10_000))
+    assert all(o.events < simulation.MAX_EVENTS for o in outcomes)
+    # the schedules really exercise failures: late replies rejected, some jobs run out of workers
+    assert sum(o.rejected for o in outcomes) > 100
+    assert 0 < sum(o.no_workers for o in outcomes) < len(outcomes) // 2
+
+
+def test_a_replay_of_a_seed_is_identical():
+    a, b = Simulation(Schedule.draw(4242)).run(), Simulation(Schedule.draw(4242)).run()
+    assert a == b
+
+
+class TrustsAnyReply(rounds.RoundState):
+    """A broken policy: it folds the first reply for a shard, from whoever sends it."""
+
+    def accept(self, worker, incarnation, shard, live):
+        if shard in self.accepted:
+            return False
+        self.accepted.add(shard)
+        return True
+
+
+def test_the_simulation_catches_a_policy_that_folds_a_fenced_workers_reply(monkeypatch):
+    monkeypatch.setattr(simulation, "RoundState", TrustsAnyReply)
+    with pytest.raises(Violation, match="folded"):
+        simulate(range(10_000))
