@@ -31,6 +31,7 @@ from mixle_mpi import chaos_plan as cp
 from mixle_mpi.atomicjson import write_json
 from mixle_mpi.chaos import compare, fit_command, fit_env, prepare_run_dir, read_output, recovery_seconds, reference_run
 from mixle_mpi.events import read_events
+from mixle_mpi.exitcodes import NEVER_STARTED
 from mixle_mpi.faults import read_fired
 from mixle_mpi.jobconfig import FitConfig
 from mixle_mpi.reaper import TAG_ENV
@@ -345,7 +346,8 @@ def run_one(ctx: Context, plan: cp.ExternalPlan) -> dict:
         "index": plan.index, "draw": plan.draw, "kind": plan.kind, "plan": plan.describe(),
         "kills": seen.kills, "outcome": verdict, "exit_code": first.code, "wall_seconds": round(first.seconds, 3),
         "identical": final.identical, "diffs": final.diffs, "recovery_seconds": recovery_seconds(events),
-        "attempts": attempts, "launcher_retried": first.retried, "never_started_explained": explained,
+        "attempts": attempts, "launcher_retried": first.retried,
+        "never_started_explained": explained if first.code == NEVER_STARTED else None,
         "leftovers": first.leftovers, "job_tags": seen.tags,
         "rerun": None if rerun is None else {"exit_code": rerun.code, "wall_seconds": round(rerun.seconds, 3),
                                              "identical": rerun.identical, "diffs": rerun.diffs,
@@ -431,7 +433,8 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
                 break
     summary = cp.summarize(rows, kinds)
     report = {"external": True, "n": n, "seed": seed, "kinds": list(kinds), "window": window,
-              "reference_seconds": t_ref, "kill_window_seconds": t_ref * window, "run_timeout": timeout,
+              "reference_seconds": t_ref, "reference_iterations": reference["summary"]["iterations"],
+              "kill_window_seconds": t_ref * window, "run_timeout": timeout,
               "leftover_seconds": leftover_seconds, "env": extra, "command": [sys.executable, *sys.argv] if sys.argv else [],
               "config": asdict(cfg), "summary": summary, "runs": rows, "ok": summary["ok"]}
     write_json(os.path.join(out_dir, "campaign.json"), report, indent=1)

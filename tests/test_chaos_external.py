@@ -1,0 +1,70 @@
+"""A small slice of the external chaos campaign (``mixle-mpi chaos --external``) under each
+MPI library: real rank processes killed from outside with no hook, at the campaign's seeded
+random times, against a failure-free reference. The full campaign (200 runs per library) is
+``bench/chaos_campaign.py``; this slice runs three: a worker SIGKILLed late in the run, the
+driver SIGKILLed late in the run (then the same command must resume to the same bits), and a
+worker SIGKILLed right after the launch (in process start or MPI initialisation)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import LIBRARIES
+from mpiharness import no_leftover_processes
+
+pytestmark = pytest.mark.mpijob
+
+# Seed 132 with kinds worker,driver: run 1 kills a worker at 0.78 x the reference's wall time,
+# run 2 the driver at 0.86 x, run 3 a worker at 0.07 x (see test_unit_chaos_external for the plans).
+SEED, KINDS, RUNS = 132, "worker,driver", 3
+ENV = {"PYTHONWARNINGS": "ignore", "MIXLE_MPI_DRIVER_TIMEOUT": "30", "MIXLE_MPI_RECONFIGURE_TIMEOUT": "20"}
+
+
+def test_the_slice_replays_the_documented_plans():
+    from mixle_mpi import chaos_plan as cp
+
+    plans = cp.campaign_plans(SEED, RUNS, 1.0, cp.kinds_from_text(KINDS))
+    assert [p.kind for p in plans] == ["worker", "driver", "worker"]
+    assert [round(p.kills[0].delay, 2) for p in plans] == [0.78, 0.86, 0.07]
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_external_kills_recover_or_resume_to_the_same_bits(library, tmp_path):
+    _, python = library
+    out = tmp_path / "campaign"
+    env = {**os.environ, **ENV}
+    env.pop("MIXLE_MPI_FAULT_PLAN", None)
+    proc = subprocess.run([python, "-m", "mixle_mpi", "chaos", "--external", "-n", "4", "--runs", str(RUNS),
+                           "--campaign-seed", str(SEED), "--kinds", KINDS, "--out-dir", str(out)],
+                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=1200)
+    text = proc.stdout[-4000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, text
+    report = json.loads((out / "campaign.json").read_text())
+    summary = report["summary"]
+    assert report["ok"] and summary["failures"] == 0 and summary["runs"] == RUNS, text
+    counted = [r for r in report["runs"] if r["outcome"] != "missed"]
+    assert [r["kind"] for r in counted] == ["worker", "driver", "worker"], text
+    for r in counted:
+        # every counted run really hit a live rank of the planned role, from outside
+        assert r["kills"] and all(k.get("delivered") and not k.get("missed") for k in r["kills"]), r
+        role = "driver" if r["kind"] == "driver" else "worker"
+        assert all(k["role"] == role and k["signal"] == "SIGKILL" for k in r["kills"]), r
+        assert all(0 <= k["at"] <= r["wall_seconds"] for k in r["kills"]), r
+        assert not (Path(r["out_dir"]) / "faults.jsonl").exists()  # no hook fired: the kill came from outside
+        assert r["leftovers"] == [] and (r["rerun"] is None or r["rerun"]["leftovers"] == []), r
+        assert r["identical"], r
+        if r["outcome"] == "resumed-ok":  # the driver died mid-fit: the rerun resumed to the reference's bits
+            assert r["kind"] == "driver" and r["exit_code"] != 0 and r["rerun"]["exit_code"] == 0, r
+        elif r["outcome"] == "never-started-retried":  # a rank died while starting; the launcher started again
+            assert r["exit_code"] == 0 and r["launcher_retried"] and r["attempts"] == 2, r
+        else:
+            assert r["outcome"] == "ok" and r["exit_code"] == 0, r
+        phase = r["kills"][0]["phase"]
+        mid_fit = phase == "setup" or (phase.startswith("it ") and int(phase[3:]) <= report["reference_iterations"])
+        if r["outcome"] == "ok" and r["kind"] == "worker" and mid_fit:
+            assert r["kills"][0]["detected"] and r["recovery_seconds"] is not None, r  # the driver saw it and recovered
+    assert no_leftover_processes(str(out)) == []
