@@ -35,12 +35,12 @@ from mixle_mpi.exitcodes import NEVER_STARTED
 from mixle_mpi.faults import read_fired
 from mixle_mpi.jobconfig import FitConfig
 from mixle_mpi.reaper import TAG_ENV
-from mixle_mpi.startup import STARTUP_TIMEOUT_ENV
+from mixle_mpi.startup import MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV
 
 kinds_from_text = cp.kinds_from_text
 
 CAMPAIGN_ENV = {STARTUP_TIMEOUT_ENV: "20"}  # a startup death resolves in 20 s, not 120 (unless set)
-ENV_KEYS = (*cp.RANK_ENV, *cp.RESPAWN_ENV, TAG_ENV, "PMIX_NAMESPACE")
+ENV_KEYS = (*cp.RANK_ENV, *cp.RESPAWN_ENV, TAG_ENV, "PMIX_NAMESPACE", MPI_UP_ENV, STARTED_ENV)
 POLL = 0.02               # seconds between looks at the launcher while a kill is due
 SCAN = 0.5                # seconds between looks at the process tree otherwise (job tags, ranks)
 FIRST_KILL_GRACE = 5.0    # a first kill waits this long for a candidate (ranks still starting)
@@ -172,11 +172,17 @@ def _note_tree(seen: Watched, table: dict, root: int) -> list[cp.RankProc]:
     return ranks
 
 
-def _kill(victim: cp.RankProc, spec: cp.KillSpec, planned: float, t0: float) -> dict:
+def _markers(env: dict) -> dict:
+    """The launcher's startup markers (files it shares with the ranks), as they are now."""
+    return {name: (os.path.exists(env[var]) if env.get(var) else None)
+            for name, var in (("mpi_up", MPI_UP_ENV), ("started", STARTED_ENV))}
+
+
+def _kill(victim: cp.RankProc, spec: cp.KillSpec, planned: float, t0: float, env: dict) -> dict:
     sig = getattr(signal, spec.signal)
     record = {"signal": spec.signal, "target": spec.target, "planned_at": round(planned, 4), "pid": victim.pid,
               "role": victim.role, "rank": victim.rank, "respawned": victim.respawned, "tag": victim.tag,
-              "state_before": victim.state}
+              "state_before": victim.state, **_markers(env)}
     try:
         os.kill(victim.pid, sig)
         record["delivered"] = True
@@ -210,11 +216,12 @@ def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float
                     break
                 if due is not None and now >= due:
                     spec = pending[0]
-                    ranks = _note_tree(seen, proc_table(proc.pid), proc.pid)
+                    table = proc_table(proc.pid)
+                    ranks = _note_tree(seen, table, proc.pid)
                     last_scan = now
                     victim = cp.choose_victim(ranks, spec, done)
                     if victim is not None and proc.poll() is None:
-                        record = _kill(victim, spec, due, t0)
+                        record = _kill(victim, spec, due, t0, table[victim.pid].env)
                         seen.kills.append(record)
                         done.add(victim.pid)
                         pending.pop(0)
@@ -309,7 +316,7 @@ def _annotate_kills(kills: list, ranks: dict, events: list) -> None:
             k["worker"] = respawned[k["pid"]]
         elif k.get("role") == "worker":
             k["worker"] = k.get("rank")
-        k["phase"] = cp.phase_at(k["wall_time"], events)
+        k["phase"] = cp.phase_at(k["wall_time"], events, k.get("mpi_up"), k.get("started"))
         hit = [e for e in events if e.get("event") == "failure_detected" and e.get("pid") == k["pid"]]
         k["detected"] = bool(hit)
         if hit:

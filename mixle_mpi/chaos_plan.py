@@ -240,23 +240,29 @@ def never_started_explained(victim_tags: list, attempts: int) -> bool:
     return attempts >= 1 and len({t for t in victim_tags if t is not None}) >= attempts
 
 
-def phase_at(wall: float, events: list[dict]) -> str:
-    """Roughly where the job was at wall-clock time ``wall``, from its event log (pure):
-    ``startup`` (before the driver's start event: process start, MPI init, handshake),
-    ``setup`` (shards being loaded, before the first iteration's checkpoint), ``it N`` (in
-    iteration N, after checkpoint N-1), ``close`` (after the last checkpoint, or the handle
-    closed)."""
+def phase_at(wall: float, events: list[dict], mpi_up: bool | None = None, started: bool | None = None) -> str:
+    """Where the job was at wall-clock time ``wall`` (pure), from its event log and the
+    launcher's startup markers as they were at that moment (``mpi_up``: MPI initialisation
+    had finished on rank 0; ``started``: every live worker held its shards):
+
+    ``mpi-init`` (process start and MPI initialisation), ``handshake`` (the driver prepares
+    the data, gathers the workers and writes the shard store; ``startup`` when the markers
+    are unknown), ``shard load`` (the workers are set up and get their shards), ``it N``
+    (iteration N: after checkpoint N-1), ``close`` (after the final checkpoint, or the
+    handle closed)."""
     before = [e for e in events if e.get("time", float("inf")) <= wall]
     if not any(e.get("event") == "start" for e in before):
-        return "startup"
+        return "startup" if mpi_up is None else ("handshake" if mpi_up else "mpi-init")
     last_start = max(i for i, e in enumerate(before) if e.get("event") == "start")
     since = before[last_start:]
-    if any(e.get("event") == "closed" for e in since):
+    if any(e.get("event") == "closed" or (e.get("event") == "checkpoint" and e.get("finished")) for e in since):
         return "close"
     its = [e.get("iteration") or 0 for e in since if e.get("event") in ("checkpoint", "resumed")]
-    if any(e.get("event") == "checkpoint" and e.get("finished") for e in since):
-        return "close"
-    return f"it {max(its) + 1}" if its else "setup"
+    if its:
+        return f"it {max(its) + 1}"
+    if started is None:
+        return "setup"
+    return "it 1" if started else "shard load"
 
 
 def phase_group(phase: str | None) -> str:

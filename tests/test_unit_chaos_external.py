@@ -245,6 +245,14 @@ def test_phase_at(wall, phase):
     assert cp.phase_at(wall, []) == "startup"
 
 
+@pytest.mark.parametrize("wall, mpi_up, started, phase", [
+    (5.0, False, False, "mpi-init"), (5.0, True, False, "handshake"),
+    (10.5, True, False, "shard load"), (10.5, True, True, "it 1"), (11.2, True, True, "it 2"),
+])
+def test_phase_at_with_the_launchers_startup_markers(wall, mpi_up, started, phase):
+    assert cp.phase_at(wall, EVENTS, mpi_up, started) == phase
+
+
 def test_phase_after_a_resume_counts_from_the_resumed_iteration():
     events = [{"time": 1.0, "event": "start"}, {"time": 2.0, "event": "resumed", "iteration": 7}]
     assert cp.phase_at(2.5, events) == "it 8"
@@ -347,9 +355,9 @@ def test_table_row_shows_victims_phases_exit_and_leftovers():
     assert HEADER.split() == ["run", "kind", "victims", "exit", "outcome", "identical", "recovery", "s", "wall", "s", "left"]
     row.update(kind="during_recovery", exit_code=0, rerun=None, outcome="missed", identical=False, kills=[
         {"signal": "SIGKILL", "role": "worker", "rank": 0, "respawned": True, "worker": 2, "pid": 9, "at": 1.0,
-         "phase": "setup", "delivered": True},
+         "phase": "shard load", "delivered": True},
         {"signal": "SIGKILL", "target": "worker", "missed": True, "why": "no live candidate"}])
-    assert "KILL w2* @1.00s (setup); KILL missed (no live candidate)" in table_row(row)
+    assert "KILL w2* @1.00s (shard load); KILL missed (no live candidate)" in table_row(row)
 
 
 def test_cli_refuses_an_external_campaign_it_cannot_run(tmp_path, capsys):
@@ -360,3 +368,53 @@ def test_cli_refuses_an_external_campaign_it_cannot_run(tmp_path, capsys):
     assert main(["chaos", "--external", "--kinds", "worker,nope", "--out-dir", str(tmp_path)]) == 2
     assert "unknown kind(s) ['nope']" in capsys.readouterr().err
     assert not os.listdir(tmp_path)  # refused before any launch
+
+
+def test_kill_records_the_launchers_startup_markers_as_they_were(tmp_path):
+    from mixle_mpi.chaos_external import _markers
+    from mixle_mpi.startup import MPI_UP_ENV, STARTED_ENV
+
+    up, started = tmp_path / "mpi_up.json", tmp_path / "started.json"
+    up.write_text("{}")
+    assert _markers({MPI_UP_ENV: str(up), STARTED_ENV: str(started)}) == {"mpi_up": True, "started": False}
+    assert _markers({}) == {"mpi_up": None, "started": None}
+
+
+def _bench():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "chaos_campaign.py"
+    spec = importlib.util.spec_from_file_location("bench_chaos_campaign", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_report_labels_a_smoke_run_and_shows_counts_phases_and_percentiles():
+    bench = _bench()
+    rows = [{"index": 1, "draw": 0, "kind": "worker", "plan": "SIGKILL worker @1.00s", "outcome": "ok", "exit_code": 0,
+             "wall_seconds": 9.0, "leftovers": [], "recovery_seconds": 1.5,
+             "kills": [{"delivered": True, "phase": "it 4"}]},
+            {"index": 2, "draw": 0, "kind": "stop", "plan": "SIGSTOP worker @0.50s", "outcome": "HUNG", "exit_code": 1,
+             "wall_seconds": 120.0, "leftovers": [], "recovery_seconds": None,
+             "kills": [{"delivered": True, "phase": "mpi-init"}]}]
+    ext = {"summary": cp.summarize(rows, ("worker", "stop")), "runs": rows, "reference_seconds": 9.5,
+           "kill_window_seconds": 9.5, "run_timeout": 155.0, "leftover_seconds": 10.0,
+           "env": {"MIXLE_MPI_STARTUP_TIMEOUT": "20"}}
+    plans = bench.plan_summary({"runs": [{"kind": "single", "outcome": "ok", "recovery_seconds": 2.0}],
+                                "planned_faults": 1, "fired_faults": 1, "ok": True})
+    assert plans["runs"] == 1 and plans["failures"] == 0 and plans["recovery_seconds"]["p50"] == 2.0
+    results = {"smoke": True, "runs": 2, "seed": 4, "ranks": 4, "max_its": 100, "date": "d", "host": "h", "cpus": 2,
+               "command": "python bench/chaos_campaign.py --runs 2", "libraries": {"openmpi": {
+                   "work": "/w", "commands_shown": {"external": "EXT", "fault_plans": "FP"}, "external": ext,
+                   "external_exit": 1, "fault_plans": plans, "fault_plans_exit": 0}}}
+    text = bench.render(results)
+    assert text.startswith("# Chaos campaign (SMOKE RUN)") and "**This is a smoke run** (2 external runs" in text
+    assert "seed 4" in text and "    EXT" in text and "    FP" in text
+    assert "| kind | runs | HUNG | ok |" in text and "| worker | 2 | 0 | 1 |" not in text
+    assert "| worker | 1 | 0 | 1 |" in text and "| stop | 1 | 1 | 0 |" in text
+    assert "fit 1, mpi-init 1" in text and "| all kinds | 1 | 1.50 | 1.50 | 1.50 | 1.50 |" in text
+    assert "| 2.0 | stop | SIGSTOP worker @0.50s | HUNG | 1 | 120.0 | 0 |" in text
+    assert "1/1 planned faults fired" in text
+    assert "SMOKE" not in bench.render({**results, "smoke": False})
