@@ -26,9 +26,11 @@ from mixle_mpi.events import EventLog
 from mixle_mpi.faults import FaultInjector, plan_to_json
 from mixle_mpi.membership import Membership
 from mixle_mpi.monitor import Monitor
-from mixle_mpi.placement import initial_placement, plan_recovery, spread
+from mixle_mpi.placement import initial_placement
+from mixle_mpi.reconfig import EMULATED, blacklist_cause, migration, renumber, shrink_method, shrink_needed
+from mixle_mpi.rounds import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.deadlines import run_with_deadline
-from mixle_mpi.shrink import EMULATED, shrink
+from mixle_mpi.shrink import shrink
 from mixle_mpi.store import ShardStore
 from mixle_mpi.transport import ABORT_SEND_WAIT, TAG_CMD, TAG_REPLY, Backoff, Link, PeerFailed, abort_message
 
@@ -117,6 +119,10 @@ class Driver:
 
     def _live(self) -> list[int]:
         return [w for w in self.membership.live() if w in self.links]
+
+    def _live_processes(self) -> dict[int, int]:
+        """Each live worker's current incarnation: which process may answer for it."""
+        return {w: self.membership.records[w].incarnation for w in self._live()}
 
     # -- messaging helpers -------------------------------------------------------
     def _post(self, worker: int, msg: tuple) -> bool:
@@ -304,27 +310,27 @@ class Driver:
         task_id = next(_TASK_IDS)
         body_b = pickle.dumps(body, protocol=PROTO)
         extras = extras or {}
-        assigned: dict[int, int] = {}
         results: dict[int, Any] = dict(preloaded or {})
-        recomputed: set[int] = set()
+        state = RoundState(self.num_shards, frozenset(results))
         failed_before = set(self.pending)
 
-        def dispatch(worker: int, sids: list[int], with_rows: bool) -> None:
-            items = [(s, self.store.read_packed(s) if with_rows else None, extras.get(s)) for s in sids]
+        def dispatch(worker: int, sids: list[int], recovery: bool) -> None:
+            items = [(s, self.store.read_packed(s) if recovery else None, extras.get(s)) for s in sids]
             if self._post(worker, ("task", task_id, kind, call, body_b, items)):
-                for s in sids:
-                    assigned[s] = worker
+                state.sent(worker, self.membership.records[worker].incarnation, sids, recovery)
+                if recovery:
+                    self.events.emit("recovery", worker=worker, kind=kind, call=call, shards=sids)
 
-        for w in self._live():
-            todo = [s for s in self.owners.get(w, []) if s not in results]
-            if todo:
-                dispatch(w, todo, False)
+        for w, sids in state.own_work(self.owners, self._live_processes()).items():
+            dispatch(w, sids, False)
         backoff = Backoff()
-        while len(results) < self.num_shards:
+        while True:
             progressed = False
-            for w in sorted(set(assigned.values())):
+            live = self._live_processes()
+            for w in sorted({who for who, _ in state.assigned.values()}):
+                incarnation = self.membership.records[w].incarnation
                 for msg in self._drain(w):
-                    if msg[0] == "result" and msg[1] == task_id and assigned.get(msg[2]) == w and msg[2] not in results:
+                    if msg[0] == "result" and msg[1] == task_id and state.accept(w, incarnation, msg[2], live):
                         results[msg[2]] = msg[3]
                         progressed = True
                         if record is not None:
@@ -332,17 +338,17 @@ class Driver:
                             if kind == "estep" and len(results) < self.num_shards:
                                 self.faults.check("estep_mid", call)
             self._check_failures()
-            orphans = sorted(s for s in range(self.num_shards) if s not in results and not self.membership.is_live(assigned.get(s, -1)))
-            if orphans:
+            step = state.next_step(self.owners, self._live_processes())
+            if isinstance(step, Done):
+                break
+            if isinstance(step, NeedWorkers):
+                self.reconfigure()  # respawns whom it can; the next step recovers onto them
                 if not self._live():
-                    self.reconfigure()
-                live = self._live()
-                if not live:
                     raise self._no_workers_error()
-                for target, sids in plan_recovery(orphans, self.owners, live).items():
+                progressed = True
+            elif isinstance(step, Recover):
+                for target, sids in step.plan.items():
                     dispatch(target, sids, True)
-                    recomputed.update(sids)
-                    self.events.emit("recovery", worker=target, kind=kind, call=call, shards=sids)
                 progressed = True
             if progressed:
                 backoff.reset()
@@ -354,7 +360,7 @@ class Driver:
         self.rounds.append({
             "kind": kind, "call": call, "seconds": time.perf_counter() - t0, "started_at": started_at,
             "results_seconds": t_results - t0,  # the rest of "seconds" is the reconfiguration
-            "reused": sorted(set(results) - recomputed - set(preloaded or ())), "recomputed": sorted(recomputed),
+            "reused": state.reused, "recomputed": sorted(state.recomputed),
             "journaled": sorted(preloaded or ()),
             "failed": failed_now, "blacklisted": blacklisted,
         })
@@ -375,7 +381,7 @@ class Driver:
         while self.pending:
             failed = sorted(self.pending)
             self.pending.clear()
-            if any(w in self.grank for w in failed):
+            if shrink_needed(failed, self.grank):
                 self._shrink()
             decision = self.membership.decide(failed, self.can_spawn)
             for w in decision.respawn:
@@ -388,35 +394,24 @@ class Driver:
                 self.events.emit(
                     "blacklisted", worker=w, host=host, pid=pid,
                     failures=self.membership.records[w].failures,
-                    cause=self._blacklist_cause(w),
+                    cause=blacklist_cause(self.membership.records[w].failures, self.membership.max_retries,
+                                          self.settings.respawn),
                 )
             self._migrate()
         return blacklisted
 
-    def _blacklist_cause(self, worker: int) -> str:
-        if self.membership.records[worker].failures >= self.membership.max_retries:
-            return f"max_retries={self.membership.max_retries} reached"
-        if not self.settings.respawn:
-            return "respawn disabled (respawn=False): shards migrate to survivors"
-        return "respawn unavailable (spawning failed): shards migrate to survivors"
-
     def _migrate(self) -> None:
         """Shards of blacklisted places move for good onto the least-loaded live workers."""
-        homeless = sorted(s for w, ss in self.owners.items() if self.membership.records[w].state == "blacklisted" for s in ss)
-        if not homeless:
+        blacklisted = self.membership.blacklisted()
+        if not any(self.owners.get(w) for w in blacklisted):
             return
         live = self._live()
         if not live:
             if self.pending:
                 return  # the next loop of reconfigure() respawns someone first
             raise self._no_workers_error()
-        for w in list(self.owners):
-            if self.membership.records[w].state == "blacklisted":
-                self.owners[w] = []
-        plan = spread(homeless, {w: len(self.owners.get(w, [])) for w in live})
+        self.owners, plan = migration(self.owners, blacklisted, live)
         for w, sids in plan.items():
-            self.owners.setdefault(w, []).extend(sids)
-            self.owners[w].sort()
             self.events.emit("migrated", worker=w, shards=sids)
         self._load(plan)
 
@@ -427,15 +422,10 @@ class Driver:
             epoch = self.epoch
             survivors = sorted(w for w in self.grank if self.membership.is_live(w) and w in self.links)
             ranks = [0] + [self.grank[w] for w in survivors]
-            method = self.shrink_method
-            if method != EMULATED and not self.started:
-                # Measured: ULFM's Shrink can hang for good after a rank died inside the
-                # startup collectives (Create_from_group/Dup); the emulation does not.
-                method = EMULATED
-                self.events.emit("shrink_fallback", ranks=sorted(set(self.grank) - set(survivors)),
-                                 cause="a rank failed while the job started; emulating the shrink")
-            elif method != EMULATED and not self._ulfm_knows_failed(survivors):
-                method = EMULATED
+            reported = self.shrink_method == EMULATED or not self.started or self._ulfm_knows_failed(survivors)
+            method, fallback = shrink_method(self.shrink_method, self.started, reported)
+            if fallback:
+                self.events.emit("shrink_fallback", ranks=sorted(set(self.grank) - set(survivors)), cause=fallback)
             for w in survivors:
                 self._post(w, ("shrink", epoch, ranks, method))
             ready = self._collect({w: {("shrink_ready", epoch)} for w in survivors}, "shrink_ready")
@@ -460,7 +450,7 @@ class Driver:
                 raise ReconfigurationTimeout(f"shrink returned {comm.Get_size()} ranks, expected {len(ranks)}")
             seconds = time.perf_counter() - t0
             self.gcomm = comm
-            self.grank = {w: i + 1 for i, w in enumerate(survivors)}
+            self.grank = renumber(survivors)
             for w in survivors:
                 self.links[w] = Link(comm, hb, self.grank[w])
                 self.monitor.watch(w, self.links[w])
@@ -485,9 +475,6 @@ class Driver:
             if not pending or time.monotonic() > deadline:
                 break
             time.sleep(0.01)
-        if pending:
-            self.events.emit("shrink_fallback", ranks=sorted(pending),
-                             cause="ULFM does not report these ranks failed; emulating the shrink")
         return not pending
 
     def _respawn(self, worker: int) -> bool:

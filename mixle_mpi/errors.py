@@ -29,3 +29,7 @@ class WorkerError(MixleMPIError):
 
 class ReconfigurationTimeout(MixleMPIError):
     """A shrink or respawn did not finish within its deadline; the job cannot recover."""
+
+
+class Preempted(MixleMPIError):
+    """The driver was asked to stop (SIGTERM/SIGUSR1); a checkpoint was written. Rerun to resume."""

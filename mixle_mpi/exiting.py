@@ -17,7 +17,7 @@ import traceback
 
 from mixle_mpi import exitcodes
 from mixle_mpi.atomicjson import write_json
-from mixle_mpi.errors import ConfigError, DataError
+from mixle_mpi.errors import ConfigError, DataError, Preempted
 
 STATUS_ENV = "MIXLE_MPI_STATUS_FILE"
 DRIVER_PID_ENV = "MIXLE_MPI_DRIVER_PID_FILE"
@@ -53,7 +53,6 @@ def _flush() -> None:
 
 def exit_code_for(exc: BaseException) -> int:
     from mixle_mpi.checkpoint import CheckpointError
-    from mixle_mpi.fitloop import Preempted
 
     from mixle_mpi.startup import StartupFailed
 

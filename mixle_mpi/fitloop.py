@@ -21,11 +21,7 @@ from typing import Any
 import numpy as np
 
 from mixle_mpi import checkpoint as ckpt
-from mixle_mpi.errors import MixleMPIError
-
-
-class Preempted(MixleMPIError):
-    """The driver was asked to stop; a checkpoint was written. Rerun to resume."""
+from mixle_mpi.errors import Preempted
 
 
 class _StopFlag:

@@ -321,7 +321,7 @@ def _spawn_command() -> list[str]:
     MPICH it runs inside the rank wrapper, or Hydra would end the job when it dies."""
     from mpi4py import MPI
 
-    from mixle_mpi.launcher import wrapper_path
+    from mixle_mpi.rankwrapper import wrapper_path
 
     argv = list(getattr(sys, "orig_argv", [sys.executable] + sys.argv))
     command = [sys.executable] + argv[1:]

@@ -27,12 +27,12 @@ import tempfile
 import threading
 import time
 import uuid
-from importlib import resources
 
 from mixle_mpi import exitcodes
 from mixle_mpi.errors import ConfigError
 from mixle_mpi.exiting import DRIVER_PID_ENV, STATUS_ENV
 from mixle_mpi.reaper import DONE, TAG_ENV, sweep
+from mixle_mpi.rankwrapper import wrapper_path
 from mixle_mpi.startup import MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV, startup_timeout
 
 OPENMPI, MPICH, SRUN = "openmpi", "mpich", "srun"
@@ -70,10 +70,6 @@ def detect_flavor(mpiexec: str) -> str:
     if text.startswith("slurm"):
         return SRUN
     raise ConfigError(f"cannot tell which MPI {mpiexec} is; `--version` said: {text[:200]!r}")
-
-
-def wrapper_path() -> str:
-    return str(resources.files("mixle_mpi").joinpath("rankwrap.sh"))
 
 
 def build_command(mpiexec: str, flavor: str, n: int, cmd: list[str], extra: list[str] | None = None) -> list[str]:

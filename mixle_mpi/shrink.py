@@ -13,8 +13,9 @@ import threading
 
 from mpi4py import MPI
 
+from mixle_mpi.reconfig import EMULATED, ULFM
 
-ULFM, EMULATED = "ulfm", "emulated"
+
 
 
 def ulfm_enabled_by_launcher(environ=None) -> bool:

@@ -23,7 +23,8 @@ import random
 from dataclasses import dataclass, field
 
 from mixle_mpi.membership import Membership
-from mixle_mpi.placement import initial_placement, spread
+from mixle_mpi.placement import initial_placement
+from mixle_mpi.reconfig import migration
 from mixle_mpi.rounds import Done, NeedWorkers, Recover, RoundState, Wait
 
 MAX_EVENTS = 100_000
@@ -197,15 +198,9 @@ class Simulation:
                 self._at(self.now + self.rng.uniform(0.0, 0.3), "fault", w, "die")
         for w in decision.blacklist:
             self.membership.blacklist(w)
-        homeless = sorted(s for w, ss in self.owners.items() if self.membership.records[w].state == "blacklisted"
-                          for s in ss)
         live = self._live()
-        if homeless and live:
-            for w in list(self.owners):
-                if self.membership.records[w].state == "blacklisted":
-                    self.owners[w] = []
-            for w, sids in spread(homeless, {w: len(self.owners.get(w, [])) for w in live}).items():
-                self.owners[w] = sorted(self.owners.get(w, []) + sids)
+        if live:
+            self.owners, _ = migration(self.owners, self.membership.blacklisted(), live)
 
     def run(self) -> Outcome:
         done = 0

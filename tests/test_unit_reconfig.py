@@ -1,0 +1,49 @@
+"""Reconfiguration decisions (pure): shrink or not and how, renumbering, blacklist causes,
+and where a blacklisted place's shards go for good."""
+
+from __future__ import annotations
+
+import pytest
+
+from mixle_mpi.reconfig import EMULATED, ULFM, blacklist_cause, migration, renumber, shrink_method, shrink_needed
+
+
+def test_only_a_failure_of_an_original_rank_shrinks():
+    original = {1: 1, 3: 2}  # worker 2 was respawned: it has its own intercommunicator
+    assert shrink_needed([3], original) and not shrink_needed([2], original)
+
+
+@pytest.mark.parametrize("configured, started, reported, method, fallback", [
+    (ULFM, True, True, ULFM, False),
+    (ULFM, True, False, EMULATED, True),    # ULFM would wait for good for a fenced, live rank
+    (ULFM, False, True, EMULATED, True),    # a death inside the startup collectives
+    (EMULATED, True, True, EMULATED, False),
+])
+def test_shrink_method(configured, started, reported, method, fallback):
+    got, why = shrink_method(configured, started, reported)
+    assert got == method and (why is not None) == fallback
+
+
+def test_survivors_keep_their_order_after_the_driver():
+    assert renumber([5, 2, 3]) == {2: 1, 3: 2, 5: 3}
+
+
+def test_blacklist_causes():
+    assert blacklist_cause(2, 2, True) == "max_retries=2 reached"
+    assert "respawn disabled" in blacklist_cause(1, 2, False)
+    assert "spawning failed" in blacklist_cause(1, 2, True)
+
+
+def test_migration_spreads_homeless_shards_to_the_least_loaded_in_id_order():
+    owners = {1: [0, 3, 6], 2: [1, 4], 3: [2, 5]}
+    new, plan = migration(owners, blacklisted=[1], live=[2, 3])
+    assert plan == {2: [0, 6], 3: [3]}
+    assert new == {1: [], 2: [0, 1, 4, 6], 3: [2, 3, 5]}
+    assert sorted(s for ss in new.values() for s in ss) == list(range(7))
+    assert owners[1] == [0, 3, 6]  # the input is not changed
+
+
+def test_migration_with_nothing_homeless_moves_nothing_and_with_no_live_worker_refuses():
+    assert migration({1: [0], 2: [1]}, blacklisted=[], live=[1, 2])[1] == {}
+    with pytest.raises(ValueError, match="no candidate workers"):
+        migration({1: [0], 2: [1]}, blacklisted=[1, 2], live=[])
