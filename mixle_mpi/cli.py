@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mixle_mpi.errors import ConfigError, MixleMPIError
+from mixle_mpi.cmdrun import run_command
+from mixle_mpi.errors import ConfigError
 
 
 def _add_launch_options(p: argparse.ArgumentParser, required_n: bool = False) -> None:
@@ -145,20 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extensions():
     """Subcommands defined beside their modules (templates, collectors)."""
-    from mixle_mpi import slurm
+    from mixle_mpi import collect, slurm
 
-    return [slurm.add_subcommands]
+    return [slurm.add_subcommand, collect.add_subcommand]
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except MixleMPIError as exc:
-        if getattr(args, "spmd", False):
-            raise
-        sys.stderr.write(f"mixle-mpi {args.command}: error: {exc}\n")
-        return 2
+    return run_command(args, args.command)
 
 
 if __name__ == "__main__":

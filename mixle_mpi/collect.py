@@ -145,11 +145,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_cmd_collect)
 
 
+def add_subcommand(subparsers) -> None:
+    """Register ``mixle-mpi collect``."""
+    add_arguments(subparsers.add_parser("collect", help="pick the best model of an array's tasks",
+                                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+
+
 def main(argv=None) -> int:
     """``python -m mixle_mpi.collect``: the same as ``mixle-mpi collect``."""
-    from mixle_mpi.cli import main as cli_main
+    from mixle_mpi.cmdrun import run_command
 
-    return cli_main(["collect", *(sys.argv[1:] if argv is None else argv)])
+    p = argparse.ArgumentParser(prog="python -m mixle_mpi.collect", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    return run_command(p.parse_args(argv), "collect")
 
 
 if __name__ == "__main__":

@@ -312,22 +312,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_cmd_slurm)
 
 
-def add_subcommands(subparsers) -> None:
-    """Register ``mixle-mpi slurm`` and ``mixle-mpi collect``."""
-    from mixle_mpi import collect
-
+def add_subcommand(subparsers) -> None:
+    """Register ``mixle-mpi slurm``."""
     add_arguments(subparsers.add_parser("slurm", help="render a SLURM batch script (kinds: " + ", ".join(KINDS) + ")",
                                         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
-    collect.add_arguments(subparsers.add_parser("collect", help="pick the best model of an array's tasks",
-                                                description=collect.__doc__,
-                                                formatter_class=argparse.RawDescriptionHelpFormatter))
 
 
 def main(argv=None) -> int:
     """``python -m mixle_mpi.slurm``: the same as ``mixle-mpi slurm``."""
-    from mixle_mpi.cli import main as cli_main
+    from mixle_mpi.cmdrun import run_command
 
-    return cli_main(["slurm", *(sys.argv[1:] if argv is None else argv)])
+    p = argparse.ArgumentParser(prog="python -m mixle_mpi.slurm", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    return run_command(p.parse_args(argv), "slurm")
 
 
 if __name__ == "__main__":
