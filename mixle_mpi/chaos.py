@@ -254,6 +254,7 @@ def campaign_from_args(args) -> int:
     cfg = from_args(args)
     n = args.n or 4
     out_dir = cfg.out_dir if cfg.out_dir != FitConfig.out_dir else tempfile.mkdtemp(prefix="mixle_mpi_chaos_")
-    launch = (["--mpi", args.mpi] if args.mpi else []) + (["--mpiexec", args.mpiexec] if args.mpiexec else [])
+    launch = ((["--mpi", args.mpi] if args.mpi else []) + (["--mpiexec", args.mpiexec] if args.mpiexec else [])
+              + (["--allow-many-ranks"] if args.allow_many_ranks else []))
     return campaign(cfg, n=n, runs=args.runs, seed=args.campaign_seed, out_dir=out_dir,
                     run_timeout=args.run_timeout, launch=launch)

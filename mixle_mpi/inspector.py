@@ -155,14 +155,18 @@ def summarize_events(events: list[dict]) -> list[str]:
 
 
 def summarize_summary(s: dict) -> list[str]:
+    from mixle_mpi.progress import summary_stop_text, summary_wall_text
+
     lines = [f"fit of {s.get('model_spec')} on {s.get('data')}: final ll {s.get('final_ll')!r} after "
-             f"{s.get('iterations')} iterations ({'converged' if s.get('converged') else 'iteration cap'}), "
-             f"{s.get('wall_seconds', 0):.1f}s",
+             f"{s.get('iterations')} iterations ({summary_stop_text(s)}), {summary_wall_text(s)}",
              f"failures survived {s.get('failures_survived')} {s.get('failures')}, blacklisted {s.get('blacklisted')}, "
              f"shards recomputed {s.get('recovered_shards')}; {s.get('workers')} workers, {s.get('num_shards')} shards"]
     if len(s.get("restarts", [])) > 1:
         lines.append("restarts: " + ", ".join(f"seed {r['seed']}: {r['final_ll']!r}" for r in s["restarts"])
                      + f"; best is restart {s.get('best_restart', 0) + 1}")
+    if s.get("peak_rss_mb"):
+        lines.append("peak RSS: " + ", ".join(f"{'driver' if r == '0' else f'rank {r}'} {mb:.0f} MB"
+                                               for r, mb in s["peak_rss_mb"].items()))
     if s.get("versions"):
         lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in s["versions"].items()))
     return lines

@@ -8,7 +8,8 @@ import pytest
 
 from mixle_mpi import exitcodes, launcher
 from mixle_mpi.errors import ConfigError
-from mixle_mpi.launcher import MPICH, OPENMPI, build_command, judge, launch_env, wrapper_path
+from mixle_mpi.launcher import (MANY_RANKS_ENV, MPICH, OPENMPI, build_command, judge, launch_env, too_many_ranks,
+                                verdict_level, wrapper_path)
 
 CMD = ["python", "-m", "mixle_mpi.fitjob", "--model", "gmm1d"]
 
@@ -162,6 +163,44 @@ def test_judge_timeout_without_status():
     code, note = judge(None, None)
     assert code == exitcodes.FAILED == 1
     assert "timed out" in note
+
+
+def test_verdict_is_not_repeated_when_the_driver_printed_it():
+    import logging
+
+    said = {"status": "error", "exit_code": 2, "message": "DataError: bad.csv line 3", "reported": True}
+    assert verdict_level(2, said) == logging.DEBUG          # shown with -v only
+    assert verdict_level(2, {**said, "reported": False}) == logging.ERROR
+    assert verdict_level(1, None) == logging.ERROR          # no status: the launcher's own finding
+    assert verdict_level(0, {"status": "ok", "exit_code": 0}) == logging.DEBUG
+    assert verdict_level(75, None) == logging.WARNING
+    assert verdict_level(130, said, interrupted=True) == logging.WARNING
+
+
+# -- too many ranks ---------------------------------------------------------------------------
+def test_far_more_ranks_than_cores_is_refused_with_how_to_allow_it():
+    why = too_many_ranks(300, 2, environ={})
+    assert "found -n 300 but this machine has 2 core(s)" in why
+    assert "--allow-many-ranks" in why and f"{MANY_RANKS_ENV}=1" in why
+    assert too_many_ranks(300, 2, allowed=True, environ={}) is None
+    assert too_many_ranks(300, 2, environ={MANY_RANKS_ENV: "yes"}) is None
+    assert too_many_ranks(300, 2, environ={"SLURM_JOB_ID": "17"}) is None   # the allocation places them
+
+
+@pytest.mark.parametrize("n, cores, refused", [(8, 1, False), (9, 1, True), (8, 2, False), (9, 2, True),
+                                               (64, 16, False), (65, 16, True)])
+def test_limit_is_four_ranks_per_core_but_never_below_eight(n, cores, refused):
+    assert (too_many_ranks(n, cores, environ={}) is not None) == refused
+
+
+def test_the_launcher_refuses_before_starting_anything(monkeypatch):
+    monkeypatch.delenv(MANY_RANKS_ENV, raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setattr(launcher, "usable_cores", lambda: 2)
+    monkeypatch.setattr(launcher, "detect_flavor", lambda exe: OPENMPI)
+    monkeypatch.setattr(launcher, "_launch_once", lambda *a: pytest.fail("a job was launched"))
+    with pytest.raises(ConfigError, match="found -n 300"):
+        launcher.run(300, ["python", "x.py"], mpiexec="/bin/true")
 
 
 # -- launch_env --------------------------------------------------------------------------------

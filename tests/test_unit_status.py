@@ -45,7 +45,9 @@ def test_each_iteration_replaces_progress_json(tmp_path):
     rec = json.loads(path.read_text())
     assert rec["format"] == progress.RECORD_FORMAT and rec["iteration"] == 2 and rec["max_its"] == 50
     assert rec["ll"] == -9.5 and rec["dll"] == pytest.approx(0.5) and rec["model"] == "gmm:k=2"
-    assert rec["seconds_per_iteration"] >= 0 and rec["eta_seconds"] is not None and rec["recovered_shards"] == 2
+    assert rec["seconds_per_iteration"] >= 0 and rec["eta_seconds"] is None and rec["recovered_shards"] == 2
+    step(p, 3, -9.4, -9.5, ranks)  # an ETA from the third iteration of a segment on
+    assert json.loads(path.read_text())["eta_seconds"] is not None
     assert rec["pid"] == os.getpid() and rec["host"] == HOST
     assert sorted(os.listdir(tmp_path)) == [progress.PROGRESS_FILE]  # written through .tmp + rename
 
