@@ -46,6 +46,7 @@ class FitState:
     config: dict = field(default_factory=dict)        # seed, init_p, delta in plain (what to pass to resume)
     wall_seconds: float = 0.0           # the fit's wall time up to this write, over every job segment
     segments: int = 0                   # job segments (first run, then each resume) up to this write
+    stopped: str = ""                   # once finished: converged, max_its or unchanged (progress.stop_reason)
 
 
 def _digest(text: str) -> str:

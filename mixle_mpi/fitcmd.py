@@ -116,7 +116,7 @@ def _recovered(enc) -> int:
 
 def _fit_restarts(enc, est, cfg: FitConfig, segments):
     from mixle_mpi.fitloop import fit
-    from mixle_mpi.progress import PROGRESS_FILE, Progress, ranks_of, stop_reason
+    from mixle_mpi.progress import PROGRESS_FILE, Progress, ranks_of
 
     progress = Progress(sys.stdout, cfg.progress, record=os.path.join(cfg.out_dir, PROGRESS_FILE),
                         meta={"model": cfg.model, "data": cfg.data})
@@ -135,16 +135,16 @@ def _fit_restarts(enc, est, cfg: FitConfig, segments):
                           failed=sum(membership.failures().values()), checkpointed=saved is not None)
             trace.append(ll)
 
+        stopped: list[str] = []
         try:
             model, lls = fit(enc, est, max_its=cfg.max_its, delta=cfg.delta, init_p=cfg.init_p, seed=cfg.seed + r,
                              checkpoint=restart_checkpoint(cfg.checkpoint, r, cfg.restarts),
                              every=cfg.checkpoint_every, seconds=cfg.checkpoint_seconds, resume=cfg.resume,
-                             on_iteration=on_iteration, segments=segments)
+                             on_iteration=on_iteration, segments=segments, on_finish=stopped.append)
         finally:
             progress.done()  # a live line is ended before anything else is printed
-        stopped = stop_reason(lls, cfg.max_its, cfg.delta)
-        results.append({"model": model, "ll": lls, "seed": cfg.seed + r, "stopped": stopped,
-                        "converged": stopped == "converged"})
+        results.append({"model": model, "ll": lls, "seed": cfg.seed + r, "stopped": stopped[0],
+                        "converged": stopped[0] == "converged"})
     return results, timeline
 
 

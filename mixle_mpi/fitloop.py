@@ -131,7 +131,7 @@ def _resume_state(checkpoint: str, resume: str, current: ckpt.FitState, allow_ve
 def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_p: float = 0.1, seed: int = 1,
         checkpoint: str | None = None, every: int = 1, seconds: float | None = None, resume: str = "auto",
         allow_version_change: bool = False, journal: bool = False, out=None,
-        on_iteration=None, segments: Segments | None = None) -> tuple[Any, list[float]]:
+        on_iteration=None, segments: Segments | None = None, on_finish=None) -> tuple[Any, list[float]]:
     """Fit with ``optimize`` on the driver; returns (model, log-likelihood per iteration).
 
     ``checkpoint`` is an HDF5 path; a checkpoint is written every ``every`` iterations
@@ -143,6 +143,9 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
     ``on_iteration(iteration, ll, checkpointed)`` is called after each accepted iteration,
     once its checkpoint (if one was due) is on disk; ``checkpointed`` is its path or None.
     ``segments`` keeps the wall time over job segments (a new one starts now by default).
+    ``on_finish(reason)`` is told how EM stopped ("converged", "max_its" or "unchanged",
+    see :func:`~mixle_mpi.progress.stop_reason`); for a checkpoint that holds a finished fit,
+    as that fit stopped, whatever ``max_its`` is now.
     """
     from mixle.inference.estimation import optimize
     from mixle.utils.serialization import from_json, to_json
@@ -173,6 +176,8 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
                 if fallback else {}
             enc.events.emit("resumed", path=checkpoint, iteration=state.iteration, finished=state.finished, **where)
             if state.finished:
+                if on_finish is not None:
+                    on_finish(state.stopped or ("converged" if state.converged else "max_its"))
                 return from_json(state.model), list(state.ll)
 
     if checkpoint and journal:
@@ -185,10 +190,10 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
     stop.install()
     last_write = [time.monotonic()]
 
-    def save(model, iteration: int, finished: bool = False, converged: bool = False) -> None:
+    def save(model, iteration: int, finished: bool = False, stopped: str = "") -> None:
         t0 = time.perf_counter()
         s = ckpt.FitState(**{**current.__dict__, "iteration": iteration, "model": model.to_json(), "ll": list(history),
-                              "finished": finished, "converged": converged,
+                              "finished": finished, "converged": stopped == "converged", "stopped": stopped,
                               "failures": {str(k): v for k, v in drv.membership.failures().items()},
                               "blacklist": drv.membership.blacklisted(),
                               "wall_seconds": segments.total(), "segments": segments.count})
@@ -222,6 +227,9 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
                              max_its=max(0, max_its - start), delta=delta, on_step=on_step, out=out, print_iter=print_iter)
     if state is not None:
         _whole_fit_provenance(model, len(history), max_its)
+    reason = stop_reason(history, max_its, delta)
     if checkpoint:
-        save(model, len(history), finished=True, converged=stop_reason(history, max_its, delta) == "converged")
+        save(model, len(history), finished=True, stopped=reason)
+    if on_finish is not None:
+        on_finish(reason)
     return model, history

@@ -183,10 +183,12 @@ def judge(mpiexec_rc: int | None, status: dict | None, terminated: bool = False,
     return mpiexec_rc, f"the job failed: mpiexec exited {mpiexec_rc} and the driver wrote no status"
 
 
-def verdict_level(code: int, status: dict | None, interrupted: bool = False) -> int:
-    """The level to log the launcher's verdict at (pure): the details of a success, and
-    what the driver has printed itself, only with -v; a stop that was asked for is a warning."""
-    if code == exitcodes.OK or (status is not None and status.get("reported") and not interrupted):
+def verdict_level(code: int, status: dict | None) -> int:
+    """The level to log the launcher's verdict at (pure): the details of a success, and a
+    verdict that only repeats what the driver printed itself, with -v only; a stop that was
+    asked for is a warning, anything else an error."""
+    repeats = status is not None and status.get("reported") and str(status.get("exit_code")) == str(code)
+    if code == exitcodes.OK or repeats:
         return logging.DEBUG
     if code in (exitcodes.CHECKPOINTED, exitcodes.INTERRUPTED):
         return logging.WARNING
@@ -404,7 +406,7 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
         os.path.exists(files.mpi_up), os.path.exists(files.started), time.monotonic() - t0, limit)
     files.remove()
     code, note = judge(rc, status, forwarder.terminated, never, forwarder.interrupted)
-    return code, note, verdict_level(code, status, forwarder.interrupted)
+    return code, note, verdict_level(code, status)
 
 
 def never_started(mpi_up: bool, started: bool, seconds: float, limit: float) -> str | None:

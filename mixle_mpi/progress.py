@@ -104,7 +104,7 @@ def format_line(s: Status) -> str:
     eta = eta_seconds(s)
     return (f"{head}it {s.iteration}/{s.max_its} ll {s.ll:.10g} dll {dll} {s.seconds:.3f}s/it "
             f"{s.live} workers ({s.failed} failed, {s.blacklisted} blacklisted)"
-            + (f" {s.recovered} shards recomputed" if s.recovered else "")
+            + (f" {s.recovered} shard{'s' if s.recovered != 1 else ''} recomputed" if s.recovered else "")
             + (f" eta<={hms(eta)}" if eta is not None else "")
             + (" checkpointed" if s.checkpointed else ""))
 
