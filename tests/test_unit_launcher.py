@@ -252,3 +252,19 @@ def test_launch_env_defaults_to_os_environ(monkeypatch):
 
 def test_find_mpiexec_explicit():
     assert launcher.find_mpiexec("/some/mpiexec") == "/some/mpiexec"
+
+
+def test_rank_wrapper_keeps_the_rank_stderr_but_not_its_own_killed_report():
+    """A SIGKILLed worker (chaos, or the driver's fence) is logged by the driver; the shell's
+    bare "Killed" line in the middle of the log is noise."""
+    import subprocess
+    import sys
+
+    victim = "import os, sys; sys.stderr.write('rank says\\n'); sys.stderr.flush(); os.kill(os.getpid(), 9)"
+    proc = subprocess.run(["sh", wrapper_path(), "--worker", sys.executable, "-c", victim], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0  # a worker killed by a signal does not end Hydra's job
+    assert proc.stderr == "rank says\n"
+    driver = subprocess.run(["sh", wrapper_path(), sys.executable, "-c", "import sys; sys.exit(2)"],
+                            capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PMI_RANK": "0"})
+    assert driver.returncode == 2  # the driver's own code passes through
