@@ -216,7 +216,8 @@ def summarize_checkpoint(path: str) -> list[str]:
             f"{', converged' if state.converged else ''}), checksum ok",
             f"log-likelihood: last {tail}" if state.ll else "no iteration completed yet",
             f"layout {state.layout}; failures {state.failures}; blacklisted {state.blacklist}",
-            "versions: " + ", ".join(f"{k} {v}" for k, v in state.versions.items())]
+            "versions: " + ", ".join(f"{k} {v}" for k, v in state.versions.items())] + (
+        [f"wall time so far {state.wall_seconds:.1f}s over {state.segments} job segment(s)"] if state.segments else [])
 
 
 def summarize_model(path: str) -> list[str]:

@@ -85,8 +85,8 @@ def test_a_warning_is_one_line_without_its_source_line(fresh_logging, capsys):
 def test_one_line_per_ending_and_the_right_exit_code():
     level, line = exiting.failure_line(stopped(signal.SIGTERM, 12, "ck.h5"))
     assert level == logging.WARNING and "driver failed" not in line
-    assert line == "preempted: received SIGTERM after iteration 12; checkpoint written to ck.h5: " \
-                   "rerun the same command to resume"
+    assert line == "preempted: received SIGTERM after iteration 12; checkpoint written to ck.h5, ready for a " \
+                   "requeue: rerun the same command to resume"
     ctrl_c = stopped(signal.SIGINT, 4, None)
     assert isinstance(ctrl_c, Interrupted) and exiting.exit_code_for(ctrl_c) == exitcodes.INTERRUPTED == 130
     assert exiting.failure_line(ctrl_c)[1].startswith("interrupted (Ctrl-C, SIGINT) after iteration 4; no checkpoint")

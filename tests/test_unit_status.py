@@ -228,3 +228,12 @@ def test_a_non_json_file_is_refused_clearly(tmp_path):
     bad.write_text("{oops")
     with pytest.raises(ConfigError, match="is not valid JSON"):
         inspector.summarize(str(bad))
+
+
+def test_inspect_shows_a_checkpoints_wall_time_over_segments(tmp_path):
+    path = tmp_path / "ck.h5"
+    checkpoint.write(str(path), checkpoint.FitState(**{**state(6, [-2.0, -1.5]).__dict__, "wall_seconds": 75.25,
+                                                        "segments": 3}))
+    assert "wall time so far 75.2s over 3 job segment(s)" in inspector.summarize(str(path))
+    checkpoint.write(str(path), state(6, [-2.0, -1.5]))  # from before segments were kept: nothing made up
+    assert not any("wall time" in line for line in inspector.summarize(str(path)))
