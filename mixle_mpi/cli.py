@@ -34,8 +34,8 @@ def _add_log_options(p: argparse.ArgumentParser) -> None:
                    help="log only warnings and errors on stderr, on every rank (progress lines are --progress) "
                         "(default: off; or MIXLE_MPI_LOG_LEVEL=warning)")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="log everything on stderr, on every rank: each checkpoint, the launch command, "
-                        "the launcher's verdict (default: off; or MIXLE_MPI_LOG_LEVEL=debug)")
+                   help="log everything on stderr, on every rank: also each checkpoint and the launcher's "
+                        "verdict (default: off; or MIXLE_MPI_LOG_LEVEL=debug)")
 
 
 def _flag_level(args) -> int | None:

@@ -17,7 +17,7 @@ from collections import defaultdict
 from typing import IO
 
 from mixle_mpi.errors import ConfigError
-from mixle_mpi.events import read_events
+from mixle_mpi.events import describe, read_events
 
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -146,8 +146,7 @@ def summarize_events(events: list[dict]) -> list[str]:
         lines.extend("  " + s for s in stories[w])
     for e in events:
         if e.get("event") in ("preempted", "resumed", "checkpoint_fallback"):
-            lines.append(f"t+{e['time'] - t0:.2f}s {e['event']}: " + ", ".join(f"{k}={v}" for k, v in e.items()
-                                                                            if k not in ("time", "event", "driver_host")))
+            lines.append(f"t+{e['time'] - t0:.2f}s {describe(e)}")
     closed = next((e for e in reversed(events) if e.get("event") == "closed"), None)
     lines.append(f"ended: live {closed.get('live')}, blacklisted {closed.get('blacklisted')}" if closed
                  else "no 'closed' event: the job did not end cleanly (killed, preempted or still running)")

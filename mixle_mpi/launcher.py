@@ -378,7 +378,7 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
     reaper = _start_reaper(tag)
     rc, t0 = None, time.monotonic()
     try:
-        log.debug("launching: " + " ".join(argv))
+        log.info("launching: " + " ".join(argv))  # a batch log says what ran
         proc = subprocess.Popen(argv, env=full_env, start_new_session=True)
         started.append(proc)
         rc = _wait(proc, forwarder, timeout)
