@@ -111,6 +111,10 @@ def _report_mpi(args, cfg, ranks: int | None, problems: list[str]) -> list[str]:
         return lines + [f"mpiexec: NOT USABLE: {exc}"]
     lines.append(f"mpiexec: {exe} ({flavor}: {_mpiexec_line(exe)})")
     fit_cmd = [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)]
+    typo = None if ranks is None else launcher.too_many_ranks(ranks, launcher.usable_cores(),
+                                                              getattr(args, "allow_many_ranks", False))
+    if typo:
+        problems.append(typo)
     if ranks is None:
         lines.append("launch: under mpiexec/srun every rank runs: " + " ".join(fit_cmd))
     else:
