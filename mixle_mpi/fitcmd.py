@@ -71,7 +71,6 @@ def prepare(cfg: FitConfig):
 
 def run(cfg: FitConfig) -> int:
     from mixle_mpi import ResilientMPIEncodedData, is_driver
-
     from mixle_mpi.fitloop import Segments
 
     if not is_driver():

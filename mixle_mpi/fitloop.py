@@ -105,13 +105,11 @@ def _sha(text: str) -> str:
 
 def stopped(signum: int, iteration: int, checkpoint: str | None) -> Preempted:
     """The error that ends a fit stopped by a signal: what happened and what to do (pure)."""
-    name = signal.Signals(signum).name
-    if signum == signal.SIGINT:
-        saved = (f"checkpoint written to {checkpoint}: rerun the same command to resume" if checkpoint
-                 else "no checkpoint path was given (--checkpoint), so nothing was saved")
+    name, interrupted = signal.Signals(signum).name, signum == signal.SIGINT
+    saved = (f"checkpoint written to {checkpoint}{'' if interrupted else ', ready for a requeue'}: rerun the same "
+             "command to resume" if checkpoint else "no checkpoint path was given (--checkpoint), so nothing was saved")
+    if interrupted:
         return Interrupted(f"interrupted (Ctrl-C, {name}) after iteration {iteration}; {saved}")
-    saved = (f"checkpoint written to {checkpoint}, ready for a requeue: rerun the same command to resume"
-             if checkpoint else "no checkpoint path was given (--checkpoint), so nothing was saved")
     return Preempted(f"preempted: received {name} after iteration {iteration}; {saved}")
 
 
