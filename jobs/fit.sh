@@ -6,7 +6,8 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 if [ -z "${DATA:-}" ]; then example_data "$WORK/example.h5" "${N:-100000}"; DATA="$WORK/example.h5:/measurements/X"; fi
+PLOT=$("$PYTHON" -c "import matplotlib" 2>/dev/null && echo --plot || true)  # fit.png when matplotlib is there
 "$MIXLE_MPI" fit -n "$RANKS" --data "$DATA" --model "${MODEL:-gmm:k=4,cov=diag}" \
   --num-shards "${SHARDS:-12}" --max-its "${MAX_ITS:-50}" --seed "${SEED:-1}" \
-  --checkpoint "$WORK/fit/checkpoint.h5" --out-dir "$WORK/fit" --plot
+  --checkpoint "$WORK/fit/checkpoint.h5" --out-dir "$WORK/fit" $PLOT
 "$MIXLE_MPI" inspect "$WORK/fit"

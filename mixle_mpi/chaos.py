@@ -288,7 +288,8 @@ def resolve_args(args) -> tuple[FitConfig, int, str, list[str]]:
     cfg = from_args(args)
     n = args.n or 4
     out_dir = cfg.out_dir if cfg.out_dir != FitConfig.out_dir else tempfile.mkdtemp(prefix="mixle_mpi_chaos_")
-    launch = (["--mpi", args.mpi] if args.mpi else []) + (["--mpiexec", args.mpiexec] if args.mpiexec else [])
+    launch = ((["--mpi", args.mpi] if args.mpi else []) + (["--mpiexec", args.mpiexec] if args.mpiexec else [])
+              + (["--allow-many-ranks"] if args.allow_many_ranks else []))
     return cfg, n, os.path.abspath(out_dir), launch
 
 

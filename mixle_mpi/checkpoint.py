@@ -44,6 +44,10 @@ class FitState:
     failures: dict = field(default_factory=dict)      # worker -> failure count
     blacklist: list = field(default_factory=list)
     rng_state: Any = None               # only before initialization (iteration 0)
+    config: dict = field(default_factory=dict)        # seed, init_p, delta in plain (what to pass to resume)
+    wall_seconds: float = 0.0           # the fit's wall time up to this write, over every job segment
+    segments: int = 0                   # job segments (first run, then each resume) up to this write
+    stopped: str = ""                   # once finished: converged, max_its or unchanged (progress.stop_reason)
 
 
 def _digest(text: str) -> str:
@@ -148,3 +152,49 @@ def differences(saved: FitState, current: FitState, allow_version_change: bool =
                 out.append(f"versions.{key}: checkpoint has {saved.versions.get(key)!r}, this run has "
                            f"{current.versions.get(key)!r} (override with allow_version_change=True)")
     return out
+
+
+# The flag and the Python API argument that set each field a resume must match.
+REMEDY = {"num_shards": ("--num-shards", "num_shards"), "sub_chunks": ("--sub-chunks", "sub_chunks"),
+          "seed": ("--seed", "seed"), "init_p": ("--init-p", "init_p"), "delta": ("--delta", "delta")}
+WHAT_FITS = {"data": "the data it was made from (--data and --columns as then)",
+             "estimator": "the model it was made with (--model as then)",
+             "config": "the --seed, --init-p and --delta it was made with"}
+
+
+def _pass(name: str, value) -> str:
+    """``--num-shards 3 (num_shards=3 in the Python API)`` (pure)."""
+    flag, arg = REMEDY[name]
+    return f"{flag} {'none' if value is None else value} ({arg}={value!r} in the Python API)"
+
+
+def remedies(saved: FitState, current: FitState, allow_version_change: bool = False) -> list[str]:
+    """What to pass so that this run resumes ``saved``, one item per difference (pure).
+    The data's fingerprint is taken over the shards, so it differs whenever the layout
+    does: it is only blamed once the layout matches."""
+    out = [_pass(k, saved.layout[k]) for k in ("num_shards", "sub_chunks")
+           if k in saved.layout and saved.layout.get(k) != current.layout.get(k)]
+    for key in ("data", "estimator", "config"):
+        if saved.fingerprint.get(key) == current.fingerprint.get(key) or (key == "data" and out):
+            continue
+        plain = [_pass(k, saved.config[k]) for k in ("seed", "init_p", "delta")
+                 if key == "config" and k in saved.config and saved.config[k] != current.config.get(k)]
+        out += plain or [WHAT_FITS[key]]
+    if not allow_version_change and saved.versions != current.versions:
+        out.append("--allow-version-change (allow_version_change=True in the Python API) to accept other versions")
+    return out
+
+
+def refusal(path: str, saved: FitState, current: FitState, allow_version_change: bool = False) -> str | None:
+    """Why this run may not resume the checkpoint ``saved`` read from ``path``, and exactly
+    what to pass so that it does; None when it may (pure)."""
+    diff = differences(saved, current, allow_version_change)
+    if not diff:
+        return None
+    layout_differs = any(d.startswith("layout.") for d in diff)
+    shown = [d if not (layout_differs and d.startswith("fingerprint.data")) else
+             "fingerprint.data: not compared while the layout differs (it is taken over the shards)" for d in diff]
+    return (f"{path} is a checkpoint of a different fit; refusing to resume:\n  " + "\n  ".join(shown)
+            + "\nTo resume it, pass " + " and ".join(remedies(saved, current, allow_version_change))
+            + " (any number of ranks will do). To start afresh instead: --resume no (overwrites it) "
+            "or another --checkpoint path.")

@@ -25,6 +25,34 @@ def _add_launch_options(p: argparse.ArgumentParser, required_n: bool = False) ->
     p.add_argument("--start-retries", type=int, default=1,
                    help="launch again, up to this many times, a job that never started (exit 73: a rank "
                         "died or hung while starting; nothing was computed)")
+    p.add_argument("--allow-many-ranks", action="store_true",
+                   help="launch -n N even when N is more than 4 ranks per core of this machine (refused by "
+                        "default as a likely typo; or set MIXLE_MPI_ALLOW_MANY_RANKS=1) (default: off)")
+
+
+def _add_log_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="log only warnings and errors on stderr, on every rank (progress lines are --progress) "
+                        "(default: off; or MIXLE_MPI_LOG_LEVEL=warning)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="log everything on stderr, on every rank: also each checkpoint and the launcher's "
+                        "verdict (default: off; or MIXLE_MPI_LOG_LEVEL=debug)")
+
+
+def _flag_level(args) -> int | None:
+    """The log level -q/-v ask for; None when neither was given (the environment decides)."""
+    from mixle_mpi import logs
+
+    quiet, verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
+    return logs.level_from(quiet, verbose)[0] if quiet or verbose else None
+
+
+def _rank_env(args) -> dict:
+    """The log level of -q/-v for every rank, through the environment they inherit."""
+    from mixle_mpi import logs
+
+    level = _flag_level(args)
+    return {} if level is None else {logs.LEVEL_ENV: logs.level_name(level)}
 
 
 def _run(args) -> int:
@@ -34,7 +62,8 @@ def _run(args) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     return run(args.n, cmd, mpiexec=args.mpiexec, flavor=args.mpi, timeout=args.timeout,
-               blas_threads=args.blas_threads, start_retries=args.start_retries)
+               blas_threads=args.blas_threads, start_retries=args.start_retries, env=_rank_env(args),
+               allow_many_ranks=args.allow_many_ranks)
 
 
 def _fit(args) -> int:
@@ -46,7 +75,8 @@ def _fit(args) -> int:
         from mixle_mpi.launcher import run
 
         return run(args.n, [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)], mpiexec=args.mpiexec,
-                   flavor=args.mpi, timeout=args.timeout, start_retries=args.start_retries)
+                   flavor=args.mpi, timeout=args.timeout, start_retries=args.start_retries, env=_rank_env(args),
+                   allow_many_ranks=args.allow_many_ranks)
     if not fitcmd.under_mpi_launcher():
         raise ConfigError("fit runs on several MPI ranks: give -n N (e.g. -n 4: a driver and 3 workers), "
                           "or start it under mpiexec/srun")
@@ -85,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "command; with -n N it launches itself. Options may come from a TOML job "
                                    "file (--config); flags override it.")
     _add_launch_options(f)
+    _add_log_options(f)
     add_fit_options(f)
     f.set_defaults(func=_fit)
     f.add_argument("--dry-run", dest="func", action="store_const", const=dry_run, default=argparse.SUPPRESS,
@@ -93,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="launch a command under mpiexec with the flags each MPI needs")
     _add_launch_options(r, required_n=True)
+    _add_log_options(r)
     r.add_argument("--blas-threads", type=int, default=1)
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python script.py [args]")
     r.set_defaults(func=_run)
@@ -152,7 +184,10 @@ def _extensions():
 
 
 def main(argv=None) -> int:
+    from mixle_mpi import logs
+
     args = build_parser().parse_args(argv)
+    logs.setup(_flag_level(args))
     return run_command(args, args.command)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+from mixle_mpi import exitcodes, logs
 from mixle_mpi.errors import MixleMPIError
 
 
@@ -15,5 +16,10 @@ def run_command(args, name: str) -> int:
     except MixleMPIError as exc:
         if getattr(args, "spmd", False):
             raise  # under MPI, errors end the job through mixle_mpi.exiting
-        sys.stderr.write(f"mixle-mpi {name}: error: {exc}\n")
-        return 2
+        sys.stderr.write(f"mixle-mpi {name}: error: {logs.clean(str(exc))}\n")
+        return exitcodes.BAD_INPUT
+    except KeyboardInterrupt:  # Ctrl-C before the launcher took it over: nothing was running yet
+        if getattr(args, "spmd", False):
+            raise
+        sys.stderr.write(f"mixle-mpi {name}: interrupted (Ctrl-C)\n")
+        return exitcodes.INTERRUPTED

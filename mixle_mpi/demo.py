@@ -10,10 +10,12 @@ fits are bit-identical.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import tempfile
 
 from mixle_mpi.events import describe, read_events
+from mixle_mpi.helptext import command
 
 DEMO_JOB = {"data": "builtin:iris", "columns": "0:4", "model": "gmm:k=3,cov=full", "max_its": "40",
             "init_p": "0.5", "num_shards": "6", "seed": "3"}
@@ -52,5 +54,6 @@ def demo(ranks: int = 4, timeout: float = 600, out_dir: str | None = None) -> in
     print(f"iterations: {chaos['summary']['iterations']}; failures survived: {chaos['summary']['failures_survived']}; "
           f"seconds: failure-free {s1:.1f}, with failure {s2:.1f}")
     print(f"bit-identical to the failure-free fit: {'yes' if not diffs else 'NO (' + '; '.join(diffs) + ')'}")
-    print(f"(outputs: {base}/clean and {base}/chaos; try `mixle-mpi inspect {base}/chaos`)")
+    print(f"outputs: {base}/clean and {base}/chaos; to see what happened to each rank, run:\n"
+          f"  {command()} inspect {shlex.quote(os.path.join(base, 'chaos'))}")
     return 0 if not diffs else 1

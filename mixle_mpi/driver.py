@@ -13,12 +13,12 @@ import itertools
 import os
 import pickle
 import signal
-import sys
 import time
 from typing import Any
 
 from mpi4py import MPI
 
+from mixle_mpi import logs
 from mixle_mpi.config import Settings
 from mixle_mpi.errors import NoWorkersLeft, ReconfigurationTimeout, WorkerError
 from mixle_mpi.estep import PROTO
@@ -85,6 +85,7 @@ class Driver:
         self.calls = {"estep": 0, "init": 0, "llsum": 0}
         self.monitor = monitor                        # started by the handle at the handshake
         self.rounds: list[dict[str, Any]] = []
+        self.peak_rss_mb: dict[int, float] = {}       # worker -> highest peak RSS its processes reported
         self.started = False                          # every worker set up and loaded once
         self.closed = False
 
@@ -151,6 +152,8 @@ class Driver:
                 if msg[0] == "error":
                     host, pid = msg[3], msg[4]
                     raise WorkerError(worker, host, pid, msg[2])
+                if msg[0] == "result" and len(msg) > 4:
+                    self.peak_rss_mb[worker] = max(self.peak_rss_mb.get(worker, 0.0), msg[4])
                 out.append(msg)
         except PeerFailed as exc:
             self._fail(worker, f"ulfm: {exc}")
@@ -546,7 +549,7 @@ class Driver:
             try:
                 run_with_deadline(inter.Disconnect, DISCONNECT_TIMEOUT, "disconnect")
             except (TimeoutError, MPI.Exception) as exc:
-                sys.stderr.write(f"[mixle_mpi] disconnecting respawned rank {w} failed: {exc}\n")
+                logs.get("driver").warning(f"disconnecting respawned rank {w} failed: {exc}")
 
     def _stop(self, workers: list[int], msg: tuple = ("stop",), wait: float = STOP_SEND_WAIT) -> None:
         """Send ``msg`` to ``workers`` and wait (bounded) until the sends have completed."""

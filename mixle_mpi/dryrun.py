@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 import re
-import resource
 import subprocess
 import sys
 from dataclasses import dataclass
 
 from mixle_mpi.errors import ConfigError, MixleMPIError
+from mixle_mpi.malloc import peak_rss_mb
 
 STORE_BLOCK_ROWS = 65536  # rows the driver copies into the shard store at a time (ShardStore.create)
 MB = 1 << 20
@@ -111,6 +111,10 @@ def _report_mpi(args, cfg, ranks: int | None, problems: list[str]) -> list[str]:
         return lines + [f"mpiexec: NOT USABLE: {exc}"]
     lines.append(f"mpiexec: {exe} ({flavor}: {_mpiexec_line(exe)})")
     fit_cmd = [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)]
+    typo = None if ranks is None else launcher.too_many_ranks(ranks, launcher.usable_cores(),
+                                                              getattr(args, "allow_many_ranks", False))
+    if typo:
+        problems.append(typo)
     if ranks is None:
         lines.append("launch: under mpiexec/srun every rank runs: " + " ".join(fit_cmd))
     else:
@@ -178,7 +182,7 @@ def _memory_lines(shape, lay: Layout) -> list[str]:
     mem = memory(shape, lay)
     how = ("it reads the whole data before writing the shard store" if shape.driver_reads_all
            else "it streams the data into the shard store block by block")
-    runtime = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    runtime = peak_rss_mb() * MB
     return [f"memory (rough, data only): each worker about {_fmt(mem['worker'])}, the driver about "
             f"{_fmt(mem['driver'])} ({how}); all the data {_fmt(mem['total'])}",
             f"memory per rank for Python, numpy, h5py and mixle: about {_fmt(runtime)} (measured in this process)"]

@@ -33,3 +33,7 @@ class ReconfigurationTimeout(MixleMPIError):
 
 class Preempted(MixleMPIError):
     """The driver was asked to stop (SIGTERM/SIGUSR1); a checkpoint was written. Rerun to resume."""
+
+
+class Interrupted(Preempted):
+    """Ctrl-C: the driver stopped after the current iteration (and checkpointed, if it can)."""

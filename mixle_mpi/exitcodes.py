@@ -8,3 +8,4 @@ RECONFIG_TIMEOUT = 71  # a shrink/respawn overran its deadline
 WORKER_ABORTED = 72   # a worker ended because the driver aborted the job
 NEVER_STARTED = 73    # a rank died or hung while the job started; nothing was computed: safe to rerun
 CHECKPOINTED = 75     # preempted (SIGTERM/SIGUSR1): checkpointed, please requeue (EX_TEMPFAIL)
+INTERRUPTED = 130     # Ctrl-C (SIGINT): every rank ended, checkpointed if a checkpoint was configured (128 + 2)

@@ -4,32 +4,39 @@ After a rank death MPI_Finalize can hang (always on MPICH, sometimes on Open MPI
 driver and original workers flush and ``os._exit``. An uncaught exception on the driver
 stops the workers and exits nonzero; on any other rank it aborts the whole job. The driver
 also writes a small JSON status file (``MIXLE_MPI_STATUS_FILE``) that the launcher trusts
-over mpiexec's own exit code, and, once it can act on SIGTERM/SIGUSR1, its pid
+over mpiexec's own exit code, and, once it can act on SIGTERM/SIGUSR1/SIGINT, its pid
 (``MIXLE_MPI_DRIVER_PID_FILE``), so the launcher forwards those signals to it alone.
+
+An error is said once: the rank that meets it logs one line (a traceback too, for what is
+not one of our own errors), and the status file says so (``reported``), so the launcher
+does not repeat it.
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import sys
 import traceback
 
-from mixle_mpi import exitcodes
+from mixle_mpi import exitcodes, logs
 from mixle_mpi.atomicjson import write_json
-from mixle_mpi.errors import ConfigError, DataError, Preempted
+from mixle_mpi.errors import ConfigError, DataError, Interrupted, Preempted
 
 STATUS_ENV = "MIXLE_MPI_STATUS_FILE"
 DRIVER_PID_ENV = "MIXLE_MPI_DRIVER_PID_FILE"
 _state: dict = {"role": None, "handle": None, "status_written": False}
 
 
-def write_status(code: int, message: str = "", extra: dict | None = None) -> None:
+def write_status(code: int, message: str = "", extra: dict | None = None, reported: bool = False) -> None:
+    """The driver's verdict for the launcher; ``reported``: ``message`` is on stderr already."""
     path = os.environ.get(STATUS_ENV)
     if not path or _state["status_written"]:
         return
     _state["status_written"] = True
-    record = {"exit_code": int(code), "status": "ok" if code == 0 else "error", "message": message, **(extra or {})}
+    record = {"exit_code": int(code), "status": "ok" if code == 0 else "error", "message": message,
+              "reported": bool(reported), **(extra or {})}
     write_json(path, record)
 
 
@@ -53,9 +60,10 @@ def _flush() -> None:
 
 def exit_code_for(exc: BaseException) -> int:
     from mixle_mpi.checkpoint import CheckpointError
-
     from mixle_mpi.startup import StartupFailed
 
+    if isinstance(exc, (Interrupted, KeyboardInterrupt)):
+        return exitcodes.INTERRUPTED
     if isinstance(exc, Preempted):
         return exitcodes.CHECKPOINTED
     if isinstance(exc, StartupFailed):
@@ -65,20 +73,39 @@ def exit_code_for(exc: BaseException) -> int:
     return exitcodes.FAILED
 
 
-def _report(tp, value, tb) -> None:
-    """A user's mistake gets its message; anything else gets the traceback too."""
+def failure_line(exc: BaseException, who: str = "") -> tuple[int, str]:
+    """The one line that says why a rank ends, and its log level (pure). A stop that was
+    asked for (preemption, Ctrl-C) is not a failure: its message says what was saved and
+    what to do. One of our own errors is its message; anything else was shown with its
+    traceback just above, so the line does not repeat it."""
     from mixle_mpi.errors import MixleMPIError
 
-    if not isinstance(value, MixleMPIError):
+    if isinstance(exc, Preempted):
+        return logging.WARNING, str(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        return logging.WARNING, f"{who or 'this rank'} was interrupted (Ctrl-C) before the fit started; nothing was saved"
+    head = f"{who} failed: " if who else ""
+    if isinstance(exc, MixleMPIError):
+        return logging.ERROR, f"{head}{type(exc).__name__}: {exc}"
+    return logging.ERROR, f"{head or 'failed: '}{type(exc).__name__} (traceback above)"
+
+
+def _report(tp, value, tb, who: str = "") -> None:
+    """One line for a rank that ends on ``value``, after its traceback if it is not one of
+    our own errors (or a stop that was asked for)."""
+    from mixle_mpi.errors import MixleMPIError
+
+    if not isinstance(value, (MixleMPIError, KeyboardInterrupt)):
         traceback.print_exception(tp, value, tb)
+    level, line = failure_line(value, who)
+    logs.get().log(level, line)
 
 
 def _driver_excepthook(tp, value, tb) -> None:
     _report(tp, value, tb)
     code = exit_code_for(value)
-    sys.stderr.write(f"[mixle_mpi] driver failed: {tp.__name__}: {value}\n")
     try:
-        write_status(code, f"{tp.__name__}: {value}")
+        write_status(code, f"{tp.__name__}: {value}", reported=True)
     except OSError:
         pass
     handle = _state["handle"]
@@ -116,7 +143,7 @@ def _driver_atexit() -> None:
         try:
             handle._finish()
         except Exception as exc:  # noqa: BLE001 - the fit is saved; only the teardown failed
-            sys.stderr.write(f"[mixle_mpi] teardown after the fit failed: {exc}\n")
+            logs.get().warning(f"teardown after the fit failed: {exc}")
     _flush()
     os._exit(code)
 
@@ -125,18 +152,17 @@ def _rank_excepthook(tp, value, tb) -> None:
     from mpi4py import MPI
 
     rank = MPI.COMM_WORLD.Get_rank()
-    who = "the driver (rank 0)" if rank == 0 else f"rank {rank}"
-    sys.stderr.write(f"[mixle_mpi] {who} ({MPI.Get_processor_name()}, pid {os.getpid()}) failed: "
-                     f"{tp.__name__}: {value}\n")
-    _report(tp, value, tb)
+    driver = rank == 0 and MPI.Comm.Get_parent() == MPI.COMM_NULL
+    # The driver's own mistake needs no rank, host or pid; another rank's does.
+    _report(tp, value, tb, "" if driver else f"rank {rank} ({MPI.Get_processor_name()}, pid {os.getpid()})")
     code = exit_code_for(value)
-    if rank == 0 and MPI.Comm.Get_parent() == MPI.COMM_NULL:
+    if driver:
         # The driver failed before the job started: the workers wait for it point to point,
         # so tell them to end (no MPI_Abort: Open MPI's banner is not for a user's typo).
         from mixle_mpi.startup import abort_startup
 
         try:
-            write_status(code, f"{tp.__name__}: {value}")
+            write_status(code, f"{tp.__name__}: {value}", reported=True)
         except OSError:
             pass
         _bounded(lambda: abort_startup(MPI.COMM_WORLD, code, f"{tp.__name__}: {value}"))
@@ -149,6 +175,7 @@ def _rank_excepthook(tp, value, tb) -> None:
 def install_early() -> None:
     """Before the handle exists: an uncaught exception on any rank aborts the whole job
     (plain ``python`` would leave the other ranks waiting forever)."""
+    logs.setup()
     if _state["role"] is None:
         _state["role"] = "early"
         sys.excepthook = _rank_excepthook
@@ -156,6 +183,7 @@ def install_early() -> None:
 
 def install(role: str, handle=None) -> None:
     """Install the ending rules for this process's role ('driver' or 'worker')."""
+    logs.setup()
     if handle is not None:
         _state["handle"] = handle
     if _state["role"] == role:

@@ -23,6 +23,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
+from mixle_mpi import logs
 from mixle_mpi.errors import ConfigError
 
 ACTIONS = ("kill", "stop", "exit", "hang")  # hang: the main thread blocks for good, heartbeats go on
@@ -186,15 +187,14 @@ def record_fired(fault: Fault, path: str | None = None) -> None:
         finally:
             os.close(fd)
     except OSError as exc:  # the fault still acts; the missing record then fails the run
-        sys.stderr.write(f"[mixle_mpi] chaos: cannot record the fault in {path!r}: {exc}\n")
+        logs.get("faults").error(f"chaos: cannot record the fault in {path!r}: {exc}")
 
 
 def _perform(fault: Fault) -> None:
     record_fired(fault)
     sys.stdout.flush()
-    sys.stderr.write(f"[mixle_mpi] chaos: worker {fault.worker} {fault.action} at {fault.phase} "
-                     f"(call {fault.call}) pid={os.getpid()} t={time.time():.6f}\n")
-    sys.stderr.flush()
+    logs.get("faults").warning(f"chaos: worker {fault.worker} {fault.action} at {fault.phase} (call {fault.call}) "
+                               f"pid={os.getpid()}")
     if fault.action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif fault.action == "stop":

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 import time
 
@@ -72,10 +71,11 @@ def prepare(cfg: FitConfig):
 
 def run(cfg: FitConfig) -> int:
     from mixle_mpi import ResilientMPIEncodedData, is_driver
+    from mixle_mpi.fitloop import Segments
 
     if not is_driver():
         ResilientMPIEncodedData(None, **_settings(cfg))  # serves until the driver is done; never returns
-    t0 = time.perf_counter()
+    segments = Segments()
     spec, loaded, est = prepare(cfg)
     events_path = os.path.join(cfg.out_dir, "events.jsonl")
     with ResilientMPIEncodedData(loaded.data, estimator=est, num_shards=cfg.num_shards, sub_chunks=cfg.sub_chunks,
@@ -88,8 +88,8 @@ def run(cfg: FitConfig) -> int:
         if cfg.checkpoint and cfg.restarts > 1:
             print(f"[fit] {cfg.restarts} restarts, each with its own checkpoint: "
                   + ", ".join(restart_checkpoints(cfg.checkpoint, cfg.restarts)), flush=True)
-        results, timeline = _fit_restarts(enc, est, cfg)
-        summary = _summary(enc, cfg, results, time.perf_counter() - t0)
+        results, timeline = _fit_restarts(enc, est, cfg, segments)
+        summary = _summary(enc, cfg, results, segments)
     best = results[summary["best_restart"]]
     write_json(os.path.join(cfg.out_dir, "model.json"), json.loads(best["model"].to_json()), indent=1)
     write_json(os.path.join(cfg.out_dir, "summary.json"), summary, indent=1)
@@ -97,17 +97,24 @@ def run(cfg: FitConfig) -> int:
         from mixle_mpi.plot import plot_fit
 
         plot_fit(os.path.join(cfg.out_dir, "fit.png"), [r["ll"] for r in results], timeline, events_path)
-    print(f"[fit] done: {summary['iterations']} iterations, final ll {summary['final_ll']!r}, "
-          f"failures survived {summary['failures_survived']}, {summary['wall_seconds']:.1f}s; "
-          f"model in {os.path.join(cfg.out_dir, 'model.json')}", flush=True)
+    print("[fit] " + done_line(summary, os.path.join(cfg.out_dir, "model.json")), flush=True)
     return 0
+
+
+def done_line(summary: dict, model_path: str) -> str:
+    """The fit's last line: how it stopped, the result, and where it went (pure)."""
+    from mixle_mpi.progress import summary_stop_text, summary_wall_text
+
+    return (f"done after {summary['iterations']} iterations: {summary_stop_text(summary)}; final ll "
+            f"{summary['final_ll']!r}, failures survived {summary['failures_survived']}, "
+            f"{summary_wall_text(summary)}; model in {model_path}")
 
 
 def _recovered(enc) -> int:
     return sum(len(r["recomputed"]) for r in enc.rounds)
 
 
-def _fit_restarts(enc, est, cfg: FitConfig):
+def _fit_restarts(enc, est, cfg: FitConfig, segments):
     from mixle_mpi.fitloop import fit
     from mixle_mpi.progress import PROGRESS_FILE, Progress, ranks_of
 
@@ -120,19 +127,24 @@ def _fit_restarts(enc, est, cfg: FitConfig):
         trace: list[float] = []
         progress.start()
 
-        def on_iteration(i: int, ll: float, r=r, label=label, trace=trace) -> None:
+        def on_iteration(i: int, ll: float, saved: str | None, r=r, label=label, trace=trace) -> None:
             timeline.append((r, i, time.time()))
             progress.step(iteration=i, max_its=cfg.max_its, ll=ll, prev_ll=trace[-1] if trace else None,
                           live=len(membership.live()), blacklisted=len(membership.blacklisted()),
-                          recovered=_recovered(enc), restart=label, ranks=ranks_of(membership))
+                          recovered=_recovered(enc), restart=label, ranks=ranks_of(membership),
+                          failed=sum(membership.failures().values()), checkpointed=saved is not None)
             trace.append(ll)
 
-        model, lls = fit(enc, est, max_its=cfg.max_its, delta=cfg.delta, init_p=cfg.init_p, seed=cfg.seed + r,
-                         checkpoint=restart_checkpoint(cfg.checkpoint, r, cfg.restarts), every=cfg.checkpoint_every,
-                         seconds=cfg.checkpoint_seconds, resume=cfg.resume, on_iteration=on_iteration)
-        progress.done()
-        results.append({"model": model, "ll": lls, "seed": cfg.seed + r,
-                        "converged": cfg.delta is not None and len(lls) < cfg.max_its})
+        stopped: list[str] = []
+        try:
+            model, lls = fit(enc, est, max_its=cfg.max_its, delta=cfg.delta, init_p=cfg.init_p, seed=cfg.seed + r,
+                             checkpoint=restart_checkpoint(cfg.checkpoint, r, cfg.restarts),
+                             every=cfg.checkpoint_every, seconds=cfg.checkpoint_seconds, resume=cfg.resume,
+                             on_iteration=on_iteration, segments=segments, on_finish=stopped.append)
+        finally:
+            progress.done()  # a live line is ended before anything else is printed
+        results.append({"model": model, "ll": lls, "seed": cfg.seed + r, "stopped": stopped[0],
+                        "converged": stopped[0] == "converged"})
     return results, timeline
 
 
@@ -142,26 +154,31 @@ def best_restart(results: list[dict]) -> int:
     return max(range(len(finals)), key=lambda i: (finals[i], -i))
 
 
-def _summary(enc, cfg: FitConfig, results: list[dict], seconds: float) -> dict:
+def _summary(enc, cfg: FitConfig, results: list[dict], segments) -> dict:
     from mixle_mpi.fitloop import versions
 
     b = best_restart(results)
     failures = enc.failures
+    peak_rss = enc.peak_rss_mb
     return {
         "final_ll": results[b]["ll"][-1] if results[b]["ll"] else None,
         "iterations": len(results[b]["ll"]),
         "converged": results[b]["converged"],
+        "stopped": results[b]["stopped"],
         "ll": results[b]["ll"],
         "best_restart": b,
         "restarts": [{"seed": r["seed"], "final_ll": r["ll"][-1] if r["ll"] else None, "iterations": len(r["ll"]),
-                      "converged": r["converged"], "ll": r["ll"]} for r in results],
+                      "converged": r["converged"], "stopped": r["stopped"], "ll": r["ll"]} for r in results],
         "failures_survived": sum(failures.values()),
         "failures": {str(k): v for k, v in failures.items()},
         "blacklisted": enc.blacklist,
         "recovered_shards": _recovered(enc),
-        "wall_seconds": seconds,
+        "wall_seconds": segments.this_segment(),          # this job segment
+        "wall_seconds_total": segments.total(),           # every segment, after requeues
+        "segments": segments.count,
         "rows": len(enc),
-        "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "driver_peak_rss_mb": peak_rss[0],
+        "peak_rss_mb": {str(rank): mb for rank, mb in sorted(peak_rss.items())},
         "workers": len(enc._driver.membership.records),
         "num_shards": enc.num_shards,
         "sub_chunks": enc.sub_chunks,

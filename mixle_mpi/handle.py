@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pickle
 import sys
+import warnings
 from numbers import Integral
 from typing import Any
 
@@ -26,6 +27,7 @@ from mixle_mpi.events import EventLog
 from mixle_mpi.faults import parse_plan, plan_from_env
 
 DEFAULT_WORKDIR = "mixle_mpi_run"
+INIT_SAMPLE_NOTE = ".*with less data than they have parameters.*"
 
 
 def is_driver() -> bool:
@@ -170,7 +172,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         self.events.emit(
             "start", driver_pid=os.getpid(), workers=workers, num_shards=self.num_shards, sub_chunks=self.sub_chunks,
             max_retries=self.max_retries, shrink=method, shrink_reason=reason,
-            mpi=" ".join(map(str, __import__("mpi4py").MPI.get_vendor())), blas=blas_description(),
+            mpi=startup.mpi_text(), blas=blas_description(),
             settings=self.settings.__dict__, fault_plan=[f.__dict__ for f in plan],
         )
         self._driver = Driver(
@@ -233,6 +235,14 @@ class ResilientMPIEncodedData(EncodedDataHandle):
     def blacklist(self) -> list[int]:
         return self._driver.membership.blacklisted()
 
+    @property
+    def peak_rss_mb(self) -> dict[int, float]:
+        """Peak resident memory in MiB per rank: 0 is the driver; a worker's is the highest
+        its processes (a respawned one too) reported with their results."""
+        from mixle_mpi.malloc import peak_rss_mb
+
+        return {0: peak_rss_mb(), **dict(sorted(self._driver.peak_rss_mb.items()))}
+
     # -- protocol recognized by mixle.stats dispatch -------------------------------
     def _fold(self, estimator, results: dict[int, bytes]):
         return checkpointed_fold(estimator, [results[s] for s in range(self.num_shards)])
@@ -262,7 +272,12 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         seeds = rng.randint(2**31, size=self.num_shards)
         results = self._driver.run_round("init", (estimator, float(p)), {s: int(seeds[s]) for s in range(self.num_shards)})
         nobs, value = self._fold(estimator, results)
-        return estimator.estimate(validated_initialized_observations(nobs), value)
+        with warnings.catch_warnings():
+            # The initial model is estimated from an init_p sample, so a component with fewer
+            # rows than parameters is expected here: EM's first step re-estimates it from all
+            # the data, and mixle says so again then if it still holds.
+            warnings.filterwarnings("ignore", message=INIT_SAMPLE_NOTE)
+            return estimator.estimate(validated_initialized_observations(nobs), value)
 
     def pysp_seq_log_density_sum(self, estimate: Any) -> tuple[float, float]:
         """(count, log density) summed per shard in shard-id order."""

@@ -36,6 +36,21 @@ def version() -> str:
         return __version__
 
 
+def command(python: str | None = None) -> str:
+    """How to run ``mixle-mpi`` from any folder, for advice a user copies: the console
+    script beside this interpreter (where pip put it), else ``python -m mixle_mpi``, both
+    with full paths (a bare ``mixle-mpi`` is often not on PATH: a venv that is not active)."""
+    import os
+    import shlex
+    import sys
+
+    python = python or sys.executable
+    script = os.path.join(os.path.dirname(python), "mixle-mpi")
+    if os.access(script, os.X_OK):
+        return shlex.quote(script)
+    return f"{shlex.quote(python)} -m mixle_mpi"
+
+
 class DefaultsFormatter(argparse.HelpFormatter):
     """Appends ``(default: X)`` to an option's help unless the help already names its
     default; an unset default reads "none" rather than Python's ``None``."""

@@ -17,7 +17,7 @@ from collections import defaultdict
 from typing import IO
 
 from mixle_mpi.errors import ConfigError
-from mixle_mpi.events import read_events
+from mixle_mpi.events import describe, read_events
 
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -146,8 +146,7 @@ def summarize_events(events: list[dict]) -> list[str]:
         lines.extend("  " + s for s in stories[w])
     for e in events:
         if e.get("event") in ("preempted", "resumed", "checkpoint_fallback"):
-            lines.append(f"t+{e['time'] - t0:.2f}s {e['event']}: " + ", ".join(f"{k}={v}" for k, v in e.items()
-                                                                            if k not in ("time", "event", "driver_host")))
+            lines.append(f"t+{e['time'] - t0:.2f}s {describe(e)}")
     closed = next((e for e in reversed(events) if e.get("event") == "closed"), None)
     lines.append(f"ended: live {closed.get('live')}, blacklisted {closed.get('blacklisted')}" if closed
                  else "no 'closed' event: the job did not end cleanly (killed, preempted or still running)")
@@ -155,14 +154,18 @@ def summarize_events(events: list[dict]) -> list[str]:
 
 
 def summarize_summary(s: dict) -> list[str]:
+    from mixle_mpi.progress import summary_stop_text, summary_wall_text
+
     lines = [f"fit of {s.get('model_spec')} on {s.get('data')}: final ll {s.get('final_ll')!r} after "
-             f"{s.get('iterations')} iterations ({'converged' if s.get('converged') else 'iteration cap'}), "
-             f"{s.get('wall_seconds', 0):.1f}s",
+             f"{s.get('iterations')} iterations ({summary_stop_text(s)}), {summary_wall_text(s)}",
              f"failures survived {s.get('failures_survived')} {s.get('failures')}, blacklisted {s.get('blacklisted')}, "
              f"shards recomputed {s.get('recovered_shards')}; {s.get('workers')} workers, {s.get('num_shards')} shards"]
     if len(s.get("restarts", [])) > 1:
         lines.append("restarts: " + ", ".join(f"seed {r['seed']}: {r['final_ll']!r}" for r in s["restarts"])
                      + f"; best is restart {s.get('best_restart', 0) + 1}")
+    if s.get("peak_rss_mb"):
+        lines.append("peak RSS: " + ", ".join(f"{'driver' if r == '0' else f'rank {r}'} {mb:.0f} MB"
+                                               for r, mb in s["peak_rss_mb"].items()))
     if s.get("versions"):
         lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in s["versions"].items()))
     return lines
@@ -212,7 +215,8 @@ def summarize_checkpoint(path: str) -> list[str]:
             f"{', converged' if state.converged else ''}), checksum ok",
             f"log-likelihood: last {tail}" if state.ll else "no iteration completed yet",
             f"layout {state.layout}; failures {state.failures}; blacklisted {state.blacklist}",
-            "versions: " + ", ".join(f"{k} {v}" for k, v in state.versions.items())]
+            "versions: " + ", ".join(f"{k} {v}" for k, v in state.versions.items())] + (
+        [f"wall time so far {state.wall_seconds:.1f}s over {state.segments} job segment(s)"] if state.segments else [])
 
 
 def summarize_model(path: str) -> list[str]:

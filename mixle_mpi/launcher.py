@@ -10,13 +10,20 @@ SIGTERM and SIGUSR1 sent to the launcher (by a SLURM batch script at its time li
 are forwarded to the driver (rank 0) alone, never to mpiexec: Open MPI's mpiexec would pass
 SIGUSR1 on to every rank, and a worker still starting up would die of it. The driver
 writes its pid to ``MIXLE_MPI_DRIVER_PID_FILE`` once its handlers are in place; a signal that
-arrives before that is held and delivered then. The ``srun`` flavor launches the ranks with
+arrives before that is held and delivered then. Ctrl-C (SIGINT; the ranks run in a session
+of their own, so only the launcher gets it) goes to the driver too: it checkpoints after
+the current iteration and every rank ends (exit 130); a second Ctrl-C, or one before the
+driver is ready, ends the job at once. The ``srun`` flavor launches the ranks with
 ``srun --mpi=pmix --kill-on-bad-exit=0`` for sites without ULFM (heartbeat detection only).
+
+The launcher says one thing at the end only when the driver has not said it already (the
+status file's ``reported``): an error is printed once.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -28,7 +35,7 @@ import threading
 import time
 import uuid
 
-from mixle_mpi import exitcodes
+from mixle_mpi import exitcodes, logs
 from mixle_mpi.errors import ConfigError
 from mixle_mpi.exiting import DRIVER_PID_ENV, STATUS_ENV
 from mixle_mpi.reaper import DONE, TAG_ENV, sweep
@@ -37,7 +44,33 @@ from mixle_mpi.startup import MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV, star
 
 OPENMPI, MPICH, SRUN = "openmpi", "mpich", "srun"
 FLAVORS = (OPENMPI, MPICH, SRUN)
-FORWARDED = (signal.SIGTERM, signal.SIGUSR1)
+FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+RANKS_PER_CORE = 4          # more ranks than this per core is almost surely a typo (-n 300)
+FEWEST_LIMIT = 8            # ... but a small machine may still run a test's 8 ranks
+MANY_RANKS_ENV = "MIXLE_MPI_ALLOW_MANY_RANKS"
+log = logs.get("launcher")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def too_many_ranks(n: int, cores: int, allowed: bool = False, environ=None) -> str | None:
+    """Why ``n`` ranks on a machine with ``cores`` cores look like a typo, and how to launch
+    them anyway; None when they do not, were allowed, or run in a SLURM allocation (which
+    decides where the ranks go) (pure)."""
+    environ = os.environ if environ is None else environ
+    limit = max(FEWEST_LIMIT, RANKS_PER_CORE * cores)
+    allowed = allowed or environ.get(MANY_RANKS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    if n <= limit or allowed or environ.get("SLURM_JOB_ID"):
+        return None
+    return (f"found -n {n} but this machine has {cores} core(s): more than {RANKS_PER_CORE} ranks per core "
+            f"({limit} here) would crawl, and is usually a typo. To launch {n} ranks anyway, pass "
+            f"--allow-many-ranks or set {MANY_RANKS_ENV}=1")
 
 
 def find_mpiexec(explicit: str | None = None, flavor: str | None = None) -> str:
@@ -116,10 +149,15 @@ def launch_env(blas_threads: int, status_file: str, base=None, pid_file: str | N
 
 
 def judge(mpiexec_rc: int | None, status: dict | None, terminated: bool = False,
-          never_started: str | None = None) -> tuple[int, str]:
+          never_started: str | None = None, interrupted: bool = False) -> tuple[int, str]:
     """The job's exit code and a one-line verdict (pure; unit-tested). ``terminated``: the
     launcher ended the job on a SIGTERM that came before the driver could checkpoint.
-    ``never_started``: why the launcher found that MPI never came up on every rank."""
+    ``never_started``: why the launcher found that MPI never came up on every rank.
+    ``interrupted``: the launcher ended the job on Ctrl-C (a second one, or one that came
+    before the driver could checkpoint)."""
+    if interrupted and (status is None or int(status.get("exit_code", 1)) not in (0, exitcodes.INTERRUPTED)):
+        return exitcodes.INTERRUPTED, ("interrupted (Ctrl-C): ended every rank before the driver could checkpoint; "
+                                       "the last checkpoint, if any, is kept: rerun the same command to resume")
     if status is None and terminated:
         return exitcodes.CHECKPOINTED, ("stopped by SIGTERM before the driver could checkpoint; "
                                         "rerun the same command to resume from the last checkpoint, if any")
@@ -141,6 +179,18 @@ def judge(mpiexec_rc: int | None, status: dict | None, terminated: bool = False,
     return mpiexec_rc, f"the job failed: mpiexec exited {mpiexec_rc} and the driver wrote no status"
 
 
+def verdict_level(code: int, status: dict | None) -> int:
+    """The level to log the launcher's verdict at (pure): the details of a success, and a
+    verdict that only repeats what the driver printed itself, with -v only; a stop that was
+    asked for is a warning, anything else an error."""
+    repeats = status is not None and status.get("reported") and str(status.get("exit_code")) == str(code)
+    if code == exitcodes.OK or repeats:
+        return logging.DEBUG
+    if code in (exitcodes.CHECKPOINTED, exitcodes.INTERRUPTED):
+        return logging.WARNING
+    return logging.ERROR
+
+
 class SignalForwarder:
     """Forwards the signals the launcher receives to the driver only (pure but for ``kill``).
 
@@ -153,11 +203,18 @@ class SignalForwarder:
         self.pid_file = pid_file
         self.pending: list[int] = []
         self.terminated = False
+        self.interrupts = 0         # Ctrl-Cs received
         self._terminate = terminate
         self.delivered: list[tuple[int, int]] = []
         self._kill = kill
         self._host = host or socket.gethostname()
-        self._log = log or (lambda msg: sys.stderr.write(f"[mixle_mpi] {msg}\n"))
+        self._log = log          # a test's recorder of messages; None: the launcher's log, with levels
+
+    def _say(self, msg: str, level: int = logging.INFO) -> None:
+        if self._log is not None:
+            self._log(msg)
+        else:
+            log.log(level, msg)
 
     def driver_pid(self) -> int | None:
         """The driver's pid once it can take a signal; None before (or if unreadable)."""
@@ -168,23 +225,36 @@ class SignalForwarder:
         except (OSError, ValueError, KeyError, TypeError):
             return None
         if record.get("host") not in (None, self._host):
-            self._log(f"the driver runs on {record.get('host')}, not on this host {self._host}: "
+            self._say(f"the driver runs on {record.get('host')}, not on this host {self._host}: "
                       "cannot forward signals to it")
             return None
         return pid
 
+    @property
+    def interrupted(self) -> bool:
+        return self.interrupts > 0
+
     def receive(self, signum: int, frame=None) -> None:
+        if signum == signal.SIGINT:
+            self.interrupts += 1
+            if self.interrupts > 1 and self._terminate is not None:
+                self.pending = [s for s in self.pending if s != signal.SIGINT]
+                self.terminated = True
+                self._say("Ctrl-C again: ending every rank now", logging.WARNING)
+                self._terminate()
+                return
         self.pending.append(int(signum))
         if self.deliver():
             return
-        if signum == signal.SIGTERM and self._terminate is not None:
+        if signum in (signal.SIGTERM, signal.SIGINT) and self._terminate is not None:
             # nothing to checkpoint yet (or no checkpointing fit at all): end the job now
             self.pending.remove(signum)
             self.terminated = True
-            self._log("received SIGTERM before the driver could checkpoint; ending the job")
+            self._say(f"received {signal.Signals(signum).name} before the driver could checkpoint; ending the job",
+                      logging.DEBUG if signum == signal.SIGINT else logging.INFO)
             self._terminate()
             return
-        self._log(f"received {signal.Signals(signum).name}; holding it until the driver is ready")
+        self._say(f"received {signal.Signals(signum).name}; holding it until the driver is ready")
 
     def deliver(self) -> list[int]:
         """Send the held signals to the driver if it is ready; returns those sent."""
@@ -198,10 +268,15 @@ class SignalForwarder:
             try:
                 self._kill(pid, signum)
             except ProcessLookupError:
-                self._log(f"the driver (pid {pid}) is gone; {signal.Signals(signum).name} not forwarded")
+                self._say(f"the driver (pid {pid}) is gone; {signal.Signals(signum).name} not forwarded")
                 continue
             self.delivered.append((pid, signum))
-            self._log(f"forwarded {signal.Signals(signum).name} to the driver (pid {pid})")
+            if signum == signal.SIGINT:  # the driver's own line says what was saved
+                self._say(f"Ctrl-C: the driver (pid {pid}) checkpoints after this iteration and ends the job; "
+                          "Ctrl-C again ends it at once", logging.DEBUG)
+            else:
+                self._say(f"received {signal.Signals(signum).name}: passed it to the driver (pid {pid}), which "
+                          "checkpoints after this iteration and stops")
         return sent
 
     def install(self) -> dict:
@@ -263,31 +338,31 @@ def _release_reaper(reaper: subprocess.Popen) -> None:
 
 def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | None = None,
         timeout: float | None = None, blas_threads: int = 1, extra: list[str] | None = None,
-        env: dict | None = None, start_retries: int = 1) -> int:
+        env: dict | None = None, start_retries: int = 1, allow_many_ranks: bool = False) -> int:
     """Launch ``cmd`` on ``n`` ranks and return the job's exit code. A job that never
     started (exit NEVER_STARTED: a rank died or hung while starting) is launched again, up
-    to ``start_retries`` times: nothing was computed, and a checkpoint resumes the rest."""
-    limit = startup_timeout({**os.environ, **(env or {})})  # a bad value is refused before any launch
+    to ``start_retries`` times: nothing was computed, and a checkpoint resumes the rest.
+    ``n`` far above the cores here is refused unless ``allow_many_ranks``."""
+    full = {**os.environ, **(env or {})}
+    limit = startup_timeout(full)  # a bad value is refused before any launch
     exe = find_mpiexec(mpiexec, flavor)
     flavor = flavor or detect_flavor(exe)
     argv = build_command(exe, flavor, n, cmd, extra)
+    typo = too_many_ranks(n, usable_cores(), allow_many_ranks, full)
+    if typo:
+        raise ConfigError(typo)
     attempts = 1 + max(0, int(start_retries))
     for attempt in range(1, attempts + 1):
-        code, note = _launch_once(argv, timeout, blas_threads, env, limit)
+        code, note, level = _launch_once(argv, timeout, blas_threads, env, limit)
         if code != exitcodes.NEVER_STARTED or attempt == attempts:
             break
-        _log(f"{note}; starting it again (attempt {attempt + 1} of {attempts})")
-    _log(note)
+        log.warning(f"{note}; starting it again (attempt {attempt + 1} of {attempts})")
+    log.log(level, note)
     return code
 
 
-def _log(msg: str) -> None:
-    sys.stderr.write(f"[mixle_mpi] {msg}\n")
-    sys.stderr.flush()
-
-
 def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env: dict | None,
-                 limit: float) -> tuple[int, str]:
+                 limit: float) -> tuple[int, str, int]:
     files = RunFiles()
     tag = uuid.uuid4().hex
     started: list[subprocess.Popen] = []
@@ -299,7 +374,7 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
     reaper = _start_reaper(tag)
     rc, t0 = None, time.monotonic()
     try:
-        _log("launching: " + " ".join(argv))
+        log.info("launching: " + " ".join(argv))  # a batch log says what ran
         proc = subprocess.Popen(argv, env=full_env, start_new_session=True)
         started.append(proc)
         rc = _wait(proc, forwarder, timeout)
@@ -316,16 +391,18 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
             signal.signal(s, handler)
         leftovers = sweep(tag, LEFTOVER_GRACE)
         if leftovers:
-            _log(f"killed {len(leftovers)} process(es) of the job still running after mpiexec ended: {leftovers}")
+            log.log(logging.DEBUG if forwarder.terminated else logging.WARNING,
+                    f"killed {len(leftovers)} process(es) of the job still running after mpiexec ended: {leftovers}")
         _release_reaper(reaper)
     if forwarder.pending:
         names = ", ".join(signal.Signals(s).name for s in forwarder.pending)
-        _log(f"{names} arrived before the driver could take it; not delivered")
+        log.warning(f"{names} arrived before the driver could take it; not delivered")
     status = files.read_status()
     never = None if status is not None or rc is None else never_started(
         os.path.exists(files.mpi_up), os.path.exists(files.started), time.monotonic() - t0, limit)
     files.remove()
-    return judge(rc, status, forwarder.terminated, never)
+    code, note = judge(rc, status, forwarder.terminated, never, forwarder.interrupted)
+    return code, note, verdict_level(code, status)
 
 
 def never_started(mpi_up: bool, started: bool, seconds: float, limit: float) -> str | None:

@@ -32,3 +32,13 @@ def retain_freed_memory(mmap_threshold: int = MMAP_THRESHOLD, trim: int = TRIM_T
         return False  # not glibc (musl, macOS): nothing to tune
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, int(mmap_threshold))) and bool(mallopt(M_TRIM_THRESHOLD, int(trim)))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MiB (for summary.json: every rank sends its
+    own with its results). Linux reports ``ru_maxrss`` in KiB, macOS in bytes."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024

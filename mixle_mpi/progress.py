@@ -26,6 +26,7 @@ from mixle_mpi.atomicjson import write_json
 LIVE_ENV = "MIXLE_MPI_LIVE_PROGRESS"
 PROGRESS_FILE = "progress.json"
 RECORD_FORMAT = "mixle_mpi.progress"
+ETA_AFTER = 3   # iterations of this job segment before an ETA is shown: the first one includes the start
 
 
 @dataclass(frozen=True)
@@ -40,13 +41,38 @@ class Status:
     blacklisted: int
     recovered: int          # shards recomputed on another rank so far
     restart: str = ""       # "r/R" when fitting restarts
+    failed: int = 0         # worker failures survived so far
+    checkpointed: bool = False   # a checkpoint was written after this iteration
 
 
 def eta_seconds(s: Status) -> float | None:
-    """Upper bound: the remaining iterations at the recent median pace (EM may converge sooner)."""
-    if not s.recent or s.iteration >= s.max_its:
+    """Upper bound: the remaining iterations at the recent median pace (EM may converge
+    sooner). None until ``ETA_AFTER`` iterations ran in this segment: the first one also
+    sets up and initializes, and an ETA from it alone is wildly off."""
+    if len(s.recent) < ETA_AFTER or s.iteration >= s.max_its:
         return None
     return (s.max_its - s.iteration) * statistics.median(s.recent)
+
+
+def stop_reason(lls: list[float], max_its: int, delta: float | None) -> str:
+    """Why EM stopped, from its log-likelihood trace (pure): "converged" (it gained less than
+    ``delta``), "max_its" (the iteration cap), or "unchanged": with ``delta`` None mixle has
+    no convergence test, but still stops when an EM step no longer improves the
+    log-likelihood, which then stopped changing at all."""
+    gain = lls[-1] - lls[-2] if len(lls) >= 2 else None
+    if delta is not None and (len(lls) < max_its or (gain is not None and 0 <= gain < delta)):
+        return "converged"
+    return "max_its" if len(lls) >= max_its else "unchanged"
+
+
+def stop_text(reason: str, delta: float | None = None) -> str:
+    """How a fit stopped, in words (pure); ``reason`` from :func:`stop_reason`."""
+    if reason == "converged":
+        return "converged" + (f": the log-likelihood gained less than delta={delta:g}" if delta is not None else "")
+    if reason == "unchanged":
+        return ("stopped when the log-likelihood stopped changing: delta none turns the convergence test off, "
+                "but mixle still ends EM when a step no longer improves the log-likelihood")
+    return "stopped at the iteration cap"
 
 
 def hms(seconds: float | None) -> str:
@@ -57,12 +83,30 @@ def hms(seconds: float | None) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+def summary_stop_text(summary: dict) -> str:
+    """How the fit of a summary.json stopped (pure); a summary written before "stopped"
+    existed has only "converged"."""
+    reason = summary.get("stopped") or ("converged" if summary.get("converged") else "max_its")
+    return stop_text(reason, (summary.get("config") or {}).get("delta"))
+
+
+def summary_wall_text(summary: dict) -> str:
+    """``12.3s``, or with requeues ``4.1s (this segment; 12.3s over 3 segments)`` (pure)."""
+    text = f"{summary.get('wall_seconds', 0):.1f}s"
+    if summary.get("segments", 1) > 1:
+        text += f" (this segment; {summary.get('wall_seconds_total', 0):.1f}s over {summary['segments']} segments)"
+    return text
+
+
 def format_line(s: Status) -> str:
     dll = "-" if s.prev_ll is None else f"{s.ll - s.prev_ll:+.3e}"
     head = f"restart {s.restart} " if s.restart else ""
+    eta = eta_seconds(s)
     return (f"{head}it {s.iteration}/{s.max_its} ll {s.ll:.10g} dll {dll} {s.seconds:.3f}s/it "
-            f"workers {s.live} live {s.blacklisted} blacklisted recovered {s.recovered} "
-            f"eta<={hms(eta_seconds(s))}")
+            f"{s.live} workers ({s.failed} failed, {s.blacklisted} blacklisted)"
+            + (f" {s.recovered} shard{'s' if s.recovered != 1 else ''} recomputed" if s.recovered else "")
+            + (f" eta<={hms(eta)}" if eta is not None else "")
+            + (" checkpointed" if s.checkpointed else ""))
 
 
 def ranks_of(membership) -> dict:
@@ -107,13 +151,14 @@ class Progress:
         self._times.clear()
 
     def step(self, *, iteration: int, max_its: int, ll: float, prev_ll: float | None, live: int,
-             blacklisted: int, recovered: int, restart: str = "", ranks: dict | None = None) -> Status:
+             blacklisted: int, recovered: int, restart: str = "", ranks: dict | None = None,
+             failed: int = 0, checkpointed: bool = False) -> Status:
         """Report one iteration; ``ranks`` (see :func:`ranks_of`) goes into the record."""
         now = time.perf_counter()
         seconds, self._last = now - self._last, now
         self._times.append(seconds)
         status = Status(iteration, max_its, ll, prev_ll, seconds, tuple(self._times[-self.window:]),
-                        live, blacklisted, recovered, restart)
+                        live, blacklisted, recovered, restart, failed, checkpointed)
         if self.mode == "line":
             self.stream.write("[fit] " + format_line(status) + "\n")
         elif self.mode == "live":
@@ -125,6 +170,7 @@ class Progress:
         return status
 
     def done(self) -> None:
+        """End a live line (the next output starts on a line of its own)."""
         if self._open_live:
             self.stream.write("\n")
             self.stream.flush()

@@ -8,7 +8,10 @@ trap '' USR1
 worker=0
 if [ "${1:-}" = "--worker" ]; then worker=1; shift; fi
 if [ "${PMI_RANK:-0}" != "0" ]; then worker=1; fi
-"$@"
+# The rank keeps this wrapper's stderr (fd 3); the wrapper's own job report ("Killed", when a
+# chaos test or the driver's fence SIGKILLs a worker) goes nowhere: the driver logs the death.
+exec 3>&2 2>/dev/null
+( "$@" 2>&3 3>&- )
 rc=$?
 if [ "$rc" -gt 128 ] && [ "$worker" = "1" ]; then exit 0; fi
 exit $rc

@@ -75,6 +75,14 @@ class Abort(NamedTuple):
     message: str
 
 
+def mpi_text() -> str:
+    """The MPI library this process runs, as a person reads it: ``Open MPI 5.0.11``."""
+    from mpi4py import MPI
+
+    vendor, version = MPI.get_vendor()
+    return f"{vendor} {'.'.join(map(str, version))}"
+
+
 def startup_timeout(environ=None) -> float:
     """``MIXLE_MPI_STARTUP_TIMEOUT`` in seconds (> 0), else the default."""
     environ = os.environ if environ is None else environ

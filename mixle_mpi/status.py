@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from mixle_mpi.errors import ConfigError
 from mixle_mpi.events import describe
-from mixle_mpi.progress import PROGRESS_FILE, hms
+from mixle_mpi.logs import clock
+from mixle_mpi.progress import PROGRESS_FILE, hms, summary_stop_text, summary_wall_text
 
 SUMMARY_FILE, EVENTS_FILE = "summary.json", "events.jsonl"
 TAIL_BYTES = 1 << 16  # the last events are in the file's last 64 KiB
@@ -135,11 +136,10 @@ def _progress_lines(p: dict, now: float) -> list[str]:
 
 
 def _summary_lines(s: dict) -> list[str]:
-    how = "converged" if s.get("converged") else "stopped at the iteration cap"
     ll = s.get("final_ll")
     failed = {w: n for w, n in (s.get("failures") or {}).items() if n}
-    return [f"{s.get('iterations')} iterations ({how}), final ll {'-' if ll is None else f'{ll:.10g}'}, "
-            f"{s.get('wall_seconds', 0):.1f}s; model in model.json",
+    return [f"{s.get('iterations')} iterations ({summary_stop_text(s)}), final ll "
+            f"{'-' if ll is None else f'{ll:.10g}'}, {summary_wall_text(s)}; model in model.json",
             f"ranks: {s.get('workers')} workers; failures survived {s.get('failures_survived')}"
             + (f" ({', '.join(f'rank {w} x{n}' for w, n in failed.items())})" if failed else "")
             + f"; blacklisted {s.get('blacklisted')}; shards recomputed {s.get('recovered_shards')}"]
@@ -148,8 +148,7 @@ def _summary_lines(s: dict) -> list[str]:
 def event_line(rec: dict) -> str:
     """An event with a wall-clock time a person reads (``12:03:07``), not an epoch float."""
     t = rec.get("time")
-    clock = time.strftime("%H:%M:%S", time.localtime(t)) if isinstance(t, (int, float)) else "--:--:--"
-    return f"{clock} {describe(rec)}"
+    return f"{clock(t) if isinstance(t, (int, float)) else '--:--:--'} {describe(rec)}"
 
 
 def report(files: FitFiles, alive: bool | None, now: float, n_events: int = 5) -> list[str]:

@@ -19,23 +19,26 @@ from typing import Any
 
 from mpi4py import MPI
 
-from mixle_mpi import estep
+from mixle_mpi import estep, logs
 from mixle_mpi.blas import pin_blas_threads
 from mixle_mpi.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT, WORKER_ABORTED
 from mixle_mpi.faults import FaultInjector, parse_plan
 from mixle_mpi.heartbeat import Beat
-from mixle_mpi.malloc import retain_freed_memory
+from mixle_mpi.malloc import peak_rss_mb, retain_freed_memory
 from mixle_mpi.shrink import shrink
 from mixle_mpi.store import rows_from_packed
 from mixle_mpi.transport import MAX_PENDING_BEATS, TAG_CMD, TAG_HB, TAG_REPLY, Backoff, Link, PeerFailed, host_and_pid
 
 
+_who = {"rank": None}   # this worker's rank, once the driver or the startup said it
+
+
 def die(code: int, why: str) -> None:
     """End this worker process now, with one line that says why."""
-    sys.stderr.write(f"[mixle_mpi] worker pid {os.getpid()}: {why}; exiting with code {code}\n")
-    sys.stderr.flush()
-    sys.stdout.flush()
-    os._exit(code)
+    rank = _who["rank"]
+    name = f"worker rank {rank} (pid {os.getpid()})" if rank is not None else f"worker pid {os.getpid()}"
+    logs.get("worker").error(f"{name}: {why}; exiting with code {code}")
+    flush_and_exit(code)
 
 
 class Worker:
@@ -118,7 +121,7 @@ class Worker:
             threading.Thread(target=self._heartbeat_loop, daemon=True, name="mixle-mpi-heartbeat").start()
 
     def setup(self, cfg: dict) -> None:
-        self.worker_id = cfg["worker"]
+        self.worker_id = _who["rank"] = cfg["worker"]
         self.incarnation = cfg["incarnation"]
         self.encoder = pickle.loads(cfg["encoder"])  # nosec B301 - IPC from this job's own driver
         self.sub_chunks = cfg["sub_chunks"]
@@ -160,7 +163,7 @@ class Worker:
                 result = estep.init_shard(estimator, p, int(extra), chunks, on_chunk)
             else:
                 result = estep.score_shard(body, chunks, on_chunk)
-            self.reply(("result", task_id, sid, result))
+            self.reply(("result", task_id, sid, result, peak_rss_mb()))  # the peak for summary.json, at no cost
         if kind == "estep":
             self.faults.check("estep_after_reply", call, recovery)
 
@@ -266,9 +269,11 @@ def flush_and_exit(code: int) -> None:
 
 
 def serve_forever(link: Link, spawned: bool, worker: Worker | None = None) -> None:
-    """Ignore SIGUSR1 (Hydra sends it to survivors) and answer the driver; never returns."""
-    if hasattr(signal, "SIGUSR1"):
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    """Ignore SIGUSR1 (Hydra sends it to survivors) and SIGINT (Ctrl-C is the driver's to
+    act on: it checkpoints and ends every rank), and answer the driver; never returns."""
+    for name in ("SIGUSR1", "SIGINT"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
     (worker or Worker(link, spawned)).serve()
 
 
@@ -277,7 +282,7 @@ def serve_original(world) -> None:
     from mixle_mpi import startup
 
     timeout = startup.startup_timeout()
-    rank = world.Get_rank()
+    rank = _who["rank"] = world.Get_rank()
     faults = _startup_faults(rank)
     faults.check("startup")
     try:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,3 +79,20 @@ def no_leftover_processes(marker: str) -> list[str]:
     """Processes whose command line still mentions ``marker`` (should be none after a job)."""
     out = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True, timeout=30).stdout
     return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]
+
+
+def wait_for_checkpoint(ck: Path, at_least: int, proc: subprocess.Popen, deadline: float = 120) -> None:
+    """Wait (bounded) until the running job ``proc`` checkpointed iteration ``at_least``."""
+    from mixle_mpi import checkpoint as ckpt
+
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        assert proc.poll() is None, "the job ended before the test could interrupt it"
+        try:
+            state = ckpt.read(str(ck))
+        except ckpt.CheckpointError:
+            state = None
+        if state is not None and state.iteration >= at_least:
+            return
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint appeared in time")

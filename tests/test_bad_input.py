@@ -42,6 +42,7 @@ def assert_ended_cleanly(proc, code: int, needle: str, marker: str) -> None:
     left no process behind."""
     assert proc.returncode == code, proc.stderr[-4000:]
     assert needle in proc.stderr, proc.stderr[-4000:]
+    assert "driver reported" not in proc.stderr, proc.stderr[-4000:]  # the launcher does not repeat the error
     assert "MPI_ABORT" not in proc.stderr and "MPI_Abort" not in proc.stderr, proc.stderr[-4000:]
     assert "UNEXPECTED" not in proc.stdout
     assert no_leftover_processes(marker) == []

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit
+from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit, wait_for_checkpoint
 
 from mixle_mpi import checkpoint as ckpt
 from mixle_mpi.faults import read_fired, unfired
@@ -84,20 +84,6 @@ def _start(tmp_path: Path, ck: Path, n: int) -> tuple[subprocess.Popen, Path]:
     return proc, events
 
 
-def _wait_for_iteration(ck: Path, at_least: int, proc: subprocess.Popen, deadline: float = 120) -> None:
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        assert proc.poll() is None, "the job ended before the test could interrupt it"
-        try:
-            state = ckpt.read(str(ck))
-        except ckpt.CheckpointError:
-            state = None
-        if state is not None and state.iteration >= at_least:
-            return
-        time.sleep(0.05)
-    raise AssertionError("no checkpoint appeared in time")
-
-
 def _resume_and_compare(tmp_path: Path, ck: Path, n: int) -> None:
     ref = run_job(OMPI_PYTHON, 4, fit_args("gmm1d", n, 4, 1, 40), tmp_path / "ref")
     again = run_job(OMPI_PYTHON, 4, _args("gmm1d", n, ck) + ["--max-its", "40"], tmp_path / "again")
@@ -109,7 +95,7 @@ def _resume_and_compare(tmp_path: Path, ck: Path, n: int) -> None:
 def test_every_rank_killed_resumes_exactly(tmp_path):
     ck, n = tmp_path / "ck.h5", 200000
     proc, _ = _start(tmp_path, ck, n)
-    _wait_for_iteration(ck, 3, proc)
+    wait_for_checkpoint(ck, 3, proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     time.sleep(1.0)
@@ -121,12 +107,15 @@ def test_every_rank_killed_resumes_exactly(tmp_path):
 def test_signal_to_the_driver_checkpoints_and_asks_for_requeue(sig, tmp_path):
     ck, n = tmp_path / "ck.h5", 200000
     proc, events = _start(tmp_path, ck, n)
-    _wait_for_iteration(ck, 2, proc)
+    wait_for_checkpoint(ck, 2, proc)
     start = next(json.loads(l) for l in events.read_text().splitlines() if '"start"' in l)
     os.kill(start["driver_pid"], sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, err[-4000:]
     assert f"received {sig.name}" in err and "rerun the same command to resume" in err
+    # a planned stop is a checkpoint and a requeue, said once: not a failure, no worker exit lines
+    assert "driver failed" not in err and "exiting with code" not in err and "driver reported" not in err, err
+    assert len([ln for ln in err.splitlines() if "rerun the same command to resume" in ln]) == 1, err
     saved = ckpt.read(str(ck))
     assert not saved.finished and saved.iteration >= 2
     _resume_and_compare(tmp_path, ck, n)
@@ -167,7 +156,11 @@ def test_corrupt_checkpoint_falls_back_or_fails_clearly(tmp_path, uninterrupted)
     assert again.rc == 0, again.describe()
     fallback = [e for e in again.events if e["event"] == "checkpoint_fallback"]
     assert len(fallback) == 1 and "checksum mismatch" in str(fallback[0]), again.describe()
-    assert [e["iteration"] for e in again.events if e["event"] == "resumed"] == [prev_iteration]
+    (resumed,) = [e for e in again.events if e["event"] == "resumed"]
+    assert resumed["iteration"] == prev_iteration and resumed["source"] == f"{ck}.prev", resumed
+    assert "checksum mismatch" in resumed["fallback"]
+    line = f"resumed {ck} after iteration {prev_iteration}; read {ck}.prev instead, because {ck} is damaged"
+    assert line in again.stderr, again.describe()  # the fallback is said in the resumed line
     assert same_fit(again.result, uninterrupted("gmm1d", 4000))
     # now both files are bad: a clear error naming them, exit 2
     for p in (ck, Path(str(ck) + ".prev")):

@@ -5,16 +5,20 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 from conftest import LIBRARIES
-from mpiharness import OMPI_PYTHON, no_leftover_processes
+from mpiharness import OMPI_PYTHON, no_leftover_processes, wait_for_checkpoint
 
+from mixle_mpi import checkpoint as ckpt
 from mixle_mpi.chaos import FAULT_LOG
 from mixle_mpi.faults import read_fired, unfired
 from mixle_mpi.faults import FIRED_ENV
@@ -24,10 +28,11 @@ pytestmark = pytest.mark.mpijob
 ENV = {"PYTHONWARNINGS": "ignore", "MIXLE_MPI_DRIVER_TIMEOUT": "30", "MIXLE_MPI_RECONFIGURE_TIMEOUT": "20"}
 
 
-def cli(python: str, *args: str, cwd: Path, plan: str | None = None, timeout: float = 240):
+def cli(python: str, *args: str, cwd: Path, plan: str | None = None, timeout: float = 240, env: dict | None = None):
     """Run ``python -m mixle_mpi ARGS``; under a fault plan, victims record in ``cwd/faults.jsonl``
-    (check it with :func:`all_fired`)."""
-    env = {**os.environ, **ENV}
+    (check it with :func:`all_fired`). ``env`` adds to (or, with None values, removes from)
+    the environment."""
+    env = {k: v for k, v in {**os.environ, **ENV, **(env or {})}.items() if v is not None}
     env.pop("MIXLE_MPI_FAULT_PLAN", None)
     env.pop(FIRED_ENV, None)
     if plan:
@@ -75,7 +80,10 @@ def test_fit_on_hdf5_equals_mixle_through_a_kill(library, diag_h5, reference, tm
     assert summary["failures_survived"] == 1 and summary["iterations"] == its and summary["recovered_shards"] >= 1
     assert summary["final_ll"] == ref["ll"][-1] and summary["converged"]
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("[fit] it ")]
-    assert len(lines) == its and f"it {its}/8" in lines[-1] and "workers 3 live 0 blacklisted" in lines[-1]
+    assert len(lines) == its and f"it {its}/8" in lines[-1] and "3 workers (1 failed, 0 blacklisted)" in lines[-1]
+    assert all(ln.endswith(" checkpointed") for ln in lines), lines  # no stderr line per checkpoint
+    assert "checkpoint path=" not in proc.stderr
+    assert sorted(summary["peak_rss_mb"]) == ["0", "1", "2", "3"] and all(v > 0 for v in summary["peak_rss_mb"].values())
     events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
     assert [e["worker"] for e in events if e["event"] == "failure_detected"] == [2]
     assert [e["pid"] for e in events if e["event"] == "failure_detected"] == [fired["pid"]]  # the victim's death
@@ -216,6 +224,12 @@ def test_demo_kills_a_worker_and_matches(tmp_path):
     from mixle_mpi.demo import KILL_ROUND
 
     all_fired(f"2:kill:estep_mid:{KILL_ROUND}", tmp_path / "demo" / "chaos" / FAULT_LOG)
+    # its advice runs as printed, from another folder and with no venv on PATH
+    advice = proc.stdout.strip().splitlines()[-1].strip()
+    assert " inspect " in advice, proc.stdout
+    shown = subprocess.run(shlex.split(advice), capture_output=True, text=True, timeout=60, cwd="/",
+                           env={"PATH": "/usr/bin:/bin", **{k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}})
+    assert shown.returncode == 0 and "failures survived 1" in shown.stdout, shown.stderr
 
 
 def test_module_entry_lists_every_subcommand(tmp_path):
@@ -223,3 +237,68 @@ def test_module_entry_lists_every_subcommand(tmp_path):
     assert proc.returncode == 0
     for sub in ("fit", "run", "chaos", "inspect", "demo"):
         assert sub in proc.stdout
+
+
+IRIS = ["--data", "builtin:iris", "--columns", "0:4", "--model", "gmm:k=3,cov=full", "--init-p", "0.5"]
+
+
+def test_resume_on_fewer_ranks_says_what_to_pass_then_reports_every_segment(tmp_path):
+    """-n 4 (S = 3 workers), driver killed; rerun with -n 3 is refused once, naming the flag;
+    with it the fit resumes, and summary.json adds up both segments and every rank's peak RSS."""
+    ck, out = tmp_path / "ck.h5", tmp_path / "out"
+    args = [*IRIS, "--max-its", "8", "--delta", "none", "--checkpoint", str(ck), "--out-dir", str(out)]
+    first = cli(OMPI_PYTHON, "fit", "-n", "4", "--timeout", "180", "-v", *args, cwd=tmp_path,
+                plan="0:kill:estep_before:3")
+    assert first.returncode != 0 and ckpt.read(str(ck)).iteration == 3, first.stderr[-3000:]
+    assert "checkpoint path=" in first.stderr  # -v shows each checkpoint
+    refused = cli(OMPI_PYTHON, "fit", "-n", "3", "--timeout", "180", "-q", *args, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert refused.stderr.count("refusing to resume") == 1, refused.stderr  # said once, not again by the launcher
+    assert "layout.num_shards: checkpoint has 3, this run has 2" in refused.stderr
+    assert "To resume it, pass --num-shards 3 (num_shards=3 in the Python API)" in refused.stderr
+    assert " start: " not in refused.stderr and "launching:" not in refused.stderr  # -q: warnings and errors only
+    assert "Traceback" not in refused.stderr
+    again = cli(OMPI_PYTHON, "fit", "-n", "3", "--timeout", "180", "--num-shards", "3", *args, cwd=tmp_path,
+                env={"PYTHONWARNINGS": None})
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resumed {ck} after iteration 3" in again.stderr
+    assert "\x00" not in again.stderr and ".py:" not in again.stderr and "warnings.warn" not in again.stderr
+    assert "{'internal_api'" not in again.stderr and " start: 2 workers, 3 shards" in again.stderr
+    _, summary = outputs(out)
+    assert summary["segments"] == 2 and summary["wall_seconds_total"] > summary["wall_seconds"] > 0
+    assert sorted(summary["peak_rss_mb"]) == ["0", "1", "2"] and min(summary["peak_rss_mb"].values()) > 0
+    done = again.stdout.strip().splitlines()[-1]
+    assert done.startswith("[fit] done after 8 iterations: stopped at the iteration cap"), done
+    assert "over 2 segments" in done
+
+
+def test_ctrl_c_checkpoints_ends_every_rank_and_exits_130(tmp_path):
+    ck, out = tmp_path / "ck.h5", tmp_path / "out"
+    env = {**os.environ, **ENV}
+    env.pop("MIXLE_MPI_FAULT_PLAN", None)
+    proc = subprocess.Popen([OMPI_PYTHON, "-m", "mixle_mpi", "fit", "-n", "3", "--timeout", "200", *IRIS,
+                             "--max-its", "100000", "--delta", "none", "--checkpoint", str(ck), "--out-dir", str(out)],
+                            cwd=str(tmp_path), env=env, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_checkpoint(ck, 2, proc)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the launcher (the ranks have their own session)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-3000:]
+    lines = [ln for ln in err.splitlines() if "interrupted" in ln]
+    assert len(lines) == 1 and f"checkpoint written to {ck}: rerun the same command to resume" in lines[0], err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err and "exiting with code" not in err, err
+    saved = ckpt.read(str(ck))
+    assert saved.iteration >= 2 and not saved.finished
+    time.sleep(1.0)
+    assert no_leftover_processes(str(out)) == []
+
+
+def test_far_more_ranks_than_cores_is_refused_before_launching(tmp_path):
+    proc = cli(OMPI_PYTHON, "run", "-n", "400", "--", OMPI_PYTHON, "-c", "print('UNEXPECTED')", cwd=tmp_path,
+               env={"MIXLE_MPI_ALLOW_MANY_RANKS": None, "SLURM_JOB_ID": None})
+    assert proc.returncode == 2 and "UNEXPECTED" not in proc.stdout
+    assert "found -n 400 but this machine has" in proc.stderr and "--allow-many-ranks" in proc.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from mpiharness import OMPI_PYTHON, REPO
 
+from mixle_mpi import checkpoint as ckpt
 from mixle_mpi.chaos import FAULT_LOG, read_fired, unfired
 
 pytestmark = pytest.mark.mpijob
@@ -59,10 +60,22 @@ def test_job_file_example_is_valid(tmp_path):
     assert cfg.data == "builtin:iris" and cfg.model == "gmm:k=3,cov=full" and cfg.checkpoint_every == 5
 
 
-def test_api_example_runs(tmp_path):
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "run", "-n", "3", "--timeout", "200", "--",
-                           OMPI_PYTHON, str(JOBS / "api_fit.py")], capture_output=True, text=True, cwd=str(tmp_path),
-                          env=env, timeout=260)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "rounds with failures: []" in proc.stdout
+def test_api_example_runs_prints_each_iteration_and_resumes_from_its_checkpoint(tmp_path):
+    ck = tmp_path / "api.ckpt.h5"
+    env = {**os.environ, "N": "3000", "MAX_ITS": "4", "CHECKPOINT": str(ck)}
+    env.pop("MIXLE_MPI_FAULT_PLAN", None)
+    cmd = [OMPI_PYTHON, "-m", "mixle_mpi", "run", "-n", "3", "--timeout", "200", "--", OMPI_PYTHON,
+           str(JOBS / "api_fit.py")]
+    runs = [subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=260)
+            for _ in range(2)]
+    for proc in runs:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "rounds with failures: []" in proc.stdout
+    first, again = runs
+    lines = [ln for ln in first.stdout.splitlines() if ln.startswith("it ")]
+    assert [ln.split()[1] for ln in lines] == ["1", "2", "3", "4"], first.stdout
+    assert all(ln.endswith(f"(checkpoint {ck})") for ln in lines), first.stdout
+    assert ckpt.read(str(ck)).finished
+    assert f"resumed {ck} after iteration 4" in again.stderr, again.stderr
+    final = [ln for ln in first.stdout.splitlines() if "final log-likelihood" in ln]
+    assert final and final[0] in again.stdout  # the same bits from the checkpoint

@@ -135,3 +135,56 @@ def test_store_checkpoint_and_journal_are_owner_only_whatever_the_umask(tmp_path
         os.umask(old)
     for name in ("shards.h5", "ck.h5", "fold.h5"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
+
+
+def test_refused_resume_says_exactly_what_to_pass_for_another_layout():
+    """A -n 4 fit (S = 3 workers) rerun with -n 3 (S = 2): the data fingerprint, taken over
+    the shards, differs too, but the layout is what to fix."""
+    saved = _state(5, layout={"num_shards": 3, "sub_chunks": 1}, config={"seed": 1, "init_p": 0.1, "delta": 1e-9})
+    rerun = _state(0, layout={"num_shards": 2, "sub_chunks": 1}, fingerprint={**saved.fingerprint, "data": "other"},
+                   config=saved.config)
+    text = ckpt.refusal("out/ck.h5", saved, rerun)
+    assert text.startswith("out/ck.h5 is a checkpoint of a different fit; refusing to resume:")
+    assert "layout.num_shards: checkpoint has 3, this run has 2" in text
+    assert "fingerprint.data: not compared while the layout differs" in text
+    assert "To resume it, pass --num-shards 3 (num_shards=3 in the Python API) (any number of ranks will do)" in text
+    assert "--resume no" in text
+    assert ckpt.remedies(saved, rerun) == ["--num-shards 3 (num_shards=3 in the Python API)"]
+    assert ckpt.refusal("ck.h5", saved, _state(0, config=saved.config, layout=saved.layout)) is None
+
+
+def test_remedies_name_every_setting_to_pass():
+    saved = _state(5, layout={"num_shards": 4, "sub_chunks": 2}, config={"seed": 1, "init_p": 0.1, "delta": None},
+                   fingerprint={"data": "d", "estimator": "e", "config": "c1"})
+    rerun = _state(0, layout={"num_shards": 4, "sub_chunks": 1}, config={"seed": 8, "init_p": 0.1, "delta": 1e-9},
+                   fingerprint={"data": "d", "estimator": "E", "config": "c2"},
+                   versions={**saved.versions, "numpy": "9.9"})
+    assert ckpt.remedies(saved, rerun) == [
+        "--sub-chunks 2 (sub_chunks=2 in the Python API)",
+        "the model it was made with (--model as then)",
+        "--seed 1 (seed=1 in the Python API)", "--delta none (delta=None in the Python API)",
+        "--allow-version-change (allow_version_change=True in the Python API) to accept other versions"]
+    assert ckpt.remedies(saved, rerun, allow_version_change=True)[-1].startswith("--delta none")
+    same_layout = _state(0, fingerprint={"data": "X", "estimator": "e", "config": "c"})
+    assert ckpt.remedies(_state(5), same_layout) == ["the data it was made from (--data and --columns as then)"]
+    # a checkpoint from before the plain config was kept: the flags are named, not their values
+    old = _state(5)
+    assert ckpt.remedies(old, _state(0, fingerprint={"data": "d", "estimator": "e", "config": "other"})) == [
+        "the --seed, --init-p and --delta it was made with"]
+
+
+def test_wall_time_and_segments_survive_a_write(tmp_path):
+    p = str(tmp_path / "ck.h5")
+    ckpt.write(p, _state(3, wall_seconds=12.5, segments=2, config={"seed": 1, "init_p": 0.1, "delta": None}))
+    back = ckpt.read(p)
+    assert back.wall_seconds == 12.5 and back.segments == 2 and back.config["delta"] is None
+
+
+def test_segments_add_the_earlier_ones_from_the_checkpoint():
+    from mixle_mpi.fitloop import Segments
+
+    seg = Segments(started=100.0)
+    assert seg.total(now=104.0) == 4.0 and seg.count == 1
+    seg.resumed(_state(3, wall_seconds=30.0, segments=2))      # restart 0's checkpoint
+    seg.resumed(_state(1, wall_seconds=20.0, segments=1))      # an earlier one does not lower it
+    assert seg.total(now=104.0) == 34.0 and seg.this_segment(now=104.0) == 4.0 and seg.count == 3

@@ -16,14 +16,58 @@ from mixle_mpi.plot import event_position
 
 def test_progress_line_has_every_field():
     s = progress.Status(iteration=3, max_its=10, ll=-12.5, prev_ll=-13.0, seconds=0.25, recent=(0.2, 0.25, 0.3),
-                        live=3, blacklisted=1, recovered=2)
+                        live=3, blacklisted=1, recovered=2, failed=4, checkpointed=True)
     line = progress.format_line(s)
-    for part in ("it 3/10", "ll -12.5", "dll +5.000e-01", "0.250s/it", "workers 3 live 1 blacklisted",
-                 "recovered 2", "eta<=0:00:02"):
-        assert part in line
+    for part in ("it 3/10", "ll -12.5", "dll +5.000e-01", "0.250s/it", "3 workers (4 failed, 1 blacklisted)",
+                 "2 shards recomputed", "eta<=0:00:02", "checkpointed"):
+        assert part in line, line
     assert progress.eta_seconds(s) == pytest.approx(7 * 0.25)
     first = progress.Status(1, 10, -20.0, None, 1.0, (1.0,), 2, 0, 0, restart="2/3")
     assert "dll -" in progress.format_line(first) and progress.format_line(first).startswith("restart 2/3 ")
+    plain = progress.format_line(first)
+    assert "2 workers (0 failed, 0 blacklisted)" in plain
+    assert "recomputed" not in plain and "checkpointed" not in plain and "eta" not in plain
+
+
+def test_no_eta_until_three_iterations_then_the_median_pace():
+    """The first iteration also starts the workers and initializes: an ETA from it is wild."""
+    slow_start = (30.0, 0.1)
+    two = progress.Status(2, 100, -1.0, -2.0, 0.1, slow_start, 3, 0, 0)
+    assert progress.eta_seconds(two) is None and "eta" not in progress.format_line(two)
+    three = progress.Status(3, 100, -1.0, -2.0, 0.1, slow_start + (0.2,), 3, 0, 0)
+    assert progress.eta_seconds(three) == pytest.approx(97 * 0.2)  # the median, not the 30 s start
+    assert progress.eta_seconds(progress.Status(100, 100, -1.0, -2.0, 0.1, (0.1,) * 5, 3, 0, 0)) is None
+
+
+@pytest.mark.parametrize("lls, max_its, delta, reason", [
+    ([-3.0, -2.0, -2.0], 10, 1e-9, "converged"),        # stopped below the cap with delta in force
+    ([-3.0, -2.0, -1.0], 3, 1e-9, "max_its"),           # still gaining at the cap
+    ([-3.0, -2.0, -2.0 + 1e-12], 3, 1e-9, "converged"),  # converged on the cap's iteration
+    ([-3.0, -2.0, -2.0], 10, None, "unchanged"),        # delta none: stopped when ll stopped changing
+    ([-3.0, -2.0, -1.0], 3, None, "max_its"),
+    ([-3.0], 10, 1e-9, "converged"),
+])
+def test_stop_reason_from_the_trace(lls, max_its, delta, reason):
+    assert progress.stop_reason(lls, max_its, delta) == reason
+
+
+def test_stop_text_says_converged_cap_or_unchanged():
+    assert progress.stop_text("converged", 1e-9) == "converged: the log-likelihood gained less than delta=1e-09"
+    assert progress.stop_text("max_its") == "stopped at the iteration cap"
+    unchanged = progress.stop_text("unchanged")
+    assert "stopped changing" in unchanged and "delta none" in unchanged
+    old = {"converged": False, "iterations": 6}  # a summary.json from before "stopped" existed
+    assert progress.summary_stop_text(old) == "stopped at the iteration cap"
+
+
+def test_done_line_says_how_the_fit_stopped_and_the_time_over_segments():
+    summary = {"iterations": 7, "stopped": "unchanged", "final_ll": -1.5, "failures_survived": 0,
+               "wall_seconds": 2.0, "wall_seconds_total": 9.5, "segments": 3, "config": {"delta": None}}
+    line = fitcmd.done_line(summary, "out/model.json")
+    assert line.startswith("done after 7 iterations: stopped when the log-likelihood stopped changing")
+    assert "2.0s (this segment; 9.5s over 3 segments)" in line and line.endswith("model in out/model.json")
+    once = fitcmd.done_line({**summary, "stopped": "converged", "segments": 1, "config": {"delta": 1e-6}}, "m.json")
+    assert "converged: the log-likelihood gained less than delta=1e-06" in once and "segments" not in once
 
 
 def test_progress_is_compact_in_a_log_and_live_in_a_terminal(monkeypatch):

@@ -128,3 +128,15 @@ def test_dry_run_tells_what_a_resume_would_do(h5data, tmp_path, capsys, no_launc
     assert "resume=no: the fit starts afresh and overwrites it" in capsys.readouterr().out
     assert main(base[:-1] + [str(tmp_path / "none.h5"), "--resume", "yes"]) == 2
     assert "resume=yes but there is no checkpoint" in capsys.readouterr().err
+
+
+def test_dry_run_refuses_far_more_ranks_than_cores_as_the_launch_would(h5data, capsys, no_launch, monkeypatch):
+    from mixle_mpi import launcher
+
+    monkeypatch.setattr(launcher, "usable_cores", lambda: 2)
+    monkeypatch.delenv(launcher.MANY_RANKS_ENV, raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    base = ["fit", "-n", "300", "--dry-run", "--data", f"{h5data}:/run1/X", "--model", "gmm:k=2"]
+    assert main(base) == 2
+    assert "found -n 300 but this machine has 2 core(s)" in capsys.readouterr().err
+    assert main(base + ["--allow-many-ranks"]) == 0

@@ -6,6 +6,12 @@ import io
 import json
 import socket
 
+import logging
+import time
+
+import pytest
+
+from mixle_mpi import logs
 from mixle_mpi.events import EventLog, describe, read_events
 
 
@@ -28,7 +34,7 @@ def test_emit_writes_json_lines_and_echo(tmp_path):
     lines = echo.getvalue().splitlines()
     assert len(lines) == 2
     assert all(line.startswith("[mixle_mpi] ") for line in lines)
-    assert "start" in lines[0] and "workers=3" in lines[0]
+    assert lines[0] == "[mixle_mpi] start: 3 workers, 6 shards"
     assert "worker_failed" in lines[1]
     assert "rank 2" in lines[1] and "pid 4321" in lines[1] and "node-a" in lines[1]
     assert "cause=heartbeat timeout" in lines[1]
@@ -103,3 +109,77 @@ def test_describe_forms():
         "detect rank 2 (pid 7 on h) cause=x round=3"
     )
     assert describe({}) == "?"
+
+
+START = {"event": "start", "time": 1.0, "driver_pid": 7, "workers": 3, "num_shards": 6, "sub_chunks": 1,
+         "max_retries": 2, "shrink": "ulfm", "shrink_reason": "Open MPI 5.0.11 with ULFM: Comm.Shrink works",
+         "mpi": "Open MPI 5.0.11",
+         "blas": [{"internal_api": "openblas", "version": "0.3.30", "num_threads": 1, "threading_layer": "pthreads",
+                   "architecture": "SkylakeX"},
+                  {"internal_api": "openblas", "version": "0.3.31", "num_threads": 2, "threading_layer": "pthreads",
+                   "architecture": "SkylakeX"}],
+         "settings": {"heartbeat_period": 0.4, "heartbeat_timeout": 1.0, "driver_timeout": 60.0,
+                      "reconfigure_timeout": 60.0, "blas_threads": 1, "respawn": True}, "fault_plan": []}
+
+
+def test_start_line_names_mpi_and_blas_in_one_readable_line():
+    line = describe(START)
+    assert line == ("start: 3 workers, 6 shards, max_retries 2; MPI: Open MPI 5.0.11 (shrink: ulfm); "
+                    "BLAS: openblas 0.3.30 (1 thread), openblas 0.3.31 (2 threads); heartbeat every 0.4 s, timeout 1 s")
+    assert not any(c in line for c in "{}[]'")  # no dicts of dicts
+
+
+def test_times_in_a_line_are_clock_times_not_epoch_floats():
+    t = 1796093100.782367
+    line = describe({"event": "failure_detected", "worker": 2, "pid": 5, "host": "h", "detected_at": t})
+    assert f"detected_at={logs.clock(t, ms=True)}" in line and "1796093100" not in line
+    assert logs.clock(t, ms=True) == time.strftime("%H:%M:%S", time.localtime(t)) + ".782"
+
+
+def test_resumed_line_says_it_fell_back_to_prev():
+    plain = describe({"event": "resumed", "path": "ck.h5", "iteration": 5, "finished": False})
+    assert plain == "resumed ck.h5 after iteration 5"
+    fell = describe({"event": "resumed", "path": "ck.h5", "iteration": 4, "finished": False, "source": "ck.h5.prev",
+                     "fallback": "ck.h5 is damaged (checksum mismatch)"})
+    assert fell == "resumed ck.h5 after iteration 4; read ck.h5.prev instead, because ck.h5 is damaged (checksum mismatch)"
+
+
+@pytest.fixture
+def captured():
+    """mixle_mpi's log lines at INFO, as the stderr handler formats them."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logs.LineFormatter())
+    root = logs.get()
+    old_level, old_propagate = root.level, root.propagate
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    root.propagate = False
+    yield stream
+    root.removeHandler(handler)
+    root.setLevel(old_level)
+    root.propagate = old_propagate
+
+
+def test_events_are_logged_at_their_level_checkpoints_only_with_verbose(captured):
+    log = EventLog(None)  # the default echo: the logging module
+    log.emit("checkpoint", path="ck.h5", iteration=1, finished=False, seconds=0.003)
+    log.emit("failure_detected", worker=2, pid=9, host="h", cause="heartbeat")
+    log.emit("recovery", worker=1, kind="estep", call=3, shards=[1])
+    lines = captured.getvalue().splitlines()
+    assert len(lines) == 2, lines  # the checkpoint is folded into the progress line
+    assert "warning: failure_detected rank 2 (pid 9 on h) cause=heartbeat" in lines[0]
+    assert "recovery rank 1" in lines[1] and "warning" not in lines[1]
+    assert all(line[12:20].count(":") == 2 for line in lines)  # "[mixle_mpi] 12:03:07 ..."
+
+
+def test_no_nul_or_control_bytes_reach_stderr(captured):
+    """An MPI error string is a C buffer and may carry NULs; a NUL makes grep call a log binary."""
+    cause = "ulfm: MPI error class 75: MPI_ERR_PROC_FAILED\x00\x00\x1b[K"
+    EventLog(None).emit("failure_detected", worker=2, cause=cause)
+    echo = io.StringIO()
+    EventLog(None, echo=echo).emit("failure_detected", worker=2, cause=cause)
+    for text in (captured.getvalue(), echo.getvalue()):
+        assert "\x00" not in text and "\x1b" not in text
+        assert "MPI_ERR_PROC_FAILED\\x1b[K" in text  # other control bytes are shown, not lost
+    assert logs.clean("a\tb\nc") == "a\tb\nc"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata as md
+import os
 import re
 import subprocess
 import sys
@@ -83,3 +84,25 @@ def test_fit_defaults_are_the_real_ones_not_none():
 ])
 def test_plain_removes_roles_and_literals(text, plain):
     assert helptext.plain(text) == plain
+
+
+def test_advice_names_a_command_that_runs_as_printed(tmp_path):
+    """The demo's advice ("run: ... inspect ...") must work from any folder, venv active or not."""
+    import shlex
+    import subprocess
+
+    from mixle_mpi.helptext import command
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    python = bindir / "python"
+    assert command(str(python)) == f"{python} -m mixle_mpi"           # no console script beside it
+    script = bindir / "mixle-mpi"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    assert command(str(python)) == str(script)
+    here = command()  # this interpreter's: run it with no venv on PATH, from another folder
+    env = {"PATH": "/usr/bin:/bin", **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {})}
+    proc = subprocess.run(shlex.split(here) + ["--version"], capture_output=True, text=True, timeout=60,
+                          cwd=str(tmp_path), env=env)
+    assert proc.returncode == 0 and proc.stdout.startswith("mixle-mpi "), (here, proc.stderr)

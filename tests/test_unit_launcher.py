@@ -8,7 +8,8 @@ import pytest
 
 from mixle_mpi import exitcodes, launcher
 from mixle_mpi.errors import ConfigError
-from mixle_mpi.launcher import MPICH, OPENMPI, build_command, judge, launch_env, wrapper_path
+from mixle_mpi.launcher import (MANY_RANKS_ENV, MPICH, OPENMPI, build_command, judge, launch_env, too_many_ranks,
+                                verdict_level, wrapper_path)
 
 CMD = ["python", "-m", "mixle_mpi.fitjob", "--model", "gmm1d"]
 
@@ -164,6 +165,45 @@ def test_judge_timeout_without_status():
     assert "timed out" in note
 
 
+def test_verdict_is_not_repeated_when_the_driver_printed_it():
+    import logging
+
+    said = {"status": "error", "exit_code": 2, "message": "DataError: bad.csv line 3", "reported": True}
+    assert verdict_level(2, said) == logging.DEBUG          # shown with -v only
+    assert verdict_level(2, {**said, "reported": False}) == logging.ERROR
+    assert verdict_level(1, None) == logging.ERROR          # no status: the launcher's own finding
+    assert verdict_level(0, {"status": "ok", "exit_code": 0}) == logging.DEBUG
+    assert verdict_level(75, None) == logging.WARNING
+    assert verdict_level(130, {**said, "exit_code": 130}) == logging.DEBUG   # the driver's own Ctrl-C line
+    assert verdict_level(130, {**said, "exit_code": 75}) == logging.WARNING  # the launcher's word differs
+
+
+# -- too many ranks ---------------------------------------------------------------------------
+def test_far_more_ranks_than_cores_is_refused_with_how_to_allow_it():
+    why = too_many_ranks(300, 2, environ={})
+    assert "found -n 300 but this machine has 2 core(s)" in why
+    assert "--allow-many-ranks" in why and f"{MANY_RANKS_ENV}=1" in why
+    assert too_many_ranks(300, 2, allowed=True, environ={}) is None
+    assert too_many_ranks(300, 2, environ={MANY_RANKS_ENV: "yes"}) is None
+    assert too_many_ranks(300, 2, environ={"SLURM_JOB_ID": "17"}) is None   # the allocation places them
+
+
+@pytest.mark.parametrize("n, cores, refused", [(8, 1, False), (9, 1, True), (8, 2, False), (9, 2, True),
+                                               (64, 16, False), (65, 16, True)])
+def test_limit_is_four_ranks_per_core_but_never_below_eight(n, cores, refused):
+    assert (too_many_ranks(n, cores, environ={}) is not None) == refused
+
+
+def test_the_launcher_refuses_before_starting_anything(monkeypatch):
+    monkeypatch.delenv(MANY_RANKS_ENV, raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setattr(launcher, "usable_cores", lambda: 2)
+    monkeypatch.setattr(launcher, "detect_flavor", lambda exe: OPENMPI)
+    monkeypatch.setattr(launcher, "_launch_once", lambda *a: pytest.fail("a job was launched"))
+    with pytest.raises(ConfigError, match="found -n 300"):
+        launcher.run(300, ["python", "x.py"], mpiexec="/bin/true")
+
+
 # -- launch_env --------------------------------------------------------------------------------
 BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -212,3 +252,19 @@ def test_launch_env_defaults_to_os_environ(monkeypatch):
 
 def test_find_mpiexec_explicit():
     assert launcher.find_mpiexec("/some/mpiexec") == "/some/mpiexec"
+
+
+def test_rank_wrapper_keeps_the_rank_stderr_but_not_its_own_killed_report():
+    """A SIGKILLed worker (chaos, or the driver's fence) is logged by the driver; the shell's
+    bare "Killed" line in the middle of the log is noise."""
+    import subprocess
+    import sys
+
+    victim = "import os, sys; sys.stderr.write('rank says\\n'); sys.stderr.flush(); os.kill(os.getpid(), 9)"
+    proc = subprocess.run(["sh", wrapper_path(), "--worker", sys.executable, "-c", victim], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0  # a worker killed by a signal does not end Hydra's job
+    assert proc.stderr == "rank says\n"
+    driver = subprocess.run(["sh", wrapper_path(), sys.executable, "-c", "import sys; sys.exit(2)"],
+                            capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PMI_RANK": "0"})
+    assert driver.returncode == 2  # the driver's own code passes through

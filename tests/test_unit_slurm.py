@@ -313,6 +313,29 @@ def test_forwarder_survives_a_vanished_driver(tmp_path):
     assert fw.delivered == [] and "is gone" in rec.logs[-1]
 
 
+def test_ctrl_c_goes_to_the_driver_and_a_second_one_ends_the_job(tmp_path):
+    fw, rec = _forwarder(tmp_path)
+    _ready(tmp_path)
+    fw.receive(signal.SIGINT)
+    assert rec.kills == [(4242, signal.SIGINT)] and rec.terminated == 0 and fw.interrupted
+    fw.receive(signal.SIGINT)                       # Ctrl-C again: at once
+    assert rec.kills == [(4242, signal.SIGINT)] and rec.terminated == 1 and fw.terminated
+
+
+def test_ctrl_c_before_the_driver_is_ready_ends_the_job(tmp_path):
+    fw, rec = _forwarder(tmp_path)
+    fw.receive(signal.SIGINT)
+    assert rec.terminated == 1 and fw.terminated and fw.interrupted and fw.pending == [] and rec.kills == []
+
+
+def test_judge_ctrl_c_exits_130_whatever_the_driver_managed():
+    assert judge(None, {"status": "error", "exit_code": 130, "reported": True}, interrupted=True)[0] == 130
+    code, note = judge(143, None, terminated=True, interrupted=True)
+    assert code == exitcodes.INTERRUPTED == 130 and "interrupted (Ctrl-C)" in note and "rerun" in note
+    assert judge(143, {"status": "error", "exit_code": 75}, terminated=True, interrupted=True)[0] == 130
+    assert judge(0, {"status": "ok", "exit_code": 0}, interrupted=True)[0] == 0  # it had finished
+
+
 def test_judge_early_sigterm_asks_for_requeue():
     code, note = judge(143, None, terminated=True)
     assert code == exitcodes.CHECKPOINTED and "rerun" in note

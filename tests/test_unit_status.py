@@ -45,7 +45,9 @@ def test_each_iteration_replaces_progress_json(tmp_path):
     rec = json.loads(path.read_text())
     assert rec["format"] == progress.RECORD_FORMAT and rec["iteration"] == 2 and rec["max_its"] == 50
     assert rec["ll"] == -9.5 and rec["dll"] == pytest.approx(0.5) and rec["model"] == "gmm:k=2"
-    assert rec["seconds_per_iteration"] >= 0 and rec["eta_seconds"] is not None and rec["recovered_shards"] == 2
+    assert rec["seconds_per_iteration"] >= 0 and rec["eta_seconds"] is None and rec["recovered_shards"] == 2
+    step(p, 3, -9.4, -9.5, ranks)  # an ETA from the third iteration of a segment on
+    assert json.loads(path.read_text())["eta_seconds"] is not None
     assert rec["pid"] == os.getpid() and rec["host"] == HOST
     assert sorted(os.listdir(tmp_path)) == [progress.PROGRESS_FILE]  # written through .tmp + rename
 
@@ -226,3 +228,12 @@ def test_a_non_json_file_is_refused_clearly(tmp_path):
     bad.write_text("{oops")
     with pytest.raises(ConfigError, match="is not valid JSON"):
         inspector.summarize(str(bad))
+
+
+def test_inspect_shows_a_checkpoints_wall_time_over_segments(tmp_path):
+    path = tmp_path / "ck.h5"
+    checkpoint.write(str(path), checkpoint.FitState(**{**state(6, [-2.0, -1.5]).__dict__, "wall_seconds": 75.25,
+                                                        "segments": 3}))
+    assert "wall time so far 75.2s over 3 job segment(s)" in inspector.summarize(str(path))
+    checkpoint.write(str(path), state(6, [-2.0, -1.5]))  # from before segments were kept: nothing made up
+    assert not any("wall time" in line for line in inspector.summarize(str(path)))
