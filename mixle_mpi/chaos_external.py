@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -250,8 +251,9 @@ def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float
         seen.kills.append({"signal": spec.signal, "target": spec.target,
                            "planned_at": round(due, 4) if i == 0 and due is not None else None,
                            "missed": True, "why": "the job had ended"})
-    if seen.seconds >= timeout and not seen.hung:
-        seen.hung = "timed out and was killed" in _text(log_path)
+    # past the hang deadline is a hang, even when the launcher's own --timeout then ended the
+    # job and it reported the driver's status (mpiexec stuck after the fit finished)
+    seen.hung = seen.hung or seen.seconds >= timeout
     return seen
 
 
@@ -263,8 +265,13 @@ def _text(path: str) -> str:
         return ""
 
 
+LAUNCHING = re.compile(r"^\[mixle_mpi\][^\n]*?\blaunching: ", re.M)  # with or without a time stamp
+
+
 def _attempts(log_text: str) -> int:
-    return max(1, log_text.count("[mixle_mpi] launching: "))
+    """How many times the launcher started mpiexec, from its log: each start says
+    ``launching:`` and each retry ``starting it again``."""
+    return max(1, len(LAUNCHING.findall(log_text)), log_text.count("starting it again") + 1)
 
 
 # -- one run ---------------------------------------------------------------------------------

@@ -245,14 +245,14 @@ def phase_at(wall: float, events: list[dict], mpi_up: bool | None = None, starte
     launcher's startup markers as they were at that moment (``mpi_up``: MPI initialisation
     had finished on rank 0; ``started``: every live worker held its shards):
 
-    ``mpi-init`` (process start and MPI initialisation), ``handshake`` (the driver prepares
+    ``start/init`` (process start, imports and MPI initialisation), ``handshake`` (the driver prepares
     the data, gathers the workers and writes the shard store; ``startup`` when the markers
     are unknown), ``shard load`` (the workers are set up and get their shards), ``it N``
     (iteration N: after checkpoint N-1), ``close`` (after the final checkpoint, or the
     handle closed)."""
     before = [e for e in events if e.get("time", float("inf")) <= wall]
     if not any(e.get("event") == "start" for e in before):
-        return "startup" if mpi_up is None else ("handshake" if mpi_up else "mpi-init")
+        return "startup" if mpi_up is None else ("handshake" if mpi_up else "start/init")
     last_start = max(i for i, e in enumerate(before) if e.get("event") == "start")
     since = before[last_start:]
     if any(e.get("event") == "closed" or (e.get("event") == "checkpoint" and e.get("finished")) for e in since):

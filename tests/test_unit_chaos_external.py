@@ -246,7 +246,7 @@ def test_phase_at(wall, phase):
 
 
 @pytest.mark.parametrize("wall, mpi_up, started, phase", [
-    (5.0, False, False, "mpi-init"), (5.0, True, False, "handshake"),
+    (5.0, False, False, "start/init"), (5.0, True, False, "handshake"),
     (10.5, True, False, "shard load"), (10.5, True, True, "it 1"), (11.2, True, True, "it 2"),
 ])
 def test_phase_at_with_the_launchers_startup_markers(wall, mpi_up, started, phase):
@@ -398,7 +398,7 @@ def test_bench_report_labels_a_smoke_run_and_shows_counts_phases_and_percentiles
              "kills": [{"delivered": True, "phase": "it 4"}]},
             {"index": 2, "draw": 0, "kind": "stop", "plan": "SIGSTOP worker @0.50s", "outcome": "HUNG", "exit_code": 1,
              "wall_seconds": 120.0, "leftovers": [], "recovery_seconds": None,
-             "kills": [{"delivered": True, "phase": "mpi-init"}]}]
+             "kills": [{"delivered": True, "phase": "start/init"}]}]
     ext = {"summary": cp.summarize(rows, ("worker", "stop")), "runs": rows, "reference_seconds": 9.5,
            "kill_window_seconds": 9.5, "run_timeout": 155.0, "leftover_seconds": 10.0,
            "env": {"MIXLE_MPI_STARTUP_TIMEOUT": "20"}}
@@ -414,7 +414,20 @@ def test_bench_report_labels_a_smoke_run_and_shows_counts_phases_and_percentiles
     assert "seed 4" in text and "    EXT" in text and "    FP" in text
     assert "| kind | runs | HUNG | ok |" in text and "| worker | 2 | 0 | 1 |" not in text
     assert "| worker | 1 | 0 | 1 |" in text and "| stop | 1 | 1 | 0 |" in text
-    assert "fit 1, mpi-init 1" in text and "| all kinds | 1 | 1.50 | 1.50 | 1.50 | 1.50 |" in text
+    assert "fit 1, start/init 1" in text and "| all kinds | 1 | 1.50 | 1.50 | 1.50 | 1.50 |" in text
     assert "| 2.0 | stop | SIGSTOP worker @0.50s | HUNG | 1 | 120.0 | 0 |" in text
     assert "1/1 planned faults fired" in text
     assert "SMOKE" not in bench.render({**results, "smoke": False})
+
+
+@pytest.mark.parametrize("log, attempts", [
+    ("[mixle_mpi] launching: mpiexec -n 4 x\n[mixle_mpi] done\n", 1),
+    ("[mixle_mpi] 03:20:37 launching: mpiexec\n[mixle_mpi] 03:21:00 warning: the job never started: ...; starting it "
+     "again (attempt 2 of 2)\n[mixle_mpi] 03:21:00 launching: mpiexec\n", 2),
+    ("[mixle_mpi] the job never started: x; starting it again (attempt 2 of 2)\n", 2),  # launch lines at -q
+    ("", 1),
+])
+def test_attempts_are_counted_from_the_launchers_log_in_any_format(log, attempts):
+    from mixle_mpi.chaos_external import _attempts
+
+    assert _attempts(log) == attempts
