@@ -38,7 +38,8 @@ import uuid
 from mixle_mpi import exitcodes, logs
 from mixle_mpi.errors import ConfigError
 from mixle_mpi.exiting import DRIVER_PID_ENV, STATUS_ENV
-from mixle_mpi.reaper import DONE, TAG_ENV, sweep
+from mixle_mpi.jobwatch import JobWatch
+from mixle_mpi.reaper import DONE, TAG_ENV, rank_states, sweep
 from mixle_mpi.rankwrapper import wrapper_path
 from mixle_mpi.startup import MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV, startup_timeout
 
@@ -173,7 +174,7 @@ def judge(mpiexec_rc: int | None, status: dict | None, terminated: bool = False,
         return exitcodes.NEVER_STARTED, (f"the job never started: {never_started}. Nothing was computed; "
                                          "running the same command again loses nothing")
     if mpiexec_rc is None:
-        return exitcodes.FAILED, "the job timed out and was killed; the driver wrote no status"
+        return exitcodes.FAILED, "the job was killed (timed out, or stuck: see above); the driver wrote no status"
     if mpiexec_rc == 0:
         return exitcodes.FAILED, "mpiexec exited 0 but the driver wrote no status (was the handle used?)"
     return mpiexec_rc, f"the job failed: mpiexec exited {mpiexec_rc} and the driver wrote no status"
@@ -304,16 +305,28 @@ class RunFiles:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | None) -> int | None:
-    """Wait for mpiexec, delivering held signals; None if ``timeout`` passed."""
+WATCH_EVERY = 1.0  # seconds between looks at the job's rank processes
+
+
+def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | None,
+          files: "RunFiles", tag: str) -> tuple[int | None, str | None]:
+    """Wait for mpiexec, delivering held signals. (exit code, None), or (None, why) when
+    ``timeout`` passed or the job is stuck on ranks that will never end (see jobwatch)."""
     end = None if timeout is None else time.monotonic() + timeout
+    watch, next_look = JobWatch(), time.monotonic() + WATCH_EVERY
     while True:
         try:
-            return proc.wait(timeout=0.05)
+            return proc.wait(timeout=0.05), None
         except subprocess.TimeoutExpired:
             forwarder.deliver()
-            if end is not None and time.monotonic() >= end:
-                return None
+            now = time.monotonic()
+            if end is not None and now >= end:
+                return None, f"the job ran past --timeout {timeout:g} s"
+            if now >= next_look:
+                next_look = now + WATCH_EVERY
+                stuck = watch.observe(os.path.exists(files.status), rank_states(tag))
+                if stuck:
+                    return None, stuck
 
 
 def _read_json(path: str) -> dict | None:
@@ -372,13 +385,14 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
                             started_file=files.started, tag=tag),
                 **(env or {})}
     reaper = _start_reaper(tag)
-    rc, t0 = None, time.monotonic()
+    rc, why, t0 = None, None, time.monotonic()
     try:
         log.info("launching: " + " ".join(argv))  # a batch log says what ran
         proc = subprocess.Popen(argv, env=full_env, start_new_session=True)
         started.append(proc)
-        rc = _wait(proc, forwarder, timeout)
+        rc, why = _wait(proc, forwarder, timeout, files, tag)
         if rc is None:
+            log.warning(f"{why}: killing the job")
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     except KeyboardInterrupt:
@@ -398,7 +412,8 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
         names = ", ".join(signal.Signals(s).name for s in forwarder.pending)
         log.warning(f"{names} arrived before the driver could take it; not delivered")
     status = files.read_status()
-    never = None if status is not None or rc is None else never_started(
+    timed_out = rc is None and why is not None and why.startswith("the job ran past")
+    never = None if status is not None or timed_out else never_started(
         os.path.exists(files.mpi_up), os.path.exists(files.started), time.monotonic() - t0, limit)
     files.remove()
     code, note = judge(rc, status, forwarder.terminated, never, forwarder.interrupted)

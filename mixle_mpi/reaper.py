@@ -41,6 +41,29 @@ def tagged_pids(tag: str, proc: str = "/proc") -> list[int]:
     return sorted(found)
 
 
+RANK_ENV = (b"OMPI_COMM_WORLD_RANK=", b"PMI_RANK=", b"PMIX_RANK=")
+
+
+def rank_states(tag: str, proc: str = "/proc") -> dict[int, str]:
+    """The state letter (R, S, T, Z, ...) of each Python rank process of the job: tagged,
+    with an MPI rank in its environment (not mpiexec, its daemons or a shell wrapper)."""
+    out = {}
+    for pid in tagged_pids(tag, proc):
+        try:
+            with open(os.path.join(proc, str(pid), "comm"), encoding="utf-8") as fh:
+                if not fh.read().startswith("python"):
+                    continue
+            with open(os.path.join(proc, str(pid), "environ"), "rb") as fh:
+                env = fh.read()
+            if not any(v in env for v in RANK_ENV):
+                continue
+            with open(os.path.join(proc, str(pid), "stat"), encoding="utf-8") as fh:
+                out[pid] = fh.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+    return out
+
+
 def kill_tagged(tag: str, sig: int = signal.SIGKILL) -> list[int]:
     """Send ``sig`` to every process carrying ``tag``; returns the pids signalled."""
     hit = []

@@ -1,0 +1,48 @@
+"""When a job that mpiexec keeps alive is stuck, as plain decisions over process states.
+
+mpiexec waits for every rank. A rank that is SIGSTOPped (a hung node, a debugger left
+attached) never ends, so a job whose other ranks all ended, or whose driver already
+wrote its verdict, would keep the launcher waiting forever. The launcher reports the
+state of the job's rank processes every second; :class:`JobWatch` says when to kill.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+FINISH_GRACE = 30.0  # seconds the ranks get to end after the driver wrote its verdict
+STUCK_GRACE = 10.0   # seconds every remaining rank may stay stopped before the job is killed
+STOPPED = ("T", "t")
+GONE = ("Z", "X", "x")
+
+
+class JobWatch:
+    def __init__(self, finish_grace: float = FINISH_GRACE, stuck_grace: float = STUCK_GRACE,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.finish_grace, self.stuck_grace, self.clock = finish_grace, stuck_grace, clock
+        self.seen_ranks = False
+        self.done_at: float | None = None
+        self.stuck_at: float | None = None
+
+    def observe(self, driver_done: bool, ranks: Mapping[int, str]) -> str | None:
+        """Feed the driver's verdict (written or not) and each rank process's state letter
+        (as in /proc/PID/stat); returns why the job must be killed now, or None."""
+        now = self.clock()
+        alive = {pid: st for pid, st in ranks.items() if st not in GONE}
+        if driver_done:
+            self.done_at = self.done_at if self.done_at is not None else now
+            if alive and now - self.done_at > self.finish_grace:
+                return (f"the driver finished {now - self.done_at:.0f} s ago but rank processes "
+                        f"{sorted(alive)} are still running")
+        if alive:
+            self.seen_ranks = True
+        if self.seen_ranks and all(st in STOPPED for st in alive.values()):
+            self.stuck_at = self.stuck_at if self.stuck_at is not None else now
+            if now - self.stuck_at > self.stuck_grace:
+                stopped = sorted(alive)
+                return (f"every remaining rank process is stopped ({stopped}) and nothing else runs"
+                        if stopped else "no rank process is left but mpiexec has not ended")
+        else:
+            self.stuck_at = None
+        return None
