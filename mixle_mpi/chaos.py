@@ -278,7 +278,7 @@ def campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: str, run_
 def resolve_args(args) -> tuple[FitConfig, int, str, list[str]]:
     """The campaign's fit (the demo job when no data is given), rank count, folder and
     launcher flags, from the ``chaos`` subcommand's arguments."""
-    from mixle_mpi.demo import DEMO_JOB
+    from mixle_mpi.jobconfig import DEMO_JOB
     from mixle_mpi.jobconfig import from_args
 
     if getattr(args, "data", None) is None and getattr(args, "config", None) is None:
@@ -294,12 +294,7 @@ def resolve_args(args) -> tuple[FitConfig, int, str, list[str]]:
 
 
 def campaign_from_args(args) -> int:
+    """The fault-plan campaign of ``mixle-mpi chaos`` (``--external`` is chaos_external's)."""
     cfg, n, out_dir, launch = resolve_args(args)
-    if getattr(args, "external", False):
-        from mixle_mpi.chaos_external import external_campaign, kinds_from_text
-
-        return external_campaign(cfg, n=n, runs=args.runs, seed=args.campaign_seed, out_dir=out_dir,
-                                 run_timeout=args.run_timeout, launch=launch, kinds=kinds_from_text(args.kinds),
-                                 window=args.kill_window, leftover_seconds=args.leftover_seconds)
     return campaign(cfg, n=n, runs=args.runs, seed=args.campaign_seed, out_dir=out_dir,
                     run_timeout=args.run_timeout, launch=launch)

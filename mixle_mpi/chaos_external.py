@@ -463,3 +463,13 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
       + f"; report in {out_dir}/campaign.json\n")
     stream.flush()
     return 0 if summary["ok"] else 1
+
+
+def campaign_from_args(args) -> int:
+    """``mixle-mpi chaos --external``: the same job resolution as the fault-plan campaign."""
+    from mixle_mpi.chaos import resolve_args
+
+    cfg, n, out_dir, launch = resolve_args(args)
+    return external_campaign(cfg, n=n, runs=args.runs, seed=args.campaign_seed, out_dir=out_dir,
+                             run_timeout=args.run_timeout, launch=launch, kinds=kinds_from_text(args.kinds),
+                             window=args.kill_window, leftover_seconds=args.leftover_seconds)

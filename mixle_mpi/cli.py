@@ -85,8 +85,10 @@ def _fit(args) -> int:
 
 
 def _chaos(args) -> int:
-    from mixle_mpi.chaos import campaign_from_args
-
+    if args.external:
+        from mixle_mpi.chaos_external import campaign_from_args
+    else:
+        from mixle_mpi.chaos import campaign_from_args
     return campaign_from_args(args)
 
 

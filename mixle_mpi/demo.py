@@ -16,9 +16,8 @@ import tempfile
 
 from mixle_mpi.events import describe, read_events
 from mixle_mpi.helptext import command
+from mixle_mpi.jobconfig import DEMO_JOB
 
-DEMO_JOB = {"data": "builtin:iris", "columns": "0:4", "model": "gmm:k=3,cov=full", "max_its": "40",
-            "init_p": "0.5", "num_shards": "6", "seed": "3"}
 KILL_ROUND = 12
 
 

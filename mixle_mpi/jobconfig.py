@@ -41,6 +41,11 @@ class FitConfig:
     keep_store: bool = False
 
 
+# The built-in default job: `mixle-mpi demo`, and `mixle-mpi chaos` without --data.
+DEMO_JOB = {"data": "builtin:iris", "columns": "0:4", "model": "gmm:k=3,cov=full", "max_its": "40",
+            "init_p": "0.5", "num_shards": "6", "seed": "3"}
+
+
 HELP = {
     "data": "PATH.h5:/dataset, PATH.npy, PATH.csv or builtin:iris (required)",
     "model": "gmm:k=K[,cov=diag|full], poisson:k=K, hmm:states=S, composite:k=K,parts=a+b, or json:FILE (required)",
