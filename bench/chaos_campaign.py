@@ -71,6 +71,18 @@ def _run(cmd: list[str], log_path: str, timeout: float) -> tuple[int | None, flo
     return rc, time.monotonic() - t0
 
 
+def tree_version() -> str:
+    """The commit the campaign ran on, and whether the tree had uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=common.ROOT, capture_output=True,
+                              text=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=common.ROOT,
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return (head or "unknown") + (" with uncommitted changes" if dirty else "")
+
+
 def _load(path: str) -> dict | None:
     try:
         with open(path, encoding="utf-8") as fh:
@@ -115,7 +127,8 @@ def render(results: dict) -> str:
         out += [f"**This is a smoke run** ({results['runs']} external runs per MPI, not the {FULL_RUNS} of issue 10): "
                 "it shows that the campaign and its report work, not that the runtime is reliable. "
                 "Run `python bench/chaos_campaign.py` for the full campaign.", ""]
-    out += [f"Date {results['date']}, host {results['host']} ({results['cpus']} CPUs, shared), seed {results['seed']}, "
+    out += [f"Date {results['date']}, commit {results.get('tree', 'unknown')}, host {results['host']} "
+            f"({results['cpus']} CPUs, shared), seed {results['seed']}, "
             f"job: the demo fit (Iris, gmm:k=3,cov=full, 6 shards) with --max-its {results['max_its']}, "
             f"{results['ranks']} ranks (1 driver + {results['ranks'] - 1} workers).", "",
             f"Command: `{results['command']}`", ""]
@@ -147,11 +160,14 @@ def render(results: dict) -> str:
                 out.append(f"| {name} | {d['n']} | {_fmt(d['p50'])} | {_fmt(d['p90'])} | {_fmt(d['p99'])} | {_fmt(d['max'])} |")
             bad = [r for r in ext["runs"] if not cp.passed(r["outcome"])]
             if bad:
-                out += ["", "Failed runs (replay one with the same seed; its folder holds job.log and events.jsonl):", "",
-                        "| run | kind | plan | outcome | exit | wall s | leftovers |", "|---:|---|---|---|---:|---:|---:|"]
+                out += ["", "Failed runs (their folders under the work directory hold job.log and events.jsonl; "
+                        "replay one: the external command above with its replay flags instead of --runs):", "",
+                        "| run | kind | plan | outcome | exit | wall s | leftovers | replay flags |",
+                        "|---:|---|---|---|---:|---:|---:|---|"]
                 for r in bad:
                     out.append(f"| {r['index']}.{r['draw']} | {r['kind']} | {r['plan']} | {r['outcome']} | "
-                               f"{r['exit_code']} | {r['wall_seconds']:.1f} | {len(r['leftovers'])} |")
+                               f"{r['exit_code']} | {r['wall_seconds']:.1f} | {len(r['leftovers'])} | "
+                               f"`{r.get('replay', '')}` |")
             out.append("")
         if plans is None:
             out += [f"Fault-plan campaign: no report (exit {res['fault_plans_exit']}); see {res['work']}", ""]
@@ -176,7 +192,7 @@ def main(argv=None) -> int:
     ap.add_argument("--plan-runs", type=int, default=20, help="fault-plan runs per MPI library")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--max-its", type=int, default=100, help="iterations of the demo fit (longer: more kills mid-fit)")
+    ap.add_argument("--max-its", type=int, default=200, help="iterations of the demo fit (longer: more kills mid-fit)")
     ap.add_argument("--kinds", default=None, help="external kinds (default: all)")
     ap.add_argument("--libs", default="openmpi,mpich")
     ap.add_argument("--openmpi-python", default=LIBS["openmpi"])
@@ -197,7 +213,7 @@ def main(argv=None) -> int:
     smoke = args.smoke or args.runs < FULL_RUNS
     results = {"smoke": smoke, "runs": args.runs, "plan_runs": args.plan_runs, "seed": args.seed, "ranks": args.ranks,
                "max_its": args.max_its, "date": _dt.datetime.now().isoformat(timespec="seconds"),
-               "host": platform.node(), "cpus": os.cpu_count(),
+               "host": platform.node(), "cpus": os.cpu_count(), "tree": tree_version(),
                "command": "python bench/chaos_campaign.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
                "libraries": {}}
     os.makedirs(args.results, exist_ok=True)

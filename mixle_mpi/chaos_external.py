@@ -408,10 +408,15 @@ def table_row(row: dict) -> str:
 
 def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: str, run_timeout: float | None = None,
                       launch: list[str] | None = None, kinds: tuple = cp.KINDS, window: float = 1.0,
-                      leftover_seconds: float = 10.0, env: dict | None = None, stream=sys.stdout) -> int:
+                      leftover_seconds: float = 10.0, env: dict | None = None, window_seconds: float | None = None,
+                      replay: list[tuple[int, int]] | None = None, stream=sys.stdout) -> int:
     """Run the external campaign; print the table; write ``campaign.json``; 0 when every
-    counted run passed and none failed, else 1."""
-    cp.check_campaign(n - 1, runs, window, kinds)
+    counted run passed and none failed, else 1. Kill times are uniform over [0, T_ref x
+    ``window``] seconds, or over [0, ``window_seconds``] when given; ``replay`` runs only
+    those (run, draw) slots, with the kills they had in the campaign of the same seed,
+    kinds and window (see each failed run's ``replay`` in the report)."""
+    cp.check_campaign(n - 1, runs if not replay else len(replay), window if window_seconds is None else window_seconds,
+                      kinds)
     launch = list(launch or [])
     extra = {k: v for k, v in CAMPAIGN_ENV.items() if k not in os.environ}
     extra.update(env or {})
@@ -428,18 +433,23 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
     reference, t_ref = ref
     timeout = run_timeout or (10 * t_ref + 60)
     ctx = Context(cfg, n, out_dir, reference, timeout, launch, extra, leftover_seconds)
-    w(f"chaos --external: reference took {t_ref:.1f}s, {reference['summary']['iterations']} iterations; {runs} runs "
-      f"(seed {seed}; kinds {', '.join(kinds)}; kills at uniform times over [0, {t_ref * window:.1f}] s; "
+    span = t_ref * window if window_seconds is None else window_seconds
+    what = f"{runs} runs" if not replay else "replay of run(s) " + ", ".join(f"{r}.{d}" if d else str(r) for r, d in replay)
+    w(f"chaos --external: reference took {t_ref:.1f}s, {reference['summary']['iterations']} iterations; {what} "
+      f"(seed {seed}; kinds {', '.join(kinds)}; kills at uniform times over [0, {span:.6g}] s; "
       f"hang deadline {timeout:.0f}s; leftover check {leftover_seconds:g}s after the launcher exits; "
       f"{' '.join(f'{k}={v}' for k, v in extra.items())})\n")
     w(HEADER + "\n" + "-" * len(HEADER) + "\n")
     stream.flush()
     rows = []
-    for plan in cp.campaign_plans(seed, runs, t_ref * window, kinds):
-        for draw in range(MAX_DRAWS):
-            if draw:
-                plan = cp.external_plan(seed, plan.index, draw, plan.kind, t_ref * window)
+    replay_args = f"--campaign-seed {seed} --kinds {','.join(kinds)} --kill-window-seconds {span:.6g}"
+    slots = [[p] for p in cp.replay_plans(seed, replay, span, kinds)] if replay else \
+        [[p] + [cp.external_plan(seed, p.index, d, p.kind, span) for d in range(1, MAX_DRAWS)]
+         for p in cp.campaign_plans(seed, runs, span, kinds)]
+    for draws in slots:
+        for plan in draws:
             row = run_one(ctx, plan)
+            row["replay"] = f"{replay_args} --replay {plan.index}" + (f".{plan.draw}" if plan.draw else "")
             rows.append(row)
             w(table_row(row) + "\n")
             stream.flush()
@@ -448,7 +458,7 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
     summary = cp.summarize(rows, kinds)
     report = {"external": True, "n": n, "seed": seed, "kinds": list(kinds), "window": window,
               "reference_seconds": t_ref, "reference_iterations": reference["summary"]["iterations"],
-              "kill_window_seconds": t_ref * window, "run_timeout": timeout,
+              "kill_window_seconds": span, "run_timeout": timeout, "replay": replay or None,
               "leftover_seconds": leftover_seconds, "env": extra, "command": [sys.executable, *sys.argv] if sys.argv else [],
               "config": asdict(cfg), "summary": summary, "runs": rows, "ok": summary["ok"]}
     write_json(os.path.join(out_dir, "campaign.json"), report, indent=1)
@@ -461,6 +471,11 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
          + "; see job.log in their folders")
       + (f"; recovery s p50 {rec['p50']:.2f} p90 {rec['p90']:.2f} max {rec['max']:.2f}" if rec["n"] else "")
       + f"; report in {out_dir}/campaign.json\n")
+    for row in rows:
+        if not cp.passed(row["outcome"]):
+            w(f"  run {row['index']}" + (f".{row['draw']}" if row["draw"] else "") + f" ({row['kind']}, "
+              f"{row['outcome']}): {row['out_dir']}/job.log; replay its kills with the same job flags and "
+              f"{row['replay']}\n")
     stream.flush()
     return 0 if summary["ok"] else 1
 
@@ -472,4 +487,5 @@ def campaign_from_args(args) -> int:
     cfg, n, out_dir, launch = resolve_args(args)
     return external_campaign(cfg, n=n, runs=args.runs, seed=args.campaign_seed, out_dir=out_dir,
                              run_timeout=args.run_timeout, launch=launch, kinds=kinds_from_text(args.kinds),
-                             window=args.kill_window, leftover_seconds=args.leftover_seconds)
+                             window=args.kill_window, leftover_seconds=args.leftover_seconds,
+                             window_seconds=args.kill_window_seconds, replay=cp.parse_replay(args.replay))

@@ -125,6 +125,27 @@ def campaign_plans(seed: int, runs: int, window: float, kinds: tuple = KINDS) ->
     return [external_plan(seed, i + 1, 0, kinds[i % len(kinds)], window) for i in range(runs)]
 
 
+def parse_replay(text: str | None) -> list[tuple[int, int]]:
+    """``--replay 4,7.1`` as [(run, draw)]: run 4's first draw, run 7's second (pure)."""
+    out = []
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        run, _, draw = item.partition(".")
+        if not run.isdigit() or int(run) < 1 or (draw and not draw.isdigit()):
+            raise ConfigError(f"--replay takes runs as RUN or RUN.DRAW (e.g. 4,7.1), as the table numbers them; "
+                              f"found {item!r}")
+        out.append((int(run), int(draw or 0)))
+    return out
+
+
+def replay_plans(seed: int, slots: list[tuple[int, int]], window: float, kinds: tuple = KINDS) -> list[ExternalPlan]:
+    """The plans of the given (run, draw) slots of a campaign with this seed, window and kinds:
+    the same kills as in that campaign (pure)."""
+    return [external_plan(seed, run, draw, kinds[(run - 1) % len(kinds)], window) for run, draw in slots]
+
+
 # -- the process table ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Proc:

@@ -152,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: worker,two_workers,during_recovery,stop,driver)")
     c.add_argument("--kill-window", type=float, default=1.0,
                    help="with --external: kill times are uniform over [0, this x the reference run's wall time]")
+    c.add_argument("--kill-window-seconds", type=float, default=None,
+                   help="with --external: kill times are uniform over [0, this many seconds] instead "
+                        "(default: none: --kill-window x the reference run)")
+    c.add_argument("--replay", default=None,
+                   help="with --external: run only these runs of the campaign, as numbered in its table "
+                        "(e.g. 4,7.1: run 4, and run 7's second draw), with the kills they had; give the same "
+                        "--campaign-seed, --kinds and --kill-window-seconds (default: none: every run)")
     c.add_argument("--leftover-seconds", type=float, default=10.0,
                    help="with --external: a process of the job still alive this long after the launcher "
                         "exited is a LEFTOVER")

@@ -397,6 +397,7 @@ def test_bench_report_labels_a_smoke_run_and_shows_counts_phases_and_percentiles
              "wall_seconds": 9.0, "leftovers": [], "recovery_seconds": 1.5,
              "kills": [{"delivered": True, "phase": "it 4"}]},
             {"index": 2, "draw": 0, "kind": "stop", "plan": "SIGSTOP worker @0.50s", "outcome": "HUNG", "exit_code": 1,
+             "replay": "--replay 2",
              "wall_seconds": 120.0, "leftovers": [], "recovery_seconds": None,
              "kills": [{"delivered": True, "phase": "start/init"}]}]
     ext = {"summary": cp.summarize(rows, ("worker", "stop")), "runs": rows, "reference_seconds": 9.5,
@@ -415,7 +416,7 @@ def test_bench_report_labels_a_smoke_run_and_shows_counts_phases_and_percentiles
     assert "| kind | runs | HUNG | ok |" in text and "| worker | 2 | 0 | 1 |" not in text
     assert "| worker | 1 | 0 | 1 |" in text and "| stop | 1 | 1 | 0 |" in text
     assert "fit 1, start/init 1" in text and "| all kinds | 1 | 1.50 | 1.50 | 1.50 | 1.50 |" in text
-    assert "| 2.0 | stop | SIGSTOP worker @0.50s | HUNG | 1 | 120.0 | 0 |" in text
+    assert "| 2.0 | stop | SIGSTOP worker @0.50s | HUNG | 1 | 120.0 | 0 | `--replay 2` |" in text
     assert "1/1 planned faults fired" in text
     assert "SMOKE" not in bench.render({**results, "smoke": False})
 
@@ -431,3 +432,14 @@ def test_attempts_are_counted_from_the_launchers_log_in_any_format(log, attempts
     from mixle_mpi.chaos_external import _attempts
 
     assert _attempts(log) == attempts
+
+
+def test_replay_gives_a_run_the_kills_it_had_in_its_campaign():
+    kinds = cp.kinds_from_text("worker,driver,stop")
+    plans = cp.campaign_plans(11, 9, 7.5, kinds)
+    assert cp.parse_replay("5, 8.2,") == [(5, 0), (8, 2)]
+    assert cp.replay_plans(11, [(5, 0), (8, 2)], 7.5, kinds) == [plans[4], cp.external_plan(11, 8, 2, plans[7].kind, 7.5)]
+    assert cp.parse_replay(None) == [] and cp.parse_replay("") == []
+    for bad in ("0", "x", "3.x", "-1", "2.1.1"):
+        with pytest.raises(ConfigError, match="--replay takes runs as RUN or RUN.DRAW"):
+            cp.parse_replay(bad)
