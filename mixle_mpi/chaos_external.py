@@ -31,7 +31,6 @@ from dataclasses import asdict, dataclass, field, replace
 from mixle_mpi import chaos_plan as cp
 from mixle_mpi.atomicjson import write_json
 from mixle_mpi.chaos import compare, fit_command, fit_env, prepare_run_dir, read_output, recovery_seconds, reference_run
-from mixle_mpi.events import read_events
 from mixle_mpi.exitcodes import NEVER_STARTED
 from mixle_mpi.faults import read_fired
 from mixle_mpi.jobconfig import FitConfig
@@ -305,14 +304,20 @@ def _launch(ctx: Context, rdir: str, log_name: str, kills: tuple) -> tuple[Watch
 
 
 def _events(rdir: str) -> list[dict]:
-    path = os.path.join(rdir, "events.jsonl")
-    try:
-        return read_events(path) if os.path.exists(path) else []
-    except (OSError, ValueError):
-        return []
+    """The run's event log, line by line: a line cut short by a SIGKILLed driver (and then
+    followed by the rerun's lines) is skipped, not a reason to lose the others."""
+    out = []
+    for line in _text(os.path.join(rdir, "events.jsonl")).splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            out.append(event)
+    return out
 
 
-def _annotate_kills(kills: list, ranks: dict, events: list) -> None:
+def _annotate_kills(kills: list, events: list) -> None:
     """Add what the event log says about each victim: its worker id (for a respawned
     process) and how long the driver took to declare it failed."""
     respawned = {e.get("pid"): e.get("worker") for e in events if e.get("event") == "respawned"}
@@ -354,7 +359,7 @@ def run_one(ctx: Context, plan: cp.ExternalPlan) -> dict:
     verdict = cp.judge(plan.kind, first, missed=missed, explained_73=explained, rerun=rerun)
     if fired:  # no fault plan was given: a hook that fired means the run was not external only
         verdict = verdict if not cp.passed(verdict) else f"{cp.FAILED}(hook fired)"
-    _annotate_kills(seen.kills, seen.ranks, events)
+    _annotate_kills(seen.kills, events)
     final = rerun if rerun is not None else first
     return {
         "index": plan.index, "draw": plan.draw, "kind": plan.kind, "plan": plan.describe(),

@@ -443,3 +443,12 @@ def test_replay_gives_a_run_the_kills_it_had_in_its_campaign():
     for bad in ("0", "x", "3.x", "-1", "2.1.1"):
         with pytest.raises(ConfigError, match="--replay takes runs as RUN or RUN.DRAW"):
             cp.parse_replay(bad)
+
+
+def test_event_log_cut_by_a_killed_driver_keeps_the_other_lines(tmp_path):
+    from mixle_mpi.chaos_external import _events
+
+    (tmp_path / "events.jsonl").write_text('{"event": "start", "time": 1}\n{"event": "checkp\n'
+                                           '{"event": "resumed", "time": 3, "iteration": 4}\n')
+    assert [e["event"] for e in _events(str(tmp_path))] == ["start", "resumed"]
+    assert _events(str(tmp_path / "nothing")) == []
