@@ -62,6 +62,7 @@ def test_single_rank_is_refused(tmp_path):
                           timeout=90, cwd=str(tmp_path), env=dict(os.environ, PYTHONWARNINGS="ignore"))
     assert proc.returncode == 2, proc.stderr[-4000:]
     assert "found 1 MPI rank but needs at least 2" in proc.stderr
+    assert "help-mpi-api" not in proc.stderr and "MPI_ABORT" not in proc.stderr  # one line, not Open MPI's noise
 
 
 def test_launcher_refuses_one_rank(tmp_path):
