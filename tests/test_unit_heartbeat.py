@@ -3,21 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from fakeclock import FakeClock
 
 from mixle_mpi.heartbeat import HeartbeatTracker
-
-
-class FakeClock:
-    """A monotonic clock the test moves by hand (values chosen to be exact in binary)."""
-
-    def __init__(self, now: float = 100.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, dt: float) -> None:
-        self.now += dt
 
 
 @pytest.fixture
@@ -170,44 +158,36 @@ def test_grace_extends_one_worker_then_restores():
 from mixle_mpi.heartbeat import StallTracker  # noqa: E402
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def test_a_busy_worker_without_progress_is_stalled_after_the_timeout():
-    clock = Clock()
+    clock = FakeClock(0.0)
     st = StallTracker(10.0, clock)
     st.observe(1, progress=5, busy=True)
-    clock.t = 9.9
+    clock.now = 9.9
     st.observe(1, progress=5, busy=True)
     assert st.stalled() == {}
-    clock.t = 10.5
+    clock.now = 10.5
     assert st.stalled() == {1: 10.5}
 
 
 def test_progress_restarts_the_clock_so_a_long_healthy_task_is_never_stalled():
-    clock = Clock()
+    clock = FakeClock(0.0)
     st = StallTracker(10.0, clock)
     for step in range(100):  # 100 sub-chunks of 9 s each: 900 s of work, never a stall
         st.observe(2, progress=step, busy=True)
-        clock.t += 9.0
+        clock.now += 9.0
         assert st.stalled() == {}
 
 
 def test_an_idle_worker_is_never_stalled_and_forget_drops_a_worker():
-    clock = Clock()
+    clock = FakeClock(0.0)
     st = StallTracker(1.0, clock)
     st.observe(1, progress=0, busy=False)
     st.observe(2, progress=0, busy=True)
-    clock.t = 50
+    clock.now = 50
     assert set(st.stalled()) == {2}
     st.observe(2, progress=0, busy=False)  # the task ended: idle from now on
     assert st.stalled() == {}
     st.observe(3, progress=1, busy=True)
     st.forget(3)
-    clock.t = 100
+    clock.now = 100
     assert st.stalled() == {}

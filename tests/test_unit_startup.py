@@ -91,47 +91,41 @@ def test_reaper_leaves_the_job_alone_when_the_launcher_says_done():
 
 
 # -- a job mpiexec keeps alive for a stopped rank ----------------------------------------------
+from fakeclock import FakeClock  # noqa: E402
+
 from mixle_mpi.jobwatch import JobWatch  # noqa: E402
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def test_a_job_whose_only_remaining_rank_is_stopped_is_killed_after_the_grace():
-    clock = Clock()
+    clock = FakeClock(0.0)
     watch = JobWatch(finish_grace=30, stuck_grace=10, clock=clock)
     assert watch.observe(False, {}) is None                      # ranks not started yet: never stuck
-    clock.t = 100
+    clock.now = 100
     assert watch.observe(False, {}) is None
     assert watch.observe(False, {11: "R", 12: "S", 13: "T"}) is None
-    clock.t = 105
+    clock.now = 105
     assert watch.observe(False, {11: "Z", 13: "T"}) is None      # the others ended; 13 stays stopped
-    clock.t = 116
+    clock.now = 116
     assert "every remaining rank process is stopped ([13])" in watch.observe(False, {13: "T"})
 
 
 def test_a_stop_that_is_resumed_or_a_running_rank_is_not_stuck():
-    clock = Clock()
+    clock = FakeClock(0.0)
     watch = JobWatch(stuck_grace=10, clock=clock)
     watch.observe(False, {11: "T", 12: "T"})
-    clock.t = 8
+    clock.now = 8
     assert watch.observe(False, {11: "S", 12: "T"}) is None     # 11 runs again
-    clock.t = 30
+    clock.now = 30
     assert watch.observe(False, {11: "R", 12: "T"}) is None
 
 
 def test_ranks_that_outlive_the_drivers_verdict_are_killed_after_the_finish_grace():
-    clock = Clock()
+    clock = FakeClock(0.0)
     watch = JobWatch(finish_grace=30, clock=clock)
     assert watch.observe(True, {11: "S"}) is None
-    clock.t = 29
+    clock.now = 29
     assert watch.observe(True, {11: "S"}) is None
-    clock.t = 31
+    clock.now = 31
     assert "the driver finished 31 s ago" in watch.observe(True, {11: "S"})
     assert JobWatch(clock=clock).observe(True, {}) is None       # nothing left: mpiexec is ending
 
