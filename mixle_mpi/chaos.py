@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from mixle_mpi.atomicjson import write_json
 from mixle_mpi.errors import ConfigError
 from mixle_mpi.events import read_events
-from mixle_mpi.faults import FIRED_ENV, Fault, parse_plan, read_fired, unfired
+from mixle_mpi.faults import FIRED_ENV, Fault, read_fired, unfired
 from mixle_mpi.jobconfig import FitConfig, to_argv
 from mixle_mpi.placement import initial_placement, plan_recovery
 

@@ -9,7 +9,6 @@ loading a checkpoint never executes code.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -20,6 +19,7 @@ import numpy as np
 
 from mixle_mpi.errors import ConfigError, MixleMPIError
 from mixle_mpi.privatefile import create_private
+from mixle_mpi.validate import sha256_text
 
 FORMAT, VERSION = "mixle_mpi.checkpoint", 1
 VERSION_FIELDS = ("mixle", "numpy", "mpi", "blas_threads")
@@ -50,10 +50,6 @@ class FitState:
     stopped: str = ""                   # once finished: converged, max_its or unchanged (progress.stop_reason)
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def _fsync_dir(path: str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -82,7 +78,7 @@ def write(path: str, state: FitState, before_rename=None) -> None:
     with h5py.File(tmp, "w") as f:
         f.attrs["format"] = FORMAT
         f.attrs["version"] = VERSION
-        f.attrs["sha256"] = _digest(text)
+        f.attrs["sha256"] = sha256_text(text)
         f.create_dataset("state", data=np.frombuffer(text.encode("utf-8"), dtype=np.uint8))
         f.flush()
         os.fsync(f.id.get_vfd_handle())
@@ -107,7 +103,7 @@ def _read_one(path: str) -> FitState:
         raise
     except (OSError, KeyError, ValueError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{path}: unreadable or truncated checkpoint ({type(exc).__name__}: {exc})") from None
-    got = _digest(text)
+    got = sha256_text(text)
     if got != want:
         raise CheckpointError(f"{path}: checksum mismatch (stored {str(want)[:16]}..., computed {got[:16]}...): the file is corrupt")
     try:

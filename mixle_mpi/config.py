@@ -5,17 +5,12 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, fields
-from numbers import Integral, Real
+from numbers import Real
 
 from mixle_mpi.errors import ConfigError
+from mixle_mpi.validate import check_int
 
 ENV_PREFIX = "MIXLE_MPI_"
-
-
-def _positive_int(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or int(value) < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}; found {value!r}")
-    return int(value)
 
 
 def _positive_float(name: str, value) -> float:
@@ -52,7 +47,7 @@ class Settings:
             elif isinstance(f.default, float):
                 object.__setattr__(self, f.name, _positive_float(f.name, value))
             else:
-                object.__setattr__(self, f.name, _positive_int(f.name, value))
+                object.__setattr__(self, f.name, check_int(f.name, value))
         if self.heartbeat_timeout < 2 * self.heartbeat_period:
             raise ConfigError(
                 f"heartbeat_timeout must be at least 2 x heartbeat_period; found timeout="

@@ -15,7 +15,6 @@ the whole fit's time as well as the last segment's (:class:`Segments`).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata as md
 import json
 import signal
@@ -29,6 +28,7 @@ import numpy as np
 from mixle_mpi import checkpoint as ckpt
 from mixle_mpi.errors import Interrupted, Preempted  # noqa: F401 - public here too (fitloop.Preempted)
 from mixle_mpi.progress import stop_reason
+from mixle_mpi.validate import sha256_text
 
 # mixle's notes on how a run stopped: the fit's own final line says it, in our words.
 MIXLE_STOP_NOTES = (".*max_its cap.*", ".*called with delta=None.*")
@@ -91,10 +91,6 @@ def _whole_fit_provenance(model, iterations: int, max_its: int) -> None:
         model._fit_provenance = dataclasses.replace(prov, iterations=iterations, max_iterations=max_its)
 
 
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def stopped(signum: int, iteration: int, checkpoint: str | None) -> Preempted:
     """The error that ends a fit stopped by a signal: what happened and what to do (pure)."""
     name, interrupted = signal.Signals(signum).name, signum == signal.SIGINT
@@ -150,8 +146,8 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
     current = ckpt.FitState(
         iteration=0, model="", ll=[],
         layout={"num_shards": enc.num_shards, "sub_chunks": enc.sub_chunks},
-        fingerprint={"data": enc.store.fingerprint(), "estimator": _sha(to_json(estimator)),
-                     "config": _sha(json.dumps(config))},
+        fingerprint={"data": enc.store.fingerprint(), "estimator": sha256_text(to_json(estimator)),
+                     "config": sha256_text(json.dumps(config))},
         versions=versions(enc.settings.blas_threads), config=config,
     )
     state = None

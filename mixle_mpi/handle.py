@@ -11,7 +11,6 @@ import os
 import pickle
 import sys
 import warnings
-from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -25,6 +24,7 @@ from mixle_mpi.errors import ConfigError, DataError
 from mixle_mpi.estep import PROTO
 from mixle_mpi.events import EventLog
 from mixle_mpi.faults import parse_plan, plan_from_env
+from mixle_mpi.validate import check_int
 
 DEFAULT_WORKDIR = "mixle_mpi_run"
 INIT_SAMPLE_NOTE = ".*with less data than they have parameters.*"
@@ -40,12 +40,6 @@ def is_driver() -> bool:
     if driver:
         startup.start_beacon(MPI.COMM_WORLD)  # the workers wait while this rank prepares
     return driver
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or int(value) < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}; found {value!r}")
-    return int(value)
 
 
 class ResilientMPIEncodedData(EncodedDataHandle):
@@ -131,9 +125,9 @@ class ResilientMPIEncodedData(EncodedDataHandle):
                 "(launch with e.g. `mixle-mpi run -n 3 -- python script.py`)"
             )
         workers = world_size - 1
-        num_shards = workers if num_shards is None else _check_int("num_shards", num_shards, 1)
-        self.sub_chunks = _check_int("sub_chunks", sub_chunks, 1)
-        self.max_retries = _check_int("max_retries", max_retries, 1)
+        num_shards = workers if num_shards is None else check_int("num_shards", num_shards, 1)
+        self.sub_chunks = check_int("sub_chunks", sub_chunks, 1)
+        self.max_retries = check_int("max_retries", max_retries, 1)
         self.settings = Settings.resolve(settings)
         plan = parse_plan(fault_plan) if fault_plan is not None else plan_from_env()
         if encoder is None:

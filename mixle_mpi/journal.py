@@ -9,7 +9,6 @@ the model it folds against, so a stale journal can never be used for another rou
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 
@@ -18,12 +17,13 @@ import h5py
 from mixle_mpi.codec import decode_value, encode_value
 from mixle_mpi.estep import PROTO
 from mixle_mpi.privatefile import create_private
+from mixle_mpi.validate import sha256_text
 
 
 def round_key(estimator, model) -> str:
     from mixle.utils.serialization import to_json
 
-    return hashlib.sha256((to_json(estimator) + "\n" + to_json(model)).encode("utf-8")).hexdigest()
+    return sha256_text(to_json(estimator) + "\n" + to_json(model))
 
 
 class FoldJournal:
@@ -41,7 +41,7 @@ class FoldJournal:
                     if f.attrs.get("key") == key:
                         for name, ds in f.items():
                             text = bytes(ds[()]).decode("utf-8")
-                            if hashlib.sha256(text.encode("utf-8")).hexdigest() == ds.attrs.get("sha256"):
+                            if sha256_text(text) == ds.attrs.get("sha256"):
                                 found[int(name)] = pickle.dumps(decode_value(text), protocol=PROTO)
             except (OSError, KeyError, ValueError):
                 found = {}
@@ -62,7 +62,7 @@ class FoldJournal:
         if name in self._file:
             del self._file[name]
         ds = self._file.create_dataset(name, data=np.frombuffer(text.encode("utf-8"), dtype=np.uint8))
-        ds.attrs["sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        ds.attrs["sha256"] = sha256_text(text)
         self._file.flush()
 
     def close(self) -> None:

@@ -25,6 +25,7 @@ import numpy as np
 from mixle_mpi.codec import decode_row, encode_row
 from mixle_mpi.errors import ConfigError, DataError
 from mixle_mpi.privatefile import create_private
+from mixle_mpi.validate import check_int
 
 __all__ = ["ShardStore", "FORMAT", "VERSION"]
 
@@ -49,12 +50,6 @@ def _numeric(dtype: np.dtype) -> bool:
 
 def _count(i: int, n: int, s: int) -> int:
     return len(range(i, n, s))
-
-
-def _positive(name: str, value) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigError(f"{name} must be an integer >= 1; found {value!r}")
-    return int(value)
 
 
 def _is_int(x) -> bool:
@@ -200,7 +195,7 @@ class ShardStore:
     @classmethod
     def create(cls, path, data, num_shards: int, block_rows: int = 65536) -> "ShardStore":
         """Write data round-robin into num_shards shards at path (atomically) and open it."""
-        s, block_rows = _positive("num_shards", num_shards), _positive("block_rows", block_rows)
+        s, block_rows = check_int("num_shards", num_shards), check_int("block_rows", block_rows)
         kind, n, dtype, row_shape, block = _classify(data)
         if n == 0:
             raise DataError(f"data is empty: need at least num_shards={s} observations")

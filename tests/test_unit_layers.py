@@ -11,7 +11,7 @@ PKG = Path(__file__).resolve().parents[1] / "mixle_mpi"
 
 # lowest first; a module may import modules of its own layer and of the layers before it
 LAYERS = {
-    "base": "errors exitcodes deadlines atomicjson privatefile logs blas malloc codec estep reaper",
+    "base": "errors validate exitcodes deadlines atomicjson privatefile logs blas malloc codec estep reaper",
     "policy": "membership heartbeat placement rounds reconfig simulation faults config jobwatch chaos_plan",
     "storage": "store checkpoint journal events",
     "runtime": "transport monitor worker driver handle startup shrink exiting rankwrapper",
