@@ -219,14 +219,17 @@ def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float
                     table = proc_table(proc.pid)
                     ranks = _note_tree(seen, table, proc.pid)
                     last_scan = now
-                    victim = cp.choose_victim(ranks, spec, done)
+                    # a kill that targets the replacement waits for it until the end of the recovery window
+                    hold_until = (seen.kills[-1]["at"] + cp.RECOVERY_GAP[1]
+                                  if spec.prefer_replacement and seen.kills and "at" in seen.kills[-1] else due)
+                    victim = cp.choose_victim(ranks, spec, done, hold_for_replacement=now < hold_until)
                     if victim is not None and proc.poll() is None:
                         record = _kill(victim, spec, due, t0, table[victim.pid].env)
                         seen.kills.append(record)
                         done.add(victim.pid)
                         pending.pop(0)
                         due = record["at"] + pending[0].delay if pending else None
-                    elif now >= due + (FIRST_KILL_GRACE if not seen.kills else LATER_KILL_GRACE):
+                    elif now >= max(due, hold_until) + (FIRST_KILL_GRACE if not seen.kills else LATER_KILL_GRACE):
                         seen.kills.append({"signal": spec.signal, "target": spec.target, "planned_at": round(due, 4),
                                            "missed": True, "why": "no live candidate", "at": round(now, 4)})
                         pending.pop(0)

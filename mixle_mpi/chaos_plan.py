@@ -238,16 +238,22 @@ def classify(table: dict, root: int, tags: frozenset | set = frozenset()) -> lis
     return out
 
 
-def choose_victim(ranks: list[RankProc], spec: KillSpec, done: set | frozenset = frozenset()) -> RankProc | None:
+def choose_victim(ranks: list[RankProc], spec: KillSpec, done: set | frozenset = frozenset(),
+                  hold_for_replacement: bool = False) -> RankProc | None:
     """The victim of ``spec`` among ``ranks`` (pure): a live rank of the target role that
     this run has not signalled yet (a SIGSTOP never picks a stopped rank); with
-    ``prefer_replacement``, a respawned worker when one is there. Candidates are ordered by
-    (respawned, rank, pid) and ``spec.pick`` indexes them, so a replay with the same table
-    picks the same process. None when there is no candidate."""
+    ``prefer_replacement``, a respawned worker when one is there, and none at all while
+    ``hold_for_replacement`` (the replacement may still appear: the executor then kills it
+    the moment it does, inside its spawn). Candidates are ordered by (respawned, rank, pid)
+    and ``spec.pick`` indexes them, so a replay with the same table picks the same process.
+    None when there is no candidate."""
     cands = [r for r in ranks if r.role == spec.target and r.alive and r.pid not in done
              and not (spec.signal == "SIGSTOP" and r.state in STOPPED_STATES)]
-    if spec.prefer_replacement and any(r.respawned for r in cands):
-        cands = [r for r in cands if r.respawned]
+    if spec.prefer_replacement:
+        if any(r.respawned for r in cands):
+            cands = [r for r in cands if r.respawned]
+        elif hold_for_replacement:
+            return None
     if not cands:
         return None
     cands.sort(key=lambda r: (r.respawned, r.rank, r.pid))

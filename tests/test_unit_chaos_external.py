@@ -452,3 +452,42 @@ def test_event_log_cut_by_a_killed_driver_keeps_the_other_lines(tmp_path):
                                            '{"event": "resumed", "time": 3, "iteration": 4}\n')
     assert [e["event"] for e in _events(str(tmp_path))] == ["start", "resumed"]
     assert _events(str(tmp_path / "nothing")) == []
+
+
+def test_a_kill_aimed_at_the_replacement_waits_for_it_within_the_recovery_window():
+    spec = cp.KillSpec(0.3, "SIGKILL", "worker", 0.0, prefer_replacement=True)
+    originals = [r for r in _ranks() if not r.respawned]
+    assert cp.choose_victim(originals, spec, hold_for_replacement=True) is None  # not up yet: wait
+    assert cp.choose_victim(originals, spec, hold_for_replacement=False).pid == 11  # window over: any worker
+    assert cp.choose_victim(_ranks(), spec, hold_for_replacement=True).pid == 50  # up: it is the victim
+    plain = cp.KillSpec(0.3, "SIGKILL", "worker", 0.0)
+    assert cp.choose_victim(originals, plain, hold_for_replacement=True).pid == 11  # only for replacement kills
+
+
+FAKE_RESPAWNING_LAUNCHER = r"""
+import os, subprocess, sys, time
+tag = sys.argv[1]
+env = lambda **kw: {**os.environ, "MIXLE_MPI_JOB_TAG": tag, **kw}
+sleep = [sys.executable, "-c", "import time; time.sleep(6)"]
+procs = [subprocess.Popen(sleep, env=env(OMPI_COMM_WORLD_RANK=str(r))) for r in range(4)]
+procs[1].wait()                       # worker 1 dies: "respawn" it 0.6 s later, as rank 0 of a world of its own
+time.sleep(0.6)
+repl = subprocess.Popen(sleep, env=env(OMPI_COMM_WORLD_RANK="0", OMPI_PARENT_PORT="1.0:2"))
+print("replacement", repl.pid, flush=True)
+print("codes", [p.wait() for p in procs], repl.wait(), flush=True)
+"""
+
+
+def test_watch_kills_the_replacement_the_moment_it_appears(tmp_path):
+    from mixle_mpi.chaos_external import watch
+
+    script = tmp_path / "fake_launcher.py"
+    script.write_text(FAKE_RESPAWNING_LAUNCHER)
+    kills = (cp.KillSpec(0.8, "SIGKILL", "worker", 0.0), cp.KillSpec(0.2, "SIGKILL", "worker", 0.9, True))
+    seen = watch([sys.executable, str(script), TAG], dict(os.environ), str(tmp_path / "job.log"), kills, 60, 1)
+    log = (tmp_path / "job.log").read_text()
+    assert seen.code == 0, log
+    first, second = seen.kills
+    assert (first["rank"], second["respawned"]) == (1, True), seen.kills
+    assert f"replacement {second['pid']}" in log and log.rstrip().endswith("-9")  # it was killed, from outside
+    assert 0.5 <= second["at"] - first["at"] < cp.RECOVERY_GAP[1]  # when it appeared, not at the drawn +0.2 s
