@@ -157,7 +157,6 @@ class Watched:
     kills: list = field(default_factory=list)
     tags: list = field(default_factory=list)     # job tags in the order they appeared (one per attempt)
     ranks: dict = field(default_factory=dict)    # pid -> RankProc, every rank process seen
-    started_wall: float = 0.0
     leftovers: list = field(default_factory=list)
 
 
@@ -198,7 +197,7 @@ def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float
     """Launch ``cmd`` (the launcher), carry out ``kills`` on its ranks, wait for it to end.
     Past ``attempts x timeout + KILL_GRACE`` seconds the launcher's session is SIGKILLed (its
     reaper then ends the job) and the launch counts as hung."""
-    seen = Watched(started_wall=time.time())
+    seen = Watched()
     deadline = attempts * timeout + KILL_GRACE
     pending = list(kills)
     done: set[int] = set()
@@ -398,7 +397,7 @@ def _victims(row: dict) -> str:
     return "; ".join(parts)
 
 
-HEADER = (f"{'run':>5}  {'kind':<15} {'victims':<50} {'exit':>4}  {'outcome':<21} {'identical':<9} "
+HEADER = (f"{'run':>5}  {'kind':<15} {'victims':<60} {'exit':>4}  {'outcome':<21} {'identical':<9} "
           f"{'recovery s':>10} {'wall s':>7} {'left':>4}")
 
 
@@ -410,7 +409,7 @@ def table_row(row: dict) -> str:
     if row.get("rerun"):
         code += f"/{row['rerun']['exit_code']}"
     left = len(row["leftovers"]) + (len(row["rerun"]["leftovers"]) if row.get("rerun") else 0)
-    return (f"{run:>5}  {row['kind']:<15} {_victims(row):<50} {code:>4}  {row['outcome']:<21} {ident:<9} "
+    return (f"{run:>5}  {row['kind']:<15} {_victims(row):<60} {code:>4}  {row['outcome']:<21} {ident:<9} "
             f"{'-' if rec is None else f'{rec:.2f}':>10} {row['wall_seconds']:>7.1f} {left:>4}")
 
 
