@@ -27,7 +27,8 @@ from mixle_mpi.faults import FaultInjector, plan_to_json
 from mixle_mpi.membership import Membership
 from mixle_mpi.monitor import Monitor
 from mixle_mpi.placement import initial_placement
-from mixle_mpi.reconfig import EMULATED, blacklist_cause, migration, renumber, shrink_method, shrink_needed
+from mixle_mpi.reconfig import (EMULATED, blacklist_cause, migration, renumber, shrink_method, shrink_needed,
+                               spawn_timeout_is_fatal)
 from mixle_mpi.rounds import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.deadlines import run_with_deadline
 from mixle_mpi.shrink import shrink
@@ -491,6 +492,12 @@ class Driver:
             hb = run_with_deadline(pair.Dup, timeout, "heartbeat dup")
         except (TimeoutError, MPI.Exception, NotImplementedError) as exc:
             if isinstance(exc, TimeoutError):
+                vendor = MPI.get_vendor()[0]
+                if spawn_timeout_is_fatal(vendor):
+                    raise ReconfigurationTimeout(
+                        f"respawning rank {worker} failed: {exc}; under {vendor} the abandoned spawn holds MPI, "
+                        "so the fit cannot go on. Rerun the same command to resume from the last checkpoint, "
+                        "or disable respawn (--no-respawn)") from None
                 self._check_mpi_answers(str(exc))
             self.can_spawn = False
             self.events.emit("spawn_unavailable", worker=worker, cause=str(exc),

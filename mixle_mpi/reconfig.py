@@ -63,3 +63,11 @@ def migration(owners: Mapping[int, list[int]], blacklisted: Iterable[int],
     for w, sids in plan.items():
         new[w] = sorted(new.get(w, []) + sids)
     return new, plan
+
+
+def spawn_timeout_is_fatal(vendor: str) -> bool:
+    """Whether the job must end when a Spawn overran its deadline. Measured under MPICH: a
+    replacement killed while it was being spawned leaves ``MPI_Comm_spawn`` spinning with
+    MPICH's global lock held, and every later MPI call of the driver waits for good. Open MPI
+    reports the death and the driver goes on (the shards migrate)."""
+    return vendor == "MPICH"

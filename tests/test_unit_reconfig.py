@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mixle_mpi.reconfig import EMULATED, ULFM, blacklist_cause, migration, renumber, shrink_method, shrink_needed
+from mixle_mpi.reconfig import (EMULATED, ULFM, blacklist_cause, migration, renumber, shrink_method, shrink_needed,
+                               spawn_timeout_is_fatal)
 
 
 def test_only_a_failure_of_an_original_rank_shrinks():
@@ -47,3 +48,7 @@ def test_migration_with_nothing_homeless_moves_nothing_and_with_no_live_worker_r
     assert migration({1: [0], 2: [1]}, blacklisted=[], live=[1, 2])[1] == {}
     with pytest.raises(ValueError, match="no candidate workers"):
         migration({1: [0], 2: [1]}, blacklisted=[1, 2], live=[])
+
+
+def test_a_timed_out_spawn_ends_the_job_only_where_it_holds_mpi():
+    assert spawn_timeout_is_fatal("MPICH") and not spawn_timeout_is_fatal("Open MPI")
