@@ -198,9 +198,7 @@ def abort_startup(world, code: int, message: str) -> None:
 
 
 # -- phase 3: the handshake ------------------------------------------------------------------
-def _sleep(delay: float) -> float:
-    time.sleep(delay)
-    return min(0.05, delay * 2)
+STARTUP_POLL = (0.0005, 0.05)  # backoff bounds (s) of the startup waits: they can last minutes
 
 
 def gather_workers(world, timeout: float, log=None) -> tuple[list[int], dict[int, str]]:
@@ -209,11 +207,13 @@ def gather_workers(world, timeout: float, log=None) -> tuple[list[int], dict[int
     A rank ULFM reports dead is left out at once; a silent one when ``timeout`` passes."""
     from mpi4py import MPI
 
+    from mixle_mpi.transport import Backoff
+
     waiting = set(range(1, world.Get_size()))
     excluded: dict[int, str] = {}
     members: list[int] = []
     deadline = time.monotonic() + timeout
-    delay = 0.0005
+    backoff = Backoff(*STARTUP_POLL)
     while waiting:
         progressed = False
         for rank in sorted(waiting):
@@ -232,7 +232,10 @@ def gather_workers(world, timeout: float, log=None) -> tuple[list[int], dict[int
             for rank in sorted(waiting):
                 excluded[rank] = f"did not report within startup_timeout={timeout:g} s (dead or stuck while starting)"
             break
-        delay = 0.0005 if progressed else _sleep(delay)
+        if progressed:
+            backoff.reset()
+        else:
+            backoff.sleep()
     return sorted(members), excluded
 
 
@@ -284,10 +287,12 @@ def wait_for_go(world, timeout: float) -> Go | Abort | None:
     silent (no beacon, no answer) for ``timeout`` seconds."""
     from mpi4py import MPI
 
+    from mixle_mpi.transport import Backoff
+
     host, pid = MPI.Get_processor_name(), os.getpid()
     hello = world.isend(Hello(world.Get_rank(), host, pid), dest=0, tag=TAG_START)
     deadline = time.monotonic() + timeout
-    delay = 0.0005
+    backoff = Backoff(*STARTUP_POLL)
     while True:
         msg = world.improbe(source=0, tag=TAG_START)
         if msg is not None:
@@ -296,12 +301,12 @@ def wait_for_go(world, timeout: float) -> Go | Abort | None:
                 _complete(hello)
                 return obj
             deadline = time.monotonic() + timeout  # a beacon: the driver lives
-            delay = 0.0005
+            backoff.reset()
             continue
         if time.monotonic() > deadline:
             return None
         hello.Test()
-        delay = _sleep(delay)
+        backoff.sleep()
 
 
 def _complete(req, wait: float = 1.0) -> None:
