@@ -42,7 +42,7 @@ if _ROOT not in sys.path:
 # -- models -----------------------------------------------------------------------------------
 def model_spec(name: str):
     """(description, estimator factory, sampler(n, seed)) for a benchmark model."""
-    from mixle_mpi import models
+    from mixle_mpi.fitting import models
 
     if name == "gmm1d":
         m = models.get_model("gmm1d")
@@ -208,7 +208,7 @@ def _instrument_workers(timing_dir: str) -> None:
     constructor, so a file is how their numbers reach rank 0."""
     from mpi4py import MPI
 
-    from mixle_mpi import estep
+    from mixle_mpi.core import estep
 
     rank = MPI.COMM_WORLD.Get_rank()
     path = os.path.join(timing_dir, f"worker_{rank}_{os.getpid()}.jsonl")
@@ -235,7 +235,7 @@ def _instrument_workers(timing_dir: str) -> None:
 def _cap_backoff(cap: float) -> None:
     """What-if on every rank: every polling backoff (driver and workers) grows to ``cap`` seconds
     instead of the library's ceiling, so idle polls wake up less (larger cap) or more (smaller)."""
-    from mixle_mpi import transport
+    from mixle_mpi.runtime import transport
 
     orig = transport.Backoff.__init__
 
@@ -389,7 +389,8 @@ def numeric_bytes(obj) -> int:
 
 def _instrument_driver_startup(startup: dict) -> None:
     """Rank 0 only: time the setup phases (shard store write, worker setup, shard loading)."""
-    from mixle_mpi import driver, store
+    from mixle_mpi.runtime import driver
+    from mixle_mpi.storage import store
 
     def add(label):
         return lambda t0, t1: startup.__setitem__(label, startup.get(label, 0.0) + t1 - t0)
@@ -402,7 +403,7 @@ def _instrument_driver_startup(startup: dict) -> None:
 def _count_bytes(events: list) -> None:
     """Rank 0 only: log the pickled size of every message the driver posts and receives
     (a second pickling, so only in jobs that are not timed)."""
-    from mixle_mpi import transport
+    from mixle_mpi.runtime import transport
 
     post, poll = transport.Link.post, transport.Link.poll
     label = {transport.TAG_CMD: "bytes_down", transport.TAG_REPLY: "bytes_up", transport.TAG_HB: "bytes_hb"}
@@ -457,7 +458,7 @@ def run_mixle(args) -> None:
         write_json(args.out, record)
         # the launcher trusts the driver's status file over mpiexec's exit code; mixle's handle
         # does not write one, so say "finished" here (otherwise `mixle_mpi run` reports failure)
-        from mixle_mpi.exiting import write_status
+        from mixle_mpi.runtime.exiting import write_status
 
         write_status(0, "finished (mixle MPIEncodedData benchmark job)")
 

@@ -37,7 +37,7 @@ def _status_kb(field: str) -> int:
 def _datainput(module_file: str | None):
     """This tree's reader, or an older one from a file (it imports the rest from this tree)."""
     if module_file is None:
-        from mixle_mpi import datainput
+        from mixle_mpi.cli import datainput
 
         return datainput
     import importlib.util
@@ -54,7 +54,7 @@ def child(source: str, module_file: str | None, workdir: str) -> dict:
     import h5py  # noqa: F401 - the same imports on every path
     import numpy  # noqa: F401
 
-    from mixle_mpi.store import ShardStore
+    from mixle_mpi.storage.store import ShardStore
 
     datainput = _datainput(module_file)
     baseline = _status_kb("VmRSS")
@@ -93,7 +93,7 @@ def measure(source: str, module_file: str | None, tmp: str) -> dict:
 
 def before_module(rev: str, tmp: str) -> str:
     path = os.path.join(tmp, f"datainput_{rev}.py")
-    text = subprocess.run(["git", "show", f"{rev}:mixle_mpi/datainput.py"], capture_output=True, text=True,
+    text = subprocess.run(["git", "show", f"{rev}:mixle_mpi/cli/datainput.py"], capture_output=True, text=True,
                           check=True, cwd=ROOT).stdout
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
@@ -115,7 +115,7 @@ def table(results: dict[str, list[dict]], rows: int, csv_mb: float, command: str
         peak, above = med(name, "peak_kb"), med(name, "peak_kb") - med(name, "baseline_kb")
         secs = statistics.median(r["seconds"] for r in results[name])
         lines.append(f"| {name} | {peak:.1f} | {above:.1f} | {peak / h5_peak:.2f} | {above / h5_above:.2f} | {secs:.2f} |")
-    from mixle_mpi.datainput import BLOCK_ROWS, SPILL_BYTES
+    from mixle_mpi.cli.datainput import BLOCK_ROWS, SPILL_BYTES
 
     lines += ["", f"A numeric CSV is parsed {BLOCK_ROWS} records at a time; when its numbers take more than "
               f"{SPILL_BYTES >> 20} MiB they go to a temporary HDF5 file (unlinked at once) that the shard store "

@@ -31,7 +31,7 @@ def one_run(python: str, action: str, period: float, timeout: float) -> dict:
                    MIXLE_MPI_FAULT_PLAN=f"2:{action}:estep_before:2",
                    MIXLE_MPI_HEARTBEAT_PERIOD=str(period), MIXLE_MPI_HEARTBEAT_TIMEOUT=str(timeout))
         cmd = [python, "-m", "mixle_mpi", "run", "-n", "4", "--timeout", "180", "--", python, "-m",
-               "mixle_mpi.fitjob", "--n", "20000", "--num-shards", "3", "--max-its", "4", "--quiet",
+               "mixle_mpi.fitting.fitjob", "--n", "20000", "--num-shards", "3", "--max-its", "4", "--quiet",
                "--workdir", os.path.join(tmp, "work")]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
         stamp = STAMP.search(proc.stderr)
@@ -59,7 +59,7 @@ def command(python: str, action: str, period: float, timeout: float) -> str:
     """The exact command of one detection run (for the report)."""
     return (f"MIXLE_MPI_FAULT_PLAN=2:{action}:estep_before:2 MIXLE_MPI_HEARTBEAT_PERIOD={period:g} "
             f"MIXLE_MPI_HEARTBEAT_TIMEOUT={timeout:g} {python} -m mixle_mpi run -n 4 -- {python} -m "
-            "mixle_mpi.fitjob --n 20000 --num-shards 3 --max-its 4 --quiet")
+            "mixle_mpi.fitting.fitjob --n 20000 --num-shards 3 --max-its 4 --quiet")
 
 
 def main(argv=None) -> int:

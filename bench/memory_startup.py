@@ -31,7 +31,7 @@ def write_h5(path: str, n: int, seed: int = 1) -> None:
     """1-D GMM data (K=3) written block by block: this process never holds all of it."""
     import h5py
 
-    from mixle_mpi import models
+    from mixle_mpi.fitting import models
 
     with h5py.File(path, "w") as f:
         ds = f.create_dataset("data", shape=(n,), dtype="f8")

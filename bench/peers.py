@@ -27,7 +27,7 @@ K, D = 8, 16
 
 
 def _data(n: int):
-    from mixle_mpi import models
+    from mixle_mpi.fitting import models
 
     return models._diag_data(n, 1, dim=D, k=K)
 
@@ -59,7 +59,7 @@ def run_mixle_mp(n: int, its: int, workers: int) -> float:
     from mixle.inference.estimation import optimize
     from mixle.utils.parallel.resilient_em import ResilientMPEncodedData
 
-    from mixle_mpi import models
+    from mixle_mpi.fitting import models
 
     est = models._diag(dim=D, k=K)
     stamps = []

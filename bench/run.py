@@ -42,7 +42,7 @@ NOTES = (
     "diagonal-GMM workers spent 25-40% more CPU on the same E-step than mixle's ranks because "
     "glibc returned the heap top to the kernel after every call and each E-step temporary came "
     "back as fresh pages (~12,000 minor faults per E-step, 0 in mixle's ranks). Workers now fix "
-    "glibc's mmap/trim thresholds (mixle_mpi/malloc.py): 0 faults, worker E-step CPU 200 -> 162 ms, "
+    "glibc's mmap/trim thresholds (mixle_mpi/core/malloc.py): 0 faults, worker E-step CPU 200 -> 162 ms, "
     "scoring 105 -> 77 ms on the benchmark shards (mixle: ~160 and ~75 ms).",
     "The driver streams a shard to a worker in ~1 MiB blocks, reading the next block only once the "
     "previous one was delivered (it used to post every shard whole at once), and checks the "
@@ -97,7 +97,7 @@ def item_overhead(python: str, quick: bool, reps: int | None) -> dict:
 
 
 def item_detection(python: str, mpich: str | None, quick: bool, reps: int | None, soak_seconds: float) -> dict:
-    from mixle_mpi.config import Settings
+    from mixle_mpi.policy.config import Settings
 
     s = Settings()
     libs = [("openmpi", python)] + ([("mpich", mpich)] if mpich and os.path.exists(mpich) else [])

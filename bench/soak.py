@@ -15,7 +15,7 @@ import numpy as np
 
 def main() -> None:
     from mixle_mpi import ResilientMPIEncodedData, is_driver
-    from mixle_mpi.models import get_model
+    from mixle_mpi.fitting.models import get_model
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=600)

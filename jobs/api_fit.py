@@ -13,7 +13,7 @@ import sys
 
 import mixle.stats as st
 from mixle_mpi import ResilientMPIEncodedData, is_driver
-from mixle_mpi.fitloop import fit
+from mixle_mpi.fitting.fitloop import fit
 
 # (1) the model
 estimator = st.MixtureEstimator([st.GaussianEstimator()] * 3)
@@ -25,7 +25,7 @@ def load():
         import h5py
 
         return h5py.File(sys.argv[1], "r")[sys.argv[2] if len(sys.argv) > 2 else "x"]
-    from mixle_mpi.models import get_model
+    from mixle_mpi.fitting.models import get_model
 
     return get_model("gmm1d").sample(int(os.environ.get("N", 200_000)), 1)
 

@@ -4,13 +4,14 @@ Import is cheap and does not initialize MPI; the handle imports mpi4py when buil
 itself is imported on first use, so `mixle-mpi run` starts (and takes signals) at once.
 """
 
-from mixle_mpi.errors import ConfigError, DataError, MixleMPIError, NoWorkersLeft, WorkerError
-from mixle_mpi.faults import Fault
+from mixle_mpi.core.errors import ConfigError, DataError, MixleMPIError, NoWorkersLeft, WorkerError
+from mixle_mpi.core.version import VERSION as __version__
+from mixle_mpi.policy.faults import Fault
 
 
 def __getattr__(name):
     if name in ("ResilientMPIEncodedData", "is_driver"):
-        from mixle_mpi import handle
+        from mixle_mpi.runtime import handle
 
         return getattr(handle, name)
     if name == "checkpointed_fold":
@@ -31,4 +32,3 @@ __all__ = [
     "NoWorkersLeft",
     "WorkerError",
 ]
-__version__ = "0.1.0"

@@ -1,5 +1,5 @@
 import sys
 
-from mixle_mpi.cli import main
+from mixle_mpi.cli.commands import main
 
 sys.exit(main())

@@ -11,7 +11,7 @@ from mpiharness import OMPI_PYTHON, mpich_python  # noqa: E402
 
 @functools.lru_cache(maxsize=None)
 def _reference(model, n, shards, sub_chunks, max_its, seed):
-    from mixle_mpi.reference import reference_fit
+    from mixle_mpi.fitting.reference import reference_fit
 
     return reference_fit(model, n, 1, seed, shards, sub_chunks=sub_chunks, max_its=max_its)
 

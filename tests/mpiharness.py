@@ -36,7 +36,7 @@ class JobResult:
 
 
 def run_job(python: str, ranks: int, job_args: list[str], tmp: Path, *, plan: str | None = None,
-            env: dict | None = None, timeout: float = 240, module: str = "mixle_mpi.fitjob") -> JobResult:
+            env: dict | None = None, timeout: float = 240, module: str = "mixle_mpi.fitting.fitjob") -> JobResult:
     """Launch ``python -m module job_args`` on ``ranks`` ranks through ``mixle-mpi run``."""
     tmp.mkdir(parents=True, exist_ok=True)
     out = tmp / "result.json"
@@ -56,7 +56,7 @@ def run_job(python: str, ranks: int, job_args: list[str], tmp: Path, *, plan: st
     full_env.update(env or {})
     cmd = [python, "-m", "mixle_mpi", "run", "-n", str(ranks), "--timeout", str(timeout), "--",
            python, "-m", module, *job_args, "--workdir", str(tmp / "work")]
-    if module == "mixle_mpi.fitjob":
+    if module == "mixle_mpi.fitting.fitjob":
         cmd += ["--out", str(out), "--quiet"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60, cwd=str(tmp), env=full_env)
     result = json.loads(out.read_text()) if out.exists() else None
@@ -83,7 +83,7 @@ def no_leftover_processes(marker: str) -> list[str]:
 
 def wait_for_checkpoint(ck: Path, at_least: int, proc: subprocess.Popen, deadline: float = 120) -> None:
     """Wait (bounded) until the running job ``proc`` checkpointed iteration ``at_least``."""
-    from mixle_mpi import checkpoint as ckpt
+    from mixle_mpi.storage import checkpoint as ckpt
 
     end = time.monotonic() + deadline
     while time.monotonic() < end:

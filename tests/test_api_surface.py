@@ -25,7 +25,7 @@ def _load_exercise():
 def _reference(model: str, n: int, shards: int) -> dict:
     from mixle.utils.parallel.resilient_em import ResilientMPEncodedData
 
-    from mixle_mpi.models import get_model
+    from mixle_mpi.fitting.models import get_model
 
     m = get_model(model)
     est = m.estimator()

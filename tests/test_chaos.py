@@ -10,8 +10,8 @@ import pytest
 from conftest import LIBRARIES
 from mpiharness import fit_args, no_leftover_processes, run_job, same_fit
 
-from mixle_mpi.faults import read_fired, unfired
-from mixle_mpi.faults import FIRED_ENV
+from mixle_mpi.policy.faults import read_fired, unfired
+from mixle_mpi.policy.faults import FIRED_ENV
 
 pytestmark = pytest.mark.mpijob
 

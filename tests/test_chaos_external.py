@@ -26,7 +26,7 @@ ENV = {"PYTHONWARNINGS": "ignore", "MIXLE_MPI_DRIVER_TIMEOUT": "30", "MIXLE_MPI_
 
 
 def test_the_slice_replays_the_documented_plans():
-    from mixle_mpi import chaos_plan as cp
+    from mixle_mpi.policy import chaos_plan as cp
 
     plans = cp.campaign_plans(SEED, RUNS, 1.0, cp.kinds_from_text(KINDS))
     assert [p.kind for p in plans] == ["worker", "driver", "worker"]

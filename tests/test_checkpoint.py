@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit, wait_for_checkpoint
 
-from mixle_mpi import checkpoint as ckpt
-from mixle_mpi.faults import read_fired, unfired
-from mixle_mpi.faults import FIRED_ENV
+from mixle_mpi.storage import checkpoint as ckpt
+from mixle_mpi.policy.faults import read_fired, unfired
+from mixle_mpi.policy.faults import FIRED_ENV
 
 pytestmark = pytest.mark.mpijob
 
@@ -77,7 +77,7 @@ def _start(tmp_path: Path, ck: Path, n: int) -> tuple[subprocess.Popen, Path]:
     events = tmp_path / "events.jsonl"
     env = dict(os.environ, PYTHONWARNINGS="ignore", MIXLE_MPI_EVENT_LOG=str(events), MIXLE_MPI_FAULT_PLAN="")
     cmd = [OMPI_PYTHON, "-m", "mixle_mpi", "run", "-n", "4", "--timeout", "200", "--", OMPI_PYTHON, "-m",
-           "mixle_mpi.fitjob", *_args("gmm1d", n, ck), "--max-its", "40", "--workdir", str(tmp_path / "work"),
+           "mixle_mpi.fitting.fitjob", *_args("gmm1d", n, ck), "--max-its", "40", "--workdir", str(tmp_path / "work"),
            "--quiet"]
     proc = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -140,8 +140,8 @@ def test_corrupt_checkpoint_falls_back_or_fails_clearly(tmp_path, uninterrupted)
     ck = tmp_path / "ck.h5"
     first = killed_job(4, _args("gmm1d", 4000, ck), tmp_path / "a", "0:kill:estep_before:5")
     assert first.rc != 0
-    assert ckpt._read_one(str(ck)).iteration == 5
-    prev_iteration = ckpt._read_one(str(ck) + ".prev").iteration  # the good one left to fall back to
+    assert ckpt.read_file(str(ck)).iteration == 5
+    prev_iteration = ckpt.read_file(str(ck) + ".prev").iteration  # the good one left to fall back to
     assert 1 <= prev_iteration < 5
     data = bytearray(ck.read_bytes())
     i = data.find(b'"iteration"')
@@ -151,7 +151,7 @@ def test_corrupt_checkpoint_falls_back_or_fails_clearly(tmp_path, uninterrupted)
     ck.write_bytes(bytes(data))
     assert b'"iteration"' not in ck.read_bytes()  # the flip really landed in the file
     with pytest.raises(ckpt.CheckpointError, match="checksum mismatch"):
-        ckpt._read_one(str(ck))
+        ckpt.read_file(str(ck))
     again = run_job(OMPI_PYTHON, 4, _args("gmm1d", 4000, ck), tmp_path / "b")
     assert again.rc == 0, again.describe()
     fallback = [e for e in again.events if e["event"] == "checkpoint_fallback"]

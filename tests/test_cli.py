@@ -18,11 +18,11 @@ import pytest
 from conftest import LIBRARIES
 from mpiharness import OMPI_PYTHON, no_leftover_processes, wait_for_checkpoint
 
-from mixle_mpi import checkpoint as ckpt
-from mixle_mpi.chaos import FAULT_LOG
-from mixle_mpi.faults import read_fired, unfired
-from mixle_mpi.faults import FIRED_ENV
-from mixle_mpi.models import get_model
+from mixle_mpi.storage import checkpoint as ckpt
+from mixle_mpi.cli.chaos import FAULT_LOG
+from mixle_mpi.policy.faults import read_fired, unfired
+from mixle_mpi.policy.faults import FIRED_ENV
+from mixle_mpi.fitting.models import get_model
 
 pytestmark = pytest.mark.mpijob
 ENV = {"PYTHONWARNINGS": "ignore", "MIXLE_MPI_DRIVER_TIMEOUT": "30", "MIXLE_MPI_RECONFIGURE_TIMEOUT": "20"}
@@ -199,8 +199,8 @@ def test_chaos_campaign_is_bit_identical(library, tmp_path):
 def test_chaos_campaign_fails_a_run_whose_fault_never_fires(tmp_path, monkeypatch):
     """The campaign's own check, on a real fit: a plan whose fault can never fire (E-step call 99
     of a 3-iteration fit) is UNFIRED and fails the campaign, although the bits match."""
-    from mixle_mpi import chaos
-    from mixle_mpi.jobconfig import resolve
+    from mixle_mpi.cli import chaos
+    from mixle_mpi.cli.jobconfig import resolve
 
     monkeypatch.setattr(chaos, "random_plans", lambda *a, **k: [chaos.ChaosRun(1, "single", "2:kill:estep_before:99", 1)])
     monkeypatch.setenv("PYTHONWARNINGS", "ignore")
@@ -221,7 +221,7 @@ def test_demo_kills_a_worker_and_matches(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "bit-identical to the failure-free fit: yes" in proc.stdout
     assert "failure_detected rank 2" in proc.stdout and "failures survived: 1" in proc.stdout
-    from mixle_mpi.demo import KILL_ROUND
+    from mixle_mpi.cli.demo import KILL_ROUND
 
     all_fired(f"2:kill:estep_mid:{KILL_ROUND}", tmp_path / "demo" / "chaos" / FAULT_LOG)
     # its advice runs as printed, from another folder and with no venv on PATH

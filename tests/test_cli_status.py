@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from mpiharness import OMPI_PYTHON, no_leftover_processes
 
-from mixle_mpi import datainput
-from mixle_mpi.status import status_lines
-from mixle_mpi.store import ShardStore
+from mixle_mpi.cli import datainput
+from mixle_mpi.cli.status import status_lines
+from mixle_mpi.storage.store import ShardStore
 
 pytestmark = pytest.mark.mpijob
 ENV = {"PYTHONWARNINGS": "ignore", "MIXLE_MPI_DRIVER_TIMEOUT": "30", "MIXLE_MPI_RECONFIGURE_TIMEOUT": "20"}

@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 
-from mixle_mpi.codec import decode_row, encode_row
+from mixle_mpi.core.codec import decode_row, encode_row
 
 
 def assert_same(a, b):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from mpiharness import OMPI_PYTHON, REPO
 
-from mixle_mpi import checkpoint as ckpt
-from mixle_mpi.chaos import FAULT_LOG, read_fired, unfired
+from mixle_mpi.storage import checkpoint as ckpt
+from mixle_mpi.cli.chaos import FAULT_LOG, read_fired, unfired
 
 pytestmark = pytest.mark.mpijob
 JOBS = REPO / "jobs"
@@ -54,7 +54,7 @@ def test_job_runs_as_it_is(script, out, check, tmp_path):
 
 
 def test_job_file_example_is_valid(tmp_path):
-    from mixle_mpi.jobconfig import read_toml, resolve
+    from mixle_mpi.cli.jobconfig import read_toml, resolve
 
     cfg = resolve(read_toml(str(JOBS / "job.toml")), {})
     assert cfg.data == "builtin:iris" and cfg.model == "gmm:k=3,cov=full" and cfg.checkpoint_every == 5

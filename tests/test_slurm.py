@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from mpiharness import OMPI_PYTHON, REPO, no_leftover_processes, same_fit
 
-from mixle_mpi import checkpoint as ckpt
-from mixle_mpi import slurm
-from mixle_mpi.faults import read_fired, unfired
-from mixle_mpi.faults import FIRED_ENV
+from mixle_mpi.storage import checkpoint as ckpt
+from mixle_mpi.cli import slurm
+from mixle_mpi.policy.faults import read_fired, unfired
+from mixle_mpi.policy.faults import FIRED_ENV
 
 SLURM_BINARIES = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "srun", "slurmctld", "slurmd", "munged", "mungekey")
 MISSING = [b for b in SLURM_BINARIES if shutil.which(b) is None]

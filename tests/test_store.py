@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
-from mixle_mpi.store import ShardStore
+from mixle_mpi.storage.store import ShardStore
 
 
 def assert_same(a, b):
@@ -324,7 +324,7 @@ def test_fingerprint(tmp_path):
 def test_packed_shards_rebuild_the_same_rows(tmp_path):
     import pickle
 
-    from mixle_mpi.store import rows_from_packed
+    from mixle_mpi.storage.store import rows_from_packed
 
     cases = [np.arange(40.0).reshape(20, 2), [1.5, 2.5, 3.5, 4.5], [(1.0, "a"), (2.0, "b"), (3.0, "c")]]
     for k, data in enumerate(cases):
@@ -345,7 +345,7 @@ def test_packed_shards_rebuild_the_same_rows(tmp_path):
 ])
 def test_blocks_rebuild_each_shard_exactly(tmp_path, kind, data):
     """The driver streams a shard in blocks; the worker's concatenated rows equal the shard."""
-    from mixle_mpi.store import rows_from_packed
+    from mixle_mpi.storage.store import rows_from_packed
 
     with ShardStore.create(tmp_path / "s.h5", data, 3) as st:
         for i in range(3):
@@ -359,7 +359,7 @@ def test_blocks_rebuild_each_shard_exactly(tmp_path, kind, data):
 PAGE_FAULTS = """
 import resource, sys
 import numpy as np
-from mixle_mpi.malloc import retain_freed_memory
+from mixle_mpi.core.malloc import retain_freed_memory
 if sys.argv[1] == "retain":
     assert retain_freed_memory() is True
 for _ in range(3):  # warm up, as a worker's first E-step does

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from mixle_mpi import checkpoint as ckpt
-from mixle_mpi.errors import ConfigError
+from mixle_mpi.storage import checkpoint as ckpt
+from mixle_mpi.core.errors import ConfigError
 
 
 def _state(i: int, **kw) -> ckpt.FitState:
@@ -117,9 +117,9 @@ def test_store_checkpoint_and_journal_are_owner_only_whatever_the_umask(tmp_path
 
     import numpy as np
 
-    from mixle_mpi import checkpoint as ck
-    from mixle_mpi.journal import FoldJournal
-    from mixle_mpi.store import ShardStore
+    from mixle_mpi.storage import checkpoint as ck
+    from mixle_mpi.storage.journal import FoldJournal
+    from mixle_mpi.storage.store import ShardStore
 
     old = os.umask(0)
     try:
@@ -181,7 +181,7 @@ def test_wall_time_and_segments_survive_a_write(tmp_path):
 
 
 def test_segments_add_the_earlier_ones_from_the_checkpoint():
-    from mixle_mpi.fitloop import Segments
+    from mixle_mpi.fitting.fitloop import Segments
 
     seg = Segments(started=100.0)
     assert seg.total(now=104.0) == 4.0 and seg.count == 1

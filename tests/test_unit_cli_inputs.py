@@ -8,9 +8,9 @@ import mixle.stats as st
 import numpy as np
 import pytest
 
-from mixle_mpi import datainput, modelspec
-from mixle_mpi.errors import ConfigError, DataError
-from mixle_mpi.jobconfig import FitConfig, read_toml, resolve, to_argv
+from mixle_mpi.cli import datainput, modelspec
+from mixle_mpi.core.errors import ConfigError, DataError
+from mixle_mpi.cli.jobconfig import FitConfig, read_toml, resolve, to_argv
 
 
 # -- model specs --------------------------------------------------------------------
@@ -222,8 +222,8 @@ def test_bad_toml_is_reported(tmp_path):
 
 
 def test_to_argv_reproduces_the_config_exactly():
-    from mixle_mpi.cli import build_parser
-    from mixle_mpi.jobconfig import from_args
+    from mixle_mpi.cli.commands import build_parser
+    from mixle_mpi.cli.jobconfig import from_args
 
     cfg = resolve(None, {"data": "x.csv", "model": "gmm:k=2", "delta": "0.1", "plot": True, "checkpoint": "c.h5",
                          "heartbeat_timeout": "0.3", "respawn": False})

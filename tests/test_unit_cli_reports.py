@@ -8,10 +8,11 @@ import random
 
 import pytest
 
-from mixle_mpi import chaos, fitcmd, inspector, progress
-from mixle_mpi.errors import ConfigError
-from mixle_mpi.faults import parse_plan
-from mixle_mpi.plot import event_position
+from mixle_mpi.cli import chaos, fitcmd, inspector
+from mixle_mpi.fitting import progress
+from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.policy.faults import parse_plan
+from mixle_mpi.cli.plot import event_position
 
 
 def test_progress_line_has_every_field():

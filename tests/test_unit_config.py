@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from mixle_mpi.config import ENV_PREFIX, Settings
-from mixle_mpi.errors import ConfigError
+from mixle_mpi.policy.config import ENV_PREFIX, Settings
+from mixle_mpi.core.errors import ConfigError
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(Settings)}
 NAMES = list(DEFAULTS)

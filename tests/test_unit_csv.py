@@ -9,9 +9,9 @@ import h5py
 import numpy as np
 import pytest
 
-from mixle_mpi import datainput
-from mixle_mpi.errors import DataError
-from mixle_mpi.store import ShardStore
+from mixle_mpi.cli import datainput
+from mixle_mpi.core.errors import DataError
+from mixle_mpi.storage.store import ShardStore
 
 
 def load(path, need="matrix", columns=None):

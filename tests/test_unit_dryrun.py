@@ -10,9 +10,9 @@ import h5py
 import numpy as np
 import pytest
 
-from mixle_mpi import datainput, dryrun
-from mixle_mpi.cli import main
-from mixle_mpi.errors import ConfigError
+from mixle_mpi.cli import datainput, dryrun
+from mixle_mpi.cli.commands import main
+from mixle_mpi.core.errors import ConfigError
 
 
 @pytest.fixture
@@ -108,7 +108,7 @@ def test_dry_run_without_a_rank_count_says_how_to_get_the_layout(h5data, capsys,
 
 
 def test_dry_run_tells_what_a_resume_would_do(h5data, tmp_path, capsys, no_launch):
-    from mixle_mpi import checkpoint
+    from mixle_mpi.storage import checkpoint
 
     ck = tmp_path / "ck.h5"
     state = checkpoint.FitState(iteration=7, model="{}", ll=[-2.0], layout={"num_shards": 4, "sub_chunks": 1})
@@ -131,7 +131,7 @@ def test_dry_run_tells_what_a_resume_would_do(h5data, tmp_path, capsys, no_launc
 
 
 def test_dry_run_refuses_far_more_ranks_than_cores_as_the_launch_would(h5data, capsys, no_launch, monkeypatch):
-    from mixle_mpi import launcher
+    from mixle_mpi.cli import launcher
 
     monkeypatch.setattr(launcher, "usable_cores", lambda: 2)
     monkeypatch.delenv(launcher.MANY_RANKS_ENV, raising=False)

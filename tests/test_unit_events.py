@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from mixle_mpi import logs
-from mixle_mpi.events import EventLog, describe, read_events
+from mixle_mpi.core import logs
+from mixle_mpi.storage.events import EventLog, describe, read_events
 
 
 def test_emit_writes_json_lines_and_echo(tmp_path):

@@ -1,6 +1,6 @@
 """Canonical folding: checkpointed_fold is checkpoint-invariant, and the driver folds in shard-id order.
 
-Per-shard payloads are built exactly as the workers build them (mixle_mpi.estep) from
+Per-shard payloads are built exactly as the workers build them (mixle_mpi.core.estep) from
 data[i::S], against a model obtained from a randomized initialization folded the same way.
 """
 
@@ -15,9 +15,9 @@ import pytest
 
 import mixle_mpi
 from mixle_mpi import checkpointed_fold
-from mixle_mpi.estep import encode_shard, estep_shard, init_shard
-from mixle_mpi.handle import ResilientMPIEncodedData
-from mixle_mpi.models import get_model
+from mixle_mpi.core.estep import encode_shard, estep_shard, init_shard
+from mixle_mpi.runtime.handle import ResilientMPIEncodedData
+from mixle_mpi.fitting.models import get_model
 
 MODELS = ["gmm1d", "diag", "poisson", "hmm", "composite"]
 N, S, SEED = 300, 4, 20240607
@@ -147,7 +147,7 @@ def test_driver_fold_ignores_extra_results_and_requires_every_shard():
 
 
 class _FakeDriver:
-    """Stands in for mixle_mpi.driver.Driver: returns the round's results in a given order."""
+    """Stands in for mixle_mpi.runtime.driver.Driver: returns the round's results in a given order."""
 
     def __init__(self, results):
         self.results = results

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fakeclock import FakeClock
 
-from mixle_mpi.heartbeat import HeartbeatTracker
+from mixle_mpi.policy.heartbeat import HeartbeatTracker
 
 
 @pytest.fixture
@@ -155,7 +155,7 @@ def test_grace_extends_one_worker_then_restores():
 
 
 # -- stalls: a worker that beats but whose main thread is stuck ------------------------------
-from mixle_mpi.heartbeat import StallTracker  # noqa: E402
+from mixle_mpi.policy.heartbeat import StallTracker  # noqa: E402
 
 
 def test_a_busy_worker_without_progress_is_stalled_after_the_timeout():

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 import mixle_mpi
-from mixle_mpi import helptext
-from mixle_mpi.cli import build_parser, main
+from mixle_mpi.cli import helptext
+from mixle_mpi.cli.commands import build_parser, main
 
 
 def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -63,7 +63,7 @@ def test_help_has_no_docstring_markup(name):
 def test_slurm_help_is_plain_text_with_its_paragraphs():
     text = ALL["slurm"].format_help()
     assert "- ft: a fault-tolerant single job." in text  # the list keeps its lines
-    assert "(mixle_mpi.launcher.SignalForwarder)" in text
+    assert "(mixle_mpi.cli.launcher.SignalForwarder)" in text
 
 
 def test_fit_defaults_are_the_real_ones_not_none():
@@ -77,8 +77,8 @@ def test_fit_defaults_are_the_real_ones_not_none():
 
 @pytest.mark.parametrize("text, plain", [
     ("``mixle-mpi run`` starts", "mixle-mpi run starts"),
-    ("see :func:`mixle_mpi.faults.record_fired`.", "see mixle_mpi.faults.record_fired."),
-    ("(:class:`~mixle_mpi.launcher.SignalForwarder`)", "(mixle_mpi.launcher.SignalForwarder)"),
+    ("see :func:`mixle_mpi.policy.faults.record_fired`.", "see mixle_mpi.policy.faults.record_fired."),
+    ("(:class:`~mixle_mpi.cli.launcher.SignalForwarder`)", "(mixle_mpi.cli.launcher.SignalForwarder)"),
     ("no markup", "no markup"),
     (None, None),
 ])
@@ -91,7 +91,7 @@ def test_advice_names_a_command_that_runs_as_printed(tmp_path):
     import shlex
     import subprocess
 
-    from mixle_mpi.helptext import command
+    from mixle_mpi.cli.helptext import command
 
     bindir = tmp_path / "bin"
     bindir.mkdir()

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mixle_mpi import checkpointed_fold, estep
-from mixle_mpi.codec import decode_value, encode_value
-from mixle_mpi.journal import FoldJournal
-from mixle_mpi.models import MODELS
+from mixle_mpi import checkpointed_fold
+from mixle_mpi.core import estep
+from mixle_mpi.core.codec import decode_value, encode_value
+from mixle_mpi.storage.journal import FoldJournal
+from mixle_mpi.fitting.models import MODELS
 
 
 def _payloads(name: str):

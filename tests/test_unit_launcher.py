@@ -6,9 +6,10 @@ import os
 
 import pytest
 
-from mixle_mpi import exitcodes, launcher
-from mixle_mpi.errors import ConfigError
-from mixle_mpi.launcher import (MANY_RANKS_ENV, MPICH, OPENMPI, build_command, judge, launch_env, too_many_ranks,
+from mixle_mpi.cli import launcher
+from mixle_mpi.core import exitcodes
+from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.cli.launcher import (MANY_RANKS_ENV, MPICH, OPENMPI, build_command, judge, launch_env, too_many_ranks,
                                 verdict_level, wrapper_path)
 
 CMD = ["python", "-m", "mixle_mpi.fitjob", "--model", "gmm1d"]

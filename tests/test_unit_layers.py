@@ -1,6 +1,7 @@
 """The layer rule, checked from the import graph (every import, module-level or inside a
-function): a module imports only its own layer or lower ones, and no imports form a cycle.
-ARCHITECTURE.md explains the layers; a new module must be placed in one here."""
+function). Each layer is a package of mixle_mpi; a module imports only its own layer or lower
+ones, ``policy`` and ``storage`` never import each other, no imports form a cycle, and no
+module imports another module's private names. ARCHITECTURE.md explains the layers."""
 
 from __future__ import annotations
 
@@ -9,42 +10,71 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "mixle_mpi"
 
-# lowest first; a module may import modules of its own layer and of the layers before it
-LAYERS = {
-    "base": "errors validate exitcodes deadlines atomicjson privatefile logs blas malloc codec estep reaper",
-    "policy": "membership heartbeat placement rounds reconfig simulation faults config jobwatch chaos_plan",
-    "storage": "store checkpoint journal events",
-    "runtime": "transport monitor worker driver handle startup shrink exiting rankwrapper",
-    "fit": "fitloop fitjob models reference progress",
-    "cli": ("cli cmdrun launcher chaos chaos_external demo inspector plot slurm collect datainput modelspec "
-            "fitcmd dryrun status modelview helptext jobconfig __main__ __init__"),
-}
-RANK = {"base": 0, "policy": 1, "storage": 1, "runtime": 2, "fit": 3, "cli": 4}
-WHERE = {m: layer for layer, names in LAYERS.items() for m in names.split()}
+# lowest first; a module may import modules of its own layer and of the layers before it.
+# "api" is the package root: mixle_mpi/__init__.py, __main__.py and the compatibility names.
+RANK = {"core": 0, "policy": 1, "storage": 1, "runtime": 2, "fitting": 3, "cli": 4, "api": 5}
+SIDEWAYS = {"policy", "storage"}  # same rank, and they must not import each other
+
+
+def modules() -> dict[str, Path]:
+    """Dotted name under mixle_mpi ('runtime.driver', 'fitloop', '__init__') -> file."""
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).with_suffix("")
+        out[".".join(rel.parts)] = path
+    return out
+
+
+def layer(mod: str) -> str:
+    return mod.split(".")[0] if "." in mod else "api"
+
+
+def _target(mods: dict, module: str, name: str | None) -> str:
+    """The module an ``import`` names: mixle_mpi.X.Y, or X.name when name is a module."""
+    rest = module[len("mixle_mpi"):].lstrip(".")
+    if name and f"{rest}.{name}".lstrip(".") in mods:
+        return f"{rest}.{name}".lstrip(".")
+    if not rest:
+        return "__init__"
+    return rest if rest in mods else f"{rest}.__init__"
+
+
+def parsed() -> dict[str, ast.Module]:
+    return {m: ast.parse(p.read_text()) for m, p in modules().items()}
 
 
 def imports() -> dict[str, set[str]]:
-    """Module -> the package modules it imports (anywhere in its code)."""
-    mods = {p.stem for p in PKG.glob("*.py")}
+    """Module -> the mixle_mpi modules it imports (anywhere in its code)."""
+    mods = modules()
     graph = {}
-    for m in sorted(mods):
+    for m, tree in parsed().items():
         deps = set()
-        for node in ast.walk(ast.parse((PKG / f"{m}.py").read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module == "mixle_mpi":
-                deps |= {a.name for a in node.names if a.name in mods}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mixle_mpi."):
-                deps.add(node.module.split(".")[1])
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "mixle_mpi":
+                deps |= {_target(mods, node.module, a.name) for a in node.names}
+            elif isinstance(node, ast.Import):
+                deps |= {_target(mods, a.name, None) for a in node.names if a.name.split(".")[0] == "mixle_mpi"}
         graph[m] = deps - {m}
     return graph
 
 
-def test_every_module_has_a_layer():
-    assert sorted(set(imports()) - set(WHERE)) == [], "place the new module in a layer (and in ARCHITECTURE.md)"
+def test_every_module_is_in_a_layer_package():
+    stray = [m for m in modules() if layer(m) not in RANK]
+    assert stray == [], "put the module in one of the layer packages (and in ARCHITECTURE.md)"
+    assert {layer(m) for m in modules()} == set(RANK)
 
 
 def test_no_module_imports_a_higher_layer():
-    wrong = [f"{m} ({WHERE[m]}) imports {d} ({WHERE[d]})" for m, deps in imports().items() for d in sorted(deps)
-             if RANK[WHERE[d]] > RANK[WHERE[m]] or {WHERE[m], WHERE[d]} == {"policy", "storage"}]
+    wrong = [f"{m} ({layer(m)}) imports {d} ({layer(d)})" for m, deps in imports().items() for d in sorted(deps)
+             if RANK[layer(d)] > RANK[layer(m)] or (layer(m) != layer(d) and {layer(m), layer(d)} == SIDEWAYS)]
+    assert wrong == []
+
+
+def test_layers_do_not_go_through_the_package_root():
+    """Inside the layers, nothing imports the root (``from mixle_mpi import X``) or a
+    compatibility name: each import names the module that defines the thing."""
+    wrong = [f"{m} imports {d}" for m, deps in imports().items() if layer(m) != "api"
+             for d in sorted(deps) if layer(d) == "api"]
     assert wrong == []
 
 
@@ -56,6 +86,8 @@ def test_no_import_cycles():
     def visit(m, path):
         state[m] = 1
         for d in sorted(graph[m]):
+            if d not in graph:
+                continue
             if state.get(d) == 1:
                 cycles.append(path[path.index(d):] + [d])
             elif d not in state:
@@ -66,3 +98,44 @@ def test_no_import_cycles():
         if m not in state:
             visit(m, [m])
     assert cycles == []
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_module_uses_another_modules_private_names():
+    """``from mixle_mpi.x import _y`` and ``x._y`` (x an imported mixle_mpi module) are both
+    reaching into x's private parts: make the name public, or move the logic."""
+    mods = modules()
+    wrong = []
+    for m, tree in parsed().items():
+        aliases = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "mixle_mpi":
+                for a in node.names:
+                    if _private(a.name):
+                        wrong.append(f"{m}: from {node.module} import {a.name}")
+                    elif _target(mods, node.module, a.name) != _target(mods, node.module, None):
+                        aliases.add(a.asname or a.name)  # the name is a module
+            elif isinstance(node, ast.Import):
+                aliases |= {a.asname for a in node.names if a.asname and a.name.startswith("mixle_mpi.")}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name)
+                    and node.value.id in aliases):
+                wrong.append(f"{m}: {node.value.id}.{node.attr}")
+    assert wrong == []
+
+
+def test_the_compatibility_names_still_import():
+    """``mixle_mpi.fitloop.fit`` and ``python -m mixle_mpi.{fitjob,slurm,collect}`` are public."""
+    import mixle_mpi.collect
+    import mixle_mpi.fitjob
+    import mixle_mpi.fitloop
+    import mixle_mpi.slurm
+    from mixle_mpi.cli import collect, slurm
+    from mixle_mpi.fitting import fitjob, fitloop
+
+    assert mixle_mpi.fitloop.fit is fitloop.fit
+    assert mixle_mpi.fitjob.main is fitjob.main
+    assert mixle_mpi.slurm.main is slurm.main and mixle_mpi.collect.main is collect.main

@@ -9,10 +9,11 @@ import warnings
 
 import pytest
 
-from mixle_mpi import exitcodes, exiting, logs
-from mixle_mpi.checkpoint import CheckpointError
-from mixle_mpi.errors import NoWorkersLeft
-from mixle_mpi.fitloop import Interrupted, Preempted, stopped
+from mixle_mpi.core import exitcodes, logs
+from mixle_mpi.runtime import exiting
+from mixle_mpi.storage.checkpoint import CheckpointError
+from mixle_mpi.core.errors import NoWorkersLeft
+from mixle_mpi.fitting.fitloop import Interrupted, Preempted, stopped
 
 
 @pytest.mark.parametrize("quiet, verbose, env, level", [
@@ -112,7 +113,7 @@ def test_status_says_whether_the_driver_printed_its_message(tmp_path, monkeypatc
 
 
 def test_event_echo_to_a_stream_keeps_its_prefix():
-    from mixle_mpi.events import EventLog
+    from mixle_mpi.storage.events import EventLog
 
     echo = io.StringIO()
     EventLog(None, echo=echo).emit("shrink", method="ulfm", epoch=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mixle_mpi.membership import BLACKLISTED, DEAD, LIVE, FailureDecision, Membership
+from mixle_mpi.policy.membership import BLACKLISTED, DEAD, LIVE, FailureDecision, Membership
 
 
 def test_initial_state_all_live():

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from mixle_mpi.placement import initial_placement, owner_of, plan_recovery, spread
+from mixle_mpi.policy.placement import initial_placement, owner_of, plan_recovery, spread
 
 
 # -- initial_placement ---------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mixle_mpi.reconfig import (EMULATED, ULFM, blacklist_cause, migration, renumber, shrink_method, shrink_needed,
+from mixle_mpi.policy.reconfig import (EMULATED, ULFM, blacklist_cause, migration, renumber, shrink_method, shrink_needed,
                                spawn_timeout_is_fatal)
 
 

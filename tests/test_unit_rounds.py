@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from mixle_mpi.rounds import Done, NeedWorkers, Recover, RoundState, Wait
+from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState, Wait
 
 
 def test_first_dispatch_is_each_live_workers_own_missing_shards():

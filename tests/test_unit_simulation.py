@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mixle_mpi import rounds, simulation
-from mixle_mpi.simulation import Schedule, Simulation, Violation, simulate
+from mixle_mpi.policy import rounds, simulation
+from mixle_mpi.policy.simulation import Schedule, Simulation, Violation, simulate
 
 
 def test_ten_thousand_random_schedules_fold_exactly_once_and_end():

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from mixle_mpi import cli, collect, exitcodes, exiting, slurm
-from mixle_mpi.errors import ConfigError
-from mixle_mpi.launcher import SRUN, SignalForwarder, build_command, judge, launch_env
+from mixle_mpi.cli import commands as cli, collect, slurm
+from mixle_mpi.core import exitcodes
+from mixle_mpi.runtime import exiting
+from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.cli.launcher import SRUN, SignalForwarder, build_command, judge, launch_env
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,8 +9,10 @@ import sys
 
 import pytest
 
-from mixle_mpi import exitcodes, launcher, reaper, startup
-from mixle_mpi.errors import ConfigError
+from mixle_mpi.cli import launcher
+from mixle_mpi.core import exitcodes, reaper
+from mixle_mpi.runtime import startup
+from mixle_mpi.core.errors import ConfigError
 
 
 def test_startup_timeout_default_and_environment():
@@ -79,9 +81,9 @@ def test_reaper_leaves_the_job_alone_when_the_launcher_says_done():
     env = dict(os.environ, **{reaper.TAG_ENV: "tag-done"})
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     try:
-        r = subprocess.run([sys.executable, "-m", "mixle_mpi.reaper", "tag-done"], input=reaper.DONE, timeout=30)
+        r = subprocess.run([sys.executable, "-m", "mixle_mpi.core.reaper", "tag-done"], input=reaper.DONE, timeout=30)
         assert r.returncode == 0 and victim.poll() is None
-        r = subprocess.run([sys.executable, "-m", "mixle_mpi.reaper", "tag-done"], input=b"", timeout=30,
+        r = subprocess.run([sys.executable, "-m", "mixle_mpi.core.reaper", "tag-done"], input=b"", timeout=30,
                            capture_output=True)
         assert victim.wait(timeout=10) == -9
         assert b"killed the job's 1 remaining processes" in r.stderr
@@ -93,7 +95,7 @@ def test_reaper_leaves_the_job_alone_when_the_launcher_says_done():
 # -- a job mpiexec keeps alive for a stopped rank ----------------------------------------------
 from fakeclock import FakeClock  # noqa: E402
 
-from mixle_mpi.jobwatch import JobWatch  # noqa: E402
+from mixle_mpi.policy.jobwatch import JobWatch  # noqa: E402
 
 
 def test_a_job_whose_only_remaining_rank_is_stopped_is_killed_after_the_grace():

@@ -13,10 +13,12 @@ import mixle.stats as st
 import numpy as np
 import pytest
 
-from mixle_mpi import checkpoint, inspector, modelview, progress, status
-from mixle_mpi.cli import main
-from mixle_mpi.errors import ConfigError
-from mixle_mpi.membership import Membership
+from mixle_mpi.cli import inspector, modelview, status
+from mixle_mpi.fitting import progress
+from mixle_mpi.storage import checkpoint
+from mixle_mpi.cli.commands import main
+from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.policy.membership import Membership
 
 HOST = socket.gethostname()
 

@@ -30,7 +30,7 @@ def exercise(enc, est) -> dict:
 
 def main() -> None:
     from mixle_mpi import ResilientMPIEncodedData, is_driver
-    from mixle_mpi.models import get_model
+    from mixle_mpi.fitting.models import get_model
 
     model, n, shards, out, workdir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
     m = get_model(model)

@@ -1,0 +1,498 @@
+"""``mixle-mpi chaos --external``: kill real processes of a running job from outside.
+
+No hook: the campaign watches the launcher's process tree through ``/proc`` and sends
+SIGKILL or SIGSTOP to a rank at a time drawn uniformly over ``[0, T_ref x window]`` seconds
+after the launch, where ``T_ref`` is the wall time of a failure-free reference run of the
+same fit. A kill therefore lands in any phase: process start, MPI initialisation, the
+startup handshake, shard load, an E-step, a log-density pass, a recovery, a shrink, a
+respawn, a checkpoint write or the close. Every run has a checkpoint in its own folder, so
+a killed driver is followed by the same command, which must resume to the reference's bits.
+
+Each run records its kills (victim pid, role, rank, whether respawned, planned and actual
+time after the launch), the exit code, the wall time, bit-identity of model and
+log-likelihood trace, the recovery time seen in the event log, and the job's processes
+still alive ``leftover_seconds`` after the launcher exited (found by the run's folder in
+their command line and by the ``MIXLE_MPI_JOB_TAG`` that ``mixle-mpi run`` puts into the
+environment of everything it starts). The decisions (plans, which process is which,
+outcomes, the report's figures) are pure functions in :mod:`mixle_mpi.policy.chaos_plan`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+
+from mixle_mpi.policy import chaos_plan as cp
+from mixle_mpi.core.atomicjson import write_json
+from mixle_mpi.cli.chaos import compare, fit_command, fit_env, prepare_run_dir, read_output, recovery_seconds, reference_run
+from mixle_mpi.core.exitcodes import NEVER_STARTED
+from mixle_mpi.policy.faults import read_fired
+from mixle_mpi.cli.jobconfig import FitConfig
+from mixle_mpi.core.reaper import TAG_ENV
+from mixle_mpi.runtime.startup import MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV
+
+kinds_from_text = cp.kinds_from_text
+
+CAMPAIGN_ENV = {STARTUP_TIMEOUT_ENV: "20"}  # a startup death resolves in 20 s, not 120 (unless set)
+ENV_KEYS = (*cp.RANK_ENV, *cp.RESPAWN_ENV, TAG_ENV, "PMIX_NAMESPACE", MPI_UP_ENV, STARTED_ENV)
+POLL = 0.02               # seconds between looks at the launcher while a kill is due
+SCAN = 0.5                # seconds between looks at the process tree otherwise (job tags, ranks)
+FIRST_KILL_GRACE = 5.0    # a first kill waits this long for a candidate (ranks still starting)
+LATER_KILL_GRACE = 1.0    # a later kill, this long after its time
+KILL_GRACE = 30.0         # seconds past the launcher's own --timeout before the campaign kills it
+MAX_DRAWS = 3             # draws per run slot when kills keep missing (the job had ended)
+
+
+# -- /proc -----------------------------------------------------------------------------------
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _env_of(pid: int, keys=ENV_KEYS) -> dict:
+    raw = _read(f"/proc/{pid}/environ")
+    out = {}
+    for item in (raw or b"").split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep and key.decode(errors="replace") in keys:
+            out[key.decode(errors="replace")] = value.decode(errors="replace")
+    return out
+
+
+def proc_table(root: int | None = None, proc: str = "/proc") -> dict[int, cp.Proc]:
+    """This host's processes as ``pid -> Proc``; the environment (only the keys that tell
+    ranks apart) is read for ``root``'s descendants and for every Python process."""
+    rows = {}
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        stat, cmd = _read(f"{proc}/{entry}/stat"), _read(f"{proc}/{entry}/cmdline")
+        if stat is None:
+            continue
+        try:
+            rest = stat.rsplit(b")", 1)[1].split()
+            state, ppid = rest[0].decode(), int(rest[1])
+        except (IndexError, ValueError):
+            continue
+        argv = tuple(a.decode(errors="replace") for a in (cmd or b"").split(b"\0") if a)
+        rows[pid] = cp.Proc(pid, ppid, state, argv)
+    wanted = set(cp.descendants(rows, root)) if root is not None else set()
+    for pid, p in rows.items():
+        if pid in wanted or cp.is_python(p.argv):
+            rows[pid] = replace(p, env=_env_of(pid))
+    return rows
+
+
+def job_processes(tags, dirs, exclude=()) -> list[dict]:
+    """Live processes of a job: its folder(s) ``dirs`` in their command line, one of its
+    ``tags`` in their command line (the reaper) or in their ``MIXLE_MPI_JOB_TAG``."""
+    tags, dirs = [t for t in tags if t], [d.rstrip("/") for d in dirs]
+    skip = {os.getpid(), *exclude}
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        pid = int(entry)
+        cmd = _read(f"/proc/{pid}/cmdline")
+        if not cmd:
+            continue  # gone, a zombie or a kernel thread
+        argv = [a.decode(errors="replace") for a in cmd.split(b"\0") if a]
+        hit = any(a == d or a.startswith(d + "/") for a in argv for d in dirs) or any(t in a for a in argv for t in tags)
+        if not hit and tags:
+            hit = _env_of(pid, (TAG_ENV,)).get(TAG_ENV) in tags
+        if hit:
+            stat = _read(f"/proc/{pid}/stat") or b") ?"
+            state = stat.rsplit(b")", 1)[1].split()[0].decode() if b")" in stat else "?"
+            if state not in cp.DEAD_STATES:
+                found.append({"pid": pid, "state": state, "argv": " ".join(argv)[:300]})
+    return found
+
+
+def _ancestors() -> set[int]:
+    out, pid = set(), os.getpid()
+    while pid > 1:
+        stat = _read(f"/proc/{pid}/stat")
+        if not stat:
+            break
+        pid = int(stat.rsplit(b")", 1)[1].split()[1])
+        out.add(pid)
+    return out
+
+
+def wait_gone(tags, dirs, seconds: float) -> list[dict]:
+    """Wait up to ``seconds`` for the job's processes to end; those still alive then are
+    leftovers: they are returned, then SIGKILLed (they are this campaign's own jobs)."""
+    end = time.monotonic() + seconds
+    skip = _ancestors()
+    while True:
+        alive = job_processes(tags, dirs, skip)
+        if not alive or time.monotonic() >= end:
+            break
+        time.sleep(0.25)
+    for p in alive:
+        try:
+            os.kill(p["pid"], signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return alive
+
+
+# -- one launch, watched and hit from outside --------------------------------------------------
+@dataclass
+class Watched:
+    """What the campaign saw of one launch of the job."""
+    code: int | None = None
+    seconds: float = 0.0
+    hung: bool = False
+    kills: list = field(default_factory=list)
+    tags: list = field(default_factory=list)     # job tags in the order they appeared (one per attempt)
+    ranks: dict = field(default_factory=dict)    # pid -> RankProc, every rank process seen
+    leftovers: list = field(default_factory=list)
+
+
+def _note_tree(seen: Watched, table: dict, root: int) -> list[cp.RankProc]:
+    for pid in cp.descendants(table, root):
+        tag = table[pid].env.get(TAG_ENV)
+        if tag and tag not in seen.tags:
+            seen.tags.append(tag)
+    ranks = cp.classify(table, root, set(seen.tags))
+    for r in ranks:
+        seen.ranks.setdefault(r.pid, r)
+    return ranks
+
+
+def _markers(env: dict) -> dict:
+    """The launcher's startup markers (files it shares with the ranks), as they are now."""
+    return {name: (os.path.exists(env[var]) if env.get(var) else None)
+            for name, var in (("mpi_up", MPI_UP_ENV), ("started", STARTED_ENV))}
+
+
+def _kill(victim: cp.RankProc, spec: cp.KillSpec, planned: float, t0: float, env: dict) -> dict:
+    sig = getattr(signal, spec.signal)
+    record = {"signal": spec.signal, "target": spec.target, "planned_at": round(planned, 4), "pid": victim.pid,
+              "role": victim.role, "rank": victim.rank, "respawned": victim.respawned, "tag": victim.tag,
+              "state_before": victim.state, **_markers(env)}
+    try:
+        os.kill(victim.pid, sig)
+        record["delivered"] = True
+    except (ProcessLookupError, PermissionError) as exc:
+        record["delivered"] = False
+        record["error"] = type(exc).__name__
+    record["at"] = round(time.monotonic() - t0, 4)
+    record["wall_time"] = time.time()
+    return record
+
+
+def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float, attempts: int) -> Watched:
+    """Launch ``cmd`` (the launcher), carry out ``kills`` on its ranks, wait for it to end.
+    Past ``attempts x timeout + KILL_GRACE`` seconds the launcher's session is SIGKILLed (its
+    reaper then ends the job) and the launch counts as hung."""
+    seen = Watched()
+    deadline = attempts * timeout + KILL_GRACE
+    pending = list(kills)
+    done: set[int] = set()
+    due = pending[0].delay if pending else None
+    last_scan = -SCAN
+    with open(log_path, "w", encoding="utf-8") as log:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            while proc.poll() is None:
+                now = time.monotonic() - t0
+                if now >= deadline:
+                    seen.hung = True
+                    os.killpg(proc.pid, signal.SIGKILL)  # the session this call started
+                    break
+                if due is not None and now >= due:
+                    spec = pending[0]
+                    table = proc_table(proc.pid)
+                    ranks = _note_tree(seen, table, proc.pid)
+                    last_scan = now
+                    # a kill that targets the replacement waits for it until the end of the recovery window
+                    hold_until = (seen.kills[-1]["at"] + cp.RECOVERY_GAP[1]
+                                  if spec.prefer_replacement and seen.kills and "at" in seen.kills[-1] else due)
+                    victim = cp.choose_victim(ranks, spec, done, hold_for_replacement=now < hold_until)
+                    if victim is not None and proc.poll() is None:
+                        record = _kill(victim, spec, due, t0, table[victim.pid].env)
+                        seen.kills.append(record)
+                        done.add(victim.pid)
+                        pending.pop(0)
+                        due = record["at"] + pending[0].delay if pending else None
+                    elif now >= max(due, hold_until) + (FIRST_KILL_GRACE if not seen.kills else LATER_KILL_GRACE):
+                        seen.kills.append({"signal": spec.signal, "target": spec.target, "planned_at": round(due, 4),
+                                           "missed": True, "why": "no live candidate", "at": round(now, 4)})
+                        pending.pop(0)
+                        due = now + pending[0].delay if pending else None
+                elif now - last_scan >= SCAN:
+                    _note_tree(seen, proc_table(proc.pid), proc.pid)
+                    last_scan = now
+                wait = POLL if due is None else min(max(due - (time.monotonic() - t0), 0.0), POLL)
+                try:
+                    proc.wait(timeout=wait if due is not None else SCAN / 5)
+                except subprocess.TimeoutExpired:
+                    pass
+            seen.code = proc.wait()
+        except BaseException:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            raise
+        seen.seconds = time.monotonic() - t0
+    for i, spec in enumerate(pending):  # the job ended before these kills were due
+        seen.kills.append({"signal": spec.signal, "target": spec.target,
+                           "planned_at": round(due, 4) if i == 0 and due is not None else None,
+                           "missed": True, "why": "the job had ended"})
+    # past the hang deadline is a hang, even when the launcher's own --timeout then ended the
+    # job and it reported the driver's status (mpiexec stuck after the fit finished)
+    seen.hung = seen.hung or seen.seconds >= timeout
+    return seen
+
+
+def _text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+LAUNCHING = re.compile(r"^\[mixle_mpi\][^\n]*?\blaunching: ", re.M)  # with or without a time stamp
+
+
+def _attempts(log_text: str) -> int:
+    """How many times the launcher started mpiexec, from its log: each start says
+    ``launching:`` and each retry ``starting it again``."""
+    return max(1, len(LAUNCHING.findall(log_text)), log_text.count("starting it again") + 1)
+
+
+# -- one run ---------------------------------------------------------------------------------
+@dataclass
+class Context:
+    cfg: FitConfig
+    n: int
+    out_dir: str
+    reference: dict
+    timeout: float
+    launch: list
+    env: dict
+    leftover_seconds: float
+    attempts: int = 2  # the launcher's first try and its one retry of a never-started job
+
+
+def _launch(ctx: Context, rdir: str, log_name: str, kills: tuple) -> tuple[Watched, cp.Launch, list]:
+    cfg = replace(ctx.cfg, out_dir=rdir, checkpoint=os.path.join(rdir, "ckpt.h5"))
+    cmd = fit_command(cfg, ctx.n, ctx.timeout, ctx.launch)
+    fault_log = os.path.abspath(os.path.join(rdir, "faults.jsonl"))
+    env = fit_env("", fault_log, ctx.env)
+    log_path = os.path.join(rdir, log_name)
+    seen = watch(cmd, env, log_path, kills, ctx.timeout, ctx.attempts)
+    seen.leftovers = wait_gone(seen.tags, [rdir], ctx.leftover_seconds)
+    result = read_output(rdir)
+    diffs = compare(ctx.reference, result) if (seen.code == 0 and result is not None) else []
+    text = _text(log_path)
+    launch = cp.Launch(seen.code, seen.seconds, seen.hung, result is not None, diffs, seen.leftovers,
+                       retried=_attempts(text) > 1)
+    return seen, launch, read_fired(fault_log)
+
+
+def _events(rdir: str) -> list[dict]:
+    """The run's event log, line by line: a line cut short by a SIGKILLed driver (and then
+    followed by the rerun's lines) is skipped, not a reason to lose the others."""
+    out = []
+    for line in _text(os.path.join(rdir, "events.jsonl")).splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            out.append(event)
+    return out
+
+
+def _annotate_kills(kills: list, events: list) -> None:
+    """Add what the event log says about each victim: its worker id (for a respawned
+    process) and how long the driver took to declare it failed."""
+    respawned = {e.get("pid"): e.get("worker") for e in events if e.get("event") == "respawned"}
+    for k in kills:
+        if k.get("missed"):
+            continue
+        if k.get("respawned") and k["pid"] in respawned:
+            k["worker"] = respawned[k["pid"]]
+        elif k.get("role") == "worker":
+            k["worker"] = k.get("rank")
+        k["phase"] = cp.phase_at(k["wall_time"], events, k.get("mpi_up"), k.get("started"))
+        hit = [e for e in events if e.get("event") == "failure_detected" and e.get("pid") == k["pid"]]
+        k["detected"] = bool(hit)
+        if hit:
+            k["detected_after"] = round(hit[0]["time"] - k["wall_time"], 4)
+
+
+def run_one(ctx: Context, plan: cp.ExternalPlan) -> dict:
+    """Carry out one plan: launch, kill, judge (rerun the same command when the kills
+    explain a nonzero exit), and return the run's row for the report."""
+    rdir = os.path.join(ctx.out_dir, f"run-{plan.index:03d}" + (f"-d{plan.draw}" if plan.draw else ""))
+    prepare_run_dir(rdir)
+    seen, first, fired = _launch(ctx, rdir, "job.log", plan.kills)
+    events = _events(rdir)
+    missed = any(k.get("missed") or not k.get("delivered") for k in seen.kills)
+    attempts = _attempts(_text(os.path.join(rdir, "job.log")))
+    explained = cp.never_started_explained([k.get("tag") for k in seen.kills if k.get("delivered")], attempts)
+    rerun = None
+    resumed = None
+    if cp.needs_rerun(plan.kind, first, explained):
+        before = len(events)
+        for name in ("model.json", "summary.json"):  # a rerun that writes nothing must not look finished
+            if os.path.exists(os.path.join(rdir, name)):
+                os.replace(os.path.join(rdir, name), os.path.join(rdir, name.replace(".json", ".first.json")))
+        _, rerun, fired2 = _launch(ctx, rdir, "rerun.log", ())
+        fired += fired2
+        later = _events(rdir)[before:]
+        resumed = next((e.get("iteration") for e in later if e.get("event") == "resumed"), None)
+    verdict = cp.judge(plan.kind, first, missed=missed, explained_73=explained, rerun=rerun)
+    if fired:  # no fault plan was given: a hook that fired means the run was not external only
+        verdict = verdict if not cp.passed(verdict) else f"{cp.FAILED}(hook fired)"
+    _annotate_kills(seen.kills, events)
+    final = rerun if rerun is not None else first
+    return {
+        "index": plan.index, "draw": plan.draw, "kind": plan.kind, "plan": plan.describe(),
+        "kills": seen.kills, "outcome": verdict, "exit_code": first.code, "wall_seconds": round(first.seconds, 3),
+        "identical": final.identical, "diffs": final.diffs, "recovery_seconds": recovery_seconds(events),
+        "attempts": attempts, "launcher_retried": first.retried,
+        "never_started_explained": explained if first.code == NEVER_STARTED else None,
+        "leftovers": first.leftovers, "job_tags": seen.tags,
+        "rerun": None if rerun is None else {"exit_code": rerun.code, "wall_seconds": round(rerun.seconds, 3),
+                                             "identical": rerun.identical, "diffs": rerun.diffs,
+                                             "resumed_from_iteration": resumed, "leftovers": rerun.leftovers,
+                                             "hung": rerun.hung},
+        "ended_after_last_kill": _ended_after(seen),
+        "hung": first.hung, "out_dir": rdir,
+    }
+
+
+def _ended_after(seen: Watched) -> float | None:
+    hits = [k["at"] for k in seen.kills if not k.get("missed")]
+    return round(seen.seconds - max(hits), 3) if hits else None
+
+
+# -- the table and the campaign ---------------------------------------------------------------
+def _victims(row: dict) -> str:
+    parts = []
+    for k in row["kills"]:
+        sig = "STOP" if k["signal"] == "SIGSTOP" else "KILL"
+        if k.get("missed"):
+            parts.append(f"{sig} missed ({k.get('why', '')})")
+            continue
+        who = "driver" if k["role"] == "driver" else (f"w{k.get('worker', '?')}*" if k["respawned"] else f"w{k['rank']}")
+        parts.append(f"{sig} {who} @{k['at']:.2f}s ({k.get('phase', '?')})")
+    return "; ".join(parts)
+
+
+HEADER = (f"{'run':>5}  {'kind':<15} {'victims':<60} {'exit':>4}  {'outcome':<21} {'identical':<9} "
+          f"{'recovery s':>10} {'wall s':>7} {'left':>4}")
+
+
+def table_row(row: dict) -> str:
+    run = f"{row['index']}" + (f".{row['draw']}" if row["draw"] else "")
+    rec = row.get("recovery_seconds")
+    ident = "yes" if row["identical"] else ("NO" if row["diffs"] else "-")
+    code = "-" if row["exit_code"] is None else str(row["exit_code"])
+    if row.get("rerun"):
+        code += f"/{row['rerun']['exit_code']}"
+    left = len(row["leftovers"]) + (len(row["rerun"]["leftovers"]) if row.get("rerun") else 0)
+    return (f"{run:>5}  {row['kind']:<15} {_victims(row):<60} {code:>4}  {row['outcome']:<21} {ident:<9} "
+            f"{'-' if rec is None else f'{rec:.2f}':>10} {row['wall_seconds']:>7.1f} {left:>4}")
+
+
+def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: str, run_timeout: float | None = None,
+                      launch: list[str] | None = None, kinds: tuple = cp.KINDS, window: float = 1.0,
+                      leftover_seconds: float = 10.0, env: dict | None = None, window_seconds: float | None = None,
+                      replay: list[tuple[int, int]] | None = None, stream=sys.stdout) -> int:
+    """Run the external campaign; print the table; write ``campaign.json``; 0 when every
+    counted run passed and none failed, else 1. Kill times are uniform over [0, T_ref x
+    ``window``] seconds, or over [0, ``window_seconds``] when given; ``replay`` runs only
+    those (run, draw) slots, with the kills they had in the campaign of the same seed,
+    kinds and window (see each failed run's ``replay`` in the report)."""
+    cp.check_campaign(n - 1, runs if not replay else len(replay), window if window_seconds is None else window_seconds,
+                      kinds)
+    launch = list(launch or [])
+    extra = {k: v for k, v in CAMPAIGN_ENV.items() if k not in os.environ}
+    extra.update(env or {})
+    cfg = replace(cfg, plot=False, progress="off", restarts=1, resume="auto")
+    w = stream.write
+    out_dir = os.path.abspath(out_dir)
+    w(f"chaos --external: reference run (no kills, checkpoint every iteration), {n} ranks, out_dir {out_dir}\n")
+    stream.flush()
+    ref_dir = os.path.join(out_dir, "reference")
+    ref_cfg = replace(cfg, checkpoint=os.path.join(ref_dir, "ckpt.h5"))
+    ref = reference_run(ref_cfg, n, ref_dir, run_timeout or 600, launch, stream, extra)
+    if ref is None:
+        return 1
+    reference, t_ref = ref
+    timeout = run_timeout or (10 * t_ref + 60)
+    ctx = Context(cfg, n, out_dir, reference, timeout, launch, extra, leftover_seconds)
+    span = t_ref * window if window_seconds is None else window_seconds
+    what = f"{runs} runs" if not replay else "replay of run(s) " + ", ".join(f"{r}.{d}" if d else str(r) for r, d in replay)
+    w(f"chaos --external: reference took {t_ref:.1f}s, {reference['summary']['iterations']} iterations; {what} "
+      f"(seed {seed}; kinds {', '.join(kinds)}; kills at uniform times over [0, {span:.6g}] s; "
+      f"hang deadline {timeout:.0f}s; leftover check {leftover_seconds:g}s after the launcher exits; "
+      f"{' '.join(f'{k}={v}' for k, v in extra.items())})\n")
+    w(HEADER + "\n" + "-" * len(HEADER) + "\n")
+    stream.flush()
+    rows = []
+    replay_args = f"--campaign-seed {seed} --kinds {','.join(kinds)} --kill-window-seconds {span:.6g}"
+    slots = [[p] for p in cp.replay_plans(seed, replay, span, kinds)] if replay else \
+        [[p] + [cp.external_plan(seed, p.index, d, p.kind, span) for d in range(1, MAX_DRAWS)]
+         for p in cp.campaign_plans(seed, runs, span, kinds)]
+    for draws in slots:
+        for plan in draws:
+            row = run_one(ctx, plan)
+            row["replay"] = f"{replay_args} --replay {plan.index}" + (f".{plan.draw}" if plan.draw else "")
+            rows.append(row)
+            w(table_row(row) + "\n")
+            stream.flush()
+            if row["outcome"] != cp.MISSED:
+                break
+    summary = cp.summarize(rows, kinds)
+    report = {"external": True, "n": n, "seed": seed, "kinds": list(kinds), "window": window,
+              "reference_seconds": t_ref, "reference_iterations": reference["summary"]["iterations"],
+              "kill_window_seconds": span, "run_timeout": timeout, "replay": replay or None,
+              "leftover_seconds": leftover_seconds, "env": extra, "command": [sys.executable, *sys.argv] if sys.argv else [],
+              "config": asdict(cfg), "summary": summary, "runs": rows, "ok": summary["ok"]}
+    write_json(os.path.join(out_dir, "campaign.json"), report, indent=1)
+    rec = summary["recovery_seconds"]
+    failing = {k: v for k, v in summary["outcomes"].items() if not cp.passed(k)}
+    w(f"chaos --external: {summary['runs'] - summary['failures']}/{summary['runs']} runs passed"
+      f" ({', '.join(f'{k} {v}' for k, v in summary['outcomes'].items())})"
+      + (f"; {summary['missed']} missed draw(s) not counted" if summary["missed"] else "")
+      + ("" if not failing else "; FAILED: " + ", ".join(f"{k} {v}" for k, v in failing.items())
+         + "; see job.log in their folders")
+      + (f"; recovery s p50 {rec['p50']:.2f} p90 {rec['p90']:.2f} max {rec['max']:.2f}" if rec["n"] else "")
+      + f"; report in {out_dir}/campaign.json\n")
+    for row in rows:
+        if not cp.passed(row["outcome"]):
+            w(f"  run {row['index']}" + (f".{row['draw']}" if row["draw"] else "") + f" ({row['kind']}, "
+              f"{row['outcome']}): {row['out_dir']}/job.log; replay its kills with the same job flags and "
+              f"{row['replay']}\n")
+    stream.flush()
+    return 0 if summary["ok"] else 1
+
+
+def campaign_from_args(args) -> int:
+    """``mixle-mpi chaos --external``: the same job resolution as the fault-plan campaign."""
+    from mixle_mpi.cli.chaos import resolve_args
+
+    cfg, n, out_dir, launch = resolve_args(args)
+    return external_campaign(cfg, n=n, runs=args.runs, seed=args.campaign_seed, out_dir=out_dir,
+                             run_timeout=args.run_timeout, launch=launch, kinds=kinds_from_text(args.kinds),
+                             window=args.kill_window, leftover_seconds=args.leftover_seconds,
+                             window_seconds=args.kill_window_seconds, replay=cp.parse_replay(args.replay))

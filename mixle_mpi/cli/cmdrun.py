@@ -1,0 +1,25 @@
+"""Running one parsed subcommand the way every entry point does: a user's mistake
+(a MixleMPIError) is one line and exit 2, not a traceback. Shared by ``mixle-mpi`` and the
+``python -m mixle_mpi.slurm`` / ``python -m mixle_mpi.collect`` shortcuts."""
+
+from __future__ import annotations
+
+import sys
+
+from mixle_mpi.core import exitcodes, logs
+from mixle_mpi.core.errors import MixleMPIError
+
+
+def run_command(args, name: str) -> int:
+    try:
+        return args.func(args)
+    except MixleMPIError as exc:
+        if getattr(args, "spmd", False):
+            raise  # under MPI, errors end the job through mixle_mpi.runtime.exiting
+        sys.stderr.write(f"mixle-mpi {name}: error: {logs.clean(str(exc))}\n")
+        return exitcodes.BAD_INPUT
+    except KeyboardInterrupt:  # Ctrl-C before the launcher took it over: nothing was running yet
+        if getattr(args, "spmd", False):
+            raise
+        sys.stderr.write(f"mixle-mpi {name}: interrupted (Ctrl-C)\n")
+        return exitcodes.INTERRUPTED

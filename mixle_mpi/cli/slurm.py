@@ -1,0 +1,332 @@
+"""SLURM batch scripts for mixle_mpi fits, rendered by one pure function.
+
+Three kinds (``KINDS``), one shell skeleton:
+
+- ``ft``: a fault-tolerant single job. ``mixle-mpi run`` starts the ranks with Open MPI's
+  ``mpiexec --with-ft ulfm`` inside the allocation (ULFM is not supported under a direct
+  ``srun`` launch). ``--no-kill`` keeps the allocation when a node is lost,
+  ``--signal=B:USR1@margin`` asks the batch shell to have the fit checkpoint before the time
+  limit, ``--requeue`` plus exit code 75 requeues the job, which then resumes to the same bits.
+- ``srun``: the same, but the ranks are started by ``srun --mpi=pmix`` for sites without
+  ULFM: detection by heartbeats only (see the trade-offs in the rendered comments).
+- ``array``: a job array of ``ft`` jobs for best-of-N random restarts, each task with seed
+  ``base_seed + SLURM_ARRAY_TASK_ID`` and its own output folder; ``mixle-mpi collect`` then
+  picks the best model (:mod:`mixle_mpi.cli.collect`).
+
+Why the signal takes this route: SLURM sends USR1 to the batch shell only (``B:``). The
+shell forwards it to ``mixle-mpi run``, which forwards it to the driver (rank 0) alone, as
+soon as the driver has said it can take it (:class:`mixle_mpi.cli.launcher.SignalForwarder`).
+Open MPI's mpiexec would pass a USR1 on to every rank, so it is never signalled.
+
+The golden files in ``slurm/`` are ``render(kind)`` with the defaults below; regenerate them
+with ``python -m mixle_mpi.slurm --write slurm/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+
+from mixle_mpi.core import exitcodes
+from mixle_mpi.core.errors import ConfigError
+
+KINDS = ("ft", "srun", "array")
+GOLDEN = {"ft": "fit-ft.sbatch", "srun": "fit-srun.sbatch", "array": "best-of-array.sbatch"}
+
+# The fit each task runs when no fit command is given: `mixle-mpi fit` with the job file
+# job.toml (in the folder sbatch is run from), writing model.json, summary.json, events.jsonl
+# and its checkpoint to $OUT_DIR; an array task also gets its own seed, $SEED.
+DEFAULT_FIT = '"$PY" -m mixle_mpi fit --config job.toml --out-dir "$OUT_DIR" --checkpoint "$OUT_DIR/checkpoint.h5"'
+DEFAULT_ARRAY_FIT = DEFAULT_FIT + ' --seed "$SEED"'
+
+DEFAULTS = {
+    "job_name": "mixle-fit",
+    "ntasks": 4,
+    "time": "01:00:00",
+    "signal_margin": 300,
+    "max_restarts": 3,
+    "out_dir": "mixle-out",
+    "python": "python3",
+    "array": "0-7",
+    "base_seed": 1,
+    "fit_cmd": None,      # None: DEFAULT_FIT (ft, srun) or DEFAULT_ARRAY_FIT (array)
+    "sbatch": (),         # extra "#SBATCH" options, e.g. ("--partition=debug",)
+}
+
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_ARRAY = re.compile(r"^\d+(?:-\d+(?::\d+)?)?(?:,\d+(?:-\d+(?::\d+)?)?)*(?:%\d+)?$")
+_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
+
+
+def time_limit_seconds(limit: str) -> int:
+    """Seconds in a SLURM time limit ("M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S")."""
+    m = _TIME.match(str(limit))
+    if not m:
+        raise ConfigError(f"time limit {limit!r} is not a SLURM time; needed e.g. '90' (minutes), "
+                          "'01:30:00' or '1-00:00:00'")
+    days, a, b, c = m.groups()
+    a, b, c = int(a), (int(b) if b is not None else None), (int(c) if c is not None else None)
+    if days is not None:   # D-H, D-H:M, D-H:M:S
+        return int(days) * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
+    if c is not None:      # H:M:S
+        return a * 3600 + b * 60 + c
+    if b is not None:      # M:S
+        return a * 60 + b
+    return a * 60          # M
+
+
+def _int(name: str, value, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = int(str(value), 10)
+        except ValueError:
+            raise ConfigError(f"{name} must be a whole number; found {value!r}") from None
+    if value < low or (high is not None and value > high):
+        span = f"at least {low}" if high is None else f"between {low} and {high}"
+        raise ConfigError(f"{name} must be {span}; found {value}")
+    return value
+
+
+def _one_line(name: str, value: str) -> str:
+    value = str(value)
+    if not value.strip() or "\n" in value or "\r" in value:
+        raise ConfigError(f"{name} must be one non-empty line; found {value!r}")
+    return value
+
+
+def validate(kind: str, opts: dict) -> dict:
+    """The options, checked and completed; a ConfigError says what was found and what was needed."""
+    if kind not in KINDS:
+        raise ConfigError(f"unknown template kind {kind!r}; valid kinds are {', '.join(KINDS)}")
+    unknown = sorted(set(opts) - set(DEFAULTS))
+    if unknown:
+        raise ConfigError(f"unknown option(s) {', '.join(unknown)}; valid options are {', '.join(DEFAULTS)}")
+    o = {**DEFAULTS, **opts}
+    if not _NAME.match(str(o["job_name"])):
+        raise ConfigError(f"job_name must be letters, digits and ._+- only; found {o['job_name']!r}")
+    o["ntasks"] = _int("ntasks", o["ntasks"], 2)
+    limit = time_limit_seconds(o["time"])
+    o["signal_margin"] = _int("signal_margin", o["signal_margin"], 1, 65535)
+    if o["signal_margin"] >= limit:
+        raise ConfigError(f"signal_margin ({o['signal_margin']} s) must be shorter than the time limit "
+                          f"{o['time']!r} ({limit} s): the checkpoint signal would come at the start")
+    o["max_restarts"] = _int("max_restarts", o["max_restarts"], 0)
+    o["base_seed"] = _int("base_seed", o["base_seed"], 0)
+    if not _ARRAY.match(str(o["array"])):
+        raise ConfigError(f"array must be a SLURM index list such as '0-7', '0-15%4' or '1,3,5'; found {o['array']!r}")
+    for name in ("out_dir", "python"):
+        _one_line(name, o[name])
+    if o["fit_cmd"] is None:
+        o["fit_cmd"] = DEFAULT_ARRAY_FIT if kind == "array" else DEFAULT_FIT
+    _one_line("fit_cmd", o["fit_cmd"])
+    if kind == "array":
+        for var in ("SEED", "OUT_DIR"):
+            if f"${var}" not in o["fit_cmd"] and f"${{{var}}}" not in o["fit_cmd"]:
+                raise ConfigError(f"an array's fit_cmd must use ${var} (each task its own "
+                                  f"{'seed' if var == 'SEED' else 'output folder'}); found {o['fit_cmd']!r}")
+    o["sbatch"] = tuple(_one_line("sbatch option", s) for s in o["sbatch"])
+    return o
+
+
+_HEADER = {
+    "ft": """\
+# mixle_mpi: fault-tolerant fit (kind "ft").
+#
+# The ranks are started by `mixle-mpi run`, i.e. Open MPI's mpiexec --with-ft ulfm inside
+# this allocation: a dead rank is reported within milliseconds and the communicator really
+# shrinks. ULFM is not supported when ranks are launched directly by srun; use the "srun"
+# kind there (heartbeat detection only).""",
+    "srun": """\
+# mixle_mpi: fit launched by srun (kind "srun"), for sites without ULFM.
+#
+# The ranks are started by `mixle-mpi run --mpi srun`, i.e. srun --mpi=pmix
+# --kill-on-bad-exit=0. Trade-offs against the "ft" kind (measured on SLURM 22.05 with the
+# Open MPI 5.0.11 wheel):
+# - No ULFM: a dead rank is detected by heartbeats only (after heartbeat_timeout, 1 s by default).
+# - --kill-on-bad-exit=0 (-K0) keeps srun from ending the step when one rank dies; with -K1
+#   (or a site's KillOnBadExit=1) the first death ends the whole fit.
+# - A worker death ends the fit either way, without a hang. With -K0 the death is detected
+#   and its shards recomputed, but Open MPI cannot then shrink the communicator under srun
+#   (MPI_Comm_create_from_group fails with MPI_ERR_UNSUPPORTED_OPERATION): exit 1. In some
+#   runs SLURM's pmix plugin cancels the whole step first: exit 137. Rerun (or resubmit) to
+#   resume from the last checkpoint. No respawn either. A failure-free fit is bit-identical
+#   to "ft".""",
+    "array": """\
+# mixle_mpi: best-of-N random restarts as a job array (kind "array").
+#
+# Each array task is one fault-tolerant fit (as in the "ft" kind: mpiexec --with-ft ulfm
+# inside the allocation; ULFM is not supported under a direct srun launch) with seed
+# BASE_SEED + SLURM_ARRAY_TASK_ID and its own output folder OUT_BASE/task-<id>. When all
+# tasks have ended, pick the model with the highest final log-likelihood:
+#   sbatch --dependency=afterany:<array job id> --wrap '<python> -m mixle_mpi collect <out_dir>'
+# or run `mixle-mpi collect <out_dir>` by hand.""",
+}
+
+_COMMON_DOC = """\
+#
+# - --no-kill: the allocation survives the loss of a node; the fit goes on without it.
+# - --signal=B:USR1@{margin}: {margin} s before the time limit SLURM sends USR1 to this shell
+#   only. It is forwarded to `mixle-mpi run`, which passes it to the driver (rank 0) alone;
+#   the driver ends its iteration, writes a checkpoint and exits 75. The margin must cover an
+#   iteration, a checkpoint write and SLURM's coarse (about 30 s) check of time limits.
+# - --requeue: on exit 75 this script requeues the job (scontrol requeue) while
+#   SLURM_RESTART_COUNT < {max_restarts}; the next start resumes from the checkpoint, to the same bits.
+# Exit codes: {ok} the fit finished; {ck} checkpointed but not requeued (restart bound reached or
+# requeue refused: resubmit to resume); 1 failed, 2 bad input, 70-72 a worker gave up.
+#
+# Rendered by `mixle-mpi slurm {kind}`; regenerate it instead of editing by hand."""
+
+_BODY = """\
+trap '' USR1 TERM  # until the launcher is up: a signal now must not end this script
+set -u
+PY={python}
+MAX_RESTARTS={max_restarts}
+RESTARTS=${{SLURM_RESTART_COUNT:-0}}
+{setup}mkdir -p "$OUT_DIR"
+
+echo "[mixle_mpi] job $SLURM_JOB_ID on $(hostname -s): start $((RESTARTS + 1)), restart count $RESTARTS of at most $MAX_RESTARTS"{announce}
+
+# Forward USR1/TERM to `mixle-mpi run`, which passes them to the driver only. The launcher
+# starts with both ignored (so one that comes before its handlers are in cannot kill it) and
+# runs in the background, because bash runs a trap only between commands.
+"$PY" -m mixle_mpi run{launch} -n "${{SLURM_NTASKS:-{ntasks}}}" -- {fit_cmd} &
+launcher=$!
+trap 'kill -s USR1 "$launcher" 2>/dev/null' USR1
+trap 'kill -s TERM "$launcher" 2>/dev/null' TERM
+while kill -0 "$launcher" 2>/dev/null; do wait "$launcher"; done
+wait "$launcher"; rc=$?
+
+case $rc in
+  {ok})
+    echo "[mixle_mpi] the fit finished (exit {ok})"
+    exit {ok} ;;
+  {ck})
+    if [ "$RESTARTS" -lt "$MAX_RESTARTS" ]; then
+      echo "[mixle_mpi] checkpointed (exit {ck}): requeueing job $SLURM_JOB_ID (restart $((RESTARTS + 1)) of at most $MAX_RESTARTS)"
+      if scontrol requeue "$SLURM_JOB_ID"; then exit {ok}; fi
+      echo "[mixle_mpi] scontrol requeue failed (is JobRequeue allowed?); resubmit this script to resume" >&2
+    else
+      echo "[mixle_mpi] checkpointed (exit {ck}) but the job has already restarted $RESTARTS times" \\
+           "(max_restarts $MAX_RESTARTS): not requeueing; resubmit this script to resume from the checkpoint" >&2
+    fi
+    exit {ck} ;;
+  *)
+    echo "[mixle_mpi] the fit failed with exit code $rc (1 failed, 2 bad input, 70-72 a worker gave up); see above" >&2
+    exit "$rc" ;;
+esac
+"""
+
+
+def render(kind: str, **opts) -> str:
+    """The batch script of ``kind`` (one of ``KINDS``) with ``opts`` over ``DEFAULTS`` (pure)."""
+    o = validate(kind, opts)
+    array = kind == "array"
+    lines = ["#!/bin/bash", _HEADER[kind],
+             _COMMON_DOC.format(margin=o["signal_margin"], max_restarts=o["max_restarts"], kind=kind,
+                                ok=exitcodes.OK, ck=exitcodes.CHECKPOINTED)]
+    sbatch = [f"--job-name={o['job_name']}", f"--ntasks={o['ntasks']}", f"--time={o['time']}",
+              "--no-kill", "--requeue", f"--signal=B:USR1@{o['signal_margin']}", "--open-mode=append",
+              f"--output={'%x-%A_%a' if array else '%x-%j'}.out"]
+    if array:
+        sbatch.append(f"--array={o['array']}")
+    lines += [f"#SBATCH {s}" for s in (*sbatch, *o["sbatch"])]
+    out = shlex.quote(o["out_dir"])
+    if array:
+        setup = (f"BASE_SEED={o['base_seed']}\n"
+                 "SEED=$((BASE_SEED + SLURM_ARRAY_TASK_ID))\n"
+                 f"OUT_DIR={out}/task-$SLURM_ARRAY_TASK_ID\n")
+    else:
+        setup = f"OUT_DIR={out}\n"
+    lines.append("")
+    lines.append(_BODY.format(python=shlex.quote(o["python"]), max_restarts=o["max_restarts"], setup=setup,
+                              launch=" --mpi srun" if kind == "srun" else "", ntasks=o["ntasks"],
+                              announce=('\necho "[mixle_mpi] array task $SLURM_ARRAY_TASK_ID: seed $SEED, output $OUT_DIR"'
+                                        if array else ""),
+                              fit_cmd=o["fit_cmd"], ok=exitcodes.OK, ck=exitcodes.CHECKPOINTED))
+    return "\n".join(lines)
+
+
+def write_golden(directory: str) -> list[str]:
+    """Write every kind with the defaults to ``directory`` (the golden files); returns the paths."""
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for kind in KINDS:
+        path = os.path.join(directory, GOLDEN[kind])
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(render(kind))
+        paths.append(path)
+    return paths
+
+
+def _options(args) -> dict:
+    """The render options given on the command line (absent ones keep their defaults)."""
+    names = [n for n in DEFAULTS if n != "sbatch"]
+    opts = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    if args.sbatch:
+        opts["sbatch"] = tuple(args.sbatch)
+    return opts
+
+
+def _cmd_slurm(args) -> int:
+    if args.write:
+        for path in write_golden(args.write):
+            print(path)
+        return 0
+    if args.kind is None:
+        raise ConfigError(f"no template kind given; valid kinds are {', '.join(KINDS)}")
+    text = render(args.kind, **_options(args))
+    if args.output in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        sys.stderr.write(f"wrote {args.output}; submit it with: sbatch {args.output}\n")
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", nargs="?", help=f"one of: {', '.join(KINDS)}")
+    p.add_argument("-o", "--output", default=None, help="write the script here (default: stdout)")
+    p.add_argument("--write", metavar="DIR", default=None,
+                   help="write every kind with the defaults to DIR (regenerates the golden files)")
+    d = DEFAULTS
+    p.add_argument("--job-name", dest="job_name", help=f"default {d['job_name']}")
+    p.add_argument("--ntasks", help=f"MPI ranks (driver + workers, at least 2); default {d['ntasks']}")
+    p.add_argument("--time", help=f"SLURM time limit; default {d['time']}")
+    p.add_argument("--signal-margin", dest="signal_margin",
+                   help=f"seconds before the limit at which the fit checkpoints and exits 75; default {d['signal_margin']}")
+    p.add_argument("--max-restarts", dest="max_restarts",
+                   help=f"requeue at most this many times; default {d['max_restarts']}")
+    p.add_argument("--out-dir", dest="out_dir", help=f"output folder ($OUT_DIR); default {d['out_dir']}")
+    p.add_argument("--python", help=f"the Python that has mixle_mpi; default {d['python']}")
+    p.add_argument("--array", help=f"array indices (kind array); default {d['array']}")
+    p.add_argument("--base-seed", dest="base_seed", help=f"seed of task 0 (kind array); default {d['base_seed']}")
+    p.add_argument("--fit-cmd", dest="fit_cmd",
+                   help="the fit command, one shell line; may use $PY, $OUT_DIR and (array) $SEED. "
+                        f"Default: {DEFAULT_FIT}")
+    p.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                   help="an extra #SBATCH option, e.g. --sbatch=--partition=debug (repeatable)")
+    p.set_defaults(func=_cmd_slurm)
+
+
+def add_subcommand(subparsers) -> None:
+    """Register ``mixle-mpi slurm``."""
+    add_arguments(subparsers.add_parser("slurm", help="render a SLURM batch script (kinds: " + ", ".join(KINDS) + ")",
+                                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+
+
+def main(argv=None) -> int:
+    """``python -m mixle_mpi.slurm``: the same as ``mixle-mpi slurm``."""
+    from mixle_mpi.cli.cmdrun import run_command
+
+    p = argparse.ArgumentParser(prog="python -m mixle_mpi.slurm", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    return run_command(p.parse_args(argv), "slurm")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""``fit``: mixle's optimize with exact checkpoints, resume and preemption.
+
+mixle's EM loop reports every accepted iteration to ``on_step`` and resumes from
+``prev_estimate``; the E-step is deterministic, so a fit resumed from the model after
+iteration k replays iterations k+1.. to the same bits. Checkpoints are written by the
+driver only (see :mod:`mixle_mpi.storage.checkpoint`). SIGTERM (and SIGUSR1, unless it is ignored
+as under MPICH's rank wrapper) asks the driver to checkpoint at the end of the current
+iteration and exit with code 75, "checkpointed, please requeue"; SIGINT (Ctrl-C, which
+``mixle-mpi run`` passes on to the driver) does the same and exits 130.
+
+A fit may span several job segments (a first run, then a resume after each requeue);
+each checkpoint keeps the wall time of every segment so far, so the summary can report
+the whole fit's time as well as the last segment's (:class:`Segments`).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import signal
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mixle_mpi.storage import checkpoint as ckpt
+from mixle_mpi.core.errors import Interrupted, Preempted  # noqa: F401 - public here too (fitloop.Preempted)
+from mixle_mpi.fitting.progress import stop_reason
+from mixle_mpi.core.validate import sha256_text
+
+# mixle's notes on how a run stopped: the fit's own final line says it, in our words.
+MIXLE_STOP_NOTES = (".*max_its cap.*", ".*called with delta=None.*")
+
+
+@dataclass
+class Segments:
+    """The wall time of a fit that may span several job segments (requeues): the seconds
+    of the earlier segments, as their last checkpoint recorded them, plus this one's."""
+
+    started: float = field(default_factory=time.monotonic)   # this segment's start
+    before: float = 0.0                                      # earlier segments, in seconds
+    count: int = 1                                           # segments so far, this one included
+
+    def resumed(self, state: ckpt.FitState) -> None:
+        """Take the earlier segments from a checkpoint (the latest of several restarts wins)."""
+        self.before = max(self.before, float(state.wall_seconds))
+        self.count = max(self.count, int(state.segments) + 1)
+
+    def this_segment(self, now: float | None = None) -> float:
+        return (time.monotonic() if now is None else now) - self.started
+
+    def total(self, now: float | None = None) -> float:
+        return self.before + self.this_segment(now)
+
+
+class _StopFlag:
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    def install(self) -> None:
+        sigs = [signal.SIGTERM, signal.SIGINT]
+        if signal.getsignal(signal.SIGUSR1) != signal.SIG_IGN:
+            sigs.append(signal.SIGUSR1)
+        for s in sigs:
+            signal.signal(s, self._handler)
+        from mixle_mpi.runtime.exiting import write_driver_pid
+
+        write_driver_pid()  # from now on the launcher may forward SIGTERM/SIGUSR1 here
+
+    def _handler(self, signum, frame) -> None:
+        self.signal = signum
+
+
+def versions(blas_threads: int) -> dict:
+    """The versions that the fitted bits depend on."""
+    from mixle_mpi.runtime.startup import mpi_text
+
+    return {"mixle": md.version("mixle"), "numpy": np.__version__, "mpi": mpi_text(),
+            "blas_threads": int(blas_threads)}
+
+
+def _whole_fit_provenance(model, iterations: int, max_its: int) -> None:
+    """optimize's fit receipt describes only the resumed part; make it describe the whole
+    fit, as the uninterrupted run's does (it is part of the model's JSON)."""
+    import dataclasses
+
+    prov = model.fit_provenance() if hasattr(model, "fit_provenance") else None
+    if prov is not None:
+        model._fit_provenance = dataclasses.replace(prov, iterations=iterations, max_iterations=max_its)
+
+
+def stopped(signum: int, iteration: int, checkpoint: str | None) -> Preempted:
+    """The error that ends a fit stopped by a signal: what happened and what to do (pure)."""
+    name, interrupted = signal.Signals(signum).name, signum == signal.SIGINT
+    saved = (f"checkpoint written to {checkpoint}{'' if interrupted else ', ready for a requeue'}: rerun the same "
+             "command to resume" if checkpoint else "no checkpoint path was given (--checkpoint), so nothing was saved")
+    if interrupted:
+        return Interrupted(f"interrupted (Ctrl-C, {name}) after iteration {iteration}; {saved}")
+    return Preempted(f"preempted: received {name} after iteration {iteration}; {saved}")
+
+
+def _resume_state(checkpoint: str, resume: str, current: ckpt.FitState, allow_version_change: bool):
+    """The checkpoint to resume (or None), with the file actually read and why the newest
+    one was not (a fallback to ``.prev``); a refusal says what to pass to resume it."""
+    fallback: list[tuple[str, str]] = []
+    state = ckpt.read(checkpoint, on_fallback=lambda p, why: fallback.append((p, why)))
+    if state is None:
+        if resume == "yes":
+            raise ckpt.CheckpointError(f"resume='yes' but there is no checkpoint at {checkpoint!r}")
+        return None, fallback
+    refused = ckpt.refusal(fallback[0][0] if fallback else checkpoint, state, current, allow_version_change)
+    if refused:
+        raise ckpt.CheckpointError(refused)
+    return state, fallback
+
+
+def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_p: float = 0.1, seed: int = 1,
+        checkpoint: str | None = None, every: int = 1, seconds: float | None = None, resume: str = "auto",
+        allow_version_change: bool = False, journal: bool = False, out=None,
+        on_iteration=None, segments: Segments | None = None, on_finish=None) -> tuple[Any, list[float]]:
+    """Fit with ``optimize`` on the driver; returns (model, log-likelihood per iteration).
+
+    ``checkpoint`` is an HDF5 path; a checkpoint is written every ``every`` iterations
+    and/or every ``seconds`` seconds, and once at the end. ``resume``: "auto" resumes when
+    a checkpoint exists, "yes" requires one, "no" starts afresh (overwriting).
+    ``journal`` also persists each E-step round's received shard payloads to
+    ``<checkpoint>.round.h5``, so a driver killed mid-round recomputes only the missing
+    shards after resuming (off by default: one small HDF5 write per shard and round).
+    ``on_iteration(iteration, ll, checkpointed)`` is called after each accepted iteration,
+    once its checkpoint (if one was due) is on disk; ``checkpointed`` is its path or None.
+    ``segments`` keeps the wall time over job segments (a new one starts now by default).
+    ``on_finish(reason)`` is told how EM stopped ("converged", "max_its" or "unchanged",
+    see :func:`~mixle_mpi.fitting.progress.stop_reason`); for a checkpoint that holds a finished fit,
+    as that fit stopped, whatever ``max_its`` is now.
+    """
+    from mixle.inference.estimation import optimize
+    from mixle.utils.serialization import from_json, to_json
+
+    if resume not in ("auto", "yes", "no"):
+        raise ckpt.ConfigError(f"resume must be 'auto', 'yes' or 'no'; found {resume!r}")
+    drv = enc._driver
+    segments = segments or Segments()
+    config = {"delta": delta, "init_p": init_p, "seed": seed}
+    current = ckpt.FitState(
+        iteration=0, model="", ll=[],
+        layout={"num_shards": enc.num_shards, "sub_chunks": enc.sub_chunks},
+        fingerprint={"data": enc.store.fingerprint(), "estimator": sha256_text(to_json(estimator)),
+                     "config": sha256_text(json.dumps(config))},
+        versions=versions(enc.settings.blas_threads), config=config,
+    )
+    state = None
+    if checkpoint:
+        ckpt.check_writable(checkpoint)
+        if resume != "no":
+            state, fallback = _resume_state(checkpoint, resume, current, allow_version_change)
+            for path, why in fallback:
+                enc.events.emit("checkpoint_fallback", path=path, cause=why)
+        if state is not None:
+            segments.resumed(state)
+            where = {"source": fallback[0][0],
+                     "fallback": f"{checkpoint} is damaged ({fallback[0][1].removeprefix(checkpoint + ': ')})"} \
+                if fallback else {}
+            enc.events.emit("resumed", path=checkpoint, iteration=state.iteration, finished=state.finished, **where)
+            if state.finished:
+                if on_finish is not None:
+                    on_finish(state.stopped or ("converged" if state.converged else "max_its"))
+                return from_json(state.model), list(state.ll)
+
+    if checkpoint and journal:
+        from mixle_mpi.storage.journal import FoldJournal
+
+        enc.journal = FoldJournal(checkpoint + ".round.h5")
+    history = list(state.ll) if state else []
+    start = state.iteration if state else 0
+    stop = _StopFlag()
+    stop.install()
+    last_write = [time.monotonic()]
+
+    def save(model, iteration: int, finished: bool = False, stopped: str = "") -> None:
+        t0 = time.perf_counter()
+        s = ckpt.FitState(**{**current.__dict__, "iteration": iteration, "model": model.to_json(), "ll": list(history),
+                              "finished": finished, "converged": stopped == "converged", "stopped": stopped,
+                              "failures": {str(k): v for k, v in drv.membership.failures().items()},
+                              "blacklist": drv.membership.blacklisted(),
+                              "wall_seconds": segments.total(), "segments": segments.count})
+        ckpt.write(checkpoint, s, before_rename=lambda tmp: drv.faults.check("checkpoint_write", iteration))
+        last_write[0] = time.monotonic()
+        enc.events.emit("checkpoint", path=checkpoint, iteration=iteration, finished=finished,
+                        seconds=round(time.perf_counter() - t0, 6))
+
+    def on_step(step) -> None:
+        history.append(float(step.log_density))
+        i = start + step.iter
+        due = (every and i % every == 0) or (seconds is not None and time.monotonic() - last_write[0] >= seconds)
+        saved = checkpoint if checkpoint and (due or stop.signal is not None) else None
+        if saved:
+            save(step.model, i)
+        if on_iteration is not None:
+            on_iteration(i, history[-1], saved)
+        if stop.signal is not None:
+            enc.events.emit("preempted", signal=signal.Signals(stop.signal).name, iteration=i, checkpoint=checkpoint)
+            raise stopped(stop.signal, i, checkpoint)
+
+    print_iter = 1 if out is not None else None  # mixle prints to stdout when out is None
+    with warnings.catch_warnings():
+        for note in MIXLE_STOP_NOTES:
+            warnings.filterwarnings("ignore", message=note)
+        if state is None:
+            model = optimize(None, estimator, enc_data=enc, max_its=max_its, delta=delta, init_p=init_p,
+                             rng=np.random.RandomState(seed), on_step=on_step, out=out, print_iter=print_iter)
+        else:
+            model = optimize(None, estimator, enc_data=enc, prev_estimate=from_json(state.model),
+                             max_its=max(0, max_its - start), delta=delta, on_step=on_step, out=out, print_iter=print_iter)
+    if state is not None:
+        _whole_fit_provenance(model, len(history), max_its)
+    reason = stop_reason(history, max_its, delta)
+    if checkpoint:
+        save(model, len(history), finished=True, stopped=reason)
+    if on_finish is not None:
+        on_finish(reason)
+    return model, history

@@ -1,0 +1,411 @@
+"""The decisions of ``mixle-mpi chaos --external``, as pure functions over plain data.
+
+An external campaign kills real processes of a running job from outside, with no hook, at
+times drawn uniformly over the whole run. Everything that decides is here and is tested
+without MPI or processes (:mod:`mixle_mpi.cli.chaos_external` only reads ``/proc``, sends the
+signals and launches the jobs):
+
+- :func:`external_plan`: what one run does (which kind, when, which signal, how the victim is
+  picked), from ``(campaign seed, run, draw)`` alone, so any run can be replayed;
+- :func:`classify`: which processes of a process table are the job's ranks, which one is
+  the driver (world rank 0 of the original job) and which ones were respawned;
+- :func:`choose_victim`: the victim of one kill among the ranks alive at that moment;
+- :func:`judge`: one run's outcome from what was observed;
+- :func:`summarize`: counts per kind and outcome, and the recovery-time distribution.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from dataclasses import dataclass, field
+
+from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.core.exitcodes import NEVER_STARTED
+
+# kind: what is killed. "worker": SIGKILL of one worker at a uniformly random time (startup
+# included); "two_workers": a second worker SIGKILLed 0-300 ms after the first;
+# "during_recovery": a second SIGKILL 0.2-2 s after the first, while the job recovers (half of
+# the draws prefer the first victim's replacement, when one is up by then); "stop": SIGSTOP
+# of one worker, never resumed; "driver": SIGKILL of the driver (the job has a checkpoint),
+# then the same command is run again and must resume to the reference's bits.
+KINDS = ("worker", "two_workers", "during_recovery", "stop", "driver")
+TWO_KILL_KINDS = ("two_workers", "during_recovery")
+TWO_WORKERS_GAP = (0.0, 0.3)
+RECOVERY_GAP = (0.2, 2.0)
+
+# outcomes: the passing ones, then the failing ones (FAILED carries the exit code)
+OK, RESUMED_OK, RETRIED_OK, MISSED = "ok", "resumed-ok", "never-started-retried", "missed"
+DIVERGED, HUNG, LEFTOVER, FAILED = "DIVERGED", "HUNG", "LEFTOVER", "FAILED"
+PASSING = (OK, RESUMED_OK, RETRIED_OK)
+
+RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+RESPAWN_ENV = ("OMPI_PARENT_PORT", "PMI_SPAWNED")  # Open MPI / MPICH: started by MPI_Comm_spawn
+DEAD_STATES = ("Z", "X", "x")
+STOPPED_STATES = ("T", "t")
+
+
+# -- plans ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KillSpec:
+    """One kill: ``delay`` seconds after the launch (the first kill) or after the previous
+    kill (the others); ``signal`` ``SIGKILL`` or ``SIGSTOP``; ``target`` ``worker`` or
+    ``driver``; ``pick`` in [0, 1) chooses among the candidates alive at that moment."""
+    delay: float
+    signal: str
+    target: str
+    pick: float
+    prefer_replacement: bool = False
+
+
+@dataclass(frozen=True)
+class ExternalPlan:
+    index: int   # the run slot, from 1
+    draw: int    # 0, or the redraw after ``draw`` missed attempts of this slot
+    kind: str
+    kills: tuple
+
+    def describe(self) -> str:
+        """A compact form: ``SIGKILL worker @3.12s, SIGKILL worker +0.15s`` (pure)."""
+        out = []
+        for i, k in enumerate(self.kills):
+            when = f"@{k.delay:.2f}s" if i == 0 else f"+{k.delay:.2f}s"
+            out.append(f"{k.signal} {k.target}{' (replacement)' if k.prefer_replacement else ''} {when}")
+        return ", ".join(out)
+
+
+def kinds_from_text(text: str | None) -> tuple[str, ...]:
+    """``--kinds a,b`` as a tuple of kinds (None or empty: all of them)."""
+    if not text:
+        return KINDS
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise ConfigError(f"--kinds: unknown kind(s) {bad or [text]}; valid kinds are {', '.join(KINDS)}")
+    return kinds
+
+
+def check_campaign(workers: int, runs: int, window: float, kinds: tuple) -> None:
+    """Refuse a campaign that cannot run as asked, saying what was found and what is needed."""
+    if runs < 1:
+        raise ConfigError(f"--runs must be >= 1; found {runs}")
+    if not (window > 0 and math.isfinite(window)):
+        raise ConfigError(f"--kill-window must be a factor > 0 of the reference run's wall time; found {window}")
+    need = 3 if any(k in TWO_KILL_KINDS for k in kinds) else 2
+    if workers < need:
+        raise ConfigError(f"an external campaign with kinds {', '.join(kinds)} needs at least {need} workers "
+                          f"(-n {need + 1} or more); found {workers} (-n {workers + 1})")
+
+
+def external_plan(seed: int, index: int, draw: int, kind: str, window: float) -> ExternalPlan:
+    """Run ``index``'s plan (its ``draw``-th draw) of kind ``kind``, with the first kill at a
+    time uniform over [0, window] seconds after the launch (pure; one run is replayed from
+    ``(seed, index, draw)`` alone, whatever the other runs did)."""
+    if kind not in KINDS:
+        raise ConfigError(f"unknown external kind {kind!r}; valid kinds are {', '.join(KINDS)}")
+    rng = random.Random(f"mixle-mpi chaos --external/{seed}/{index}/{draw}")
+    first = rng.uniform(0.0, window)
+    if kind == "driver":
+        kills = (KillSpec(first, "SIGKILL", "driver", 0.0),)
+    elif kind == "stop":
+        kills = (KillSpec(first, "SIGSTOP", "worker", rng.random()),)
+    else:
+        kills = (KillSpec(first, "SIGKILL", "worker", rng.random()),)
+        if kind == "two_workers":
+            kills += (KillSpec(rng.uniform(*TWO_WORKERS_GAP), "SIGKILL", "worker", rng.random()),)
+        elif kind == "during_recovery":
+            gap, pick, prefer = rng.uniform(*RECOVERY_GAP), rng.random(), rng.random() < 0.5
+            kills += (KillSpec(gap, "SIGKILL", "worker", pick, prefer),)
+    return ExternalPlan(index, draw, kind, kills)
+
+
+def campaign_plans(seed: int, runs: int, window: float, kinds: tuple = KINDS) -> list[ExternalPlan]:
+    """The first draw of every run slot; kinds cycle so that every kind appears early (pure)."""
+    return [external_plan(seed, i + 1, 0, kinds[i % len(kinds)], window) for i in range(runs)]
+
+
+def parse_replay(text: str | None) -> list[tuple[int, int]]:
+    """``--replay 4,7.1`` as [(run, draw)]: run 4's first draw, run 7's second (pure)."""
+    out = []
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        run, _, draw = item.partition(".")
+        if not run.isdigit() or int(run) < 1 or (draw and not draw.isdigit()):
+            raise ConfigError(f"--replay takes runs as RUN or RUN.DRAW (e.g. 4,7.1), as the table numbers them; "
+                              f"found {item!r}")
+        out.append((int(run), int(draw or 0)))
+    return out
+
+
+def replay_plans(seed: int, slots: list[tuple[int, int]], window: float, kinds: tuple = KINDS) -> list[ExternalPlan]:
+    """The plans of the given (run, draw) slots of a campaign with this seed, window and kinds:
+    the same kills as in that campaign (pure)."""
+    return [external_plan(seed, run, draw, kinds[(run - 1) % len(kinds)], window) for run, draw in slots]
+
+
+# -- the process table ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Proc:
+    """One row of a process table (what ``/proc`` says about a process)."""
+    pid: int
+    ppid: int
+    state: str
+    argv: tuple
+    env: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class RankProc:
+    """A rank's Python process: ``rank`` is its world rank (0 for a respawned one, which is
+    rank 0 of a world of its own); ``role`` is ``driver`` or ``worker``."""
+    pid: int
+    role: str
+    rank: int
+    respawned: bool
+    state: str
+    tag: str | None = None
+    wrapper: int | None = None  # pid of the MPICH rank wrapper (sh rankwrap.sh) around it
+
+    @property
+    def alive(self) -> bool:
+        return self.state not in DEAD_STATES
+
+    def label(self) -> str:
+        who = "driver" if self.role == "driver" else ("respawned worker" if self.respawned else f"worker {self.rank}")
+        return f"{who} pid {self.pid}"
+
+
+def is_python(argv) -> bool:
+    return bool(argv) and os.path.basename(str(argv[0])).startswith("python")
+
+
+def is_wrapper(argv) -> bool:
+    return len(argv) >= 2 and os.path.basename(str(argv[0])) in ("sh", "dash", "bash") and \
+        os.path.basename(str(argv[1])) == "rankwrap.sh"
+
+
+def descendants(table: dict, root: int) -> list[int]:
+    """Pids under ``root`` in ``table`` (pid -> Proc), root excluded, parents first (pure)."""
+    children: dict[int, list[int]] = {}
+    for p in table.values():
+        children.setdefault(p.ppid, []).append(p.pid)
+    out, stack = [], sorted(children.get(root, []), reverse=True)
+    while stack:
+        pid = stack.pop()
+        out.append(pid)
+        stack.extend(sorted(children.get(pid, []), reverse=True))
+    return out
+
+
+def world_rank(env: dict) -> int | None:
+    for var in RANK_ENV:
+        value = env.get(var)
+        if value is not None and str(value).strip().lstrip("-").isdigit():
+            return int(value)
+    return None
+
+
+def classify(table: dict, root: int, tags: frozenset | set = frozenset()) -> list[RankProc]:
+    """The job's rank processes in ``table`` (pid -> Proc): Python processes under ``root``
+    (the launcher), or anywhere when they carry one of the job's ``tags``, that have an MPI
+    rank in their environment. A rank started by ``MPI_Comm_spawn`` (Open MPI sets
+    ``OMPI_PARENT_PORT``, MPICH ``PMI_SPAWNED=1``; our MPICH wrapper gets ``--worker``) is a
+    respawned worker; the driver is world rank 0 of an original job. Under MPICH the rank
+    is the wrapper's Python child, never the ``sh`` wrapper itself (pure)."""
+    from mixle_mpi.core.reaper import TAG_ENV
+
+    under = set(descendants(table, root))
+    out = []
+    for pid in sorted(table):
+        p = table[pid]
+        tag = p.env.get(TAG_ENV)
+        if pid == root or not (pid in under or (tag is not None and tag in tags)):
+            continue
+        if not is_python(p.argv):
+            continue
+        rank = world_rank(p.env)
+        if rank is None:
+            continue  # the reaper, or a Python that is no rank
+        parent = table.get(p.ppid)
+        wrapper = parent.pid if parent is not None and is_wrapper(parent.argv) else None
+        respawned = (any(var in p.env for var in RESPAWN_ENV) or
+                     (wrapper is not None and "--worker" in parent.argv[2:3]))
+        role = "driver" if rank == 0 and not respawned else "worker"
+        out.append(RankProc(pid, role, rank, respawned, p.state, tag, wrapper))
+    return out
+
+
+def choose_victim(ranks: list[RankProc], spec: KillSpec, done: set | frozenset = frozenset(),
+                  hold_for_replacement: bool = False) -> RankProc | None:
+    """The victim of ``spec`` among ``ranks`` (pure): a live rank of the target role that
+    this run has not signalled yet (a SIGSTOP never picks a stopped rank); with
+    ``prefer_replacement``, a respawned worker when one is there, and none at all while
+    ``hold_for_replacement`` (the replacement may still appear: the executor then kills it
+    the moment it does, inside its spawn). Candidates are ordered by (respawned, rank, pid)
+    and ``spec.pick`` indexes them, so a replay with the same table picks the same process.
+    None when there is no candidate."""
+    cands = [r for r in ranks if r.role == spec.target and r.alive and r.pid not in done
+             and not (spec.signal == "SIGSTOP" and r.state in STOPPED_STATES)]
+    if spec.prefer_replacement:
+        if any(r.respawned for r in cands):
+            cands = [r for r in cands if r.respawned]
+        elif hold_for_replacement:
+            return None
+    if not cands:
+        return None
+    cands.sort(key=lambda r: (r.respawned, r.rank, r.pid))
+    return cands[min(len(cands) - 1, int(spec.pick * len(cands)))]
+
+
+def never_started_explained(victim_tags: list, attempts: int) -> bool:
+    """A final exit 73 ("never started") is explained only if each of the launcher's
+    ``attempts`` (one job tag each) lost a rank to this run's kills; otherwise the launcher
+    gave up on a start that nothing disturbed (pure)."""
+    return attempts >= 1 and len({t for t in victim_tags if t is not None}) >= attempts
+
+
+def phase_at(wall: float, events: list[dict], mpi_up: bool | None = None, started: bool | None = None) -> str:
+    """Where the job was at wall-clock time ``wall`` (pure), from its event log and the
+    launcher's startup markers as they were at that moment (``mpi_up``: MPI initialisation
+    had finished on rank 0; ``started``: every live worker held its shards):
+
+    ``start/init`` (process start, imports and MPI initialisation), ``handshake`` (the driver prepares
+    the data, gathers the workers and writes the shard store; ``startup`` when the markers
+    are unknown), ``shard load`` (the workers are set up and get their shards), ``it N``
+    (iteration N: after checkpoint N-1), ``close`` (after the final checkpoint, or the
+    handle closed)."""
+    before = [e for e in events if e.get("time", float("inf")) <= wall]
+    if not any(e.get("event") == "start" for e in before):
+        return "startup" if mpi_up is None else ("handshake" if mpi_up else "start/init")
+    last_start = max(i for i, e in enumerate(before) if e.get("event") == "start")
+    since = before[last_start:]
+    if any(e.get("event") == "closed" or (e.get("event") == "checkpoint" and e.get("finished")) for e in since):
+        return "close"
+    its = [e.get("iteration") or 0 for e in since if e.get("event") in ("checkpoint", "resumed")]
+    if its:
+        return f"it {max(its) + 1}"
+    if started is None:
+        return "setup"
+    return "it 1" if started else "shard load"
+
+
+def phase_group(phase: str | None) -> str:
+    """``it N`` counts as ``fit`` in the report's histogram (pure)."""
+    return "fit" if phase and phase.startswith("it ") else (phase or "unknown")
+
+
+# -- judging ---------------------------------------------------------------------------------
+@dataclass
+class Launch:
+    """What one launch of the job did, as observed from outside."""
+    code: int | None
+    seconds: float
+    hung: bool = False
+    has_result: bool = False
+    diffs: list = field(default_factory=list)
+    leftovers: list = field(default_factory=list)
+    retried: bool = False   # the launcher itself started the job again (exit 73 on its first try)
+
+    @property
+    def identical(self) -> bool:
+        return self.code == 0 and self.has_result and not self.diffs
+
+
+def judge(kind: str, first: Launch, *, missed: bool, explained_73: bool, rerun: Launch | None = None) -> str:
+    """One run's outcome (pure). Failing outcomes win over passing ones, so a run whose kill
+    missed but whose job went wrong still fails the campaign:
+
+    - ``HUNG``: a launch overran its deadline; ``DIVERGED``: it finished with other bits;
+    - ``FAILED(code)``: an exit that the kills do not explain (only a driver kill, and a
+      never-started exit whose every attempt lost a rank, are explained: both are run again
+      and the rerun must give the reference's bits), or exit 0 without a result;
+    - ``LEFTOVER``: a process of the job outlived the launcher by the grace period;
+    - ``missed``: a planned kill found no victim (the job had ended): not a run of its kind;
+    - ``resumed-ok`` (driver killed, the rerun resumed to the same bits),
+      ``never-started-retried`` (a startup death, and the launcher or the campaign started it
+      again, to the same bits), ``ok``.
+    """
+    launches = [first] + ([rerun] if rerun is not None else [])
+    if any(x.hung for x in launches):
+        return HUNG
+    if first.code == 0:
+        final, verdict = first, (RETRIED_OK if first.retried else OK)
+    elif needs_rerun(kind, first, explained_73) and rerun is not None:
+        final, verdict = rerun, (RETRIED_OK if first.code == NEVER_STARTED else RESUMED_OK)
+    else:
+        return f"{FAILED}({first.code})"
+    if final.code == 0 and final.has_result and final.diffs:
+        return DIVERGED
+    if not final.identical:
+        return f"{FAILED}({final.code})"
+    if any(x.leftovers for x in launches):
+        return LEFTOVER
+    return MISSED if missed else verdict
+
+
+def needs_rerun(kind: str, first: Launch, explained_73: bool) -> bool:
+    """Whether the same command must be run again to judge the run (pure): after a driver
+    kill that ended the job, or an explained never-started exit."""
+    if first.hung or first.code == 0:
+        return False
+    if first.code == NEVER_STARTED:
+        return explained_73
+    return kind == "driver"
+
+
+def passed(outcome: str) -> bool:
+    return outcome in PASSING or outcome == MISSED
+
+
+# -- the report ------------------------------------------------------------------------------
+def percentile(xs: list, p: float) -> float | None:
+    """The ``p``-th percentile of ``xs`` by linear interpolation between closest ranks (pure)."""
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    k = (len(xs) - 1) * p / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def distribution(xs: list) -> dict:
+    xs = [x for x in xs if x is not None]
+    return {"n": len(xs), "min": min(xs) if xs else None, "p50": percentile(xs, 50), "p90": percentile(xs, 90),
+            "p99": percentile(xs, 99), "max": max(xs) if xs else None}
+
+
+def summarize(rows: list[dict], kinds: tuple = KINDS) -> dict:
+    """Counts per kind and outcome, runs per kind (missed draws not counted), failures, and
+    the recovery-time distribution overall and per kind, from the runs' rows (pure)."""
+    per_kind = {k: {} for k in kinds}
+    for r in rows:
+        per_kind.setdefault(r["kind"], {})
+        per_kind[r["kind"]][r["outcome"]] = per_kind[r["kind"]].get(r["outcome"], 0) + 1
+    counted = [r for r in rows if r["outcome"] != MISSED]
+    failures = [r for r in rows if not passed(r["outcome"])]
+    outcomes: dict[str, int] = {}
+    for r in rows:
+        outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
+    rec = [r.get("recovery_seconds") for r in counted]
+    phases: dict[str, int] = {}
+    for r in counted:
+        for k in r.get("kills", []):
+            if k.get("delivered"):
+                g = phase_group(k.get("phase"))
+                phases[g] = phases.get(g, 0) + 1
+    return {
+        "runs": len(counted),
+        "missed": len(rows) - len(counted),
+        "runs_per_kind": {k: sum(1 for r in counted if r["kind"] == k) for k in per_kind},
+        "outcomes": dict(sorted(outcomes.items())),
+        "per_kind": per_kind,
+        "failures": len(failures),
+        "kills_per_phase": dict(sorted(phases.items())),
+        "recovery_seconds": distribution(rec),
+        "recovery_seconds_per_kind": {k: distribution([r.get("recovery_seconds") for r in counted if r["kind"] == k])
+                                      for k in per_kind},
+        "ok": not failures and len(counted) > 0,
+    }

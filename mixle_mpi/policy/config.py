@@ -1,0 +1,100 @@
+"""Settings: argument > MIXLE_MPI_* environment variable > default, parsed strictly."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, fields
+from numbers import Real
+
+from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.core.validate import check_int
+
+ENV_PREFIX = "MIXLE_MPI_"
+
+
+def _positive_float(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name} must be a finite number > 0; found {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything tunable about detection and recovery, validated once on the driver."""
+
+    # Seconds between heartbeats, both directions. 0.4 s against the 1 s timeout: a silent
+    # worker is declared failed after 2.5 missed beats (within 3 periods of its death, see
+    # bench/results/report.md) while a stall of up to 0.6 s is still tolerated.
+    heartbeat_period: float = 0.4
+    heartbeat_timeout: float = 1.0     # silence after which a worker is declared failed
+    driver_timeout: float = 60.0       # silence after which a worker gives the driver up
+    reconfigure_timeout: float = 60.0  # deadline for one shrink, spawn, or control reply (shard load)
+    blas_threads: int = 1              # BLAS threads on every rank (bits depend on it)
+    respawn: bool = True               # respawn failed ranks below max_retries
+    # A busy worker whose main thread reports no progress (one sub-chunk, one shard) for this
+    # long is stuck (a deadlock in a C extension, a livelock) and is failed like a dead one.
+    # 600 s: far above any sub-chunk of the data sizes we see; raise it, or split shards
+    # finer with sub_chunks, if a single sub-chunk legitimately computes longer.
+    stall_timeout: float = 600.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(f.default, bool):
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{f.name} must be True or False; found {value!r}")
+            elif isinstance(f.default, float):
+                object.__setattr__(self, f.name, _positive_float(f.name, value))
+            else:
+                object.__setattr__(self, f.name, check_int(f.name, value))
+        if self.heartbeat_timeout < 2 * self.heartbeat_period:
+            raise ConfigError(
+                f"heartbeat_timeout must be at least 2 x heartbeat_period; found timeout="
+                f"{self.heartbeat_timeout:g}s with period={self.heartbeat_period:g}s"
+            )
+
+    @classmethod
+    def resolve(cls, overrides: dict | None = None, environ=None) -> "Settings":
+        """Build settings from explicit overrides, then MIXLE_MPI_<NAME> variables, then defaults."""
+        environ = os.environ if environ is None else environ
+        overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+        values = {}
+        for f in fields(cls):
+            if f.name in overrides:
+                values[f.name] = overrides[f.name]
+                continue
+            raw = environ.get(ENV_PREFIX + f.name.upper())
+            if raw is None or raw == "":
+                continue
+            values[f.name] = _parse_env(f.name, raw, f.default)
+        unknown = set(overrides) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(
+                f"unknown setting(s) {sorted(unknown)}; valid settings are {[f.name for f in fields(cls)]}"
+            )
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            from_env = [ENV_PREFIX + k.upper() for k in values if k not in overrides]
+            if from_env:
+                raise ConfigError(f"{exc} (settings read from the environment: {', '.join(from_env)})") from None
+            raise
+
+
+def _parse_env(name: str, raw: str, default):
+    var = ENV_PREFIX + name.upper()
+    try:
+        if isinstance(default, bool):
+            low = raw.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if isinstance(default, int):
+            return int(raw)
+        return float(raw)
+    except ValueError:
+        kind = "boolean (1/0/true/false)" if isinstance(default, bool) else type(default).__name__
+        raise ConfigError(f"{var}={raw!r} is not a valid {kind}") from None

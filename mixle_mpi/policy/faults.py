@@ -1,0 +1,240 @@
+"""Deterministic chaos: a fault plan says which worker does what, when, at which phase.
+
+The MPI equivalent of mixle's ``arm_kill``: a worker process checks the plan at fixed
+points of its own code and kills, stops or ends *itself*, so a test kills a real process
+with no timing race. Plans come from the API (``fault_plan=``) or ``MIXLE_MPI_FAULT_PLAN``,
+as JSON or as compact ``worker:action:phase[:call[:incarnation]]`` items joined by commas.
+
+Before it acts, the victim records that its fault fired: one JSON line (event
+``fault_fired``) appended and fsynced to the file named by ``MIXLE_MPI_FAULT_LOG``, if set,
+and a line on stderr. A campaign or a test compares the records with the plan
+(:func:`mixle_mpi.cli.chaos.unfired`): a planned fault that left no record did not happen, and
+a run that was meant to survive it proves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+from mixle_mpi.core import logs
+from mixle_mpi.core.errors import ConfigError
+
+ACTIONS = ("kill", "stop", "exit", "hang")  # hang: the main thread blocks for good, heartbeats go on
+PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "respawn", "checkpoint_write",
+          "startup", "handshake")
+STARTUP_PHASES = ("startup", "handshake")  # an original worker, before setup: read from the environment
+DRIVER_PHASES = ("estep_before", "estep_mid", "checkpoint_write")  # worker 0 is the driver
+SCOPES = ("any", "own", "recovery")
+ENV_VAR = "MIXLE_MPI_FAULT_PLAN"
+FIRED_ENV = "MIXLE_MPI_FAULT_LOG"  # where a victim records its fault before acting
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Worker place ``worker`` performs ``action`` at ``phase`` of call number ``call``.
+
+    ``startup`` fires on an original worker right after MPI init, before it says hello to
+    the driver; ``handshake`` once the driver's go arrived, before the job's communicator is
+    built. Those two come from ``MIXLE_MPI_FAULT_PLAN`` (the worker has no setup yet).
+    ``call`` counts the driver's calls of that kind from 0 (E-step rounds for the estep
+    phases, initializations, log-density sums; for ``checkpoint_write`` the iteration being
+    written); it is ignored for ``respawn``. Worker 0 is the driver itself (phases
+    ``estep_before``, ``estep_mid`` -- after a first result was journaled -- and
+    ``checkpoint_write``), for checkpoint and resume tests.
+    ``incarnation`` picks the process: 0 is the original, 1 its first replacement, ...
+    ``scope`` limits task phases to the worker's own shards or to recovery work.
+    """
+
+    worker: int
+    action: str
+    phase: str
+    call: int = 0
+    incarnation: int | None = None
+    scope: str = "any"
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ConfigError(f"fault action {self.action!r} is unknown; valid actions are {list(ACTIONS)}")
+        if self.phase not in PHASES:
+            raise ConfigError(f"fault phase {self.phase!r} is unknown; valid phases are {list(PHASES)}")
+        if self.scope not in SCOPES:
+            raise ConfigError(f"fault scope {self.scope!r} is unknown; valid scopes are {list(SCOPES)}")
+        if isinstance(self.worker, bool) or not isinstance(self.worker, int) or self.worker < 0:
+            raise ConfigError(f"fault worker must be a rank >= 0 (0 is the driver); found {self.worker!r}")
+        if self.worker == 0 and self.action == "hang":
+            raise ConfigError("action 'hang' is for workers: the driver has no stall detection (use kill or stop)")
+        if self.worker == 0 and self.phase not in DRIVER_PHASES:
+            raise ConfigError(f"the driver (rank 0) can only fault at {list(DRIVER_PHASES)}; found phase {self.phase!r}")
+        if self.worker > 0 and self.phase == "checkpoint_write":
+            raise ConfigError("phase 'checkpoint_write' happens on the driver only: use worker 0")
+        if isinstance(self.call, bool) or not isinstance(self.call, int) or self.call < 0:
+            raise ConfigError(f"fault call must be an integer >= 0; found {self.call!r}")
+        if self.incarnation is None:
+            object.__setattr__(self, "incarnation", 1 if self.phase == "respawn" else 0)
+        if isinstance(self.incarnation, bool) or not isinstance(self.incarnation, int) or self.incarnation < 0:
+            raise ConfigError(f"fault incarnation must be an integer >= 0; found {self.incarnation!r}")
+
+    def matches(self, worker: int, incarnation: int, phase: str, call: int, recovery: bool) -> bool:
+        if (self.worker, self.incarnation, self.phase) != (worker, incarnation, phase):
+            return False
+        if phase != "respawn" and self.call != call:
+            return False
+        return self.scope == "any" or (self.scope == "recovery") == recovery
+
+
+def parse_plan(spec) -> tuple[Fault, ...]:
+    """Accept None, Fault objects, dicts, a JSON string or the compact string form."""
+    if spec is None or spec == "" or spec == []:
+        return ()
+    if isinstance(spec, str):
+        text = spec.strip()
+        if text.startswith("[") or text.startswith("{"):
+            try:
+                spec = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"fault plan is not valid JSON ({exc}); found {text!r}") from None
+            if isinstance(spec, dict):
+                spec = [spec]
+        else:
+            spec = [_parse_compact(item) for item in text.split(",") if item.strip()]
+    if isinstance(spec, (Fault, dict)):
+        spec = [spec]
+    if not isinstance(spec, (list, tuple)):
+        raise ConfigError(f"a fault plan must be a list, a dict, a Fault or a string; found {type(spec).__name__} {spec!r}")
+    faults = []
+    for item in spec:
+        if isinstance(item, Fault):
+            faults.append(item)
+        elif isinstance(item, dict):
+            try:
+                faults.append(Fault(**item))
+            except TypeError as exc:
+                raise ConfigError(f"bad fault entry {item!r}: {exc}") from None
+        else:
+            raise ConfigError(f"a fault entry must be a dict or Fault; found {type(item).__name__}")
+    return tuple(faults)
+
+
+def _parse_compact(item: str) -> dict:
+    parts = item.strip().split(":")
+    if not 3 <= len(parts) <= 6:
+        raise ConfigError(
+            f"compact fault {item!r} must look like worker:action:phase[:call[:incarnation[:scope]]]"
+        )
+    try:
+        out = {"worker": int(parts[0]), "action": parts[1], "phase": parts[2]}
+        if len(parts) > 3:
+            out["call"] = int(parts[3])
+        if len(parts) > 4 and parts[4] != "":
+            out["incarnation"] = int(parts[4])
+    except ValueError:
+        raise ConfigError(f"compact fault {item!r}: worker, call and incarnation must be integers") from None
+    if len(parts) > 5:
+        out["scope"] = parts[5]
+    return out
+
+
+def plan_from_env(environ=None) -> tuple[Fault, ...]:
+    environ = os.environ if environ is None else environ
+    return parse_plan(environ.get(ENV_VAR))
+
+
+def plan_to_json(plan) -> str:
+    return json.dumps([asdict(f) for f in plan])
+
+
+class FaultInjector:
+    """Held by one worker process; fires the matching fault on itself, at most once each."""
+
+    def __init__(self, plan, worker: int, incarnation: int) -> None:
+        self.plan = tuple(plan)
+        self.worker, self.incarnation = worker, incarnation
+        self._fired: set[int] = set()
+
+    def check(self, phase: str, call: int = 0, recovery: bool = False) -> None:
+        for i, fault in enumerate(self.plan):
+            if i not in self._fired and fault.matches(self.worker, self.incarnation, phase, call, recovery):
+                self._fired.add(i)
+                _perform(fault)
+
+
+def fired_record(fault: Fault) -> dict:
+    """What the victim records about itself, just before it acts."""
+    return {"time": round(time.time(), 6), "event": "fault_fired", **asdict(fault),
+            "pid": os.getpid(), "host": socket.gethostname()}
+
+
+def record_fired(fault: Fault, path: str | None = None) -> None:
+    """Append the record to ``path`` (default ``$MIXLE_MPI_FAULT_LOG``; nothing if unset) with
+    one ``write`` on an ``O_APPEND`` descriptor, then fsync, so that the line is on disk before
+    the process kills or stops itself and whole even when several ranks share the file."""
+    path = path if path is not None else os.environ.get(FIRED_ENV)
+    if not path:
+        return
+    line = (json.dumps(fired_record(fault)) + "\n").encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:  # the fault still acts; the missing record then fails the run
+        logs.get("faults").error(f"chaos: cannot record the fault in {path!r}: {exc}")
+
+
+def _perform(fault: Fault) -> None:
+    record_fired(fault)
+    sys.stdout.flush()
+    logs.get("faults").warning(f"chaos: worker {fault.worker} {fault.action} at {fault.phase} (call {fault.call}) "
+                               f"pid={os.getpid()}")
+    if fault.action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif fault.action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    elif fault.action == "hang":  # blocked in a C-level lock wait: the GIL is free, beats go on
+        lock = threading.Lock()
+        lock.acquire()
+        lock.acquire()
+    else:
+        os._exit(3)
+
+
+def read_fired(path: str | None) -> list[dict]:
+    """The ``fault_fired`` records in ``path`` (a fault log or an event log); [] if it is missing.
+    A torn last line (a writer killed mid-write) is skipped."""
+    try:
+        with open(path or "", encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("event") == "fault_fired":
+            out.append(rec)
+    return out
+
+
+def unfired(plan, fired: list[dict]) -> list[Fault]:
+    """The planned faults that no record says fired (each record accounts for one fault; pure)."""
+    keys = ("worker", "action", "phase", "call", "incarnation", "scope")
+    left = [tuple(r.get(k) for k in keys) for r in fired]
+    missing = []
+    for fault in parse_plan(plan):
+        key = tuple(getattr(fault, k) for k in keys)
+        if key in left:
+            left.remove(key)
+        else:
+            missing.append(fault)
+    return missing

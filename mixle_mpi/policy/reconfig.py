@@ -1,0 +1,73 @@
+"""Reconfiguration decisions between rounds, as plain functions over plain data.
+
+The driver asks these and carries out the answers over MPI: whether the original ranks'
+communicator must shrink and how, how survivors are renumbered, why a place is
+blacklisted, and where a blacklisted place's shards go for good. The simulation
+(:mod:`mixle_mpi.policy.simulation`) asks the same functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from mixle_mpi.policy.placement import spread
+
+ULFM, EMULATED = "ulfm", "emulated"
+
+
+def shrink_needed(failed: Iterable[int], original: Mapping[int, int]) -> bool:
+    """Only a failure among the original ranks changes their communicator (a respawned
+    worker has its own intercommunicator with the driver)."""
+    return any(w in original for w in failed)
+
+
+def shrink_method(configured: str, started: bool, ulfm_reports_failed: bool) -> tuple[str, str | None]:
+    """(method, why it fell back to the emulation, or None).
+
+    ULFM's ``Shrink`` waits for good for a member the library does not know to be dead (one
+    fenced but alive elsewhere, or one that exited without a signal), and was measured to
+    hang after a death inside the startup collectives; the emulation needs neither."""
+    if configured == EMULATED:
+        return EMULATED, None
+    if not started:
+        return EMULATED, "a rank failed while the job started; emulating the shrink"
+    if not ulfm_reports_failed:
+        return EMULATED, "ULFM does not report these ranks failed; emulating the shrink"
+    return ULFM, None
+
+
+def renumber(survivors: Iterable[int]) -> dict[int, int]:
+    """Worker id -> rank in the shrunk communicator: the driver is 0, survivors keep their order."""
+    return {w: i + 1 for i, w in enumerate(sorted(survivors))}
+
+
+def blacklist_cause(failures: int, max_retries: int, respawn_setting: bool) -> str:
+    """Why a failed place is blacklisted, for the event log."""
+    if failures >= max_retries:
+        return f"max_retries={max_retries} reached"
+    if not respawn_setting:
+        return "respawn disabled (respawn=False): shards migrate to survivors"
+    return "respawn unavailable (spawning failed): shards migrate to survivors"
+
+
+def migration(owners: Mapping[int, list[int]], blacklisted: Iterable[int],
+              live: Iterable[int]) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """(new owners, worker -> shards it receives): the shards of blacklisted places move for
+    good onto the least-loaded live workers. Raises ValueError when there is none."""
+    gone = set(blacklisted)
+    homeless = sorted(s for w, ss in owners.items() if w in gone for s in ss)
+    new = {w: ([] if w in gone else sorted(ss)) for w, ss in owners.items()}
+    if not homeless:
+        return new, {}
+    plan = spread(homeless, {w: len(new.get(w, [])) for w in sorted(live)})
+    for w, sids in plan.items():
+        new[w] = sorted(new.get(w, []) + sids)
+    return new, plan
+
+
+def spawn_timeout_is_fatal(vendor: str) -> bool:
+    """Whether the job must end when a Spawn overran its deadline. Measured under MPICH: a
+    replacement killed while it was being spawned leaves ``MPI_Comm_spawn`` spinning with
+    MPICH's global lock held, and every later MPI call of the driver waits for good. Open MPI
+    reports the death and the driver goes on (the shards migrate)."""
+    return vendor == "MPICH"

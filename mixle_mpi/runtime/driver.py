@@ -1,0 +1,575 @@
+"""Rank 0: places shards, runs rounds, detects failures and recovers exactly.
+
+Decisions come from the pure modules (membership, placement); this class carries them out
+over MPI. A round dispatches one task per live worker over its resident shards, accepts a
+shard's result only from the worker it is currently assigned to, and recomputes the
+shards of any worker that fails on survivors from the HDF5 shard store. Reconfiguration
+(shrink, respawn, blacklist, migration) happens between rounds, when every worker is idle.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import signal
+import time
+from typing import Any
+
+from mpi4py import MPI
+
+from mixle_mpi.core import logs
+from mixle_mpi.policy.config import Settings
+from mixle_mpi.core.errors import NoWorkersLeft, ReconfigurationTimeout, WorkerError
+from mixle_mpi.core.estep import PROTO
+from mixle_mpi.storage.events import EventLog
+from mixle_mpi.policy.faults import FaultInjector, plan_to_json
+from mixle_mpi.policy.membership import Membership
+from mixle_mpi.runtime.monitor import Monitor
+from mixle_mpi.policy.placement import initial_placement
+from mixle_mpi.policy.reconfig import (EMULATED, blacklist_cause, migration, renumber, shrink_method, shrink_needed,
+                               spawn_timeout_is_fatal)
+from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
+from mixle_mpi.core.deadlines import run_with_deadline
+from mixle_mpi.runtime.shrink import shrink
+from mixle_mpi.storage.store import ShardStore
+from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, TAG_CMD, TAG_REPLY, Backoff, Link, PeerFailed, abort_message
+
+_TASK_IDS = itertools.count(1)
+STOP_SEND_WAIT = 5.0       # seconds for "stop" messages to leave at the end
+DISCONNECT_TIMEOUT = 10.0  # seconds for one respawned worker's Disconnect at exit
+SPAWN_CHECK_TIMEOUT = 5.0  # after a spawn timed out: seconds MPI gets to prove it still answers
+
+
+class Driver:
+    def __init__(
+        self,
+        gcomm,
+        ghb,
+        ranks: dict[int, int],
+        workers: int,
+        monitor: Monitor,
+        store: ShardStore,
+        encoder_b: bytes,
+        sub_chunks: int,
+        max_retries: int,
+        settings: Settings,
+        events: EventLog,
+        fault_plan,
+        shrink_method: str,
+        spawn_command: list[str] | None,
+    ) -> None:
+        self.store = store
+        self.num_shards = store.num_shards
+        self.encoder_b = encoder_b
+        self.sub_chunks = sub_chunks
+        self.settings = settings
+        self.events = events
+        self.fault_plan_json = plan_to_json(fault_plan)
+        self.faults = FaultInjector(fault_plan, 0, 0)   # the driver's own chaos (rank 0)
+        self.shrink_method = shrink_method
+        self.spawn_command = spawn_command
+        self.can_spawn = settings.respawn and spawn_command is not None
+        self.host = MPI.Get_processor_name()
+
+        self.gcomm = gcomm
+        # Worker ids are the world ranks 1..workers, whoever came up: a rank left out at
+        # startup is placed like the others and then recovered as a failed worker.
+        ids = list(range(1, workers + 1))
+        self.membership = Membership(ids, max_retries)
+        self.grank = dict(ranks)                      # original-group members: rank in gcomm
+        self.links = {w: Link(gcomm, ghb, r) for w, r in ranks.items()}
+        self.info: dict[int, tuple[str, int]] = {}    # worker -> (host, pid)
+        self.owners = initial_placement(self.num_shards, ids)
+        self.pending: set[int] = set()                # failed since the last reconfiguration
+        self.epoch = 0
+        self.calls = {"estep": 0, "init": 0, "llsum": 0}
+        self.monitor = monitor                        # started by the handle at the handshake
+        self.rounds: list[dict[str, Any]] = []
+        self.peak_rss_mb: dict[int, float] = {}       # worker -> highest peak RSS its processes reported
+        self.started = False                          # every worker set up and loaded once
+        self.closed = False
+
+    # -- failure handling ------------------------------------------------------
+    def _fail(self, worker: int, cause: str, detected_at: float | None = None) -> None:
+        """Fence a failed worker: stop listening, kill it if it is ours to kill, queue recovery."""
+        if not self.membership.mark_failed(worker):
+            return
+        self.monitor.forget(worker)
+        self.links.pop(worker, None)
+        host, pid = self.info.get(worker, (None, None))
+        fenced = False
+        if pid is not None and host == self.host:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                fenced = True
+            except ProcessLookupError:
+                fenced = True
+            except PermissionError:
+                pass
+        self.pending.add(worker)
+        rec = self.membership.records[worker]
+        self.events.emit(
+            "failure_detected", worker=worker, host=host, pid=pid, cause=cause,
+            failures=rec.failures, incarnation=rec.incarnation,
+            detected_at=detected_at or time.time(), fenced=fenced,
+        )
+
+    def _check_failures(self) -> None:
+        for worker, (cause, when) in sorted(self.monitor.take_suspects().items()):
+            self._fail(worker, cause, when)
+
+    def _live(self) -> list[int]:
+        return [w for w in self.membership.live() if w in self.links]
+
+    def _live_processes(self) -> dict[int, int]:
+        """Each live worker's current incarnation: which process may answer for it."""
+        return {w: self.membership.records[w].incarnation for w in self._live()}
+
+    # -- messaging helpers -------------------------------------------------------
+    def _post(self, worker: int, msg: tuple) -> bool:
+        link = self.links.get(worker)
+        if link is None:
+            return False
+        try:
+            link.post(msg, TAG_CMD)
+            return True
+        except PeerFailed as exc:
+            self._fail(worker, f"ulfm: send failed ({exc})")
+            return False
+
+    def _drain(self, worker: int) -> list[tuple]:
+        """Every reply waiting from ``worker``; a ULFM error fails the worker instead."""
+        link = self.links.get(worker)
+        out: list[tuple] = []
+        if link is None:
+            return out
+        try:
+            link.progress()
+            while True:
+                msg = link.poll(TAG_REPLY)
+                if msg is None:
+                    return out
+                if msg[0] == "error":
+                    host, pid = msg[3], msg[4]
+                    raise WorkerError(worker, host, pid, msg[2])
+                if msg[0] == "result" and len(msg) > 4:
+                    self.peak_rss_mb[worker] = max(self.peak_rss_mb.get(worker, 0.0), msg[4])
+                out.append(msg)
+        except PeerFailed as exc:
+            self._fail(worker, f"ulfm: {exc}")
+            return out
+
+    def _collect(self, expect: dict[int, set], what: str) -> dict[int, list[tuple]]:
+        """Wait until each expected worker sent replies with the expected keys (msg[0], msg[1]),
+        or failed. Returns the messages per worker; failed workers are simply absent.
+
+        Control replies have a deadline (``reconfigure_timeout``): a worker whose heartbeat
+        thread lives on while its main thread never answers is hung, and is failed."""
+        got: dict[int, list[tuple]] = {w: [] for w in expect}
+        waiting = {w: set(keys) for w, keys in expect.items() if keys}
+        backoff = Backoff()
+        deadline = time.monotonic() + self.settings.reconfigure_timeout
+        while waiting:
+            if time.monotonic() > deadline:
+                for w in sorted(waiting):
+                    self._fail(w, f"no {what!r} reply within reconfigure_timeout="
+                                  f"{self.settings.reconfigure_timeout:g} s (hung)")
+                deadline = float("inf")
+            progressed = False
+            for w in list(waiting):
+                for msg in self._drain(w):
+                    key = (msg[0], msg[1])
+                    if key in waiting.get(w, ()):
+                        waiting[w].discard(key)
+                        got[w].append(msg)
+                        progressed = True
+                if not waiting.get(w):
+                    waiting.pop(w, None)
+            self._check_failures()
+            for w in list(waiting):
+                if not self.membership.is_live(w) or w not in self.links:
+                    waiting.pop(w)
+                    got.pop(w, None)
+            if not progressed:
+                backoff.sleep()
+            else:
+                backoff.reset()
+        return got
+
+    # -- startup -----------------------------------------------------------------
+    def start(self, excluded: dict[int, str] | None = None) -> None:
+        """Set up and load the live workers; ``excluded`` ranks (left out at startup, with
+        why) fail now and are respawned or have their shards migrated like any failure."""
+        for w, why in sorted((excluded or {}).items()):
+            self._fail(w, f"startup: {why}")
+        self._setup(self._live())
+        self._load({w: list(self.owners[w]) for w in self._live()})
+        self.reconfigure()
+        self.started = True
+
+    def _setup_message(self, worker: int) -> tuple:
+        s = self.settings
+        return ("setup", {
+            "worker": worker,
+            "incarnation": self.membership.records[worker].incarnation,
+            "encoder": self.encoder_b,
+            "sub_chunks": self.sub_chunks,
+            "heartbeat_period": s.heartbeat_period,
+            "driver_timeout": s.driver_timeout,
+            "reconfigure_timeout": s.reconfigure_timeout,
+            "blas_threads": s.blas_threads,
+            "fault_plan": self.fault_plan_json,
+        })
+
+    def _setup(self, workers: list[int]) -> None:
+        for w in workers:
+            if self._post(w, self._setup_message(w)):
+                self.monitor.watch(w, self.links[w])
+        ready = self._collect({w: {("ready", w)} for w in workers if w in self.links}, "ready")
+        for w, msgs in ready.items():
+            _, _, host, pid = msgs[0]
+            self.info[w] = (host, pid)
+            rec = self.membership.records[w]
+            rec.host, rec.pid = host, pid
+
+    def _sent(self, worker: int) -> bool | None:
+        """True once every send to ``worker`` completed; None if it failed meanwhile."""
+        link = self.links.get(worker)
+        if link is None:
+            return None
+        try:
+            return link.progress()
+        except PeerFailed as exc:
+            self._fail(worker, f"ulfm: {exc}")
+            return None
+
+    def _load_parts(self, sids: list[int]) -> list[tuple[int, int, int, bool]]:
+        """(shard, start, stop, is its last block) for every block of ``sids``, in order."""
+        parts = []
+        for sid in sids:
+            blocks = self.store.blocks(sid)
+            parts += [(sid, a, b, k == len(blocks) - 1) for k, (a, b) in enumerate(blocks)]
+        return parts
+
+    def _load(self, plan: dict[int, list[int]]) -> None:
+        """Send raw shards (read from the store) for workers to encode and keep resident.
+
+        Shards travel in blocks of about 1 MiB, and a worker's next block is read only once
+        its previous one was delivered, so the driver holds at most one block per worker
+        whatever the size of the data."""
+        expect: dict[int, set] = {}
+        for w in plan:
+            self.monitor.grace(w, self.settings.reconfigure_timeout)
+        parts = {w: self._load_parts(sids) for w, sids in plan.items() if sids}
+        backoff = Backoff()
+        last_progress = {w: time.monotonic() for w in parts}
+        while parts:
+            progressed = False
+            for w in list(parts):
+                done = self._sent(w)
+                if done is None:
+                    parts.pop(w)
+                    continue
+                if not done:
+                    if time.monotonic() - last_progress[w] > self.settings.reconfigure_timeout:
+                        self._fail(w, f"no progress receiving its shards within reconfigure_timeout="
+                                      f"{self.settings.reconfigure_timeout:g} s (hung)")
+                        parts.pop(w)
+                    continue
+                sid, a, b, last = parts[w].pop(0)
+                if not self._post(w, ("load", sid, self.store.read_packed(sid, a, b), last)):
+                    parts.pop(w)
+                    continue
+                if last:
+                    expect.setdefault(w, set()).add(("loaded", sid))
+                last_progress[w] = time.monotonic()
+                progressed = True
+                if not parts[w]:
+                    parts.pop(w)
+            self._check_failures()
+            for w in list(parts):
+                if not self.membership.is_live(w) or w not in self.links:
+                    parts.pop(w)
+            if progressed:
+                backoff.reset()
+            else:
+                backoff.sleep()
+        self._collect({w: keys for w, keys in expect.items() if w in self.links}, "loaded")
+        for w in plan:
+            self.monitor.grace(w, 0.0)
+
+    # -- rounds --------------------------------------------------------------------
+    def run_round(self, kind: str, body: Any, extras: dict[int, Any] | None = None,
+                  preloaded: dict[int, Any] | None = None, record=None) -> dict[int, Any]:
+        """Compute every shard's result for one call; exact whatever fails meanwhile.
+
+        ``preloaded`` results (from a fold journal) are not recomputed; ``record(shard,
+        result)`` is called for each result as it arrives."""
+        t0, started_at = time.perf_counter(), time.time()
+        call = self.calls[kind]
+        self.calls[kind] += 1
+        if kind == "estep":
+            self.faults.check("estep_before", call)
+        task_id = next(_TASK_IDS)
+        body_b = pickle.dumps(body, protocol=PROTO)
+        extras = extras or {}
+        results: dict[int, Any] = dict(preloaded or {})
+        state = RoundState(self.num_shards, frozenset(results))
+        failed_before = set(self.pending)
+
+        def dispatch(worker: int, sids: list[int], recovery: bool) -> None:
+            items = [(s, self.store.read_packed(s) if recovery else None, extras.get(s)) for s in sids]
+            if self._post(worker, ("task", task_id, kind, call, body_b, items)):
+                state.sent(worker, self.membership.records[worker].incarnation, sids, recovery)
+                if recovery:
+                    self.events.emit("recovery", worker=worker, kind=kind, call=call, shards=sids)
+
+        for w, sids in state.own_work(self.owners, self._live_processes()).items():
+            dispatch(w, sids, False)
+        backoff = Backoff()
+        while True:
+            progressed = False
+            live = self._live_processes()
+            for w in sorted({who for who, _ in state.assigned.values()}):
+                incarnation = self.membership.records[w].incarnation
+                for msg in self._drain(w):
+                    if msg[0] == "result" and msg[1] == task_id and state.accept(w, incarnation, msg[2], live):
+                        results[msg[2]] = msg[3]
+                        progressed = True
+                        if record is not None:
+                            record(msg[2], msg[3])
+                            if kind == "estep" and len(results) < self.num_shards:
+                                self.faults.check("estep_mid", call)
+            self._check_failures()
+            step = state.next_step(self.owners, self._live_processes())
+            if isinstance(step, Done):
+                break
+            if isinstance(step, NeedWorkers):
+                self.reconfigure()  # respawns whom it can; the next step recovers onto them
+                if not self._live():
+                    raise self._no_workers_error()
+                progressed = True
+            elif isinstance(step, Recover):
+                for target, sids in step.plan.items():
+                    dispatch(target, sids, True)
+                progressed = True
+            if progressed:
+                backoff.reset()
+            else:
+                backoff.sleep()
+        t_results = time.perf_counter()
+        failed_now = sorted(self.pending - failed_before)
+        blacklisted = self.reconfigure() if self.pending else []
+        self.rounds.append({
+            "kind": kind, "call": call, "seconds": time.perf_counter() - t0, "started_at": started_at,
+            "results_seconds": t_results - t0,  # the rest of "seconds" is the reconfiguration
+            "reused": state.reused, "recomputed": sorted(state.recomputed),
+            "journaled": sorted(preloaded or ()),
+            "failed": failed_now, "blacklisted": blacklisted,
+        })
+        return results
+
+    def _no_workers_error(self) -> NoWorkersLeft:
+        fails = ", ".join(f"rank {w}: {n} failure(s)" for w, n in self.membership.failures().items())
+        return NoWorkersLeft(
+            f"every worker rank is dead or blacklisted ({fails}); max_retries={self.membership.max_retries}"
+            f"{'' if self.can_spawn else ', respawn unavailable'}. The fit cannot continue."
+        )
+
+    # -- reconfiguration -----------------------------------------------------------
+    def reconfigure(self) -> list[int]:
+        """Between rounds: shrink, respawn or blacklist, and re-place orphaned shards.
+        Returns the workers blacklisted now. Loops until no failure is pending."""
+        blacklisted: list[int] = []
+        while self.pending:
+            failed = sorted(self.pending)
+            self.pending.clear()
+            if shrink_needed(failed, self.grank):
+                self._shrink()
+            decision = self.membership.decide(failed, self.can_spawn)
+            for w in decision.respawn:
+                if not self._respawn(w):
+                    decision.blacklist.append(w)
+            for w in decision.blacklist:
+                self.membership.blacklist(w)
+                blacklisted.append(w)
+                host, pid = self.info.get(w, (None, None))
+                self.events.emit(
+                    "blacklisted", worker=w, host=host, pid=pid,
+                    failures=self.membership.records[w].failures,
+                    cause=blacklist_cause(self.membership.records[w].failures, self.membership.max_retries,
+                                          self.settings.respawn),
+                )
+            self._migrate()
+        return blacklisted
+
+    def _migrate(self) -> None:
+        """Shards of blacklisted places move for good onto the least-loaded live workers."""
+        blacklisted = self.membership.blacklisted()
+        if not any(self.owners.get(w) for w in blacklisted):
+            return
+        live = self._live()
+        if not live:
+            if self.pending:
+                return  # the next loop of reconfigure() respawns someone first
+            raise self._no_workers_error()
+        self.owners, plan = migration(self.owners, blacklisted, live)
+        for w, sids in plan.items():
+            self.events.emit("migrated", worker=w, shards=sids)
+        self._load(plan)
+
+    def _shrink(self) -> None:
+        """Agree on the surviving original ranks, then shrink the group communicator."""
+        while True:
+            self.epoch += 1
+            epoch = self.epoch
+            survivors = sorted(w for w in self.grank if self.membership.is_live(w) and w in self.links)
+            ranks = [0] + [self.grank[w] for w in survivors]
+            reported = self.shrink_method == EMULATED or not self.started or self._ulfm_knows_failed(survivors)
+            method, fallback = shrink_method(self.shrink_method, self.started, reported)
+            if fallback:
+                self.events.emit("shrink_fallback", ranks=sorted(set(self.grank) - set(survivors)), cause=fallback)
+            for w in survivors:
+                self._post(w, ("shrink", epoch, ranks, method))
+            ready = self._collect({w: {("shrink_ready", epoch)} for w in survivors}, "shrink_ready")
+            if sorted(ready) != survivors:
+                continue  # someone died before the collective: agree again without them
+            for w in survivors:
+                self._post(w, ("shrink_go", epoch))
+                self._sent(w)
+            if any(w not in self.links for w in survivors):
+                continue  # one died before the collective: agree again without it
+            t0 = time.perf_counter()
+            try:
+                comm = run_with_deadline(lambda: shrink(self.gcomm, ranks, method, epoch),
+                                         self.settings.reconfigure_timeout, "shrink")
+                hb = run_with_deadline(comm.Dup, self.settings.reconfigure_timeout, "heartbeat dup")
+            except TimeoutError as exc:
+                raise ReconfigurationTimeout(
+                    f"shrinking to ranks {ranks} ({method}) failed: {exc}; a rank probably died inside "
+                    "the collective on an MPI without ULFM"
+                ) from None
+            if comm.Get_size() != len(ranks):
+                raise ReconfigurationTimeout(f"shrink returned {comm.Get_size()} ranks, expected {len(ranks)}")
+            seconds = time.perf_counter() - t0
+            self.gcomm = comm
+            self.grank = renumber(survivors)
+            for w in survivors:
+                self.links[w] = Link(comm, hb, self.grank[w])
+                self.monitor.watch(w, self.links[w])
+            self._collect({w: {("shrunk", epoch)} for w in survivors}, "shrunk")
+            self.events.emit("shrink", method=method, epoch=epoch, survivors=survivors, seconds=round(seconds, 6))
+            return
+
+    def _ulfm_knows_failed(self, survivors: list[int], wait: float = 1.0) -> bool:
+        """ULFM's Shrink waits forever for a member the library does not know to be dead
+        (one that was fenced but is alive elsewhere, or that exited without a signal), so
+        it is used only once the library itself reports every excluded rank failed."""
+        excluded = [r for w, r in self.grank.items() if w not in survivors]
+        deadline = time.monotonic() + wait
+        pending = set(excluded)
+        while pending:
+            for rank in sorted(pending):
+                try:
+                    self.gcomm.Iprobe(source=rank, tag=TAG_REPLY)
+                except MPI.Exception as exc:
+                    if exc.Get_error_class() == MPI.ERR_PROC_FAILED:
+                        pending.discard(rank)
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        return not pending
+
+    def _respawn(self, worker: int) -> bool:
+        """Start a replacement process for ``worker``; it gets the same shards back."""
+        t0 = time.perf_counter()
+        exe, args = self.spawn_command[0], self.spawn_command[1:]
+        timeout = self.settings.reconfigure_timeout
+        try:
+            inter = run_with_deadline(lambda: MPI.COMM_SELF.Spawn(exe, args=args, maxprocs=1, root=0), timeout, "spawn")
+            pair = run_with_deadline(lambda: inter.Merge(high=False), timeout, "merge")
+            hb = run_with_deadline(pair.Dup, timeout, "heartbeat dup")
+        except (TimeoutError, MPI.Exception, NotImplementedError) as exc:
+            if isinstance(exc, TimeoutError):
+                vendor = MPI.get_vendor()[0]
+                if spawn_timeout_is_fatal(vendor):
+                    raise ReconfigurationTimeout(
+                        f"respawning rank {worker} failed: {exc}; under {vendor} the abandoned spawn holds MPI, "
+                        "so the fit cannot go on. Rerun the same command to resume from the last checkpoint, "
+                        "or disable respawn (--no-respawn)") from None
+                self._check_mpi_answers(str(exc))
+            self.can_spawn = False
+            self.events.emit("spawn_unavailable", worker=worker, cause=str(exc),
+                             action="shards migrate to survivors")
+            return False
+        self.grank.pop(worker, None)
+        self.links[worker] = Link(pair, hb, 1, inter=inter)
+        incarnation = self.membership.revive(worker)
+        if self._post(worker, self._setup_message(worker)):
+            self.monitor.watch(worker, self.links[worker])
+        ready = self._collect({worker: {("ready", worker)}}, "ready")
+        if worker in ready:
+            _, _, host, pid = ready[worker][0]
+            self.info[worker] = (host, pid)
+            self.membership.records[worker].host, self.membership.records[worker].pid = host, pid
+            self._load({worker: list(self.owners.get(worker, []))})
+        if self.membership.is_live(worker):
+            host, pid = self.info[worker]
+            self.events.emit("respawned", worker=worker, host=host, pid=pid, incarnation=incarnation,
+                             shards=list(self.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6))
+        return True
+
+    def _check_mpi_answers(self, what: str) -> None:
+        """After a blocking call was abandoned in its thread (a Spawn that timed out): go on
+        only if MPI still answers. Under MPICH's global lock a stuck call could otherwise
+        freeze every later MPI call of this process, an unbounded wait."""
+        try:
+            run_with_deadline(MPI.COMM_SELF.Iprobe, SPAWN_CHECK_TIMEOUT, "MPI check")
+        except TimeoutError:
+            raise ReconfigurationTimeout(
+                f"{what}, and MPI no longer answers (the abandoned call holds it); the fit cannot go on. "
+                "Rerun the same command to resume from the last checkpoint, or disable respawn (--no-respawn)"
+            ) from None
+        except MPI.Exception:
+            pass  # it answered
+
+    # -- ending ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the original workers. Respawned ones stay parked until :meth:`finish`:
+        their exit needs a disconnect, and under Open MPI it can end the whole job once
+        some rank exited with a nonzero status, so it must come after results are saved."""
+        if self.closed:
+            return
+        self.closed = True
+        live = self._live()
+        self._stop([w for w in live if self.links[w].inter is None])
+        self.events.emit("closed", live=live, blacklisted=self.membership.blacklisted(),
+                         failures=self.membership.failures())
+
+    def finish(self) -> None:
+        """At process exit: stop and disconnect respawned workers, stop the monitor."""
+        spawned = {w: self.links[w].inter for w in self._live() if self.links[w].inter is not None}
+        self._stop(list(spawned))
+        self.monitor.stop()
+        for w, inter in spawned.items():  # a worker failed meanwhile is disconnected all the same
+            try:
+                run_with_deadline(inter.Disconnect, DISCONNECT_TIMEOUT, "disconnect")
+            except (TimeoutError, MPI.Exception) as exc:
+                logs.get("driver").warning(f"disconnecting respawned rank {w} failed: {exc}")
+
+    def _stop(self, workers: list[int], msg: tuple = ("stop",), wait: float = STOP_SEND_WAIT) -> None:
+        """Send ``msg`` to ``workers`` and wait (bounded) until the sends have completed."""
+        for w in workers:
+            self._post(w, msg)
+        deadline = time.monotonic() + wait
+        backoff = Backoff()
+        pending = list(workers)
+        while pending and time.monotonic() < deadline:
+            pending = [w for w in pending if self._sent(w) is False]  # None: it failed meanwhile
+            if pending:
+                backoff.sleep()
+
+    def abort_workers(self, code: int) -> None:
+        """Best effort, before a failing driver exits: tell every worker to end now."""
+        self._stop(self._live(), abort_message(code), wait=ABORT_SEND_WAIT)

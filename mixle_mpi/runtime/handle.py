@@ -1,0 +1,357 @@
+"""``ResilientMPIEncodedData``: the SPMD handle a user script builds on every rank.
+
+On rank 0 it is an ordinary mixle encoded-data handle driving the fit. On every other rank
+(and in a respawned process) the constructor serves the driver and never returns: the
+process ends when the driver closes the handle. See README.md for the script pattern.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import warnings
+from typing import Any
+
+import numpy as np
+from mixle.utils.parallel.planner import EncodedDataHandle
+from mixle.utils.parallel.resilient_em import checkpointed_fold
+from mixle.utils.vector import validate_initialization_probability, validated_initialized_observations
+
+from mixle_mpi.runtime import exiting
+from mixle_mpi.policy.config import Settings
+from mixle_mpi.core.errors import ConfigError, DataError
+from mixle_mpi.core.estep import PROTO
+from mixle_mpi.storage.events import EventLog
+from mixle_mpi.policy.faults import parse_plan, plan_from_env
+from mixle_mpi.core.validate import check_int
+
+DEFAULT_WORKDIR = "mixle_mpi_run"
+INIT_SAMPLE_NOTE = ".*with less data than they have parameters.*"
+
+
+def is_driver() -> bool:
+    """True only on rank 0 of the original job (a respawned process is never the driver)."""
+    from mixle_mpi.runtime import startup
+
+    MPI = startup.init_mpi()
+    exiting.install_early()
+    driver = MPI.Comm.Get_parent() == MPI.COMM_NULL and MPI.COMM_WORLD.Get_rank() == 0
+    if driver:
+        startup.start_beacon(MPI.COMM_WORLD)  # the workers wait while this rank prepares
+    return driver
+
+
+class ResilientMPIEncodedData(EncodedDataHandle):
+    """Resilient MPI sibling of mixle's ``ResilientMPEncodedData``.
+
+    Shards are the fixed ids ``0..S-1`` (shard i = ``data[i::S]``, sub-chunk j =
+    ``shard[j::sub_chunks]``); results are folded in shard-id order, so a fit is
+    bit-identical to ``ResilientMPEncodedData(num_workers=S, sub_chunks=k)`` whatever the
+    number of ranks and whatever fails. ``data`` is needed on rank 0 only (an in-memory
+    sequence, an ndarray or an ``h5py.Dataset``); it is written to an HDF5 shard store and
+    not kept in memory.
+
+    Keyword-only extras: ``workdir`` (store and event log; default ``$MIXLE_MPI_WORKDIR``
+    or ``./mixle_mpi_run``), ``store_path``, ``event_log``, ``fault_plan`` (see
+    :mod:`mixle_mpi.policy.faults`), ``keep_store`` (keep the shard store, a full owner-only copy
+    of the data, after :meth:`close`; it is deleted by default), and the
+    :class:`~mixle_mpi.policy.config.Settings` fields ``heartbeat_period``, ``heartbeat_timeout``,
+    ``driver_timeout``, ``reconfigure_timeout``, ``stall_timeout``, ``blas_threads`` and
+    ``respawn``.
+    """
+
+    journal = None  # a FoldJournal while fitloop.fit(journal=True) runs
+
+    def __init__(
+        self,
+        data: Any,
+        estimator: Any = None,
+        encoder: Any = None,
+        num_shards: int | None = None,
+        sub_chunks: int = 1,
+        max_retries: int = 2,
+        *,
+        workdir: str | None = None,
+        store_path: str | None = None,
+        event_log: str | None = None,
+        fault_plan: Any = None,
+        keep_store: bool = False,
+        **settings: Any,
+    ) -> None:
+        from mixle_mpi.runtime import startup
+
+        MPI = startup.init_mpi()
+        self._driver = None
+        self.keep_store = bool(keep_store)
+        self._gcomm = None
+        self._aborted = False
+        self.closed_cleanly = False
+        if MPI.Comm.Get_parent() != MPI.COMM_NULL:  # a respawned worker: join the driver and serve
+            exiting.install("worker")
+            from mixle_mpi.runtime.worker import serve_spawned
+
+            serve_spawned(MPI.Comm.Get_parent())
+        world = MPI.COMM_WORLD
+        if world.Get_rank() != 0:
+            exiting.install("worker")
+            from mixle_mpi.runtime.worker import serve_original
+
+            serve_original(world)
+
+        exiting.install("driver", self)
+        try:
+            self._start(data, estimator, encoder, num_shards, sub_chunks, max_retries,
+                        workdir, store_path, event_log, fault_plan, settings, world)
+        except BaseException as exc:
+            self.abort_workers(exiting.exit_code_for(exc), f"{type(exc).__name__}: {exc}")
+            raise
+
+    # -- driver setup ------------------------------------------------------------
+    def _start(self, data, estimator, encoder, num_shards, sub_chunks, max_retries,
+               workdir, store_path, event_log, fault_plan, settings, world) -> None:
+        from mixle_mpi.runtime import startup
+        from mixle_mpi.runtime.driver import Driver
+        from mixle_mpi.runtime.monitor import Monitor
+        from mixle_mpi.runtime.shrink import probe_shrink_method
+        from mixle_mpi.storage.store import ShardStore
+        from mixle_mpi.core.blas import blas_description, pin_blas_threads
+        from mixle_mpi.runtime.transport import Link
+
+        world_size = world.Get_size()
+        if world_size < 2:
+            raise ConfigError(
+                f"found {world_size} MPI rank but needs at least 2: rank 0 drives and ranks 1.. compute "
+                "(launch with e.g. `mixle-mpi run -n 3 -- python script.py`)"
+            )
+        workers = world_size - 1
+        num_shards = workers if num_shards is None else check_int("num_shards", num_shards, 1)
+        self.sub_chunks = check_int("sub_chunks", sub_chunks, 1)
+        self.max_retries = check_int("max_retries", max_retries, 1)
+        self.settings = Settings.resolve(settings)
+        plan = parse_plan(fault_plan) if fault_plan is not None else plan_from_env()
+        if encoder is None:
+            if estimator is None:
+                raise ConfigError("ResilientMPIEncodedData needs an estimator or an explicit encoder; found neither")
+            encoder = estimator.accumulator_factory().make().acc_to_encoder()
+        if data is None:
+            raise DataError("data is None on the driver (rank 0): the driver needs the data; workers may pass None")
+
+        workdir = workdir or os.environ.get("MIXLE_MPI_WORKDIR") or DEFAULT_WORKDIR
+        store_path = store_path or os.path.join(workdir, "shards.h5")
+        event_log = event_log or os.environ.get("MIXLE_MPI_EVENT_LOG") or os.path.join(workdir, "events.jsonl")
+        ensure_dir(os.path.dirname(os.path.abspath(store_path)), "shard store")
+
+        # The handshake: from here on the workers wait on heartbeats, not on a fixed deadline.
+        timeout = startup.startup_timeout()
+        members, excluded = startup.gather_workers(world, timeout)
+        startup.send_go(world, members, self.settings.heartbeat_period, self.settings.driver_timeout)
+        gcomm, ghb = startup.build_comms(world, tuple([0] + members), timeout)
+        self._gcomm = gcomm
+        ranks = {w: i + 1 for i, w in enumerate(members)}  # worker id (world rank) -> rank in gcomm
+        monitor = Monitor(self.settings.heartbeat_period, self.settings.heartbeat_timeout, self.settings.stall_timeout)
+        for w, r in ranks.items():
+            monitor.watch(w, Link(gcomm, ghb, r))
+        monitor.start()
+
+        self._blas = pin_blas_threads(self.settings.blas_threads)
+        self.store = ShardStore.create(store_path, data, num_shards)
+        self.num_shards = self.store.num_shards
+        self.size = self.store.num_rows
+        _check_estimator_matches(self.store, estimator, encoder)
+
+        self.events = EventLog(event_log)
+        method, reason = probe_shrink_method()
+        self.shrink_method = method
+        self.events.emit(
+            "start", driver_pid=os.getpid(), workers=workers, num_shards=self.num_shards, sub_chunks=self.sub_chunks,
+            max_retries=self.max_retries, shrink=method, shrink_reason=reason,
+            mpi=startup.mpi_text(), blas=blas_description(),
+            settings=self.settings.__dict__, fault_plan=[f.__dict__ for f in plan],
+        )
+        self._driver = Driver(
+            gcomm, ghb, ranks, workers, monitor, self.store, pickle.dumps(encoder, protocol=PROTO), self.sub_chunks,
+            self.max_retries, self.settings, self.events, plan, method, _spawn_command(),
+        )
+        self._driver.start(excluded)
+        startup.mark_started()
+
+    def abort_workers(self, code: int = 1, message: str = "") -> None:
+        """Tell every worker to end now with ``code`` (the driver is failing); bounded, once."""
+        from mixle_mpi.runtime import startup
+        from mixle_mpi.runtime.transport import abort_peers
+
+        if self._aborted:
+            return
+        self._aborted = True
+        if self._driver is not None:
+            if not self._driver.closed:
+                self._driver.abort_workers(code)
+                self._driver.closed = True
+        elif self._gcomm is not None:
+            abort_peers(self._gcomm, range(1, self._gcomm.Get_size()), code)
+        else:
+            from mpi4py import MPI
+
+            startup.abort_startup(MPI.COMM_WORLD, code, message)
+
+    # -- instrumentation -----------------------------------------------------------
+    def _last(self, key: str) -> set[int]:
+        rounds = [r for r in self._driver.rounds if r["kind"] == "estep"]
+        return set(rounds[-1][key]) if rounds else set()
+
+    @property
+    def last_round_reused_shards(self) -> set[int]:
+        return self._last("reused")
+
+    @property
+    def last_round_recomputed_shards(self) -> set[int]:
+        return self._last("recomputed")
+
+    @property
+    def last_round_failed_workers(self) -> set[int]:
+        return self._last("failed")
+
+    @property
+    def last_round_blacklisted_workers(self) -> set[int]:
+        return self._last("blacklisted")
+
+    @property
+    def rounds(self) -> list[dict]:
+        """Every round so far: kind, call, seconds, reused, recomputed, failed, blacklisted."""
+        return list(self._driver.rounds)
+
+    @property
+    def failures(self) -> dict[int, int]:
+        return self._driver.membership.failures()
+
+    @property
+    def blacklist(self) -> list[int]:
+        return self._driver.membership.blacklisted()
+
+    @property
+    def peak_rss_mb(self) -> dict[int, float]:
+        """Peak resident memory in MiB per rank: 0 is the driver; a worker's is the highest
+        its processes (a respawned one too) reported with their results."""
+        from mixle_mpi.core.malloc import peak_rss_mb
+
+        return {0: peak_rss_mb(), **dict(sorted(self._driver.peak_rss_mb.items()))}
+
+    # -- protocol recognized by mixle.stats dispatch -------------------------------
+    def _fold(self, estimator, results: dict[int, bytes]):
+        return checkpointed_fold(estimator, [results[s] for s in range(self.num_shards)])
+
+    def _estep(self, estimator: Any, model: Any) -> dict[int, bytes]:
+        if self.journal is None:
+            return self._driver.run_round("estep", (estimator, model))
+        from mixle_mpi.storage.journal import round_key
+
+        found = self.journal.begin(round_key(estimator, model))
+        if found:
+            self.events.emit("journal_reused", shards=sorted(found), path=self.journal.path)
+        return self._driver.run_round("estep", (estimator, model), preloaded=found, record=self.journal.record)
+
+    def pysp_seq_estimate(self, estimator: Any, prev_estimate: Any) -> Any:
+        """One resilient EM step: E-step on the workers, canonical fold and M-step here."""
+        nobs, value = self._fold(estimator, self._estep(estimator, prev_estimate))
+        return estimator.estimate(nobs, value)
+
+    def pysp_stream_accumulate(self, estimator: Any, model: Any) -> tuple[float, Any]:
+        """Folded, key-tied sufficient statistics for streaming EM."""
+        return self._fold(estimator, self._estep(estimator, model))
+
+    def pysp_seq_initialize(self, estimator: Any, rng: np.random.RandomState, p: float) -> Any:
+        """Randomized initialization; each shard uses its own seed from ``rng``."""
+        p = validate_initialization_probability(p)
+        seeds = rng.randint(2**31, size=self.num_shards)
+        results = self._driver.run_round("init", (estimator, float(p)), {s: int(seeds[s]) for s in range(self.num_shards)})
+        nobs, value = self._fold(estimator, results)
+        with warnings.catch_warnings():
+            # The initial model is estimated from an init_p sample, so a component with fewer
+            # rows than parameters is expected here: EM's first step re-estimates it from all
+            # the data, and mixle says so again then if it still holds.
+            warnings.filterwarnings("ignore", message=INIT_SAMPLE_NOTE)
+            return estimator.estimate(validated_initialized_observations(nobs), value)
+
+    def pysp_seq_log_density_sum(self, estimate: Any) -> tuple[float, float]:
+        """(count, log density) summed per shard in shard-id order."""
+        results = self._driver.run_round("llsum", estimate)
+        count, score = 0.0, 0.0
+        for s in range(self.num_shards):
+            c, ll = results[s]
+            count += c
+            score += ll
+        return count, score
+
+    # -- lifecycle -------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the workers (they exit) and release the store, then delete it (a full copy
+        of the user's data) unless ``keep_store``. Idempotent. A fit that ends in an error
+        or a preemption never gets here, so its store stays for inspection."""
+        if self._driver is not None and not self._driver.closed:
+            self._driver.close()
+            self.store.close()
+            if not self.keep_store:
+                try:
+                    os.remove(self.store.path)
+                except OSError:
+                    pass
+            self.closed_cleanly = True
+
+    def _finish(self) -> None:
+        """Called once at process exit, after the status is written (see exiting.py)."""
+        if self._driver is not None:
+            self._driver.finish()
+            self.events.close()
+
+    def __len__(self) -> int:
+        return int(self.size)
+
+    def __enter__(self) -> "ResilientMPIEncodedData":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+
+
+def ensure_dir(path: str, what: str) -> None:
+    """Create ``path`` if needed; a ConfigError that names ``what`` if it is not writable."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the {what} directory {path!r}: {exc.strerror}") from None
+    if not os.access(path, os.W_OK):
+        raise ConfigError(f"the {what} directory {path!r} is not writable")
+
+
+def _spawn_command() -> list[str]:
+    """How to start a replacement worker: this very script, as it was started. Under
+    MPICH it runs inside the rank wrapper, or Hydra would end the job when it dies."""
+    from mpi4py import MPI
+
+    from mixle_mpi.runtime.rankwrapper import wrapper_path
+
+    argv = list(getattr(sys, "orig_argv", [sys.executable] + sys.argv))
+    command = [sys.executable] + argv[1:]
+    if MPI.get_vendor()[0] == "MPICH":
+        return ["sh", wrapper_path(), "--worker"] + command
+    return command
+
+
+def _check_estimator_matches(store, estimator, encoder) -> None:
+    """Encode (and initialize on) the first rows, so a wrong estimator fails now, clearly."""
+    from mixle_mpi.storage.store import rows_from_packed
+
+    rows = rows_from_packed(store.read_packed(0, 0, 8))  # only the head: shard 0 may be huge
+    try:
+        x = encoder.seq_encode(rows)
+        if estimator is not None:
+            acc = estimator.accumulator_factory().make()
+            acc.seq_initialize(x, np.ones(len(rows)), np.random.RandomState(0))
+    except Exception as exc:  # noqa: BLE001 - any failure here means "does not match"
+        name = type(estimator).__name__ if estimator is not None else type(encoder).__name__
+        raise DataError(
+            f"the estimator {name} does not match the data: encoding and initializing the first "
+            f"rows failed with {type(exc).__name__}: {exc}. First row found: {rows[0]!r:.200}"
+        ) from None

@@ -1,0 +1,131 @@
+"""The driver's heartbeat thread: hears workers, beats back, and names the silent ones.
+
+It runs beside the driver's main thread (MPI_THREAD_MULTIPLE) on the dedicated heartbeat
+communicators, so detection keeps working while the driver folds, runs the M-step or sits
+in user code. It only reports suspects; the main thread decides what happens to them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from mpi4py import MPI
+
+from mixle_mpi.policy.heartbeat import Beat, HeartbeatTracker, StallTracker
+from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, TAG_HB, Link, PeerFailed
+
+
+class Monitor:
+    def __init__(self, period: float, timeout: float, stall_timeout: float = float("inf")) -> None:
+        self.period = period
+        self.tracker = HeartbeatTracker(timeout)
+        self.stalls = StallTracker(stall_timeout)
+        self.lock = threading.Lock()
+        self._links: dict[int, Link] = {}
+        self._suspects: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="mixle-mpi-monitor")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5 * self.period + 1.0)
+
+    def watch(self, worker: int, link: Link) -> None:
+        """Follow ``worker`` on ``link`` with a fresh grace period."""
+        with self.lock:
+            self._links[worker] = link
+            self._suspects.pop(worker, None)
+            self.tracker.watch([worker])
+            self.stalls.forget(worker)
+
+    def forget(self, worker: int) -> None:
+        with self.lock:
+            self._links.pop(worker, None)
+            self.tracker.forget(worker)
+            self.stalls.forget(worker)
+
+    def grace(self, worker: int, seconds: float) -> None:
+        """Allow ``worker`` up to ``seconds`` of silence (0 restores the normal timeout): a
+        shard load unpickles and encodes in long calls that hold the GIL, so the worker's
+        heartbeat thread may not run. ULFM still reports a real death at once."""
+        with self.lock:
+            self.tracker.set_grace(worker, seconds)
+
+    def suspect(self, worker: int, cause: str) -> None:
+        with self.lock:
+            self._suspects.setdefault(worker, (cause, time.time()))
+
+    def take_suspects(self) -> dict[int, tuple[str, float]]:
+        """Workers reported failed since the last call, with (cause, wall time of detection)."""
+        with self.lock:
+            out, self._suspects = self._suspects, {}
+            return {w: v for w, v in out.items() if w in self._links}
+
+    @staticmethod
+    def _exchange(link: Link) -> list:
+        """MPI only, outside the lock: the beats waiting from ``link``'s worker, and one back."""
+        beats = []
+        while True:
+            beat = link.poll(TAG_HB, comm=link.hb)
+            if beat is None:
+                break
+            beats.append(beat)
+        link.hb_sends = [r for r in link.hb_sends if not r.Test()]
+        if len(link.hb_sends) < MAX_PENDING_BEATS:
+            link.hb_sends.append(link.hb.isend(None, dest=link.peer, tag=TAG_HB))
+        return beats
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        while not self._stop.is_set():
+            # MPI calls happen outside the lock: under MPICH's global lock one of them can wait
+            # for another thread's blocking call, and the main thread must never wait on that.
+            with self.lock:
+                targets = [(w, link) for w, link in self._links.items() if w not in self._suspects]
+            results: dict[int, tuple[Link, object]] = {}
+            for worker, link in targets:
+                try:
+                    results[worker] = (link, self._exchange(link))
+                except (PeerFailed, MPI.Exception) as exc:
+                    results[worker] = (link, exc)
+            with self.lock:
+                self._record(results)
+                now = time.monotonic()
+                if now - last > self.tracker.timeout / 2:
+                    # This thread could not listen (the process was descheduled, or MPICH's
+                    # global lock was held by a blocking Spawn): blame no worker for it.
+                    self.tracker.watch(self.tracker.watched)
+                last = now
+                self._name_suspects()
+            self._stop.wait(self.period / 2)
+
+    def _record(self, results: dict) -> None:
+        """Under the lock: what the exchange found, for links still current."""
+        for worker, (link, got) in results.items():
+            if self._links.get(worker) is not link or worker in self._suspects:
+                continue  # re-watched on a new link, or forgotten, meanwhile
+            if isinstance(got, Exception):
+                self._suspects[worker] = (f"ulfm: {got}", time.time())
+                continue
+            for beat in got:
+                self.tracker.heard(worker)
+                if isinstance(beat, Beat):
+                    self.stalls.observe(worker, beat.progress, beat.busy)
+
+    def _name_suspects(self) -> None:
+        """Under the lock: the silent ones and the stuck ones."""
+        for worker in self.tracker.overdue():
+            if worker not in self._suspects:
+                silent = self.tracker.silence(worker)
+                self._suspects[worker] = (
+                    f"heartbeat: silent for {silent:.2f} s (limit {self.tracker.limit(worker):g} s)", time.time())
+        for worker, stuck in self.stalls.stalled().items():
+            if worker not in self._suspects:
+                self._suspects[worker] = (
+                    f"stalled: beats, but its main thread made no progress on its task for {stuck:.1f} s "
+                    f"(limit stall_timeout={self.stalls.timeout:g} s)", time.time())

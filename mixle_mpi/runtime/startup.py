@@ -1,0 +1,315 @@
+"""Starting a job so that no rank waits forever, and a dead rank does not stop the others.
+
+Three phases, each bounded by ``startup_timeout`` (``MIXLE_MPI_STARTUP_TIMEOUT``, default
+120 s, see README "Deadlines"):
+
+1. **MPI initialisation** (:func:`init_mpi`). If a rank dies before it finished ``MPI_Init``,
+   the others block inside it with the GIL held, so no Python thread can help: an alarm
+   whose default action ends the process bounds it. Rank 0 then leaves a marker for the
+   launcher (``MIXLE_MPI_MPI_UP_FILE``): MPI is up, the ranks' own deadlines take over.
+2. **The driver prepares** (reads the data, validates). Workers wait for it with
+   point-to-point polls, never in a collective, so a driver that fails here can tell them
+   to end (:func:`abort_startup`) instead of calling ``MPI_Abort`` (which left ranks of
+   Open MPI ULFM jobs at 4+ ranks stuck in ``world.Dup()``). While the driver prepares, a
+   beacon thread (started by ``is_driver()``) tells the workers it is alive.
+3. **The handshake**. Every worker says :class:`Hello`; the driver waits for them (a rank
+   that ULFM reports dead, or that is silent until the deadline, is left out), sends
+   :class:`Go` with the members, and the members build the job's communicators over
+   themselves only (``Create_from_group``), under a deadline. A rank left out is then
+   treated as a failed worker: its shards are placed as if it lived, then recovered.
+
+A failure that cannot be gone around (the driver's handshake collective fails or overruns)
+ends the job with :data:`~mixle_mpi.core.exitcodes.NEVER_STARTED`, which says "nothing was
+computed: start it again". ``mixle-mpi run`` retries such a job by itself.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, NamedTuple
+
+from mixle_mpi.core.errors import ConfigError, MixleMPIError
+
+TAG_START = 10
+STARTUP_TIMEOUT_ENV = "MIXLE_MPI_STARTUP_TIMEOUT"
+MPI_UP_ENV = "MIXLE_MPI_MPI_UP_FILE"
+STARTED_ENV = "MIXLE_MPI_STARTED_FILE"
+DEFAULT_STARTUP_TIMEOUT = 120.0
+BEACON_PERIOD = 1.0          # seconds between the driver's "still preparing" beacons
+MAX_PENDING_BEACONS = 8      # per worker: a dead rank's beacons never complete under MPICH
+
+
+class StartupFailed(MixleMPIError):
+    """The job could not start (a rank died inside the startup collective); nothing was
+    computed, so starting it again loses nothing."""
+
+
+# -- messages (TAG_START, COMM_WORLD) -----------------------------------------------------
+class Hello(NamedTuple):
+    """Worker -> driver: this rank finished MPI init and waits in the handle."""
+    rank: int
+    host: str
+    pid: int
+
+
+class Beacon(NamedTuple):
+    """Driver -> worker: still preparing (reading data); keep waiting."""
+    seq: int
+
+
+class Go(NamedTuple):
+    """Driver -> worker: build the job's communicators over ``members`` (world ranks, 0 first)."""
+    members: tuple
+    heartbeat_period: float
+    driver_timeout: float
+
+
+class Abort(NamedTuple):
+    """Driver -> worker: the job ends before it started; exit with ``code``."""
+    code: int
+    message: str
+
+
+def mpi_text() -> str:
+    """The MPI library this process runs, as a person reads it: ``Open MPI 5.0.11``."""
+    from mpi4py import MPI
+
+    vendor, version = MPI.get_vendor()
+    return f"{vendor} {'.'.join(map(str, version))}"
+
+
+def startup_timeout(environ=None) -> float:
+    """``MIXLE_MPI_STARTUP_TIMEOUT`` in seconds (> 0), else the default."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(STARTUP_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_STARTUP_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{STARTUP_TIMEOUT_ENV}={raw!r} must be a number of seconds > 0")
+    return value
+
+
+# -- phase 1: MPI init -----------------------------------------------------------------------
+def init_mpi():
+    """``mpi4py.MPI``, initialising MPI under the startup deadline (see the module doc)."""
+    armed = ("mpi4py.MPI" not in sys.modules and threading.current_thread() is threading.main_thread()
+             and hasattr(signal, "SIGALRM"))
+    if armed:
+        previous = signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(max(1, math.ceil(startup_timeout())))
+    try:
+        from mpi4py import MPI
+    finally:
+        if armed:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+    if MPI.COMM_WORLD.Get_rank() == 0 and MPI.Comm.Get_parent() == MPI.COMM_NULL:
+        _mark_mpi_up()
+    return MPI
+
+
+def _mark_mpi_up() -> None:
+    _mark(MPI_UP_ENV)
+
+
+def mark_started() -> None:
+    """Driver: every live worker is set up and holds its shards; from now on a failure is
+    recovered, or ends the job as a failure, never as "never started"."""
+    _mark(STARTED_ENV)
+
+
+def _mark(env: str) -> None:
+    """Leave the launcher a marker file (named by ``env``), once."""
+    path = os.environ.get(env)
+    if path and not os.path.exists(path):
+        from mixle_mpi.core.atomicjson import write_json
+
+        write_json(path, {"pid": os.getpid(), "time": time.time()})
+
+
+# -- phase 2: the driver prepares ------------------------------------------------------------
+class _BeaconThread:
+    """Rank 0's "still preparing" messages to every worker, until the handshake."""
+
+    def __init__(self, world) -> None:
+        self.world = world
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="mixle-mpi-beacon")
+
+    def _run(self) -> None:
+        from mpi4py import MPI
+
+        pending: dict[int, list] = {r: [] for r in range(1, self.world.Get_size())}
+        seq = 0
+        while not self.stop_event.is_set():
+            for rank, reqs in pending.items():
+                try:
+                    reqs[:] = [r for r in reqs if not r.Test()]
+                    if len(reqs) < MAX_PENDING_BEACONS:
+                        reqs.append(self.world.isend(Beacon(seq), dest=rank, tag=TAG_START))
+                except MPI.Exception:
+                    reqs.clear()  # that rank is dead (ULFM); the handshake will leave it out
+            seq += 1
+            self.stop_event.wait(BEACON_PERIOD)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=5.0)
+
+
+_beacon: dict[str, Any] = {"thread": None}
+
+
+def start_beacon(world) -> None:
+    """On rank 0, once: tell the workers the driver lives while it prepares."""
+    if _beacon["thread"] is None and world.Get_size() > 1:
+        _beacon["thread"] = _BeaconThread(world)
+        _beacon["thread"].thread.start()
+
+
+def stop_beacon() -> None:
+    """Before the handshake (so no beacon can follow a Go) or an abort."""
+    beacon = _beacon["thread"]
+    if beacon is not None and beacon.thread.is_alive():
+        beacon.stop()
+
+
+def abort_startup(world, code: int, message: str) -> None:
+    """Driver, before the handshake: tell every worker to end with ``code``; bounded."""
+    from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, Link, PeerFailed, finish_sends
+
+    stop_beacon()
+    links = [Link(world, world, rank) for rank in range(1, world.Get_size())]
+    for link in links:
+        try:
+            link.post(Abort(int(code), message), TAG_START)
+        except PeerFailed:
+            pass
+    finish_sends(links, ABORT_SEND_WAIT)
+
+
+# -- phase 3: the handshake ------------------------------------------------------------------
+STARTUP_POLL = (0.0005, 0.05)  # backoff bounds (s) of the startup waits: they can last minutes
+
+
+def gather_workers(world, timeout: float, log=None) -> tuple[list[int], dict[int, str]]:
+    """Driver: wait for every worker's Hello. Returns (members, excluded rank -> why).
+
+    A rank ULFM reports dead is left out at once; a silent one when ``timeout`` passes."""
+    from mpi4py import MPI
+
+    from mixle_mpi.runtime.transport import Backoff
+
+    waiting = set(range(1, world.Get_size()))
+    excluded: dict[int, str] = {}
+    members: list[int] = []
+    deadline = time.monotonic() + timeout
+    backoff = Backoff(*STARTUP_POLL)
+    while waiting:
+        progressed = False
+        for rank in sorted(waiting):
+            try:
+                msg = world.improbe(source=rank, tag=TAG_START)
+                hello = None if msg is None else msg.recv()
+            except MPI.Exception as exc:
+                excluded[rank] = f"MPI reports it failed while starting (error class {exc.Get_error_class()})"
+                waiting.discard(rank)
+                continue
+            if isinstance(hello, Hello):
+                members.append(rank)
+                waiting.discard(rank)
+                progressed = True
+        if waiting and time.monotonic() > deadline:
+            for rank in sorted(waiting):
+                excluded[rank] = f"did not report within startup_timeout={timeout:g} s (dead or stuck while starting)"
+            break
+        if progressed:
+            backoff.reset()
+        else:
+            backoff.sleep()
+    return sorted(members), excluded
+
+
+def send_go(world, members: list[int], heartbeat_period: float, driver_timeout: float) -> None:
+    """Driver: announce the members to every worker (a dead one simply never reads it)."""
+    from mpi4py import MPI
+
+    stop_beacon()
+    go = Go(tuple([0] + list(members)), float(heartbeat_period), float(driver_timeout))
+    for rank in range(1, world.Get_size()):
+        try:
+            world.isend(go, dest=rank, tag=TAG_START)
+        except MPI.Exception:
+            pass
+
+
+def build_comms(world, members: tuple, timeout: float):
+    """Collective over ``members`` only: (data communicator, heartbeat communicator).
+
+    Ranks keep their order, so world rank ``members[i]`` is rank ``i`` of both. When every
+    rank is a member this is ``world.Dup()``, which srun-launched Open MPI supports and
+    ``Create_from_group`` is not."""
+    from mpi4py import MPI
+
+    from mixle_mpi.core.deadlines import run_with_deadline
+
+    def create():
+        if len(members) == world.Get_size():  # everyone came: Dup works under every launcher
+            return world.Dup(), world.Dup()
+        group = world.Get_group().Incl(list(members))  # not under srun's pmix: StartupFailed
+        try:
+            comm = MPI.Intracomm.Create_from_group(group, stringtag="mixle_mpi.start")
+        finally:
+            group.Free()
+        return comm, comm.Dup()
+
+    try:
+        return run_with_deadline(create, timeout, "startup communicator")
+    except (TimeoutError, MPI.Exception) as exc:
+        raise StartupFailed(
+            f"building the job's communicator over ranks {list(members)} failed ({exc}); a rank probably "
+            "died while the job started. Nothing was computed: run the same command again "
+            "(mixle-mpi run retries by itself)"
+        ) from None
+
+
+def wait_for_go(world, timeout: float) -> Go | Abort | None:
+    """Worker: say Hello, then wait for the driver's Go or Abort. None if the driver was
+    silent (no beacon, no answer) for ``timeout`` seconds."""
+    from mpi4py import MPI
+
+    from mixle_mpi.runtime.transport import Backoff
+
+    host, pid = MPI.Get_processor_name(), os.getpid()
+    hello = world.isend(Hello(world.Get_rank(), host, pid), dest=0, tag=TAG_START)
+    deadline = time.monotonic() + timeout
+    backoff = Backoff(*STARTUP_POLL)
+    while True:
+        msg = world.improbe(source=0, tag=TAG_START)
+        if msg is not None:
+            obj = msg.recv()
+            if isinstance(obj, (Go, Abort)):
+                _complete(hello)
+                return obj
+            deadline = time.monotonic() + timeout  # a beacon: the driver lives
+            backoff.reset()
+            continue
+        if time.monotonic() > deadline:
+            return None
+        hello.Test()
+        backoff.sleep()
+
+
+def _complete(req, wait: float = 1.0) -> None:
+    end = time.monotonic() + wait
+    while not req.Test() and time.monotonic() < end:
+        time.sleep(0.001)

@@ -1,0 +1,336 @@
+"""A worker rank: holds encoded shards, runs E-step tasks, heartbeats, obeys the driver.
+
+Heartbeats run on their own thread and communicator, so a shard that computes for longer
+than the heartbeat timeout is not mistaken for a dead rank. A worker that stops hearing the
+driver for ``driver_timeout`` seconds (or whose reconfiguration overruns its deadline)
+ends itself: a worker never outlives its job.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from mpi4py import MPI
+
+from mixle_mpi.core import estep, logs
+from mixle_mpi.core.blas import pin_blas_threads
+from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT, WORKER_ABORTED
+from mixle_mpi.policy.faults import FaultInjector, parse_plan
+from mixle_mpi.policy.heartbeat import Beat
+from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
+from mixle_mpi.runtime.shrink import shrink
+from mixle_mpi.storage.store import rows_from_packed
+from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, TAG_CMD, TAG_HB, TAG_REPLY, Backoff, Link, PeerFailed, host_and_pid
+
+
+_who = {"rank": None}   # this worker's rank, once the driver or the startup said it
+
+
+def die(code: int, why: str) -> None:
+    """End this worker process now, with one line that says why."""
+    rank = _who["rank"]
+    name = f"worker rank {rank} (pid {os.getpid()})" if rank is not None else f"worker pid {os.getpid()}"
+    logs.get("worker").error(f"{name}: {why}; exiting with code {code}")
+    flush_and_exit(code)
+
+
+class Worker:
+    def __init__(self, link: Link, spawned: bool) -> None:
+        self.link = link
+        self.spawned = spawned
+        self.lock = threading.Lock()
+        self.worker_id = -1
+        self.incarnation = 0
+        self.encoder: Any = None
+        self.sub_chunks = 1
+        self.resident: dict[int, estep.Chunks] = {}
+        self._loading: dict[int, list] = {}  # rows of shards still arriving in parts
+        self.faults = FaultInjector((), -1, 0)
+        self.period, self.driver_timeout, self.reconfigure_timeout = 0.1, 60.0, 60.0
+        self.deadline: float | None = None  # set while inside a collective
+        self.last_driver = time.monotonic()
+        self._body_cache: tuple[int, Any] = (-1, None)
+        self._stopping = False
+        self._beating = False
+        self.progress = 0    # main-thread steps; read by the heartbeat thread (see Beat)
+        self.busy = False    # True while a task is being computed
+        self._blas = None
+
+    # -- messaging -------------------------------------------------------------
+    def _check_alive(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            die(RECONFIG_TIMEOUT, "reconfiguration overran its deadline")
+
+    def recv(self) -> tuple:
+        backoff = Backoff()
+        while True:
+            try:
+                msg = self.link.poll(TAG_CMD)
+            except PeerFailed as exc:
+                die(DRIVER_LOST, f"lost the driver ({exc})")
+            if msg is not None:
+                self.last_driver = time.monotonic()
+                return msg
+            backoff.sleep()
+
+    def reply(self, obj: Any) -> None:
+        backoff = Backoff()
+        try:
+            self.link.post(obj, TAG_REPLY)
+            while not self.link.progress():
+                backoff.sleep()
+        except PeerFailed as exc:
+            die(DRIVER_LOST, f"lost the driver while replying ({exc})")
+
+    # -- heartbeat thread --------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        seq = 0
+        while not self._stopping:
+            with self.lock:
+                link = self.link
+                try:
+                    link.hb_sends = [r for r in link.hb_sends if not r.Test()]
+                    if len(link.hb_sends) < MAX_PENDING_BEATS:
+                        beat = Beat(self.worker_id, self.incarnation, seq, self.progress, self.busy)
+                        link.hb_sends.append(link.hb.isend(beat, dest=link.peer, tag=TAG_HB))
+                    while link.poll(TAG_HB, comm=link.hb) is not None:
+                        self.last_driver = time.monotonic()
+                except (PeerFailed, MPI.Exception) as exc:
+                    die(DRIVER_LOST, f"lost the driver on the heartbeat channel ({exc})")
+            seq += 1
+            silent = time.monotonic() - self.last_driver
+            if silent > self.driver_timeout:
+                die(DRIVER_LOST, f"heard nothing from the driver for {silent:.1f} s")
+            self._check_alive()
+            time.sleep(self.period)
+
+    # -- commands ----------------------------------------------------------------
+    def start_heartbeats(self, period: float, driver_timeout: float) -> None:
+        """From now on the driver hears this worker, and a silent driver ends it."""
+        self.period, self.driver_timeout = period, driver_timeout
+        self.last_driver = time.monotonic()
+        if not self._beating:
+            self._beating = True
+            threading.Thread(target=self._heartbeat_loop, daemon=True, name="mixle-mpi-heartbeat").start()
+
+    def setup(self, cfg: dict) -> None:
+        self.worker_id = _who["rank"] = cfg["worker"]
+        self.incarnation = cfg["incarnation"]
+        self.encoder = pickle.loads(cfg["encoder"])  # nosec B301 - IPC from this job's own driver
+        self.sub_chunks = cfg["sub_chunks"]
+        self.reconfigure_timeout = cfg["reconfigure_timeout"]
+        self._blas = pin_blas_threads(cfg["blas_threads"])
+        retain_freed_memory()  # E-step temporaries reuse heap pages instead of faulting fresh ones
+        self.faults = FaultInjector(parse_plan(cfg["fault_plan"]), self.worker_id, self.incarnation)
+        self.start_heartbeats(cfg["heartbeat_period"], cfg["driver_timeout"])
+        if self.spawned:
+            self.faults.check("respawn")
+        host, pid = host_and_pid()
+        self.reply(("ready", self.worker_id, host, pid))
+
+    def _body(self, task_id: int, body_b: bytes) -> Any:
+        if self._body_cache[0] != task_id:
+            self._body_cache = (task_id, pickle.loads(body_b))  # nosec B301 - IPC from this job's own driver
+        return self._body_cache[1]
+
+    def task(self, task_id: int, kind: str, call: int, body_b: bytes, items: list) -> None:
+        recovery = any(rows is not None for _, rows, _ in items)
+        phase = {"estep": "estep_before", "init": "init", "llsum": "llsum"}[kind]
+        self.faults.check(phase, call, recovery)
+        body = self._body(task_id, body_b)
+        mid_pending = [kind == "estep"]
+
+        def on_chunk(_index: int) -> None:
+            self.progress += 1  # the heartbeat tells the driver this main thread moves
+            if mid_pending[0]:  # "estep_mid": after the task's first sub-chunk
+                mid_pending[0] = False
+                self.faults.check("estep_mid", call, recovery)
+
+        for sid, rows, extra in items:
+            chunks = self.resident[sid] if rows is None else estep.encode_shard(self.encoder, rows_from_packed(rows), self.sub_chunks)
+            if kind == "estep":
+                estimator, model = body
+                result = estep.estep_shard(estimator, model, chunks, on_chunk)
+            elif kind == "init":
+                estimator, p = body
+                result = estep.init_shard(estimator, p, int(extra), chunks, on_chunk)
+            else:
+                result = estep.score_shard(body, chunks, on_chunk)
+            self.reply(("result", task_id, sid, result, peak_rss_mb()))  # the peak for summary.json, at no cost
+        if kind == "estep":
+            self.faults.check("estep_after_reply", call, recovery)
+
+    def do_shrink(self, epoch: int, ranks: list[int], method: str) -> None:
+        while True:
+            self.reply(("shrink_ready", epoch, self.worker_id))
+            msg = self.recv()
+            if msg[0] == "shrink":
+                _, epoch, ranks, method = msg
+                continue
+            if msg[0] == "stop":
+                self.stop()
+            if msg[0] == "abort":
+                quit_on_abort(msg)
+            if msg[0] != "shrink_go" or msg[1] != epoch:
+                raise RuntimeError(f"expected shrink_go for epoch {epoch}, got {msg[:2]!r}")
+            break
+        self.deadline = time.monotonic() + self.reconfigure_timeout
+        old = self.link
+        comm = shrink(old.comm, ranks, method, epoch)
+        hb = comm.Dup()
+        with self.lock:
+            self.link = Link(comm, hb, 0)
+        self.deadline = None
+        self.reply(("shrunk", epoch, self.worker_id))
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self.spawned:
+            self._finalize_spawned()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+    def _finalize_spawned(self) -> None:
+        """A spawned process must disconnect from its parent and finalize, or Open MPI
+        reports it as exiting improperly. Bounded: past the deadline it just exits."""
+        from mixle_mpi.core.deadlines import run_with_deadline
+
+        time.sleep(2 * self.period)  # let the heartbeat thread see _stopping
+
+        def finalize() -> None:
+            with self.lock:
+                try:
+                    self.link.hb.Free()
+                    self.link.comm.Free()
+                    self.link.inter.Disconnect()
+                    MPI.Finalize()
+                except MPI.Exception:
+                    pass
+
+        try:
+            run_with_deadline(finalize, self.reconfigure_timeout, "disconnect and finalize")
+        except TimeoutError as exc:
+            sys.stderr.write(f"[mixle_mpi] respawned worker pid {os.getpid()}: {exc}; exiting anyway\n")
+
+    def serve(self) -> None:
+        """Answer the driver until it says stop; never returns."""
+        while True:
+            msg = self.recv()
+            self.progress += 1
+            op = msg[0]
+            try:
+                if op == "setup":
+                    self.setup(msg[1])
+                elif op == "load":  # a shard arrives in parts; encode it once complete
+                    _, sid, packed, last = msg
+                    rows = self._loading.setdefault(sid, [])
+                    rows.extend(rows_from_packed(packed))
+                    if last:
+                        del self._loading[sid]
+                        self.resident[sid] = estep.encode_shard(self.encoder, rows, self.sub_chunks)
+                        self.reply(("loaded", sid, len(rows)))
+                elif op == "task":
+                    self.busy = True
+                    try:
+                        self.task(*msg[1:])
+                    finally:
+                        self.busy = False
+                elif op == "shrink":
+                    self.do_shrink(*msg[1:])
+                elif op == "stop":
+                    self.stop()
+                elif op == "abort":
+                    quit_on_abort(msg)
+                else:
+                    raise RuntimeError(f"unknown command {op!r}")
+            except Exception as exc:  # noqa: BLE001 - a worker-side bug is reported to the driver
+                host, pid = host_and_pid()
+                task_id = msg[1] if op == "task" else None
+                self.reply(("error", task_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", host, pid))
+
+
+def quit_on_abort(msg: tuple) -> None:
+    """The driver ends the job and has said why itself: exit with its code, silently."""
+    flush_and_exit(msg[1] if len(msg) > 1 else WORKER_ABORTED)
+
+
+def flush_and_exit(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def serve_forever(link: Link, spawned: bool, worker: Worker | None = None) -> None:
+    """Ignore SIGUSR1 (Hydra sends it to survivors) and SIGINT (Ctrl-C is the driver's to
+    act on: it checkpoints and ends every rank), and answer the driver; never returns."""
+    for name in ("SIGUSR1", "SIGINT"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+    (worker or Worker(link, spawned)).serve()
+
+
+def serve_original(world) -> None:
+    """An original worker rank: the startup handshake (see startup.py), then serve."""
+    from mixle_mpi.runtime import startup
+
+    timeout = startup.startup_timeout()
+    rank = _who["rank"] = world.Get_rank()
+    faults = _startup_faults(rank)
+    faults.check("startup")
+    try:
+        answer = startup.wait_for_go(world, timeout)
+    except MPI.Exception as exc:
+        die(DRIVER_LOST, f"lost the driver while the job started ({exc})")
+    if answer is None:
+        die(NEVER_STARTED, f"heard nothing from the driver (rank 0) for startup_timeout={timeout:g} s "
+                           f"while the job started (set {startup.STARTUP_TIMEOUT_ENV} to wait longer)")
+    if isinstance(answer, startup.Abort):
+        flush_and_exit(answer.code)
+    if rank not in answer.members:
+        die(0, f"rank {rank} was left out: the driver did not hear from it within startup_timeout="
+               f"{timeout:g} s; the job goes on without it")
+    faults.check("handshake")
+    try:
+        comm, hb = startup.build_comms(world, answer.members, timeout)
+    except startup.StartupFailed as exc:
+        die(NEVER_STARTED, str(exc))
+    worker = Worker(Link(comm, hb, 0), spawned=False)
+    worker.worker_id = rank
+    worker.start_heartbeats(answer.heartbeat_period, answer.driver_timeout)
+    serve_forever(worker.link, False, worker)
+
+
+def _startup_faults(rank: int) -> FaultInjector:
+    """This rank's startup faults from the environment, less those the fault log says fired
+    already: a job launched again after it never started meets each fault once. A bad plan
+    is the driver's to report."""
+    from mixle_mpi.core.errors import ConfigError
+    from mixle_mpi.policy.faults import FIRED_ENV, STARTUP_PHASES, plan_from_env, read_fired, unfired
+
+    try:
+        plan = [f for f in plan_from_env() if f.phase in STARTUP_PHASES]
+    except ConfigError:
+        plan = []
+    return FaultInjector(unfired(plan, read_fired(os.environ.get(FIRED_ENV))), rank, 0)
+
+
+def serve_spawned(parent) -> None:
+    """A respawned worker: merge with the driver (under a deadline), then serve."""
+    from mixle_mpi.runtime import startup
+    from mixle_mpi.core.deadlines import run_with_deadline
+
+    timeout = startup.startup_timeout()
+    try:
+        pair = run_with_deadline(lambda: parent.Merge(high=True), timeout, "merge with the driver")
+        hb = run_with_deadline(pair.Dup, timeout, "heartbeat communicator")
+    except (TimeoutError, MPI.Exception) as exc:
+        die(NEVER_STARTED, f"a respawned worker could not join the driver: {exc}")
+    serve_forever(Link(pair, hb, 0, inter=parent), spawned=True)

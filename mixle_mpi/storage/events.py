@@ -1,0 +1,146 @@
+"""Structured event log (JSON lines) plus one human line on stderr per event.
+
+Every detection, shrink, recovery, respawn and blacklisting is written with the worker's
+rank, host and pid, the wall time and the cause, so an operator can tell what happened to
+which rank after the fact (``mixle-mpi inspect`` and plain ``jq`` both read it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+from mixle_mpi.core import logs
+
+
+LOG = object()   # EventLog's default echo: a line through the logging module
+
+# What a person needs to see at the default level (INFO). A checkpoint is folded into the
+# progress line and a fallback into the "resumed" line, so they only show with -v.
+LEVELS = {"failure_detected": logging.WARNING, "blacklisted": logging.WARNING, "spawn_unavailable": logging.WARNING,
+          "checkpoint": logging.DEBUG, "checkpoint_fallback": logging.DEBUG, "closed": logging.DEBUG,
+          "shrink_fallback": logging.DEBUG, "preempted": logging.DEBUG}
+SKIP = {"time", "event", "worker", "pid", "host", "driver_host"}
+
+
+class EventLog:
+    """Append-only JSON-lines writer; flushed per event so a killed job keeps its history.
+
+    Each event is also echoed as one human line: through the logging module (``echo=LOG``,
+    the default, at the event's level in :data:`LEVELS`), to a stream, or not at all (None).
+    """
+
+    def __init__(self, path: str | None, echo: Any = LOG) -> None:
+        self.path = path
+        self.echo = echo
+        self._fh = None
+        self.events: list[dict[str, Any]] = []
+        if path:
+            parent = os.path.dirname(os.path.abspath(path))
+            os.makedirs(parent, exist_ok=True)
+            self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the log
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+        record = {"time": round(time.time(), 6), "event": event, **fields}
+        record.setdefault("driver_host", socket.gethostname())
+        self.events.append(record)
+        if self._fh is not None:
+            self._fh.write(json.dumps(record, default=str) + "\n")
+            self._fh.flush()
+        if self.echo is LOG:
+            logs.get("events").log(LEVELS.get(event, logging.INFO), describe(record))
+        elif self.echo is not None:
+            self.echo.write("[mixle_mpi] " + logs.clean(describe(record)) + "\n")
+            self.echo.flush()
+        return record
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def _value(key: str, value: Any) -> str:
+    """A field as a person reads it: times of day instead of epoch floats."""
+    if key.endswith("_at") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return logs.clock(value, ms=True)
+    return str(value)
+
+
+def _blas_text(blas: Any) -> str:
+    """``openblas 0.3.30 (1 thread)`` per BLAS library loaded, from the start event."""
+    if not isinstance(blas, list) or not blas:
+        return "none found"
+    parts = []
+    for lib in blas:
+        n = lib.get("num_threads")
+        parts.append(f"{lib.get('internal_api', '?')} {lib.get('version') or ''}".strip()
+                     + (f" ({n} thread{'s' if n != 1 else ''})" if n is not None else ""))
+    return ", ".join(parts)
+
+
+def _start_text(rec: dict[str, Any]) -> str:
+    """The start event in one line: the layout, then MPI and BLAS, then the detection settings."""
+    s = rec.get("settings") or {}
+    layout = [f"{rec['workers']} workers"]
+    if "num_shards" in rec:
+        layout.append(f"{rec['num_shards']} shards" + (f" x {rec['sub_chunks']} sub-chunks" if rec.get("sub_chunks", 1) != 1
+                                                        else ""))
+    if "max_retries" in rec:
+        layout.append(f"max_retries {rec['max_retries']}")
+    parts = [", ".join(layout)]
+    if "mpi" in rec:
+        parts.append(f"MPI: {rec['mpi']}" + (f" (shrink: {rec['shrink']})" if rec.get("shrink") else ""))
+    if "blas" in rec:
+        parts.append(f"BLAS: {_blas_text(rec['blas'])}")
+    if "heartbeat_period" in s and "heartbeat_timeout" in s:
+        parts.append(f"heartbeat every {s['heartbeat_period']:g} s, timeout {s['heartbeat_timeout']:g} s")
+    if rec.get("fault_plan"):
+        parts.append(f"fault plan: {len(rec['fault_plan'])} planned fault(s)")
+    return "start: " + "; ".join(parts)
+
+
+def _resumed_text(rec: dict[str, Any]) -> str:
+    """Where a fit resumed from; a fallback to ``.prev`` says so, and why."""
+    text = f"resumed {rec.get('path')} after iteration {rec.get('iteration')}"
+    if rec.get("finished"):
+        text += " (the fit had finished: nothing left to compute)"
+    if rec.get("fallback"):
+        text += f"; read {rec.get('source')} instead, because {rec['fallback']}"
+    return text
+
+
+SPECIAL = {"start": ("workers", _start_text), "resumed": ("iteration", _resumed_text)}
+
+
+def describe(rec: dict[str, Any]) -> str:
+    """One readable line for an event record."""
+    ev = rec.get("event", "?")
+    special = SPECIAL.get(ev)
+    if special is not None and special[0] in rec:
+        return special[1](rec)
+    who = ""
+    if "worker" in rec:
+        who = f"rank {rec['worker']}"
+        if rec.get("pid") is not None:
+            who += f" (pid {rec['pid']} on {rec.get('host', '?')})"
+    extra = " ".join(f"{k}={_value(k, v)}" for k, v in rec.items() if k not in SKIP)
+    return " ".join(p for p in (ev, who, extra) if p)
+
+
+def read_events(path: str) -> list[dict[str, Any]]:
+    """Every event in the log. A last line without its newline is a record still being
+    appended by a live job; it is skipped when it does not parse yet."""
+    with open(path, encoding="utf-8") as fh:
+        lines = fh.read().split("\n")
+    tail = lines.pop()
+    events = [json.loads(line) for line in lines if line.strip()]
+    try:
+        events += [json.loads(tail)] if tail.strip() else []
+    except ValueError:
+        pass
+    return events
