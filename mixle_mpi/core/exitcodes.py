@@ -3,6 +3,7 @@
 OK = 0
 FAILED = 1            # the fit could not finish: the cause is on stderr
 BAD_INPUT = 2         # bad data, configuration or launch (e.g. too few ranks)
+FAULT_EXIT = 3        # a test fault plan's "exit" action: the worker exits on its own
 DRIVER_LOST = 70      # a worker lost its driver and ended itself
 RECONFIG_TIMEOUT = 71  # a shrink/respawn overran its deadline
 WORKER_ABORTED = 72   # a worker ended because the driver aborted the job

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 
 from mixle_mpi.core import logs
 from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.core.exitcodes import FAULT_EXIT
 
 ACTIONS = ("kill", "stop", "exit", "hang")  # hang: the main thread blocks for good, heartbeats go on
 PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "respawn", "checkpoint_write",
@@ -204,7 +205,7 @@ def _perform(fault: Fault) -> None:
         lock.acquire()
         lock.acquire()
     else:
-        os._exit(3)
+        os._exit(FAULT_EXIT)
 
 
 def read_fired(path: str | None) -> list[dict]:

@@ -8,19 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
-
-
-class Beat(NamedTuple):
-    """Worker -> driver heartbeat. ``progress`` counts the main thread's steps (sub-chunks,
-    shards, commands); ``busy`` is True while it holds a task. The heartbeat thread sends
-    it, so a worker whose main thread is stuck still beats, but its progress stands still."""
-
-    worker: int
-    incarnation: int
-    seq: int
-    progress: int
-    busy: bool
 
 
 class HeartbeatTracker:

@@ -37,11 +37,6 @@ def spread(shards: Iterable[int], load: Mapping[int, int]) -> dict[int, list[int
     return plan
 
 
-def owner_of(owners: Mapping[int, Iterable[int]]) -> dict[int, int]:
-    """Invert worker -> shards into shard -> worker."""
-    return {s: w for w, ss in owners.items() for s in ss}
-
-
 def plan_recovery(orphans: Iterable[int], owners: Mapping[int, list[int]], survivors: Iterable[int]) -> dict[int, list[int]]:
     """Which survivor recomputes which orphaned shard this round, balancing by resident load."""
     live = sorted(survivors)

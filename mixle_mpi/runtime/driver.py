@@ -22,6 +22,8 @@ from mixle_mpi.core import logs
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import NoWorkersLeft, ReconfigurationTimeout, WorkerError
 from mixle_mpi.core.estep import PROTO
+from mixle_mpi.core.protocol import (TAG_CMD, TAG_REPLY, Abort, Load, Loaded, Ready, Result, Setup, Shrink, ShrinkGo,
+                                     ShrinkReady, Shrunk, Stop, Task, TaskError)
 from mixle_mpi.storage.events import EventLog
 from mixle_mpi.policy.faults import FaultInjector, plan_to_json
 from mixle_mpi.policy.membership import Membership
@@ -33,12 +35,13 @@ from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.storage.store import ShardStore
-from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, TAG_CMD, TAG_REPLY, Backoff, Link, PeerFailed, abort_message
+from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, Backoff, Link, PeerFailed
 
 _TASK_IDS = itertools.count(1)
 STOP_SEND_WAIT = 5.0       # seconds for "stop" messages to leave at the end
 DISCONNECT_TIMEOUT = 10.0  # seconds for one respawned worker's Disconnect at exit
 SPAWN_CHECK_TIMEOUT = 5.0  # after a spawn timed out: seconds MPI gets to prove it still answers
+ULFM_CHECK_WAIT, ULFM_CHECK_POLL = 1.0, 0.01  # seconds ULFM gets to report excluded ranks failed
 
 
 class Driver:
@@ -127,7 +130,7 @@ class Driver:
         return {w: self.membership.records[w].incarnation for w in self._live()}
 
     # -- messaging helpers -------------------------------------------------------
-    def _post(self, worker: int, msg: tuple) -> bool:
+    def _post(self, worker: int, msg) -> bool:
         link = self.links.get(worker)
         if link is None:
             return False
@@ -138,10 +141,10 @@ class Driver:
             self._fail(worker, f"ulfm: send failed ({exc})")
             return False
 
-    def _drain(self, worker: int) -> list[tuple]:
+    def _drain(self, worker: int) -> list:
         """Every reply waiting from ``worker``; a ULFM error fails the worker instead."""
         link = self.links.get(worker)
-        out: list[tuple] = []
+        out: list = []
         if link is None:
             return out
         try:
@@ -150,36 +153,53 @@ class Driver:
                 msg = link.poll(TAG_REPLY)
                 if msg is None:
                     return out
-                if msg[0] == "error":
-                    host, pid = msg[3], msg[4]
-                    raise WorkerError(worker, host, pid, msg[2])
-                if msg[0] == "result" and len(msg) > 4:
-                    self.peak_rss_mb[worker] = max(self.peak_rss_mb.get(worker, 0.0), msg[4])
+                if isinstance(msg, TaskError):
+                    raise WorkerError(worker, msg.host, msg.pid, msg.text)
+                if isinstance(msg, Result):
+                    self.peak_rss_mb[worker] = max(self.peak_rss_mb.get(worker, 0.0), msg.peak_rss_mb)
                 out.append(msg)
         except PeerFailed as exc:
             self._fail(worker, f"ulfm: {exc}")
             return out
 
-    def _collect(self, expect: dict[int, set], what: str) -> dict[int, list[tuple]]:
-        """Wait until each expected worker sent replies with the expected keys (msg[0], msg[1]),
-        or failed. Returns the messages per worker; failed workers are simply absent.
+    @staticmethod
+    def _wait(step) -> None:
+        """The driver's one wait loop: ``step()`` does one pass and returns True (progress),
+        False (nothing yet: sleep a little, never spin) or None (done). Each caller's step
+        carries its own deadline."""
+        backoff = Backoff()
+        while True:
+            progressed = step()
+            if progressed is None:
+                return
+            if progressed:
+                backoff.reset()
+            else:
+                backoff.sleep()
+
+    def _collect(self, expect: dict[int, set], what: str) -> dict[int, list]:
+        """Wait until each expected worker sent the replies whose ``key`` is expected (for
+        example ``(Ready, worker)``), or failed. Returns the replies per worker; failed
+        workers are simply absent.
 
         Control replies have a deadline (``reconfigure_timeout``): a worker whose heartbeat
         thread lives on while its main thread never answers is hung, and is failed."""
-        got: dict[int, list[tuple]] = {w: [] for w in expect}
+        got: dict[int, list] = {w: [] for w in expect}
         waiting = {w: set(keys) for w, keys in expect.items() if keys}
-        backoff = Backoff()
-        deadline = time.monotonic() + self.settings.reconfigure_timeout
-        while waiting:
-            if time.monotonic() > deadline:
+        deadline = [time.monotonic() + self.settings.reconfigure_timeout]
+
+        def step() -> bool | None:
+            if not waiting:
+                return None
+            if time.monotonic() > deadline[0]:
                 for w in sorted(waiting):
                     self._fail(w, f"no {what!r} reply within reconfigure_timeout="
                                   f"{self.settings.reconfigure_timeout:g} s (hung)")
-                deadline = float("inf")
+                deadline[0] = float("inf")
             progressed = False
             for w in list(waiting):
                 for msg in self._drain(w):
-                    key = (msg[0], msg[1])
+                    key = getattr(msg, "key", None)
                     if key in waiting.get(w, ()):
                         waiting[w].discard(key)
                         got[w].append(msg)
@@ -191,10 +211,9 @@ class Driver:
                 if not self.membership.is_live(w) or w not in self.links:
                     waiting.pop(w)
                     got.pop(w, None)
-            if not progressed:
-                backoff.sleep()
-            else:
-                backoff.reset()
+            return progressed
+
+        self._wait(step)
         return got
 
     # -- startup -----------------------------------------------------------------
@@ -208,30 +227,25 @@ class Driver:
         self.reconfigure()
         self.started = True
 
-    def _setup_message(self, worker: int) -> tuple:
+    def _setup_message(self, worker: int) -> Setup:
         s = self.settings
-        return ("setup", {
-            "worker": worker,
-            "incarnation": self.membership.records[worker].incarnation,
-            "encoder": self.encoder_b,
-            "sub_chunks": self.sub_chunks,
-            "heartbeat_period": s.heartbeat_period,
-            "driver_timeout": s.driver_timeout,
-            "reconfigure_timeout": s.reconfigure_timeout,
-            "blas_threads": s.blas_threads,
-            "fault_plan": self.fault_plan_json,
-        })
+        return Setup(worker=worker, incarnation=self.membership.records[worker].incarnation,
+                     encoder=self.encoder_b, sub_chunks=self.sub_chunks, heartbeat_period=s.heartbeat_period,
+                     driver_timeout=s.driver_timeout, reconfigure_timeout=s.reconfigure_timeout,
+                     blas_threads=s.blas_threads, fault_plan=self.fault_plan_json)
+
+    def _note_ready(self, worker: int, ready: Ready) -> None:
+        self.info[worker] = (ready.host, ready.pid)
+        rec = self.membership.records[worker]
+        rec.host, rec.pid = ready.host, ready.pid
 
     def _setup(self, workers: list[int]) -> None:
         for w in workers:
             if self._post(w, self._setup_message(w)):
                 self.monitor.watch(w, self.links[w])
-        ready = self._collect({w: {("ready", w)} for w in workers if w in self.links}, "ready")
+        ready = self._collect({w: {(Ready, w)} for w in workers if w in self.links}, "ready")
         for w, msgs in ready.items():
-            _, _, host, pid = msgs[0]
-            self.info[w] = (host, pid)
-            rec = self.membership.records[w]
-            rec.host, rec.pid = host, pid
+            self._note_ready(w, msgs[0])
 
     def _sent(self, worker: int) -> bool | None:
         """True once every send to ``worker`` completed; None if it failed meanwhile."""
@@ -262,9 +276,11 @@ class Driver:
         for w in plan:
             self.monitor.grace(w, self.settings.reconfigure_timeout)
         parts = {w: self._load_parts(sids) for w, sids in plan.items() if sids}
-        backoff = Backoff()
         last_progress = {w: time.monotonic() for w in parts}
-        while parts:
+
+        def step() -> bool | None:
+            if not parts:
+                return None
             progressed = False
             for w in list(parts):
                 done = self._sent(w)
@@ -278,11 +294,11 @@ class Driver:
                         parts.pop(w)
                     continue
                 sid, a, b, last = parts[w].pop(0)
-                if not self._post(w, ("load", sid, self.store.read_packed(sid, a, b), last)):
+                if not self._post(w, Load(sid, self.store.read_packed(sid, a, b), last)):
                     parts.pop(w)
                     continue
                 if last:
-                    expect.setdefault(w, set()).add(("loaded", sid))
+                    expect.setdefault(w, set()).add((Loaded, sid))
                 last_progress[w] = time.monotonic()
                 progressed = True
                 if not parts[w]:
@@ -291,10 +307,9 @@ class Driver:
             for w in list(parts):
                 if not self.membership.is_live(w) or w not in self.links:
                     parts.pop(w)
-            if progressed:
-                backoff.reset()
-            else:
-                backoff.sleep()
+            return progressed
+
+        self._wait(step)
         self._collect({w: keys for w, keys in expect.items() if w in self.links}, "loaded")
         for w in plan:
             self.monitor.grace(w, 0.0)
@@ -320,44 +335,44 @@ class Driver:
 
         def dispatch(worker: int, sids: list[int], recovery: bool) -> None:
             items = [(s, self.store.read_packed(s) if recovery else None, extras.get(s)) for s in sids]
-            if self._post(worker, ("task", task_id, kind, call, body_b, items)):
+            if self._post(worker, Task(task_id, kind, call, body_b, items)):
                 state.sent(worker, self.membership.records[worker].incarnation, sids, recovery)
                 if recovery:
                     self.events.emit("recovery", worker=worker, kind=kind, call=call, shards=sids)
 
         for w, sids in state.own_work(self.owners, self._live_processes()).items():
             dispatch(w, sids, False)
-        backoff = Backoff()
-        while True:
+
+        def step() -> bool | None:
             progressed = False
             live = self._live_processes()
             for w in sorted({who for who, _ in state.assigned.values()}):
                 incarnation = self.membership.records[w].incarnation
                 for msg in self._drain(w):
-                    if msg[0] == "result" and msg[1] == task_id and state.accept(w, incarnation, msg[2], live):
-                        results[msg[2]] = msg[3]
+                    if (isinstance(msg, Result) and msg.task_id == task_id
+                            and state.accept(w, incarnation, msg.shard, live)):
+                        results[msg.shard] = msg.payload
                         progressed = True
                         if record is not None:
-                            record(msg[2], msg[3])
+                            record(msg.shard, msg.payload)
                             if kind == "estep" and len(results) < self.num_shards:
                                 self.faults.check("estep_mid", call)
             self._check_failures()
-            step = state.next_step(self.owners, self._live_processes())
-            if isinstance(step, Done):
-                break
-            if isinstance(step, NeedWorkers):
+            action = state.next_step(self.owners, self._live_processes())
+            if isinstance(action, Done):
+                return None
+            if isinstance(action, NeedWorkers):
                 self.reconfigure()  # respawns whom it can; the next step recovers onto them
                 if not self._live():
                     raise self._no_workers_error()
                 progressed = True
-            elif isinstance(step, Recover):
-                for target, sids in step.plan.items():
+            elif isinstance(action, Recover):
+                for target, sids in action.plan.items():
                     dispatch(target, sids, True)
                 progressed = True
-            if progressed:
-                backoff.reset()
-            else:
-                backoff.sleep()
+            return progressed
+
+        self._wait(step)
         t_results = time.perf_counter()
         failed_now = sorted(self.pending - failed_before)
         blacklisted = self.reconfigure() if self.pending else []
@@ -431,12 +446,12 @@ class Driver:
             if fallback:
                 self.events.emit("shrink_fallback", ranks=sorted(set(self.grank) - set(survivors)), cause=fallback)
             for w in survivors:
-                self._post(w, ("shrink", epoch, ranks, method))
-            ready = self._collect({w: {("shrink_ready", epoch)} for w in survivors}, "shrink_ready")
+                self._post(w, Shrink(epoch, ranks, method))
+            ready = self._collect({w: {(ShrinkReady, epoch)} for w in survivors}, "shrink_ready")
             if sorted(ready) != survivors:
                 continue  # someone died before the collective: agree again without them
             for w in survivors:
-                self._post(w, ("shrink_go", epoch))
+                self._post(w, ShrinkGo(epoch))
                 self._sent(w)
             if any(w not in self.links for w in survivors):
                 continue  # one died before the collective: agree again without it
@@ -458,11 +473,11 @@ class Driver:
             for w in survivors:
                 self.links[w] = Link(comm, hb, self.grank[w])
                 self.monitor.watch(w, self.links[w])
-            self._collect({w: {("shrunk", epoch)} for w in survivors}, "shrunk")
+            self._collect({w: {(Shrunk, epoch)} for w in survivors}, "shrunk")
             self.events.emit("shrink", method=method, epoch=epoch, survivors=survivors, seconds=round(seconds, 6))
             return
 
-    def _ulfm_knows_failed(self, survivors: list[int], wait: float = 1.0) -> bool:
+    def _ulfm_knows_failed(self, survivors: list[int], wait: float = ULFM_CHECK_WAIT) -> bool:
         """ULFM's Shrink waits forever for a member the library does not know to be dead
         (one that was fenced but is alive elsewhere, or that exited without a signal), so
         it is used only once the library itself reports every excluded rank failed."""
@@ -478,7 +493,7 @@ class Driver:
                         pending.discard(rank)
             if not pending or time.monotonic() > deadline:
                 break
-            time.sleep(0.01)
+            time.sleep(ULFM_CHECK_POLL)
         return not pending
 
     def _respawn(self, worker: int) -> bool:
@@ -508,11 +523,9 @@ class Driver:
         incarnation = self.membership.revive(worker)
         if self._post(worker, self._setup_message(worker)):
             self.monitor.watch(worker, self.links[worker])
-        ready = self._collect({worker: {("ready", worker)}}, "ready")
+        ready = self._collect({worker: {(Ready, worker)}}, "ready")
         if worker in ready:
-            _, _, host, pid = ready[worker][0]
-            self.info[worker] = (host, pid)
-            self.membership.records[worker].host, self.membership.records[worker].pid = host, pid
+            self._note_ready(worker, ready[worker][0])
             self._load({worker: list(self.owners.get(worker, []))})
         if self.membership.is_live(worker):
             host, pid = self.info[worker]
@@ -558,18 +571,19 @@ class Driver:
             except (TimeoutError, MPI.Exception) as exc:
                 logs.get("driver").warning(f"disconnecting respawned rank {w} failed: {exc}")
 
-    def _stop(self, workers: list[int], msg: tuple = ("stop",), wait: float = STOP_SEND_WAIT) -> None:
+    def _stop(self, workers: list[int], msg=Stop(), wait: float = STOP_SEND_WAIT) -> None:
         """Send ``msg`` to ``workers`` and wait (bounded) until the sends have completed."""
         for w in workers:
             self._post(w, msg)
         deadline = time.monotonic() + wait
-        backoff = Backoff()
         pending = list(workers)
-        while pending and time.monotonic() < deadline:
-            pending = [w for w in pending if self._sent(w) is False]  # None: it failed meanwhile
-            if pending:
-                backoff.sleep()
+
+        def step() -> bool | None:
+            pending[:] = [w for w in pending if self._sent(w) is False]  # None: it failed meanwhile
+            return None if not pending or time.monotonic() >= deadline else False
+
+        self._wait(step)
 
     def abort_workers(self, code: int) -> None:
         """Best effort, before a failing driver exits: tell every worker to end now."""
-        self._stop(self._live(), abort_message(code), wait=ABORT_SEND_WAIT)
+        self._stop(self._live(), Abort(int(code)), wait=ABORT_SEND_WAIT)

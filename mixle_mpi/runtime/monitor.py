@@ -12,8 +12,9 @@ import time
 
 from mpi4py import MPI
 
-from mixle_mpi.policy.heartbeat import Beat, HeartbeatTracker, StallTracker
-from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, TAG_HB, Link, PeerFailed
+from mixle_mpi.core.protocol import TAG_HB, Beat
+from mixle_mpi.policy.heartbeat import HeartbeatTracker, StallTracker
+from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, Link, PeerFailed
 
 
 class Monitor:

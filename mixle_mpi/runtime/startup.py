@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import signal
 import sys
 import threading
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 from mixle_mpi.core.errors import ConfigError, MixleMPIError
+from mixle_mpi.core.protocol import PROTOCOL, TAG_START, Abort, Beacon, Go, Hello
 
-TAG_START = 10
 STARTUP_TIMEOUT_ENV = "MIXLE_MPI_STARTUP_TIMEOUT"
 MPI_UP_ENV = "MIXLE_MPI_MPI_UP_FILE"
 STARTED_ENV = "MIXLE_MPI_STARTED_FILE"
@@ -47,32 +48,6 @@ MAX_PENDING_BEACONS = 8      # per worker: a dead rank's beacons never complete 
 class StartupFailed(MixleMPIError):
     """The job could not start (a rank died inside the startup collective); nothing was
     computed, so starting it again loses nothing."""
-
-
-# -- messages (TAG_START, COMM_WORLD) -----------------------------------------------------
-class Hello(NamedTuple):
-    """Worker -> driver: this rank finished MPI init and waits in the handle."""
-    rank: int
-    host: str
-    pid: int
-
-
-class Beacon(NamedTuple):
-    """Driver -> worker: still preparing (reading data); keep waiting."""
-    seq: int
-
-
-class Go(NamedTuple):
-    """Driver -> worker: build the job's communicators over ``members`` (world ranks, 0 first)."""
-    members: tuple
-    heartbeat_period: float
-    driver_timeout: float
-
-
-class Abort(NamedTuple):
-    """Driver -> worker: the job ends before it started; exit with ``code``."""
-    code: int
-    message: str
 
 
 def mpi_text() -> str:
@@ -222,6 +197,16 @@ def gather_workers(world, timeout: float, log=None) -> tuple[list[int], dict[int
                 hello = None if msg is None else msg.recv()
             except MPI.Exception as exc:
                 excluded[rank] = f"MPI reports it failed while starting (error class {exc.Get_error_class()})"
+                waiting.discard(rank)
+                continue
+            except (TypeError, AttributeError, ValueError, pickle.UnpicklingError) as exc:
+                excluded[rank] = (f"sent a message this driver cannot read ({type(exc).__name__}: {exc}): it runs "
+                                  f"another mixle_mpi version (install the same one on every node)")
+                waiting.discard(rank)
+                continue
+            if isinstance(hello, Hello) and hello.protocol != PROTOCOL:
+                excluded[rank] = (f"speaks message protocol {hello.protocol}, the driver {PROTOCOL}: it runs another "
+                                  f"mixle_mpi version (install the same one on every node)")
                 waiting.discard(rank)
                 continue
             if isinstance(hello, Hello):

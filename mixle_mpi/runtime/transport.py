@@ -14,7 +14,8 @@ from typing import Any
 
 from mpi4py import MPI
 
-TAG_CMD, TAG_REPLY, TAG_HB = 11, 12, 13
+from mixle_mpi.core.protocol import TAG_CMD, Abort
+
 MAX_PENDING_BEATS = 64  # per link: a dead peer's heartbeats may never complete (MPICH)
 
 
@@ -87,17 +88,12 @@ class Backoff:
 ABORT_SEND_WAIT = 2.0  # seconds a failing driver waits for its abort messages to leave
 
 
-def abort_message(code: int) -> tuple:
-    """The command that ends a worker at once with ``code`` (the driver's own exit code)."""
-    return ("abort", int(code))
-
-
 def abort_peers(comm: Any, ranks, code: int, wait: float = ABORT_SEND_WAIT) -> None:
     """Best effort, bounded: tell ``ranks`` of ``comm`` to end with ``code``."""
     links = [Link(comm, comm, r) for r in ranks]
     for link in links:
         try:
-            link.post(abort_message(code))
+            link.post(Abort(int(code)))
         except PeerFailed:
             pass
     finish_sends(links, wait)

@@ -21,13 +21,14 @@ from mpi4py import MPI
 
 from mixle_mpi.core import estep, logs
 from mixle_mpi.core.blas import pin_blas_threads
-from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT, WORKER_ABORTED
+from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT
 from mixle_mpi.policy.faults import FaultInjector, parse_plan
-from mixle_mpi.policy.heartbeat import Beat
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
+from mixle_mpi.core.protocol import (TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Load, Loaded, Ready, Result, Setup,
+                                     Shrink, ShrinkGo, ShrinkReady, Shrunk, Stop, Task, TaskError)
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.storage.store import rows_from_packed
-from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, TAG_CMD, TAG_HB, TAG_REPLY, Backoff, Link, PeerFailed, host_and_pid
+from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, Backoff, Link, PeerFailed, host_and_pid
 
 
 _who = {"rank": None}   # this worker's rank, once the driver or the startup said it
@@ -120,31 +121,32 @@ class Worker:
             self._beating = True
             threading.Thread(target=self._heartbeat_loop, daemon=True, name="mixle-mpi-heartbeat").start()
 
-    def setup(self, cfg: dict) -> None:
-        self.worker_id = _who["rank"] = cfg["worker"]
-        self.incarnation = cfg["incarnation"]
-        self.encoder = pickle.loads(cfg["encoder"])  # nosec B301 - IPC from this job's own driver
-        self.sub_chunks = cfg["sub_chunks"]
-        self.reconfigure_timeout = cfg["reconfigure_timeout"]
-        self._blas = pin_blas_threads(cfg["blas_threads"])
+    def setup(self, cfg: Setup) -> None:
+        self.worker_id = _who["rank"] = cfg.worker
+        self.incarnation = cfg.incarnation
+        self.encoder = pickle.loads(cfg.encoder)  # nosec B301 - IPC from this job's own driver
+        self.sub_chunks = cfg.sub_chunks
+        self.reconfigure_timeout = cfg.reconfigure_timeout
+        self._blas = pin_blas_threads(cfg.blas_threads)
         retain_freed_memory()  # E-step temporaries reuse heap pages instead of faulting fresh ones
-        self.faults = FaultInjector(parse_plan(cfg["fault_plan"]), self.worker_id, self.incarnation)
-        self.start_heartbeats(cfg["heartbeat_period"], cfg["driver_timeout"])
+        self.faults = FaultInjector(parse_plan(cfg.fault_plan), self.worker_id, self.incarnation)
+        self.start_heartbeats(cfg.heartbeat_period, cfg.driver_timeout)
         if self.spawned:
             self.faults.check("respawn")
         host, pid = host_and_pid()
-        self.reply(("ready", self.worker_id, host, pid))
+        self.reply(Ready(self.worker_id, host, pid))
 
     def _body(self, task_id: int, body_b: bytes) -> Any:
         if self._body_cache[0] != task_id:
             self._body_cache = (task_id, pickle.loads(body_b))  # nosec B301 - IPC from this job's own driver
         return self._body_cache[1]
 
-    def task(self, task_id: int, kind: str, call: int, body_b: bytes, items: list) -> None:
+    def task(self, t: Task) -> None:
+        task_id, kind, call, items = t.task_id, t.kind, t.call, t.items
         recovery = any(rows is not None for _, rows, _ in items)
         phase = {"estep": "estep_before", "init": "init", "llsum": "llsum"}[kind]
         self.faults.check(phase, call, recovery)
-        body = self._body(task_id, body_b)
+        body = self._body(task_id, t.body)
         mid_pending = [kind == "estep"]
 
         def on_chunk(_index: int) -> None:
@@ -163,24 +165,25 @@ class Worker:
                 result = estep.init_shard(estimator, p, int(extra), chunks, on_chunk)
             else:
                 result = estep.score_shard(body, chunks, on_chunk)
-            self.reply(("result", task_id, sid, result, peak_rss_mb()))  # the peak for summary.json, at no cost
+            self.reply(Result(task_id, sid, result, peak_rss_mb()))  # the peak for summary.json, at no cost
         if kind == "estep":
             self.faults.check("estep_after_reply", call, recovery)
 
-    def do_shrink(self, epoch: int, ranks: list[int], method: str) -> None:
+    def do_shrink(self, order: Shrink) -> None:
         while True:
-            self.reply(("shrink_ready", epoch, self.worker_id))
+            self.reply(ShrinkReady(order.epoch, self.worker_id))
             msg = self.recv()
-            if msg[0] == "shrink":
-                _, epoch, ranks, method = msg
+            if isinstance(msg, Shrink):  # a newer order (another failure meanwhile) replaces it
+                order = msg
                 continue
-            if msg[0] == "stop":
+            if isinstance(msg, Stop):
                 self.stop()
-            if msg[0] == "abort":
+            if isinstance(msg, Abort):
                 quit_on_abort(msg)
-            if msg[0] != "shrink_go" or msg[1] != epoch:
-                raise RuntimeError(f"expected shrink_go for epoch {epoch}, got {msg[:2]!r}")
+            if not isinstance(msg, ShrinkGo) or msg.epoch != order.epoch:
+                raise RuntimeError(f"expected ShrinkGo for epoch {order.epoch}, got {msg!r:.200}")
             break
+        epoch, ranks, method = order.epoch, order.ranks, order.method
         self.deadline = time.monotonic() + self.reconfigure_timeout
         old = self.link
         comm = shrink(old.comm, ranks, method, epoch)
@@ -188,7 +191,7 @@ class Worker:
         with self.lock:
             self.link = Link(comm, hb, 0)
         self.deadline = None
-        self.reply(("shrunk", epoch, self.worker_id))
+        self.reply(Shrunk(epoch, self.worker_id))
 
     def stop(self) -> None:
         self._stopping = True
@@ -225,41 +228,39 @@ class Worker:
         while True:
             msg = self.recv()
             self.progress += 1
-            op = msg[0]
             try:
-                if op == "setup":
-                    self.setup(msg[1])
-                elif op == "load":  # a shard arrives in parts; encode it once complete
-                    _, sid, packed, last = msg
-                    rows = self._loading.setdefault(sid, [])
-                    rows.extend(rows_from_packed(packed))
-                    if last:
-                        del self._loading[sid]
-                        self.resident[sid] = estep.encode_shard(self.encoder, rows, self.sub_chunks)
-                        self.reply(("loaded", sid, len(rows)))
-                elif op == "task":
+                if isinstance(msg, Setup):
+                    self.setup(msg)
+                elif isinstance(msg, Load):  # a shard arrives in parts; encode it once complete
+                    rows = self._loading.setdefault(msg.shard, [])
+                    rows.extend(rows_from_packed(msg.packed))
+                    if msg.last:
+                        del self._loading[msg.shard]
+                        self.resident[msg.shard] = estep.encode_shard(self.encoder, rows, self.sub_chunks)
+                        self.reply(Loaded(msg.shard, len(rows)))
+                elif isinstance(msg, Task):
                     self.busy = True
                     try:
-                        self.task(*msg[1:])
+                        self.task(msg)
                     finally:
                         self.busy = False
-                elif op == "shrink":
-                    self.do_shrink(*msg[1:])
-                elif op == "stop":
+                elif isinstance(msg, Shrink):
+                    self.do_shrink(msg)
+                elif isinstance(msg, Stop):
                     self.stop()
-                elif op == "abort":
+                elif isinstance(msg, Abort):
                     quit_on_abort(msg)
                 else:
-                    raise RuntimeError(f"unknown command {op!r}")
+                    raise RuntimeError(f"unknown command {msg!r:.200}")
             except Exception as exc:  # noqa: BLE001 - a worker-side bug is reported to the driver
                 host, pid = host_and_pid()
-                task_id = msg[1] if op == "task" else None
-                self.reply(("error", task_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", host, pid))
+                task_id = msg.task_id if isinstance(msg, Task) else None
+                self.reply(TaskError(task_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", host, pid))
 
 
-def quit_on_abort(msg: tuple) -> None:
+def quit_on_abort(msg: Abort) -> None:
     """The driver ends the job and has said why itself: exit with its code, silently."""
-    flush_and_exit(msg[1] if len(msg) > 1 else WORKER_ABORTED)
+    flush_and_exit(msg.code)
 
 
 def flush_and_exit(code: int) -> None:
@@ -292,7 +293,7 @@ def serve_original(world) -> None:
     if answer is None:
         die(NEVER_STARTED, f"heard nothing from the driver (rank 0) for startup_timeout={timeout:g} s "
                            f"while the job started (set {startup.STARTUP_TIMEOUT_ENV} to wait longer)")
-    if isinstance(answer, startup.Abort):
+    if isinstance(answer, Abort):
         flush_and_exit(answer.code)
     if rank not in answer.members:
         die(0, f"rank {rank} was left out: the driver did not hear from it within startup_timeout="

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import h5py
 import numpy as np
@@ -43,7 +42,6 @@ class FitState:
     versions: dict = field(default_factory=dict)      # what the bits depend on
     failures: dict = field(default_factory=dict)      # worker -> failure count
     blacklist: list = field(default_factory=list)
-    rng_state: Any = None               # only before initialization (iteration 0)
     config: dict = field(default_factory=dict)        # seed, init_p, delta in plain (what to pass to resume)
     wall_seconds: float = 0.0           # the fit's wall time up to this write, over every job segment
     segments: int = 0                   # job segments (first run, then each resume) up to this write
@@ -109,7 +107,9 @@ def read_file(path: str) -> FitState:
     if got != want:
         raise CheckpointError(f"{path}: checksum mismatch (stored {str(want)[:16]}..., computed {got[:16]}...): the file is corrupt")
     try:
-        return FitState(**json.loads(text))
+        state = json.loads(text)
+        state.pop("rng_state", None)  # written (always null) by versions before 0.1.1; never read
+        return FitState(**state)
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: the checkpoint's state does not parse ({exc})") from None
 

@@ -30,6 +30,7 @@ from mixle_mpi.core.validate import check_int
 __all__ = ["ShardStore", "FORMAT", "VERSION"]
 
 FORMAT = "mixle_mpi.shards"
+LOAD_BLOCK_BYTES = 1 << 20  # rows per load message: the driver holds at most one such block per worker
 VERSION = 1
 ROW_KINDS = ("ndarray", "scalars", "arrays", "general")
 _NUMERIC = "biufc"
@@ -261,7 +262,7 @@ class ShardStore:
             return self._kind, list(ds.asstr()[start:stop])
         return self._kind, ds[start:stop]
 
-    def blocks(self, i: int, max_bytes: int = 1 << 20) -> list[tuple[int, int]]:
+    def blocks(self, i: int, max_bytes: int = LOAD_BLOCK_BYTES) -> list[tuple[int, int]]:
         """``(start, stop)`` row ranges covering shard i, each about ``max_bytes`` or one row:
         the driver streams a shard in these pieces, so its memory does not grow with N."""
         ds = self._dataset(i)

@@ -1,0 +1,162 @@
+"""Every message the ranks exchange, in one place: named types, their tags and the protocol
+version.
+
+Messages are NamedTuples (pickled by mpi4py); a rank reads them by field name and tells them
+apart by type, never by position. ``PROTOCOL`` changes whenever a message changes: a worker
+started from a different mixle_mpi install says so in its ``Hello`` and is left out with a
+clear reason instead of failing on a message it cannot read.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+PROTOCOL = 1
+
+# tags: the startup handshake on COMM_WORLD; then commands, replies and heartbeats on the
+# job's communicators (heartbeats on their own duplicate, so they never queue behind data)
+TAG_START, TAG_CMD, TAG_REPLY, TAG_HB = 10, 11, 12, 13
+
+
+# -- startup (TAG_START, COMM_WORLD) ------------------------------------------------------
+class Hello(NamedTuple):
+    """Worker -> driver: this rank finished MPI init and waits for the driver."""
+    rank: int
+    host: str
+    pid: int
+    protocol: int = PROTOCOL
+
+
+class Beacon(NamedTuple):
+    """Driver -> worker: still preparing (reading data); keep waiting."""
+    seq: int
+
+
+class Go(NamedTuple):
+    """Driver -> worker: build the job's communicators over ``members`` (world ranks, 0 first)."""
+    members: tuple
+    heartbeat_period: float
+    driver_timeout: float
+
+
+# -- driver -> worker commands (TAG_CMD) --------------------------------------------------
+class Setup(NamedTuple):
+    """Become worker ``worker`` (this process is its ``incarnation``) and start heartbeats."""
+    worker: int
+    incarnation: int
+    encoder: bytes           # the pickled mixle encoder
+    sub_chunks: int
+    heartbeat_period: float
+    driver_timeout: float
+    reconfigure_timeout: float
+    blas_threads: int
+    fault_plan: str          # JSON, as faults.parse_plan reads it
+
+
+class Load(NamedTuple):
+    """One block of a shard's raw rows; encode and keep the shard once ``last`` arrives."""
+    shard: int
+    packed: Any
+    last: bool
+
+
+class Task(NamedTuple):
+    """Compute ``kind`` (estep, init, llsum) of call ``call`` for ``items``: a list of
+    (shard, raw rows or None for a resident shard, per-shard extra such as a seed)."""
+    task_id: int
+    kind: str
+    call: int
+    body: bytes              # pickled once per round, shared by every task of the round
+    items: list
+
+
+class Shrink(NamedTuple):
+    """Get ready to rebuild the communicator over ``ranks`` with ``method`` (epoch ``epoch``)."""
+    epoch: int
+    ranks: list
+    method: str
+
+
+class ShrinkGo(NamedTuple):
+    """Every survivor is ready: rebuild now."""
+    epoch: int
+
+
+class Stop(NamedTuple):
+    """The fit is over: exit 0."""
+
+
+class Abort(NamedTuple):
+    """The driver ends the job (before or after startup): exit with ``code`` at once. The
+    driver has said why itself, so the worker stays silent."""
+    code: int
+    message: str = ""
+
+
+# -- worker -> driver replies (TAG_REPLY) -------------------------------------------------
+class Ready(NamedTuple):
+    """Set up and beating."""
+    worker: int
+    host: str
+    pid: int
+
+    @property
+    def key(self) -> tuple:
+        return (Ready, self.worker)
+
+
+class Loaded(NamedTuple):
+    """Shard ``shard`` is resident (``rows`` rows)."""
+    shard: int
+    rows: int
+
+    @property
+    def key(self) -> tuple:
+        return (Loaded, self.shard)
+
+
+class Result(NamedTuple):
+    """One shard's result for task ``task_id``, with the worker's peak RSS so far."""
+    task_id: int
+    shard: int
+    payload: Any
+    peak_rss_mb: float
+
+
+class ShrinkReady(NamedTuple):
+    epoch: int
+    worker: int
+
+    @property
+    def key(self) -> tuple:
+        return (ShrinkReady, self.epoch)
+
+
+class Shrunk(NamedTuple):
+    epoch: int
+    worker: int
+
+    @property
+    def key(self) -> tuple:
+        return (Shrunk, self.epoch)
+
+
+class TaskError(NamedTuple):
+    """A command raised on the worker: the driver ends the job with this traceback."""
+    task_id: int | None
+    text: str
+    host: str
+    pid: int
+
+
+# -- heartbeats (TAG_HB) -------------------------------------------------------------------
+class Beat(NamedTuple):
+    """Worker -> driver heartbeat. ``progress`` counts the main thread's steps (sub-chunks,
+    shards, commands); ``busy`` is True while it holds a task. The heartbeat thread sends
+    it, so a worker whose main thread is stuck still beats, but its progress stands still.
+    The driver answers with ``None`` (it is alive)."""
+    worker: int
+    incarnation: int
+    seq: int
+    progress: int
+    busy: bool
