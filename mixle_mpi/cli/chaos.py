@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 
-from mixle_mpi.core.atomicjson import write_json
+from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.storage.events import read_events
 from mixle_mpi.policy.faults import FIRED_ENV, Fault, read_fired, unfired

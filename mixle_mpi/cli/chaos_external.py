@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from mixle_mpi.policy import chaos_plan as cp
-from mixle_mpi.core.atomicjson import write_json
+from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.cli.chaos import compare, fit_command, fit_env, prepare_run_dir, read_output, recovery_seconds, reference_run
 from mixle_mpi.core.exitcodes import NEVER_STARTED
 from mixle_mpi.policy.faults import read_fired

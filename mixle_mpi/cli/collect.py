@@ -19,6 +19,7 @@ import math
 import os
 import sys
 
+from mixle_mpi.core.atomicfile import write_text
 from mixle_mpi.core.errors import ConfigError
 
 SUMMARY_FILES = ("summary.json", "result.json")
@@ -131,10 +132,7 @@ def _cmd_collect(args) -> int:
     if args.out in (None, "-"):
         sys.stdout.write(text + "\n")
     else:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
-        os.replace(tmp, args.out)
+        write_text(args.out, text + "\n")
     return 0
 
 

@@ -18,7 +18,7 @@ import sys
 import time
 
 from mixle_mpi.cli import datainput, modelspec
-from mixle_mpi.core.atomicjson import write_json
+from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.cli.jobconfig import FitConfig
 
 MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS")

@@ -31,7 +31,9 @@ import shlex
 import sys
 
 from mixle_mpi.core import exitcodes
+from mixle_mpi.core.atomicfile import write_text
 from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.core.validate import check_int
 
 KINDS = ("ft", "srun", "array")
 GOLDEN = {"ft": "fit-ft.sbatch", "srun": "fit-srun.sbatch", "array": "best-of-array.sbatch"}
@@ -78,18 +80,6 @@ def time_limit_seconds(limit: str) -> int:
     return a * 60          # M
 
 
-def _int(name: str, value, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            value = int(str(value), 10)
-        except ValueError:
-            raise ConfigError(f"{name} must be a whole number; found {value!r}") from None
-    if value < low or (high is not None and value > high):
-        span = f"at least {low}" if high is None else f"between {low} and {high}"
-        raise ConfigError(f"{name} must be {span}; found {value}")
-    return value
-
-
 def _one_line(name: str, value: str) -> str:
     value = str(value)
     if not value.strip() or "\n" in value or "\r" in value:
@@ -107,14 +97,14 @@ def validate(kind: str, opts: dict) -> dict:
     o = {**DEFAULTS, **opts}
     if not _NAME.match(str(o["job_name"])):
         raise ConfigError(f"job_name must be letters, digits and ._+- only; found {o['job_name']!r}")
-    o["ntasks"] = _int("ntasks", o["ntasks"], 2)
+    o["ntasks"] = check_int("ntasks", o["ntasks"], 2, text=True)
     limit = time_limit_seconds(o["time"])
-    o["signal_margin"] = _int("signal_margin", o["signal_margin"], 1, 65535)
+    o["signal_margin"] = check_int("signal_margin", o["signal_margin"], 1, 65535, text=True)
     if o["signal_margin"] >= limit:
         raise ConfigError(f"signal_margin ({o['signal_margin']} s) must be shorter than the time limit "
                           f"{o['time']!r} ({limit} s): the checkpoint signal would come at the start")
-    o["max_restarts"] = _int("max_restarts", o["max_restarts"], 0)
-    o["base_seed"] = _int("base_seed", o["base_seed"], 0)
+    o["max_restarts"] = check_int("max_restarts", o["max_restarts"], 0, text=True)
+    o["base_seed"] = check_int("base_seed", o["base_seed"], 0, text=True)
     if not _ARRAY.match(str(o["array"])):
         raise ConfigError(f"array must be a SLURM index list such as '0-7', '0-15%4' or '1,3,5'; found {o['array']!r}")
     for name in ("out_dir", "python"):
@@ -255,8 +245,7 @@ def write_golden(directory: str) -> list[str]:
     paths = []
     for kind in KINDS:
         path = os.path.join(directory, GOLDEN[kind])
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(render(kind))
+        write_text(path, render(kind))
         paths.append(path)
     return paths
 
@@ -281,8 +270,7 @@ def _cmd_slurm(args) -> int:
     if args.output in (None, "-"):
         sys.stdout.write(text)
     else:
-        with open(args.output, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_text(args.output, text)
         sys.stderr.write(f"wrote {args.output}; submit it with: sbatch {args.output}\n")
     return 0
 

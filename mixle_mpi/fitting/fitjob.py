@@ -71,7 +71,7 @@ def main(argv=None) -> None:
             "seconds": time.perf_counter() - t0,
         }
     if args.out:
-        from mixle_mpi.core.atomicjson import write_json
+        from mixle_mpi.core.atomicfile import write_json
 
         write_json(args.out, result)
     print(f"[mixle_mpi] fit done: {result['iterations']} log-likelihoods, final {lls[-1]!r}, "

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import IO
 
-from mixle_mpi.core.atomicjson import write_json
+from mixle_mpi.core.atomicfile import write_json
 
 
 LIVE_ENV = "MIXLE_MPI_LIVE_PROGRESS"

@@ -21,7 +21,7 @@ import sys
 import traceback
 
 from mixle_mpi.core import exitcodes, logs
-from mixle_mpi.core.atomicjson import write_json
+from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.core.errors import ConfigError, DataError, Interrupted, Preempted
 
 STATUS_ENV = "MIXLE_MPI_STATUS_FILE"

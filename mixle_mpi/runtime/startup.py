@@ -106,7 +106,7 @@ def _mark(env: str) -> None:
     """Leave the launcher a marker file (named by ``env``), once."""
     path = os.environ.get(env)
     if path and not os.path.exists(path):
-        from mixle_mpi.core.atomicjson import write_json
+        from mixle_mpi.core.atomicfile import write_json
 
         write_json(path, {"pid": os.getpid(), "time": time.time()})
 
