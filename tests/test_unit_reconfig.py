@@ -52,3 +52,47 @@ def test_migration_with_nothing_homeless_moves_nothing_and_with_no_live_worker_r
 
 def test_a_timed_out_spawn_ends_the_job_only_where_it_holds_mpi():
     assert spawn_timeout_is_fatal("MPICH") and not spawn_timeout_is_fatal("Open MPI")
+
+
+# -- one reconfiguration pass as actions ------------------------------------------------------
+from mixle_mpi.policy import reconfig  # noqa: E402
+from mixle_mpi.policy.membership import Membership  # noqa: E402
+
+
+def _failed(membership, *workers):
+    for w in workers:
+        membership.mark_failed(w)
+    return list(workers)
+
+
+def test_an_original_rank_below_max_retries_shrinks_then_respawns():
+    m = Membership([1, 2, 3], max_retries=2)
+    actions = reconfig.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3}, m, can_spawn=True, respawn_setting=True)
+    assert actions == [reconfig.ShrinkComm(), reconfig.Respawn(2)]
+
+
+def test_a_respawned_worker_failing_again_is_respawned_without_a_shrink():
+    m = Membership([1, 2, 3], max_retries=3)
+    _failed(m, 2)
+    m.revive(2)
+    actions = reconfig.plan(_failed(m, 2), {1: 1, 3: 2}, m, can_spawn=True, respawn_setting=True)
+    assert actions == [reconfig.Respawn(2)]
+
+
+def test_max_retries_and_no_spawn_blacklist_with_their_causes():
+    m = Membership([1, 2, 3], max_retries=1)
+    actions = reconfig.plan(_failed(m, 1, 3), {1: 1, 2: 2, 3: 3}, m, can_spawn=True, respawn_setting=True)
+    assert actions == [reconfig.ShrinkComm(), reconfig.Blacklist(1, "max_retries=1 reached"),
+                       reconfig.Blacklist(3, "max_retries=1 reached")]
+    m = Membership([1, 2, 3], max_retries=3)
+    actions = reconfig.plan(_failed(m, 3), {1: 1, 2: 2, 3: 3}, m, can_spawn=False, respawn_setting=False)
+    assert actions == [reconfig.ShrinkComm(), reconfig.Blacklist(3, blacklist_cause(1, 3, False))]
+    assert reconfig.respawn_failed(m, 3, True).cause.startswith("respawn unavailable")
+
+
+def test_migrate_moves_only_blacklisted_places_shards():
+    owners = {1: [0, 3], 2: [1, 4], 3: [2, 5]}
+    assert reconfig.migrate(owners, [], [1, 2, 3]) is None
+    move = reconfig.migrate(owners, [2], [1, 3])
+    assert move.owners[2] == [] and sorted(move.owners[1] + move.owners[3]) == [0, 1, 2, 3, 4, 5]
+    assert sorted(s for ss in move.plan.values() for s in ss) == [1, 4]

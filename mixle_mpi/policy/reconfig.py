@@ -9,6 +9,7 @@ blacklisted, and where a blacklisted place's shards go for good. The simulation
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from mixle_mpi.policy.placement import spread
 
@@ -63,6 +64,63 @@ def migration(owners: Mapping[int, list[int]], blacklisted: Iterable[int],
     for w, sids in plan.items():
         new[w] = sorted(new.get(w, []) + sids)
     return new, plan
+
+
+# -- the actions of one reconfiguration pass, in the order the driver carries them out -----
+class ShrinkComm(NamedTuple):
+    """Rebuild the original ranks' communicator without the failed ones."""
+
+
+class Respawn(NamedTuple):
+    """Start a replacement process for ``worker``; it gets the same shards back."""
+    worker: int
+
+
+class Blacklist(NamedTuple):
+    """``worker``'s place is given up for good; its shards migrate."""
+    worker: int
+    cause: str
+
+
+class Migrate(NamedTuple):
+    """Shards of blacklisted places move for good: the new ``owners``, and ``plan`` (worker ->
+    shards it receives and must load)."""
+    owners: dict
+    plan: dict
+
+
+def plan(failed: Iterable[int], original: Mapping[int, int], membership, can_spawn: bool,
+         respawn_setting: bool) -> list:
+    """What to do about ``failed`` workers between rounds: ``ShrinkComm`` if one was an
+    original rank, then a ``Respawn`` for each place below ``max_retries`` (when spawning
+    works) and a ``Blacklist`` for the rest. A respawn that fails becomes
+    :func:`respawn_failed`'s ``Blacklist``, carried out after these."""
+    failed = sorted(failed)
+    actions: list = [ShrinkComm()] if shrink_needed(failed, original) else []
+    decision = membership.decide(failed, can_spawn)
+    actions += [Respawn(w) for w in decision.respawn]
+    actions += [blacklisting(membership, w, respawn_setting) for w in decision.blacklist]
+    return actions
+
+
+def blacklisting(membership, worker: int, respawn_setting: bool) -> Blacklist:
+    """The ``Blacklist`` action for ``worker``, with its cause."""
+    return Blacklist(worker, blacklist_cause(membership.records[worker].failures, membership.max_retries,
+                                             respawn_setting))
+
+
+def respawn_failed(membership, worker: int, respawn_setting: bool) -> Blacklist:
+    """A respawn that could not be carried out (spawning failed): the place is blacklisted."""
+    return blacklisting(membership, worker, respawn_setting)
+
+
+def migrate(owners: Mapping[int, list[int]], blacklisted: Iterable[int], live: Iterable[int]) -> Migrate | None:
+    """The ``Migrate`` action, or None when no blacklisted place holds a shard."""
+    gone = set(blacklisted)
+    if not any(owners.get(w) for w in gone):
+        return None
+    new, moves = migration(owners, gone, live)
+    return Migrate(new, moves)
 
 
 def spawn_timeout_is_fatal(vendor: str) -> bool:

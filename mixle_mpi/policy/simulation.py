@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from mixle_mpi.policy.membership import Membership
 from mixle_mpi.policy.placement import initial_placement
-from mixle_mpi.policy.reconfig import migration
+from mixle_mpi.policy import reconfig
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState, Wait
 
 MAX_EVENTS = 100_000
@@ -190,17 +190,18 @@ class Simulation:
     def _reconfigure(self) -> None:
         """The driver's reconfiguration: respawn below max_retries, else blacklist and migrate."""
         failed = [w for w, r in self.membership.records.items() if r.state == "dead"]
-        decision = self.membership.decide(failed, self.s.respawn)
-        for w in decision.respawn:
-            inc = self.membership.revive(w)
-            self.state[(w, inc)] = "up"
-            if self.rng.random() < 0.15:  # dies again right after the respawn
-                self._at(self.now + self.rng.uniform(0.0, 0.3), "fault", w, "die")
-        for w in decision.blacklist:
-            self.membership.blacklist(w)
+        for action in reconfig.plan(failed, {}, self.membership, self.s.respawn, self.s.respawn):
+            if isinstance(action, reconfig.Respawn):
+                inc = self.membership.revive(action.worker)
+                self.state[(action.worker, inc)] = "up"
+                if self.rng.random() < 0.15:  # dies again right after the respawn
+                    self._at(self.now + self.rng.uniform(0.0, 0.3), "fault", action.worker, "die")
+            elif isinstance(action, reconfig.Blacklist):
+                self.membership.blacklist(action.worker)
         live = self._live()
-        if live:
-            self.owners, _ = migration(self.owners, self.membership.blacklisted(), live)
+        move = reconfig.migrate(self.owners, self.membership.blacklisted(), live) if live else None
+        if move is not None:
+            self.owners = move.owners
 
     def run(self) -> Outcome:
         done = 0

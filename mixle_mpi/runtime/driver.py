@@ -29,8 +29,8 @@ from mixle_mpi.policy.faults import FaultInjector, plan_to_json
 from mixle_mpi.policy.membership import Membership
 from mixle_mpi.runtime.monitor import Monitor
 from mixle_mpi.policy.placement import initial_placement
-from mixle_mpi.policy.reconfig import (EMULATED, blacklist_cause, migration, renumber, shrink_method, shrink_needed,
-                               spawn_timeout_is_fatal)
+from mixle_mpi.policy import reconfig
+from mixle_mpi.policy.reconfig import EMULATED, Blacklist, Respawn, ShrinkComm, renumber, shrink_method, spawn_timeout_is_fatal
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.runtime.shrink import shrink
@@ -400,22 +400,21 @@ class Driver:
         while self.pending:
             failed = sorted(self.pending)
             self.pending.clear()
-            if shrink_needed(failed, self.grank):
-                self._shrink()
-            decision = self.membership.decide(failed, self.can_spawn)
-            for w in decision.respawn:
-                if not self._respawn(w):
-                    decision.blacklist.append(w)
-            for w in decision.blacklist:
-                self.membership.blacklist(w)
-                blacklisted.append(w)
-                host, pid = self.info.get(w, (None, None))
-                self.events.emit(
-                    "blacklisted", worker=w, host=host, pid=pid,
-                    failures=self.membership.records[w].failures,
-                    cause=blacklist_cause(self.membership.records[w].failures, self.membership.max_retries,
-                                          self.settings.respawn),
-                )
+            actions = reconfig.plan(failed, self.grank, self.membership, self.can_spawn, self.settings.respawn)
+            while actions:
+                action = actions.pop(0)
+                if isinstance(action, ShrinkComm):
+                    self._shrink()
+                elif isinstance(action, Respawn):
+                    if not self._respawn(action.worker):
+                        actions.append(reconfig.respawn_failed(self.membership, action.worker, self.settings.respawn))
+                elif isinstance(action, Blacklist):
+                    w = action.worker
+                    self.membership.blacklist(w)
+                    blacklisted.append(w)
+                    host, pid = self.info.get(w, (None, None))
+                    self.events.emit("blacklisted", worker=w, host=host, pid=pid,
+                                     failures=self.membership.records[w].failures, cause=action.cause)
             self._migrate()
         return blacklisted
 
@@ -429,10 +428,11 @@ class Driver:
             if self.pending:
                 return  # the next loop of reconfigure() respawns someone first
             raise self._no_workers_error()
-        self.owners, plan = migration(self.owners, blacklisted, live)
-        for w, sids in plan.items():
+        move = reconfig.migrate(self.owners, blacklisted, live)
+        self.owners = move.owners
+        for w, sids in move.plan.items():
             self.events.emit("migrated", worker=w, shards=sids)
-        self._load(plan)
+        self._load(move.plan)
 
     def _shrink(self) -> None:
         """Agree on the surviving original ranks, then shrink the group communicator."""
