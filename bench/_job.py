@@ -77,7 +77,7 @@ def parse_args(argv=None):
                    help="what-if (resilient only): set the ceiling of mixle_mpi's polling backoff to this "
                    "many seconds on every rank (the library's own is 5 ms); a diagnostic, not a setting "
                    "of the library")
-    p.add_argument("--num-shards", type=int, default=None, help="resilient: shards S (default: the workers)")
+    p.add_argument("--num-shards", type=int, default=None, help="resilient: shards S (default here: one per worker, like for like with mixle's MPI handle)")
     p.add_argument("--h5", default=None, help="resilient: read the data from this HDF5 file (dataset 'data'), "
                    "handed to the handle as an h5py.Dataset; --n and --data-seed are then ignored")
     p.add_argument("--count-bytes", action="store_true",
@@ -279,8 +279,12 @@ def run_resilient(args) -> None:
             _count_bytes(events)
     t0 = now()
     startup["handle_start"] = time.time()
+    # one shard per worker unless told: the comparison with mixle's MPIEncodedData (one
+    # partition per process) is then like for like
+    from mpi4py import MPI
+    shards = args.num_shards or max(1, MPI.COMM_WORLD.Get_size() - 1)
     enc = ResilientMPIEncodedData(data, estimator=est, workdir=workdir,
-                                  num_shards=args.num_shards)  # workers serve inside
+                                  num_shards=shards)  # workers serve inside
     startup["handle_done"] = time.time()
     startup["vmhwm_after_setup"] = vm_hwm()
     t_setup = now() - t0

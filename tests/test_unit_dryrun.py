@@ -39,8 +39,8 @@ def no_launch(monkeypatch):
 def test_layout_and_memory_per_rank():
     lay = dryrun.layout(rows=1_000_000, num_shards=16, ranks=5)
     assert (lay.workers, lay.num_shards, lay.per_worker, lay.rows_per_shard) == (4, 16, (4, 4), 62_500)
-    uneven = dryrun.layout(rows=1000, num_shards=None, ranks=4)
-    assert (uneven.num_shards, uneven.per_worker) == (3, (1, 1))
+    uneven = dryrun.layout(rows=1000, num_shards=None, ranks=4)  # the default S comes from the rows alone
+    assert (uneven.num_shards, uneven.per_worker) == (16, (5, 6))
     assert dryrun.layout(rows=1000, num_shards=5, ranks=4).per_worker == (1, 2)
     shape = datainput.DataShape(1_000_000, 4, 8, False, "x", 4)
     mem = dryrun.memory(shape, lay)
@@ -83,7 +83,7 @@ def test_dry_run_reads_a_csv_header_not_its_values(tmp_path, capsys, no_launch, 
     monkeypatch.setattr(datainput, "_read_numeric", lambda *a: pytest.fail("the dry run parsed the values"))
     assert main(["fit", "-n", "3", "--dry-run", "--data", str(path), "--columns", "a,c", "--model", "gmm:k=2"]) == 0
     out = capsys.readouterr().out
-    assert "d.csv: 1000 data lines x 2 columns (a, c)" in out and "1 shard per worker" in out
+    assert "d.csv: 1000 data lines x 2 columns (a, c)" in out and "8 shards per worker" in out
     assert "reads the whole data before writing the shard store" in out
 
 
@@ -114,9 +114,9 @@ def test_dry_run_tells_what_a_resume_would_do(h5data, tmp_path, capsys, no_launc
     state = checkpoint.FitState(iteration=7, model="{}", ll=[-2.0], layout={"num_shards": 4, "sub_chunks": 1})
     checkpoint.write(str(ck), state)
     base = ["fit", "-n", "4", "--dry-run", "--data", f"{h5data}:/run1/X", "--model", "gmm:k=2", "--checkpoint", str(ck)]
-    assert main(base) == 2  # 3 workers make S = 3, the checkpoint has 4
+    assert main(base) == 2  # 1000 rows make S = 16 (the default), the checkpoint has 4
     captured = capsys.readouterr()
-    assert "resumes after iteration 7; it has num_shards=4 but this run has 3: pass --num-shards 4" in captured.out
+    assert "resumes after iteration 7; it has num_shards=4 but this run has 16: pass --num-shards 4" in captured.out
     assert "error: " in captured.err and "pass --num-shards 4 to resume" in captured.err
     assert main(base + ["--num-shards", "4"]) == 0
     assert "resumes after iteration 7; same layout" in capsys.readouterr().out

@@ -169,3 +169,12 @@ def test_plan_recovery_equal_loads_stay_balanced():
         assert sorted(s for ss in plan.values() for s in ss) == sorted(orphans)
         final = [level + len(plan.get(w, ())) for w in survivors]
         assert max(final) - min(final) <= 1
+
+
+# -- the default number of shards -------------------------------------------------------------
+def test_default_num_shards_depends_on_the_rows_alone():
+    from mixle_mpi.core.layout import MAX_SHARDS, MIN_SHARDS, default_num_shards
+
+    assert [default_num_shards(n) for n in (1, 7, 150, 16_000, 200_000, 10**6, 10**8)] == \
+        [1, 7, 16, 16, 20, 100, MAX_SHARDS]
+    assert all(MIN_SHARDS <= default_num_shards(n) <= MAX_SHARDS for n in range(16, 5_000_000, 9_973))

@@ -43,14 +43,13 @@ def rank_count(args, environ=os.environ) -> tuple[int | None, str]:
 
 def layout(rows: int, num_shards: int | None, ranks: int | None) -> Layout:
     """Shards and their placement as the handle makes them (pure)."""
+    from mixle_mpi.core.layout import default_num_shards
     from mixle_mpi.policy.placement import initial_placement
 
     if ranks is not None and ranks < 2:
         raise ConfigError(f"found {ranks} rank(s) but needs at least 2: rank 0 drives and ranks 1.. compute")
     workers = None if ranks is None else ranks - 1
-    s = num_shards if num_shards is not None else workers
-    if s is None:
-        raise ConfigError("the layout depends on the rank count: give -n N (or --num-shards S)")
+    s = num_shards if num_shards is not None else default_num_shards(rows)
     if rows < s:
         raise ConfigError(f"found {rows} observations but num_shards={s} needs at least {s}")
     per = None
@@ -208,14 +207,9 @@ def report(args, lines: list[str], problems: list[str]) -> None:
     lines.append(f"data: {shape.describe}")
     modelspec.build_estimator(spec, shape.ncols)
     ranks, origin = rank_count(args)
-    if ranks is None and cfg.num_shards is None:
-        lines.append("layout: rank count unknown (no -n, no SLURM_NTASKS); S will be the number of workers: "
-                     "give -n N (or --num-shards S) to see the layout and the memory per worker")
-        lay = None
-    else:
-        lay = layout(shape.rows, cfg.num_shards, ranks)
-        lines.append(_layout_line(lay, ranks, origin))
-        lines += _memory_lines(shape, lay)
+    lay = layout(shape.rows, cfg.num_shards, ranks)
+    lines.append(_layout_line(lay, ranks, origin))
+    lines += _memory_lines(shape, lay)
     lines += _report_mpi(args, cfg, ranks, problems)
     lines += _report_checkpoint(cfg, lay, problems)
     lines.append(_outputs_line(cfg))

@@ -51,7 +51,7 @@ HELP = {
     "model": "gmm:k=K[,cov=diag|full], poisson:k=K, hmm:states=S, composite:k=K,parts=a+b, or json:FILE (required)",
     "columns": "CSV columns to use: names or indices, e.g. 0:4 or x,y",
     "out_dir": "where model.json, summary.json, events.jsonl, progress.json (and fit.png) go",
-    "num_shards": "shards S (default: the number of workers); S fixes the bits, not the rank count",
+    "num_shards": "shards S (default: from the data alone, ceil(rows/10000) within [16, 256], never more than the rows); S fixes the bits, not the rank count",
     "sub_chunks": "sub-chunks per shard",
     "max_its": "EM iterations at most",
     "delta": "stop when the log-likelihood gains less than this (0 or 'none': run max_its)",

@@ -18,6 +18,7 @@ from mixle.utils.parallel.planner import EncodedDataHandle
 from mixle.utils.parallel.resilient_em import checkpointed_fold
 from mixle.utils.vector import validate_initialization_probability, validated_initialized_observations
 
+from mixle_mpi.core import logs
 from mixle_mpi.runtime import exiting
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import ConfigError, DataError
@@ -125,7 +126,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
                 "(launch with e.g. `mixle-mpi run -n 3 -- python script.py`)"
             )
         workers = world_size - 1
-        num_shards = workers if num_shards is None else check_int("num_shards", num_shards, 1)
+        num_shards = None if num_shards is None else check_int("num_shards", num_shards, 1)
         self.sub_chunks = check_int("sub_chunks", sub_chunks, 1)
         self.max_retries = check_int("max_retries", max_retries, 1)
         self.settings = Settings.resolve(settings)
@@ -158,6 +159,11 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         self.store = ShardStore.create(store_path, data, num_shards)
         self.num_shards = self.store.num_shards
         self.size = self.store.num_rows
+        if self.num_shards < workers:
+            logs.get("handle").warning(
+                f"{self.num_shards} shards for {workers} workers: {workers - self.num_shards} worker(s) hold no "
+                f"shard and only recompute a failed worker's shards; pass --num-shards (num_shards=) >= {workers} "
+                "to give every worker shards (S fixes the bits)")
         _check_estimator_matches(self.store, estimator, encoder)
 
         self.events = EventLog(event_log)

@@ -24,6 +24,7 @@ import numpy as np
 
 from mixle_mpi.core.codec import decode_row, encode_row
 from mixle_mpi.core.errors import ConfigError, DataError
+from mixle_mpi.core.layout import default_num_shards
 from mixle_mpi.core.privatefile import create_private
 from mixle_mpi.core.validate import check_int
 
@@ -194,10 +195,14 @@ class ShardStore:
         return cls(path)
 
     @classmethod
-    def create(cls, path, data, num_shards: int, block_rows: int = 65536) -> "ShardStore":
-        """Write data round-robin into num_shards shards at path (atomically) and open it."""
-        s, block_rows = check_int("num_shards", num_shards), check_int("block_rows", block_rows)
+    def create(cls, path, data, num_shards: int | None, block_rows: int = 65536) -> "ShardStore":
+        """Write data round-robin into num_shards shards at path (atomically) and open it;
+        ``num_shards=None`` takes :func:`~mixle_mpi.core.layout.default_num_shards` of the data."""
+        s = None if num_shards is None else check_int("num_shards", num_shards)
+        block_rows = check_int("block_rows", block_rows)
         kind, n, dtype, row_shape, block = _classify(data)
+        if s is None:
+            s = max(1, default_num_shards(n))
         if n == 0:
             raise DataError(f"data is empty: need at least num_shards={s} observations")
         if n < s:
