@@ -64,10 +64,12 @@ def run_job(python: str, ranks: int, job_args: list[str], tmp: Path, *, plan: st
     return JobResult(proc.returncode, proc.stdout, proc.stderr, result, evs)
 
 
-def fit_args(model: str, n: int, shards: int, sub_chunks: int = 1, max_its: int = 6, seed: int = 7,
+def fit_args(model: str, n: int, shards: int | None, sub_chunks: int = 1, max_its: int = 6, seed: int = 7,
              max_retries: int = 2) -> list[str]:
-    return ["--model", model, "--n", str(n), "--num-shards", str(shards), "--sub-chunks", str(sub_chunks),
-            "--max-its", str(max_its), "--seed", str(seed), "--max-retries", str(max_retries)]
+    """The built-in job's arguments; ``shards=None`` leaves S to the default layout rule."""
+    return ["--model", model, "--n", str(n), *([] if shards is None else ["--num-shards", str(shards)]),
+            "--sub-chunks", str(sub_chunks), "--max-its", str(max_its), "--seed", str(seed),
+            "--max-retries", str(max_retries)]
 
 
 def same_fit(a: dict, b: dict) -> bool:

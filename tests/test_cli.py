@@ -243,15 +243,15 @@ IRIS = ["--data", "builtin:iris", "--columns", "0:4", "--model", "gmm:k=3,cov=fu
 
 
 def test_resume_on_fewer_ranks_says_what_to_pass_then_reports_every_segment(tmp_path):
-    """-n 4 (S = 3 workers), driver killed; rerun with -n 3 is refused once, naming the flag;
+    """-n 4 with S = 3, driver killed; rerun with -n 3 and S = 2 is refused once, naming the flag;
     with it the fit resumes, and summary.json adds up both segments and every rank's peak RSS."""
     ck, out = tmp_path / "ck.h5", tmp_path / "out"
     args = [*IRIS, "--max-its", "8", "--delta", "none", "--checkpoint", str(ck), "--out-dir", str(out)]
-    first = cli(OMPI_PYTHON, "fit", "-n", "4", "--timeout", "180", "-v", *args, cwd=tmp_path,
+    first = cli(OMPI_PYTHON, "fit", "-n", "4", "--timeout", "180", "-v", "--num-shards", "3", *args, cwd=tmp_path,
                 plan="0:kill:estep_before:3")
     assert first.returncode != 0 and ckpt.read(str(ck)).iteration == 3, first.stderr[-3000:]
     assert "checkpoint path=" in first.stderr  # -v shows each checkpoint
-    refused = cli(OMPI_PYTHON, "fit", "-n", "3", "--timeout", "180", "-q", *args, cwd=tmp_path)
+    refused = cli(OMPI_PYTHON, "fit", "-n", "3", "--timeout", "180", "-q", "--num-shards", "2", *args, cwd=tmp_path)
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert refused.stderr.count("refusing to resume") == 1, refused.stderr  # said once, not again by the launcher
     assert "layout.num_shards: checkpoint has 3, this run has 2" in refused.stderr

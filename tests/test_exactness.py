@@ -1,5 +1,5 @@
 """Failure-free exactness: bit-identical to mixle's own ResilientMPEncodedData on several
-models, and independent of the number of MPI ranks for a fixed number of shards."""
+models, and independent of the number of MPI ranks, with the default layout too."""
 
 from __future__ import annotations
 
@@ -28,13 +28,17 @@ def test_matches_mixle_resilient_mp(model, n, shards, sub, tmp_path, reference):
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
-@pytest.mark.parametrize("ranks", [2, 3, 6])
+@pytest.mark.parametrize("ranks", [3, 5, 9])
 def test_bits_do_not_depend_on_rank_count(library, ranks, tmp_path, reference):
-    """S=5 shards on 1, 2 or 5 workers: the same bits (and the same as mixle's)."""
+    """No --num-shards: the default S comes from the rows alone (2500 rows: 16 shards), so 2,
+    4 or 8 workers give the same bits, the same as mixle's with S = 16."""
+    from mixle_mpi.core.layout import default_num_shards
+
     _, python = library
-    job = run_job(python, ranks, fit_args("diag", 2500, 5, 2, 5), tmp_path)
+    job = run_job(python, ranks, fit_args("diag", 2500, None, 2, 5), tmp_path)
     assert job.rc == 0, job.describe()
-    assert same_fit(job.result, reference("diag", 2500, 5, 2, 5, 7)), job.describe()
+    assert job.result["num_shards"] == default_num_shards(2500) == 16
+    assert same_fit(job.result, reference("diag", 2500, 16, 2, 5, 7)), job.describe()
 
 
 def test_long_estep_is_not_a_death(tmp_path):
