@@ -96,3 +96,42 @@ def test_migrate_moves_only_blacklisted_places_shards():
     move = reconfig.migrate(owners, [2], [1, 3])
     assert move.owners[2] == [] and sorted(move.owners[1] + move.owners[3]) == [0, 1, 2, 3, 4, 5]
     assert sorted(s for ss in move.plan.values() for s in ss) == [1, 4]
+
+
+# -- spares ------------------------------------------------------------------------------------
+def test_a_spare_adopts_the_failed_place_before_any_respawn_and_without_spawn():
+    owners = {1: [0, 2], 2: [1, 3], 3: [], 4: []}
+    m = Membership([1, 2, 3, 4], max_retries=2)
+    assert reconfig.idle_places(owners, m.live()) == [3, 4]
+    actions = reconfig.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3, 4: 4}, m, can_spawn=False, respawn_setting=True,
+                            owners=owners, spares=[3, 4])
+    assert actions == [reconfig.ShrinkComm(), reconfig.Adopt(2, 3)]
+
+
+def test_when_spares_run_out_respawn_or_migration_takes_over():
+    owners = {1: [0], 2: [1], 3: [2], 4: []}
+    m = Membership([1, 2, 3, 4], max_retries=2)
+    both = reconfig.plan(_failed(m, 1, 2), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[4])
+    assert both == [reconfig.Adopt(1, 4), reconfig.Respawn(2)]
+    m = Membership([1, 2, 3, 4], max_retries=2)
+    nospawn = reconfig.plan(_failed(m, 1, 2), {}, m, can_spawn=False, respawn_setting=False, owners=owners, spares=[4])
+    assert nospawn == [reconfig.Adopt(1, 4), reconfig.Blacklist(2, blacklist_cause(1, 2, False))]
+
+
+def test_a_failed_spare_is_given_up_and_max_retries_still_blacklists():
+    owners = {1: [0], 2: [1], 3: []}
+    m = Membership([1, 2, 3], max_retries=1)
+    actions = reconfig.plan(_failed(m, 3), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[3])
+    assert actions == [reconfig.Blacklist(3, "max_retries=1 reached")]
+    m = Membership([1, 2, 3], max_retries=2)
+    actions = reconfig.plan(_failed(m, 3), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[3])
+    assert actions == [reconfig.Blacklist(3, reconfig.SPARE_LOST)]
+    m = Membership([1, 2, 3], max_retries=1)
+    actions = reconfig.plan(_failed(m, 1), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[3])
+    assert actions == [reconfig.Blacklist(1, "max_retries=1 reached")]  # its shards then migrate (to the spare)
+
+
+def test_retired_spare_ids_are_never_failed_again():
+    m = Membership([1, 2, 3], max_retries=2)
+    m.retire(3)
+    assert not m.mark_failed(3) and m.live() == [1, 2]

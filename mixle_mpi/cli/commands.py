@@ -74,7 +74,8 @@ def _fit(args) -> int:
     if args.n is not None and not fitcmd.under_mpi_launcher():
         from mixle_mpi.cli.launcher import run
 
-        return run(args.n, [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)], mpiexec=args.mpiexec,
+        return run(args.n + (cfg.spares or 0), [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)],
+                   mpiexec=args.mpiexec,
                    flavor=args.mpi, timeout=args.timeout, start_retries=args.start_retries, env=_rank_env(args),
                    allow_many_ranks=args.allow_many_ranks)
     if not fitcmd.under_mpi_launcher():

@@ -32,6 +32,7 @@ class FitConfig:
     heartbeat_timeout: float | None = None
     stall_timeout: float | None = None
     respawn: bool | None = None
+    spares: int | None = None
     checkpoint: str | None = None
     checkpoint_every: int = 1
     checkpoint_seconds: float | None = None
@@ -65,6 +66,8 @@ HELP = {
     "heartbeat_timeout": "seconds of silence before a rank is declared dead",
     "stall_timeout": "seconds a busy worker may go without progress (one sub-chunk) before it is failed as stuck",
     "respawn": "respawn failed workers (else their shards migrate)",
+    "spares": "extra ranks started idle; a spare takes a failed worker's place at once, without Spawn "
+              "(with -n N, N + spares ranks are launched)",
     "checkpoint": "HDF5 checkpoint path; an existing one is resumed",
     "checkpoint_every": "iterations between checkpoints",
     "checkpoint_seconds": "seconds between checkpoints",
@@ -193,6 +196,8 @@ def validate(cfg: FitConfig) -> None:
         value = getattr(cfg, name)
         if value is not None and not value > 0:
             raise ConfigError(f"{name} must be a number > 0; found {value}")
+    if cfg.spares is not None and cfg.spares < 0:
+        raise ConfigError(f"spares must be an integer >= 0; found {cfg.spares}")
     if cfg.num_shards is not None and cfg.num_shards < 1:
         raise ConfigError(f"num_shards must be an integer >= 1; found {cfg.num_shards}")
     if cfg.delta is not None and (cfg.delta < 0 or cfg.delta != cfg.delta):

@@ -19,6 +19,9 @@ def _positive_float(name: str, value) -> float:
     return float(value)
 
 
+MINIMUM = {"spares": 0}  # integer settings that may be 0 (the others must be >= 1)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything tunable about detection and recovery, validated once on the driver."""
@@ -37,6 +40,10 @@ class Settings:
     # 600 s: far above any sub-chunk of the data sizes we see; raise it, or split shards
     # finer with sub_chunks, if a single sub-chunk legitimately computes longer.
     stall_timeout: float = 600.0
+    # Ranks started beside the workers that hold no shards: set up, beating, idle. A failed
+    # worker's place is taken by a spare at once (no Spawn, which srun often cannot do);
+    # until then spares help recompute orphaned shards. The job needs 1 + workers + spares ranks.
+    spares: int = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -47,7 +54,7 @@ class Settings:
             elif isinstance(f.default, float):
                 object.__setattr__(self, f.name, _positive_float(f.name, value))
             else:
-                object.__setattr__(self, f.name, check_int(f.name, value))
+                object.__setattr__(self, f.name, check_int(f.name, value, MINIMUM.get(f.name, 1)))
         if self.heartbeat_timeout < 2 * self.heartbeat_period:
             raise ConfigError(
                 f"heartbeat_timeout must be at least 2 x heartbeat_period; found timeout="

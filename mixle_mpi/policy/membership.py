@@ -49,9 +49,9 @@ class Membership:
 
     def mark_failed(self, worker: int) -> bool:
         """Record one failure of a live place; False if it was not live (a duplicate report)."""
-        rec = self.records[worker]
-        if rec.state != LIVE:
-            return False
+        rec = self.records.get(worker)
+        if rec is None or rec.state != LIVE:
+            return False  # not live, or a retired spare's old id
         rec.state = DEAD
         rec.failures += 1
         return True
@@ -79,6 +79,10 @@ class Membership:
         rec.incarnation += 1
         rec.pid, rec.host = pid, host
         return rec.incarnation
+
+    def retire(self, worker: int) -> None:
+        """A spare's place ends because its process took another place (see reconfig.Adopt)."""
+        self.records.pop(worker, None)
 
     def failures(self) -> dict[int, int]:
         return {w: r.failures for w, r in sorted(self.records.items())}

@@ -76,6 +76,13 @@ class Respawn(NamedTuple):
     worker: int
 
 
+class Adopt(NamedTuple):
+    """The process of idle ``spare`` takes failed ``worker``'s place (same shards, next
+    incarnation): no Spawn, and the spare was set up and beating already."""
+    worker: int
+    spare: int
+
+
 class Blacklist(NamedTuple):
     """``worker``'s place is given up for good; its shards migrate."""
     worker: int
@@ -89,17 +96,36 @@ class Migrate(NamedTuple):
     plan: dict
 
 
+SPARE_LOST = "a spare (it held no shards): not replaced"
+
+
+def idle_places(owners: Mapping[int, list[int]], live: Iterable[int]) -> list[int]:
+    """Live places that hold no shard: the spares, lowest id first."""
+    return sorted(w for w in live if not owners.get(w))
+
+
 def plan(failed: Iterable[int], original: Mapping[int, int], membership, can_spawn: bool,
-         respawn_setting: bool) -> list:
+         respawn_setting: bool, owners: Mapping[int, list[int]] | None = None, spares: Iterable[int] = ()) -> list:
     """What to do about ``failed`` workers between rounds: ``ShrinkComm`` if one was an
-    original rank, then a ``Respawn`` for each place below ``max_retries`` (when spawning
-    works) and a ``Blacklist`` for the rest. A respawn that fails becomes
-    :func:`respawn_failed`'s ``Blacklist``, carried out after these."""
+    original rank; then, for each place below ``max_retries``, an ``Adopt`` by the next idle
+    spare, else a ``Respawn`` when spawning works; a ``Blacklist`` for the rest. A failed
+    place that held no shards (a spare) is given up (``SPARE_LOST``). A respawn that fails
+    becomes :func:`respawn_failed`'s ``Blacklist``, carried out after these."""
     failed = sorted(failed)
+    pool = [s for s in sorted(spares) if s not in failed]
     actions: list = [ShrinkComm()] if shrink_needed(failed, original) else []
-    decision = membership.decide(failed, can_spawn)
-    actions += [Respawn(w) for w in decision.respawn]
-    actions += [blacklisting(membership, w, respawn_setting) for w in decision.blacklist]
+    decision = membership.decide(failed, can_spawn or bool(pool))
+    later: list = []
+    for w in decision.respawn:
+        if owners is not None and not owners.get(w):
+            later.append(Blacklist(w, SPARE_LOST))
+        elif pool:
+            actions.append(Adopt(w, pool.pop(0)))
+        elif can_spawn:
+            actions.append(Respawn(w))
+        else:
+            later.append(blacklisting(membership, w, respawn_setting))
+    actions += later + [blacklisting(membership, w, respawn_setting) for w in decision.blacklist]
     return actions
 
 

@@ -30,7 +30,8 @@ from mixle_mpi.policy.membership import Membership
 from mixle_mpi.runtime.monitor import Monitor
 from mixle_mpi.policy.placement import initial_placement
 from mixle_mpi.policy import reconfig
-from mixle_mpi.policy.reconfig import EMULATED, Blacklist, Respawn, ShrinkComm, renumber, shrink_method, spawn_timeout_is_fatal
+from mixle_mpi.policy.reconfig import (EMULATED, Adopt, Blacklist, Respawn, ShrinkComm, renumber, shrink_method,
+                                       spawn_timeout_is_fatal)
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.runtime.shrink import shrink
@@ -61,6 +62,7 @@ class Driver:
         fault_plan,
         shrink_method: str,
         spawn_command: list[str] | None,
+        spares: int = 0,
     ) -> None:
         self.store = store
         self.num_shards = store.num_shards
@@ -77,13 +79,15 @@ class Driver:
 
         self.gcomm = gcomm
         # Worker ids are the world ranks 1..workers, whoever came up: a rank left out at
-        # startup is placed like the others and then recovered as a failed worker.
+        # startup is placed like the others and then recovered as a failed worker. The last
+        # ``spares`` ids are spares: places with no shard until one adopts a failed place.
         ids = list(range(1, workers + 1))
+        holders = ids[:len(ids) - spares]
         self.membership = Membership(ids, max_retries)
         self.grank = dict(ranks)                      # original-group members: rank in gcomm
         self.links = {w: Link(gcomm, ghb, r) for w, r in ranks.items()}
         self.info: dict[int, tuple[str, int]] = {}    # worker -> (host, pid)
-        self.owners = initial_placement(self.num_shards, ids)
+        self.owners = {**initial_placement(self.num_shards, holders), **{s: [] for s in ids[len(holders):]}}
         self.pending: set[int] = set()                # failed since the last reconfiguration
         self.epoch = 0
         self.calls = {"estep": 0, "init": 0, "llsum": 0}
@@ -400,11 +404,16 @@ class Driver:
         while self.pending:
             failed = sorted(self.pending)
             self.pending.clear()
-            actions = reconfig.plan(failed, self.grank, self.membership, self.can_spawn, self.settings.respawn)
+            spares = reconfig.idle_places(self.owners, self._live())
+            actions = reconfig.plan(failed, self.grank, self.membership, self.can_spawn, self.settings.respawn,
+                                    self.owners, spares)
             while actions:
                 action = actions.pop(0)
                 if isinstance(action, ShrinkComm):
                     self._shrink()
+                elif isinstance(action, Adopt):
+                    if not self._adopt(action.worker, action.spare):
+                        self.pending.add(action.worker)  # the spare died meanwhile: decide again
                 elif isinstance(action, Respawn):
                     if not self._respawn(action.worker):
                         actions.append(reconfig.respawn_failed(self.membership, action.worker, self.settings.respawn))
@@ -531,6 +540,36 @@ class Driver:
             host, pid = self.info[worker]
             self.events.emit("respawned", worker=worker, host=host, pid=pid, incarnation=incarnation,
                              shards=list(self.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6))
+        return True
+
+    def _adopt(self, worker: int, spare: int) -> bool:
+        """The idle spare's process takes ``worker``'s place: it is told its new identity and
+        loads the place's shards (no Spawn: it was set up and beating already). False if the
+        spare died meanwhile (then it is a failure of its own, and ``worker`` waits)."""
+        t0 = time.perf_counter()
+        link = self.links.get(spare)
+        if link is None or not self.membership.is_live(spare):
+            return False
+        self.monitor.forget(spare)
+        del self.links[spare]
+        if spare in self.grank:
+            self.grank[worker] = self.grank.pop(spare)
+        self.owners.pop(spare, None)
+        self.membership.retire(spare)
+        self.info.pop(spare, None)
+        self.links[worker] = link
+        incarnation = self.membership.revive(worker)
+        if self._post(worker, self._setup_message(worker)):
+            self.monitor.watch(worker, link)
+        ready = self._collect({worker: {(Ready, worker)}}, "ready")
+        if worker in ready:
+            self._note_ready(worker, ready[worker][0])
+            self._load({worker: list(self.owners.get(worker, []))})
+        if self.membership.is_live(worker):
+            host, pid = self.info[worker]
+            self.events.emit("spare_adopted", worker=worker, spare=spare, host=host, pid=pid,
+                             incarnation=incarnation, shards=list(self.owners.get(worker, [])),
+                             seconds=round(time.perf_counter() - t0, 6))
         return True
 
     def _check_mpi_answers(self, what: str) -> None:

@@ -130,6 +130,11 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         self.sub_chunks = check_int("sub_chunks", sub_chunks, 1)
         self.max_retries = check_int("max_retries", max_retries, 1)
         self.settings = Settings.resolve(settings)
+        spares = self.settings.spares
+        if spares > workers - 1:
+            raise ConfigError(
+                f"found {world_size} MPI ranks but spares={spares} needs at least {spares + 2}: 1 driver, at least "
+                f"1 worker and {spares} spare(s) (with -n N, mixle-mpi fit launches N + spares ranks)")
         plan = parse_plan(fault_plan) if fault_plan is not None else plan_from_env()
         if encoder is None:
             if estimator is None:
@@ -159,25 +164,26 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         self.store = ShardStore.create(store_path, data, num_shards)
         self.num_shards = self.store.num_shards
         self.size = self.store.num_rows
-        if self.num_shards < workers:
+        holders = workers - spares
+        if self.num_shards < holders:
             logs.get("handle").warning(
-                f"{self.num_shards} shards for {workers} workers: {workers - self.num_shards} worker(s) hold no "
-                f"shard and only recompute a failed worker's shards; pass --num-shards (num_shards=) >= {workers} "
-                "to give every worker shards (S fixes the bits)")
+                f"{self.num_shards} shards for {holders} workers: {holders - self.num_shards} worker(s) hold no "
+                f"shard and serve as spares; pass --num-shards (num_shards=) >= {holders} to give every worker "
+                "shards (S fixes the bits)")
         _check_estimator_matches(self.store, estimator, encoder)
 
         self.events = EventLog(event_log)
         method, reason = probe_shrink_method()
         self.shrink_method = method
         self.events.emit(
-            "start", driver_pid=os.getpid(), workers=workers, num_shards=self.num_shards, sub_chunks=self.sub_chunks,
+            "start", driver_pid=os.getpid(), workers=workers - spares, spares=spares, num_shards=self.num_shards, sub_chunks=self.sub_chunks,
             max_retries=self.max_retries, shrink=method, shrink_reason=reason,
             mpi=startup.mpi_text(), blas=blas_description(),
             settings=self.settings.__dict__, fault_plan=[f.__dict__ for f in plan],
         )
         self._driver = Driver(
             gcomm, ghb, ranks, workers, monitor, self.store, pickle.dumps(encoder, protocol=PROTO), self.sub_chunks,
-            self.max_retries, self.settings, self.events, plan, method, _spawn_command(),
+            self.max_retries, self.settings, self.events, plan, method, _spawn_command(), spares,
         )
         self._driver.start(excluded)
         startup.mark_started()

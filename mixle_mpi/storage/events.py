@@ -86,7 +86,7 @@ def _blas_text(blas: Any) -> str:
 def _start_text(rec: dict[str, Any]) -> str:
     """The start event in one line: the layout, then MPI and BLAS, then the detection settings."""
     s = rec.get("settings") or {}
-    layout = [f"{rec['workers']} workers"]
+    layout = [f"{rec['workers']} workers" + (f" + {rec['spares']} spare(s)" if rec.get("spares") else "")]
     if "num_shards" in rec:
         layout.append(f"{rec['num_shards']} shards" + (f" x {rec['sub_chunks']} sub-chunks" if rec.get("sub_chunks", 1) != 1
                                                         else ""))
