@@ -25,12 +25,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from mpitools import Ended, barrier  # noqa: E402
 
-TEST_DEADLINE = 90  # seconds; far above any test here (each takes a few seconds)
+# Seconds one test may take on a rank before the watchdog ends it: far above any test here
+# (each takes a few seconds); MIXLE_MPI_TIER_TEST_DEADLINE changes it.
+TEST_DEADLINE = float(os.environ.get("MIXLE_MPI_TIER_TEST_DEADLINE", "") or 90)
+
+
+_WATCHDOG_FD: list[int] = []  # a copy of the real stderr, taken while pytest's capture is off
 
 
 def pytest_configure(config):
     if not config.getoption("with_mpi", False):
         return
+    _WATCHDOG_FD.append(os.dup(2))
     from mpi4py import MPI
 
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:  # the driver's monitor and the workers' heartbeats are threads
@@ -39,7 +45,8 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def _watchdog():
-    faulthandler.dump_traceback_later(TEST_DEADLINE, exit=True)
+    # Written to the real stderr: inside a test, fd 2 is pytest's capture file, lost on exit.
+    faulthandler.dump_traceback_later(TEST_DEADLINE, exit=True, file=_WATCHDOG_FD[0] if _WATCHDOG_FD else 2)
     yield
     faulthandler.cancel_dump_traceback_later()
 
@@ -91,3 +98,8 @@ def pytest_sessionfinish(session, exitstatus):
     with open(path + ".tmp", "w", encoding="utf-8") as fh:
         json.dump(report, fh)
     os.replace(path + ".tmp", path)
+
+
+def pytest_unconfigure(config):
+    while _WATCHDOG_FD:
+        os.close(_WATCHDOG_FD.pop())
