@@ -28,5 +28,8 @@ def test_a_spare_takes_the_dead_workers_place_without_spawn(library, tmp_path, r
     assert (start["workers"], start["spares"]) == (2, 1)
     adopted = [e for e in job.events if e["event"] == "spare_adopted"]
     assert [(e["worker"], e["spare"], e["shards"]) for e in adopted] == [(1, 3, [0, 2])], job.describe()
+    assert adopted[0]["warm"] == [0, 2]  # the spare recomputed both orphans and kept them: nothing to load
+    recovered = [e for e in job.events if e["event"] == "recovery"]
+    assert [(e["worker"], e["shards"]) for e in recovered] == [(3, [0, 2])]
     assert not [e for e in job.events if e["event"] in ("respawned", "blacklisted", "migrated")]
     assert no_leftover_processes(str(tmp_path)) == []

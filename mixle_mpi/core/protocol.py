@@ -68,6 +68,7 @@ class Task(NamedTuple):
     call: int
     body: bytes              # pickled once per round, shared by every task of the round
     items: list
+    keep: bool = False       # keep shards sent with their rows encoded: a spare that may adopt them
 
 
 class Shrink(NamedTuple):

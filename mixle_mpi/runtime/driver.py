@@ -89,6 +89,7 @@ class Driver:
         self.info: dict[int, tuple[str, int]] = {}    # worker -> (host, pid)
         self.owners = {**initial_placement(self.num_shards, holders), **{s: [] for s in ids[len(holders):]}}
         self.pending: set[int] = set()                # failed since the last reconfiguration
+        self.warm: dict[int, set[int]] = {}           # spare -> shards it keeps encoded from recoveries
         self.epoch = 0
         self.calls = {"estep": 0, "init": 0, "llsum": 0}
         self.monitor = monitor                        # started by the handle at the handshake
@@ -104,6 +105,7 @@ class Driver:
             return
         self.monitor.forget(worker)
         self.links.pop(worker, None)
+        self.warm.pop(worker, None)
         host, pid = self.info.get(worker, (None, None))
         fenced = False
         if pid is not None and host == self.host:
@@ -339,7 +341,10 @@ class Driver:
 
         def dispatch(worker: int, sids: list[int], recovery: bool) -> None:
             items = [(s, self.store.read_packed(s) if recovery else None, extras.get(s)) for s in sids]
-            if self._post(worker, Task(task_id, kind, call, body_b, items)):
+            keep = recovery and not self.owners.get(worker)  # an idle spare: it may adopt these shards
+            if self._post(worker, Task(task_id, kind, call, body_b, items, keep)):
+                if keep:
+                    self.warm.setdefault(worker, set()).update(sids)
                 state.sent(worker, self.membership.records[worker].incarnation, sids, recovery)
                 if recovery:
                     self.events.emit("recovery", worker=worker, kind=kind, call=call, shards=sids)
@@ -561,14 +566,16 @@ class Driver:
         incarnation = self.membership.revive(worker)
         if self._post(worker, self._setup_message(worker)):
             self.monitor.watch(worker, link)
+        warm = self.warm.pop(spare, set())
         ready = self._collect({worker: {(Ready, worker)}}, "ready")
         if worker in ready:
             self._note_ready(worker, ready[worker][0])
-            self._load({worker: list(self.owners.get(worker, []))})
+            self._load({worker: [s for s in self.owners.get(worker, []) if s not in warm]})
         if self.membership.is_live(worker):
             host, pid = self.info[worker]
             self.events.emit("spare_adopted", worker=worker, spare=spare, host=host, pid=pid,
                              incarnation=incarnation, shards=list(self.owners.get(worker, [])),
+                             warm=sorted(warm & set(self.owners.get(worker, []))),
                              seconds=round(time.perf_counter() - t0, 6))
         return True
 

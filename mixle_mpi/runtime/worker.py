@@ -157,6 +157,8 @@ class Worker:
 
         for sid, rows, extra in items:
             chunks = self.resident[sid] if rows is None else estep.encode_shard(self.encoder, rows_from_packed(rows), self.sub_chunks)
+            if t.keep and rows is not None:
+                self.resident[sid] = chunks  # a spare: adopting this shard's place then needs no load
             if kind == "estep":
                 estimator, model = body
                 result = estep.estep_shard(estimator, model, chunks, on_chunk)
