@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -20,13 +19,14 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STAMP = re.compile(r"chaos: worker (\d+) (\w+) at .* t=([0-9.]+)")
+sys.path.insert(0, str(REPO))
+from mixle_mpi.policy.faults import read_fired  # noqa: E402
 
 
 def one_run(python: str, action: str, period: float, timeout: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="mixle_mpi_detect_") as tmp:
-        events = os.path.join(tmp, "events.jsonl")
-        env = dict(os.environ, PYTHONWARNINGS="ignore", MIXLE_MPI_EVENT_LOG=events,
+        events, fired = os.path.join(tmp, "events.jsonl"), os.path.join(tmp, "fired.jsonl")
+        env = dict(os.environ, PYTHONWARNINGS="ignore", MIXLE_MPI_EVENT_LOG=events, MIXLE_MPI_FAULT_LOG=fired,
                    PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                    MIXLE_MPI_FAULT_PLAN=f"2:{action}:estep_before:2",
                    MIXLE_MPI_HEARTBEAT_PERIOD=str(period), MIXLE_MPI_HEARTBEAT_TIMEOUT=str(timeout))
@@ -34,12 +34,12 @@ def one_run(python: str, action: str, period: float, timeout: float) -> dict:
                "mixle_mpi.fitting.fitjob", "--n", "20000", "--num-shards", "3", "--max-its", "4", "--quiet",
                "--workdir", os.path.join(tmp, "work")]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
-        stamp = STAMP.search(proc.stderr)
+        stamp = read_fired(fired)  # the victim records the fault, with its time, just before it acts
         detected = [json.loads(l) for l in open(events) if '"failure_detected"' in l] if os.path.exists(events) else []
         if proc.returncode != 0 or not stamp or not detected:
             return {"ok": False, "rc": proc.returncode, "stderr": proc.stderr[-2000:]}
         ev = detected[0]
-        return {"ok": True, "latency_ms": (ev["detected_at"] - float(stamp.group(3))) * 1000.0,
+        return {"ok": True, "latency_ms": (ev["detected_at"] - stamp[0]["time"]) * 1000.0,
                 "cause": ev["cause"].split(":")[0]}
 
 

@@ -19,23 +19,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import common  # noqa: E402
+from mixle_mpi.policy.faults import read_fired  # noqa: E402
 
-STAMP = re.compile(r"chaos: worker (\d+) kill at .* t=([0-9.]+)")
 
 
 def job(python: str, tmp: str, tag: str, model: str, n: int, its: int, workers: int, shards: int,
         kill_call: int | None, respawn: bool, spares: int = 0) -> tuple[dict, str]:
     out = os.path.join(tmp, f"{tag}.json")
     env_extra = {"MIXLE_MPI_RESPAWN": "1" if respawn else "0", "MIXLE_MPI_SPARES": str(spares)}
+    fired = os.path.join(tmp, f"{tag}.fired.jsonl")
     if kill_call is not None:
         env_extra["MIXLE_MPI_FAULT_PLAN"] = f"2:kill:estep_mid:{kill_call}"
+        env_extra["MIXLE_MPI_FAULT_LOG"] = fired
     cmd = common.launcher(python, workers + 1 + spares, [python, common.JOB, "--backend", "resilient", "--model", model,
                                                 "--n", str(n), "--its", str(its), "--num-shards", str(shards),
                                                 "--out", out])
@@ -45,9 +46,9 @@ def job(python: str, tmp: str, tag: str, model: str, n: int, its: int, workers: 
         return {"ok": False, "rc": rc, "log_tail": log[-3000:]}, command
     with open(out, encoding="utf-8") as fh:
         rec = json.load(fh)
-    stamp = STAMP.search(log)
-    rec["ok"] = stamp is not None or kill_call is None
-    rec["kill_time"] = float(stamp.group(2)) if stamp else None
+    kills = read_fired(fired)  # the victim records the fault (with its time) just before it acts
+    rec["ok"] = bool(kills) or kill_call is None
+    rec["kill_time"] = kills[0]["time"] if kills else None
     return rec, command
 
 
