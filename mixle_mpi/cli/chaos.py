@@ -47,7 +47,7 @@ class ChaosRun:
 
 
 def random_plans(rng: random.Random, runs: int, workers: int, rounds: int,
-                 num_shards: int | None = None) -> list[ChaosRun]:
+                 num_shards: int | None = None, spares: int = 0) -> list[ChaosRun]:
     """``runs`` fault plans for ``workers`` workers, ``num_shards`` shards (default: one per
     worker, as the handle does) and a fit of ``rounds`` E-step rounds (pure).
 
@@ -57,15 +57,19 @@ def random_plans(rng: random.Random, runs: int, workers: int, rounds: int,
     rounds are below ``rounds`` (so ``repeat``, whose replacement dies in a later round, needs
     two), and the worker that dies during recovery is one that
     :func:`~mixle_mpi.policy.placement.plan_recovery` gives some of the first victim's shards to.
+    With ``spares`` (ranks ``workers + 1 ..``, no shards) a spare adopts the first victim's
+    place, so no run plans a death during a respawn, and a recovery target may be a spare.
     """
     if workers < 2:
         raise ConfigError(f"a chaos campaign needs at least 2 workers (-n 3 or more); found {workers}")
     if runs < 1:
         raise ConfigError(f"--runs must be >= 1; found {runs}")
     owners = initial_placement(workers if num_shards is None else num_shards, range(1, workers + 1))
+    owners.update({s: [] for s in range(workers + 1, workers + 1 + spares)})
     holders = [w for w, sids in owners.items() if sids]
     rounds = max(1, rounds)
     kinds = [k for k in KINDS if (k != "repeat" or rounds >= 2)                # a later round must exist
+             and (k != "respawn" or not spares)                                # a spare adopts instead
              and (k not in ("recovery", "double") or (workers >= 3 and len(holders) >= 2))]
     out = []
     for i in range(runs):
@@ -227,7 +231,7 @@ def campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: str, run_
     rounds = reference["summary"]["iterations"]
     shards = reference["summary"].get("num_shards")
     timeout = run_timeout or (10 * ref_seconds + 60)
-    plans = random_plans(random.Random(seed), runs, n - 1, rounds, shards)
+    plans = random_plans(random.Random(seed), runs, n - 1, rounds, shards, cfg.spares or 0)
     planned = sum(p.faults for p in plans)
     w(f"chaos: reference took {ref_seconds:.1f}s, {rounds} iterations; {runs} fault runs, {planned} planned faults "
       f"(seed {seed}, hang deadline {timeout:.0f}s each)\n")
