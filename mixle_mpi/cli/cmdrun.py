@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from mixle_mpi.core import exitcodes, logs
@@ -23,3 +24,11 @@ def run_command(args, name: str) -> int:
             raise
         sys.stderr.write(f"mixle-mpi {name}: interrupted (Ctrl-C)\n")
         return exitcodes.INTERRUPTED
+
+
+def module_main(name: str, doc: str, add_arguments, argv=None) -> int:
+    """``python -m mixle_mpi.<name>``: the same as ``mixle-mpi <name>``."""
+    p = argparse.ArgumentParser(prog=f"python -m mixle_mpi.{name}", description=doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    return run_command(p.parse_args(argv), name)

@@ -151,12 +151,9 @@ def add_subcommand(subparsers) -> None:
 
 def main(argv=None) -> int:
     """``python -m mixle_mpi.collect``: the same as ``mixle-mpi collect``."""
-    from mixle_mpi.cli.cmdrun import run_command
+    from mixle_mpi.cli.cmdrun import module_main
 
-    p = argparse.ArgumentParser(prog="python -m mixle_mpi.collect", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(p)
-    return run_command(p.parse_args(argv), "collect")
+    return module_main("collect", __doc__, add_arguments, argv)
 
 
 if __name__ == "__main__":
