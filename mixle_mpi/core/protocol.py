@@ -117,11 +117,16 @@ class Loaded(NamedTuple):
 
 
 class Result(NamedTuple):
-    """One shard's result for task ``task_id``, with the worker's peak RSS so far."""
+    """Results of task ``task_id``: ``results`` is a list of (shard, payload), in the order
+    computed, with the worker's peak RSS so far. A worker sends what it has at least every
+    ``REPLY_BATCH_SECONDS`` and at the end of the task: one message per task when shards are
+    quick (the fixed cost of a round), one per shard when they are slow (what a death loses)."""
     task_id: int
-    shard: int
-    payload: Any
+    results: list
     peak_rss_mb: float
+
+
+REPLY_BATCH_SECONDS = 0.05
 
 
 class ShrinkReady(NamedTuple):

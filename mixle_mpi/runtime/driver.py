@@ -358,12 +358,15 @@ class Driver:
             for w in sorted({who for who, _ in state.assigned.values()}):
                 incarnation = self.membership.records[w].incarnation
                 for msg in self._drain(w):
-                    if (isinstance(msg, Result) and msg.task_id == task_id
-                            and state.accept(w, incarnation, msg.shard, live)):
-                        results[msg.shard] = msg.payload
+                    if not isinstance(msg, Result) or msg.task_id != task_id:
+                        continue
+                    for shard, payload in msg.results:
+                        if not state.accept(w, incarnation, shard, live):
+                            continue
+                        results[shard] = payload
                         progressed = True
                         if record is not None:
-                            record(msg.shard, msg.payload)
+                            record(shard, payload)
                             if kind == "estep" and len(results) < self.num_shards:
                                 self.faults.check("estep_mid", call)
             self._check_failures()

@@ -24,7 +24,8 @@ from mixle_mpi.core.blas import pin_blas_threads
 from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT
 from mixle_mpi.policy.faults import FaultInjector, parse_plan
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
-from mixle_mpi.core.protocol import (TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Load, Loaded, Ready, Result, Setup,
+from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Load, Loaded, Ready,
+                                     Result, Setup,
                                      Shrink, ShrinkGo, ShrinkReady, Shrunk, Stop, Task, TaskError)
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.storage.store import rows_from_packed
@@ -155,6 +156,8 @@ class Worker:
                 mid_pending[0] = False
                 self.faults.check("estep_mid", call, recovery)
 
+        batch: list = []
+        flushed = time.monotonic()
         for sid, rows, extra in items:
             chunks = self.resident[sid] if rows is None else estep.encode_shard(self.encoder, rows_from_packed(rows), self.sub_chunks)
             if t.keep and rows is not None:
@@ -167,7 +170,12 @@ class Worker:
                 result = estep.init_shard(estimator, p, int(extra), chunks, on_chunk)
             else:
                 result = estep.score_shard(body, chunks, on_chunk)
-            self.reply(Result(task_id, sid, result, peak_rss_mb()))  # the peak for summary.json, at no cost
+            batch.append((sid, result))
+            if time.monotonic() - flushed >= REPLY_BATCH_SECONDS:
+                self.reply(Result(task_id, batch, peak_rss_mb()))  # the peak for summary.json, at no cost
+                batch, flushed = [], time.monotonic()
+        if batch:
+            self.reply(Result(task_id, batch, peak_rss_mb()))
         if kind == "estep":
             self.faults.check("estep_after_reply", call, recovery)
 
