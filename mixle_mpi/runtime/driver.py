@@ -564,7 +564,10 @@ class Driver:
             self.grank[worker] = self.grank.pop(spare)
         self.owners.pop(spare, None)
         self.membership.retire(spare)
-        self.info.pop(spare, None)
+        if spare in self.info:
+            self.info[worker] = self.info.pop(spare)  # fencing must aim at the spare's process now
+        else:
+            self.info.pop(worker, None)
         self.links[worker] = link
         incarnation = self.membership.revive(worker)
         if self._post(worker, self._setup_message(worker)):
