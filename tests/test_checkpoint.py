@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import LIBRARIES
 from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit, wait_for_checkpoint
 
 from mixle_mpi.storage import checkpoint as ckpt
@@ -190,3 +191,22 @@ def test_driver_killed_mid_fold_recomputes_only_missing_shards(tmp_path, uninter
     assert first_round["journaled"] == reused[0]
     assert sorted(first_round["reused"] + first_round["journaled"]) == [0, 1, 2, 3]
     assert same_fit(second.result, uninterrupted("gmm1d", 4000))
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_workers_see_a_dead_driver_on_their_host_at_once(library, tmp_path):
+    """A SIGKILLed driver is noticed by the workers on its host within a few heartbeats (its
+    pid is gone), not after driver_timeout (60 s here): the job ends quickly with the
+    checkpoint saved, for a rerun to resume."""
+    _, python = library
+    ck = tmp_path / "ck.h5"
+    log = tmp_path / "faults.jsonl"
+    plan = "0:kill:estep_before:3"
+    t0 = time.monotonic()
+    job = run_job(python, 4, _args("gmm1d", 4000, ck), tmp_path / "a", plan=plan,
+                  env={FIRED_ENV: str(log), "MIXLE_MPI_DRIVER_TIMEOUT": "60"})
+    seconds = time.monotonic() - t0
+    assert unfired(plan, read_fired(str(log))) == [], job.describe()
+    assert job.rc != 0 and ckpt.read(str(ck)).iteration == 3, job.describe()
+    assert seconds < 50, f"the job took {seconds:.0f} s to end after the driver died\n" + job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []

@@ -150,3 +150,21 @@ def test_rank_states_sees_a_stopped_python_rank_of_the_job(tmp_path):
         for p in (rank, other):
             p.kill()
             p.wait()
+
+
+def test_process_gone_sees_exited_and_zombie_processes():
+    """A worker on the driver's host asks this about the driver: a zombie (killed, not yet
+    reaped by mpiexec) is gone too."""
+    import os
+    import time
+
+    assert not reaper.process_gone(os.getpid())
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    deadline = time.monotonic() + 10
+    while reaper.process_state(pid) not in ("Z", None) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert reaper.process_gone(pid)  # a zombie: ended, not yet reaped
+    os.waitpid(pid, 0)
+    assert reaper.process_gone(pid) and reaper.process_state(pid) is None

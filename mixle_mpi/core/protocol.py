@@ -51,6 +51,8 @@ class Setup(NamedTuple):
     reconfigure_timeout: float
     blas_threads: int
     fault_plan: str          # JSON, as faults.parse_plan reads it
+    driver_host: str = ""    # where the driver runs, and its pid: a worker on the same host
+    driver_pid: int = 0      # tells a dead driver from a silent one at once
 
 
 class Load(NamedTuple):

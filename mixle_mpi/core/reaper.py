@@ -44,6 +44,23 @@ def tagged_pids(tag: str, proc: str = "/proc") -> list[int]:
 RANK_ENV = (b"OMPI_COMM_WORLD_RANK=", b"PMI_RANK=", b"PMIX_RANK=")
 
 
+def process_state(pid: int, proc: str = "/proc") -> str | None:
+    """The state letter (R, S, T, Z, ...) of process ``pid`` on this host; None if there is none."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat"), encoding="utf-8") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def process_gone(pid: int, proc: str = "/proc") -> bool:
+    """True if ``pid`` has ended on this host (no such process, or a zombie not yet reaped).
+    Without /proc (not Linux) it says False: the caller's own deadline then decides."""
+    if not os.path.isdir(proc):
+        return False
+    return process_state(pid, proc) in (None, "Z", "X")
+
+
 def rank_states(tag: str, proc: str = "/proc") -> dict[int, str]:
     """The state letter (R, S, T, Z, ...) of each Python rank process of the job: tagged,
     with an MPI rank in its environment (not mpiexec, its daemons or a shell wrapper)."""
@@ -57,10 +74,11 @@ def rank_states(tag: str, proc: str = "/proc") -> dict[int, str]:
                 env = fh.read()
             if not any(v in env for v in RANK_ENV):
                 continue
-            with open(os.path.join(proc, str(pid), "stat"), encoding="utf-8") as fh:
-                out[pid] = fh.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
+        except OSError:
             continue  # gone meanwhile
+        state = process_state(pid, proc)
+        if state is not None:
+            out[pid] = state
     return out
 
 

@@ -238,7 +238,8 @@ class Driver:
         return Setup(worker=worker, incarnation=self.membership.records[worker].incarnation,
                      encoder=self.encoder_b, sub_chunks=self.sub_chunks, heartbeat_period=s.heartbeat_period,
                      driver_timeout=s.driver_timeout, reconfigure_timeout=s.reconfigure_timeout,
-                     blas_threads=s.blas_threads, fault_plan=self.fault_plan_json)
+                     blas_threads=s.blas_threads, fault_plan=self.fault_plan_json,
+                     driver_host=self.host, driver_pid=os.getpid())
 
     def _note_ready(self, worker: int, ready: Ready) -> None:
         self.info[worker] = (ready.host, ready.pid)

@@ -24,6 +24,7 @@ from mixle_mpi.core.blas import pin_blas_threads
 from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT
 from mixle_mpi.policy.faults import FaultInjector, parse_plan
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
+from mixle_mpi.core.reaper import process_gone
 from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Load, Loaded, Ready,
                                      Result, Setup,
                                      Shrink, ShrinkGo, ShrinkReady, Shrunk, Stop, Task, TaskError)
@@ -32,6 +33,7 @@ from mixle_mpi.storage.store import rows_from_packed
 from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, Backoff, Link, PeerFailed, host_and_pid
 
 
+DRIVER_GONE_AFTER_BEATS = 3  # heartbeat periods of silence before a worker looks at the driver's pid
 _who = {"rank": None}   # this worker's rank, once the driver or the startup said it
 
 
@@ -58,6 +60,8 @@ class Worker:
         self.period, self.driver_timeout, self.reconfigure_timeout = 0.1, 60.0, 60.0
         self.deadline: float | None = None  # set while inside a collective
         self.last_driver = time.monotonic()
+        self.driver_proc: tuple[str, int] = ("", 0)  # (host, pid) of the driver, once set up
+        self.host = ""
         self._body_cache: tuple[int, Any] = (-1, None)
         self._stopping = False
         self._beating = False
@@ -110,8 +114,15 @@ class Worker:
             silent = time.monotonic() - self.last_driver
             if silent > self.driver_timeout:
                 die(DRIVER_LOST, f"heard nothing from the driver for {silent:.1f} s")
+            if silent > DRIVER_GONE_AFTER_BEATS * self.period and self._driver_gone():
+                die(DRIVER_LOST, f"the driver process (pid {self.driver_proc[1]}) is gone; silent for {silent:.1f} s")
             self._check_alive()
             time.sleep(self.period)
+
+    def _driver_gone(self) -> bool:
+        """The driver's process has ended (same host only: elsewhere only driver_timeout tells)."""
+        host, pid = self.driver_proc
+        return bool(pid) and host == self.host and process_gone(pid)
 
     # -- commands ----------------------------------------------------------------
     def start_heartbeats(self, period: float, driver_timeout: float) -> None:
@@ -131,6 +142,8 @@ class Worker:
         self._blas = pin_blas_threads(cfg.blas_threads)
         retain_freed_memory()  # E-step temporaries reuse heap pages instead of faulting fresh ones
         self.faults = FaultInjector(parse_plan(cfg.fault_plan), self.worker_id, self.incarnation)
+        self.driver_proc = (cfg.driver_host, cfg.driver_pid)
+        self.host = host_and_pid()[0]
         self.start_heartbeats(cfg.heartbeat_period, cfg.driver_timeout)
         if self.spawned:
             self.faults.check("respawn")
