@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from mixle_mpi.policy.reconfig import (EMULATED, ULFM, blacklist_cause, migration, renumber, shrink_method, shrink_needed,
-                               spawn_timeout_is_fatal)
+from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.policy.reconfig import (AUTO, EMULATED, KEEP, ULFM, blacklist_cause, choose_method, detach_from_pmix,
+                                       migration, renumber, requested_method, shrink_method, shrink_needed,
+                                       spawn_timeout_is_fatal, spawn_unavailable, srun_plugin)
 
 
 def test_only_a_failure_of_an_original_rank_shrinks():
@@ -19,6 +21,8 @@ def test_only_a_failure_of_an_original_rank_shrinks():
     (ULFM, True, False, EMULATED, True),    # ULFM would wait for good for a fenced, live rank
     (ULFM, False, True, EMULATED, True),    # a death inside the startup collectives
     (EMULATED, True, True, EMULATED, False),
+    (KEEP, True, True, KEEP, False),
+    (KEEP, False, False, KEEP, False),      # keeping needs no collective, even while the job starts
 ])
 def test_shrink_method(configured, started, reported, method, fallback):
     got, why = shrink_method(configured, started, reported)
@@ -135,3 +139,73 @@ def test_retired_spare_ids_are_never_failed_again():
     m = Membership([1, 2, 3], max_retries=2)
     m.retire(3)
     assert not m.mark_failed(3) and m.live() == [1, 2]
+
+
+# -- the three ways to continue: which one, where ------------------------------------------
+@pytest.mark.parametrize("ulfm, group, method", [
+    (True, True, ULFM),        # mpiexec --with-ft ulfm (Open MPI)
+    (False, True, EMULATED),   # MPICH (mpiexec or srun --mpi=pmi2), Open MPI mpiexec without ULFM
+    (False, False, KEEP),      # Open MPI under srun --mpi=pmix: no PMIx groups in SLURM's plugin
+    (True, False, ULFM),
+])
+def test_choose_method_prefers_ulfm_then_the_emulation_then_keep(ulfm, group, method):
+    got, why = choose_method(AUTO, ulfm, group)
+    assert got == method and why
+
+
+def test_a_requested_method_is_used_only_where_it_works():
+    assert choose_method(KEEP, True, True)[0] == KEEP      # keep always works
+    assert choose_method(EMULATED, True, True)[0] == EMULATED
+    with pytest.raises(ConfigError, match="MIXLE_MPI_CONTINUATION=emulated.*does not work"):
+        choose_method(EMULATED, False, False)
+    with pytest.raises(ConfigError, match="ulfm"):
+        choose_method(ULFM, False, True)
+
+
+def test_requested_method_from_the_environment():
+    assert requested_method({}) == AUTO and requested_method({"MIXLE_MPI_CONTINUATION": " Keep "}) == KEEP
+    with pytest.raises(ConfigError, match="valid values are auto, ulfm, emulated, keep"):
+        requested_method({"MIXLE_MPI_CONTINUATION": "shrink"})
+
+
+@pytest.mark.parametrize("env, plugin", [
+    ({"PMIX_NAMESPACE": "slurm.pmix.13.0", "SLURM_MPI_TYPE": "pmix", "SLURM_STEP_ID": "0"}, "pmix"),
+    ({"PMI_JOBID": "9.0", "PMI_RANK": "0", "SLURM_MPI_TYPE": "pmi2", "SLURM_STEP_ID": "0"}, "pmi2"),
+    ({"PMIX_NAMESPACE": "prterun-vm-17627@1", "SLURM_JOB_ID": "7"}, None),   # Open MPI mpiexec in an allocation
+    ({"PMI_RANK": "0", "PMI_FD": "9", "PMI_HOSTNAME": "vm", "SLURM_JOB_ID": "7"}, None),  # MPICH's Hydra
+    ({}, None),
+])
+def test_srun_direct_launch_is_told_from_the_environment(env, plugin):
+    assert srun_plugin(env) == plugin
+
+
+def test_only_open_mpi_under_srun_pmix_leaves_pmix_and_srun_never_spawns():
+    assert detach_from_pmix("Open MPI", "pmix")
+    assert not detach_from_pmix("Open MPI", None) and not detach_from_pmix("MPICH", "pmi2")
+    assert spawn_unavailable("Open MPI", "pmix") and spawn_unavailable("MPICH", "pmi2")
+    assert spawn_unavailable("Open MPI", None) is None and spawn_unavailable("MPICH", None) is None
+
+
+def test_keep_drops_the_dead_original_ranks_without_a_shrink_or_renumbering():
+    m = Membership([1, 2, 3], max_retries=2)
+    actions = reconfig.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3}, m, can_spawn=False, respawn_setting=True,
+                            method=KEEP)
+    assert actions == [reconfig.KeepComm((2,)), reconfig.Blacklist(2, blacklist_cause(1, 2, True))]
+    assert not any(isinstance(a, reconfig.ShrinkComm) for a in actions)
+
+
+def test_keep_ignores_a_respawned_worker_and_still_respawns_where_spawn_works():
+    m = Membership([1, 2, 3], max_retries=3)
+    _failed(m, 2)
+    m.revive(2)                                   # worker 2 now lives in its own intercommunicator
+    actions = reconfig.plan(_failed(m, 2, 3), {1: 1, 3: 3}, m, can_spawn=True, respawn_setting=True, method=KEEP)
+    assert actions == [reconfig.KeepComm((3,)), reconfig.Respawn(2), reconfig.Respawn(3)]
+
+
+def test_under_keep_a_spare_adopts_the_dead_rank_place_without_spawn():
+    """srun: no Spawn, no shrink; the spare (an original rank) takes the place and keeps its rank."""
+    owners = {1: [0, 2], 2: [1, 3], 3: []}
+    m = Membership([1, 2, 3], max_retries=2)
+    actions = reconfig.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3}, m, can_spawn=False, respawn_setting=True,
+                            owners=owners, spares=[3], method=KEEP)
+    assert actions == [reconfig.KeepComm((2,)), reconfig.Adopt(2, 3)]

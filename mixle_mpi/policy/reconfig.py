@@ -1,9 +1,21 @@
 """Reconfiguration decisions between rounds, as plain functions over plain data.
 
-The driver asks these and carries out the answers over MPI: whether the original ranks'
-communicator must shrink and how, how survivors are renumbered, why a place is
-blacklisted, and where a blacklisted place's shards go for good. The simulation
-(:mod:`mixle_mpi.policy.simulation`) asks the same functions.
+The driver asks these and carries out the answers over MPI: how the job continues after a
+failure (:func:`choose_method`), whether the original ranks' communicator must shrink and
+how, how survivors are renumbered, why a place is blacklisted, and where a blacklisted
+place's shards go for good. The simulation (:mod:`mixle_mpi.policy.simulation`) asks the
+same functions.
+
+Three ways to continue once an original rank failed (README "Three ways to continue"):
+
+- ``ULFM``: Open MPI's real ``Comm.Shrink`` (``mpiexec --with-ft ulfm``);
+- ``EMULATED``: ``Intracomm.Create_from_group`` over the agreed survivors (MPICH, or Open
+  MPI where ULFM does not report the failure);
+- ``KEEP``: no new communicator at all. The driver keeps the original one and never
+  addresses the dead rank again; survivors keep their ranks. This needs nothing from the
+  library but point-to-point messages between the driver and each live worker, which is all
+  the star topology uses, so it works where neither of the others does: ranks started by
+  ``srun`` through SLURM's PMIx plugin (no PMIx groups, no ULFM).
 """
 
 from __future__ import annotations
@@ -13,7 +25,72 @@ from typing import NamedTuple
 
 from mixle_mpi.policy.placement import spread
 
-ULFM, EMULATED = "ulfm", "emulated"
+from mixle_mpi.core.errors import ConfigError
+
+ULFM, EMULATED, KEEP = "ulfm", "emulated", "keep"
+METHODS = (ULFM, EMULATED, KEEP)
+AUTO = "auto"
+CONTINUATION_ENV = "MIXLE_MPI_CONTINUATION"   # auto (default) or one of METHODS
+
+
+def requested_method(environ: Mapping[str, str]) -> str:
+    """``MIXLE_MPI_CONTINUATION``: ``auto`` (the default) or one of :data:`METHODS`."""
+    raw = (environ.get(CONTINUATION_ENV) or AUTO).strip().lower()
+    if raw not in (AUTO, *METHODS):
+        raise ConfigError(f"{CONTINUATION_ENV}={raw!r} is not a continuation method; valid values are "
+                          f"{', '.join((AUTO, *METHODS))}")
+    return raw
+
+
+def srun_plugin(environ: Mapping[str, str]) -> str | None:
+    """``"pmix"`` or ``"pmi2"`` when this rank was started directly by ``srun`` through SLURM's
+    own MPI plugin, else None (``mpiexec``, also inside an allocation, or a singleton).
+
+    SLURM's pmix plugin names its namespace ``slurm.pmix.<job>.<step>`` (Open MPI's mpiexec:
+    ``prterun-...``); its pmi2 plugin sets ``PMI_JOBID`` and ``SLURM_MPI_TYPE=pmi2`` (MPICH's
+    Hydra sets neither)."""
+    if environ.get("PMIX_NAMESPACE", "").startswith("slurm.pmix."):
+        return "pmix"
+    if environ.get("SLURM_MPI_TYPE", "").startswith("pmi2") and environ.get("PMI_JOBID"):
+        return "pmi2"
+    return None
+
+
+def detach_from_pmix(vendor: str, plugin: str | None) -> bool:
+    """Whether every rank must leave SLURM's PMIx server once the job's communicators exist.
+
+    Measured (SLURM 22.05, Open MPI 5.0.11): when a task's PMIx connection drops before it
+    called ``PMIx_Finalize`` (a SIGKILLed rank), the pmix plugin's error handler cancels the
+    whole step, whatever ``--kill-on-bad-exit`` says. A rank that finalized PMIx first dies
+    without that. Point-to-point traffic needs no PMIx once the peers have talked."""
+    return vendor == "Open MPI" and plugin == "pmix"
+
+
+def spawn_unavailable(vendor: str, plugin: str | None) -> str | None:
+    """Why ``MPI_Comm_spawn`` must not be tried under this launch, or None."""
+    if plugin == "pmix":
+        return "srun --mpi=pmix cannot spawn (Spawn fails at once with MPI_ERR_UNKNOWN)"
+    if plugin == "pmi2":
+        return f"srun --mpi=pmi2: {vendor}'s Spawn waits for room for a new job step (measured to hang)"
+    return None
+
+
+def choose_method(requested: str, ulfm_works: bool, group_works: bool) -> tuple[str, str]:
+    """(method, why): ULFM's Shrink where it works, else the ``Create_from_group`` emulation
+    where that works, else KEEP, which always works. A requested method is used only where
+    it works; one that does not raises ConfigError (it would fail at the first death)."""
+    works = {ULFM: ulfm_works, EMULATED: group_works, KEEP: True}
+    if requested != AUTO:
+        if not works[requested]:
+            raise ConfigError(f"{CONTINUATION_ENV}={requested} was asked for, but it does not work here "
+                              f"(ULFM Shrink {'works' if ulfm_works else 'does not work'}, Create_from_group "
+                              f"{'works' if group_works else 'does not work'}); use auto, or keep")
+        return requested, f"{CONTINUATION_ENV}={requested}"
+    if ulfm_works:
+        return ULFM, "ULFM's Comm.Shrink works"
+    if group_works:
+        return EMULATED, "no working ULFM Shrink; Create_from_group works"
+    return KEEP, "neither ULFM's Shrink nor Create_from_group works: keep the communicator, never address the dead"
 
 
 def shrink_needed(failed: Iterable[int], original: Mapping[int, int]) -> bool:
@@ -28,8 +105,8 @@ def shrink_method(configured: str, started: bool, ulfm_reports_failed: bool) -> 
     ULFM's ``Shrink`` waits for good for a member the library does not know to be dead (one
     fenced but alive elsewhere, or one that exited without a signal), and was measured to
     hang after a death inside the startup collectives; the emulation needs neither."""
-    if configured == EMULATED:
-        return EMULATED, None
+    if configured in (EMULATED, KEEP):
+        return configured, None
     if not started:
         return EMULATED, "a rank failed while the job started; emulating the shrink"
     if not ulfm_reports_failed:
@@ -71,6 +148,12 @@ class ShrinkComm(NamedTuple):
     """Rebuild the original ranks' communicator without the failed ones."""
 
 
+class KeepComm(NamedTuple):
+    """Keep the original ranks' communicator: ``dropped`` (dead original workers) are never
+    addressed again, survivors keep their ranks. No collective, no handshake."""
+    dropped: tuple
+
+
 class Respawn(NamedTuple):
     """Start a replacement process for ``worker``; it gets the same shards back."""
     worker: int
@@ -105,15 +188,19 @@ def idle_places(owners: Mapping[int, list[int]], live: Iterable[int]) -> list[in
 
 
 def plan(failed: Iterable[int], original: Mapping[int, int], membership, can_spawn: bool,
-         respawn_setting: bool, owners: Mapping[int, list[int]] | None = None, spares: Iterable[int] = ()) -> list:
-    """What to do about ``failed`` workers between rounds: ``ShrinkComm`` if one was an
-    original rank; then, for each place below ``max_retries``, an ``Adopt`` by the next idle
-    spare, else a ``Respawn`` when spawning works; a ``Blacklist`` for the rest. A failed
-    place that held no shards (a spare) is given up (``SPARE_LOST``). A respawn that fails
-    becomes :func:`respawn_failed`'s ``Blacklist``, carried out after these."""
+         respawn_setting: bool, owners: Mapping[int, list[int]] | None = None, spares: Iterable[int] = (),
+         method: str = ULFM) -> list:
+    """What to do about ``failed`` workers between rounds: if one was an original rank,
+    ``ShrinkComm`` (``method`` ULFM or EMULATED) or ``KeepComm`` (KEEP); then, for each place
+    below ``max_retries``, an ``Adopt`` by the next idle spare, else a ``Respawn`` when
+    spawning works; a ``Blacklist`` for the rest. A failed place that held no shards (a
+    spare) is given up (``SPARE_LOST``). A respawn that fails becomes
+    :func:`respawn_failed`'s ``Blacklist``, carried out after these."""
     failed = sorted(failed)
     pool = [s for s in sorted(spares) if s not in failed]
-    actions: list = [ShrinkComm()] if shrink_needed(failed, original) else []
+    actions: list = []
+    if shrink_needed(failed, original):
+        actions.append(KeepComm(tuple(w for w in failed if w in original)) if method == KEEP else ShrinkComm())
     decision = membership.decide(failed, can_spawn or bool(pool))
     later: list = []
     for w in decision.respawn:
