@@ -30,8 +30,8 @@ from mixle_mpi.policy.membership import Membership
 from mixle_mpi.runtime.monitor import Monitor
 from mixle_mpi.policy.placement import initial_placement
 from mixle_mpi.policy import reconfig
-from mixle_mpi.policy.reconfig import (EMULATED, Adopt, Blacklist, Respawn, ShrinkComm, renumber, shrink_method,
-                                       spawn_timeout_is_fatal)
+from mixle_mpi.policy.reconfig import (EMULATED, Adopt, Blacklist, KeepComm, Respawn, ShrinkComm, renumber,
+                                       shrink_method, spawn_timeout_is_fatal)
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.runtime.shrink import shrink
@@ -63,6 +63,7 @@ class Driver:
         shrink_method: str,
         spawn_command: list[str] | None,
         spares: int = 0,
+        spawn_unavailable: str | None = None,
     ) -> None:
         self.store = store
         self.num_shards = store.num_shards
@@ -74,6 +75,7 @@ class Driver:
         self.faults = FaultInjector(fault_plan, 0, 0)   # the driver's own chaos (rank 0)
         self.shrink_method = shrink_method
         self.spawn_command = spawn_command
+        self.spawn_unavailable = spawn_unavailable  # why Spawn must not be tried here (srun), or None
         self.can_spawn = settings.respawn and spawn_command is not None
         self.host = MPI.Get_processor_name()
 
@@ -415,11 +417,13 @@ class Driver:
             self.pending.clear()
             spares = reconfig.idle_places(self.owners, self._live())
             actions = reconfig.plan(failed, self.grank, self.membership, self.can_spawn, self.settings.respawn,
-                                    self.owners, spares)
+                                    self.owners, spares, self.shrink_method)
             while actions:
                 action = actions.pop(0)
                 if isinstance(action, ShrinkComm):
                     self._shrink()
+                elif isinstance(action, KeepComm):
+                    self._keep(action.dropped)
                 elif isinstance(action, Adopt):
                     if not self._adopt(action.worker, action.spare):
                         self.pending.add(action.worker)  # the spare died meanwhile: decide again
@@ -495,6 +499,18 @@ class Driver:
             self.events.emit("shrink", method=method, epoch=epoch, survivors=survivors, seconds=round(seconds, 6))
             return
 
+    def _keep(self, dropped: tuple) -> None:
+        """KEEP: no collective, no handshake. The dead original ranks leave ``grank``; their
+        links and heartbeats went when they failed (``_fail``), so nothing addresses them
+        again. ``gcomm`` stays, and every survivor keeps its rank."""
+        for w in dropped:
+            self.grank.pop(w, None)
+            self.links.pop(w, None)
+            self.monitor.forget(w)
+        survivors = sorted(w for w in self.grank if self.membership.is_live(w) and w in self.links)
+        self.events.emit("kept", method="keep", dropped=list(dropped), survivors=survivors,
+                         ranks={w: self.grank[w] for w in survivors})
+
     def _ulfm_knows_failed(self, survivors: list[int], wait: float = ULFM_CHECK_WAIT) -> bool:
         """ULFM's Shrink waits forever for a member the library does not know to be dead
         (one that was fenced but is alive elsewhere, or that exited without a signal), so
@@ -517,6 +533,11 @@ class Driver:
     def _respawn(self, worker: int) -> bool:
         """Start a replacement process for ``worker``; it gets the same shards back."""
         t0 = time.perf_counter()
+        if self.spawn_unavailable:  # never tried where it cannot work (srun): the shards migrate
+            self.can_spawn = False
+            self.events.emit("spawn_unavailable", worker=worker, cause=self.spawn_unavailable,
+                             action="shards migrate to survivors")
+            return False
         exe, args = self.spawn_command[0], self.spawn_command[1:]
         timeout = self.settings.reconfigure_timeout
         try:

@@ -114,7 +114,9 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         from mixle_mpi.runtime import startup
         from mixle_mpi.runtime.driver import Driver
         from mixle_mpi.runtime.monitor import Monitor
-        from mixle_mpi.runtime.shrink import probe_shrink_method
+        from mixle_mpi.runtime.shrink import probe_continuation
+        from mixle_mpi.policy.reconfig import spawn_unavailable, srun_plugin
+        from mpi4py import MPI
         from mixle_mpi.storage.store import ShardStore
         from mixle_mpi.core.blas import blas_description, pin_blas_threads
         from mixle_mpi.runtime.transport import Link
@@ -154,6 +156,10 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         startup.send_go(world, members, self.settings.heartbeat_period, self.settings.driver_timeout)
         gcomm, ghb = startup.build_comms(world, tuple([0] + members), timeout)
         self._gcomm = gcomm
+        # How to continue after a failure: probed now, while PMIx is still there to answer.
+        method, reason = probe_continuation()
+        detached = startup.detach_from_slurm_pmix()  # srun --mpi=pmix: a death must not end the step
+        no_spawn = spawn_unavailable(MPI.get_vendor()[0], srun_plugin(os.environ))
         ranks = {w: i + 1 for i, w in enumerate(members)}  # worker id (world rank) -> rank in gcomm
         monitor = Monitor(self.settings.heartbeat_period, self.settings.heartbeat_timeout, self.settings.stall_timeout)
         for w, r in ranks.items():
@@ -173,7 +179,6 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         _check_estimator_matches(self.store, estimator, encoder)
 
         self.events = EventLog(event_log)
-        method, reason = probe_shrink_method()
         self.shrink_method = method
         self.events.emit(
             "start", driver_pid=os.getpid(), workers=workers - spares, spares=spares, num_shards=self.num_shards, sub_chunks=self.sub_chunks,
@@ -181,9 +186,13 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             mpi=startup.mpi_text(), blas=blas_description(),
             settings=self.settings.__dict__, fault_plan=[f.__dict__ for f in plan],
         )
+        self.events.emit("continuation", method=method, reason=reason, pmix=detached,
+                         respawn=("unavailable: " + no_spawn) if no_spawn else
+                         ("on" if self.settings.respawn else "off (respawn=False)"))
         self._driver = Driver(
             gcomm, ghb, ranks, workers, monitor, self.store, pickle.dumps(encoder, protocol=PROTO), self.sub_chunks,
             self.max_retries, self.settings, self.events, plan, method, _spawn_command(), spares,
+            spawn_unavailable=no_spawn,
         )
         self._driver.start(excluded)
         startup.mark_started()

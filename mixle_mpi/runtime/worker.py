@@ -326,6 +326,9 @@ def serve_original(world) -> None:
         comm, hb = startup.build_comms(world, answer.members, timeout)
     except startup.StartupFailed as exc:
         die(NEVER_STARTED, str(exc))
+    detached = startup.detach_from_slurm_pmix()  # srun --mpi=pmix: a later death must not end the step
+    if detached is not None:
+        logs.get("worker").debug(f"rank {rank}: {detached}")
     worker = Worker(Link(comm, hb, 0), spawned=False)
     worker.worker_id = rank
     worker.start_heartbeats(answer.heartbeat_period, answer.driver_timeout)

@@ -114,7 +114,16 @@ def _resumed_text(rec: dict[str, Any]) -> str:
     return text
 
 
-SPECIAL = {"start": ("workers", _start_text), "resumed": ("iteration", _resumed_text)}
+def _continuation_text(rec: dict[str, Any]) -> str:
+    """How the job goes on after a failure, and why (chosen once at the start)."""
+    text = f"after a failure: continue by {rec.get('method')} ({rec.get('reason')}); respawn {rec.get('respawn')}"
+    if rec.get("pmix"):
+        text += f"; {rec['pmix']}"
+    return text
+
+
+SPECIAL = {"start": ("workers", _start_text), "resumed": ("iteration", _resumed_text),
+           "continuation": ("method", _continuation_text)}
 
 
 def describe(rec: dict[str, Any]) -> str:
