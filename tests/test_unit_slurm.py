@@ -352,8 +352,21 @@ def test_launch_env_sets_and_clears_the_driver_pid_file():
 
 def test_srun_flavor_command():
     argv = build_command("/usr/bin/srun", SRUN, 4, ["python", "job.py"], extra=["--cpu-bind=none"])
-    assert argv == ["/usr/bin/srun", "--mpi=pmix", "--kill-on-bad-exit=0", "--cpu-bind=none", "-n", "4",
+    # -K0 against a site's KillOnBadExit=1, --wait=0 against its WaitTime: the survivors live on
+    assert argv == ["/usr/bin/srun", "--mpi=pmix", "--kill-on-bad-exit=0", "--wait=0", "--cpu-bind=none", "-n", "4",
                     "python", "job.py"]
+    assert build_command("srun", SRUN, 3, ["python"], srun_mpi="pmi2")[1] == "--mpi=pmi2"
+
+
+def test_srun_plugin_follows_the_mpi_beside_the_python(tmp_path):
+    from mixle_mpi.cli.launcher import srun_mpi_plugin
+
+    assert srun_mpi_plugin(str(tmp_path / "python"), environ={}) == "pmix"        # nothing beside it: Open MPI's
+    fake = tmp_path / "mpiexec"
+    fake.write_text("#!/bin/sh\necho 'HYDRA build details:'\n")
+    fake.chmod(0o755)
+    assert srun_mpi_plugin(str(tmp_path / "python"), environ={}) == "pmi2"        # MPICH: no PMIx client
+    assert srun_mpi_plugin(str(tmp_path / "python"), environ={"MIXLE_MPI_SRUN_MPI": "pmix"}) == "pmix"
 
 
 def test_driver_writes_its_pid_where_the_launcher_said(tmp_path, monkeypatch):

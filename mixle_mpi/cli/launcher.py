@@ -14,7 +14,9 @@ arrives before that is held and delivered then. Ctrl-C (SIGINT; the ranks run in
 of their own, so only the launcher gets it) goes to the driver too: it checkpoints after
 the current iteration and every rank ends (exit 130); a second Ctrl-C, or one before the
 driver is ready, ends the job at once. The ``srun`` flavor launches the ranks with
-``srun --mpi=pmix --kill-on-bad-exit=0`` for sites without ULFM (heartbeat detection only).
+``srun --mpi=pmix`` (Open MPI) or ``--mpi=pmi2`` (MPICH), ``--kill-on-bad-exit=0 --wait=0``,
+for sites that require srun: heartbeat detection only, and after a failure the job keeps its
+communicator (README "Three ways to continue").
 
 The launcher says one thing at the end only when the driver has not said it already (the
 status file's ``reported``): an error is printed once.
@@ -106,8 +108,33 @@ def detect_flavor(mpiexec: str) -> str:
     raise ConfigError(f"cannot tell which MPI {mpiexec} is; `--version` said: {text[:200]!r}")
 
 
-def build_command(mpiexec: str, flavor: str, n: int, cmd: list[str], extra: list[str] | None = None) -> list[str]:
-    """The full mpiexec command line for ``n`` ranks running ``cmd`` (pure; unit-tested)."""
+SRUN_MPI_ENV = "MIXLE_MPI_SRUN_MPI"   # the srun MPI plugin, when the one found is not right
+# srun options that keep the other tasks alive when one dies (measured, slurm/README.md):
+# -K0 overrides a site's KillOnBadExit=1, which ends the step at the first death; --wait=0
+# overrides a site's WaitTime, which ends the step that many seconds after the first task ended.
+SRUN_SURVIVE = ("--kill-on-bad-exit=0", "--wait=0")
+
+
+def srun_mpi_plugin(python: str | None = None, environ=None) -> str:
+    """SLURM's MPI plugin for this Python's MPI: ``pmi2`` for MPICH (its wheel has no PMIx
+    client), ``pmix`` otherwise (Open MPI 5 speaks only PMIx). ``MIXLE_MPI_SRUN_MPI`` overrides."""
+    environ = os.environ if environ is None else environ
+    forced = environ.get(SRUN_MPI_ENV, "").strip()
+    if forced:
+        return forced
+    beside = os.path.join(os.path.dirname(python or sys.executable), "mpiexec")
+    try:
+        if os.path.exists(beside) and detect_flavor(beside) == MPICH:
+            return "pmi2"
+    except (ConfigError, OSError, subprocess.SubprocessError):
+        pass
+    return "pmix"
+
+
+def build_command(mpiexec: str, flavor: str, n: int, cmd: list[str], extra: list[str] | None = None,
+                  srun_mpi: str = "pmix") -> list[str]:
+    """The full mpiexec command line for ``n`` ranks running ``cmd`` (pure; unit-tested);
+    ``srun_mpi`` is srun's ``--mpi`` plugin (flavor ``srun``)."""
     if n < 2:
         raise ConfigError(f"found -n {n} but needs at least 2 ranks: rank 0 drives and ranks 1.. compute")
     if not cmd:
@@ -121,7 +148,7 @@ def build_command(mpiexec: str, flavor: str, n: int, cmd: list[str], extra: list
     if flavor == MPICH:
         return [mpiexec, "-disable-auto-cleanup", *extra, "-n", str(n), "sh", wrapper_path(), *cmd]
     if flavor == SRUN:
-        return [mpiexec, "--mpi=pmix", "--kill-on-bad-exit=0", *extra, "-n", str(n), *cmd]
+        return [mpiexec, f"--mpi={srun_mpi}", *SRUN_SURVIVE, *extra, "-n", str(n), *cmd]
     raise ConfigError(f"unknown MPI flavor {flavor!r}; valid flavors are {list(FLAVORS)}")
 
 
@@ -360,7 +387,7 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
     limit = startup_timeout(full)  # a bad value is refused before any launch
     exe = find_mpiexec(mpiexec, flavor)
     flavor = flavor or detect_flavor(exe)
-    argv = build_command(exe, flavor, n, cmd, extra)
+    argv = build_command(exe, flavor, n, cmd, extra, srun_mpi=srun_mpi_plugin(environ=full) if flavor == SRUN else "pmix")
     typo = too_many_ranks(n, usable_cores(), allow_many_ranks, full)
     if typo:
         raise ConfigError(typo)
