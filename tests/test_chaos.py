@@ -106,3 +106,23 @@ def test_without_respawn_shards_migrate_for_good(library, tmp_path, reference):
     assert black and "respawn" in black[0]["cause"]
     moved = sorted(s for e in job.events if e["event"] == "migrated" for s in e["shards"])
     assert moved == [0, 3]
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_keep_goes_on_with_the_original_communicator(library, tmp_path, reference):
+    """The third way to continue (what srun --mpi=pmix gets), forced under mpiexec: no shrink
+    at all, the survivors keep their ranks, the dead rank is never addressed again, and the
+    replacement (Spawn works here) joins beside the kept communicator. Same bits."""
+    _, python = library
+    job, _ = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, "3:kill:estep_mid:2",
+                       env={"MIXLE_MPI_CONTINUATION": "keep"})
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    chosen = [e for e in job.events if e["event"] == "continuation"]
+    assert chosen and chosen[0]["method"] == "keep", job.describe()
+    kept = [e for e in job.events if e["event"] == "kept"]
+    assert [(e["dropped"], e["survivors"]) for e in kept] == [([3], [1, 2])], job.describe()
+    assert {int(k): v for k, v in kept[0]["ranks"].items()} == {1: 1, 2: 2}  # not renumbered
+    assert not [e for e in job.events if e["event"] in ("shrink", "shrink_fallback")], job.describe()
+    assert [e["worker"] for e in job.events if e["event"] == "respawned"] == [3], job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
