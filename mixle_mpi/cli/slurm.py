@@ -7,8 +7,10 @@ Three kinds (``KINDS``), one shell skeleton:
   ``srun`` launch). ``--no-kill`` keeps the allocation when a node is lost,
   ``--signal=B:USR1@margin`` asks the batch shell to have the fit checkpoint before the time
   limit, ``--requeue`` plus exit code 75 requeues the job, which then resumes to the same bits.
-- ``srun``: the same, but the ranks are started by ``srun --mpi=pmix`` for sites without
-  ULFM: detection by heartbeats only (see the trade-offs in the rendered comments).
+- ``srun``: the same, but the ranks are started by ``srun`` itself (``--mpi=pmix`` for Open
+  MPI, ``pmi2`` for MPICH, ``--kill-on-bad-exit=0 --wait=0``) for sites that require it:
+  detection by heartbeats only, a dead worker's shards migrate to the survivors, and the job
+  continues on its original communicator (see the rendered comments).
 - ``array``: a job array of ``ft`` jobs for best-of-N random restarts, each task with seed
   ``base_seed + SLURM_ARRAY_TASK_ID`` and its own output folder; ``mixle-mpi collect`` then
   picks the best model (:mod:`mixle_mpi.cli.collect`).
@@ -130,20 +132,21 @@ _HEADER = {
 # shrinks. ULFM is not supported when ranks are launched directly by srun; use the "srun"
 # kind there (heartbeat detection only).""",
     "srun": """\
-# mixle_mpi: fit launched by srun (kind "srun"), for sites without ULFM.
+# mixle_mpi: fit launched by srun (kind "srun"), for sites that require srun.
 #
-# The ranks are started by `mixle-mpi run --mpi srun`, i.e. srun --mpi=pmix
-# --kill-on-bad-exit=0. Trade-offs against the "ft" kind (measured on SLURM 22.05 with the
-# Open MPI 5.0.11 wheel):
+# The ranks are started by `mixle-mpi run --mpi srun`, i.e. srun --mpi=pmix (Open MPI) or
+# --mpi=pmi2 (MPICH) with --kill-on-bad-exit=0 --wait=0. Measured on SLURM 22.05 with the
+# Open MPI 5.0.11 and MPICH 5.0.2 wheels (slurm/README.md):
 # - No ULFM: a dead rank is detected by heartbeats only (after heartbeat_timeout, 1 s by default).
-# - --kill-on-bad-exit=0 (-K0) keeps srun from ending the step when one rank dies; with -K1
-#   (or a site's KillOnBadExit=1) the first death ends the whole fit.
-# - A worker death ends the fit either way, without a hang. With -K0 the death is detected
-#   and its shards recomputed, but Open MPI cannot then shrink the communicator under srun
-#   (MPI_Comm_create_from_group fails with MPI_ERR_UNSUPPORTED_OPERATION): exit 1. In some
-#   runs SLURM's pmix plugin cancels the whole step first: exit 137. Rerun (or resubmit) to
-#   resume from the last checkpoint. No respawn either. A failure-free fit is bit-identical
-#   to "ft".""",
+# - --kill-on-bad-exit=0 (-K0) and --wait=0 keep the other tasks alive when one dies; a site's
+#   KillOnBadExit=1 would end the step at the first death, its WaitTime that many seconds later.
+# - A worker death is survived: its shards are recomputed, then moved for good to the
+#   survivors (no respawn: Spawn does not work under srun). Open MPI keeps its communicator
+#   (continuation method "keep": SLURM's pmix plugin has no PMIx groups to shrink it with);
+#   each rank leaves SLURM's PMIx server after the start, since the plugin cancels the whole
+#   step when a rank dies still connected. MPICH shrinks it with Create_from_group
+#   ("emulated"). The fitted model is bit-identical to a failure-free fit under "ft".
+# - A rank that dies while the job starts (before it left PMIx) still ends the step: rerun.""",
     "array": """\
 # mixle_mpi: best-of-N random restarts as a job array (kind "array").
 #
