@@ -14,12 +14,24 @@ from mixle_mpi.cli.cmdrun import run_command
 from mixle_mpi.core.errors import ConfigError
 
 
+CONTINUATION_HELP = (
+    "After a worker dies, the fit continues in one of three ways, chosen at the start and logged "
+    "(\"after a failure: continue by ...\"): ulfm, Open MPI's Comm.Shrink (mpiexec --with-ft ulfm, what "
+    "`mixle-mpi run` starts for Open MPI); emulated, Create_from_group over the survivors (MPICH, under mpiexec "
+    "or srun --mpi=pmi2; Open MPI without ULFM); keep, the original communicator is kept and the dead rank is "
+    "never addressed again (srun --mpi=pmix with Open MPI, where neither of the others works). Under srun no "
+    "replacement is spawned: the dead worker's shards move to the survivors. MIXLE_MPI_CONTINUATION="
+    "auto|ulfm|emulated|keep forces a method where it works.")
+
+
 def _add_launch_options(p: argparse.ArgumentParser, required_n: bool = False) -> None:
     p.add_argument("-n", type=int, required=required_n, default=None,
                    help="number of ranks (1 driver + n-1 workers)" if required_n else
                    "launch N ranks (1 driver + N-1 workers) through `mixle-mpi run`; omit under mpiexec/srun")
     p.add_argument("--mpi", choices=["openmpi", "mpich", "srun"], default=None,
-                   help="default: detected from --mpiexec; srun launches with srun --mpi=pmix (no ULFM)")
+                   help="default: detected from --mpiexec; srun launches with srun --mpi=pmix (Open MPI) or "
+                        "--mpi=pmi2 (MPICH), --kill-on-bad-exit=0 --wait=0: no ULFM, and a worker death is "
+                        "survived without respawn (see below)")
     p.add_argument("--mpiexec", default=None, help="default: the one beside this Python, else PATH")
     p.add_argument("--timeout", type=float, default=None, help="kill the job after this many seconds")
     p.add_argument("--start-retries", type=int, default=1,
@@ -116,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("fit", help="fit a model to HDF5/.npy/CSV data on MPI ranks (survives rank failures)",
                        description="Fit a model by EM on MPI ranks. Under mpiexec/srun every rank runs this "
                                    "command; with -n N it launches itself. Options may come from a TOML job "
-                                   "file (--config); flags override it.")
+                                   "file (--config); flags override it.",
+                       epilog=CONTINUATION_HELP)
     _add_launch_options(f)
     _add_log_options(f)
     add_fit_options(f)
@@ -125,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the layout (shards, shards per worker), the memory per rank, the MPI found and "
                         "the launch command, then exit without launching (default: off)")
 
-    r = sub.add_parser("run", help="launch a command under mpiexec with the flags each MPI needs")
+    r = sub.add_parser("run", help="launch a command under mpiexec with the flags each MPI needs",
+                       epilog=CONTINUATION_HELP)
     _add_launch_options(r, required_n=True)
     _add_log_options(r)
     r.add_argument("--blas-threads", type=int, default=1)

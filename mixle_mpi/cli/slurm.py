@@ -10,10 +10,18 @@ Three kinds (``KINDS``), one shell skeleton:
 - ``srun``: the same, but the ranks are started by ``srun`` itself (``--mpi=pmix`` for Open
   MPI, ``pmi2`` for MPICH, ``--kill-on-bad-exit=0 --wait=0``) for sites that require it:
   detection by heartbeats only, a dead worker's shards migrate to the survivors, and the job
-  continues on its original communicator (see the rendered comments).
+  continues on its original communicator (Open MPI) or a ``Create_from_group`` one (MPICH);
+  see the rendered comments.
 - ``array``: a job array of ``ft`` jobs for best-of-N random restarts, each task with seed
   ``base_seed + SLURM_ARRAY_TASK_ID`` and its own output folder; ``mixle-mpi collect`` then
   picks the best model (:mod:`mixle_mpi.cli.collect`).
+
+After a worker dies the fit continues in one of three ways, chosen at the start and logged:
+``ft`` and ``array`` get Open MPI's real ULFM ``Comm.Shrink`` ("ulfm"); ``srun`` gets "keep"
+with Open MPI (the original communicator is kept and the dead rank never addressed again:
+SLURM's pmix plugin has neither ULFM nor PMIx groups) and the ``Create_from_group``
+emulation ("emulated") with MPICH. Under ``srun`` nothing is respawned: the dead worker's
+shards move to the survivors for good.
 
 Why the signal takes this route: SLURM sends USR1 to the batch shell only (``B:``). The
 shell forwards it to ``mixle-mpi run``, which forwards it to the driver (rank 0) alone, as
