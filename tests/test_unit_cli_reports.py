@@ -183,3 +183,13 @@ def test_events_are_placed_between_the_iterations_they_happened_in():
     assert event_position(13.5, times, its) == pytest.approx(2.75)
     assert event_position(5.0, times, its) == pytest.approx(0.5)
     assert event_position(20.0, times, its) == 3.0
+
+
+def test_inspector_tells_a_rank_dropped_by_keep():
+    events = [{"time": 0.0, "event": "start", "workers": 2, "num_shards": 4, "shrink": "keep"},
+              {"time": 1.0, "event": "failure_detected", "worker": 2, "pid": 9, "host": "h", "incarnation": 0,
+               "failures": 1, "cause": "heartbeat: silent", "fenced": True},
+              {"time": 1.5, "event": "kept", "method": "keep", "dropped": [2], "survivors": [1], "ranks": {"1": 1}}]
+    stories = inspector.rank_stories(events)
+    assert "dropped from the kept communicator" in stories[2][1] and "survivors [1] keep their ranks" in stories[2][1]
+    assert "shrink by keep" in "\n".join(inspector.summarize_events(events))

@@ -93,6 +93,11 @@ def rank_stories(events: list[dict]) -> dict[int, list[str]]:
     last_fail: dict[int, float] = {}
     for e in events:
         ev, w, t = e.get("event"), e.get("worker"), e.get("time", t0) - t0
+        if ev == "kept":  # continuation "keep": no shrink; the dead ranks are left out of every message
+            for d in e.get("dropped", []):
+                stories[d].append(f"t+{t:.2f}s dropped from the kept communicator (never addressed again; "
+                                  f"survivors {e.get('survivors')} keep their ranks)")
+            continue
         if w is None:
             continue
         if ev == "failure_detected":
