@@ -169,6 +169,10 @@ def _rank_excepthook(tp, value, tb) -> None:
         _flush()
         os._exit(code)
     _flush()
+    from mixle_mpi.runtime.startup import pmix_detached
+
+    if pmix_detached():  # srun --mpi=pmix: MPI_Abort needs PMIx; the driver survives this rank's exit
+        os._exit(code)
     MPI.COMM_WORLD.Abort(code)
 
 

@@ -90,6 +90,9 @@ class Monitor:
                 targets = [(w, link) for w, link in self._links.items() if w not in self._suspects]
             results: dict[int, tuple[Link, object]] = {}
             for worker, link in targets:
+                with self.lock:  # forgotten meanwhile (failed): never address it again
+                    if self._links.get(worker) is not link:
+                        continue
                 try:
                     results[worker] = (link, self._exchange(link))
                 except (PeerFailed, MPI.Exception) as exc:

@@ -268,6 +268,12 @@ def build_comms(world, members: tuple, timeout: float):
 
 
 PMIX_DETACH_TIMEOUT = 10.0  # seconds for PMIx_Finalize (a local message to slurmstepd)
+_pmix = {"detached": False}
+
+
+def pmix_detached() -> bool:
+    """True once this rank left SLURM's PMIx server (then ``MPI_Abort`` cannot reach the others)."""
+    return _pmix["detached"]
 
 
 def detach_from_slurm_pmix(environ=None) -> str | None:
@@ -308,6 +314,7 @@ def detach_from_slurm_pmix(environ=None) -> str | None:
         return f"could not leave PMIx ({exc}); a rank death may end the step"
     if rc != 0:
         return f"could not leave PMIx (PMIx_Finalize returned {rc}); a rank death may end the step"
+    _pmix["detached"] = True
     return "left SLURM's PMIx server after the start, so a rank death does not end the step"
 
 
