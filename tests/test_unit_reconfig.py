@@ -173,6 +173,8 @@ def test_requested_method_from_the_environment():
     ({"PMI_JOBID": "9.0", "PMI_RANK": "0", "SLURM_MPI_TYPE": "pmi2", "SLURM_STEP_ID": "0"}, "pmi2"),
     ({"PMIX_NAMESPACE": "prterun-vm-17627@1", "SLURM_JOB_ID": "7"}, None),   # Open MPI mpiexec in an allocation
     ({"PMI_RANK": "0", "PMI_FD": "9", "PMI_HOSTNAME": "vm", "SLURM_JOB_ID": "7"}, None),  # MPICH's Hydra
+    ({"PMI_RANK": "0", "PMI_FD": "5", "PMI_HOSTNAME": "vm", "PMI_JOBID": "21.0", "SLURM_MPI_TYPE": "pmi2",
+      "SLURM_STEP_ID": "0"}, None),  # Hydra in an allocation whose MpiDefault is pmi2: its proxies ran under srun
     ({}, None),
 ])
 def test_srun_direct_launch_is_told_from_the_environment(env, plugin):

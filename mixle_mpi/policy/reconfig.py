@@ -47,11 +47,13 @@ def srun_plugin(environ: Mapping[str, str]) -> str | None:
     own MPI plugin, else None (``mpiexec``, also inside an allocation, or a singleton).
 
     SLURM's pmix plugin names its namespace ``slurm.pmix.<job>.<step>`` (Open MPI's mpiexec:
-    ``prterun-...``); its pmi2 plugin sets ``PMI_JOBID`` and ``SLURM_MPI_TYPE=pmi2`` (MPICH's
-    Hydra sets neither)."""
+    ``prterun-...``); its pmi2 plugin sets ``PMI_JOBID`` and ``SLURM_MPI_TYPE=pmi2``. MPICH's
+    Hydra inside an allocation starts its proxies with srun, so under a site's
+    ``MpiDefault=pmi2`` its ranks inherit both, but Hydra also sets ``PMI_HOSTNAME`` (measured)."""
     if environ.get("PMIX_NAMESPACE", "").startswith("slurm.pmix."):
         return "pmix"
-    if environ.get("SLURM_MPI_TYPE", "").startswith("pmi2") and environ.get("PMI_JOBID"):
+    if (environ.get("SLURM_MPI_TYPE", "").startswith("pmi2") and environ.get("PMI_JOBID")
+            and not environ.get("PMI_HOSTNAME")):
         return "pmi2"
     return None
 
