@@ -111,11 +111,13 @@ def test_without_respawn_shards_migrate_for_good(library, tmp_path, reference):
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_keep_goes_on_with_the_original_communicator(library, tmp_path, reference):
     """The third way to continue (what srun --mpi=pmix gets), forced under mpiexec: no shrink
-    at all, the survivors keep their ranks, the dead rank is never addressed again, and the
-    replacement (Spawn works here) joins beside the kept communicator. Same bits."""
-    _, python = library
+    at all, the survivors keep their ranks, the dead rank is never addressed again. Under Open
+    MPI without respawn, as under srun (the shards migrate); under MPICH with a replacement
+    (Spawn works here) joining beside the kept communicator. Same bits."""
+    name, python = library
+    respawn = name != "openmpi"
     job, _ = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, "3:kill:estep_mid:2",
-                       env={"MIXLE_MPI_CONTINUATION": "keep"})
+                       env={"MIXLE_MPI_CONTINUATION": "keep", "MIXLE_MPI_RESPAWN": "1" if respawn else "0"})
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
     chosen = [e for e in job.events if e["event"] == "continuation"]
@@ -124,5 +126,9 @@ def test_keep_goes_on_with_the_original_communicator(library, tmp_path, referenc
     assert [(e["dropped"], e["survivors"]) for e in kept] == [([3], [1, 2])], job.describe()
     assert {int(k): v for k, v in kept[0]["ranks"].items()} == {1: 1, 2: 2}  # not renumbered
     assert not [e for e in job.events if e["event"] in ("shrink", "shrink_fallback")], job.describe()
-    assert [e["worker"] for e in job.events if e["event"] == "respawned"] == [3], job.describe()
+    if respawn:
+        assert [e["worker"] for e in job.events if e["event"] == "respawned"] == [3], job.describe()
+    else:
+        assert job.result["blacklist"] == [3], job.describe()
+        assert sorted(s for e in job.events if e["event"] == "migrated" for s in e["shards"]) == [2], job.describe()
     assert no_leftover_processes(str(tmp_path)) == []
