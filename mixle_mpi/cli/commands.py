@@ -20,7 +20,8 @@ CONTINUATION_HELP = (
     "`mixle-mpi run` starts for Open MPI); emulated, Create_from_group over the survivors (MPICH, under mpiexec "
     "or srun --mpi=pmi2; Open MPI without ULFM); keep, the original communicator is kept and the dead rank is "
     "never addressed again (srun --mpi=pmix with Open MPI, where neither of the others works). Under srun no "
-    "replacement is spawned: the dead worker's shards move to the survivors. MIXLE_MPI_CONTINUATION="
+    "replacement is spawned: a hot spare (--spares) takes the dead worker's place, or else its shards move to "
+    "the survivors. MIXLE_MPI_CONTINUATION="
     "auto|ulfm|emulated|keep forces a method where it works.")
 
 

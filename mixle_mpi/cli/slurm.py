@@ -9,7 +9,8 @@ Three kinds (``KINDS``), one shell skeleton:
   limit, ``--requeue`` plus exit code 75 requeues the job, which then resumes to the same bits.
 - ``srun``: the same, but the ranks are started by ``srun`` itself (``--mpi=pmix`` for Open
   MPI, ``pmi2`` for MPICH, ``--kill-on-bad-exit=0 --wait=0``) for sites that require it:
-  detection by heartbeats only, a dead worker's shards migrate to the survivors, and the job
+  detection by heartbeats only, a spare takes a dead worker's place or its shards migrate
+  to the survivors, and the job
   continues on its original communicator (Open MPI) or a ``Create_from_group`` one (MPICH);
   see the rendered comments.
 - ``array``: a job array of ``ft`` jobs for best-of-N random restarts, each task with seed
@@ -20,8 +21,8 @@ After a worker dies the fit continues in one of three ways, chosen at the start 
 ``ft`` and ``array`` get Open MPI's real ULFM ``Comm.Shrink`` ("ulfm"); ``srun`` gets "keep"
 with Open MPI (the original communicator is kept and the dead rank never addressed again:
 SLURM's pmix plugin has neither ULFM nor PMIx groups) and the ``Create_from_group``
-emulation ("emulated") with MPICH. Under ``srun`` nothing is respawned: the dead worker's
-shards move to the survivors for good.
+emulation ("emulated") with MPICH. Under ``srun`` nothing is respawned: a hot spare takes
+the dead worker's place, or else its shards move to the survivors for good.
 
 Why the signal takes this route: SLURM sends USR1 to the batch shell only (``B:``). The
 shell forwards it to ``mixle-mpi run``, which forwards it to the driver (rank 0) alone, as
@@ -148,12 +149,14 @@ _HEADER = {
 # - No ULFM: a dead rank is detected by heartbeats only (after heartbeat_timeout, 1 s by default).
 # - --kill-on-bad-exit=0 (-K0) and --wait=0 keep the other tasks alive when one dies; a site's
 #   KillOnBadExit=1 would end the step at the first death, its WaitTime that many seconds later.
-# - A worker death is survived: its shards are recomputed, then moved for good to the
-#   survivors (no respawn: Spawn does not work under srun). Open MPI keeps its communicator
-#   (continuation method "keep": SLURM's pmix plugin has no PMIx groups to shrink it with);
-#   each rank leaves SLURM's PMIx server after the start, since the plugin cancels the whole
-#   step when a rank dies still connected. MPICH shrinks it with Create_from_group
-#   ("emulated"). The fitted model is bit-identical to a failure-free fit under "ft".
+# - A worker death is survived: its shards are recomputed, then a hot spare takes its place
+#   (spares = N in job.toml, or MIXLE_MPI_SPARES=N: the last N of --ntasks), or else they
+#   move for good to the survivors (no respawn: Spawn does not work under srun).
+# - Open MPI keeps its communicator (continuation method "keep": SLURM's pmix plugin has no
+#   PMIx groups to shrink it with); each rank leaves SLURM's PMIx server after the start,
+#   since the plugin cancels the whole step when a rank dies still connected. MPICH shrinks
+#   it with Create_from_group ("emulated"). The fitted model is bit-identical to a
+#   failure-free fit under "ft".
 # - A rank that dies while the job starts (before it left PMIx) still ends the step: rerun.""",
     "array": """\
 # mixle_mpi: best-of-N random restarts as a job array (kind "array").
