@@ -135,10 +135,10 @@ def test_a_failed_spare_is_given_up_and_max_retries_still_blacklists():
     assert actions == [reconfig.Blacklist(1, "max_retries=1 reached")]  # its shards then migrate (to the spare)
 
 
-def test_retired_spare_ids_are_never_failed_again():
+def test_a_retired_spare_leaves_the_membership():
     m = Membership([1, 2, 3], max_retries=2)
     m.retire(3)
-    assert not m.mark_failed(3) and m.live() == [1, 2]
+    assert 3 not in m.records and m.live() == [1, 2] and m.failures() == {1: 0, 2: 0}
 
 
 # -- the three ways to continue: which one, where ------------------------------------------

@@ -49,9 +49,9 @@ class Membership:
 
     def mark_failed(self, worker: int) -> bool:
         """Record one failure of a live place; False if it was not live (a duplicate report)."""
-        rec = self.records.get(worker)
-        if rec is None or rec.state != LIVE:
-            return False  # not live, or a retired spare's old id
+        rec = self.records[worker]
+        if rec.state != LIVE:
+            return False
         rec.state = DEAD
         rec.failures += 1
         return True

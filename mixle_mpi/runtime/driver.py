@@ -103,8 +103,8 @@ class Driver:
     # -- failure handling ------------------------------------------------------
     def _fail(self, worker: int, cause: str, detected_at: float | None = None) -> None:
         """Fence a failed worker: stop listening, kill it if it is ours to kill, queue recovery."""
-        if not self.membership.mark_failed(worker):
-            return
+        if worker not in self.membership.records or not self.membership.mark_failed(worker):
+            return  # a retired spare's old id, or a duplicate report
         self.monitor.forget(worker)
         self.links.pop(worker, None)
         self.warm.pop(worker, None)
