@@ -34,7 +34,8 @@ from mixle_mpi.policy.placement import initial_placement, plan_recovery
 SINGLE_PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum")
 ACTIONS = ("kill", "stop")
 KINDS = ("single", "repeat", "respawn", "recovery", "double")  # the last two need 3+ workers, 2 holding shards
-RECONFIG_EVENTS = ("recovery", "shrink", "shrink_fallback", "kept", "respawned", "blacklisted", "migrated")
+RECONFIG_EVENTS = ("recovery", "shrink", "shrink_fallback", "kept", "respawned", "spare_adopted", "blacklisted",
+                   "migrated")
 FAULT_LOG = "faults.jsonl"  # in each run's folder: one record per fault that fired
 
 

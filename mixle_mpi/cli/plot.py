@@ -17,6 +17,7 @@ MARKS = {  # event -> (label, colour, line style)
     "failure_detected": ("failure", "tab:red", "-"),
     "recovery": ("recovery", "tab:orange", ":"),
     "respawned": ("respawn", "tab:green", "--"),
+    "spare_adopted": ("spare adopted", "tab:olive", "--"),
     "blacklisted": ("blacklisted", "black", "-."),
     "checkpoint": ("checkpoint", "tab:blue", (0, (1, 4))),
 }
