@@ -65,6 +65,10 @@ start() {
   echo "$sockdir" > "$dir/munge.dir"
   [ -s "$dir/munge/munge.key" ] || mungekey -c -k "$dir/munge/munge.key"
   chmod 600 "$dir/munge/munge.key"
+  # Job ids start at a random number, not at 1: MPICH under srun --mpi=pmi2 names its
+  # shared memory after the job id (/dev/shm/mpich_shm_<hash of "job.step">_<node>), so a
+  # fresh cluster's job 4 would meet a segment an earlier cluster's job 4 left behind.
+  local first_job=$(( (RANDOM * 32768 + RANDOM) % 50000000 + 1000 ))
   cat > "$dir/slurm.conf" <<CONF
 ClusterName=ci
 SlurmctldHost=$host(127.0.0.1)
@@ -86,6 +90,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
 JobRequeue=1
+FirstJobId=$first_job
 ReturnToService=2
 MailProg=/bin/true
 SchedulerParameters=sched_interval=1,bf_interval=1

@@ -279,8 +279,8 @@ def srun_deaths(cluster, tmp_path_factory):
         folder = tmp_path_factory.mktemp(f"srun-death-{name}")
         env = {"MIXLE_MPI_FAULT_PLAN": SRUN_DEATH, FIRED_ENV: str(folder / "faults.jsonl"),
                "MIXLE_MPI_RECONFIGURE_TIMEOUT": "15", "MIXLE_MPI_SPARES": str(spares),
-               # Once (in about 20 MPICH starts under srun --mpi=pmi2) MPI_Init hung on every rank: the
-               # startup alarm ends such a start and the launcher starts the job again (exit 73 path).
+               # a start that hangs anyway (as MPICH's did on a stale /dev/shm segment, slurm/README.md)
+               # is ended by the startup alarm and launched again (exit 73 path) within the deadline
                "MIXLE_MPI_STARTUP_TIMEOUT": "45"}
         text = _render("srun", folder / "out", python=python, ntasks=3 + spares)
         jobs[name] = (folder, cluster.submit(text, folder, "srun", env=env))

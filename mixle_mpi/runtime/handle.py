@@ -159,6 +159,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         # How to continue after a failure: probed now, while PMIx is still there to answer.
         method, reason = probe_continuation()
         detached = startup.detach_from_slurm_pmix()  # srun --mpi=pmix: a death must not end the step
+        startup.release_mpich_shm()  # MPICH: no /dev/shm segment outlives the job (no MPI_Finalize here)
         no_spawn = spawn_unavailable(MPI.get_vendor()[0], srun_plugin(os.environ))
         ranks = {w: i + 1 for i, w in enumerate(members)}  # worker id (world rank) -> rank in gcomm
         monitor = Monitor(self.settings.heartbeat_period, self.settings.heartbeat_timeout, self.settings.stall_timeout)

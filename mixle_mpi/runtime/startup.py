@@ -318,6 +318,37 @@ def detach_from_slurm_pmix(environ=None) -> str | None:
     return "left SLURM's PMIx server after the start, so a rank death does not end the step"
 
 
+def release_mpich_shm(maps: str = "/proc/self/maps") -> list[str]:
+    """Every rank, once the job's communicators exist, under MPICH: unlink the names of the
+    shared-memory segments MPI_Init made (``/dev/shm/mpich_shm_<id>_<node>``, ``mpich_vci_...``).
+    The memory stays mapped until each process exits; only the name goes.
+
+    MPICH unlinks them in ``MPI_Finalize``, which a rank here never calls (it ends with
+    ``os._exit``), so every job used to leave 1-8 MB in /dev/shm. Worse, under srun
+    ``<id>`` is a hash of the SLURM job id: a later job with the same id (a fresh test
+    cluster numbers its jobs from 1 again) opened the stale segment and ``MPI_Init`` hung or
+    failed with ``**nomem`` (measured). By now every local rank has attached (``build_comms``
+    is collective), so nobody needs the names. Returns the names unlinked by this rank."""
+    from mpi4py import MPI
+
+    if MPI.get_vendor()[0] != "MPICH":
+        return []
+    try:
+        with open(maps, encoding="utf-8") as fh:
+            paths = sorted({line.split()[-1] for line in fh if "/dev/shm/mpich_" in line and not
+                            line.rstrip().endswith("(deleted)")})
+    except OSError:
+        return []
+    gone = []
+    for path in paths:
+        try:
+            os.unlink(path)
+            gone.append(path)
+        except OSError:
+            pass  # another local rank unlinked it first
+    return gone
+
+
 def wait_for_go(world, timeout: float) -> Go | Abort | None:
     """Worker: say Hello, then wait for the driver's Go or Abort. None if the driver was
     silent (no beacon, no answer) for ``timeout`` seconds."""

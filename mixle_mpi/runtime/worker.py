@@ -327,6 +327,7 @@ def serve_original(world) -> None:
     except startup.StartupFailed as exc:
         die(NEVER_STARTED, str(exc))
     detached = startup.detach_from_slurm_pmix()  # srun --mpi=pmix: a later death must not end the step
+    startup.release_mpich_shm()  # MPICH: no /dev/shm segment outlives the job (no MPI_Finalize here)
     if detached is not None:
         logs.get("worker").debug(f"rank {rank}: {detached}")
     worker = Worker(Link(comm, hb, 0), spawned=False)
