@@ -168,3 +168,14 @@ def test_process_gone_sees_exited_and_zombie_processes():
     assert reaper.process_gone(pid)  # a zombie: ended, not yet reaped
     os.waitpid(pid, 0)
     assert reaper.process_gone(pid) and reaper.process_state(pid) is None
+
+
+def test_mpich_shm_names_are_read_from_the_maps_of_the_process():
+    from mixle_mpi.runtime.startup import mpich_shm_names
+
+    maps = ("7f10 rw-s 00000000 00:1a 5 /dev/shm/mpich_shm_4871a0ef_0\n"
+            "7f20 rw-s 00001000 00:1a 5 /dev/shm/mpich_shm_4871a0ef_0\n"
+            "7f30 rw-s 00000000 00:1a 6 /dev/shm/mpich_vci_4871a0ef_0 (deleted)\n"
+            "7f40 rw-s 00000000 00:1a 7 /dev/shm/sm_segment.vm.0.114e0001.0\n"
+            "7f50 r-xp 00000000 08:01 8 /usr/lib/libc.so.6\n")
+    assert mpich_shm_names(maps) == ["/dev/shm/mpich_shm_4871a0ef_0"]  # once; not one already unlinked

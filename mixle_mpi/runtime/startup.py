@@ -318,6 +318,12 @@ def detach_from_slurm_pmix(environ=None) -> str | None:
     return "left SLURM's PMIx server after the start, so a rank death does not end the step"
 
 
+def mpich_shm_names(maps_text: str) -> list[str]:
+    """The /dev/shm files of MPICH mapped in ``maps_text`` (a /proc/PID/maps), still named (pure)."""
+    return sorted({line.split()[-1] for line in maps_text.splitlines()
+                   if "/dev/shm/mpich_" in line and not line.rstrip().endswith("(deleted)")})
+
+
 def release_mpich_shm(maps: str = "/proc/self/maps") -> list[str]:
     """Every rank, once the job's communicators exist, under MPICH: unlink the names of the
     shared-memory segments MPI_Init made (``/dev/shm/mpich_shm_<id>_<node>``, ``mpich_vci_...``).
@@ -335,8 +341,7 @@ def release_mpich_shm(maps: str = "/proc/self/maps") -> list[str]:
         return []
     try:
         with open(maps, encoding="utf-8") as fh:
-            paths = sorted({line.split()[-1] for line in fh if "/dev/shm/mpich_" in line and not
-                            line.rstrip().endswith("(deleted)")})
+            paths = mpich_shm_names(fh.read())
     except OSError:
         return []
     gone = []
