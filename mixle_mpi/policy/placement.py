@@ -6,6 +6,7 @@ shard-id order); it only decides where work runs, so it aims for balance and sta
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 
 
@@ -28,12 +29,15 @@ def spread(shards: Iterable[int], load: Mapping[int, int]) -> dict[int, list[int
     """
     if not load:
         raise ValueError("no candidate workers to place shards on")
-    current = dict(load)
+    # A heap of (load, worker): its top is exactly min(load, key=(load, id)), since worker
+    # ids are distinct, so each shard costs O(log W) instead of a scan of every candidate.
+    heap = [(n, w) for w, n in load.items()]
+    heapq.heapify(heap)
     plan: dict[int, list[int]] = {}
     for s in sorted(shards):
-        target = min(current, key=lambda w: (current[w], w))
+        n, target = heap[0]
         plan.setdefault(target, []).append(s)
-        current[target] += 1
+        heapq.heapreplace(heap, (n + 1, target))
     return plan
 
 
