@@ -3,6 +3,8 @@ and where a blacklisted place's shards go for good."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from mixle_mpi.policy.reconfig import (EMULATED, ULFM, blacklist_cause, migration, renumber, shrink_method, shrink_needed,
@@ -135,3 +137,41 @@ def test_retired_spare_ids_are_never_failed_again():
     m = Membership([1, 2, 3], max_retries=2)
     m.retire(3)
     assert not m.mark_failed(3) and m.live() == [1, 2]
+
+
+def reference_plan(failed, original, membership, can_spawn, respawn_setting, owners=None, spares=()):
+    """reconfig.plan as it was, with a list scan for the spare pool."""
+    failed = sorted(failed)
+    pool = [s for s in sorted(spares) if s not in failed]
+    actions = [reconfig.ShrinkComm()] if reconfig.shrink_needed(failed, original) else []
+    decision = membership.decide(failed, can_spawn or bool(pool))
+    later = []
+    for w in decision.respawn:
+        if owners is not None and not owners.get(w):
+            later.append(reconfig.Blacklist(w, reconfig.SPARE_LOST))
+        elif pool:
+            actions.append(reconfig.Adopt(w, pool.pop(0)))
+        elif can_spawn:
+            actions.append(reconfig.Respawn(w))
+        else:
+            later.append(reconfig.blacklisting(membership, w, respawn_setting))
+    return actions + later + [reconfig.blacklisting(membership, w, respawn_setting) for w in decision.blacklist]
+
+
+def test_plan_is_the_reference_on_random_failures_and_spares():
+    rng = random.Random(13)
+    for _ in range(2000):
+        ids = list(range(1, rng.randint(2, 30)))
+        m = Membership(ids, max_retries=rng.randint(1, 3))
+        owners = {w: ([w] if rng.random() < 0.7 else []) for w in ids}
+        for w in rng.sample(ids, rng.randint(0, len(ids))):
+            for _ in range(rng.randint(1, 3)):
+                if m.mark_failed(w) and rng.random() < 0.5:
+                    m.revive(w)
+        failed = [w for w, r in m.records.items() if r.state == "dead"]
+        spares = [w for w in ids if not owners[w] and rng.random() < 0.8]
+        original = {w: w for w in ids if rng.random() < 0.5}
+        for can_spawn, setting in ((True, True), (False, True), (False, False)):
+            args = (failed, original, m, can_spawn, setting)
+            assert reconfig.plan(*args, owners, spares) == reference_plan(*args, owners, spares)
+            assert reconfig.plan(*args) == reference_plan(*args)

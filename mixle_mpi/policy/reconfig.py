@@ -8,6 +8,7 @@ blacklisted, and where a blacklisted place's shards go for good. The simulation
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
@@ -112,7 +113,8 @@ def plan(failed: Iterable[int], original: Mapping[int, int], membership, can_spa
     place that held no shards (a spare) is given up (``SPARE_LOST``). A respawn that fails
     becomes :func:`respawn_failed`'s ``Blacklist``, carried out after these."""
     failed = sorted(failed)
-    pool = [s for s in sorted(spares) if s not in failed]
+    gone = set(failed)
+    pool = deque(s for s in sorted(spares) if s not in gone)
     actions: list = [ShrinkComm()] if shrink_needed(failed, original) else []
     decision = membership.decide(failed, can_spawn or bool(pool))
     later: list = []
@@ -120,7 +122,7 @@ def plan(failed: Iterable[int], original: Mapping[int, int], membership, can_spa
         if owners is not None and not owners.get(w):
             later.append(Blacklist(w, SPARE_LOST))
         elif pool:
-            actions.append(Adopt(w, pool.pop(0)))
+            actions.append(Adopt(w, pool.popleft()))
         elif can_spawn:
             actions.append(Respawn(w))
         else:
