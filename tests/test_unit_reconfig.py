@@ -175,3 +175,36 @@ def test_plan_is_the_reference_on_random_failures_and_spares():
             args = (failed, original, m, can_spawn, setting)
             assert reconfig.plan(*args, owners, spares) == reference_plan(*args, owners, spares)
             assert reconfig.plan(*args) == reference_plan(*args)
+
+
+def reference_migration(owners, blacklisted, live):
+    """reconfig.migration as it was (a scan of every place, sorted candidates)."""
+    from mixle_mpi.policy.placement import spread
+    gone = set(blacklisted)
+    homeless = sorted(s for w, ss in owners.items() if w in gone for s in ss)
+    new = {w: ([] if w in gone else sorted(ss)) for w, ss in owners.items()}
+    if not homeless:
+        return new, {}
+    plan = spread(homeless, {w: len(new.get(w, [])) for w in sorted(live)})
+    for w, sids in plan.items():
+        new[w] = sorted(new.get(w, []) + sids)
+    return new, plan
+
+
+def test_migration_is_the_reference_on_random_layouts():
+    """Property test: random (unsorted) owner lists, blacklisted places with and without
+    shards or owner entries, live places with and without owner entries."""
+    rng = random.Random(2026)
+    for _ in range(3000):
+        ids = list(range(1, rng.randint(2, 25)))
+        shards = list(range(rng.randint(0, 80)))
+        rng.shuffle(shards)
+        owners = {w: [] for w in ids if rng.random() < 0.9}
+        for s in shards:
+            if owners:
+                owners[rng.choice(sorted(owners))].append(s)
+        gone = rng.sample(ids, rng.randint(0, len(ids) - 1)) + ([99] if rng.random() < 0.1 else [])
+        live = [w for w in ids if w not in gone]
+        rng.shuffle(live)
+        got, want = migration(owners, gone, live), reference_migration(owners, gone, live)
+        assert got == want and [list(d.items()) for d in got] == [list(d.items()) for d in want]

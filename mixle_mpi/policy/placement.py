@@ -7,6 +7,7 @@ shard-id order); it only decides where work runs, so it aims for balance and sta
 from __future__ import annotations
 
 import heapq
+from itertools import repeat
 from collections.abc import Iterable, Mapping
 
 
@@ -31,7 +32,7 @@ def spread(shards: Iterable[int], load: Mapping[int, int]) -> dict[int, list[int
         raise ValueError("no candidate workers to place shards on")
     # A heap of (load, worker): its top is exactly min(load, key=(load, id)), since worker
     # ids are distinct, so each shard costs O(log W) instead of a scan of every candidate.
-    heap = [(n, w) for w, n in load.items()]
+    heap = list(zip(load.values(), load))
     heapq.heapify(heap)
     plan: dict[int, list[int]] = {}
     for s in sorted(shards):
@@ -43,5 +44,5 @@ def spread(shards: Iterable[int], load: Mapping[int, int]) -> dict[int, list[int
 
 def plan_recovery(orphans: Iterable[int], owners: Mapping[int, list[int]], survivors: Iterable[int]) -> dict[int, list[int]]:
     """Which survivor recomputes which orphaned shard this round, balancing by resident load."""
-    live = sorted(survivors)
-    return spread(orphans, {w: len(owners.get(w, ())) for w in live})
+    live = list(survivors)  # (spread's answer does not depend on their order)
+    return spread(orphans, dict(zip(live, map(len, map(owners.get, live, repeat((), len(live)))))))

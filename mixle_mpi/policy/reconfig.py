@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
+from itertools import repeat
 from typing import NamedTuple
 
 from mixle_mpi.policy.placement import spread
@@ -57,11 +58,12 @@ def migration(owners: Mapping[int, list[int]], blacklisted: Iterable[int],
     """(new owners, worker -> shards it receives): the shards of blacklisted places move for
     good onto the least-loaded live workers. Raises ValueError when there is none."""
     gone = set(blacklisted)
-    homeless = sorted(s for w, ss in owners.items() if w in gone for s in ss)
+    homeless = sorted(s for w in gone if w in owners for s in owners[w])
     new = {w: ([] if w in gone else sorted(ss)) for w, ss in owners.items()}
     if not homeless:
         return new, {}
-    plan = spread(homeless, {w: len(new.get(w, [])) for w in sorted(live)})
+    live = list(live)  # (spread's answer does not depend on their order)
+    plan = spread(homeless, dict(zip(live, map(len, map(new.get, live, repeat([], len(live)))))))
     for w, sids in plan.items():
         new[w] = sorted(new.get(w, []) + sids)
     return new, plan
