@@ -7,8 +7,8 @@
 For each size it builds the driver's state as the driver holds it in the middle of a
 round (``Membership``, the owners from ``initial_placement``, a ``RoundState`` with every
 shard dispatched, a ``HeartbeatTracker`` and a ``StallTracker`` watching every worker), then
-times each kind of decision with ``time.perf_counter`` over many events and reports the
-median and the max per event:
+times each kind of decision with ``time.perf_counter`` (wall) and ``time.thread_time``
+(this thread's CPU) over many events and reports the median and the max per event:
 
 - a reply accepted: ``RoundState.accept`` and the ``next_step`` that follows it (Wait);
 - a failure and its recovery plan: ``mark_failed``, ``next_step`` -> ``Recover`` (the
@@ -23,8 +23,9 @@ median and the max per event:
 and the memory of that state (tracemalloc, while it is built). Last, one whole round of
 :class:`~mixle_mpi.policy.simulation.Simulation` (every reply an event, some workers dying,
 the reconfiguration after it) per size, divided by W + S: flat when the driver's per-round
-work is O(W + S). The box is shared and loaded: read the medians, and the max as an upper
-bound that includes preemption.
+work is O(W + S). On a shared, loaded box the wall time also counts the time the
+scheduler gave to other processes (and a garbage collection may land in any event, as it
+would in the driver): the CPU time is the decision's own cost.
 """
 
 from __future__ import annotations
@@ -102,15 +103,18 @@ def state_memory(workers: int, shards: int) -> float:
     return size / 2 ** 20
 
 
-def timed(fn) -> float:
-    t0 = time.perf_counter()
+def timed(fn) -> tuple[float, float]:
+    """(wall ms by perf_counter, this thread's CPU ms): on a loaded box the wall time also
+    counts the time the scheduler gave to other processes; the CPU time is the decision's."""
+    c0, t0 = time.thread_time(), time.perf_counter()
     fn()
-    return (time.perf_counter() - t0) * 1e3
+    t1, c1 = time.perf_counter(), time.thread_time()
+    return (t1 - t0) * 1e3, (c1 - c0) * 1e3
 
 
-def measure(workers: int, shards: int, reps: int, seed: int = 1) -> dict[str, list[float]]:
+def measure(workers: int, shards: int, reps: int, seed: int = 1) -> dict[str, list[tuple[float, float]]]:
     rng = random.Random(seed)
-    out: dict[str, list[float]] = {k: [] for k in ORDER}
+    out: dict[str, list[tuple[float, float]]] = {k: [] for k in ORDER}
 
     # replies: a random pending shard from its assignee, then the step the driver takes next
     d = Driver(workers, shards)
@@ -175,15 +179,16 @@ def measure(workers: int, shards: int, reps: int, seed: int = 1) -> dict[str, li
     return out
 
 
-def whole_round(workers: int, shards: int, seed: int = 7) -> tuple[float, int]:
-    """One simulated round (1 % of workers die, some hang) and its reconfiguration: ms, events."""
+def whole_round(workers: int, shards: int, seed: int = 7) -> tuple[float, float, int]:
+    """One simulated round (1 % of workers die, some hang) and its reconfiguration:
+    wall ms, CPU ms, events."""
     rng = random.Random(seed)
     faults = sorted((0, rng.uniform(0.0, 2.0), w, rng.choice(["die", "die", "hang"]))
                     for w in rng.sample(range(1, workers + 1), max(1, workers // 100)))
     sim = Simulation(Schedule(seed, workers, shards, 1, 3, True, faults))
-    t0 = time.perf_counter()
+    c0, t0 = time.thread_time(), time.perf_counter()
     out = sim.run()
-    return (time.perf_counter() - t0) * 1e3, out.events
+    return (time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3, out.events
 
 
 def fmt(x: float) -> str:
@@ -209,22 +214,32 @@ def main(argv=None) -> int:
         results[(w, s)] = (mem, times, sim)
         print(f"# W={w} S={s} measured in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
 
-    lines = ["| event | " + " | ".join(f"W={w:,} S={s:,}" for w, s in sizes) + " |",
-             "|---|" + "---:|" * len(sizes)]
+    head = "| event | " + " | ".join(f"W={w:,} S={s:,}" for w, s in sizes) + " |"
+    rule = "|---|" + "---:|" * len(sizes)
+    lines = ["Wall time per event (perf_counter), ms: median / max (n events)", "", head, rule]
     for k in ORDER:
-        cells = []
-        for size in sizes:
-            xs = results[size][1][k]
-            cells.append(f"{fmt(statistics.median(xs))} / {fmt(max(xs))} (n={len(xs)})")
-        lines.append(f"| {k}: ms median / max | " + " | ".join(cells) + " |")
+        lines.append(f"| {k} | " + " | ".join(
+            "{} / {} (n={})".format(fmt(statistics.median(x[0] for x in results[z][1][k])),
+                                    fmt(max(x[0] for x in results[z][1][k])), len(results[z][1][k]))
+            for z in sizes) + " |")
+    lines += ["", "CPU time per event (this thread), ms: median / max", "", head, rule]
+    for k in ORDER:
+        lines.append(f"| {k} | " + " | ".join(
+            "{} / {}".format(fmt(statistics.median(x[1] for x in results[z][1][k])),
+                             fmt(max(x[1] for x in results[z][1][k]))) for z in sizes) + " |")
+    lines += ["", "State and whole rounds", "", head, rule]
     lines.append("| driver state memory, MB | " + " | ".join(f"{results[z][0]:.1f}" for z in sizes) + " |")
-    lines.append("| one simulated round, ms (events) | " + " | ".join(
-        f"{fmt(results[z][2][0])} ({results[z][2][1]:,})" if results[z][2] else "not run" for z in sizes) + " |")
-    lines.append("| one simulated round / (W + S), µs | " + " | ".join(
-        f"{results[z][2][0] * 1e3 / sum(z):.1f}" if results[z][2] else "not run" for z in sizes) + " |")
+    lines.append("| one simulated round: wall ms / CPU ms (events) | " + " | ".join(
+        f"{fmt(results[z][2][0])} / {fmt(results[z][2][1])} ({results[z][2][2]:,})" if results[z][2] else "not run"
+        for z in sizes) + " |")
+    lines.append("| one simulated round, CPU / (W + S), µs | " + " | ".join(
+        f"{results[z][2][1] * 1e3 / sum(z):.1f}" if results[z][2] else "not run" for z in sizes) + " |")
     big = sizes[-1]
-    worst = max(max(results[big][1][k]) for k in ORDER)
-    worst_med = max(statistics.median(results[big][1][k]) for k in ORDER)
+    ev = results[big][1]
+    wall_med = max(statistics.median(x[0] for x in ev[k]) for k in ORDER)
+    cpu_med = max(statistics.median(x[1] for x in ev[k]) for k in ORDER)
+    cpu_max = max(max(x[1] for x in ev[k]) for k in ORDER)
+    wall_max = max(max(x[0] for x in ev[k]) for k in ORDER)
     load = os.getloadavg()
     text = "\n".join([
         f"Command: `{command.strip()}`",
@@ -233,9 +248,11 @@ def main(argv=None) -> int:
         "",
         *lines,
         "",
-        f"Largest size W={big[0]:,} S={big[1]:,}: slowest decision median {fmt(worst_med)} ms, "
-        f"max {fmt(worst)} ms (target <= {TARGET_MS:.0f} ms: "
-        f"{'met' if worst <= TARGET_MS else 'met by the median' if worst_med <= TARGET_MS else 'NOT met'})",
+        f"Largest size W={big[0]:,} S={big[1]:,}, slowest kind of decision: CPU median {fmt(cpu_med)} ms, "
+        f"CPU max {fmt(cpu_max)} ms; wall median {fmt(wall_med)} ms, wall max {fmt(wall_max)} ms "
+        f"(target <= {TARGET_MS:.0f} ms: {'met' if cpu_max <= TARGET_MS else 'NOT met'} by the CPU time of every event, "
+        f"{'met' if wall_med <= TARGET_MS else 'NOT met'} by the wall-time medians, "
+        f"{'met' if wall_max <= TARGET_MS else 'not met'} by every wall time)",
     ])
     print(text)
     if args.out:
