@@ -21,9 +21,9 @@ times each kind of decision with ``time.perf_counter`` (wall) and ``time.thread_
 - the round's end: ``reused`` and the sorted ``recomputed`` list the driver records;
 
 and the memory of that state (tracemalloc, while it is built). Last, one whole round of
-:class:`~mixle_mpi.policy.simulation.Simulation` (every reply an event, some workers dying,
-the reconfiguration after it) per size, divided by W + S: flat when the driver's per-round
-work is O(W + S). On a shared, loaded box the wall time also counts the time the
+:class:`~mixle_mpi.policy.simulation.Simulation` per size (every reply an event, the
+reconfiguration after it), without failures and with 1 % of the workers dying or hanging,
+divided by W + S: flat when the driver's per-round work is O(W + S). On a shared, loaded box the wall time also counts the time the
 scheduler gave to other processes (and a garbage collection may land in any event, as it
 would in the driver): the CPU time is the decision's own cost.
 """
@@ -179,12 +179,12 @@ def measure(workers: int, shards: int, reps: int, seed: int = 1) -> dict[str, li
     return out
 
 
-def whole_round(workers: int, shards: int, seed: int = 7) -> tuple[float, float, int]:
-    """One simulated round (1 % of workers die, some hang) and its reconfiguration:
+def whole_round(workers: int, shards: int, failing: int, seed: int = 7) -> tuple[float, float, int]:
+    """One simulated round (``failing`` workers die or hang) and its reconfiguration:
     wall ms, CPU ms, events."""
     rng = random.Random(seed)
     faults = sorted((0, rng.uniform(0.0, 2.0), w, rng.choice(["die", "die", "hang"]))
-                    for w in rng.sample(range(1, workers + 1), max(1, workers // 100)))
+                    for w in rng.sample(range(1, workers + 1), failing))
     sim = Simulation(Schedule(seed, workers, shards, 1, 3, True, faults))
     c0, t0 = time.thread_time(), time.perf_counter()
     out = sim.run()
@@ -210,8 +210,8 @@ def main(argv=None) -> int:
         t0 = time.time()
         mem = state_memory(w, s)
         times = measure(w, s, args.reps)
-        sim = whole_round(w, s) if s <= args.sim_max_shards else None
-        results[(w, s)] = (mem, times, sim)
+        sims = [whole_round(w, s, f) if s <= args.sim_max_shards else None for f in (0, max(1, w // 100))]
+        results[(w, s)] = (mem, times, sims)
         print(f"# W={w} S={s} measured in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
 
     head = "| event | " + " | ".join(f"W={w:,} S={s:,}" for w, s in sizes) + " |"
@@ -229,11 +229,11 @@ def main(argv=None) -> int:
                              fmt(max(x[1] for x in results[z][1][k]))) for z in sizes) + " |")
     lines += ["", "State and whole rounds", "", head, rule]
     lines.append("| driver state memory, MB | " + " | ".join(f"{results[z][0]:.1f}" for z in sizes) + " |")
-    lines.append("| one simulated round: wall ms / CPU ms (events) | " + " | ".join(
-        f"{fmt(results[z][2][0])} / {fmt(results[z][2][1])} ({results[z][2][2]:,})" if results[z][2] else "not run"
-        for z in sizes) + " |")
-    lines.append("| one simulated round, CPU / (W + S), µs | " + " | ".join(
-        f"{results[z][2][1] * 1e3 / sum(z):.1f}" if results[z][2] else "not run" for z in sizes) + " |")
+    for i, what in enumerate(("no failure", "1 % of W die or hang")):
+        lines.append(f"| one simulated round, {what}: wall ms / CPU ms (events) | " + " | ".join(
+            f"{fmt(r[0])} / {fmt(r[1])} ({r[2]:,})" if (r := results[z][2][i]) else "not run" for z in sizes) + " |")
+        lines.append(f"| one simulated round, {what}: CPU / (W + S), µs | " + " | ".join(
+            f"{r[1] * 1e3 / sum(z):.1f}" if (r := results[z][2][i]) else "not run" for z in sizes) + " |")
     big = sizes[-1]
     ev = results[big][1]
     wall_med = max(statistics.median(x[0] for x in ev[k]) for k in ORDER)
