@@ -201,10 +201,14 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=200, help="events per kind (replies: 10x)")
     ap.add_argument("--sim-max-shards", type=int, default=100_000,
                     help="run the whole simulated round only up to this S")
+    ap.add_argument("--no-gc", action="store_true",
+                    help="measure with the garbage collector off (shows which tails are gen-2 collections)")
     ap.add_argument("--out", help="also write the markdown here")
     args = ap.parse_args(argv)
     sizes = [tuple(int(x) for x in p.split(":")) for p in args.sizes.split(",")]
     command = "python bench/scale_sim.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.no_gc:
+        gc.disable()
     results = {}
     for w, s in sizes:
         t0 = time.time()
