@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from fakeclock import FakeClock
 
@@ -191,3 +193,44 @@ def test_an_idle_worker_is_never_stalled_and_forget_drops_a_worker():
     st.forget(3)
     clock.now = 100
     assert st.stalled() == {}
+
+
+# -- overdue() and stalled() against the per-worker versions they replaced ------------------
+def reference_overdue(tracker):
+    now = tracker.clock()
+    return sorted(w for w, t in tracker._last.items() if now - t > tracker.limit(w))
+
+
+def reference_stalled(tracker):
+    now = tracker.clock()
+    return {w: now - t for w, (_, t) in sorted(tracker._seen.items()) if now - t > tracker.timeout}
+
+
+def test_overdue_and_stalled_are_the_per_worker_checks_on_random_histories():
+    """Property test: random timeouts (zero and negative included), graces set and
+    cleared, beats, progress and forgetting over a random clock: the same answers."""
+    for seed in range(1500):
+        rng = random.Random(seed)
+        clock = FakeClock()
+        timeout = rng.choice([0.0, -1.0, 0.5, 1.0, 3.0, rng.uniform(0, 5)])
+        beats, stalls = HeartbeatTracker(timeout, clock=clock), StallTracker(timeout, clock=clock)
+        workers = list(range(rng.randint(1, 30)))
+        beats.watch(workers)
+        for _ in range(rng.randint(1, 60)):
+            r, w = rng.random(), rng.choice(workers)
+            if r < 0.3:
+                clock.advance(rng.choice([0.0, 0.25, 0.5, rng.uniform(0, 2)]))
+            elif r < 0.55:
+                beats.heard(w)
+                stalls.observe(w, rng.randint(0, 3), rng.random() < 0.8)
+            elif r < 0.65:
+                beats.set_grace(w, rng.choice([0.0, -1.0, 0.3, 2.0, 10.0]))
+            elif r < 0.7:
+                beats.forget(w)
+                stalls.forget(w)
+            elif r < 0.75:
+                beats.watch([w])
+            got_o, got_s = beats.overdue(), stalls.stalled()
+            assert got_o == reference_overdue(beats), seed
+            want_s = reference_stalled(stalls)
+            assert got_s == want_s and list(got_s) == list(want_s), seed

@@ -178,3 +178,32 @@ def test_default_num_shards_depends_on_the_rows_alone():
     assert [default_num_shards(n) for n in (1, 7, 150, 16_000, 200_000, 10**6, 10**8)] == \
         [1, 7, 16, 16, 20, 100, MAX_SHARDS]
     assert all(MIN_SHARDS <= default_num_shards(n) <= MAX_SHARDS for n in range(16, 5_000_000, 9_973))
+
+
+# -- spread's heap against the linear scan it replaced ---------------------------------------
+def reference_spread(shards, load):
+    """The original spread: for each shard in id order, a scan of every candidate."""
+    if not load:
+        raise ValueError("no candidate workers to place shards on")
+    current = dict(load)
+    plan = {}
+    for s in sorted(shards):
+        target = min(current, key=lambda w: (current[w], w))
+        plan.setdefault(target, []).append(s)
+        current[target] += 1
+    return plan
+
+
+def test_spread_is_the_linear_scan_shard_for_shard():
+    """Property test: random loads (ties, gaps, negative and large loads, many workers),
+    random shard sets with duplicates: the same plan, in the same insertion order."""
+    rng = random.Random(20261201)
+    for _ in range(3000):
+        workers = rng.sample(range(0, 500), rng.randint(1, rng.choice([3, 10, 60])))
+        top = rng.choice([0, 1, 3, 50])
+        load = {w: rng.randint(-2 if rng.random() < 0.1 else 0, top) for w in workers}
+        shards = [rng.randrange(400) for _ in range(rng.randint(0, rng.choice([5, 40, 300])))]
+        got, want = spread(shards, load), reference_spread(shards, load)
+        assert list(got.items()) == list(want.items()), (shards, load)
+        assert list(plan_recovery(shards, {w: [0] * n for w, n in load.items() if n > 0}, workers).items()) == list(
+            reference_spread(shards, {w: max(n, 0) for w, n in sorted(load.items())}).items())

@@ -3,6 +3,8 @@ and where a blacklisted place's shards go for good."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from mixle_mpi.core.errors import ConfigError
@@ -211,3 +213,74 @@ def test_under_keep_a_spare_adopts_the_dead_rank_place_without_spawn():
     actions = reconfig.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3}, m, can_spawn=False, respawn_setting=True,
                             owners=owners, spares=[3], method=KEEP)
     assert actions == [reconfig.KeepComm((2,)), reconfig.Adopt(2, 3)]
+
+
+def reference_plan(failed, original, membership, can_spawn, respawn_setting, owners=None, spares=()):
+    """reconfig.plan as it was, with a list scan for the spare pool."""
+    failed = sorted(failed)
+    pool = [s for s in sorted(spares) if s not in failed]
+    actions = [reconfig.ShrinkComm()] if reconfig.shrink_needed(failed, original) else []
+    decision = membership.decide(failed, can_spawn or bool(pool))
+    later = []
+    for w in decision.respawn:
+        if owners is not None and not owners.get(w):
+            later.append(reconfig.Blacklist(w, reconfig.SPARE_LOST))
+        elif pool:
+            actions.append(reconfig.Adopt(w, pool.pop(0)))
+        elif can_spawn:
+            actions.append(reconfig.Respawn(w))
+        else:
+            later.append(reconfig.blacklisting(membership, w, respawn_setting))
+    return actions + later + [reconfig.blacklisting(membership, w, respawn_setting) for w in decision.blacklist]
+
+
+def test_plan_is_the_reference_on_random_failures_and_spares():
+    rng = random.Random(13)
+    for _ in range(2000):
+        ids = list(range(1, rng.randint(2, 30)))
+        m = Membership(ids, max_retries=rng.randint(1, 3))
+        owners = {w: ([w] if rng.random() < 0.7 else []) for w in ids}
+        for w in rng.sample(ids, rng.randint(0, len(ids))):
+            for _ in range(rng.randint(1, 3)):
+                if m.mark_failed(w) and rng.random() < 0.5:
+                    m.revive(w)
+        failed = [w for w, r in m.records.items() if r.state == "dead"]
+        spares = [w for w in ids if not owners[w] and rng.random() < 0.8]
+        original = {w: w for w in ids if rng.random() < 0.5}
+        for can_spawn, setting in ((True, True), (False, True), (False, False)):
+            args = (failed, original, m, can_spawn, setting)
+            assert reconfig.plan(*args, owners, spares) == reference_plan(*args, owners, spares)
+            assert reconfig.plan(*args) == reference_plan(*args)
+
+
+def reference_migration(owners, blacklisted, live):
+    """reconfig.migration as it was (a scan of every place, sorted candidates)."""
+    from mixle_mpi.policy.placement import spread
+    gone = set(blacklisted)
+    homeless = sorted(s for w, ss in owners.items() if w in gone for s in ss)
+    new = {w: ([] if w in gone else sorted(ss)) for w, ss in owners.items()}
+    if not homeless:
+        return new, {}
+    plan = spread(homeless, {w: len(new.get(w, [])) for w in sorted(live)})
+    for w, sids in plan.items():
+        new[w] = sorted(new.get(w, []) + sids)
+    return new, plan
+
+
+def test_migration_is_the_reference_on_random_layouts():
+    """Property test: random (unsorted) owner lists, blacklisted places with and without
+    shards or owner entries, live places with and without owner entries."""
+    rng = random.Random(2026)
+    for _ in range(3000):
+        ids = list(range(1, rng.randint(2, 25)))
+        shards = list(range(rng.randint(0, 80)))
+        rng.shuffle(shards)
+        owners = {w: [] for w in ids if rng.random() < 0.9}
+        for s in shards:
+            if owners:
+                owners[rng.choice(sorted(owners))].append(s)
+        gone = rng.sample(ids, rng.randint(0, len(ids) - 1)) + ([99] if rng.random() < 0.1 else [])
+        live = [w for w in ids if w not in gone]
+        rng.shuffle(live)
+        got, want = migration(owners, gone, live), reference_migration(owners, gone, live)
+        assert got == want and [list(d.items()) for d in got] == [list(d.items()) for d in want]

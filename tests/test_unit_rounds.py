@@ -91,3 +91,67 @@ def test_random_event_orders_fold_every_shard_exactly_once_from_an_accepted_repl
         else:
             raise AssertionError(f"seed {seed}: the round never ended")
         assert sorted(folded) == list(range(shards)), f"seed {seed}"
+
+
+class ReferenceRoundState(RoundState):
+    """The original orphans: a scan of every shard id."""
+
+    def orphans(self, live):
+        out = []
+        for s in range(self.num_shards):
+            if s in self.accepted:
+                continue
+            who = self.assigned.get(s)
+            if who is None or live.get(who[0]) != who[1]:
+                out.append(s)
+        return out
+
+
+def test_indexed_orphans_are_the_full_scan_on_random_event_sequences():
+    """Property test: random sends (some to dead or replaced processes, some reassigning
+    accepted or out-of-range shards), replies from anyone, failures and respawns, asked in
+    random places: orphans, next_step and accept agree with the full scan every time."""
+    for seed in range(1500):
+        rng = random.Random(seed)
+        workers = list(range(1, rng.randint(2, 7)))
+        shards = rng.randint(0, 25)
+        preloaded = frozenset(rng.sample(range(shards + 2), rng.randint(0, 2))) if rng.random() < 0.3 else frozenset()
+        owners = {w: [s for s in range(shards) if s % len(workers) == i] for i, w in enumerate(workers)}
+        live = {w: 0 for w in workers}
+        new, ref = RoundState(shards, preloaded), ReferenceRoundState(shards, preloaded)
+        if rng.random() < 0.5:  # the driver's first dispatch, or none and recovery of everything
+            for w, sids in new.own_work(owners, live).items():
+                new.sent(w, 0, sids)
+                ref.sent(w, 0, sids)
+        for _ in range(rng.randint(0, 80)):
+            r = rng.random()
+            if r < 0.15:  # a failure, or a respawn with the next incarnation
+                w = rng.choice(workers)
+                if w in live and rng.random() < 0.6:
+                    del live[w]
+                else:
+                    live[w] = live.get(w, 0) + 1
+            elif r < 0.35:  # a task reaches some process
+                w, inc = rng.choice(workers), rng.randint(0, 2)
+                sids = [rng.randrange(shards + 2) for _ in range(rng.randint(0, 4))]
+                recovery = rng.random() < 0.5
+                new.sent(w, inc, sids, recovery)
+                ref.sent(w, inc, sids, recovery)
+            elif r < 0.7:  # a reply from anyone
+                if new.assigned and rng.random() < 0.8:
+                    s = rng.choice(sorted(new.assigned))
+                    w, inc = new.assigned[s] if rng.random() < 0.8 else (rng.choice(workers), rng.randint(0, 2))
+                else:
+                    s, w, inc = rng.randrange(shards + 2), rng.choice(workers), rng.randint(0, 2)
+                assert new.accept(w, inc, s, live) == ref.accept(w, inc, s, live), seed
+            else:
+                assert new.orphans(live) == ref.orphans(live), seed
+                step = new.next_step(owners, live)
+                assert step == ref.next_step(owners, live), seed
+                if isinstance(step, Recover) and rng.random() < 0.7:  # the plan is carried out
+                    for w, sids in step.plan.items():
+                        new.sent(w, live[w], sids, True)
+                        ref.sent(w, live[w], sids, True)
+            assert (new.assigned, new.accepted, new.recomputed, new.done()) == (
+                ref.assigned, ref.accepted, ref.recomputed, ref.done()), seed
+        assert new.orphans(live) == ref.orphans(live) and new.reused == ref.reused, seed

@@ -36,3 +36,29 @@ def test_the_simulation_catches_a_policy_that_folds_a_fenced_workers_reply(monke
     monkeypatch.setattr(simulation, "RoundState", TrustsAnyReply)
     with pytest.raises(Violation, match="folded"):
         simulate(range(10_000))
+
+
+class Eager(Simulation):
+    EAGER = True
+
+
+def test_asking_next_step_only_after_a_membership_change_changes_nothing():
+    """Property test: the default loop (RoundState.done() after an event that changed no
+    membership) against asking next_step after every event: identical outcomes, seed for seed."""
+    for seed in range(3000):
+        sched = Schedule.draw(seed)
+        try:
+            want = Eager(sched).run()
+        except Violation as e:
+            want = str(e)
+        try:
+            got = Simulation(sched).run()
+        except Violation as e:
+            got = str(e)
+        assert got == want, seed
+
+
+def test_a_large_schedule_runs_one_round_with_deaths_and_hangs():
+    faults = [(0, 0.3, 7, "die"), (0, 0.5, 19, "hang"), (0, 1.0, 33, "die")]
+    out = Simulation(Schedule(1, 50, 20_000, 1, 3, True, faults)).run()
+    assert out.rounds_done == 1 and out.accepted >= 20_000 and out.events > simulation.MAX_EVENTS // 10

@@ -51,8 +51,11 @@ class HeartbeatTracker:
 
     def overdue(self) -> list[int]:
         """Watched workers silent for longer than their limit, in id order."""
-        now = self.clock()
-        return sorted(w for w, t in self._last.items() if now - t > self.limit(w))
+        now, timeout, grace = self.clock(), self.timeout, self._grace
+        if not grace:  # every limit(w) is max(timeout, 0.0): no call per worker
+            limit = max(timeout, 0.0)
+            return sorted(w for w, t in self._last.items() if now - t > limit)
+        return sorted(w for w, t in self._last.items() if now - t > max(timeout, grace.get(w, 0.0)))
 
     @property
     def watched(self) -> list[int]:
@@ -86,5 +89,6 @@ class StallTracker:
 
     def stalled(self) -> dict[int, float]:
         """Busy workers whose progress has not moved for longer than ``timeout``: seconds."""
-        now = self.clock()
-        return {w: now - t for w, (_, t) in sorted(self._seen.items()) if now - t > self.timeout}
+        now, timeout = self.clock(), self.timeout
+        late = sorted(w for w, (_, t) in self._seen.items() if now - t > timeout)  # sort only these
+        return {w: now - self._seen[w][1] for w in late}

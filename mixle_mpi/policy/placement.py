@@ -6,6 +6,8 @@ shard-id order); it only decides where work runs, so it aims for balance and sta
 
 from __future__ import annotations
 
+import heapq
+from itertools import repeat
 from collections.abc import Iterable, Mapping
 
 
@@ -28,16 +30,19 @@ def spread(shards: Iterable[int], load: Mapping[int, int]) -> dict[int, list[int
     """
     if not load:
         raise ValueError("no candidate workers to place shards on")
-    current = dict(load)
+    # A heap of (load, worker): its top is exactly min(load, key=(load, id)), since worker
+    # ids are distinct, so each shard costs O(log W) instead of a scan of every candidate.
+    heap = list(zip(load.values(), load))
+    heapq.heapify(heap)
     plan: dict[int, list[int]] = {}
     for s in sorted(shards):
-        target = min(current, key=lambda w: (current[w], w))
+        n, target = heap[0]
         plan.setdefault(target, []).append(s)
-        current[target] += 1
+        heapq.heapreplace(heap, (n + 1, target))
     return plan
 
 
 def plan_recovery(orphans: Iterable[int], owners: Mapping[int, list[int]], survivors: Iterable[int]) -> dict[int, list[int]]:
     """Which survivor recomputes which orphaned shard this round, balancing by resident load."""
-    live = sorted(survivors)
-    return spread(orphans, {w: len(owners.get(w, ())) for w in live})
+    live = list(survivors)  # (spread's answer does not depend on their order)
+    return spread(orphans, dict(zip(live, map(len, map(owners.get, live, repeat((), len(live)))))))

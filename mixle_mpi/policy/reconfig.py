@@ -20,7 +20,9 @@ Three ways to continue once an original rank failed (README "Three ways to conti
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
+from itertools import repeat
 from typing import NamedTuple
 
 from mixle_mpi.policy.placement import spread
@@ -135,11 +137,12 @@ def migration(owners: Mapping[int, list[int]], blacklisted: Iterable[int],
     """(new owners, worker -> shards it receives): the shards of blacklisted places move for
     good onto the least-loaded live workers. Raises ValueError when there is none."""
     gone = set(blacklisted)
-    homeless = sorted(s for w, ss in owners.items() if w in gone for s in ss)
+    homeless = sorted(s for w in gone if w in owners for s in owners[w])
     new = {w: ([] if w in gone else sorted(ss)) for w, ss in owners.items()}
     if not homeless:
         return new, {}
-    plan = spread(homeless, {w: len(new.get(w, [])) for w in sorted(live)})
+    live = list(live)  # (spread's answer does not depend on their order)
+    plan = spread(homeless, dict(zip(live, map(len, map(new.get, live, repeat([], len(live)))))))
     for w, sids in plan.items():
         new[w] = sorted(new.get(w, []) + sids)
     return new, plan
@@ -199,7 +202,8 @@ def plan(failed: Iterable[int], original: Mapping[int, int], membership, can_spa
     spare) is given up (``SPARE_LOST``). A respawn that fails becomes
     :func:`respawn_failed`'s ``Blacklist``, carried out after these."""
     failed = sorted(failed)
-    pool = [s for s in sorted(spares) if s not in failed]
+    gone = set(failed)
+    pool = deque(s for s in sorted(spares) if s not in gone)
     actions: list = []
     if shrink_needed(failed, original):
         actions.append(KeepComm(tuple(w for w in failed if w in original)) if method == KEEP else ShrinkComm())
@@ -209,7 +213,7 @@ def plan(failed: Iterable[int], original: Mapping[int, int], membership, can_spa
         if owners is not None and not owners.get(w):
             later.append(Blacklist(w, SPARE_LOST))
         elif pool:
-            actions.append(Adopt(w, pool.pop(0)))
+            actions.append(Adopt(w, pool.popleft()))
         elif can_spawn:
             actions.append(Respawn(w))
         else:

@@ -58,6 +58,15 @@ class RoundState:
     def __post_init__(self) -> None:
         self.preloaded = frozenset(self.preloaded)
         self.accepted = set(self.preloaded)
+        # Indexes kept alongside ``assigned`` so that finding orphans costs O(processes +
+        # orphans), not O(shards), per event: each process's shards that are still assigned
+        # to it (accepted ones leave on ``accept``), and the shards never sent (built at the
+        # first ``orphans`` call). Both are only candidate sets: ``orphans`` still checks
+        # ``accepted``, the ground truth, so the answer is the full scan's, shard for shard.
+        self._by_process: dict[Process, set] = {}
+        for s, who in self.assigned.items():
+            self._by_process.setdefault(who, set()).add(s)
+        self._unsent: set | None = None
 
     # -- what the driver tells it ----------------------------------------------------------
     def own_work(self, owners: Mapping[int, Iterable[int]], live: Mapping[int, int]) -> dict[int, list[int]]:
@@ -67,10 +76,27 @@ class RoundState:
 
     def sent(self, worker: int, incarnation: int, shards: Iterable[int], recovery: bool = False) -> None:
         """A task for ``shards`` reached ``worker``'s current process (its send did not fail)."""
+        who = (worker, incarnation)
+        mine = self._by_process.setdefault(who, set())
         for s in shards:
-            self.assigned[s] = (worker, incarnation)
+            before = self.assigned.get(s)
+            if before is not None and before != who:
+                self._drop(before, s)
+            self.assigned[s] = who
+            mine.add(s)
+            if self._unsent is not None:
+                self._unsent.discard(s)
             if recovery:
                 self.recomputed.add(s)
+        if not mine:
+            del self._by_process[who]
+
+    def _drop(self, who: Process, shard: int) -> None:
+        ss = self._by_process.get(who)
+        if ss is not None:
+            ss.discard(shard)
+            if not ss:
+                del self._by_process[who]
 
     def accept(self, worker: int, incarnation: int, shard: int, live: Mapping[int, int]) -> bool:
         """Whether a result for ``shard`` from this process is the one to fold: it is the
@@ -81,23 +107,34 @@ class RoundState:
         if live.get(worker) != incarnation:
             return False
         self.accepted.add(shard)
+        self._drop((worker, incarnation), shard)
         return True
 
     # -- what it tells the driver ------------------------------------------------------------
     def orphans(self, live: Mapping[int, int]) -> list[int]:
         """Missing shards whose assignee is not a live process any more (or that have none)."""
-        out = []
-        for s in range(self.num_shards):
-            if s in self.accepted:
-                continue
-            who = self.assigned.get(s)
-            if who is None or live.get(who[0]) != who[1]:
-                out.append(s)
-        return out
+        accepted, n = self.accepted, self.num_shards
+        if self._unsent is None:
+            self._unsent = {s for s in range(n) if s not in self.assigned and s not in accepted}
+        elif self._unsent:
+            self._unsent = {s for s in self._unsent if s not in accepted}
+        found = set(self._unsent)
+        for who, ss in self._by_process.items():
+            if live.get(who[0]) != who[1]:
+                found.update(s for s in ss if s not in accepted and 0 <= s < n)
+        return sorted(found)
+
+    def done(self) -> bool:
+        """Every shard has an accepted result (what ``next_step`` checks first)."""
+        return len(self.accepted) >= self.num_shards
 
     def next_step(self, owners: Mapping[int, list[int]], live: Mapping[int, int]) -> Step:
-        """``live`` maps each live worker to its current incarnation."""
-        if len(self.accepted) >= self.num_shards:
+        """``live`` maps each live worker to its current incarnation.
+
+        After a ``Wait``, as long as nothing was sent and ``live`` has not changed, the
+        answer can only be ``Wait`` or ``Done`` (an accepted reply makes no orphan): a caller
+        may then ask :meth:`done` alone, in O(1), instead of this O(processes)."""
+        if self.done():
             return Done()
         orphans = self.orphans(live)
         if not orphans:

@@ -27,7 +27,7 @@ from mixle_mpi.policy.placement import initial_placement
 from mixle_mpi.policy import reconfig
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState, Wait
 
-MAX_EVENTS = 100_000
+MAX_EVENTS = 100_000  # per schedule, or 20 per shard and round when that is more
 
 
 class Violation(AssertionError):
@@ -79,6 +79,9 @@ class Simulation:
     DETECT = (0.05, 1.0)       # a death is noticed this long after it happens
     STALL = 2.0                # a hung process is fenced this long after it stopped
     COMPUTE = (0.01, 0.5)      # per shard
+    EAGER = False              # True: ask next_step after every event (the reference the
+    #                            default is tested against); False: only after an event that
+    #                            changed who is live, else RoundState.done() (same answers)
 
     def __init__(self, schedule: Schedule) -> None:
         self.s = schedule
@@ -92,6 +95,9 @@ class Simulation:
         self.events = 0
         self.state: dict[tuple, str] = {(w, 0): "up" for w in ids}  # process -> up | dead | hung
         self.accepted = self.rejected = 0
+        self.max_events = max(MAX_EVENTS, 20 * schedule.shards * schedule.rounds)
+        self._live_map: dict[int, int] | None = None  # cached until membership changes
+        self._changes = 0                              # membership changes so far
 
     # -- the simulated world -----------------------------------------------------------------
     def _at(self, when: float, *event) -> None:
@@ -99,12 +105,20 @@ class Simulation:
         heapq.heappush(self.queue, (when, self.seq, event))
 
     def _live(self) -> dict[int, int]:
-        return {w: self.membership.records[w].incarnation for w in self.membership.live()}
+        """Live worker -> incarnation; rebuilt only after a membership change (O(W))."""
+        if self._live_map is None:
+            self._live_map = {w: self.membership.records[w].incarnation for w in self.membership.live()}
+        return self._live_map
+
+    def _changed(self) -> None:
+        self._live_map = None
+        self._changes += 1
 
     def _send_task(self, round_no: int, worker: int, shards: list[int], rs: RoundState, recovery: bool) -> None:
         process = (worker, self.membership.records[worker].incarnation)
         if self.state.get(process) == "dead" and self.rng.random() < 0.5:
             self.membership.mark_failed(worker)  # ULFM: the send fails and says who is dead
+            self._changed()
             return
         rs.sent(worker, process[1], shards, recovery)  # (MPICH: a send to the dead "succeeds")
         t = self.now
@@ -129,8 +143,12 @@ class Simulation:
                 self._at(self.now + t, "fault", w, kind)
         for w, sids in rs.own_work(self.owners, self._live()).items():
             self._send_task(round_no, w, sids, rs, False)
+        step, asked = None, -1
         while True:
-            step = rs.next_step(self.owners, self._live())
+            if not self.EAGER and isinstance(step, Wait) and asked == self._changes:
+                step = Done() if rs.done() else step  # nothing sent, nobody failed since
+            else:
+                step, asked = rs.next_step(self.owners, self._live()), self._changes
             if isinstance(step, Done):
                 break
             if isinstance(step, NeedWorkers):
@@ -157,8 +175,8 @@ class Simulation:
 
     def _step_event(self, round_no: int, rs: RoundState, got: dict) -> None:
         self.events += 1
-        if self.events > MAX_EVENTS:
-            raise Violation(f"seed {self.s.seed}: no end after {MAX_EVENTS} events")
+        if self.events > self.max_events:
+            raise Violation(f"seed {self.s.seed}: no end after {self.max_events} events")
         self.now, _, event = heapq.heappop(self.queue)
         if event[0] == "fault":
             _, w, kind = event
@@ -166,6 +184,7 @@ class Simulation:
         elif event[0] == "detected":
             _, (w, inc) = event
             if self.membership.records[w].incarnation == inc and self.membership.mark_failed(w):
+                self._changed()
                 if self.state[(w, inc)] == "hung":
                     self.state[(w, inc)] = "fenced"  # it may still answer: late replies
         elif event[0] == "result":
@@ -193,11 +212,13 @@ class Simulation:
         for action in reconfig.plan(failed, {}, self.membership, self.s.respawn, self.s.respawn):
             if isinstance(action, reconfig.Respawn):
                 inc = self.membership.revive(action.worker)
+                self._changed()
                 self.state[(action.worker, inc)] = "up"
                 if self.rng.random() < 0.15:  # dies again right after the respawn
                     self._at(self.now + self.rng.uniform(0.0, 0.3), "fault", action.worker, "die")
             elif isinstance(action, reconfig.Blacklist):
                 self.membership.blacklist(action.worker)
+                self._changed()
         live = self._live()
         move = reconfig.migrate(self.owners, self.membership.blacklisted(), live) if live else None
         if move is not None:
