@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import LIBRARIES
+from conftest import LIBRARIES, with_libraries
 from mpiharness import fit_args, no_leftover_processes, run_job, same_fit
 
 from mixle_mpi.policy.faults import read_fired, unfired
@@ -47,8 +47,14 @@ SCENARIOS = {
 }
 
 
-@pytest.mark.parametrize("library", LIBRARIES)
-@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+# Under MPICH in CI: the scenarios whose path differs there (emulated shrink, spawn and its
+# failure, fencing a stopped rank, migration, two deaths); the hook phases alone repeat Open MPI's.
+MPICH_CI = {"estep_mid", "during_respawn", "two_in_one_round", "recovery_target_dies", "stopped_worker",
+            "blacklisted"}
+
+
+@pytest.mark.parametrize("library, scenario", with_libraries([(s,) for s in sorted(SCENARIOS)],
+                                                             lambda lib, row: row[0] in MPICH_CI))
 def test_failure_is_recovered_bit_identically(library, scenario, tmp_path, reference):
     _, python = library
     plan, retries, failures, blacklist = SCENARIOS[scenario]

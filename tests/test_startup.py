@@ -21,7 +21,7 @@ import sys
 import time
 
 import pytest
-from conftest import LIBRARIES
+from conftest import LIBRARIES, with_libraries
 from mpiharness import fit_args, no_leftover_processes, run_job, same_fit
 
 from mixle_mpi.core import exitcodes
@@ -77,8 +77,7 @@ def test_rank_dying_in_mpi_init_ends_the_job_as_never_started(library, tmp_path)
     assert no_leftover_processes(str(tmp_path)) == []
 
 
-@pytest.mark.parametrize("library", LIBRARIES)
-@pytest.mark.parametrize("delay", [1.0, 6.0])
+@pytest.mark.parametrize("library, delay", with_libraries([(1.0,), (6.0,)], lambda lib, row: row[0] == 6.0))
 def test_killing_the_launcher_kills_the_whole_job(library, delay, tmp_path):
     """SIGKILL of the launcher's process group, during startup (1 s) or the fit (6 s)."""
     _, python = library
