@@ -10,7 +10,8 @@ from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.policy.reconfig import EMULATED, ULFM, renumber
 from mixle_mpi.runtime.shrink import probe_shrink_method, shrink
 from mixle_mpi.runtime.startup import build_comms
-from mixle_mpi.runtime.transport import TAG_CMD, TAG_HB, TAG_REPLY, Link, finish_sends
+from mixle_mpi.core.protocol import TAG_CMD, TAG_HB, TAG_REPLY
+from mixle_mpi.runtime.transport import Link, finish_sends
 
 pytestmark = pytest.mark.mpi(min_size=3)
 

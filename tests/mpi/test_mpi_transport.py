@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from mpitools import WAIT, DeadlineLink, Ended, recv, wait_until
 
-from mixle_mpi.runtime.transport import TAG_CMD, TAG_HB, TAG_REPLY, Backoff, Link, abort_peers, finish_sends
+from mixle_mpi.core.protocol import TAG_CMD, TAG_HB, TAG_REPLY
+from mixle_mpi.runtime.transport import Backoff, Link, abort_peers, finish_sends
 from mixle_mpi.runtime.worker import Worker
 
 pytestmark = pytest.mark.mpi(min_size=3)
