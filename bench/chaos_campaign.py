@@ -3,19 +3,29 @@
     python bench/chaos_campaign.py                        # 200 external runs + 20 fault-plan runs per MPI
     python bench/chaos_campaign.py --runs 6 --plan-runs 3 # a smoke run (labelled as such)
     python bench/chaos_campaign.py --libs mpich --seed 7  # one library, another seed
+    python bench/chaos_campaign.py --collect --work-dir W  # only the report, from the runs in W
 
 For each MPI library (Open MPI ULFM from ``.venv``, MPICH from ``.venv-mpich``) it runs
 
+- ``mixle-mpi chaos``: ``--plan-runs`` jobs under random fault plans (hooks at fixed phases); and
 - ``mixle-mpi chaos --external``: ``--runs`` jobs, each hit from outside by SIGKILL or SIGSTOP
-  at a uniformly random time (one worker, two workers within 300 ms, a second worker during
-  the recovery, a stopped worker, or the driver followed by a resuming rerun); and
-- ``mixle-mpi chaos``: ``--plan-runs`` jobs under random fault plans (hooks at fixed phases),
+  at a random time (one worker, two workers within 300 ms, a second worker during the
+  recovery, a stopped worker, or the driver followed by a resuming rerun). Three first kills
+  in four, chosen by the seeded rng, come at a time uniform over the reference run's fit (from
+  its started marker to its end), counted from the run's own started marker; the others at a
+  time uniform over the whole reference run after the launch, startup included,
 
 both against a failure-free reference of the same fit, then writes
 ``bench/results/chaos_<lib>.json`` (every run) and ``bench/results/chaos_campaign.md`` (the
 exact commands, the seed, counts per kind and outcome, where the kills landed, and the
 recovery-time percentiles). Every run's folder (job.log, events.jsonl, the checkpoint) stays
 in the work directory printed at the start. Exits 1 if any campaign failed.
+
+The fault plans run first (a few minutes), then the external campaign. The external campaign
+rewrites its campaign.json after every run, so ``--collect`` reports a campaign stopped midway
+(labelled PARTIAL with the runs done). Two libraries can run as two processes with the same
+``--work-dir`` (each writes its own subfolder) and their own ``--results``; ``--collect``
+then reports both.
 
 Runs are sequential (one job at a time): a campaign of 200 external runs takes about 1-2
 hours per library on 2 cores. A run that fails can be replayed alone: its plan depends only
@@ -119,6 +129,18 @@ def _fmt(x, digits=2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def kill_times(ext: dict) -> str:
+    """When the first kills came, as the campaign drew them (pure)."""
+    share, fit = ext.get("fit_share") or 0, ext.get("fit_window_seconds")
+    whole = f"[0, {ext['kill_window_seconds']:.1f}] s after the launch"
+    if not (share and fit):
+        return f"kill times uniform over {whole}"
+    started = ext.get("reference_started_seconds")
+    return (f"first kills: {share:.0%} of the draws (seeded) uniform over the fit, [0, {fit:.1f}] s after the run's "
+            f"own started marker (the reference's fit: from its marker at {_fmt(started, 1)} s to its end), the "
+            f"others uniform over {whole}")
+
+
 def render(results: dict) -> str:
     """The markdown report from every library's results (pure)."""
     smoke = results["smoke"]
@@ -134,17 +156,24 @@ def render(results: dict) -> str:
             f"Command: `{results['command']}`", ""]
     for lib, res in results["libraries"].items():
         ext, plans = res.get("external"), res.get("fault_plans")
-        out += [f"## {lib}", "", "Commands:", ""]
+        out += [f"## {lib}", ""]
+        if res.get("command") and res["command"] != results["command"]:
+            out += [f"Campaign command: `{res['command']}` (started {res.get('date', '?')}, commit "
+                    f"{res.get('tree', '?')})", ""]
+        out += ["Commands:", ""]
         out += [f"    {res['commands_shown'][k]}" for k in ("external", "fault_plans")]
         out += [""]
         if ext is None:
             out += [f"External campaign: no report (exit {res['external_exit']}); see {res['work']}", ""]
         else:
             s = ext["summary"]
+            if ext.get("partial"):
+                out += [f"**PARTIAL**: the external campaign was stopped after {ext.get('slots_done', '?')} of its "
+                        f"{ext.get('slots_planned', '?')} run slots; the figures below cover only the runs done.", ""]
             out += [f"**External kills**: {s['runs']} runs counted ({s['missed']} missed draws not counted: the job "
                     f"had ended before the kill), {s['failures']} failed, campaign exit {res['external_exit']}; "
-                    f"reference {ext['reference_seconds']:.1f} s, kill times uniform over "
-                    f"[0, {ext['kill_window_seconds']:.1f}] s, hang deadline {ext['run_timeout']:.0f} s, "
+                    f"reference {ext['reference_seconds']:.1f} s, {kill_times(ext)}, "
+                    f"hang deadline {ext['run_timeout']:.0f} s, "
                     f"leftover check {ext['leftover_seconds']:g} s after the launcher exits, "
                     + ", ".join(f"{k}={v}" for k, v in ext.get("env", {}).items()) + ".", ""]
             outcomes = sorted({o for counts in s["per_kind"].values() for o in counts})
@@ -192,7 +221,9 @@ def main(argv=None) -> int:
     ap.add_argument("--plan-runs", type=int, default=20, help="fault-plan runs per MPI library")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--max-its", type=int, default=200, help="iterations of the demo fit (longer: more kills mid-fit)")
+    ap.add_argument("--max-its", type=int, default=300,
+                    help="iterations of the demo fit: it runs them all (no convergence at delta 1e-9), 300 make a "
+                         "fit of about 10 s on a busy 2-core host (200: about 6 s, after about 10 s of startup)")
     ap.add_argument("--kinds", default=None, help="external kinds (default: all)")
     ap.add_argument("--libs", default="openmpi,mpich")
     ap.add_argument("--openmpi-python", default=LIBS["openmpi"])
@@ -200,13 +231,18 @@ def main(argv=None) -> int:
     ap.add_argument("--work-dir", default=None, help="where the runs' folders go (default: a new temporary folder)")
     ap.add_argument("--smoke", action="store_true", help=f"label the report a smoke run (implied by --runs < {FULL_RUNS})")
     ap.add_argument("--results", default=RESULTS, help="where chaos_<lib>.json and chaos_campaign.md go")
+    ap.add_argument("--collect", action="store_true",
+                    help="run nothing: write the report from the campaigns already in --work-dir")
     args = ap.parse_args(argv)
     pythons = {"openmpi": args.openmpi_python, "mpich": args.mpich_python}
     libs = [x.strip() for x in args.libs.split(",") if x.strip()]
-    missing = [lib for lib in libs if lib not in pythons or not os.path.exists(pythons[lib])]
+    missing = [lib for lib in libs if lib not in pythons or not (args.collect or os.path.exists(pythons[lib]))]
     if missing:
         sys.stderr.write(f"chaos_campaign: no Python for {missing} (valid: openmpi, mpich; "
                          f"set --openmpi-python/--mpich-python or run scripts/setup.sh)\n")
+        return 2
+    if args.collect and not args.work_dir:
+        sys.stderr.write("chaos_campaign: --collect needs the --work-dir of the campaigns\n")
         return 2
     work = os.path.abspath(args.work_dir or tempfile.mkdtemp(prefix="mixle_mpi_chaos_campaign_"))
     common.log(f"work directory {work}")
@@ -221,13 +257,36 @@ def main(argv=None) -> int:
     for lib in libs:
         lwork = os.path.join(work, lib)
         os.makedirs(lwork, exist_ok=True)
-        cmds = commands(pythons[lib], lwork, args)
-        res = {"work": lwork, "commands": cmds, "commands_shown": {k: common.show(v, tmp=work) for k, v in cmds.items()}}
-        for key, budget in (("external", 600.0 * max(1, args.runs)), ("fault_plans", 600.0 * max(1, args.plan_runs))):
-            rc, seconds = _run(cmds[key], os.path.join(lwork, f"{key}.log"), budget)
-            res[f"{key}_exit"], res[f"{key}_seconds"] = rc, round(seconds, 1)
-            failed |= rc != 0
-            common.log(f"{lib} {key}: exit {rc} after {seconds:.0f} s")
+        meta_path = os.path.join(lwork, "meta.json")
+        if args.collect:
+            res = _load(meta_path)
+            if res is None:
+                common.log(f"{lib}: no campaign in {lwork}")
+                continue
+            for key in ("fault_plans", "external"):
+                failed |= res.get(f"{key}_exit") != 0
+            # the campaign's own settings, not this call's
+            results["smoke"] = any(r.get("smoke") for r in [res, *results["libraries"].values()])
+            results["runs"] = max(r.get("runs", 0) for r in [res, *results["libraries"].values()])
+            for key in ("date", "tree", "seed", "max_its", "ranks"):
+                results[key] = res.get(key, results[key])
+        else:
+            cmds = commands(pythons[lib], lwork, args)
+            venv = os.path.dirname(os.path.dirname(os.path.dirname(pythons[lib])))  # .../.venv/bin/python -> ...
+            res = {"work": lwork, "commands": cmds, "command": results["command"], "date": results["date"],
+                   "tree": results["tree"], "runs": args.runs, "smoke": smoke, "seed": args.seed,
+                   "max_its": args.max_its, "ranks": args.ranks,
+                   "commands_shown": {k: common.show(v, tmp=work).replace(venv + os.sep, "") for k, v in cmds.items()}}
+            for key, budget in (("fault_plans", 600.0 * max(1, args.plan_runs)), ("external", 600.0 * max(1, args.runs))):
+                res[f"{key}_exit"] = "running"
+                with open(meta_path, "w", encoding="utf-8") as fh:
+                    json.dump(res, fh, indent=1)
+                rc, seconds = _run(cmds[key], os.path.join(lwork, f"{key}.log"), budget)
+                res[f"{key}_exit"], res[f"{key}_seconds"] = rc, round(seconds, 1)
+                failed |= rc != 0
+                common.log(f"{lib} {key}: exit {rc} after {seconds:.0f} s")
+            with open(meta_path, "w", encoding="utf-8") as fh:
+                json.dump(res, fh, indent=1)
         ext = _load(os.path.join(lwork, "external", "campaign.json"))
         if ext is not None:
             ext = {**ext, "runs": [_compact(r) for r in ext["runs"]]}

@@ -18,8 +18,9 @@ from mpiharness import no_leftover_processes
 
 pytestmark = pytest.mark.mpijob
 
-# Seed 132 with kinds worker,driver: run 1 kills a worker at 0.78 x the reference's wall time,
-# run 2 the driver at 0.86 x, run 3 a worker at 0.07 x (see test_unit_chaos_external for the plans).
+# Seed 132 with kinds worker,driver and --fit-share 0 (every first kill timed from the launch):
+# run 1 kills a worker at 0.78 x the reference's wall time, run 2 the driver at 0.86 x, run 3 a
+# worker at 0.07 x (see test_unit_chaos_external for the plans).
 SEED, KINDS, RUNS = 132, "worker,driver", 3
 MAX_ITS = 300  # a fit phase longer than startup even on a busy host, so 0.78 and 0.86 x T_ref land mid-fit
 ENV = {"PYTHONWARNINGS": "ignore", "MIXLE_MPI_DRIVER_TIMEOUT": "30", "MIXLE_MPI_RECONFIGURE_TIMEOUT": "20"}
@@ -40,7 +41,8 @@ def test_external_kills_recover_or_resume_to_the_same_bits(library, tmp_path):
     env = {**os.environ, **ENV}
     env.pop("MIXLE_MPI_FAULT_PLAN", None)
     proc = subprocess.run([python, "-m", "mixle_mpi", "chaos", "--external", "-n", "4", "--runs", str(RUNS),
-                           "--campaign-seed", str(SEED), "--kinds", KINDS, "--max-its", str(MAX_ITS),
+                           "--campaign-seed", str(SEED), "--kinds", KINDS, "--fit-share", "0",
+                           "--max-its", str(MAX_ITS),
                            "--out-dir", str(out)],
                           capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=1200)
     text = proc.stdout[-4000:] + proc.stderr[-3000:]

@@ -52,10 +52,38 @@ def test_every_kind_has_its_signals_targets_and_gaps(kind):
         assert any(prefer) and not all(prefer)
 
 
+def test_three_draws_in_four_land_in_the_fit_counted_from_the_started_marker():
+    window, fit = 20.0, 9.0
+    plans = [cp.external_plan(3, i, 0, "worker", window, fit) for i in range(1, 801)]
+    in_fit = [p.kills[0] for p in plans if p.kills[0].after == cp.STARTED]
+    whole = [p.kills[0] for p in plans if p.kills[0].after == cp.LAUNCH]
+    assert len(in_fit) + len(whole) == len(plans) and 0.70 < len(in_fit) / len(plans) < 0.80
+    assert all(0.0 <= k.delay <= fit for k in in_fit) and max(k.delay for k in in_fit) > 0.9 * fit
+    assert all(0.0 <= k.delay <= window for k in whole) and max(k.delay for k in whole) > fit  # startup included
+    # the choice is the rng's: the same (seed, run, draw, windows) replays the same plan
+    assert plans == [cp.external_plan(3, i, 0, "worker", window, fit) for i in range(1, 801)]
+    assert cp.campaign_plans(3, 10, window, cp.KINDS, fit) == \
+        cp.replay_plans(3, [(i, 0) for i in range(1, 11)], window, cp.KINDS, fit)
+    # a later kill stays relative to the one before it
+    two = cp.external_plan(3, 2, 0, "two_workers", window, fit)
+    assert two.kills[1].after == cp.LAUNCH and two.kills[1].delay <= cp.TWO_WORKERS_GAP[1]
+    # no fit window, or a share of 0: every first kill over the whole run, and the plans of
+    # earlier campaigns (no fit choice drawn) are unchanged
+    for plan in ([cp.external_plan(3, i, 0, "worker", window) for i in range(1, 50)] +
+                 [cp.external_plan(3, i, 0, "worker", window, fit, 0.0) for i in range(1, 50)]):
+        assert plan.kills[0].after == cp.LAUNCH
+    assert cp.external_plan(3, 4, 0, "stop", window, fit, 0.0) == cp.external_plan(3, 4, 0, "stop", window)
+    assert all(cp.external_plan(3, i, 0, "driver", window, fit, 1.0).kills[0].after == cp.STARTED for i in range(1, 50))
+    with pytest.raises(ConfigError, match="--fit-share must be a fraction in \\[0, 1\\]"):
+        cp.check_campaign(3, 1, 1.0, cp.KINDS, 1.5)
+
+
 def test_describe_names_signals_targets_and_times():
     plan = cp.ExternalPlan(1, 0, "during_recovery", (cp.KillSpec(3.125, "SIGKILL", "worker", 0.5),
                                                      cp.KillSpec(0.4, "SIGKILL", "worker", 0.1, True)))
     assert plan.describe() == "SIGKILL worker @3.12s, SIGKILL worker (replacement) +0.40s"
+    fit = cp.ExternalPlan(2, 0, "driver", (cp.KillSpec(1.5, "SIGKILL", "driver", 0.0, after=cp.STARTED),))
+    assert fit.describe() == "SIGKILL driver @started+1.50s"
 
 
 def test_kinds_and_campaign_checks_say_what_is_wrong():
@@ -306,6 +334,41 @@ def test_watch_kills_the_chosen_worker_from_outside_and_records_it(tmp_path):
     assert "codes [0, -9, -9, 0]" in (tmp_path / "job.log").read_text()
 
 
+STARTED_LAUNCHER = r"""
+import os, subprocess, sys, time
+tag, marker, after = sys.argv[1], sys.argv[2], float(sys.argv[3])
+env = {**os.environ, "MIXLE_MPI_JOB_TAG": tag, "MIXLE_MPI_STARTED_FILE": marker}
+procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(4)"],
+                          env={**env, "OMPI_COMM_WORLD_RANK": str(r)}) for r in range(4)]
+if after >= 0:
+    time.sleep(after)
+    open(marker, "w").write("{}")
+codes = [p.wait() for p in procs]
+print("codes", codes, flush=True)
+"""
+
+
+@pytest.mark.parametrize("marker_after", [1.2, -1])
+def test_watch_times_a_fit_draw_from_the_started_marker(tmp_path, marker_after):
+    from mixle_mpi.cli.chaos_external import watch
+
+    script = tmp_path / "fake_launcher.py"
+    script.write_text(STARTED_LAUNCHER)
+    kills = (cp.KillSpec(0.5, "SIGKILL", "worker", 0.0, after=cp.STARTED),)
+    seen = watch([sys.executable, str(script), TAG, str(tmp_path / "started"), str(marker_after)], dict(os.environ),
+                 str(tmp_path / "job.log"), kills, 60, 1)
+    assert seen.code == 0 and len(seen.kills) == 1, (tmp_path / "job.log").read_text()
+    if marker_after < 0:  # the marker never came: the kill never came either
+        assert seen.started_at is None and seen.kills[0]["missed"]
+        assert seen.kills[0]["why"] == "the job ended before its started marker"
+        return
+    assert 1.2 <= seen.started_at < 2.0 and seen.started_files == [str(tmp_path / "started")]
+    k = seen.kills[0]
+    assert k["delivered"] and k["after"] == cp.STARTED and k["started"] is True
+    assert seen.started_at + 0.5 <= k["at"] < seen.started_at + 1.0
+    assert "codes [0, -9, 0, 0]" in (tmp_path / "job.log").read_text()
+
+
 def test_watch_records_a_kill_after_the_end_as_missed(tmp_path):
     from mixle_mpi.cli.chaos_external import watch
 
@@ -419,6 +482,14 @@ def test_bench_report_labels_a_smoke_run_and_shows_counts_phases_and_percentiles
     assert "| 2.0 | stop | SIGSTOP worker @0.50s | HUNG | 1 | 120.0 | 0 | `--replay 2` |" in text
     assert "1/1 planned faults fired" in text
     assert "SMOKE" not in bench.render({**results, "smoke": False})
+    assert "kill times uniform over [0, 9.5] s after the launch" in text and "PARTIAL" not in text
+    fitted = {**ext, "fit_share": 0.75, "fit_window_seconds": 6.25, "reference_started_seconds": 3.25,
+              "partial": True, "slots_done": 2, "slots_planned": 200}
+    text = bench.render({**results, "libraries": {"openmpi": {**results["libraries"]["openmpi"], "external": fitted}}})
+    assert ("first kills: 75% of the draws (seeded) uniform over the fit, [0, 6.2] s after the run's own started "
+            "marker (the reference's fit: from its marker at 3.2 s to its end), the others uniform over [0, 9.5] s "
+            "after the launch") in text
+    assert "**PARTIAL**: the external campaign was stopped after 2 of its 200 run slots" in text
 
 
 @pytest.mark.parametrize("log, attempts", [

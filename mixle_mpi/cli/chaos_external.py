@@ -1,9 +1,14 @@
 """``mixle-mpi chaos --external``: kill real processes of a running job from outside.
 
 No hook: the campaign watches the launcher's process tree through ``/proc`` and sends
-SIGKILL or SIGSTOP to a rank at a time drawn uniformly over ``[0, T_ref x window]`` seconds
-after the launch, where ``T_ref`` is the wall time of a failure-free reference run of the
-same fit. A kill therefore lands in any phase: process start, MPI initialisation, the
+SIGKILL or SIGSTOP to a rank at a seeded random time. ``T_ref`` is the wall time of a
+failure-free reference run of the same fit and ``t_started`` the moment its launcher's
+"started" marker appeared (every worker holds its shards; the campaign watches the reference
+like any run). Three draws in four (``--fit-share``) are fit draws: the first kill comes at a
+time uniform over ``[0, T_ref x window - t_started]`` seconds after the run's own started
+marker, i.e. over the reference's fit ``[t_started, t_end]``. The others come at a time
+uniform over ``[0, T_ref x window]`` seconds after the launch. A kill therefore lands in any
+phase, mostly in the fit: process start, MPI initialisation, the
 startup handshake, shard load, an E-step, a log-density pass, a recovery, a shrink, a
 respawn, a checkpoint write or the close. Every run has a checkpoint in its own folder, so
 a killed driver is followed by the same command, which must resume to the reference's bits.
@@ -30,7 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from mixle_mpi.policy import chaos_plan as cp
 from mixle_mpi.core.atomicfile import write_json
-from mixle_mpi.cli.chaos import compare, fit_command, fit_env, prepare_run_dir, read_output, recovery_seconds, reference_run
+from mixle_mpi.cli.chaos import FAULT_LOG, compare, fit_command, fit_env, prepare_run_dir, read_output, recovery_seconds
 from mixle_mpi.core.exitcodes import NEVER_STARTED
 from mixle_mpi.policy.faults import read_fired
 from mixle_mpi.cli.jobconfig import FitConfig
@@ -158,6 +163,8 @@ class Watched:
     tags: list = field(default_factory=list)     # job tags in the order they appeared (one per attempt)
     ranks: dict = field(default_factory=dict)    # pid -> RankProc, every rank process seen
     leftovers: list = field(default_factory=list)
+    started_files: list = field(default_factory=list)  # the launcher's started marker(s), from the ranks' env
+    started_at: float | None = None              # seconds after the launch when a started marker was seen
 
 
 def _note_tree(seen: Watched, table: dict, root: int) -> list[cp.RankProc]:
@@ -165,6 +172,9 @@ def _note_tree(seen: Watched, table: dict, root: int) -> list[cp.RankProc]:
         tag = table[pid].env.get(TAG_ENV)
         if tag and tag not in seen.tags:
             seen.tags.append(tag)
+        marker = table[pid].env.get(STARTED_ENV)
+        if marker and marker not in seen.started_files:
+            seen.started_files.append(marker)
     ranks = cp.classify(table, root, set(seen.tags))
     for r in ranks:
         seen.ranks.setdefault(r.pid, r)
@@ -179,7 +189,8 @@ def _markers(env: dict) -> dict:
 
 def _kill(victim: cp.RankProc, spec: cp.KillSpec, planned: float, t0: float, env: dict) -> dict:
     sig = getattr(signal, spec.signal)
-    record = {"signal": spec.signal, "target": spec.target, "planned_at": round(planned, 4), "pid": victim.pid,
+    record = {"signal": spec.signal, "target": spec.target, "after": spec.after, "planned_at": round(planned, 4),
+              "pid": victim.pid,
               "role": victim.role, "rank": victim.rank, "respawned": victim.respawned, "tag": victim.tag,
               "state_before": victim.state, **_markers(env)}
     try:
@@ -195,13 +206,15 @@ def _kill(victim: cp.RankProc, spec: cp.KillSpec, planned: float, t0: float, env
 
 def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float, attempts: int) -> Watched:
     """Launch ``cmd`` (the launcher), carry out ``kills`` on its ranks, wait for it to end.
-    Past ``attempts x timeout + KILL_GRACE`` seconds the launcher's session is SIGKILLed (its
-    reaper then ends the job) and the launch counts as hung."""
+    A first kill ``after="started"`` is due ``delay`` seconds after the launcher's started
+    marker is first seen (its path is in the ranks' environment; ``seen.started_at`` records
+    when, for any launch). Past ``attempts x timeout + KILL_GRACE`` seconds the launcher's
+    session is SIGKILLed (its reaper then ends the job) and the launch counts as hung."""
     seen = Watched()
     deadline = attempts * timeout + KILL_GRACE
     pending = list(kills)
     done: set[int] = set()
-    due = pending[0].delay if pending else None
+    due = pending[0].delay if pending and pending[0].after != cp.STARTED else None
     last_scan = -SCAN
     with open(log_path, "w", encoding="utf-8") as log:
         t0 = time.monotonic()
@@ -213,6 +226,10 @@ def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float
                     seen.hung = True
                     os.killpg(proc.pid, signal.SIGKILL)  # the session this call started
                     break
+                if seen.started_at is None and any(os.path.exists(f) for f in seen.started_files):
+                    seen.started_at = round(now, 4)
+                    if pending and not seen.kills and pending[0].after == cp.STARTED:
+                        due = now + pending[0].delay
                 if due is not None and now >= due:
                     spec = pending[0]
                     table = proc_table(proc.pid)
@@ -249,9 +266,11 @@ def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float
             raise
         seen.seconds = time.monotonic() - t0
     for i, spec in enumerate(pending):  # the job ended before these kills were due
+        never_started = i == 0 and due is None and spec.after == cp.STARTED and not seen.kills
         seen.kills.append({"signal": spec.signal, "target": spec.target,
                            "planned_at": round(due, 4) if i == 0 and due is not None else None,
-                           "missed": True, "why": "the job had ended"})
+                           "missed": True, "why": "the job ended before its started marker" if never_started
+                           else "the job had ended"})
     # past the hang deadline is a hang, even when the launcher's own --timeout then ended the
     # job and it reported the driver's status (mpiexec stuck after the fit finished)
     seen.hung = seen.hung or seen.seconds >= timeout
@@ -413,17 +432,44 @@ def table_row(row: dict) -> str:
             f"{'-' if rec is None else f'{rec:.2f}':>10} {row['wall_seconds']:>7.1f} {left:>4}")
 
 
+def watched_reference(cfg: FitConfig, n: int, ref_dir: str, timeout: float, launch: list[str], stream,
+              env: dict) -> tuple[dict, float, float | None] | None:
+    """The failure-free reference fit into ``ref_dir``, watched like a run (no kills): (its
+    output, its wall seconds, the seconds after the launch when its started marker appeared,
+    None if it was not seen), or None after saying on ``stream`` why it cannot serve."""
+    fault_log = prepare_run_dir(ref_dir)
+    cmd = fit_command(replace(cfg, out_dir=ref_dir), n, timeout, launch)
+    log_path = os.path.join(ref_dir, "job.log")
+    seen = watch(cmd, fit_env("", fault_log, env), log_path, (), timeout, 2)
+    result = read_output(ref_dir)
+    if seen.code != 0 or seen.hung or result is None:
+        stream.write(f"chaos: the reference run failed (exit {seen.code}{', hung' if seen.hung else ''}); see "
+                     f"{log_path}\n")
+        return None
+    stray = read_fired(os.path.join(ref_dir, FAULT_LOG))
+    if stray:
+        stream.write(f"chaos: a fault fired in the reference run, which has none planned ({len(stray)} records in "
+                     f"{os.path.join(ref_dir, FAULT_LOG)}); it is not a failure-free reference\n")
+        return None
+    return result, seen.seconds, seen.started_at
+
+
 def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: str, run_timeout: float | None = None,
                       launch: list[str] | None = None, kinds: tuple = cp.KINDS, window: float = 1.0,
                       leftover_seconds: float = 10.0, env: dict | None = None, window_seconds: float | None = None,
+                      fit_share: float = cp.FIT_SHARE, fit_window_seconds: float | None = None,
                       replay: list[tuple[int, int]] | None = None, stream=sys.stdout) -> int:
-    """Run the external campaign; print the table; write ``campaign.json``; 0 when every
-    counted run passed and none failed, else 1. Kill times are uniform over [0, T_ref x
-    ``window``] seconds, or over [0, ``window_seconds``] when given; ``replay`` runs only
-    those (run, draw) slots, with the kills they had in the campaign of the same seed,
-    kinds and window (see each failed run's ``replay`` in the report)."""
+    """Run the external campaign; print the table; write ``campaign.json`` (after every run,
+    marked ``partial`` until the last); 0 when every counted run passed and none failed, else 1.
+
+    First kills: ``fit_share`` of the draws are uniform over [0, F] seconds after the run's
+    own started marker, where F is ``fit_window_seconds`` or, by default, the reference's span
+    minus the moment its started marker appeared (its fit); the rest are uniform over [0, T_ref
+    x ``window``] seconds after the launch, or over [0, ``window_seconds``] when given.
+    ``replay`` runs only those (run, draw) slots, with the kills they had in the campaign of
+    the same seed, kinds, windows and share (see each failed run's ``replay`` in the report)."""
     cp.check_campaign(n - 1, runs if not replay else len(replay), window if window_seconds is None else window_seconds,
-                      kinds)
+                      kinds, fit_share)
     launch = list(launch or [])
     extra = {k: v for k, v in CAMPAIGN_ENV.items() if k not in os.environ}
     extra.update(env or {})
@@ -434,25 +480,49 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
     stream.flush()
     ref_dir = os.path.join(out_dir, "reference")
     ref_cfg = replace(cfg, checkpoint=os.path.join(ref_dir, "ckpt.h5"))
-    ref = reference_run(ref_cfg, n, ref_dir, run_timeout or 600, launch, stream, extra)
+    ref = watched_reference(ref_cfg, n, ref_dir, run_timeout or 600, launch, stream, extra)
     if ref is None:
         return 1
-    reference, t_ref = ref
+    reference_out, t_ref, t_started = ref
     timeout = run_timeout or (10 * t_ref + 60)
-    ctx = Context(cfg, n, out_dir, reference, timeout, launch, extra, leftover_seconds)
+    ctx = Context(cfg, n, out_dir, reference_out, timeout, launch, extra, leftover_seconds)
     span = t_ref * window if window_seconds is None else window_seconds
+    fit_span = fit_window_seconds if fit_window_seconds is not None else (
+        max(0.0, span - t_started) if t_started is not None else None)
     what = f"{runs} runs" if not replay else "replay of run(s) " + ", ".join(f"{r}.{d}" if d else str(r) for r, d in replay)
-    w(f"chaos --external: reference took {t_ref:.1f}s, {reference['summary']['iterations']} iterations; {what} "
-      f"(seed {seed}; kinds {', '.join(kinds)}; kills at uniform times over [0, {span:.6g}] s; "
+    fit_text = (f"{fit_share:g} of the first kills uniform over [0, {fit_span:.6g}] s after the run's started marker "
+                f"(the reference's fit: its marker came {'-' if t_started is None else f'{t_started:.1f}'} s after the "
+                f"launch), the others over [0, {span:.6g}] s after the launch"
+                if fit_span and fit_share > 0 else f"kills at uniform times over [0, {span:.6g}] s after the launch"
+                + ("" if t_started is not None else " (the reference's started marker was not seen)"))
+    w(f"chaos --external: reference took {t_ref:.1f}s, {reference_out['summary']['iterations']} iterations; {what} "
+      f"(seed {seed}; kinds {', '.join(kinds)}; {fit_text}; "
       f"hang deadline {timeout:.0f}s; leftover check {leftover_seconds:g}s after the launcher exits; "
       f"{' '.join(f'{k}={v}' for k, v in extra.items())})\n")
     w(HEADER + "\n" + "-" * len(HEADER) + "\n")
     stream.flush()
     rows = []
-    replay_args = f"--campaign-seed {seed} --kinds {','.join(kinds)} --kill-window-seconds {span:.6g}"
-    slots = [[p] for p in cp.replay_plans(seed, replay, span, kinds)] if replay else \
-        [[p] + [cp.external_plan(seed, p.index, d, p.kind, span) for d in range(1, MAX_DRAWS)]
-         for p in cp.campaign_plans(seed, runs, span, kinds)]
+    replay_args = (f"--campaign-seed {seed} --kinds {','.join(kinds)} --kill-window-seconds {span:.6g} "
+                   f"--fit-share {fit_share:g}" + (f" --fit-window-seconds {fit_span:.6g}" if fit_span else ""))
+    slots = [[p] for p in cp.replay_plans(seed, replay, span, kinds, fit_span, fit_share)] if replay else \
+        [[p] + [cp.external_plan(seed, p.index, d, p.kind, span, fit_span, fit_share) for d in range(1, MAX_DRAWS)]
+         for p in cp.campaign_plans(seed, runs, span, kinds, fit_span, fit_share)]
+
+    def report(partial: bool) -> dict:
+        summary = cp.summarize(rows, kinds)
+        out = {"external": True, "n": n, "seed": seed, "kinds": list(kinds), "window": window,
+               "reference_seconds": t_ref, "reference_started_seconds": t_started,
+               "reference_iterations": reference_out["summary"]["iterations"],
+               "kill_window_seconds": span, "fit_share": fit_share, "fit_window_seconds": fit_span,
+               "run_timeout": timeout, "replay": replay or None,
+               "leftover_seconds": leftover_seconds, "env": extra,
+               "command": [sys.executable, *sys.argv] if sys.argv else [], "config": asdict(cfg),
+               "partial": partial, "slots_planned": len(slots),
+               "slots_done": len({(r["index"]) for r in rows if r["outcome"] != cp.MISSED or r["draw"] == MAX_DRAWS - 1}),
+               "summary": summary, "runs": rows, "ok": summary["ok"] and not partial}
+        write_json(os.path.join(out_dir, "campaign.json"), out, indent=1)
+        return out
+
     for draws in slots:
         for plan in draws:
             row = run_one(ctx, plan)
@@ -460,15 +530,10 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
             rows.append(row)
             w(table_row(row) + "\n")
             stream.flush()
+            report(partial=True)  # a campaign stopped midway still leaves every finished run's row
             if row["outcome"] != cp.MISSED:
                 break
-    summary = cp.summarize(rows, kinds)
-    report = {"external": True, "n": n, "seed": seed, "kinds": list(kinds), "window": window,
-              "reference_seconds": t_ref, "reference_iterations": reference["summary"]["iterations"],
-              "kill_window_seconds": span, "run_timeout": timeout, "replay": replay or None,
-              "leftover_seconds": leftover_seconds, "env": extra, "command": [sys.executable, *sys.argv] if sys.argv else [],
-              "config": asdict(cfg), "summary": summary, "runs": rows, "ok": summary["ok"]}
-    write_json(os.path.join(out_dir, "campaign.json"), report, indent=1)
+    summary = report(partial=False)["summary"]
     rec = summary["recovery_seconds"]
     failing = {k: v for k, v in summary["outcomes"].items() if not cp.passed(k)}
     w(f"chaos --external: {summary['runs'] - summary['failures']}/{summary['runs']} runs passed"
@@ -495,4 +560,5 @@ def campaign_from_args(args) -> int:
     return external_campaign(cfg, n=n, runs=args.runs, seed=args.campaign_seed, out_dir=out_dir,
                              run_timeout=args.run_timeout, launch=launch, kinds=kinds_from_text(args.kinds),
                              window=args.kill_window, leftover_seconds=args.leftover_seconds,
-                             window_seconds=args.kill_window_seconds, replay=cp.parse_replay(args.replay))
+                             window_seconds=args.kill_window_seconds, fit_share=args.fit_share,
+                             fit_window_seconds=args.fit_window_seconds, replay=cp.parse_replay(args.replay))

@@ -160,21 +160,30 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--external", action="store_true",
                    help="kill real processes from outside instead of fault plans: SIGKILL or SIGSTOP of a "
                         "worker, two workers, a second death during recovery, or SIGKILL of the driver "
-                        "(then the same command is rerun and must resume), at uniformly random times over "
-                        "the whole run; also fails a run whose processes outlive the launcher "
-                        "(default: off)")
+                        "(then the same command is rerun and must resume), at random times: 3 in 4 over the "
+                        "fit, the others over the whole run (see --fit-share); also fails a run whose "
+                        "processes outlive the launcher (default: off)")
     c.add_argument("--kinds", default=None,
                    help="with --external: comma-separated kinds, cycled over the runs "
                         "(default: worker,two_workers,during_recovery,stop,driver)")
     c.add_argument("--kill-window", type=float, default=1.0,
-                   help="with --external: kill times are uniform over [0, this x the reference run's wall time]")
+                   help="with --external: kill times not drawn over the fit are uniform over [0, this x the "
+                        "reference run's wall time]")
     c.add_argument("--kill-window-seconds", type=float, default=None,
                    help="with --external: kill times are uniform over [0, this many seconds] instead "
                         "(default: none: --kill-window x the reference run)")
+    c.add_argument("--fit-share", type=float, default=0.75,
+                   help="with --external: this fraction of the first kills (drawn by the seeded rng) comes at a "
+                        "time uniform over the reference's fit, counted from the run's own started marker; the "
+                        "others over the whole run (0: every kill over the whole run; default: 0.75)")
+    c.add_argument("--fit-window-seconds", type=float, default=None,
+                   help="with --external: fit draws are uniform over [0, this many seconds] after the started "
+                        "marker (default: none: the reference run's time from its started marker to its end)")
     c.add_argument("--replay", default=None,
                    help="with --external: run only these runs of the campaign, as numbered in its table "
                         "(e.g. 4,7.1: run 4, and run 7's second draw), with the kills they had; give the same "
-                        "--campaign-seed, --kinds and --kill-window-seconds (default: none: every run)")
+                        "--campaign-seed, --kinds, --kill-window-seconds, --fit-share and --fit-window-seconds "
+                        "(default: none: every run)")
     c.add_argument("--leftover-seconds", type=float, default=10.0,
                    help="with --external: a process of the job still alive this long after the launcher "
                         "exited is a LEFTOVER")

@@ -1,7 +1,8 @@
 """The decisions of ``mixle-mpi chaos --external``, as pure functions over plain data.
 
 An external campaign kills real processes of a running job from outside, with no hook, at
-times drawn uniformly over the whole run. Everything that decides is here and is tested
+seeded random times: most first kills (``FIT_SHARE``, 3 in 4) land in the fit, the others
+anywhere in the whole run, startup included (see :func:`external_plan`). Everything that decides is here and is tested
 without MPI or processes (:mod:`mixle_mpi.cli.chaos_external` only reads ``/proc``, sends the
 signals and launches the jobs):
 
@@ -24,8 +25,7 @@ from dataclasses import dataclass, field
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.exitcodes import NEVER_STARTED
 
-# kind: what is killed. "worker": SIGKILL of one worker at a uniformly random time (startup
-# included); "two_workers": a second worker SIGKILLed 0-300 ms after the first;
+# kind: what is killed. "worker": SIGKILL of one worker at a random time (see external_plan); "two_workers": a second worker SIGKILLed 0-300 ms after the first;
 # "during_recovery": a second SIGKILL 0.2-2 s after the first, while the job recovers (half of
 # the draws prefer the first victim's replacement, when one is up by then); "stop": SIGSTOP
 # of one worker, never resumed; "driver": SIGKILL of the driver (the job has a checkpoint),
@@ -34,6 +34,16 @@ KINDS = ("worker", "two_workers", "during_recovery", "stop", "driver")
 TWO_KILL_KINDS = ("two_workers", "during_recovery")
 TWO_WORKERS_GAP = (0.0, 0.3)
 RECOVERY_GAP = (0.2, 2.0)
+
+# When the first kill is due. A kill "after launch" comes ``delay`` seconds after the launch;
+# one "after started" comes ``delay`` seconds after this run's launcher marker says the job
+# started (every live worker holds its shards: the fit is on). FIT_SHARE of the draws (when a
+# fit window is known) are of the second sort, uniform over the reference run's fit
+# [t_started, t_end]; the rest are uniform over the whole reference run [0, t_end]. Anchoring
+# on the run's own marker, not on the reference's t_started after the launch, keeps fit draws
+# in the fit although startup on a shared host takes anywhere from 1 s to 16 s.
+LAUNCH, STARTED = "launch", "started"
+FIT_SHARE = 0.75
 
 # outcomes: the passing ones, then the failing ones (FAILED carries the exit code)
 OK, RESUMED_OK, RETRIED_OK, MISSED = "ok", "resumed-ok", "never-started-retried", "missed"
@@ -49,14 +59,15 @@ STOPPED_STATES = ("T", "t")
 # -- plans ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class KillSpec:
-    """One kill: ``delay`` seconds after the launch (the first kill) or after the previous
-    kill (the others); ``signal`` ``SIGKILL`` or ``SIGSTOP``; ``target`` ``worker`` or
+    """One kill: ``delay`` seconds after the launch (the first kill; after the job's
+    started marker when ``after`` is ``started``) or after the previous kill (the others); ``signal`` ``SIGKILL`` or ``SIGSTOP``; ``target`` ``worker`` or
     ``driver``; ``pick`` in [0, 1) chooses among the candidates alive at that moment."""
     delay: float
     signal: str
     target: str
     pick: float
     prefer_replacement: bool = False
+    after: str = LAUNCH
 
 
 @dataclass(frozen=True)
@@ -67,10 +78,12 @@ class ExternalPlan:
     kills: tuple
 
     def describe(self) -> str:
-        """A compact form: ``SIGKILL worker @3.12s, SIGKILL worker +0.15s`` (pure)."""
+        """A compact form: ``SIGKILL worker @3.12s, SIGKILL worker +0.15s``; a first kill timed
+        from the started marker is ``@started+3.12s`` (pure)."""
         out = []
         for i, k in enumerate(self.kills):
-            when = f"@{k.delay:.2f}s" if i == 0 else f"+{k.delay:.2f}s"
+            when = (f"@started+{k.delay:.2f}s" if k.after == STARTED else f"@{k.delay:.2f}s") if i == 0 \
+                else f"+{k.delay:.2f}s"
             out.append(f"{k.signal} {k.target}{' (replacement)' if k.prefer_replacement else ''} {when}")
         return ", ".join(out)
 
@@ -86,8 +99,10 @@ def kinds_from_text(text: str | None) -> tuple[str, ...]:
     return kinds
 
 
-def check_campaign(workers: int, runs: int, window: float, kinds: tuple) -> None:
+def check_campaign(workers: int, runs: int, window: float, kinds: tuple, fit_share: float = FIT_SHARE) -> None:
     """Refuse a campaign that cannot run as asked, saying what was found and what is needed."""
+    if not 0.0 <= fit_share <= 1.0:
+        raise ConfigError(f"--fit-share must be a fraction in [0, 1] of the first kills; found {fit_share}")
     if runs < 1:
         raise ConfigError(f"--runs must be >= 1; found {runs}")
     if not (window > 0 and math.isfinite(window)):
@@ -98,20 +113,29 @@ def check_campaign(workers: int, runs: int, window: float, kinds: tuple) -> None
                           f"(-n {need + 1} or more); found {workers} (-n {workers + 1})")
 
 
-def external_plan(seed: int, index: int, draw: int, kind: str, window: float) -> ExternalPlan:
-    """Run ``index``'s plan (its ``draw``-th draw) of kind ``kind``, with the first kill at a
-    time uniform over [0, window] seconds after the launch (pure; one run is replayed from
-    ``(seed, index, draw)`` alone, whatever the other runs did)."""
+def external_plan(seed: int, index: int, draw: int, kind: str, window: float, fit_window: float | None = None,
+                  fit_share: float = FIT_SHARE) -> ExternalPlan:
+    """Run ``index``'s plan (its ``draw``-th draw) of kind ``kind`` (pure; one run is replayed
+    from ``(seed, index, draw)`` and the windows alone, whatever the other runs did).
+
+    The first kill: with a ``fit_window`` (seconds from the reference run's started marker to
+    its end) and ``fit_share`` > 0, the rng first decides whether this draw is a fit draw
+    (probability ``fit_share``); a fit draw comes at a time uniform over [0, fit_window]
+    seconds after this run's started marker (``after="started"``), any other at a time
+    uniform over [0, window] seconds after the launch. Without a fit window (or with
+    ``fit_share`` 0) no choice is drawn and every first kill is uniform over [0, window]."""
     if kind not in KINDS:
         raise ConfigError(f"unknown external kind {kind!r}; valid kinds are {', '.join(KINDS)}")
     rng = random.Random(f"mixle-mpi chaos --external/{seed}/{index}/{draw}")
-    first = rng.uniform(0.0, window)
+    in_fit = fit_window is not None and fit_window > 0 and fit_share > 0 and rng.random() < fit_share
+    first = rng.uniform(0.0, fit_window) if in_fit else rng.uniform(0.0, window)
+    after = STARTED if in_fit else LAUNCH
     if kind == "driver":
-        kills = (KillSpec(first, "SIGKILL", "driver", 0.0),)
+        kills = (KillSpec(first, "SIGKILL", "driver", 0.0, after=after),)
     elif kind == "stop":
-        kills = (KillSpec(first, "SIGSTOP", "worker", rng.random()),)
+        kills = (KillSpec(first, "SIGSTOP", "worker", rng.random(), after=after),)
     else:
-        kills = (KillSpec(first, "SIGKILL", "worker", rng.random()),)
+        kills = (KillSpec(first, "SIGKILL", "worker", rng.random(), after=after),)
         if kind == "two_workers":
             kills += (KillSpec(rng.uniform(*TWO_WORKERS_GAP), "SIGKILL", "worker", rng.random()),)
         elif kind == "during_recovery":
@@ -120,9 +144,10 @@ def external_plan(seed: int, index: int, draw: int, kind: str, window: float) ->
     return ExternalPlan(index, draw, kind, kills)
 
 
-def campaign_plans(seed: int, runs: int, window: float, kinds: tuple = KINDS) -> list[ExternalPlan]:
+def campaign_plans(seed: int, runs: int, window: float, kinds: tuple = KINDS, fit_window: float | None = None,
+                   fit_share: float = FIT_SHARE) -> list[ExternalPlan]:
     """The first draw of every run slot; kinds cycle so that every kind appears early (pure)."""
-    return [external_plan(seed, i + 1, 0, kinds[i % len(kinds)], window) for i in range(runs)]
+    return [external_plan(seed, i + 1, 0, kinds[i % len(kinds)], window, fit_window, fit_share) for i in range(runs)]
 
 
 def parse_replay(text: str | None) -> list[tuple[int, int]]:
@@ -140,10 +165,12 @@ def parse_replay(text: str | None) -> list[tuple[int, int]]:
     return out
 
 
-def replay_plans(seed: int, slots: list[tuple[int, int]], window: float, kinds: tuple = KINDS) -> list[ExternalPlan]:
-    """The plans of the given (run, draw) slots of a campaign with this seed, window and kinds:
-    the same kills as in that campaign (pure)."""
-    return [external_plan(seed, run, draw, kinds[(run - 1) % len(kinds)], window) for run, draw in slots]
+def replay_plans(seed: int, slots: list[tuple[int, int]], window: float, kinds: tuple = KINDS,
+                 fit_window: float | None = None, fit_share: float = FIT_SHARE) -> list[ExternalPlan]:
+    """The plans of the given (run, draw) slots of a campaign with this seed, windows, share
+    and kinds: the same kills as in that campaign (pure)."""
+    return [external_plan(seed, run, draw, kinds[(run - 1) % len(kinds)], window, fit_window, fit_share)
+            for run, draw in slots]
 
 
 # -- the process table ------------------------------------------------------------------------
