@@ -188,16 +188,24 @@ def reference_run(cfg: FitConfig, n: int, ref_dir: str, timeout: float, launch: 
     after saying on ``stream`` why it cannot serve (it failed, or a fault fired in it)."""
     code, seconds, hung = launch_fit(cfg, n, ref_dir, "", timeout, launch, env)
     reference = read_output(ref_dir)
-    if code != 0 or reference is None:
-        stream.write(f"chaos: the reference run failed (exit {code}{', hung' if hung else ''}); see "
-                     f"{os.path.join(ref_dir, 'job.log')}\n")
-        return None
-    stray = read_fired(os.path.join(ref_dir, FAULT_LOG))
-    if stray:
-        stream.write(f"chaos: a fault fired in the reference run, which has none planned ({len(stray)} records in "
-                     f"{os.path.join(ref_dir, FAULT_LOG)}); it is not a failure-free reference\n")
+    problem = reference_problem(code, hung, reference, ref_dir)
+    if problem:
+        stream.write(problem)
         return None
     return reference, seconds
+
+
+def reference_problem(code: int, hung: bool, reference: dict | None, ref_dir: str) -> str | None:
+    """Why a reference run in ``ref_dir`` cannot serve (it failed, or a fault fired in it), as
+    a line to print; None when it can."""
+    if code != 0 or hung or reference is None:
+        return (f"chaos: the reference run failed (exit {code}{', hung' if hung else ''}); see "
+                f"{os.path.join(ref_dir, 'job.log')}\n")
+    stray = read_fired(os.path.join(ref_dir, FAULT_LOG))
+    if stray:
+        return (f"chaos: a fault fired in the reference run, which has none planned ({len(stray)} records in "
+                f"{os.path.join(ref_dir, FAULT_LOG)}); it is not a failure-free reference\n")
+    return None
 
 
 def outcome(code: int, hung: bool, has_result: bool, diffs: list[str], missing: list) -> str:

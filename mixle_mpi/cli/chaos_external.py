@@ -35,7 +35,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 from mixle_mpi.policy import chaos_plan as cp
 from mixle_mpi.core.atomicfile import write_json
-from mixle_mpi.cli.chaos import FAULT_LOG, compare, fit_command, fit_env, prepare_run_dir, read_output, recovery_seconds
+from mixle_mpi.cli.chaos import (FAULT_LOG, compare, fit_command, fit_env, prepare_run_dir, read_output, recovery_seconds,
+                                 reference_problem)
 from mixle_mpi.core.exitcodes import NEVER_STARTED
 from mixle_mpi.policy.faults import read_fired
 from mixle_mpi.cli.jobconfig import FitConfig
@@ -442,14 +443,9 @@ def watched_reference(cfg: FitConfig, n: int, ref_dir: str, timeout: float, laun
     log_path = os.path.join(ref_dir, "job.log")
     seen = watch(cmd, fit_env("", fault_log, env), log_path, (), timeout, 2)
     result = read_output(ref_dir)
-    if seen.code != 0 or seen.hung or result is None:
-        stream.write(f"chaos: the reference run failed (exit {seen.code}{', hung' if seen.hung else ''}); see "
-                     f"{log_path}\n")
-        return None
-    stray = read_fired(os.path.join(ref_dir, FAULT_LOG))
-    if stray:
-        stream.write(f"chaos: a fault fired in the reference run, which has none planned ({len(stray)} records in "
-                     f"{os.path.join(ref_dir, FAULT_LOG)}); it is not a failure-free reference\n")
+    problem = reference_problem(seen.code, seen.hung, result, ref_dir)
+    if problem:
+        stream.write(problem)
         return None
     return result, seen.seconds, seen.started_at
 
