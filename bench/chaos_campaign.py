@@ -144,7 +144,15 @@ def kill_times(ext: dict) -> str:
 def render(results: dict) -> str:
     """The markdown report from every library's results (pure)."""
     smoke = results["smoke"]
-    out = [f"# Chaos campaign{' (SMOKE RUN)' if smoke else ''}: external kills and fault plans", ""]
+    partial = {lib: res["external"] for lib, res in results["libraries"].items()
+               if res.get("external") and res["external"].get("partial")}
+    out = [f"# Chaos campaign{' (SMOKE RUN)' if smoke else ''}{' (PARTIAL)' if partial else ''}: "
+           "external kills and fault plans", ""]
+    if partial:
+        out += ["**Partial campaign**: stopped before every external run slot was done ("
+                + ", ".join(f"{lib}: {ext.get('slots_done', '?')} of {ext.get('slots_planned', '?')} slots"
+                            for lib, ext in partial.items())
+                + "); the figures cover only the runs done.", ""]
     if smoke:
         out += [f"**This is a smoke run** ({results['runs']} external runs per MPI, not the {FULL_RUNS} of issue 10): "
                 "it shows that the campaign and its report work, not that the runtime is reliable. "

@@ -490,6 +490,7 @@ def test_bench_report_labels_a_smoke_run_and_shows_counts_phases_and_percentiles
             "marker (the reference's fit: from its marker at 3.2 s to its end), the others uniform over [0, 9.5] s "
             "after the launch") in text
     assert "**PARTIAL**: the external campaign was stopped after 2 of its 200 run slots" in text
+    assert text.startswith("# Chaos campaign (SMOKE RUN) (PARTIAL)") and "openmpi: 2 of 200 slots" in text
 
 
 @pytest.mark.parametrize("log, attempts", [
