@@ -77,6 +77,29 @@ def test_failure_is_recovered_bit_identically(library, scenario, tmp_path, refer
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
+def test_replacement_dying_inside_spawn_recovers_to_the_same_bits(library, tmp_path, reference):
+    """Campaign finding (MPICH runs 8, 33, ...): a replacement killed while MPI_Comm_spawn
+    starts it. Open MPI reports the spawn failed past its deadline and the shards migrate;
+    under MPICH the abandoned spawn holds MPI, so the driver ends the run with exit 74 and
+    the launcher runs it again, which meets the worker's death again but not the spawn's."""
+    name, python = library
+    plan = "2:kill:estep_before:1,2:kill:spawn"
+    job, records = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan,
+                             env={"MIXLE_MPI_RECONFIGURE_TIMEOUT": "8"})
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    assert [r["phase"] for r in records if r["phase"] == "spawn"] == ["spawn"]
+    events = [e["event"] for e in job.events]
+    if name == "mpich":
+        assert "running it again to resume" in job.stderr and events.count("start") == 2, job.describe()
+        assert "respawned" in events, job.describe()
+    else:
+        assert "spawn_unavailable" in events and "migrated" in events, job.describe()
+        assert job.result["blacklist"] == [2], job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
 def test_all_workers_lost_fails_cleanly(library, tmp_path):
     """With max_retries=1 and every worker dead, the driver ends with a clear error."""
     _, python = library

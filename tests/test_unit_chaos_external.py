@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -214,8 +215,8 @@ def test_never_started_is_explained_only_if_every_attempt_lost_a_rank():
 
 
 # -- outcomes ---------------------------------------------------------------------------------
-def L(code, *, diffs=(), result=True, hung=False, leftovers=(), retried=False):  # noqa: N802
-    return cp.Launch(code, 5.0, hung, result, list(diffs), list(leftovers), retried)
+def L(code, *, diffs=(), result=True, hung=False, leftovers=(), retried=False, relaunched=False):  # noqa: N802
+    return cp.Launch(code, 5.0, hung, result, list(diffs), list(leftovers), retried, relaunched)
 
 
 @pytest.mark.parametrize("kind, first, kw, expected", [
@@ -243,11 +244,15 @@ def L(code, *, diffs=(), result=True, hung=False, leftovers=(), retried=False): 
     ("driver", L(70, result=False), {}, "FAILED(70)"),  # a driver kill must be followed by a rerun
     ("driver", L(0, retried=True), {}, "never-started-retried"),
     ("driver", L(73, result=False), {"rerun": L(0)}, "FAILED(73)"),
+    ("during_recovery", L(0, relaunched=True), {}, "relaunched-resumed"),  # exit 74, then the launcher's rerun
+    ("during_recovery", L(0, relaunched=True, diffs=["x"]), {}, "DIVERGED"),
+    ("during_recovery", L(74, result=False), {}, "FAILED(74)"),  # the launcher's rerun failed too
 ])
 def test_judge(kind, first, kw, expected):
     kw = {"missed": False, "explained_73": False, **kw}
     assert cp.judge(kind, first, **kw) == expected
-    assert cp.passed(expected) == (expected in ("ok", "resumed-ok", "never-started-retried", "missed"))
+    assert cp.passed(expected) == (expected in ("ok", "resumed-ok", "never-started-retried", "relaunched-resumed",
+                                                "missed"))
 
 
 def test_needs_rerun_only_after_an_explained_exit():
@@ -380,6 +385,16 @@ def test_watch_records_a_kill_after_the_end_as_missed(tmp_path):
     assert seen.kills[0]["missed"] and seen.kills[0]["why"] == "the job had ended"
 
 
+def _wait_exec(*procs, deadline: float = 30.0) -> None:
+    """Until each child has exec'd its command (a forked child shows its parent's command
+    line for a moment, which a loaded machine makes long)."""
+    end = time.monotonic() + deadline
+    for p in procs:
+        while b"time.sleep(60)" not in Path(f"/proc/{p.pid}/cmdline").read_bytes():
+            assert time.monotonic() < end, f"pid {p.pid} did not start its command"
+            time.sleep(0.01)
+
+
 def test_leftovers_are_found_by_tag_and_by_folder_then_killed(tmp_path):
     from mixle_mpi.cli.chaos_external import job_processes, wait_gone
 
@@ -389,6 +404,7 @@ def test_leftovers_are_found_by_tag_and_by_folder_then_killed(tmp_path):
     by_dir = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--out-dir", folder])
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", folder + "-d1"])
     try:
+        _wait_exec(by_tag, by_dir, other)
         found = {p["pid"] for p in job_processes([TAG], [folder])}
         assert found == {by_tag.pid, by_dir.pid}
         t0 = time.monotonic()

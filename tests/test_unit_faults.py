@@ -253,6 +253,31 @@ def test_respawn_phase_ignores_call_and_defaults_to_first_replacement():
     assert g.matches(2, 2, "respawn", 0, False) and not g.matches(2, 1, "respawn", 0, False)
 
 
+def test_spawn_phase_fires_in_the_next_starting_replacement_whoever_it_replaces():
+    f = Fault(2, "kill", "spawn")
+    assert f.incarnation == 1
+    assert f.matches(0, 1, "spawn", 0, False) and f.matches(5, 3, "spawn", 9, False)
+    assert not f.matches(2, 1, "respawn", 0, False)
+    assert not Fault(2, "kill", "respawn").matches(2, 1, "spawn", 0, False)
+    with pytest.raises(ConfigError, match="driver"):
+        Fault(0, "kill", "spawn")
+
+
+def test_pending_from_env_skips_what_the_fault_log_says_fired(tmp_path):
+    log = tmp_path / "faults.jsonl"
+    env = {faults.ENV_VAR: "2:kill:spawn,3:kill:spawn,1:kill:startup", faults.FIRED_ENV: str(log)}
+    assert [f.worker for f in faults.pending_from_env(("spawn",), env)] == [2, 3]
+    faults.record_fired(Fault(2, "kill", "spawn"), str(log))
+    assert [f.worker for f in faults.pending_from_env(("spawn",), env)] == [3]
+    assert [f.phase for f in faults.pending_from_env(faults.STARTUP_PHASES, env)] == ["startup"]
+    assert faults.pending_from_env(("spawn",), {faults.ENV_VAR: "bad plan"}) == []  # the driver reports it
+
+
+def test_a_replacement_is_known_by_its_environment_before_mpi_init():
+    assert not faults.started_by_spawn({"PMI_RANK": "0"})
+    assert faults.started_by_spawn({"PMI_SPAWNED": "1"}) and faults.started_by_spawn({"OMPI_PARENT_PORT": "x"})
+
+
 def test_scope_own_and_recovery():
     own = Fault(2, "kill", "estep_mid", 1, scope="own")
     rec = Fault(2, "kill", "estep_mid", 1, scope="recovery")

@@ -155,3 +155,19 @@ def test_indexed_orphans_are_the_full_scan_on_random_event_sequences():
             assert (new.assigned, new.accepted, new.recomputed, new.done()) == (
                 ref.assigned, ref.accepted, ref.recomputed, ref.done()), seed
         assert new.orphans(live) == ref.orphans(live) and new.reused == ref.reused, seed
+
+
+def test_the_round_waits_only_on_workers_with_unaccepted_shards():
+    state = RoundState(5)
+    assert state.waiting_on() == []
+    state.sent(1, 0, [0, 3])
+    state.sent(2, 0, [1])
+    state.sent(3, 0, [2, 4])
+    assert state.waiting_on() == [1, 2, 3]
+    assert state.accept(2, 0, 1, {1: 0, 2: 0, 3: 0})
+    assert state.waiting_on() == [1, 3]  # worker 2 has nothing left to answer for
+    state.sent(1, 0, [2, 4], recovery=True)  # worker 3's shards went to worker 1
+    assert state.waiting_on() == [1]
+    for s in (0, 2, 3, 4):
+        assert state.accept(1, 0, s, {1: 0})
+    assert state.waiting_on() == [] and state.done()

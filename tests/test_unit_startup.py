@@ -32,6 +32,54 @@ def test_never_started_says_why_only_when_the_job_did_not_start():
     assert "MIXLE_MPI_STARTUP_TIMEOUT=10" in launcher.never_started(mpi_up=False, started=False, seconds=11, limit=10)
     # a script that failed fast before MPI (a typo) is a plain failure, not "never started"
     assert launcher.never_started(mpi_up=False, started=False, seconds=2, limit=10) is None
+    assert launcher.never_started(mpi_up=False, started=False, seconds=2, limit=10, mpiexec_rc=1) is None
+
+
+def test_a_job_that_ended_fast_inside_mpi_init_never_started():
+    """Campaign finding: a rank killed inside MPI_Init made the others' MPI_Init fail at once,
+    before the startup deadline; some rank had begun MPI initialisation, so it never started."""
+    why = launcher.never_started(mpi_up=False, started=False, seconds=2.5, limit=20, init_begun=True, mpiexec_rc=14)
+    assert "MPI initialisation failed after 2.5 s" in why and "mpiexec exited 14" in why
+    # mixle_mpi's own fit: mpiexec failing before any rank began MPI init did not start it either
+    why = launcher.never_started(mpi_up=False, started=False, seconds=0.6, limit=20, own_job=True, mpiexec_rc=213)
+    assert "mpiexec exited 213" in why and "before any rank began MPI initialisation" in why
+    assert launcher.never_started(mpi_up=False, started=False, seconds=0.6, limit=20, own_job=True, mpiexec_rc=0) is None
+    assert launcher.never_started(mpi_up=True, started=True, seconds=1, limit=20, init_begun=True, own_job=True,
+                                  mpiexec_rc=1) is None
+
+
+def test_every_rank_marks_the_start_of_its_mpi_init(tmp_path, monkeypatch):
+    marker = tmp_path / "init_begun.txt"
+    monkeypatch.setenv(startup.INIT_BEGUN_ENV, str(marker))
+    startup.mark_init_begun()
+    startup.mark_init_begun()
+    assert marker.read_text().split() == [str(os.getpid())] * 2
+    monkeypatch.setenv(startup.INIT_BEGUN_ENV, str(tmp_path / "missing" / "x"))
+    startup.mark_init_begun()  # cannot be written: the launcher only loses that knowledge
+
+
+def test_the_launcher_runs_a_job_again_for_73_and_74_within_their_budgets():
+    left = {exitcodes.NEVER_STARTED: 1, exitcodes.RERUN_TO_RESUME: 2}
+    assert launcher.relaunch_note(exitcodes.NEVER_STARTED, left) == "starting it again"
+    assert launcher.relaunch_note(exitcodes.NEVER_STARTED, left) is None
+    assert launcher.relaunch_note(exitcodes.RERUN_TO_RESUME, left).startswith("running it again to resume")
+    assert launcher.relaunch_note(exitcodes.RERUN_TO_RESUME, left) is not None
+    assert launcher.relaunch_note(exitcodes.RERUN_TO_RESUME, left) is None
+    for code in (0, 1, 2, 70, 75, 130):  # only 73 and 74 have a budget
+        assert launcher.relaunch_note(code, {exitcodes.NEVER_STARTED: 5, exitcodes.RERUN_TO_RESUME: 5}) is None
+
+
+def test_own_fit_is_known_from_its_command():
+    assert launcher.is_own_fit(["/py", "-m", "mixle_mpi", "fit", "--config", "job.toml"])
+    assert not launcher.is_own_fit(["/py", "-m", "mixle_mpi.fitting.fitjob"])
+    assert not launcher.is_own_fit(["/py", "script.py", "-m", "mixle_mpi"])
+
+
+def test_a_driver_that_could_not_reconfigure_asks_for_a_rerun():
+    from mixle_mpi.core.errors import ReconfigurationTimeout
+    from mixle_mpi.runtime import exiting
+
+    assert exiting.exit_code_for(ReconfigurationTimeout("spawn stuck")) == exitcodes.RERUN_TO_RESUME == 74
 
 
 def test_judge_never_started():

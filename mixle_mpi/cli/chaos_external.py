@@ -289,10 +289,13 @@ def _text(path: str) -> str:
 LAUNCHING = re.compile(r"^\[mixle_mpi\][^\n]*?\blaunching: ", re.M)  # with or without a time stamp
 
 
+RETRY, RESUME_AGAIN = "starting it again", "running it again to resume"  # the launcher's relaunch lines
+
+
 def _attempts(log_text: str) -> int:
     """How many times the launcher started mpiexec, from its log: each start says
-    ``launching:`` and each retry ``starting it again``."""
-    return max(1, len(LAUNCHING.findall(log_text)), log_text.count("starting it again") + 1)
+    ``launching:`` and each relaunch one of its relaunch lines."""
+    return max(1, len(LAUNCHING.findall(log_text)), log_text.count(RETRY) + log_text.count(RESUME_AGAIN) + 1)
 
 
 # -- one run ---------------------------------------------------------------------------------
@@ -306,7 +309,7 @@ class Context:
     launch: list
     env: dict
     leftover_seconds: float
-    attempts: int = 2  # the launcher's first try and its one retry of a never-started job
+    attempts: int = 3  # the launcher's first try, its one retry of a never-started job, its one resume
 
 
 def _launch(ctx: Context, rdir: str, log_name: str, kills: tuple) -> tuple[Watched, cp.Launch, list]:
@@ -321,7 +324,7 @@ def _launch(ctx: Context, rdir: str, log_name: str, kills: tuple) -> tuple[Watch
     diffs = compare(ctx.reference, result) if (seen.code == 0 and result is not None) else []
     text = _text(log_path)
     launch = cp.Launch(seen.code, seen.seconds, seen.hung, result is not None, diffs, seen.leftovers,
-                       retried=_attempts(text) > 1)
+                       retried=RETRY in text, relaunched=RESUME_AGAIN in text)
     return seen, launch, read_fired(fault_log)
 
 

@@ -38,6 +38,10 @@ def _add_launch_options(p: argparse.ArgumentParser, required_n: bool = False) ->
     p.add_argument("--start-retries", type=int, default=1,
                    help="launch again, up to this many times, a job that never started (exit 73: a rank "
                         "died or hung while starting; nothing was computed)")
+    p.add_argument("--resume-retries", type=int, default=1,
+                   help="launch again, up to this many times, a job whose driver could not reconfigure after a "
+                        "failure (exit 74, e.g. a replacement that died inside MPI_Comm_spawn under MPICH): it "
+                        "resumes from its checkpoint")
     p.add_argument("--allow-many-ranks", action="store_true",
                    help="launch -n N even when N is more than 4 ranks per core of this machine (refused by "
                         "default as a likely typo; or set MIXLE_MPI_ALLOW_MANY_RANKS=1) (default: off)")
@@ -69,14 +73,14 @@ def _rank_env(args) -> dict:
 
 
 def _run(args) -> int:
-    from mixle_mpi.cli.launcher import run
+    from mixle_mpi.cli.launcher import is_own_fit, run
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     return run(args.n, cmd, mpiexec=args.mpiexec, flavor=args.mpi, timeout=args.timeout,
                blas_threads=args.blas_threads, start_retries=args.start_retries, env=_rank_env(args),
-               allow_many_ranks=args.allow_many_ranks)
+               allow_many_ranks=args.allow_many_ranks, resume_retries=args.resume_retries, own_job=is_own_fit(cmd))
 
 
 def _fit(args) -> int:
@@ -90,7 +94,7 @@ def _fit(args) -> int:
         return run(args.n + (cfg.spares or 0), [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)],
                    mpiexec=args.mpiexec,
                    flavor=args.mpi, timeout=args.timeout, start_retries=args.start_retries, env=_rank_env(args),
-                   allow_many_ranks=args.allow_many_ranks)
+                   allow_many_ranks=args.allow_many_ranks, resume_retries=args.resume_retries, own_job=True)
     if not fitcmd.under_mpi_launcher():
         raise ConfigError("fit runs on several MPI ranks: give -n N (e.g. -n 4: a driver and 3 workers), "
                           "or start it under mpiexec/srun")

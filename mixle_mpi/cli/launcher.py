@@ -43,7 +43,7 @@ from mixle_mpi.runtime.exiting import DRIVER_PID_ENV, STATUS_ENV
 from mixle_mpi.policy.jobwatch import JobWatch
 from mixle_mpi.core.reaper import DONE, TAG_ENV, rank_states, sweep
 from mixle_mpi.runtime.rankwrapper import wrapper_path
-from mixle_mpi.runtime.startup import MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV, startup_timeout
+from mixle_mpi.runtime.startup import INIT_BEGUN_ENV, MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV, startup_timeout
 
 OPENMPI, MPICH, SRUN = "openmpi", "mpich", "srun"
 FLAVORS = (OPENMPI, MPICH, SRUN)
@@ -153,9 +153,11 @@ def build_command(mpiexec: str, flavor: str, n: int, cmd: list[str], extra: list
 
 
 def launch_env(blas_threads: int, status_file: str, base=None, pid_file: str | None = None,
-               mpi_up_file: str | None = None, started_file: str | None = None, tag: str | None = None) -> dict:
+               mpi_up_file: str | None = None, started_file: str | None = None, tag: str | None = None,
+               init_begun_file: str | None = None) -> dict:
     env = dict(os.environ if base is None else base)
-    for var, value in ((MPI_UP_ENV, mpi_up_file), (STARTED_ENV, started_file), (TAG_ENV, tag)):
+    for var, value in ((MPI_UP_ENV, mpi_up_file), (STARTED_ENV, started_file), (TAG_ENV, tag),
+                       (INIT_BEGUN_ENV, init_begun_file)):
         if value is None:
             env.pop(var, None)  # never an outer launcher's
         else:
@@ -324,6 +326,7 @@ class RunFiles:
         self.driver = os.path.join(self.dir, "driver.json")
         self.mpi_up = os.path.join(self.dir, "mpi_up.json")
         self.started = os.path.join(self.dir, "started.json")
+        self.init_begun = os.path.join(self.dir, "init_begun.txt")
 
     def read_status(self) -> dict | None:
         return _read_json(self.status)
@@ -378,10 +381,15 @@ def _release_reaper(reaper: subprocess.Popen) -> None:
 
 def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | None = None,
         timeout: float | None = None, blas_threads: int = 1, extra: list[str] | None = None,
-        env: dict | None = None, start_retries: int = 1, allow_many_ranks: bool = False) -> int:
+        env: dict | None = None, start_retries: int = 1, allow_many_ranks: bool = False,
+        resume_retries: int = 1, own_job: bool = False) -> int:
     """Launch ``cmd`` on ``n`` ranks and return the job's exit code. A job that never
     started (exit NEVER_STARTED: a rank died or hung while starting) is launched again, up
-    to ``start_retries`` times: nothing was computed, and a checkpoint resumes the rest.
+    to ``start_retries`` times: nothing was computed, and a checkpoint resumes the rest. A
+    job whose driver could not reconfigure (exit RERUN_TO_RESUME) is launched again up to
+    ``resume_retries`` times: it resumes from its checkpoint. ``own_job``: ``cmd`` is
+    mixle_mpi's own fit, whose every rank marks the start of its MPI initialisation, so
+    mpiexec ending before any rank did so is a launch that never started too.
     ``n`` far above the cores here is refused unless ``allow_many_ranks``."""
     full = {**os.environ, **(env or {})}
     limit = startup_timeout(full)  # a bad value is refused before any launch
@@ -391,25 +399,44 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
     typo = too_many_ranks(n, usable_cores(), allow_many_ranks, full)
     if typo:
         raise ConfigError(typo)
-    attempts = 1 + max(0, int(start_retries))
-    for attempt in range(1, attempts + 1):
-        code, note, level = _launch_once(argv, timeout, blas_threads, env, limit)
-        if code != exitcodes.NEVER_STARTED or attempt == attempts:
+    left = {exitcodes.NEVER_STARTED: max(0, int(start_retries)), exitcodes.RERUN_TO_RESUME: max(0, int(resume_retries))}
+    attempt = 1
+    while True:
+        code, note, level = _launch_once(argv, timeout, blas_threads, env, limit, own_job)
+        again = relaunch_note(code, left)
+        if again is None:
             break
-        log.warning(f"{note}; starting it again (attempt {attempt + 1} of {attempts})")
+        attempt += 1
+        log.warning(f"{note}; {again} (attempt {attempt})")
     log.log(level, note)
     return code
 
 
+def is_own_fit(cmd: list[str]) -> bool:
+    """Whether ``cmd`` is mixle_mpi's own fit (``python -m mixle_mpi fit ...``; pure)."""
+    return any(cmd[i:i + 3] == ["-m", "mixle_mpi", "fit"] for i in range(len(cmd)))
+
+
+def relaunch_note(code: int, left: dict) -> str | None:
+    """Whether to launch the job again after exit ``code``, spending one of ``left[code]``
+    (pure but for that count): the launcher's log line, or None."""
+    if left.get(code, 0) <= 0:
+        return None
+    left[code] -= 1
+    if code == exitcodes.NEVER_STARTED:
+        return "starting it again"
+    return "running it again to resume from its checkpoint"
+
+
 def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env: dict | None,
-                 limit: float) -> tuple[int, str, int]:
+                 limit: float, own_job: bool = False) -> tuple[int, str, int]:
     files = RunFiles()
     tag = uuid.uuid4().hex
     started: list[subprocess.Popen] = []
     forwarder = SignalForwarder(files.driver, terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started])
     previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
     full_env = {**launch_env(blas_threads, files.status, pid_file=files.driver, mpi_up_file=files.mpi_up,
-                            started_file=files.started, tag=tag),
+                            started_file=files.started, tag=tag, init_begun_file=files.init_begun),
                 **(env or {})}
     reaper = _start_reaper(tag)
     rc, why, t0 = None, None, time.monotonic()
@@ -441,14 +468,20 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
     status = files.read_status()
     timed_out = rc is None and why is not None and why.startswith("the job ran past")
     never = None if status is not None or timed_out else never_started(
-        os.path.exists(files.mpi_up), os.path.exists(files.started), time.monotonic() - t0, limit)
+        os.path.exists(files.mpi_up), os.path.exists(files.started), time.monotonic() - t0, limit,
+        init_begun=os.path.exists(files.init_begun), own_job=own_job, mpiexec_rc=rc)
     files.remove()
     code, note = judge(rc, status, forwarder.terminated, never, forwarder.interrupted)
     return code, note, verdict_level(code, status)
 
 
-def never_started(mpi_up: bool, started: bool, seconds: float, limit: float) -> str | None:
-    """Why a job that ended without a status never started, or None if it did (pure)."""
+def never_started(mpi_up: bool, started: bool, seconds: float, limit: float, init_begun: bool = False,
+                  own_job: bool = False, mpiexec_rc: int | None = None) -> str | None:
+    """Why a job that ended without a status never started, or None if it did (pure).
+    ``init_begun``: some rank began MPI initialisation (startup.init_mpi marks it), so a
+    job that ended before MPI was up lost a rank while starting; ``own_job``: every rank of
+    ``cmd`` would have marked that, so mpiexec ending nonzero before any did is a launch
+    failure. A command of the user's that fails on its own is neither."""
     if started:
         return None
     if mpi_up:
@@ -456,4 +489,9 @@ def never_started(mpi_up: bool, started: bool, seconds: float, limit: float) -> 
     if seconds >= limit:  # the ranks' own alarm ended them inside MPI_Init (see startup.py)
         return (f"MPI initialisation did not finish on every rank within {STARTUP_TIMEOUT_ENV}="
                 f"{limit:g} s (a rank probably died while starting)")
+    if init_begun:
+        return (f"MPI initialisation failed after {seconds:.1f} s (a rank died or failed inside MPI_Init"
+                + (f"; mpiexec exited {mpiexec_rc})" if mpiexec_rc not in (None, 0) else ")"))
+    if own_job and mpiexec_rc not in (None, 0):
+        return f"mpiexec exited {mpiexec_rc} after {seconds:.1f} s before any rank began MPI initialisation"
     return None

@@ -179,7 +179,9 @@ _COMMON_DOC = """\
 # - --requeue: on exit 75 this script requeues the job (scontrol requeue) while
 #   SLURM_RESTART_COUNT < {max_restarts}; the next start resumes from the checkpoint, to the same bits.
 # Exit codes: {ok} the fit finished; {ck} checkpointed but not requeued (restart bound reached or
-# requeue refused: resubmit to resume); 1 failed, 2 bad input, 70-72 a worker gave up.
+# requeue refused: resubmit to resume); 1 failed, 2 bad input, 70-72 a worker gave up,
+# 73 never started and 74 could not reconfigure (each already run again once by the launcher:
+# resubmit to resume).
 #
 # Rendered by `mixle-mpi slurm {kind}`; regenerate it instead of editing by hand."""
 
@@ -218,7 +220,7 @@ case $rc in
     fi
     exit {ck} ;;
   *)
-    echo "[mixle_mpi] the fit failed with exit code $rc (1 failed, 2 bad input, 70-72 a worker gave up); see above" >&2
+    echo "[mixle_mpi] the fit failed with exit code $rc (1 failed, 2 bad input, 70-72 a worker gave up, 73-74 resubmit to resume); see above" >&2
     exit "$rc" ;;
 esac
 """

@@ -8,5 +8,6 @@ DRIVER_LOST = 70      # a worker lost its driver and ended itself
 RECONFIG_TIMEOUT = 71  # a shrink/respawn overran its deadline
 WORKER_ABORTED = 72   # a worker ended because the driver aborted the job
 NEVER_STARTED = 73    # a rank died or hung while the job started; nothing was computed: safe to rerun
+RERUN_TO_RESUME = 74  # the driver could not reconfigure (e.g. a spawn stuck in MPI); the checkpoint is intact: rerun
 CHECKPOINTED = 75     # preempted (SIGTERM/SIGUSR1): checkpointed, please requeue (EX_TEMPFAIL)
 INTERRUPTED = 130     # Ctrl-C (SIGINT): every rank ended, checkpointed if a checkpoint was configured (128 + 2)

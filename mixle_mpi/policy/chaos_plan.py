@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.exitcodes import NEVER_STARTED
+from mixle_mpi.policy.faults import SPAWNED_ENV
 
 # kind: what is killed. "worker": SIGKILL of one worker at a random time (see external_plan); "two_workers": a second worker SIGKILLed 0-300 ms after the first;
 # "during_recovery": a second SIGKILL 0.2-2 s after the first, while the job recovers (half of
@@ -47,11 +48,12 @@ FIT_SHARE = 0.75
 
 # outcomes: the passing ones, then the failing ones (FAILED carries the exit code)
 OK, RESUMED_OK, RETRIED_OK, MISSED = "ok", "resumed-ok", "never-started-retried", "missed"
+RELAUNCHED_OK = "relaunched-resumed"  # the driver could not reconfigure (exit 74); the launcher's rerun resumed
 DIVERGED, HUNG, LEFTOVER, FAILED = "DIVERGED", "HUNG", "LEFTOVER", "FAILED"
-PASSING = (OK, RESUMED_OK, RETRIED_OK)
+PASSING = (OK, RESUMED_OK, RETRIED_OK, RELAUNCHED_OK)
 
 RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
-RESPAWN_ENV = ("OMPI_PARENT_PORT", "PMI_SPAWNED")  # Open MPI / MPICH: started by MPI_Comm_spawn
+RESPAWN_ENV = SPAWNED_ENV  # Open MPI / MPICH: started by MPI_Comm_spawn
 DEAD_STATES = ("Z", "X", "x")
 STOPPED_STATES = ("T", "t")
 
@@ -335,6 +337,7 @@ class Launch:
     diffs: list = field(default_factory=list)
     leftovers: list = field(default_factory=list)
     retried: bool = False   # the launcher itself started the job again (exit 73 on its first try)
+    relaunched: bool = False  # the launcher ran it again to resume (exit 74: the driver could not reconfigure)
 
     @property
     def identical(self) -> bool:
@@ -353,13 +356,14 @@ def judge(kind: str, first: Launch, *, missed: bool, explained_73: bool, rerun: 
     - ``missed``: a planned kill found no victim (the job had ended): not a run of its kind;
     - ``resumed-ok`` (driver killed, the rerun resumed to the same bits),
       ``never-started-retried`` (a startup death, and the launcher or the campaign started it
-      again, to the same bits), ``ok``.
+      again, to the same bits), ``relaunched-resumed`` (the driver could not reconfigure,
+      exit 74, and the launcher ran the job again, which resumed to the same bits), ``ok``.
     """
     launches = [first] + ([rerun] if rerun is not None else [])
     if any(x.hung for x in launches):
         return HUNG
     if first.code == 0:
-        final, verdict = first, (RETRIED_OK if first.retried else OK)
+        final, verdict = first, (RELAUNCHED_OK if first.relaunched else RETRIED_OK if first.retried else OK)
     elif needs_rerun(kind, first, explained_73) and rerun is not None:
         final, verdict = rerun, (RETRIED_OK if first.code == NEVER_STARTED else RESUMED_OK)
     else:

@@ -29,8 +29,10 @@ from mixle_mpi.core.exitcodes import FAULT_EXIT
 
 ACTIONS = ("kill", "stop", "exit", "hang")  # hang: the main thread blocks for good, heartbeats go on
 PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "respawn", "checkpoint_write",
-          "startup", "handshake")
+          "startup", "handshake", "spawn")
 STARTUP_PHASES = ("startup", "handshake")  # an original worker, before setup: read from the environment
+SPAWN_PHASE = "spawn"  # a replacement, as its process starts: read from the environment
+SPAWNED_ENV = ("OMPI_PARENT_PORT", "PMI_SPAWNED")  # Open MPI / MPICH: this process was started by MPI_Comm_spawn
 DRIVER_PHASES = ("estep_before", "estep_mid", "checkpoint_write")  # worker 0 is the driver
 SCOPES = ("any", "own", "recovery")
 ENV_VAR = "MIXLE_MPI_FAULT_PLAN"
@@ -43,7 +45,12 @@ class Fault:
 
     ``startup`` fires on an original worker right after MPI init, before it says hello to
     the driver; ``handshake`` once the driver's go arrived, before the job's communicator is
-    built. Those two come from ``MIXLE_MPI_FAULT_PLAN`` (the worker has no setup yet).
+    built. ``spawn`` fires in a replacement process as it starts, before its MPI
+    initialisation, so that it dies inside the driver's ``MPI_Comm_spawn``; such a process
+    does not know yet whom it replaces, so spawn faults fire in the order replacements
+    start, one each (``worker`` names the place the plan expects). Those three come from
+    ``MIXLE_MPI_FAULT_PLAN`` (the process has no setup yet), less the ones the fault log
+    says fired already.
     ``call`` counts the driver's calls of that kind from 0 (E-step rounds for the estep
     phases, initializations, log-density sums; for ``checkpoint_write`` the iteration being
     written); it is ignored for ``respawn``. Worker 0 is the driver itself (phases
@@ -78,11 +85,13 @@ class Fault:
         if isinstance(self.call, bool) or not isinstance(self.call, int) or self.call < 0:
             raise ConfigError(f"fault call must be an integer >= 0; found {self.call!r}")
         if self.incarnation is None:
-            object.__setattr__(self, "incarnation", 1 if self.phase == "respawn" else 0)
+            object.__setattr__(self, "incarnation", 1 if self.phase in ("respawn", SPAWN_PHASE) else 0)
         if isinstance(self.incarnation, bool) or not isinstance(self.incarnation, int) or self.incarnation < 0:
             raise ConfigError(f"fault incarnation must be an integer >= 0; found {self.incarnation!r}")
 
     def matches(self, worker: int, incarnation: int, phase: str, call: int, recovery: bool) -> bool:
+        if phase == SPAWN_PHASE:  # the starting process knows no worker yet (see the class doc)
+            return self.phase == SPAWN_PHASE
         if (self.worker, self.incarnation, self.phase) != (worker, incarnation, phase):
             return False
         if phase != "respawn" and self.call != call:
@@ -225,6 +234,31 @@ def read_fired(path: str | None) -> list[dict]:
         if isinstance(rec, dict) and rec.get("event") == "fault_fired":
             out.append(rec)
     return out
+
+
+def pending_from_env(phases: tuple, environ=None) -> list[Fault]:
+    """The faults of ``MIXLE_MPI_FAULT_PLAN`` at ``phases`` that the fault log does not record
+    as fired: a job launched again meets each such fault once. A bad plan is the driver's to
+    report, so it gives none here."""
+    environ = os.environ if environ is None else environ
+    try:
+        plan = [f for f in parse_plan(environ.get(ENV_VAR, "")) if f.phase in phases]
+    except ConfigError:
+        return []
+    return unfired(plan, read_fired(environ.get(FIRED_ENV)))
+
+
+def started_by_spawn(environ=None) -> bool:
+    """Whether this process is a replacement started by ``MPI_Comm_spawn`` (from the
+    environment its MPI gives it; readable before MPI initialisation)."""
+    environ = os.environ if environ is None else environ
+    return any(var in environ for var in SPAWNED_ENV)
+
+
+def spawn_fault_check() -> None:
+    """In a replacement process, before MPI initialisation: the first pending spawn fault."""
+    if started_by_spawn():
+        FaultInjector(pending_from_env((SPAWN_PHASE,))[:1], 0, 1).check(SPAWN_PHASE)
 
 
 def unfired(plan, fired: list[dict]) -> list[Fault]:

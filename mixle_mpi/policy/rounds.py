@@ -124,6 +124,12 @@ class RoundState:
                 found.update(s for s in ss if s not in accepted and 0 <= s < n)
         return sorted(found)
 
+    def waiting_on(self) -> list[int]:
+        """The workers with a shard assigned and not yet accepted, whose replies the round
+        waits for (O(processes), from the index; a failed one is among them until its
+        shards are sent elsewhere)."""
+        return sorted({w for w, _ in self._by_process})
+
     def done(self) -> bool:
         """Every shard has an accepted result (what ``next_step`` checks first)."""
         return len(self.accepted) >= self.num_shards

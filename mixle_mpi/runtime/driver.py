@@ -45,6 +45,11 @@ SPAWN_CHECK_TIMEOUT = 5.0  # after a spawn timed out: seconds MPI gets to prove 
 ULFM_CHECK_WAIT, ULFM_CHECK_POLL = 1.0, 0.01  # seconds ULFM gets to report excluded ranks failed
 
 
+RERUN_ADVICE = ("Nothing saved is lost: `mixle-mpi run`/`fit` runs the job again by itself (--resume-retries, "
+                "default 1), which resumes from the last checkpoint if one is configured; exit 74 means rerun "
+                "the same command. Or disable respawn (--no-respawn)")
+
+
 class Driver:
     def __init__(
         self,
@@ -342,7 +347,10 @@ class Driver:
         state = RoundState(self.num_shards, frozenset(results))
         failed_before = set(self.pending)
 
+        seen = {"live": None}  # the live processes at the last Wait; None: something was sent since
+
         def dispatch(worker: int, sids: list[int], recovery: bool) -> None:
+            seen["live"] = None
             items = [(s, self.store.read_packed(s) if recovery else None, extras.get(s)) for s in sids]
             keep = recovery and not self.owners.get(worker)  # an idle spare: it may adopt these shards
             if self._post(worker, Task(task_id, kind, call, body_b, items, keep)):
@@ -356,9 +364,12 @@ class Driver:
             dispatch(w, sids, False)
 
         def step() -> bool | None:
+            """One poll, O(W) while nothing changes: drain the workers the round waits for,
+            then ask the round what to do only if membership changed or a task went out
+            since the last Wait (otherwise only Done is possible; see RoundState.next_step)."""
             progressed = False
             live = self._live_processes()
-            for w in sorted({who for who, _ in state.assigned.values()}):
+            for w in state.waiting_on():
                 incarnation = self.membership.records[w].incarnation
                 for msg in self._drain(w):
                     if not isinstance(msg, Result) or msg.task_id != task_id:
@@ -373,7 +384,12 @@ class Driver:
                             if kind == "estep" and len(results) < self.num_shards:
                                 self.faults.check("estep_mid", call)
             self._check_failures()
-            action = state.next_step(self.owners, self._live_processes())
+            if state.done():
+                return None
+            live = self._live_processes()
+            if live == seen["live"]:
+                return progressed
+            action = state.next_step(self.owners, live)
             if isinstance(action, Done):
                 return None
             if isinstance(action, NeedWorkers):
@@ -385,6 +401,8 @@ class Driver:
                 for target, sids in action.plan.items():
                     dispatch(target, sids, True)
                 progressed = True
+            else:  # Wait
+                seen["live"] = live
             return progressed
 
         self._wait(step)
@@ -485,7 +503,7 @@ class Driver:
             except TimeoutError as exc:
                 raise ReconfigurationTimeout(
                     f"shrinking to ranks {ranks} ({method}) failed: {exc}; a rank probably died inside "
-                    "the collective on an MPI without ULFM"
+                    f"the collective on an MPI without ULFM. {RERUN_ADVICE}"
                 ) from None
             if comm.Get_size() != len(ranks):
                 raise ReconfigurationTimeout(f"shrink returned {comm.Get_size()} ranks, expected {len(ranks)}")
@@ -550,26 +568,14 @@ class Driver:
                 if spawn_timeout_is_fatal(vendor):
                     raise ReconfigurationTimeout(
                         f"respawning rank {worker} failed: {exc}; under {vendor} the abandoned spawn holds MPI, "
-                        "so the fit cannot go on. Rerun the same command to resume from the last checkpoint, "
-                        "or disable respawn (--no-respawn)") from None
+                        f"so this run cannot go on. {RERUN_ADVICE}") from None
                 self._check_mpi_answers(str(exc))
             self.can_spawn = False
             self.events.emit("spawn_unavailable", worker=worker, cause=str(exc),
                              action="shards migrate to survivors")
             return False
         self.grank.pop(worker, None)
-        self.links[worker] = Link(pair, hb, 1, inter=inter)
-        incarnation = self.membership.revive(worker)
-        if self._post(worker, self._setup_message(worker)):
-            self.monitor.watch(worker, self.links[worker])
-        ready = self._collect({worker: {(Ready, worker)}}, "ready")
-        if worker in ready:
-            self._note_ready(worker, ready[worker][0])
-            self._load({worker: list(self.owners.get(worker, []))})
-        if self.membership.is_live(worker):
-            host, pid = self.info[worker]
-            self.events.emit("respawned", worker=worker, host=host, pid=pid, incarnation=incarnation,
-                             shards=list(self.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6))
+        self._bring_up(worker, Link(pair, hb, 1, inter=inter), "respawned", t0)
         return True
 
     def _adopt(self, worker: int, spare: int) -> bool:
@@ -590,22 +596,29 @@ class Driver:
             self.info[worker] = self.info.pop(spare)  # fencing must aim at the spare's process now
         else:
             self.info.pop(worker, None)
+        warm = self.warm.pop(spare, set())
+        self._bring_up(worker, link, "spare_adopted", t0, held=warm, spare=spare,
+                       warm=sorted(warm & set(self.owners.get(worker, []))))
+        return True
+
+    def _bring_up(self, worker: int, link: Link, event: str, t0: float, held=frozenset(), **fields) -> None:
+        """The process now on ``link`` takes ``worker``'s place (a replacement or a spare):
+        set it up, wait for it to be ready, send it the place's shards less those it
+        ``held`` already, then log ``event`` with ``fields``. A failure on the way is one of
+        its own, handled like any other (the place then waits for the next recovery)."""
         self.links[worker] = link
         incarnation = self.membership.revive(worker)
         if self._post(worker, self._setup_message(worker)):
             self.monitor.watch(worker, link)
-        warm = self.warm.pop(spare, set())
         ready = self._collect({worker: {(Ready, worker)}}, "ready")
         if worker in ready:
             self._note_ready(worker, ready[worker][0])
-            self._load({worker: [s for s in self.owners.get(worker, []) if s not in warm]})
+            self._load({worker: [s for s in self.owners.get(worker, []) if s not in held]})
         if self.membership.is_live(worker):
             host, pid = self.info[worker]
-            self.events.emit("spare_adopted", worker=worker, spare=spare, host=host, pid=pid,
-                             incarnation=incarnation, shards=list(self.owners.get(worker, [])),
-                             warm=sorted(warm & set(self.owners.get(worker, []))),
+            self.events.emit(event, worker=worker, host=host, pid=pid, incarnation=incarnation,
+                             shards=list(self.owners.get(worker, [])), **fields,
                              seconds=round(time.perf_counter() - t0, 6))
-        return True
 
     def _check_mpi_answers(self, what: str) -> None:
         """After a blocking call was abandoned in its thread (a Spawn that timed out): go on
@@ -615,9 +628,8 @@ class Driver:
             run_with_deadline(MPI.COMM_SELF.Iprobe, SPAWN_CHECK_TIMEOUT, "MPI check")
         except TimeoutError:
             raise ReconfigurationTimeout(
-                f"{what}, and MPI no longer answers (the abandoned call holds it); the fit cannot go on. "
-                "Rerun the same command to resume from the last checkpoint, or disable respawn (--no-respawn)"
-            ) from None
+                f"{what}, and MPI no longer answers (the abandoned call holds it); this run cannot go on. "
+                f"{RERUN_ADVICE}") from None
         except MPI.Exception:
             pass  # it answered
 

@@ -22,7 +22,7 @@ import traceback
 
 from mixle_mpi.core import exitcodes, logs
 from mixle_mpi.core.atomicfile import write_json
-from mixle_mpi.core.errors import ConfigError, DataError, Interrupted, Preempted
+from mixle_mpi.core.errors import ConfigError, DataError, Interrupted, Preempted, ReconfigurationTimeout
 
 STATUS_ENV = "MIXLE_MPI_STATUS_FILE"
 DRIVER_PID_ENV = "MIXLE_MPI_DRIVER_PID_FILE"
@@ -68,6 +68,8 @@ def exit_code_for(exc: BaseException) -> int:
         return exitcodes.CHECKPOINTED
     if isinstance(exc, StartupFailed):
         return exitcodes.NEVER_STARTED
+    if isinstance(exc, ReconfigurationTimeout):  # the checkpoint is intact: a rerun resumes
+        return exitcodes.RERUN_TO_RESUME
     if isinstance(exc, (ConfigError, DataError, CheckpointError)):
         return exitcodes.BAD_INPUT
     return exitcodes.FAILED

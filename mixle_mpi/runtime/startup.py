@@ -39,6 +39,7 @@ from mixle_mpi.core.protocol import PROTOCOL, TAG_START, Abort, Beacon, Go, Hell
 
 STARTUP_TIMEOUT_ENV = "MIXLE_MPI_STARTUP_TIMEOUT"
 MPI_UP_ENV = "MIXLE_MPI_MPI_UP_FILE"
+INIT_BEGUN_ENV = "MIXLE_MPI_INIT_BEGUN_FILE"
 STARTED_ENV = "MIXLE_MPI_STARTED_FILE"
 DEFAULT_STARTUP_TIMEOUT = 120.0
 BEACON_PERIOD = 1.0          # seconds between the driver's "still preparing" beacons
@@ -76,6 +77,11 @@ def startup_timeout(environ=None) -> float:
 # -- phase 1: MPI init -----------------------------------------------------------------------
 def init_mpi():
     """``mpi4py.MPI``, initialising MPI under the startup deadline (see the module doc)."""
+    if "mpi4py.MPI" not in sys.modules:
+        from mixle_mpi.policy.faults import spawn_fault_check
+
+        spawn_fault_check()  # a test's replacement that dies inside the driver's MPI_Comm_spawn
+        mark_init_begun()
     armed = ("mpi4py.MPI" not in sys.modules and threading.current_thread() is threading.main_thread()
              and hasattr(signal, "SIGALRM"))
     if armed:
@@ -94,6 +100,24 @@ def init_mpi():
 
 def _mark_mpi_up() -> None:
     _mark(MPI_UP_ENV)
+
+
+def mark_init_begun() -> None:
+    """Tell the launcher that this rank's process runs and begins MPI initialisation: a job
+    that then ends without MPI up lost a rank while starting (it never started), unlike a
+    command that failed on its own. Every rank appends its pid to one file (no rename: ranks
+    write at once); a marker that cannot be written only costs the launcher that knowledge."""
+    path = os.environ.get(INIT_BEGUN_ENV)
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, f"{os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def mark_started() -> None:

@@ -340,14 +340,9 @@ def _startup_faults(rank: int) -> FaultInjector:
     """This rank's startup faults from the environment, less those the fault log says fired
     already: a job launched again after it never started meets each fault once. A bad plan
     is the driver's to report."""
-    from mixle_mpi.core.errors import ConfigError
-    from mixle_mpi.policy.faults import FIRED_ENV, STARTUP_PHASES, plan_from_env, read_fired, unfired
+    from mixle_mpi.policy.faults import STARTUP_PHASES, pending_from_env
 
-    try:
-        plan = [f for f in plan_from_env() if f.phase in STARTUP_PHASES]
-    except ConfigError:
-        plan = []
-    return FaultInjector(unfired(plan, read_fired(os.environ.get(FIRED_ENV))), rank, 0)
+    return FaultInjector(pending_from_env(STARTUP_PHASES), rank, 0)
 
 
 def serve_spawned(parent) -> None:
