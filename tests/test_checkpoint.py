@@ -122,16 +122,25 @@ def test_signal_to_the_driver_checkpoints_and_asks_for_requeue(sig, tmp_path):
     _resume_and_compare(tmp_path, ck, n)
 
 
+@pytest.fixture(scope="module")
+def killed_checkpoint(tmp_path_factory):
+    """The checkpoint of a fit whose driver was killed at iteration 2 (made once per module)."""
+    tmp = tmp_path_factory.mktemp("killed")
+    ck = tmp / "ck.h5"
+    first = killed_job(3, _args("gmm1d", 3000, ck), tmp / "a", "0:kill:estep_before:2")
+    assert first.rc != 0 and ck.exists(), first.describe()
+    return ck
+
+
 @pytest.mark.parametrize("change,field", [
     (["--data-seed", "2"], "fingerprint.data"),
     (["--sub-chunks", "2"], "layout.sub_chunks"),
     (["--num-shards", "3"], "layout.num_shards"),
     (["--seed", "8"], "fingerprint.config"),
 ])
-def test_checkpoint_of_another_fit_is_refused(change, field, tmp_path):
+def test_checkpoint_of_another_fit_is_refused(change, field, tmp_path, killed_checkpoint):
     ck = tmp_path / "ck.h5"
-    first = killed_job(3, _args("gmm1d", 3000, ck), tmp_path / "a", "0:kill:estep_before:2")
-    assert first.rc != 0
+    ck.write_bytes(killed_checkpoint.read_bytes())  # each case gets the same checkpoint, untouched
     again = run_job(OMPI_PYTHON, 3, _args("gmm1d", 3000, ck) + change, tmp_path / "b")
     assert again.rc == 2, again.describe()
     assert "is a checkpoint of a different fit" in again.stderr and field in again.stderr, again.describe()
