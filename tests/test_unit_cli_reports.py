@@ -120,6 +120,21 @@ def test_chaos_compares_bits_and_measures_recovery():
               {"event": "recovery", "time": 1.1}, {"event": "respawned", "time": 3.5}, {"event": "closed", "time": 9.0}]
     assert chaos.recovery_seconds(events) == pytest.approx(2.5)
     assert chaos.recovery_seconds(events[:1]) is None
+    background = events[:3] + [{"event": "respawn_started", "time": 1.3},
+                               {"event": "respawned", "time": 6.0, "background": True}]
+    assert chaos.recovery_seconds(background) == pytest.approx(0.3)  # the join held nothing up
+
+
+def test_inspector_tells_a_background_join_step_by_step():
+    events = EVENTS[:4] + [
+        {"event": "respawn_started", "time": 101.3, "worker": 2, "incarnation": 1, "shards": [1, 4]},
+        {"event": "respawn_ready", "time": 102.5, "worker": 2, "pid": 23, "host": "h", "incarnation": 1},
+        {"event": "respawned", "time": 104.0, "worker": 2, "pid": 23, "host": "h", "incarnation": 1, "seconds": 2.7,
+         "shards": [1, 4], "background": True}]
+    story = inspector.rank_stories(events)[2]
+    assert "a replacement is starting (incarnation 1); survivors carry shards [1, 4] meanwhile" in story[1]
+    assert "respawned as pid 23 on h (incarnation 1), loading its shards in the background" in story[2]
+    assert "took back shards [1, 4] (2.70s after it was started, 3.00s after its failure)" in story[3]
 
 
 def test_best_restart_and_restart_checkpoints():

@@ -34,8 +34,8 @@ from mixle_mpi.policy.placement import initial_placement, plan_recovery
 SINGLE_PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum")
 ACTIONS = ("kill", "stop")
 KINDS = ("single", "repeat", "respawn", "recovery", "double")  # the last two need 3+ workers, 2 holding shards
-RECONFIG_EVENTS = ("recovery", "shrink", "shrink_fallback", "kept", "respawned", "spare_adopted", "blacklisted",
-                   "migrated")
+RECONFIG_EVENTS = ("recovery", "shrink", "shrink_fallback", "kept", "respawn_started", "respawned", "spare_adopted",
+                   "blacklisted", "migrated")
 FAULT_LOG = "faults.jsonl"  # in each run's folder: one record per fault that fired
 
 
@@ -119,11 +119,13 @@ def compare(reference: dict, result: dict) -> list[str]:
 
 
 def recovery_seconds(events: list[dict]) -> float | None:
-    """From the first detected failure to the last reconfiguration event after it (pure)."""
+    """From the first detected failure to the last reconfiguration event after it (pure). A
+    replacement taking its shards back in the background held nothing up: not counted."""
     fails = [e["time"] for e in events if e.get("event") == "failure_detected"]
     if not fails:
         return None
-    after = [e["time"] for e in events if e.get("event") in RECONFIG_EVENTS and e["time"] >= fails[0]]
+    after = [e["time"] for e in events if e.get("event") in RECONFIG_EVENTS and e["time"] >= fails[0]
+             and not e.get("background")]
     return (max(after) if after else fails[-1]) - fails[0]
 
 

@@ -684,6 +684,8 @@ class Driver:
                 if isinstance(msg, Ready) and not join.ready:
                     self._note_ready(w, msg)
                     join.got_ready(self._load_parts(self.owners.get(w, [])), now)
+                    self.events.emit("respawn_ready", worker=w, host=msg.host, pid=msg.pid,
+                                     incarnation=self.membership.records[w].incarnation)
                     progressed = True
                 elif isinstance(msg, Loaded):
                     join.got_loaded(msg.shard, now)
