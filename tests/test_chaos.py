@@ -47,7 +47,7 @@ SCENARIOS = {
 }
 
 
-WAIT_FOR_REPLACEMENT = {"blacklisted", "respawned_dies_again"}
+WAIT_FOR_REPLACEMENT = {"blacklisted", "respawned_dies_again", "during_respawn"}
 
 # Under MPICH in CI: the scenarios whose path differs there (emulated shrink, spawn and its
 # failure, fencing a stopped rank, migration, two deaths); the hook phases alone repeat Open MPI's.
@@ -90,14 +90,14 @@ def test_replacement_dying_inside_spawn_recovers_to_the_same_bits(library, tmp_p
     name, python = library
     plan = "2:kill:estep_before:1,2:kill:spawn"
     job, records = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan,
-                             env={"MIXLE_MPI_RECONFIGURE_TIMEOUT": "8"})
+                             env={"MIXLE_MPI_RECONFIGURE_TIMEOUT": "8", "MIXLE_MPI_RESPAWN_WAIT": "1"})
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
     assert [r["phase"] for r in records if r["phase"] == "spawn"] == ["spawn"]
     events = [e["event"] for e in job.events]
     if name == "mpich":
         assert "running it again to resume" in job.stderr and events.count("start") == 2, job.describe()
-        assert "respawn_started" in events, job.describe()  # the rerun's Spawn went through
+        assert "respawned" in events, job.describe()  # the rerun's Spawn went through
     else:
         assert "spawn_unavailable" in events and "migrated" in events, job.describe()
         assert job.result["blacklist"] == [2], job.describe()
@@ -126,6 +126,25 @@ def test_a_replacement_joins_in_the_background_and_takes_its_shards_back(library
     later = [r for r in job.result["rounds"] if r["started_at"] > joined["time"]]
     assert later and not any(r["recomputed"] or r["failed"] for r in later), job.describe()
     assert not [e for e in job.events if e["event"] in ("migrated", "blacklisted")], job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
+
+@pytest.mark.parametrize("library", with_libraries([()], lambda lib, row: False, id_of=lambda row: "dies"))
+def test_a_replacement_dying_while_it_joins_is_one_more_failure(library, tmp_path, reference):
+    """The replacement dies in its setup, in the background: that is its place's second
+    failure (max_retries 2), so the place is blacklisted and its shard migrates for good to
+    the survivor that was carrying it. Same bits."""
+    _, python = library
+    its = 200
+    job, records = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, its), tmp_path,
+                             "2:kill:estep_before:1,2:kill:respawn:0")
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, its, 7)), job.describe()
+    assert {int(k): v for k, v in job.result["failures"].items() if v} == {2: 2}, job.describe()
+    assert job.result["blacklist"] == [2], job.describe()
+    events = [e["event"] for e in job.events if e.get("worker") == 2]
+    assert events.index("respawn_started") < events.index("blacklisted"), job.describe()
+    assert "respawned" not in events, job.describe()
+    assert sorted(s for e in job.events if e["event"] == "migrated" for s in e["shards"]) == [1], job.describe()
     assert no_leftover_processes(str(tmp_path)) == []
 
 
