@@ -27,7 +27,8 @@ from mixle_mpi.core import logs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.exitcodes import FAULT_EXIT
 
-ACTIONS = ("kill", "stop", "exit", "hang")  # hang: the main thread blocks for good, heartbeats go on
+ACTIONS = ("kill", "stop", "exit", "hang", "delay")  # hang: the main thread blocks for good, heartbeats go on
+DELAY_SECONDS = 10.0  # "delay": a straggler, whose main thread sleeps this long once (heartbeats go on)
 PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "respawn", "checkpoint_write",
           "startup", "handshake", "spawn")
 STARTUP_PHASES = ("startup", "handshake")  # an original worker, before setup: read from the environment
@@ -213,6 +214,8 @@ def _perform(fault: Fault) -> None:
         lock = threading.Lock()
         lock.acquire()
         lock.acquire()
+    elif fault.action == "delay":
+        time.sleep(DELAY_SECONDS)
     else:
         os._exit(FAULT_EXIT)
 

@@ -770,12 +770,14 @@ class Driver:
         its own, handled like any other (the place then waits for the next recovery)."""
         self.links[worker] = link
         incarnation = self.membership.revive(worker)
+        self.monitor.grace(worker, self.settings.reconfigure_timeout)  # a replacement imports before it beats
         if self._post(worker, self._setup_message(worker)):
             self.monitor.watch(worker, link)
         ready = self._collect({worker: {(Ready, worker)}}, "ready")
         if worker in ready:
             self._note_ready(worker, ready[worker][0])
             self._load({worker: [s for s in self.owners.get(worker, []) if s not in held]})
+        self.monitor.grace(worker, 0.0)
         if self.membership.is_live(worker):
             host, pid = self.info[worker]
             self.events.emit(event, worker=worker, host=host, pid=pid, incarnation=incarnation,
