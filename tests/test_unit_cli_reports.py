@@ -208,3 +208,10 @@ def test_inspector_tells_a_rank_dropped_by_keep():
     stories = inspector.rank_stories(events)
     assert "dropped from the kept communicator" in stories[2][1] and "survivors [1] keep their ranks" in stories[2][1]
     assert "shrink by keep" in "\n".join(inspector.summarize_events(events))
+
+
+def test_a_campaign_run_waits_for_replacements_only_when_its_plan_needs_it():
+    base = {"PATH": "/bin"}
+    assert chaos.fit_env("3:kill:estep_mid:4:0,3:kill:estep_before:5:1", "f.jsonl", base=base)["MIXLE_MPI_RESPAWN_WAIT"] == "1"
+    assert "MIXLE_MPI_RESPAWN_WAIT" not in chaos.fit_env("2:kill:estep_mid:1", "f.jsonl", base=base)
+    assert "MIXLE_MPI_RESPAWN_WAIT" not in chaos.fit_env("", "f.jsonl", base=base)

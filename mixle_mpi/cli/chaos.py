@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.storage.events import read_events
-from mixle_mpi.policy.faults import FIRED_ENV, Fault, read_fired, unfired
+from mixle_mpi.policy.faults import FIRED_ENV, Fault, needs_replacement_rounds, read_fired, unfired
 from mixle_mpi.cli.jobconfig import FitConfig, to_argv
 from mixle_mpi.policy.placement import initial_placement, plan_recovery
 
@@ -149,9 +149,13 @@ def fit_command(cfg: FitConfig, n: int, timeout: float, launch: list[str]) -> li
 
 def fit_env(plan: str, fault_log: str, extra: dict | None = None, base=None) -> dict:
     """The environment of a campaign run: fault ``plan`` (empty: none), victims' records
-    into ``fault_log``, no live progress line, then ``extra`` (over ``base``, default os.environ)."""
+    into ``fault_log``, no live progress line, then ``extra`` (over ``base``, default os.environ).
+    A plan in which a replacement acts in its own rounds makes the fit wait for replacements
+    (``respawn_wait``): joining in the background, it might not compute before the fit ends."""
     env = {**(os.environ if base is None else base), "MIXLE_MPI_FAULT_PLAN": plan, FIRED_ENV: fault_log}
     env.pop("MIXLE_MPI_LIVE_PROGRESS", None)
+    if plan and needs_replacement_rounds(plan):
+        env.setdefault("MIXLE_MPI_RESPAWN_WAIT", "1")
     env.update(extra or {})
     return env
 

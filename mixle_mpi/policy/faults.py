@@ -239,6 +239,12 @@ def read_fired(path: str | None) -> list[dict]:
     return out
 
 
+def needs_replacement_rounds(plan) -> bool:
+    """Whether ``plan`` has a replacement act in one of its own rounds (incarnation >= 1 at a
+    task phase): it can fire only if the fit waits for the replacement to join (pure)."""
+    return any(f.incarnation >= 1 and f.phase not in ("respawn", SPAWN_PHASE) for f in parse_plan(plan))
+
+
 def pending_from_env(phases: tuple, environ=None) -> list[Fault]:
     """The faults of ``MIXLE_MPI_FAULT_PLAN`` at ``phases`` that the fault log does not record
     as fired: a job launched again meets each such fault once. A bad plan is the driver's to
