@@ -62,7 +62,10 @@ def split(rec: dict, kill_call: int) -> dict:
     detected = next(e for e in events if e["event"] == "failure_detected")
     results_end = failed["started_at"] + failed["results_seconds"]
     shrink = sum(e["seconds"] for e in events if e["event"] == "shrink")
-    respawn = sum(e["seconds"] for e in events if e["event"] in ("respawned", "spare_adopted"))
+    # what held up the fit: a spare's adoption, a Spawn (respawn_started), or a whole
+    # respawn under respawn_wait; a background join ("respawned" with background) did not
+    respawn = sum(e["seconds"] for e in events if e["event"] in ("respawned", "spare_adopted", "respawn_started")
+                  and not e.get("background"))
     call = calls[kill_call]
     parts = {
         "before_kill": rec["kill_time"] - failed["started_at"],

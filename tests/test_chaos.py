@@ -47,6 +47,8 @@ SCENARIOS = {
 }
 
 
+WAIT_FOR_REPLACEMENT = {"blacklisted", "respawned_dies_again", "during_respawn"}
+
 # Under MPICH in CI: the scenarios whose path differs there (emulated shrink, spawn and its
 # failure, fencing a stopped rank, migration, two deaths); the hook phases alone repeat Open MPI's.
 MPICH_CI = {"estep_mid", "during_respawn", "two_in_one_round", "recovery_target_dies", "stopped_worker",
@@ -58,7 +60,10 @@ MPICH_CI = {"estep_mid", "during_respawn", "two_in_one_round", "recovery_target_
 def test_failure_is_recovered_bit_identically(library, scenario, tmp_path, reference):
     _, python = library
     plan, retries, failures, blacklist = SCENARIOS[scenario]
-    job, records = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS, max_retries=retries), tmp_path, plan)
+    # a fault planned in a replacement's own rounds needs the replacement computing by then:
+    # the fit waits for it to join instead of going on without it (respawn_wait)
+    env = {"MIXLE_MPI_RESPAWN_WAIT": "1"} if scenario in WAIT_FOR_REPLACEMENT else {}
+    job, records = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS, max_retries=retries), tmp_path, plan, env=env)
     assert job.rc == 0, job.describe()
     assert job.result is not None, job.describe()
     ref = reference(MODEL, N, SHARDS, SUB, ITS, 7)
@@ -85,17 +90,60 @@ def test_replacement_dying_inside_spawn_recovers_to_the_same_bits(library, tmp_p
     name, python = library
     plan = "2:kill:estep_before:1,2:kill:spawn"
     job, records = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan,
-                             env={"MIXLE_MPI_RECONFIGURE_TIMEOUT": "8"})
+                             env={"MIXLE_MPI_RECONFIGURE_TIMEOUT": "8", "MIXLE_MPI_RESPAWN_WAIT": "1"})
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
     assert [r["phase"] for r in records if r["phase"] == "spawn"] == ["spawn"]
     events = [e["event"] for e in job.events]
     if name == "mpich":
         assert "running it again to resume" in job.stderr and events.count("start") == 2, job.describe()
-        assert "respawned" in events, job.describe()
+        assert "respawned" in events, job.describe()  # the rerun's Spawn went through
     else:
         assert "spawn_unavailable" in events and "migrated" in events, job.describe()
         assert job.result["blacklist"] == [2], job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_replacement_joins_in_the_background_and_takes_its_shards_back(library, tmp_path, reference):
+    """The fit does not wait for the replacement: the survivor that recomputed the dead
+    worker's shard keeps computing it as its own (no recovery after the failed round), until
+    the replacement is set up and loaded; then it takes the shard back. Worker 1 straggles
+    10 s in E-step 3 (a "delay" fault), which gives the replacement time to join whatever
+    the machine's load. Same bits."""
+    _, python = library
+    job, _ = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path,
+                       "2:kill:estep_before:1,1:delay:estep_before:3")
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    seq = [e["event"] for e in job.events if e.get("worker") == 2 and e["event"] in
+           ("failure_detected", "respawn_started", "respawn_ready", "respawned")]
+    assert seq == ["failure_detected", "respawn_started", "respawn_ready", "respawned"], job.describe()
+    joined = next(e for e in job.events if e["event"] == "respawned")
+    assert joined["background"] and joined["shards"] == [1], job.describe()
+    recoveries = [(e["kind"], e["call"]) for e in job.events if e["event"] == "recovery"]
+    assert recoveries and set(recoveries) == {("estep", 1)}, job.describe()  # afterwards: kept, not resent
+    later = [r for r in job.result["rounds"] if r["started_at"] > joined["time"]]
+    assert later and not any(r["recomputed"] or r["failed"] for r in later), job.describe()
+    assert not [e for e in job.events if e["event"] in ("migrated", "blacklisted")], job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
+
+@pytest.mark.parametrize("library", with_libraries([()], lambda lib, row: False, id_of=lambda row: "dies"))
+def test_a_replacement_dying_while_it_joins_is_one_more_failure(library, tmp_path, reference):
+    """The replacement dies in its setup, in the background (while worker 1 straggles in
+    E-step 3): that is its place's second failure (max_retries 2), so the place is
+    blacklisted and its shard migrates for good to the survivor that was carrying it."""
+    _, python = library
+    job, records = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path,
+                             "2:kill:estep_before:1,2:kill:respawn:0,1:delay:estep_before:3")
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    assert {int(k): v for k, v in job.result["failures"].items() if v} == {2: 2}, job.describe()
+    assert job.result["blacklist"] == [2], job.describe()
+    events = [e["event"] for e in job.events if e.get("worker") == 2]
+    assert events.index("respawn_started") < events.index("blacklisted"), job.describe()
+    assert "respawned" not in events, job.describe()
+    assert sorted(s for e in job.events if e["event"] == "migrated" for s in e["shards"]) == [1], job.describe()
     assert no_leftover_processes(str(tmp_path)) == []
 
 
@@ -146,7 +194,8 @@ def test_keep_goes_on_with_the_original_communicator(library, tmp_path, referenc
     name, python = library
     respawn = name != "openmpi"
     job, _ = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, "3:kill:estep_mid:2",
-                       env={"MIXLE_MPI_CONTINUATION": "keep", "MIXLE_MPI_RESPAWN": "1" if respawn else "0"})
+                       env={"MIXLE_MPI_CONTINUATION": "keep", "MIXLE_MPI_RESPAWN": "1" if respawn else "0",
+                            "MIXLE_MPI_RESPAWN_WAIT": "1"})  # the replacement serves before the fit ends
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
     chosen = [e for e in job.events if e["event"] == "continuation"]

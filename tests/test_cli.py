@@ -70,7 +70,7 @@ def test_fit_on_hdf5_equals_mixle_through_a_kill(library, diag_h5, reference, tm
     plan = "2:kill:estep_mid:3"
     proc = cli(python, "fit", "-n", "4", "--timeout", "180", "--data", f"{diag_h5}:/run1/X", "--model", "gmm:k=3,cov=diag",
                "--num-shards", "5", "--max-its", "8", "--seed", "7", "--out-dir", str(out),
-               "--checkpoint", str(tmp_path / "ck.h5"), "--keep-store", cwd=tmp_path, plan=plan)
+               "--checkpoint", str(tmp_path / "ck.h5"), "--keep-store", "--respawn-wait", cwd=tmp_path, plan=plan)
     assert proc.returncode == 0, proc.stderr[-4000:]
     (fired,) = all_fired(plan, tmp_path / FAULT_LOG)
     model, summary = outputs(out)

@@ -120,6 +120,21 @@ def test_chaos_compares_bits_and_measures_recovery():
               {"event": "recovery", "time": 1.1}, {"event": "respawned", "time": 3.5}, {"event": "closed", "time": 9.0}]
     assert chaos.recovery_seconds(events) == pytest.approx(2.5)
     assert chaos.recovery_seconds(events[:1]) is None
+    background = events[:3] + [{"event": "respawn_started", "time": 1.3},
+                               {"event": "respawned", "time": 6.0, "background": True}]
+    assert chaos.recovery_seconds(background) == pytest.approx(0.3)  # the join held nothing up
+
+
+def test_inspector_tells_a_background_join_step_by_step():
+    events = EVENTS[:4] + [
+        {"event": "respawn_started", "time": 101.3, "worker": 2, "incarnation": 1, "shards": [1, 4]},
+        {"event": "respawn_ready", "time": 102.5, "worker": 2, "pid": 23, "host": "h", "incarnation": 1},
+        {"event": "respawned", "time": 104.0, "worker": 2, "pid": 23, "host": "h", "incarnation": 1, "seconds": 2.7,
+         "shards": [1, 4], "background": True}]
+    story = inspector.rank_stories(events)[2]
+    assert "a replacement is starting (incarnation 1); survivors carry shards [1, 4] meanwhile" in story[1]
+    assert "respawned as pid 23 on h (incarnation 1), loading its shards in the background" in story[2]
+    assert "took back shards [1, 4] (2.70s after it was started, 3.00s after its failure)" in story[3]
 
 
 def test_best_restart_and_restart_checkpoints():
@@ -193,3 +208,10 @@ def test_inspector_tells_a_rank_dropped_by_keep():
     stories = inspector.rank_stories(events)
     assert "dropped from the kept communicator" in stories[2][1] and "survivors [1] keep their ranks" in stories[2][1]
     assert "shrink by keep" in "\n".join(inspector.summarize_events(events))
+
+
+def test_a_campaign_run_waits_for_replacements_only_when_its_plan_needs_it():
+    base = {"PATH": "/bin"}
+    assert chaos.fit_env("3:kill:estep_mid:4:0,3:kill:estep_before:5:1", "f.jsonl", base=base)["MIXLE_MPI_RESPAWN_WAIT"] == "1"
+    assert "MIXLE_MPI_RESPAWN_WAIT" not in chaos.fit_env("2:kill:estep_mid:1", "f.jsonl", base=base)
+    assert "MIXLE_MPI_RESPAWN_WAIT" not in chaos.fit_env("", "f.jsonl", base=base)

@@ -528,3 +528,24 @@ def test_compact_form_round_trips():
 
     for f in parse_plan("2:kill:estep_mid:1::recovery,3:stop:respawn,0:kill:checkpoint_write:4"):
         assert parse_plan(compact(f)) == (f,)
+
+
+def test_delay_is_a_straggler_that_sleeps_once_and_is_recorded(tmp_path, monkeypatch):
+    slept = []
+    monkeypatch.setattr(faults.time, "sleep", slept.append)
+    log = tmp_path / "faults.jsonl"
+    monkeypatch.setenv(faults.FIRED_ENV, str(log))
+    f = Fault(1, "delay", "estep_before", 3)
+    inj = FaultInjector([f], worker=1, incarnation=0)
+    inj.check("estep_before", 3)
+    inj.check("estep_before", 3)
+    assert slept == [faults.DELAY_SECONDS]
+    assert faults.unfired([f], faults.read_fired(str(log))) == []
+    Fault(0, "delay", "estep_mid", 2)  # the driver may straggle too
+
+
+def test_a_plan_acting_in_a_replacements_rounds_needs_the_fit_to_wait_for_it():
+    assert faults.needs_replacement_rounds("3:kill:estep_mid:4:0,3:kill:estep_before:5:1")
+    assert not faults.needs_replacement_rounds("3:kill:estep_mid:3:0,3:kill:respawn:0:1")
+    assert not faults.needs_replacement_rounds("2:kill:estep_before:1,2:kill:spawn")
+    assert not faults.needs_replacement_rounds("")

@@ -71,7 +71,8 @@ def test_the_launcher_runs_a_job_again_for_73_and_74_within_their_budgets():
 
 def test_own_fit_is_known_from_its_command():
     assert launcher.is_own_fit(["/py", "-m", "mixle_mpi", "fit", "--config", "job.toml"])
-    assert not launcher.is_own_fit(["/py", "-m", "mixle_mpi.fitting.fitjob"])
+    assert launcher.is_own_fit(["/py", "-m", "mixle_mpi.fitting.fitjob", "--model", "gmm1d"])
+    assert not launcher.is_own_fit(["/py", "-m", "mixle_mpi.cli", "fitjob"])
     assert not launcher.is_own_fit(["/py", "script.py", "-m", "mixle_mpi"])
 
 

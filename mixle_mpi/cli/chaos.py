@@ -27,15 +27,15 @@ from dataclasses import asdict, dataclass, replace
 from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.storage.events import read_events
-from mixle_mpi.policy.faults import FIRED_ENV, Fault, read_fired, unfired
+from mixle_mpi.policy.faults import FIRED_ENV, Fault, needs_replacement_rounds, read_fired, unfired
 from mixle_mpi.cli.jobconfig import FitConfig, to_argv
 from mixle_mpi.policy.placement import initial_placement, plan_recovery
 
 SINGLE_PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum")
 ACTIONS = ("kill", "stop")
 KINDS = ("single", "repeat", "respawn", "recovery", "double")  # the last two need 3+ workers, 2 holding shards
-RECONFIG_EVENTS = ("recovery", "shrink", "shrink_fallback", "kept", "respawned", "spare_adopted", "blacklisted",
-                   "migrated")
+RECONFIG_EVENTS = ("recovery", "shrink", "shrink_fallback", "kept", "respawn_started", "respawned", "spare_adopted",
+                   "blacklisted", "migrated")
 FAULT_LOG = "faults.jsonl"  # in each run's folder: one record per fault that fired
 
 
@@ -119,11 +119,13 @@ def compare(reference: dict, result: dict) -> list[str]:
 
 
 def recovery_seconds(events: list[dict]) -> float | None:
-    """From the first detected failure to the last reconfiguration event after it (pure)."""
+    """From the first detected failure to the last reconfiguration event after it (pure). A
+    replacement taking its shards back in the background held nothing up: not counted."""
     fails = [e["time"] for e in events if e.get("event") == "failure_detected"]
     if not fails:
         return None
-    after = [e["time"] for e in events if e.get("event") in RECONFIG_EVENTS and e["time"] >= fails[0]]
+    after = [e["time"] for e in events if e.get("event") in RECONFIG_EVENTS and e["time"] >= fails[0]
+             and not e.get("background")]
     return (max(after) if after else fails[-1]) - fails[0]
 
 
@@ -147,9 +149,13 @@ def fit_command(cfg: FitConfig, n: int, timeout: float, launch: list[str]) -> li
 
 def fit_env(plan: str, fault_log: str, extra: dict | None = None, base=None) -> dict:
     """The environment of a campaign run: fault ``plan`` (empty: none), victims' records
-    into ``fault_log``, no live progress line, then ``extra`` (over ``base``, default os.environ)."""
+    into ``fault_log``, no live progress line, then ``extra`` (over ``base``, default os.environ).
+    A plan in which a replacement acts in its own rounds makes the fit wait for replacements
+    (``respawn_wait``): joining in the background, it might not compute before the fit ends."""
     env = {**(os.environ if base is None else base), "MIXLE_MPI_FAULT_PLAN": plan, FIRED_ENV: fault_log}
     env.pop("MIXLE_MPI_LIVE_PROGRESS", None)
+    if plan and needs_replacement_rounds(plan):
+        env.setdefault("MIXLE_MPI_RESPAWN_WAIT", "1")
     env.update(extra or {})
     return env
 

@@ -345,7 +345,7 @@ def _events(rdir: str) -> list[dict]:
 def _annotate_kills(kills: list, events: list) -> None:
     """Add what the event log says about each victim: its worker id (for a respawned
     process) and how long the driver took to declare it failed."""
-    respawned = {e.get("pid"): e.get("worker") for e in events if e.get("event") == "respawned"}
+    respawned = {e.get("pid"): e.get("worker") for e in events if e.get("event") in ("respawned", "respawn_ready")}
     for k in kills:
         if k.get("missed"):
             continue

@@ -45,7 +45,7 @@ def restart_checkpoints(path: str, restarts: int) -> list[str]:
 def _settings(cfg: FitConfig) -> dict:
     return {k: v for k, v in (("heartbeat_period", cfg.heartbeat_period), ("heartbeat_timeout", cfg.heartbeat_timeout),
                               ("stall_timeout", cfg.stall_timeout), ("respawn", cfg.respawn),
-                              ("spares", cfg.spares)) if v is not None}
+                              ("respawn_wait", cfg.respawn_wait), ("spares", cfg.spares)) if v is not None}
 
 
 def prepare(cfg: FitConfig):

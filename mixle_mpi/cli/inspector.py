@@ -109,6 +109,16 @@ def rank_stories(events: list[dict]) -> dict[int, list[str]]:
         elif ev == "recovery":
             stories[w].append(f"t+{t:.2f}s recomputed shards {e.get('shards')} of a failed rank ({e.get('kind')} round "
                               f"{e.get('call')})")
+        elif ev == "respawn_started":
+            stories[w].append(f"t+{t:.2f}s a replacement is starting (incarnation {e.get('incarnation')}); "
+                              f"survivors carry shards {e.get('shards')} meanwhile")
+        elif ev == "respawn_ready":
+            stories[w].append(f"t+{t:.2f}s respawned as pid {e.get('pid')} on {e.get('host')} (incarnation "
+                              f"{e.get('incarnation')}), loading its shards in the background")
+        elif ev == "respawned" and e.get("background"):
+            took = e["time"] - last_fail[w] if w in last_fail else None
+            stories[w].append(f"t+{t:.2f}s took back shards {e.get('shards')} ({e.get('seconds', 0):.2f}s after it "
+                              "was started" + (f", {took:.2f}s after its failure" if took is not None else "") + ")")
         elif ev == "respawned":
             took = e["time"] - last_fail[w] if w in last_fail else None
             stories[w].append(f"t+{t:.2f}s respawned as pid {e.get('pid')} on {e.get('host')} (incarnation "

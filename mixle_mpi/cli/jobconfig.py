@@ -32,6 +32,7 @@ class FitConfig:
     heartbeat_timeout: float | None = None
     stall_timeout: float | None = None
     respawn: bool | None = None
+    respawn_wait: bool | None = None
     spares: int | None = None
     checkpoint: str | None = None
     checkpoint_every: int = 1
@@ -66,6 +67,8 @@ HELP = {
     "heartbeat_timeout": "seconds of silence before a rank is declared dead",
     "stall_timeout": "seconds a busy worker may go without progress (one sub-chunk) before it is failed as stuck",
     "respawn": "respawn failed workers (else their shards migrate)",
+    "respawn_wait": "the fit waits for a replacement to be set up and loaded (else it joins in the background "
+                    "while the survivors carry its shards)",
     "spares": "extra ranks started idle; a spare takes a failed worker's place at once, without Spawn "
               "(with -n N, N + spares ranks are launched)",
     "checkpoint": "HDF5 checkpoint path; an existing one is resumed",

@@ -7,6 +7,32 @@ from __future__ import annotations
 import threading
 
 
+class Background:
+    """A blocking call running in a helper thread, which the caller polls (``done``) instead
+    of waiting for it: a Spawn that must not hold up the fit."""
+
+    def __init__(self, fn, what: str) -> None:
+        self.box: dict = {}
+
+        def target() -> None:
+            try:
+                self.box["value"] = fn()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                self.box["error"] = exc
+
+        self.thread = threading.Thread(target=target, daemon=True, name=f"mixle-mpi-{what}")
+        self.thread.start()
+
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    def result(self):
+        """The call's value, or its exception raised here (call once ``done``)."""
+        if "error" in self.box:
+            raise self.box["error"]
+        return self.box["value"]
+
+
 def run_with_deadline(fn, timeout: float, what: str):
     """Run a blocking MPI call in a helper thread; raise TimeoutError past the deadline.
 
@@ -14,19 +40,8 @@ def run_with_deadline(fn, timeout: float, what: str):
     must become a clear error, not a hung job. The stuck thread is abandoned; the caller
     ends the process.
     """
-    box: dict = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = exc
-
-    t = threading.Thread(target=target, daemon=True, name=f"mixle-mpi-{what}")
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
+    call = Background(fn, what)
+    call.thread.join(timeout)
+    if not call.done():
         raise TimeoutError(f"{what} did not finish within {timeout:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return call.result()

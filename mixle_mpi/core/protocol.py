@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-PROTOCOL = 1
+PROTOCOL = 2
 
 # tags: the startup handshake on COMM_WORLD; then commands, replies and heartbeats on the
 # job's communicators (heartbeats on their own duplicate, so they never queue behind data)
@@ -70,7 +70,12 @@ class Task(NamedTuple):
     call: int
     body: bytes              # pickled once per round, shared by every task of the round
     items: list
-    keep: bool = False       # keep shards sent with their rows encoded: a spare that may adopt them
+    keep: bool = False       # keep shards sent with their rows encoded: a recovery that may be needed again
+
+
+class Release(NamedTuple):
+    """Drop the kept copies of ``shards``: their owner holds them again."""
+    shards: tuple
 
 
 class Shrink(NamedTuple):

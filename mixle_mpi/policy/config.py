@@ -35,6 +35,10 @@ class Settings:
     reconfigure_timeout: float = 60.0  # deadline for one shrink, spawn, or control reply (shard load)
     blas_threads: int = 1              # BLAS threads on every rank (bits depend on it)
     respawn: bool = True               # respawn failed ranks below max_retries
+    # A replacement joins in the background (it imports and loads its shards while the
+    # survivors carry them; policy/joining.py). True: the next round waits for it instead,
+    # as before (every place computes its own shards again at once; the fit pauses meanwhile).
+    respawn_wait: bool = False
     # A busy worker whose main thread reports no progress (one sub-chunk, one shard) for this
     # long is stuck (a deadlock in a C extension, a livelock) and is failed like a dead one.
     # 600 s: far above any sub-chunk of the data sizes we see; raise it, or split shards

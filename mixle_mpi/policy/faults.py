@@ -27,7 +27,8 @@ from mixle_mpi.core import logs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.exitcodes import FAULT_EXIT
 
-ACTIONS = ("kill", "stop", "exit", "hang")  # hang: the main thread blocks for good, heartbeats go on
+ACTIONS = ("kill", "stop", "exit", "hang", "delay")  # hang: the main thread blocks for good, heartbeats go on
+DELAY_SECONDS = 10.0  # "delay": a straggler, whose main thread sleeps this long once (heartbeats go on)
 PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "respawn", "checkpoint_write",
           "startup", "handshake", "spawn")
 STARTUP_PHASES = ("startup", "handshake")  # an original worker, before setup: read from the environment
@@ -213,6 +214,8 @@ def _perform(fault: Fault) -> None:
         lock = threading.Lock()
         lock.acquire()
         lock.acquire()
+    elif fault.action == "delay":
+        time.sleep(DELAY_SECONDS)
     else:
         os._exit(FAULT_EXIT)
 
@@ -234,6 +237,12 @@ def read_fired(path: str | None) -> list[dict]:
         if isinstance(rec, dict) and rec.get("event") == "fault_fired":
             out.append(rec)
     return out
+
+
+def needs_replacement_rounds(plan) -> bool:
+    """Whether ``plan`` has a replacement act in one of its own rounds (incarnation >= 1 at a
+    task phase): it can fire only if the fit waits for the replacement to join (pure)."""
+    return any(f.incarnation >= 1 and f.phase not in ("respawn", SPAWN_PHASE) for f in parse_plan(plan))
 
 
 def pending_from_env(phases: tuple, environ=None) -> list[Fault]:

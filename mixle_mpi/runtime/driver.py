@@ -22,18 +22,19 @@ from mixle_mpi.core import logs
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import NoWorkersLeft, ReconfigurationTimeout, WorkerError
 from mixle_mpi.core.estep import PROTO
-from mixle_mpi.core.protocol import (TAG_CMD, TAG_REPLY, Abort, Load, Loaded, Ready, Result, Setup, Shrink, ShrinkGo,
+from mixle_mpi.core.protocol import (TAG_CMD, TAG_REPLY, Abort, Load, Loaded, Ready, Release, Result, Setup, Shrink, ShrinkGo,
                                      ShrinkReady, Shrunk, Stop, Task, TaskError)
 from mixle_mpi.storage.events import EventLog
 from mixle_mpi.policy.faults import FaultInjector, plan_to_json
 from mixle_mpi.policy.membership import Membership
 from mixle_mpi.runtime.monitor import Monitor
+from mixle_mpi.policy.joining import Join, release_plan, work_of
 from mixle_mpi.policy.placement import initial_placement
 from mixle_mpi.policy import reconfig
 from mixle_mpi.policy.reconfig import (EMULATED, Adopt, Blacklist, KeepComm, Respawn, ShrinkComm, renumber,
                                        shrink_method, spawn_timeout_is_fatal)
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
-from mixle_mpi.core.deadlines import run_with_deadline
+from mixle_mpi.core.deadlines import Background, run_with_deadline
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.storage.store import ShardStore
 from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, Backoff, Link, PeerFailed
@@ -69,6 +70,7 @@ class Driver:
         spawn_command: list[str] | None,
         spares: int = 0,
         spawn_unavailable: str | None = None,
+        fast_spawn_command: list[str] | None = None,
     ) -> None:
         self.store = store
         self.num_shards = store.num_shards
@@ -80,6 +82,8 @@ class Driver:
         self.faults = FaultInjector(fault_plan, 0, 0)   # the driver's own chaos (rank 0)
         self.shrink_method = shrink_method
         self.spawn_command = spawn_command
+        self.fast_spawn_command = fast_spawn_command    # joins before importing (runtime/spawned.py)
+        self.body_b = b""                               # the last round's pickled body
         self.spawn_unavailable = spawn_unavailable  # why Spawn must not be tried here (srun), or None
         self.can_spawn = settings.respawn and spawn_command is not None
         self.host = MPI.Get_processor_name()
@@ -96,7 +100,10 @@ class Driver:
         self.info: dict[int, tuple[str, int]] = {}    # worker -> (host, pid)
         self.owners = {**initial_placement(self.num_shards, holders), **{s: [] for s in ids[len(holders):]}}
         self.pending: set[int] = set()                # failed since the last reconfiguration
-        self.warm: dict[int, set[int]] = {}           # spare -> shards it keeps encoded from recoveries
+        self.kept: dict[int, int] = {}                # shard -> the live worker keeping it encoded for its place
+        self.joining: dict[int, Join] = {}            # replacements on their way in (policy/joining.py)
+        self.spawning: dict[int, tuple] = {}          # place -> (its background Spawn, when it began)
+        self.spawn_failed: list[int] = []             # places whose background Spawn failed
         self.epoch = 0
         self.calls = {"estep": 0, "init": 0, "llsum": 0}
         self.monitor = monitor                        # started by the handle at the handshake
@@ -112,7 +119,8 @@ class Driver:
             return  # a retired spare's old id, or a duplicate report
         self.monitor.forget(worker)
         self.links.pop(worker, None)
-        self.warm.pop(worker, None)
+        self.joining.pop(worker, None)
+        self.kept = {s: h for s, h in self.kept.items() if h != worker}
         host, pid = self.info.get(worker, (None, None))
         fenced = False
         if pid is not None and host == self.host:
@@ -136,7 +144,12 @@ class Driver:
             self._fail(worker, cause, when)
 
     def _live(self) -> list[int]:
-        return [w for w in self.membership.live() if w in self.links]
+        """The workers that compute this round (a replacement still joining does not)."""
+        return [w for w in self.membership.live() if w in self.links and w not in self.joining]
+
+    def _reachable(self) -> list[int]:
+        """Every worker process to stop at the end: the live ones and those still joining."""
+        return sorted(set(self._live()) | {w for w in self.joining if w in self.links})
 
     def _live_processes(self) -> dict[int, int]:
         """Each live worker's current incarnation: which process may answer for it."""
@@ -340,8 +353,9 @@ class Driver:
         self.calls[kind] += 1
         if kind == "estep":
             self.faults.check("estep_before", call)
+        self._finish_joins()
         task_id = next(_TASK_IDS)
-        body_b = pickle.dumps(body, protocol=PROTO)
+        body_b = self.body_b = pickle.dumps(body, protocol=PROTO)
         extras = extras or {}
         results: dict[int, Any] = dict(preloaded or {})
         state = RoundState(self.num_shards, frozenset(results))
@@ -350,24 +364,27 @@ class Driver:
         seen = {"live": None}  # the live processes at the last Wait; None: something was sent since
 
         def dispatch(worker: int, sids: list[int], recovery: bool) -> None:
+            # A recovered shard stays encoded on its survivor: it computes it again next
+            # round while the place's replacement joins, or keeps it if it adopts or inherits it.
             seen["live"] = None
             items = [(s, self.store.read_packed(s) if recovery else None, extras.get(s)) for s in sids]
-            keep = recovery and not self.owners.get(worker)  # an idle spare: it may adopt these shards
-            if self._post(worker, Task(task_id, kind, call, body_b, items, keep)):
-                if keep:
-                    self.warm.setdefault(worker, set()).update(sids)
+            if self._post(worker, Task(task_id, kind, call, body_b, items, recovery)):
+                if recovery:
+                    self.kept.update((s, worker) for s in sids)
                 state.sent(worker, self.membership.records[worker].incarnation, sids, recovery)
                 if recovery:
                     self.events.emit("recovery", worker=worker, kind=kind, call=call, shards=sids)
 
-        for w, sids in state.own_work(self.owners, self._live_processes()).items():
+        live = self._live_processes()
+        work = work_of(self.owners, self.kept, live)
+        for w, sids in state.own_work(work, live).items():
             dispatch(w, sids, False)
 
         def step() -> bool | None:
             """One poll, O(W) while nothing changes: drain the workers the round waits for,
             then ask the round what to do only if membership changed or a task went out
             since the last Wait (otherwise only Done is possible; see RoundState.next_step)."""
-            progressed = False
+            progressed = self._advance_joins()
             live = self._live_processes()
             for w in state.waiting_on():
                 incarnation = self.membership.records[w].incarnation
@@ -389,13 +406,12 @@ class Driver:
             live = self._live_processes()
             if live == seen["live"]:
                 return progressed
-            action = state.next_step(self.owners, live)
+            action = state.next_step(work_of(self.owners, self.kept, live), live)
             if isinstance(action, Done):
                 return None
             if isinstance(action, NeedWorkers):
                 self.reconfigure()  # respawns whom it can; the next step recovers onto them
-                if not self._live():
-                    raise self._no_workers_error()
+                self._await_a_worker()
                 progressed = True
             elif isinstance(action, Recover):
                 for target, sids in action.plan.items():
@@ -408,7 +424,7 @@ class Driver:
         self._wait(step)
         t_results = time.perf_counter()
         failed_now = sorted(self.pending - failed_before)
-        blacklisted = self.reconfigure() if self.pending else []
+        blacklisted = self.reconfigure() if (self.pending or self.spawn_failed) else []
         self.rounds.append({
             "kind": kind, "call": call, "seconds": time.perf_counter() - t0, "started_at": started_at,
             "results_seconds": t_results - t0,  # the rest of "seconds" is the reconfiguration
@@ -430,12 +446,14 @@ class Driver:
         """Between rounds: shrink, respawn or blacklist, and re-place orphaned shards.
         Returns the workers blacklisted now. Loops until no failure is pending."""
         blacklisted: list[int] = []
-        while self.pending:
+        while self.pending or self.spawn_failed:
             failed = sorted(self.pending)
             self.pending.clear()
             spares = reconfig.idle_places(self.owners, self._live())
             actions = reconfig.plan(failed, self.grank, self.membership, self.can_spawn, self.settings.respawn,
-                                    self.owners, spares, self.shrink_method)
+                                    self.owners, spares, self.shrink_method) if failed else []
+            actions += [reconfig.respawn_failed(self.membership, w, self.settings.respawn) for w in self.spawn_failed]
+            self.spawn_failed.clear()
             while actions:
                 action = actions.pop(0)
                 if isinstance(action, ShrinkComm):
@@ -467,12 +485,19 @@ class Driver:
         if not live:
             if self.pending:
                 return  # the next loop of reconfigure() respawns someone first
-            raise self._no_workers_error()
+            self._await_a_worker()
+            live = self._live()
         move = reconfig.migrate(self.owners, blacklisted, live)
         self.owners = move.owners
+        load = {}
         for w, sids in move.plan.items():
             self.events.emit("migrated", worker=w, shards=sids)
-        self._load(move.plan)
+            have = [s for s in sids if self.kept.get(s) == w]  # encoded there already by a recovery
+            for s in have:
+                del self.kept[s]
+            load[w] = [s for s in sids if s not in have]
+        self._release([s for sids in move.plan.values() for s in sids])  # copies kept elsewhere
+        self._load(load)
 
     def _shrink(self) -> None:
         """Agree on the surviving original ranks, then shrink the group communicator."""
@@ -549,34 +574,166 @@ class Driver:
         return not pending
 
     def _respawn(self, worker: int) -> bool:
-        """Start a replacement process for ``worker``; it gets the same shards back."""
+        """Start a replacement process for ``worker``; it gets the same shards back. It joins
+        in the background (policy/joining.py) while the survivors carry its shards. Where
+        Spawn may run beside the fit (Open MPI) the Spawn itself does too; under MPICH it
+        blocks (its global lock: a stuck Spawn must stay bounded by the caller). With
+        ``respawn_wait`` the fit waits until the replacement is set up and loaded."""
         t0 = time.perf_counter()
         if self.spawn_unavailable:  # never tried where it cannot work (srun): the shards migrate
-            self.can_spawn = False
-            self.events.emit("spawn_unavailable", worker=worker, cause=self.spawn_unavailable,
-                             action="shards migrate to survivors")
+            self._spawn_unavailable(worker, self.spawn_unavailable)
             return False
-        exe, args = self.spawn_command[0], self.spawn_command[1:]
+        exe, *args = self._replacement_command()
+
+        def spawn():
+            inter = MPI.COMM_SELF.Spawn(exe, args=args, maxprocs=1, root=0)
+            pair = inter.Merge(high=False)
+            return inter, pair, pair.Dup()
+
+        vendor = MPI.get_vendor()[0]
+        if not self.settings.respawn_wait and not spawn_timeout_is_fatal(vendor):
+            self.grank.pop(worker, None)
+            incarnation = self.membership.revive(worker)
+            self.joining[worker] = Join(worker, time.monotonic())
+            self.spawning[worker] = (Background(spawn, "spawn"), time.monotonic())
+            self.events.emit("respawn_started", worker=worker, incarnation=incarnation,
+                             shards=list(self.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6))
+            return True
         timeout = self.settings.reconfigure_timeout
         try:
-            inter = run_with_deadline(lambda: MPI.COMM_SELF.Spawn(exe, args=args, maxprocs=1, root=0), timeout, "spawn")
-            pair = run_with_deadline(lambda: inter.Merge(high=False), timeout, "merge")
-            hb = run_with_deadline(pair.Dup, timeout, "heartbeat dup")
-        except (TimeoutError, MPI.Exception, NotImplementedError) as exc:
-            if isinstance(exc, TimeoutError):
-                vendor = MPI.get_vendor()[0]
-                if spawn_timeout_is_fatal(vendor):
-                    raise ReconfigurationTimeout(
-                        f"respawning rank {worker} failed: {exc}; under {vendor} the abandoned spawn holds MPI, "
-                        f"so this run cannot go on. {RERUN_ADVICE}") from None
-                self._check_mpi_answers(str(exc))
-            self.can_spawn = False
-            self.events.emit("spawn_unavailable", worker=worker, cause=str(exc),
-                             action="shards migrate to survivors")
+            inter, pair, hb = run_with_deadline(spawn, timeout, "spawn")
+        except TimeoutError as exc:
+            if spawn_timeout_is_fatal(vendor):
+                raise ReconfigurationTimeout(
+                    f"respawning rank {worker} failed: {exc}; under {vendor} the abandoned spawn holds MPI, "
+                    f"so this run cannot go on. {RERUN_ADVICE}") from None
+            self._check_mpi_answers(str(exc))
+            self._spawn_unavailable(worker, str(exc))
+            return False
+        except (MPI.Exception, NotImplementedError) as exc:
+            self._spawn_unavailable(worker, str(exc))
             return False
         self.grank.pop(worker, None)
-        self._bring_up(worker, Link(pair, hb, 1, inter=inter), "respawned", t0)
+        link = Link(pair, hb, 1, inter=inter)
+        if self.settings.respawn_wait:
+            self._bring_up(worker, link, "respawned", t0)
+            return True
+        incarnation = self.membership.revive(worker)
+        self.joining[worker] = Join(worker, time.monotonic())
+        self._begin_join(worker, link)
+        self.events.emit("respawn_started", worker=worker, incarnation=incarnation,
+                         shards=list(self.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6))
         return True
+
+    def _spawn_unavailable(self, worker: int, cause: str) -> None:
+        self.can_spawn = False
+        self.events.emit("spawn_unavailable", worker=worker, cause=cause, action="shards migrate to survivors")
+
+    def _begin_join(self, worker: int, link: Link) -> None:
+        """The replacement's process is connected: set it up (it imports before it beats)."""
+        self.links[worker] = link
+        self.joining[worker].since = time.monotonic()
+        self.monitor.grace(worker, self.settings.reconfigure_timeout)
+        if self._post(worker, self._setup_message(worker)):
+            self.monitor.watch(worker, link)
+
+    def _advance_spawns(self, now: float) -> bool:
+        """Background Spawns: connect the ones that finished; one that failed or overran
+        reconfigure_timeout leaves its place to be blacklisted (its shards migrate)."""
+        progressed, timeout = False, self.settings.reconfigure_timeout
+        for w in list(self.spawning):
+            call, since = self.spawning[w]
+            if call.done():
+                del self.spawning[w]
+                try:
+                    inter, pair, hb = call.result()
+                except (MPI.Exception, NotImplementedError) as exc:
+                    self._spawn_failed(w, str(exc))
+                    continue
+                self._begin_join(w, Link(pair, hb, 1, inter=inter))
+                progressed = True
+            elif now - since > timeout:
+                del self.spawning[w]
+                self._check_mpi_answers(f"spawn did not finish within {timeout:g} s")
+                self._spawn_failed(w, f"spawn did not finish within {timeout:g} s")
+        return progressed
+
+    def _spawn_failed(self, worker: int, cause: str) -> None:
+        self.joining.pop(worker, None)
+        self._spawn_unavailable(worker, cause)
+        self.spawn_failed.append(worker)  # blacklisted by the next reconfigure()
+
+    def _replacement_command(self) -> list[str]:
+        """The fast entry, unless what the worker must unpickle names ``__main__`` (a class
+        defined in the user's script): only the script itself can define it again."""
+        if self.fast_spawn_command and b"__main__" not in self.encoder_b and b"__main__" not in self.body_b:
+            return self.fast_spawn_command
+        return self.spawn_command
+
+    def _advance_joins(self) -> bool:
+        """One poll of each replacement on its way in: take its Ready and Loaded replies and
+        send its next shard block once the last one was delivered (never blocks; a hung
+        one is failed after reconfigure_timeout without a step forward). True if any moved."""
+        now = time.monotonic()
+        progressed = self._advance_spawns(now)
+        for w in list(self.joining):
+            if w in self.spawning:
+                continue
+            join = self.joining[w]
+            for msg in self._drain(w):
+                if isinstance(msg, Ready) and not join.ready:
+                    self._note_ready(w, msg)
+                    join.got_ready(self._load_parts(self.owners.get(w, [])), now)
+                    self.events.emit("respawn_ready", worker=w, host=msg.host, pid=msg.pid,
+                                     incarnation=self.membership.records[w].incarnation)
+                    progressed = True
+                elif isinstance(msg, Loaded):
+                    join.got_loaded(msg.shard, now)
+                    progressed = True
+            if w not in self.joining:
+                continue  # it failed meanwhile
+            if join.parts and self._sent(w):
+                sid, a, b, last = join.next_part(now)
+                progressed = self._post(w, Load(sid, self.store.read_packed(sid, a, b), last)) or progressed
+            elif w in self.joining and join.stalled(now, self.settings.reconfigure_timeout):
+                self._fail(w, f"no progress joining within reconfigure_timeout={self.settings.reconfigure_timeout:g} s (hung)")
+        return progressed
+
+    def _finish_joins(self) -> None:
+        """At a round boundary: every replacement that holds its shards takes them back, and
+        the survivors that carried them drop their copies."""
+        for w in sorted(self.joining):
+            join = self.joining[w]
+            if not join.joined():
+                continue
+            del self.joining[w]
+            self.monitor.grace(w, 0.0)
+            shards = list(self.owners.get(w, []))
+            self._release(shards)
+            host, pid = self.info[w]
+            self.events.emit("respawned", worker=w, host=host, pid=pid,
+                             incarnation=self.membership.records[w].incarnation, shards=shards,
+                             seconds=round(time.monotonic() - join.started, 6), background=True)
+
+    def _release(self, shards) -> None:
+        """The kept copies of ``shards`` are not needed any more: their holders drop them."""
+        for holder, sids in release_plan(self.kept, shards).items():
+            self._post(holder, Release(tuple(sids)))
+        for s in shards:
+            self.kept.pop(s, None)
+
+    def _await_a_worker(self) -> None:
+        """No worker computes, but replacements are joining: wait for one (bounded by its own
+        join deadline), since nobody else can take the orphans. Fails if none comes."""
+        if not self._live() and self.joining:
+            self._wait(lambda: None if (self._live_after_joins() or not self.joining) else self._advance_joins())
+        if not self._live():
+            raise self._no_workers_error()
+
+    def _live_after_joins(self) -> bool:
+        self._check_failures()
+        self._finish_joins()
+        return bool(self._live())
 
     def _adopt(self, worker: int, spare: int) -> bool:
         """The idle spare's process takes ``worker``'s place: it is told its new identity and
@@ -596,9 +753,14 @@ class Driver:
             self.info[worker] = self.info.pop(spare)  # fencing must aim at the spare's process now
         else:
             self.info.pop(worker, None)
-        warm = self.warm.pop(spare, set())
-        self._bring_up(worker, link, "spare_adopted", t0, held=warm, spare=spare,
-                       warm=sorted(warm & set(self.owners.get(worker, []))))
+        warm = {s for s, h in self.kept.items() if h == spare}
+        place = set(self.owners.get(worker, []))
+        for s in warm:  # the spare's copies: its own shards now, or still kept (under its new id)
+            if s in place:
+                del self.kept[s]
+            else:
+                self.kept[s] = worker
+        self._bring_up(worker, link, "spare_adopted", t0, held=warm, spare=spare, warm=sorted(warm & place))
         return True
 
     def _bring_up(self, worker: int, link: Link, event: str, t0: float, held=frozenset(), **fields) -> None:
@@ -608,12 +770,14 @@ class Driver:
         its own, handled like any other (the place then waits for the next recovery)."""
         self.links[worker] = link
         incarnation = self.membership.revive(worker)
+        self.monitor.grace(worker, self.settings.reconfigure_timeout)  # a replacement imports before it beats
         if self._post(worker, self._setup_message(worker)):
             self.monitor.watch(worker, link)
         ready = self._collect({worker: {(Ready, worker)}}, "ready")
         if worker in ready:
             self._note_ready(worker, ready[worker][0])
             self._load({worker: [s for s in self.owners.get(worker, []) if s not in held]})
+        self.monitor.grace(worker, 0.0)
         if self.membership.is_live(worker):
             host, pid = self.info[worker]
             self.events.emit(event, worker=worker, host=host, pid=pid, incarnation=incarnation,
@@ -647,8 +811,12 @@ class Driver:
                          failures=self.membership.failures())
 
     def finish(self) -> None:
-        """At process exit: stop and disconnect respawned workers, stop the monitor."""
-        spawned = {w: self.links[w].inter for w in self._live() if self.links[w].inter is not None}
+        """At process exit: stop and disconnect respawned workers (a Spawn still under way is
+        waited for, within its deadline, so that its process is stopped too), stop the monitor."""
+        for w, (call, since) in list(self.spawning.items()):
+            call.thread.join(max(0.0, since + self.settings.reconfigure_timeout - time.monotonic()))
+        self._advance_spawns(time.monotonic())
+        spawned = {w: self.links[w].inter for w in self._reachable() if self.links[w].inter is not None}
         self._stop(list(spawned))
         self.monitor.stop()
         for w, inter in spawned.items():  # a worker failed meanwhile is disconnected all the same
@@ -672,4 +840,4 @@ class Driver:
 
     def abort_workers(self, code: int) -> None:
         """Best effort, before a failing driver exits: tell every worker to end now."""
-        self._stop(self._live(), Abort(int(code)), wait=ABORT_SEND_WAIT)
+        self._stop(self._reachable(), Abort(int(code)), wait=ABORT_SEND_WAIT)

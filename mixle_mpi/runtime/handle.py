@@ -193,7 +193,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         self._driver = Driver(
             gcomm, ghb, ranks, workers, monitor, self.store, pickle.dumps(encoder, protocol=PROTO), self.sub_chunks,
             self.max_retries, self.settings, self.events, plan, method, _spawn_command(), spares,
-            spawn_unavailable=no_spawn,
+            spawn_unavailable=no_spawn, fast_spawn_command=_spawn_command(fast=True),
         )
         self._driver.start(excluded)
         startup.mark_started()
@@ -347,15 +347,20 @@ def ensure_dir(path: str, what: str) -> None:
         raise ConfigError(f"the {what} directory {path!r} is not writable")
 
 
-def _spawn_command() -> list[str]:
-    """How to start a replacement worker: this very script, as it was started. Under
-    MPICH it runs inside the rank wrapper, or Hydra would end the job when it dies."""
+def _spawn_command(fast: bool = False) -> list[str]:
+    """How to start a replacement worker: this very script, as it was started, or (``fast``)
+    mixle_mpi's own entry, which joins the driver before importing anything heavy (see
+    spawned.py). Under MPICH it runs inside the rank wrapper, or Hydra would end the job
+    when it dies."""
     from mpi4py import MPI
 
     from mixle_mpi.runtime.rankwrapper import wrapper_path
 
-    argv = list(getattr(sys, "orig_argv", [sys.executable] + sys.argv))
-    command = [sys.executable] + argv[1:]
+    if fast:
+        command = [sys.executable, "-m", "mixle_mpi.runtime.spawned", "--path", sys.path[0] or os.getcwd()]
+    else:
+        argv = list(getattr(sys, "orig_argv", [sys.executable] + sys.argv))
+        command = [sys.executable] + argv[1:]
     if MPI.get_vendor()[0] == "MPICH":
         return ["sh", wrapper_path(), "--worker"] + command
     return command

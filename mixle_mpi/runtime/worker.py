@@ -26,7 +26,7 @@ from mixle_mpi.policy.faults import FaultInjector, parse_plan
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
 from mixle_mpi.core.reaper import process_gone
 from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Load, Loaded, Ready,
-                                     Result, Setup,
+                                     Release, Result, Setup,
                                      Shrink, ShrinkGo, ShrinkReady, Shrunk, Stop, Task, TaskError)
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.storage.store import rows_from_packed
@@ -174,7 +174,7 @@ class Worker:
         for sid, rows, extra in items:
             chunks = self.resident[sid] if rows is None else estep.encode_shard(self.encoder, rows_from_packed(rows), self.sub_chunks)
             if t.keep and rows is not None:
-                self.resident[sid] = chunks  # a spare: adopting this shard's place then needs no load
+                self.resident[sid] = chunks  # the next rounds (a replacement joining) or an adoption need no load
             if kind == "estep":
                 estimator, model = body
                 result = estep.estep_shard(estimator, model, chunks, on_chunk)
@@ -267,6 +267,9 @@ class Worker:
                         self.task(msg)
                     finally:
                         self.busy = False
+                elif isinstance(msg, Release):
+                    for sid in msg.shards:
+                        self.resident.pop(sid, None)
                 elif isinstance(msg, Shrink):
                     self.do_shrink(msg)
                 elif isinstance(msg, Stop):
