@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import LIBRARIES, with_libraries
-from mpiharness import fit_args, no_leftover_processes, run_job, same_fit
+from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit
 
 from mixle_mpi.policy.faults import read_fired, unfired
 from mixle_mpi.policy.faults import FIRED_ENV
@@ -144,6 +144,26 @@ def test_a_replacement_dying_while_it_joins_is_one_more_failure(library, tmp_pat
     assert events.index("respawn_started") < events.index("blacklisted"), job.describe()
     assert "respawned" not in events, job.describe()
     assert sorted(s for e in job.events if e["event"] == "migrated" for s in e["shards"]) == [1], job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+def test_a_background_spawn_that_overruns_leaves_the_shards_migrated(tmp_path, reference):
+    """Open MPI runs the Spawn beside the fit. The replacement dies as it starts (a "spawn"
+    fault), so the Spawn never finishes: past reconfigure_timeout (4 s here, while worker 1
+    straggles 10 s) the place is blacklisted and its shard migrates for good. The failed call
+    did not wait for the Spawn (campaign finding 4: it used to wait out the whole deadline)."""
+    plan = "2:kill:estep_before:1,2:kill:spawn,1:delay:estep_before:3"
+    job, records = chaos_job(OMPI_PYTHON, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan,
+                             env={"MIXLE_MPI_RECONFIGURE_TIMEOUT": "4"})
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    events = [e["event"] for e in job.events if e.get("worker") == 2]
+    assert events[:2] == ["failure_detected", "respawn_started"], job.describe()
+    assert "spawn_unavailable" in events and "blacklisted" in events, job.describe()
+    assert job.result["blacklist"] == [2], job.describe()
+    assert sorted(s for e in job.events if e["event"] == "migrated" for s in e["shards"]) == [1], job.describe()
+    failed_call = next(r for r in job.result["rounds"] if r["kind"] == "estep" and r["call"] == 1)
+    assert failed_call["seconds"] < 4, job.describe()  # it did not wait for the Spawn's deadline
     assert no_leftover_processes(str(tmp_path)) == []
 
 
