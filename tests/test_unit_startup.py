@@ -228,3 +228,34 @@ def test_mpich_shm_names_are_read_from_the_maps_of_the_process():
             "7f40 rw-s 00000000 00:1a 7 /dev/shm/sm_segment.vm.0.114e0001.0\n"
             "7f50 r-xp 00000000 08:01 8 /usr/lib/libc.so.6\n")
     assert mpich_shm_names(maps) == ["/dev/shm/mpich_shm_4871a0ef_0"]  # once; not one already unlinked
+
+
+def test_a_fenced_workers_mpich_wrapper_is_found_and_seen_reaped(tmp_path):
+    """Campaign run 69: before forking a replacement under MPICH the driver waits until the
+    fenced worker's rank wrapper is reaped (see Driver._wait_fenced_gone). Real processes:
+    the wrapper, its Python child, a fence, and the wrapper's end."""
+    import signal
+    import time
+
+    from mixle_mpi.runtime.rankwrapper import wrapper_of, wrapper_path
+
+    wrapper = subprocess.Popen(["sh", wrapper_path(), sys.executable, "-c", "import time; time.sleep(60)"],
+                               env={**os.environ, "PMI_RANK": "1"})
+    try:
+        deadline = time.monotonic() + 30
+        child = None
+        while child is None and time.monotonic() < deadline:
+            kids = [int(p) for p in os.listdir("/proc") if p.isdigit()
+                    and (reaper.stat_fields(int(p)) or ["", "0"])[1] == str(wrapper.pid)]
+            child = next((k for k in kids if b"time.sleep" in open(f"/proc/{k}/cmdline", "rb").read()), None)
+            time.sleep(0.01)
+        assert child is not None, "the wrapper's Python child did not start"
+        ident = wrapper_of(child)
+        assert ident is not None and ident[0] == wrapper.pid and reaper.not_reaped(ident)
+        assert wrapper_of(wrapper.pid) is None  # the wrapper's own parent is no wrapper
+        os.kill(child, signal.SIGKILL)  # the fence
+        assert wrapper.wait(timeout=30) == 0  # a worker's signal death ends its wrapper with 0
+        assert not reaper.not_reaped(ident)  # reaped: Hydra has seen it go
+        assert reaper.identity(999_999_999) is None
+    finally:
+        wrapper.kill()

@@ -44,13 +44,32 @@ def tagged_pids(tag: str, proc: str = "/proc") -> list[int]:
 RANK_ENV = (b"OMPI_COMM_WORLD_RANK=", b"PMI_RANK=", b"PMIX_RANK=")
 
 
-def process_state(pid: int, proc: str = "/proc") -> str | None:
-    """The state letter (R, S, T, Z, ...) of process ``pid`` on this host; None if there is none."""
+def stat_fields(pid: int, proc: str = "/proc") -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, ...); None if
+    there is no such process on this host."""
     try:
         with open(os.path.join(proc, str(pid), "stat"), encoding="utf-8") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0]
+            return fh.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def process_state(pid: int, proc: str = "/proc") -> str | None:
+    """The state letter (R, S, T, Z, ...) of process ``pid`` on this host; None if there is none."""
+    fields = stat_fields(pid, proc)
+    return fields[0] if fields else None
+
+
+def identity(pid: int, proc: str = "/proc") -> tuple[int, str] | None:
+    """(pid, start time): names one process for good, even after its pid is reused."""
+    fields = stat_fields(pid, proc)
+    return (pid, fields[19]) if fields and len(fields) > 19 else None
+
+
+def not_reaped(ident: tuple[int, str], proc: str = "/proc") -> bool:
+    """The process ``ident`` names is still there (running, or a zombie its parent has not
+    reaped yet)."""
+    return identity(ident[0], proc) == ident
 
 
 def process_gone(pid: int, proc: str = "/proc") -> bool:

@@ -38,11 +38,15 @@ from mixle_mpi.core.deadlines import Background, run_with_deadline
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.storage.store import ShardStore
 from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, Backoff, Link, PeerFailed
+from mixle_mpi.runtime.rankwrapper import wrapper_of
+from mixle_mpi.core.reaper import not_reaped
 
 _TASK_IDS = itertools.count(1)
 STOP_SEND_WAIT = 5.0       # seconds for "stop" messages to leave at the end
 DISCONNECT_TIMEOUT = 10.0  # seconds for one respawned worker's Disconnect at exit
 SPAWN_CHECK_TIMEOUT = 5.0  # after a spawn timed out: seconds MPI gets to prove it still answers
+FENCE_GONE_WAIT = 5.0      # seconds a respawn waits for a fenced worker's MPICH rank wrapper to be reaped
+FENCE_SETTLE = 0.25        # then seconds for Hydra to act on that death before a replacement is forked
 ULFM_CHECK_WAIT, ULFM_CHECK_POLL = 1.0, 0.01  # seconds ULFM gets to report excluded ranks failed
 
 
@@ -104,6 +108,7 @@ class Driver:
         self.joining: dict[int, Join] = {}            # replacements on their way in (policy/joining.py)
         self.spawning: dict[int, tuple] = {}          # place -> (its background Spawn, when it began)
         self.spawn_failed: list[int] = []             # places whose background Spawn failed
+        self.fenced_wrappers: dict[int, tuple] = {}   # worker -> its MPICH rank wrapper's identity, when fenced
         self.epoch = 0
         self.calls = {"estep": 0, "init": 0, "llsum": 0}
         self.monitor = monitor                        # started by the handle at the handshake
@@ -124,6 +129,9 @@ class Driver:
         host, pid = self.info.get(worker, (None, None))
         fenced = False
         if pid is not None and host == self.host:
+            wrapper = wrapper_of(pid)
+            if wrapper is not None:
+                self.fenced_wrappers[worker] = wrapper
             try:
                 os.kill(pid, signal.SIGKILL)
                 fenced = True
@@ -584,6 +592,7 @@ class Driver:
             self._spawn_unavailable(worker, self.spawn_unavailable)
             return False
         exe, *args = self._replacement_command()
+        self._wait_fenced_gone()
 
         def spawn():
             inter = MPI.COMM_SELF.Spawn(exe, args=args, maxprocs=1, root=0)
@@ -662,6 +671,23 @@ class Driver:
         self.joining.pop(worker, None)
         self._spawn_unavailable(worker, cause)
         self.spawn_failed.append(worker)  # blacklisted by the next reconfigure()
+
+    def _wait_fenced_gone(self) -> None:
+        """Under MPICH, before forking a replacement: let Hydra see the fenced workers die
+        first. When a rank's PMI socket closes, hydra_pmi_proxy sends SIGUSR1 to the process
+        group of every process it started, a replacement's too if it was just forked; one
+        still between its exec and the wrapper's ``trap '' USR1`` dies of it, and a process
+        of the proxy's dying of a signal makes the proxy SIGKILL every rank (campaign run 69,
+        "Killed (signal 9)"). So wait, bounded, until each fenced worker's wrapper is reaped,
+        then a moment for the proxy to act on the closed socket (it can reap first)."""
+        if not self.fenced_wrappers:
+            return
+        deadline = time.monotonic() + FENCE_GONE_WAIT
+        for wrapper in self.fenced_wrappers.values():
+            while not_reaped(wrapper) and time.monotonic() < deadline:
+                time.sleep(0.005)
+        self.fenced_wrappers.clear()
+        time.sleep(FENCE_SETTLE)
 
     def _replacement_command(self) -> list[str]:
         """The fast entry, unless what the worker must unpickle names ``__main__`` (a class
