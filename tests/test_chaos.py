@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import LIBRARIES, with_libraries
+from conftest import FULL_ONLY, LIBRARIES, with_libraries
 from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit
 
 from mixle_mpi.policy.faults import read_fired, unfired
@@ -81,7 +81,10 @@ def test_failure_is_recovered_bit_identically(library, scenario, tmp_path, refer
     assert no_leftover_processes(str(tmp_path)) == []
 
 
-@pytest.mark.parametrize("library", LIBRARIES)
+# MPICH's stuck Spawn in CI; Open MPI's synchronous one (respawn_wait) in the full matrix, its
+# default background Spawn in test_a_background_spawn_that_overruns_leaves_the_shards_migrated
+@pytest.mark.parametrize("library", [pytest.param(*p.values, marks=[*p.marks, FULL_ONLY], id=p.id)
+                                     if p.id == "openmpi" else p for p in LIBRARIES])
 def test_replacement_dying_inside_spawn_recovers_to_the_same_bits(library, tmp_path, reference):
     """Campaign finding (MPICH runs 8, 33, ...): a replacement killed while MPI_Comm_spawn
     starts it. Open MPI reports the spawn failed past its deadline and the shards migrate;
@@ -104,7 +107,7 @@ def test_replacement_dying_inside_spawn_recovers_to_the_same_bits(library, tmp_p
     assert no_leftover_processes(str(tmp_path)) == []
 
 
-@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize("library", with_libraries([()], lambda lib, row: False, id_of=lambda row: "join"))
 def test_a_replacement_joins_in_the_background_and_takes_its_shards_back(library, tmp_path, reference):
     """The fit does not wait for the replacement: the survivor that recomputed the dead
     worker's shard keeps computing it as its own (no recovery after the failed round), until
