@@ -546,6 +546,7 @@ def test_delay_is_a_straggler_that_sleeps_once_and_is_recorded(tmp_path, monkeyp
 
 def test_a_plan_acting_in_a_replacements_rounds_needs_the_fit_to_wait_for_it():
     assert faults.needs_replacement_rounds("3:kill:estep_mid:4:0,3:kill:estep_before:5:1")
-    assert not faults.needs_replacement_rounds("3:kill:estep_mid:3:0,3:kill:respawn:0:1")
+    assert faults.needs_replacement_rounds("3:kill:estep_mid:3:0,3:kill:respawn:0:1")
+    assert not faults.needs_replacement_rounds("3:kill:estep_mid:3:0,2:stop:llsum:1")
     assert not faults.needs_replacement_rounds("2:kill:estep_before:1,2:kill:spawn")
     assert not faults.needs_replacement_rounds("")

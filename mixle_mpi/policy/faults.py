@@ -240,9 +240,10 @@ def read_fired(path: str | None) -> list[dict]:
 
 
 def needs_replacement_rounds(plan) -> bool:
-    """Whether ``plan`` has a replacement act in one of its own rounds (incarnation >= 1 at a
-    task phase): it can fire only if the fit waits for the replacement to join (pure)."""
-    return any(f.incarnation >= 1 and f.phase not in ("respawn", SPAWN_PHASE) for f in parse_plan(plan))
+    """Whether ``plan`` has a replacement act once it is set up (incarnation >= 1, in its
+    setup or in one of its rounds): the fit sees that act only if it waits for the
+    replacement to join; joining in the background, the fit may end first (pure)."""
+    return any(f.incarnation >= 1 and f.phase != SPAWN_PHASE for f in parse_plan(plan))
 
 
 def pending_from_env(phases: tuple, environ=None) -> list[Fault]:
