@@ -125,10 +125,9 @@ def measure(python: str, quick: bool, workers: int = 3, shards_per_worker: int =
             met = None if med is None else med <= bound
             why = ""
             if met is False and respawn:
-                why = ('the respawn runs inside this call, synchronously between rounds: MPI Spawn of a fresh Python '
-                       "process that imports mixle and joins (~3 s, see item 5's import phase) plus setup and shard "
-                       'reload; without respawn the survivors absorb the work within the target. To meet it, the '
-                       'respawn would have to overlap the next rounds while survivors keep the orphaned shards')
+                why = ("the replacement joins in the background (policy/joining.py), but under MPICH its Spawn "
+                       "still blocks the driver (about a second: MPICH's global lock); under Open MPI the Spawn "
+                       "runs beside the fit too, so the recomputation itself did not spread evenly enough")
             elif met is False and spares:
                 why = "the spare's recomputation of the orphans (encoding their rows first) outlasted the survivors"
             elif met is False and k == 1:
@@ -145,13 +144,16 @@ def measure(python: str, quick: bool, workers: int = 3, shards_per_worker: int =
                 normal_call_seconds=common.spread([s["normal_call"] for s in got]),
                 detection_ms=common.spread([s["parts"]["detection"] * 1e3 for s in got]),
                 causes=sorted({s["cause"] for s in got})))
-            if spares:
+            if spares or respawn:  # the replacement joins in the background: the survivors carry its shards meanwhile
                 nxt = [s["next_call"] / s["normal_call"] for s in got]
                 figures.append(common.figure(
                     "11", f"the call after the failed one / normal call ({label}; W={workers}, N={n:,})", nxt,
                     baseline="median E-step call of the same job's failure-free iterations",
                     target="<= 1.05", met=None if not nxt else statistics.median(nxt) <= 1.05,
-                    why="" if not nxt or statistics.median(nxt) <= 1.05 else "the adopted spare was still loading",
+                    why="" if not nxt or statistics.median(nxt) <= 1.05 else (
+                        "the adopted spare was still loading" if spares else
+                        f"the replacement was still joining: the {workers - 1} survivors carried the dead worker's "
+                        f"shards, so up to 1 + 1/(W-1) = {1 + 1 / (workers - 1):.2f} until it joined"),
                     command=commands.get(label, "")))
             raw.append({"mode": label, "splits": got})
         ratio = [b / a for a, b in zip(idle[0], idle[1])]
