@@ -805,6 +805,7 @@ class Driver:
             self._load({worker: [s for s in self.owners.get(worker, []) if s not in held]})
         self.monitor.grace(worker, 0.0)
         if self.membership.is_live(worker):
+            self._release(list(self.owners.get(worker, [])))  # survivors' copies from the recovery
             host, pid = self.info[worker]
             self.events.emit(event, worker=worker, host=host, pid=pid, incarnation=incarnation,
                              shards=list(self.owners.get(worker, [])), **fields,
