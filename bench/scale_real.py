@@ -260,9 +260,8 @@ def render(args, meta: dict, per_w: dict, figures: list, jobs: list) -> str:
         f"{meta.get('niceness')}; started {meta['started']}, "
         f"took {meta['total_seconds']:.0f} s.",
         "",
-        f"**The machine was loaded and oversubscribed**: other work (a chaos campaign and a test suite) ran "
-        f"beside these jobs, which were niced, and W + 1 ranks (up to {max(args.workers) + 1}) shared "
-        f"{meta['nproc']} cores. Round latency and everything per second of wall time therefore mostly measure "
+        f"**The machine was oversubscribed**: W + 1 ranks (up to {max(args.workers) + 1}) shared "
+        f"{meta['nproc']} cores (see the load averages above for anything else that ran). Round latency and everything per second of wall time therefore mostly measure "
         "the scheduler (how long until each worker and the driver get a core), not mixle_mpi. Driver CPU per "
         "round is the meaningful figure: CPU time is charged only while the driver runs.",
         "",
