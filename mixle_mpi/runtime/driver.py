@@ -601,12 +601,8 @@ class Driver:
 
         vendor = MPI.get_vendor()[0]
         if not self.settings.respawn_wait and not spawn_timeout_is_fatal(vendor):
-            self.grank.pop(worker, None)
-            incarnation = self.membership.revive(worker)
-            self.joining[worker] = Join(worker, time.monotonic())
             self.spawning[worker] = (Background(spawn, "spawn"), time.monotonic())
-            self.events.emit("respawn_started", worker=worker, incarnation=incarnation,
-                             shards=list(self.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6))
+            self._start_join(worker, t0)
             return True
         timeout = self.settings.reconfigure_timeout
         try:
@@ -627,12 +623,18 @@ class Driver:
         if self.settings.respawn_wait:
             self._bring_up(worker, link, "respawned", t0)
             return True
+        self._start_join(worker, t0)
+        self._begin_join(worker, link)
+        return True
+
+    def _start_join(self, worker: int, t0: float) -> None:
+        """A replacement for ``worker`` is on its way (spawned, or being spawned): it joins in
+        the background, as incarnation + 1 of the place."""
+        self.grank.pop(worker, None)
         incarnation = self.membership.revive(worker)
         self.joining[worker] = Join(worker, time.monotonic())
-        self._begin_join(worker, link)
         self.events.emit("respawn_started", worker=worker, incarnation=incarnation,
                          shards=list(self.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6))
-        return True
 
     def _spawn_unavailable(self, worker: int, cause: str) -> None:
         self.can_spawn = False
