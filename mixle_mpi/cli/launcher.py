@@ -415,9 +415,8 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
 def is_own_fit(cmd: list[str]) -> bool:
     """Whether ``cmd`` is mixle_mpi's own fit (``python -m mixle_mpi fit ...``, or the
     built-in job ``python -m mixle_mpi.fitjob``; pure)."""
-    return (any(cmd[i:i + 3] == ["-m", "mixle_mpi", "fit"] for i in range(len(cmd)))
-            or any(cmd[i:i + 2] in (["-m", "mixle_mpi.fitjob"], ["-m", "mixle_mpi.fitting.fitjob"])
-                   for i in range(len(cmd))))
+    ours = (["-m", "mixle_mpi", "fit"], ["-m", "mixle_mpi.fitjob"], ["-m", "mixle_mpi.fitting.fitjob"])
+    return any(cmd[i:i + len(o)] == o for i in range(len(cmd)) for o in ours)
 
 
 def relaunch_note(code: int, left: dict) -> str | None:

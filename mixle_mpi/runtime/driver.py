@@ -753,15 +753,15 @@ class Driver:
     def _await_a_worker(self) -> None:
         """No worker computes, but replacements are joining: wait for one (bounded by its own
         join deadline), since nobody else can take the orphans. Fails if none comes."""
+        def step() -> bool | None:
+            self._check_failures()
+            self._finish_joins()
+            return None if self._live() or not self.joining else self._advance_joins()
+
         if not self._live() and self.joining:
-            self._wait(lambda: None if (self._live_after_joins() or not self.joining) else self._advance_joins())
+            self._wait(step)
         if not self._live():
             raise self._no_workers_error()
-
-    def _live_after_joins(self) -> bool:
-        self._check_failures()
-        self._finish_joins()
-        return bool(self._live())
 
     def _adopt(self, worker: int, spare: int) -> bool:
         """The idle spare's process takes ``worker``'s place: it is told its new identity and
