@@ -75,6 +75,30 @@ def test_driver_killed_while_writing_a_checkpoint(tmp_path, uninterrupted):
     assert same_fit(second.result, uninterrupted("gmm1d", 4000))
 
 
+@pytest.mark.parametrize("its", [pytest.param(ITS, marks=FULL_ONLY), 500], ids=["iteration-cap", "converged"])
+def test_a_driver_lost_before_the_finished_checkpoint_resumes_exactly(its, tmp_path):
+    """The last EM step (at the cap, or converged) gets no checkpoint of its own, only the
+    finished one: a driver lost between the two leaves the step before it, which resumes
+    and replays that step to the same bits. (Resumed from the last step itself, mixle's
+    loop ran one step more, having no previous log-likelihood to test, or was asked for
+    zero iterations and failed.) ``.prev`` after a finished fit is exactly what such a
+    driver leaves on disk."""
+    ck = tmp_path / "ck.h5"
+    args = fit_args("gmm1d", 4000, 4, 1, its)
+    whole = run_job(OMPI_PYTHON, 4, args + ["--checkpoint", str(ck)], tmp_path / "a")
+    assert whole.rc == 0, whole.describe()
+    done, left = ckpt.read(str(ck)), ckpt.read_file(str(ck) + ".prev")
+    assert done.finished and done.iteration == whole.result["iterations"], done
+    assert not left.finished and left.iteration == done.iteration - 1, left
+    assert (done.stopped == "converged") == (its > done.iteration), done
+    ck2 = tmp_path / "left.h5"
+    ck2.write_bytes(Path(str(ck) + ".prev").read_bytes())
+    again = run_job(OMPI_PYTHON, 4, args + ["--checkpoint", str(ck2)], tmp_path / "b")
+    assert again.rc == 0, again.describe()
+    assert [e["iteration"] for e in again.events if e["event"] == "resumed"] == [left.iteration]
+    assert same_fit(again.result, whole.result), again.describe()
+
+
 def _start(tmp_path: Path, ck: Path, n: int) -> tuple[subprocess.Popen, Path]:
     events = tmp_path / "events.jsonl"
     env = dict(os.environ, PYTHONWARNINGS="ignore", MIXLE_MPI_EVENT_LOG=str(events), MIXLE_MPI_FAULT_PLAN="")

@@ -52,6 +52,19 @@ def test_stop_reason_from_the_trace(lls, max_its, delta, reason):
     assert progress.stop_reason(lls, max_its, delta) == reason
 
 
+@pytest.mark.parametrize("iteration, gain, max_its, delta, last", [
+    (5, 1.0, 10, 1e-9, False),      # still gaining: EM goes on, the step is checkpointed
+    (10, 1.0, 10, 1e-9, True),      # the cap
+    (5, 3e-10, 10, 1e-9, True),     # converged
+    (5, 0.0, 10, 1e-9, True),       # converged, or rejected (mixle reports a gain of 0.0)
+    (5, -1e-13, 10, 1e-9, False),   # a tiny decrease mixle still accepts: no convergence
+    (5, 0.0, 10, None, True),       # delta none: a rejected step (or one that changed nothing)
+    (5, 1e-12, 10, None, False),
+])
+def test_the_step_that_may_end_em_is_known(iteration, gain, max_its, delta, last):
+    assert progress.may_end_em(iteration, gain, max_its, delta) is last
+
+
 def test_stop_text_says_converged_cap_or_unchanged():
     assert progress.stop_text("converged", 1e-9) == "converged: the log-likelihood gained less than delta=1e-09"
     assert progress.stop_text("max_its") == "stopped at the iteration cap"

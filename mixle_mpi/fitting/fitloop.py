@@ -27,7 +27,7 @@ import numpy as np
 
 from mixle_mpi.storage import checkpoint as ckpt
 from mixle_mpi.core.errors import Interrupted, Preempted  # noqa: F401 - public here too (fitloop.Preempted)
-from mixle_mpi.fitting.progress import stop_reason
+from mixle_mpi.fitting.progress import may_end_em, stop_reason
 from mixle_mpi.core.validate import sha256_text
 
 # mixle's notes on how a run stopped: the fit's own final line says it, in our words.
@@ -123,8 +123,9 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
     """Fit with ``optimize`` on the driver; returns (model, log-likelihood per iteration).
 
     ``checkpoint`` is an HDF5 path; a checkpoint is written every ``every`` iterations
-    and/or every ``seconds`` seconds, and once at the end. ``resume``: "auto" resumes when
-    a checkpoint exists, "yes" requires one, "no" starts afresh (overwriting).
+    and/or every ``seconds`` seconds, and once at the end (the step that ends EM gets only
+    that one, see :func:`~mixle_mpi.fitting.progress.may_end_em`). ``resume``: "auto" resumes
+    when a checkpoint exists, "yes" requires one, "no" starts afresh (overwriting).
     ``journal`` also persists each E-step round's received shard payloads to
     ``<checkpoint>.round.h5``, so a driver killed mid-round recomputes only the missing
     shards after resuming (off by default: one small HDF5 write per shard and round).
@@ -193,13 +194,14 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
     def on_step(step) -> None:
         history.append(float(step.log_density))
         i = start + step.iter
+        last = may_end_em(i, float(step.delta), max_its, delta)  # the finished checkpoint follows at once
         due = (every and i % every == 0) or (seconds is not None and time.monotonic() - last_write[0] >= seconds)
-        saved = checkpoint if checkpoint and (due or stop.signal is not None) else None
+        saved = checkpoint if checkpoint and not last and (due or stop.signal is not None) else None
         if saved:
             save(step.model, i)
         if on_iteration is not None:
             on_iteration(i, history[-1], saved)
-        if stop.signal is not None:
+        if stop.signal is not None and not last:
             enc.events.emit("preempted", signal=signal.Signals(stop.signal).name, iteration=i, checkpoint=checkpoint)
             raise stopped(stop.signal, i, checkpoint)
 

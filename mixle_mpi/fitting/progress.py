@@ -65,6 +65,17 @@ def stop_reason(lls: list[float], max_its: int, delta: float | None) -> str:
     return "max_its" if len(lls) >= max_its else "unchanged"
 
 
+def may_end_em(iteration: int, gain: float, max_its: int, delta: float | None) -> bool:
+    """Whether mixle's EM loop may stop after this step (pure): at the iteration cap, or on a
+    gain below ``delta`` (converged; a rejected step reports a gain of exactly 0.0, which
+    also ends the loop when ``delta`` is None). Such a step gets no resumable checkpoint:
+    mixle tests convergence against the step before, which a loop resumed from this one
+    would not have, so it would run one step more; and a loop resumed at the cap would be
+    asked for zero iterations. The finished checkpoint is written right after it instead,
+    and a driver lost in between resumes from the step before and replays this one."""
+    return iteration >= max_its or (0.0 <= gain < delta if delta is not None else gain == 0.0)
+
+
 def stop_text(reason: str, delta: float | None = None) -> str:
     """How a fit stopped, in words (pure); ``reason`` from :func:`stop_reason`."""
     if reason == "converged":
