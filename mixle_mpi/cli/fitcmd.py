@@ -45,7 +45,8 @@ def restart_checkpoints(path: str, restarts: int) -> list[str]:
 def _settings(cfg: FitConfig) -> dict:
     return {k: v for k, v in (("heartbeat_period", cfg.heartbeat_period), ("heartbeat_timeout", cfg.heartbeat_timeout),
                               ("stall_timeout", cfg.stall_timeout), ("respawn", cfg.respawn),
-                              ("respawn_wait", cfg.respawn_wait), ("spares", cfg.spares)) if v is not None}
+                              ("respawn_wait", cfg.respawn_wait), ("spares", cfg.spares),
+                              ("failover", cfg.failover)) if v is not None}
 
 
 def prepare(cfg: FitConfig):
@@ -74,15 +75,16 @@ def run(cfg: FitConfig) -> int:
     from mixle_mpi.runtime.handle import ResilientMPIEncodedData, is_driver
     from mixle_mpi.fitting.fitloop import Segments
 
-    if not is_driver():
-        ResilientMPIEncodedData(None, **_settings(cfg))  # serves until the driver is done; never returns
     segments = Segments()
-    spec, loaded, est = prepare(cfg)
     events_path = os.path.join(cfg.out_dir, "events.jsonl")
-    with ResilientMPIEncodedData(loaded.data, estimator=est, num_shards=cfg.num_shards, sub_chunks=cfg.sub_chunks,
-                                 max_retries=cfg.max_retries, workdir=os.path.join(cfg.out_dir, "work"),
-                                 keep_store=cfg.keep_store,
-                                 event_log=events_path, **_settings(cfg)) as enc:
+    where = dict(num_shards=cfg.num_shards, sub_chunks=cfg.sub_chunks, max_retries=cfg.max_retries,
+                 workdir=os.path.join(cfg.out_dir, "work"), keep_store=cfg.keep_store, event_log=events_path,
+                 **_settings(cfg))
+    # A worker serves inside this call until the driver is done and never returns, unless
+    # the driver dies with failover on: then the successor returns here, as the driver.
+    successor = None if is_driver() else ResilientMPIEncodedData(None, **where)
+    spec, loaded, est = prepare(cfg)
+    with successor or ResilientMPIEncodedData(loaded.data, estimator=est, **where) as enc:
         loaded.close()
         print(f"[fit] {spec.text} on {loaded.describe}; {enc.num_shards} shards over "
               f"{len(enc._driver.membership.live())} workers; out_dir {cfg.out_dir}", flush=True)

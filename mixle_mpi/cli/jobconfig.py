@@ -34,6 +34,7 @@ class FitConfig:
     respawn: bool | None = None
     respawn_wait: bool | None = None
     spares: int | None = None
+    failover: bool | None = None
     checkpoint: str | None = None
     checkpoint_every: int = 1
     checkpoint_seconds: float | None = None
@@ -71,6 +72,9 @@ HELP = {
                     "while the survivors carry its shards)",
     "spares": "extra ranks started idle; a spare takes a failed worker's place at once, without Spawn "
               "(with -n N, N + spares ranks are launched)",
+    "failover": "if the driver (rank 0) dies, the lowest surviving rank takes over and resumes from the "
+                "checkpoint, in the same job (needs ULFM: Open MPI under mixle-mpi run; elsewhere a dead driver "
+                "ends the job as without it)",
     "checkpoint": "HDF5 checkpoint path; an existing one is resumed",
     "checkpoint_every": "iterations between checkpoints",
     "checkpoint_seconds": "seconds between checkpoints",

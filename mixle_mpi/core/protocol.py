@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-PROTOCOL = 2
+PROTOCOL = 3
 
 # tags: the startup handshake on COMM_WORLD; then commands, replies and heartbeats on the
 # job's communicators (heartbeats on their own duplicate, so they never queue behind data)
@@ -53,6 +53,7 @@ class Setup(NamedTuple):
     fault_plan: str          # JSON, as faults.parse_plan reads it
     driver_host: str = ""    # where the driver runs, and its pid: a worker on the same host
     driver_pid: int = 0      # tells a dead driver from a silent one at once
+    failover: bool = False   # a dead driver is followed by the lowest survivor (policy/failover.py)
 
 
 class Load(NamedTuple):

@@ -75,10 +75,12 @@ class Driver:
         spares: int = 0,
         spawn_unavailable: str | None = None,
         fast_spawn_command: list[str] | None = None,
+        failover: bool = False,
     ) -> None:
         self.store = store
         self.num_shards = store.num_shards
         self.encoder_b = encoder_b
+        self.failover = failover  # the workers follow a dead driver (Setup.failover)
         self.sub_chunks = sub_chunks
         self.settings = settings
         self.events = events
@@ -267,7 +269,7 @@ class Driver:
                      encoder=self.encoder_b, sub_chunks=self.sub_chunks, heartbeat_period=s.heartbeat_period,
                      driver_timeout=s.driver_timeout, reconfigure_timeout=s.reconfigure_timeout,
                      blas_threads=s.blas_threads, fault_plan=self.fault_plan_json,
-                     driver_host=self.host, driver_pid=os.getpid())
+                     driver_host=self.host, driver_pid=os.getpid(), failover=self.failover)
 
     def _note_ready(self, worker: int, ready: Ready) -> None:
         self.info[worker] = (ready.host, ready.pid)

@@ -24,7 +24,7 @@ from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import ConfigError, DataError
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.storage.events import EventLog
-from mixle_mpi.policy.faults import parse_plan, plan_from_env
+from mixle_mpi.policy.faults import FIRED_ENV, parse_plan, plan_from_env, read_fired, unfired
 from mixle_mpi.core.validate import check_int
 
 DEFAULT_WORKDIR = "mixle_mpi_run"
@@ -94,11 +94,13 @@ class ResilientMPIEncodedData(EncodedDataHandle):
 
             serve_spawned(MPI.Comm.Get_parent())
         world = MPI.COMM_WORLD
+        self.took_over = None  # a Takeover: this rank drives after the first driver died
         if world.Get_rank() != 0:
             exiting.install("worker")
             from mixle_mpi.runtime.worker import serve_original
 
-            serve_original(world)
+            self.took_over = serve_original(world)  # returns only with failover on, to the successor
+            world = self.took_over.comm
 
         exiting.install("driver", self)
         try:
@@ -115,6 +117,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         from mixle_mpi.runtime.driver import Driver
         from mixle_mpi.runtime.monitor import Monitor
         from mixle_mpi.runtime.shrink import probe_continuation
+        from mixle_mpi.policy.failover import failover_status
         from mixle_mpi.policy.reconfig import spawn_unavailable, srun_plugin
         from mpi4py import MPI
         from mixle_mpi.storage.store import ShardStore
@@ -133,16 +136,22 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         self.max_retries = check_int("max_retries", max_retries, 1)
         self.settings = Settings.resolve(settings)
         spares = self.settings.spares
+        if self.took_over is not None:  # fewer ranks than at the start: spares are workers first
+            spares = min(spares, workers - 1)
         if spares > workers - 1:
             raise ConfigError(
                 f"found {world_size} MPI ranks but spares={spares} needs at least {spares + 2}: 1 driver, at least "
                 f"1 worker and {spares} spare(s) (with -n N, mixle-mpi fit launches N + spares ranks)")
         plan = parse_plan(fault_plan) if fault_plan is not None else plan_from_env()
+        if self.took_over is not None:  # a fault an earlier driver's process recorded is spent
+            plan = tuple(unfired(plan, read_fired(os.environ.get(FIRED_ENV))))
+        if encoder is None and estimator is None and self.took_over is not None:
+            encoder = pickle.loads(self.took_over.encoder)  # nosec B301 - this job's own driver sent it
         if encoder is None:
             if estimator is None:
                 raise ConfigError("ResilientMPIEncodedData needs an estimator or an explicit encoder; found neither")
             encoder = estimator.accumulator_factory().make().acc_to_encoder()
-        if data is None:
+        if data is None and self.took_over is None:
             raise DataError("data is None on the driver (rank 0): the driver needs the data; workers may pass None")
 
         workdir = workdir or os.environ.get("MIXLE_MPI_WORKDIR") or DEFAULT_WORKDIR
@@ -168,7 +177,8 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         monitor.start()
 
         self._blas = pin_blas_threads(self.settings.blas_threads)
-        self.store = ShardStore.create(store_path, data, num_shards)
+        self.store = ShardStore.create(store_path, data, num_shards) if self.took_over is None else \
+            ShardStore.open(store_path)  # the dead driver's store, on a path every rank reads
         self.num_shards = self.store.num_shards
         self.size = self.store.num_rows
         holders = workers - spares
@@ -187,13 +197,21 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             mpi=startup.mpi_text(), blas=blas_description(),
             settings=self.settings.__dict__, fault_plan=[f.__dict__ for f in plan],
         )
-        self.events.emit("continuation", method=method, reason=reason, pmix=detached,
+        if self.took_over is not None:
+            t = self.took_over
+            self.events.emit("driver_failed", host=t.driver[0], pid=t.driver[1], cause=t.why, seen_at=t.lost_at,
+                             seen_by=t.previous)
+            self.events.emit("driver_elected", rank=t.previous, pid=os.getpid(), host=MPI.Get_processor_name(),
+                             survivors=t.survivors, cause=t.why, lost_at=t.lost_at,
+                             agreed_seconds=round(t.agreed_seconds, 4))
+        failover, failover_why = failover_status(self.settings.failover, method)
+        self.events.emit("continuation", method=method, reason=reason, pmix=detached, failover=failover_why,
                          respawn=("unavailable: " + no_spawn) if no_spawn else
                          ("on" if self.settings.respawn else "off (respawn=False)"))
         self._driver = Driver(
             gcomm, ghb, ranks, workers, monitor, self.store, pickle.dumps(encoder, protocol=PROTO), self.sub_chunks,
             self.max_retries, self.settings, self.events, plan, method, _spawn_command(), spares,
-            spawn_unavailable=no_spawn, fast_spawn_command=_spawn_command(fast=True),
+            spawn_unavailable=no_spawn, fast_spawn_command=_spawn_command(fast=True), failover=failover,
         )
         self._driver.start(excluded)
         startup.mark_started()
@@ -215,7 +233,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         else:
             from mpi4py import MPI
 
-            startup.abort_startup(MPI.COMM_WORLD, code, message)
+            startup.abort_startup(MPI.COMM_WORLD if self.took_over is None else self.took_over.comm, code, message)
 
     # -- instrumentation -----------------------------------------------------------
     def _last(self, key: str) -> set[int]:

@@ -3,7 +3,8 @@
 Heartbeats run on their own thread and communicator, so a shard that computes for longer
 than the heartbeat timeout is not mistaken for a dead rank. A worker that stops hearing the
 driver for ``driver_timeout`` seconds (or whose reconfiguration overruns its deadline)
-ends itself: a worker never outlives its job.
+ends itself: a worker never outlives its job. With failover on, a driver known dead
+(an MPI error, or its process gone) is followed instead (runtime/takeover.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ from mixle_mpi.storage.store import rows_from_packed
 from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, Backoff, Link, PeerFailed, host_and_pid
 
 
+class DriverLost(Exception):
+    """The driver is known dead and failover is on: leave serving and elect a successor."""
+
+
 DRIVER_GONE_AFTER_BEATS = 3  # heartbeat periods of silence before a worker looks at the driver's pid
 _who = {"rank": None}   # this worker's rank, once the driver or the startup said it
 
@@ -53,6 +58,7 @@ class Worker:
         self.worker_id = -1
         self.incarnation = 0
         self.encoder: Any = None
+        self.encoder_b: bytes | None = None
         self.sub_chunks = 1
         self.resident: dict[int, estep.Chunks] = {}
         self._loading: dict[int, list] = {}  # rows of shards still arriving in parts
@@ -61,6 +67,9 @@ class Worker:
         self.deadline: float | None = None  # set while inside a collective
         self.last_driver = time.monotonic()
         self.driver_proc: tuple[str, int] = ("", 0)  # (host, pid) of the driver, once set up
+        self.failover = False                # a dead driver is followed (Setup.failover)
+        self.lost: str | None = None         # why the heartbeat thread knows the driver dead
+        self._beater: threading.Thread | None = None
         self.host = ""
         self._body_cache: tuple[int, Any] = (-1, None)
         self._stopping = False
@@ -74,13 +83,21 @@ class Worker:
         if self.deadline is not None and time.monotonic() > self.deadline:
             die(RECONFIG_TIMEOUT, "reconfiguration overran its deadline")
 
+    def driver_dead(self, why: str) -> None:
+        """Main thread: the driver is known dead; follow it (failover) or end this worker."""
+        if self.failover:
+            raise DriverLost(why)
+        die(DRIVER_LOST, why)
+
     def recv(self) -> tuple:
         backoff = Backoff()
         while True:
+            if self.lost is not None:
+                self.driver_dead(self.lost)
             try:
                 msg = self.link.poll(TAG_CMD)
             except PeerFailed as exc:
-                die(DRIVER_LOST, f"lost the driver ({exc})")
+                self.driver_dead(f"lost the driver ({exc})")
             if msg is not None:
                 self.last_driver = time.monotonic()
                 return msg
@@ -93,7 +110,7 @@ class Worker:
             while not self.link.progress():
                 backoff.sleep()
         except PeerFailed as exc:
-            die(DRIVER_LOST, f"lost the driver while replying ({exc})")
+            self.driver_dead(f"lost the driver while replying ({exc})")
 
     # -- heartbeat thread --------------------------------------------------------
     def _heartbeat_loop(self) -> None:
@@ -109,15 +126,31 @@ class Worker:
                     while link.poll(TAG_HB, comm=link.hb) is not None:
                         self.last_driver = time.monotonic()
                 except (PeerFailed, MPI.Exception) as exc:
-                    die(DRIVER_LOST, f"lost the driver on the heartbeat channel ({exc})")
+                    if self._known_dead(f"lost the driver on the heartbeat channel ({exc})"):
+                        return
             seq += 1
             silent = time.monotonic() - self.last_driver
-            if silent > self.driver_timeout:
+            if silent > self.driver_timeout:  # maybe alive (stopped, cut off): never followed
                 die(DRIVER_LOST, f"heard nothing from the driver for {silent:.1f} s")
             if silent > DRIVER_GONE_AFTER_BEATS * self.period and self._driver_gone():
-                die(DRIVER_LOST, f"the driver process (pid {self.driver_proc[1]}) is gone; silent for {silent:.1f} s")
+                if self._known_dead(f"the driver process (pid {self.driver_proc[1]}) is gone; silent for {silent:.1f} s"):
+                    return
             self._check_alive()
             time.sleep(self.period)
+
+    def _known_dead(self, why: str) -> bool:
+        """Heartbeat thread: with failover on, tell the main thread (True: stop beating);
+        without, end this worker."""
+        if not self.failover:
+            die(DRIVER_LOST, why)
+        self.lost = why
+        return True
+
+    def stop_heartbeats(self, wait: float) -> None:
+        """End the heartbeat thread (before this worker leaves its communicators)."""
+        self._stopping = True
+        if self._beater is not None:
+            self._beater.join(wait)
 
     def _driver_gone(self) -> bool:
         """The driver's process has ended (same host only: elsewhere only driver_timeout tells)."""
@@ -131,18 +164,21 @@ class Worker:
         self.last_driver = time.monotonic()
         if not self._beating:
             self._beating = True
-            threading.Thread(target=self._heartbeat_loop, daemon=True, name="mixle-mpi-heartbeat").start()
+            self._beater = threading.Thread(target=self._heartbeat_loop, daemon=True, name="mixle-mpi-heartbeat")
+            self._beater.start()
 
     def setup(self, cfg: Setup) -> None:
         self.worker_id = _who["rank"] = cfg.worker
         self.incarnation = cfg.incarnation
         self.encoder = pickle.loads(cfg.encoder)  # nosec B301 - IPC from this job's own driver
+        self.encoder_b = cfg.encoder  # a successor (failover) sets up the others with it
         self.sub_chunks = cfg.sub_chunks
         self.reconfigure_timeout = cfg.reconfigure_timeout
         self._blas = pin_blas_threads(cfg.blas_threads)
         retain_freed_memory()  # E-step temporaries reuse heap pages instead of faulting fresh ones
         self.faults = FaultInjector(parse_plan(cfg.fault_plan), self.worker_id, self.incarnation)
         self.driver_proc = (cfg.driver_host, cfg.driver_pid)
+        self.failover = cfg.failover and not self.spawned  # a replacement is not in the survivors' communicator
         self.host = host_and_pid()[0]
         self.start_heartbeats(cfg.heartbeat_period, cfg.driver_timeout)
         if self.spawned:
@@ -210,6 +246,14 @@ class Worker:
         self.deadline = time.monotonic() + self.reconfigure_timeout
         old = self.link
         comm = shrink(old.comm, ranks, method, epoch)
+        if self.failover:
+            from mixle_mpi.runtime.takeover import driver_in
+
+            if not driver_in(old.comm, comm):  # the driver died inside the shrink: follow it from here
+                self.deadline = None
+                with self.lock:
+                    self.link = Link(comm, old.hb, 0)
+                raise DriverLost("the driver died while the job reconfigured")
         hb = comm.Dup()
         with self.lock:
             self.link = Link(comm, hb, 0)
@@ -278,6 +322,8 @@ class Worker:
                     quit_on_abort(msg)
                 else:
                     raise RuntimeError(f"unknown command {msg!r:.200}")
+            except DriverLost:
+                raise
             except Exception as exc:  # noqa: BLE001 - a worker-side bug is reported to the driver
                 host, pid = host_and_pid()
                 task_id = msg.task_id if isinstance(msg, Task) else None
@@ -304,13 +350,15 @@ def serve_forever(link: Link, spawned: bool, worker: Worker | None = None) -> No
     (worker or Worker(link, spawned)).serve()
 
 
-def serve_original(world) -> None:
-    """An original worker rank: the startup handshake (see startup.py), then serve."""
+def serve_original(world, following: bool = False):
+    """An original worker rank: the startup handshake (see startup.py), then serve. Returns
+    only with failover on, to the rank that takes over from a dead driver (a Takeover);
+    ``following``: this is the handshake with such a successor (no startup faults)."""
     from mixle_mpi.runtime import startup
 
     timeout = startup.startup_timeout()
     rank = _who["rank"] = world.Get_rank()
-    faults = _startup_faults(rank)
+    faults = _startup_faults(rank) if not following else FaultInjector((), rank, 0)
     faults.check("startup")
     try:
         answer = startup.wait_for_go(world, timeout)
@@ -336,7 +384,31 @@ def serve_original(world) -> None:
     worker = Worker(Link(comm, hb, 0), spawned=False)
     worker.worker_id = rank
     worker.start_heartbeats(answer.heartbeat_period, answer.driver_timeout)
-    serve_forever(worker.link, False, worker)
+    try:
+        serve_forever(worker.link, False, worker)
+    except DriverLost as lost:
+        return follow(worker, str(lost))
+
+
+def follow(worker: Worker, why: str):
+    """The driver is dead and failover is on: agree on the survivors with the others, then
+    take over (rank 0 of their communicator: return the Takeover) or serve the one that does."""
+    from mixle_mpi.policy.failover import successor
+    from mixle_mpi.runtime.takeover import agree
+
+    log = logs.get("worker")
+    log.warning(f"worker rank {worker.worker_id} (pid {os.getpid()}): {why}; agreeing on a new driver with the survivors")
+    worker.stop_heartbeats(2 * worker.period)
+    try:
+        taken = agree(worker.link.comm, worker.reconfigure_timeout, worker.worker_id, worker.driver_proc,
+                      worker.encoder_b, why)
+    except (TimeoutError, MPI.Exception) as exc:
+        die(RECONFIG_TIMEOUT, f"the survivors of the driver did not agree ({exc})")
+    if successor(range(taken.survivors)) == taken.comm.Get_rank():
+        log.warning(f"worker rank {worker.worker_id} (pid {os.getpid()}): taking over as the driver of "
+                    f"{taken.survivors} rank(s)")
+        return taken
+    return serve_original(taken.comm, following=True)
 
 
 def _startup_faults(rank: int) -> FaultInjector:

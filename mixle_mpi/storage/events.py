@@ -119,11 +119,24 @@ def _continuation_text(rec: dict[str, Any]) -> str:
     text = f"after a failure: continue by {rec.get('method')} ({rec.get('reason')}); respawn {rec.get('respawn')}"
     if rec.get("pmix"):
         text += f"; {rec['pmix']}"
+    if rec.get("failover", "off") != "off":
+        text += f"; driver failover {rec['failover']}"
     return text
 
 
+def _driver_failed_text(rec: dict[str, Any]) -> str:
+    return (f"the driver (pid {rec.get('pid')} on {rec.get('host', '?')}) died: rank {rec.get('seen_by')} saw it "
+            f"({rec.get('cause')})")
+
+
+def _driver_elected_text(rec: dict[str, Any]) -> str:
+    return (f"rank {rec.get('rank')} (pid {rec.get('pid')} on {rec.get('host', '?')}) drives now, over "
+            f"{rec.get('survivors')} surviving rank(s), agreed in {rec.get('agreed_seconds')} s")
+
+
 SPECIAL = {"start": ("workers", _start_text), "resumed": ("iteration", _resumed_text),
-           "continuation": ("method", _continuation_text)}
+           "continuation": ("method", _continuation_text), "driver_failed": ("cause", _driver_failed_text),
+           "driver_elected": ("survivors", _driver_elected_text)}
 
 
 def describe(rec: dict[str, Any]) -> str:
