@@ -109,8 +109,13 @@ def done_line(summary: dict, model_path: str) -> str:
     from mixle_mpi.fitting.progress import summary_stop_text, summary_wall_text
 
     return (f"done after {summary['iterations']} iterations: {summary_stop_text(summary)}; final ll "
-            f"{summary['final_ll']!r}, failures survived {summary['failures_survived']}, "
+            f"{summary['final_ll']!r}, failures survived {summary['failures_survived']}"
+            f"{_takeover_text(summary.get('driver_takeovers', 0))}, "
             f"{summary_wall_text(summary)}; model in {model_path}")
+
+
+def _takeover_text(n: int) -> str:
+    return f" (and the driver's death {n} time(s): a survivor took over)" if n else ""
 
 
 def _recovered(enc) -> int:
@@ -157,6 +162,16 @@ def best_restart(results: list[dict]) -> int:
     return max(range(len(finals)), key=lambda i: (finals[i], -i))
 
 
+def _takeovers(events_path: str) -> int:
+    """How many times a surviving rank took over from a dead driver (failover), from the log."""
+    from mixle_mpi.storage.events import read_events
+
+    try:
+        return sum(e.get("event") == "driver_elected" for e in read_events(events_path))
+    except (OSError, ValueError):
+        return 0
+
+
 def _summary(enc, cfg: FitConfig, results: list[dict], segments) -> dict:
     from mixle_mpi.fitting.fitloop import versions
 
@@ -173,6 +188,7 @@ def _summary(enc, cfg: FitConfig, results: list[dict], segments) -> dict:
         "restarts": [{"seed": r["seed"], "final_ll": r["ll"][-1] if r["ll"] else None, "iterations": len(r["ll"]),
                       "converged": r["converged"], "stopped": r["stopped"], "ll": r["ll"]} for r in results],
         "failures_survived": sum(failures.values()),
+        "driver_takeovers": _takeovers(os.path.join(cfg.out_dir, "events.jsonl")),
         "failures": {str(k): v for k, v in failures.items()},
         "blacklisted": enc.blacklist,
         "recovered_shards": _recovered(enc),

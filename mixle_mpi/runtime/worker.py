@@ -23,6 +23,7 @@ from mpi4py import MPI
 from mixle_mpi.core import estep, logs
 from mixle_mpi.core.blas import pin_blas_threads
 from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT
+from mixle_mpi.policy.failover import takes_over_on
 from mixle_mpi.policy.faults import FaultInjector, parse_plan
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
 from mixle_mpi.core.reaper import process_gone
@@ -126,22 +127,23 @@ class Worker:
                     while link.poll(TAG_HB, comm=link.hb) is not None:
                         self.last_driver = time.monotonic()
                 except (PeerFailed, MPI.Exception) as exc:
-                    if self._known_dead(f"lost the driver on the heartbeat channel ({exc})"):
+                    if self._lost_driver("failed", f"lost the driver on the heartbeat channel ({exc})"):
                         return
             seq += 1
             silent = time.monotonic() - self.last_driver
-            if silent > self.driver_timeout:  # maybe alive (stopped, cut off): never followed
-                die(DRIVER_LOST, f"heard nothing from the driver for {silent:.1f} s")
+            if silent > self.driver_timeout:
+                self._lost_driver("silent", f"heard nothing from the driver for {silent:.1f} s")
             if silent > DRIVER_GONE_AFTER_BEATS * self.period and self._driver_gone():
-                if self._known_dead(f"the driver process (pid {self.driver_proc[1]}) is gone; silent for {silent:.1f} s"):
+                if self._lost_driver("gone", f"the driver process (pid {self.driver_proc[1]}) is gone; "
+                                             f"silent for {silent:.1f} s"):
                     return
             self._check_alive()
             time.sleep(self.period)
 
-    def _known_dead(self, why: str) -> bool:
-        """Heartbeat thread: with failover on, tell the main thread (True: stop beating);
-        without, end this worker."""
-        if not self.failover:
+    def _lost_driver(self, cause: str, why: str) -> bool:
+        """Heartbeat thread: tell the main thread to follow the driver (True: stop beating),
+        or end this worker when failover is off or the driver may be alive (policy/failover.py)."""
+        if not (self.failover and takes_over_on(cause)):
             die(DRIVER_LOST, why)
         self.lost = why
         return True

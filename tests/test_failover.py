@@ -1,0 +1,147 @@
+"""Driver failover under real MPI: the driver (rank 0) is SIGKILLed, by a fault plan or from
+outside; with failover on, the lowest surviving rank takes over in the same job, resumes
+from the checkpoint and ends with the bits of a failure-free run. Under MPICH (no ULFM)
+failover stays off and a dead driver ends the job as before, saying why."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FULL_ONLY, LIBRARIES
+from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit
+
+from mixle_mpi.policy.faults import FIRED_ENV, read_fired, unfired
+
+pytestmark = pytest.mark.mpijob
+
+ITS = 8
+FAILOVER = {"MIXLE_MPI_FAILOVER": "1"}
+
+
+@functools.lru_cache(maxsize=None)
+def _uninterrupted(root: str) -> dict:
+    job = run_job(OMPI_PYTHON, 4, fit_args("gmm1d", 4000, 4, 1, ITS), Path(root) / "ref")
+    assert job.rc == 0, job.describe()
+    return job.result
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    return _uninterrupted(str(tmp_path_factory.mktemp("uninterrupted")))
+
+
+def _followed(python: str, ranks: int, plan: str, tmp: Path, extra=(), env: dict | None = None):
+    """A job with failover on under fault ``plan``, whose every planned fault fired."""
+    log = tmp.parent / f"{tmp.name}-faults.jsonl"
+    args = fit_args("gmm1d", 4000, 4, 1, ITS) + ["--checkpoint", str(tmp / "ck.h5"), *extra]
+    job = run_job(python, ranks, args, tmp, plan=plan, env={**FAILOVER, FIRED_ENV: str(log), **(env or {})})
+    assert unfired(plan, read_fired(str(log))) == [], f"planned faults that did not fire: {plan}\n" + job.describe()
+    return job
+
+
+def _events(job, name: str) -> list[dict]:
+    return [e for e in job.events if e["event"] == name]
+
+
+@pytest.mark.parametrize("plan, extra, resumed", [  # E-step call k (from 0) follows checkpoint k
+    ("0:kill:estep_before:3", (), 3),
+    # mid-fold (the driver's hook needs the fold journal): the successor reuses what it holds
+    pytest.param("0:kill:estep_mid:4", ("--fold-journal",), 4, marks=FULL_ONLY),
+    pytest.param("0:kill:checkpoint_write:5", (), 4, marks=FULL_ONLY),  # between the temp file and the rename
+], ids=["estep_before", "estep_mid", "checkpoint_write"])
+def test_a_dead_driver_is_followed_to_the_same_bits(plan, extra, resumed, tmp_path, uninterrupted):
+    job = _followed(OMPI_PYTHON, 4, plan, tmp_path / "job", extra)
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, uninterrupted), job.describe()
+    (failed,), (elected,) = _events(job, "driver_failed"), _events(job, "driver_elected")
+    assert elected["rank"] == 1 and elected["survivors"] == 3 and elected["pid"] != failed["pid"], elected
+    assert elected["time"] - failed["seen_at"] < 10, (failed, elected)
+    assert [e["iteration"] for e in _events(job, "resumed")] == [resumed]
+    assert len(_events(job, "closed")) == 1  # one driver finished the fit and stopped the workers
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+def test_two_driver_deaths_then_a_worker_death(tmp_path, uninterrupted):
+    """The first driver dies before its E-step call 2 (after checkpoint 2), its successor
+    while writing checkpoint 5 (its calls 0-2), and worker 2 of the third driver in that
+    driver's call 3 (iteration 8): no earlier driver reaches a call 3."""
+    plan = "0:kill:estep_before:2,0:kill:checkpoint_write:5,2:kill:estep_mid:3"
+    # the fit waits for worker 2's replacement: the third driver's Spawn must really work
+    job = _followed(OMPI_PYTHON, 5, plan, tmp_path / "job", env={"MIXLE_MPI_RESPAWN_WAIT": "1"})
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, uninterrupted), job.describe()
+    assert [e["survivors"] for e in _events(job, "driver_elected")] == [4, 3]
+    assert [e["worker"] for e in _events(job, "failure_detected")] == [2]
+    assert [e["worker"] for e in _events(job, "respawned")] == [2], job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+def _driver_pid(marker: str, deadline: float) -> int | None:
+    """The pid of rank 0 of the job whose command line mentions ``marker``."""
+    while time.monotonic() < deadline:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if marker.encode() in cmd and b"OMPI_COMM_WORLD_RANK=0" in env and b"prterun" not in cmd:
+                return int(pid)
+        time.sleep(0.2)
+    return None
+
+
+def test_fit_survives_its_driver_killed_from_outside(tmp_path):
+    """`mixle-mpi fit --failover`, rank 0 SIGKILLed from outside once the fit runs: the
+    job ends 0 with the failure-free outputs, written once, by the successor."""
+    base = [sys.executable, "-m", "mixle_mpi", "fit", "-n", "4", "--timeout", "200", "--data", "builtin:iris",
+            "--model", "gmm:k=3,cov=full", "--columns", "0:4", "--num-shards", "6", "--max-its", "120",
+            "--seed", "3", "--init-p", "0.5", "--progress", "off"]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    ref = subprocess.run(base + ["--out-dir", str(tmp_path / "ref")], capture_output=True, text=True, timeout=300,
+                         env=env, cwd=str(tmp_path))
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(base + ["--out-dir", str(out), "--checkpoint", str(out / "ck.h5"), "--failover"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(tmp_path))
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "ck.h5").exists() and time.monotonic() < deadline:  # the fit runs
+            time.sleep(0.1)
+        pid = _driver_pid(str(out), deadline)
+        assert pid is not None, "no driver process found"
+        os.kill(pid, signal.SIGKILL)
+        text, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, text[-4000:]
+    assert (out / "model.json").read_text() == (tmp_path / "ref" / "model.json").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ll"] == json.loads((tmp_path / "ref" / "summary.json").read_text())["ll"]
+    assert summary["driver_takeovers"] == 1 and "a survivor took over" in text, text[-3000:]
+    assert f"the driver (pid {pid} on" in text and "drives now, over 3 surviving rank(s)" in text, text[-3000:]
+    assert no_leftover_processes(str(out)) == []
+
+
+@pytest.mark.parametrize("library", [pytest.param(LIBRARIES[1].values[0], marks=[*LIBRARIES[1].marks, FULL_ONLY],
+                                                  id="mpich")])
+def test_without_ulfm_a_dead_driver_ends_the_job_as_before(library, tmp_path):
+    _, python = library
+    plan = "0:kill:estep_before:3"
+    job = _followed(python, 4, plan, tmp_path / "job")
+    assert job.rc != 0 and job.result is None, job.describe()
+    (cont,) = _events(job, "continuation")
+    assert cont["failover"].startswith("off: needs ULFM"), cont
+    assert not _events(job, "driver_elected")
+    assert no_leftover_processes(str(tmp_path)) == []
