@@ -84,6 +84,17 @@ def test_two_driver_deaths_then_a_worker_death(tmp_path, uninterrupted):
     assert no_leftover_processes(str(tmp_path)) == []
 
 
+@FULL_ONLY
+def test_a_driver_with_no_worker_left_to_follow_it_is_run_again(tmp_path, uninterrupted):
+    """Two ranks: the one worker takes over but has no one to compute; it says so and exits
+    74, and `mixle-mpi run` runs the job again, which resumes to the same bits."""
+    job = _followed(OMPI_PYTHON, 2, "0:kill:estep_before:3", tmp_path / "job")
+    assert job.rc == 0, job.describe()
+    assert "no other rank survived to compute" in job.stderr + job.stdout, job.describe()
+    assert "running it again to resume" in job.stderr + job.stdout, job.describe()
+    assert same_fit(job.result, uninterrupted), job.describe()
+
+
 def _driver_pid(marker: str, deadline: float) -> int | None:
     """The pid of rank 0 of the job whose command line mentions ``marker``."""
     while time.monotonic() < deadline:

@@ -136,6 +136,11 @@ def test_chaos_compares_bits_and_measures_recovery():
     background = events[:3] + [{"event": "respawn_started", "time": 1.3},
                                {"event": "respawned", "time": 6.0, "background": True}]
     assert chaos.recovery_seconds(background) == pytest.approx(0.3)  # the join held nothing up
+    takeover = [{"event": "start", "time": 0.0}, {"event": "resumed", "time": 0.5},  # a rerun's, no takeover
+                {"event": "driver_failed", "time": 4.2, "seen_at": 4.0}, {"event": "driver_elected", "time": 4.2},
+                {"event": "resumed", "time": 6.25}, {"event": "closed", "time": 9.0}]
+    assert chaos.recovery_seconds(takeover) == pytest.approx(2.25)  # seen dead -> the successor resumed
+    assert chaos.recovery_seconds(takeover[:2]) is None
 
 
 def test_inspector_tells_a_background_join_step_by_step():

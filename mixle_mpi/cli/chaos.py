@@ -120,11 +120,15 @@ def compare(reference: dict, result: dict) -> list[str]:
 
 def recovery_seconds(events: list[dict]) -> float | None:
     """From the first detected failure to the last reconfiguration event after it (pure). A
-    replacement taking its shards back in the background held nothing up: not counted."""
-    fails = [e["time"] for e in events if e.get("event") == "failure_detected"]
+    replacement taking its shards back in the background held nothing up: not counted. A
+    dead driver followed by a survivor (failover) counts from its death being seen to the
+    successor's resume."""
+    takeovers = [e["seen_at"] for e in events if e.get("event") == "driver_failed"]  # failover: until resumed
+    fails = sorted([e["time"] for e in events if e.get("event") == "failure_detected"] + takeovers)
     if not fails:
         return None
-    after = [e["time"] for e in events if e.get("event") in RECONFIG_EVENTS and e["time"] >= fails[0]
+    ends = RECONFIG_EVENTS + (("resumed",) if takeovers else ())
+    after = [e["time"] for e in events if e.get("event") in ends and e["time"] >= fails[0]
              and not e.get("background")]
     return (max(after) if after else fails[-1]) - fails[0]
 

@@ -354,10 +354,10 @@ def _annotate_kills(kills: list, events: list) -> None:
         elif k.get("role") == "worker":
             k["worker"] = k.get("rank")
         k["phase"] = cp.phase_at(k["wall_time"], events, k.get("mpi_up"), k.get("started"))
-        hit = [e for e in events if e.get("event") == "failure_detected" and e.get("pid") == k["pid"]]
+        hit = [e for e in events if e.get("event") in ("failure_detected", "driver_failed") and e.get("pid") == k["pid"]]
         k["detected"] = bool(hit)
-        if hit:
-            k["detected_after"] = round(hit[0]["time"] - k["wall_time"], 4)
+        if hit:  # a dead driver is seen by a survivor (failover), at seen_at
+            k["detected_after"] = round(hit[0].get("seen_at", hit[0]["time"]) - k["wall_time"], 4)
 
 
 def run_one(ctx: Context, plan: cp.ExternalPlan) -> dict:

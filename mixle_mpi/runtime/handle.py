@@ -21,7 +21,7 @@ from mixle.utils.vector import validate_initialization_probability, validated_in
 from mixle_mpi.core import logs
 from mixle_mpi.runtime import exiting
 from mixle_mpi.policy.config import Settings
-from mixle_mpi.core.errors import ConfigError, DataError
+from mixle_mpi.core.errors import ConfigError, DataError, ReconfigurationTimeout
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.storage.events import EventLog
 from mixle_mpi.policy.faults import FIRED_ENV, parse_plan, plan_from_env, read_fired, unfired
@@ -125,6 +125,10 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         from mixle_mpi.runtime.transport import Link
 
         world_size = world.Get_size()
+        if world_size < 2 and self.took_over is not None:
+            raise ReconfigurationTimeout(
+                f"the driver died and rank {self.took_over.previous} took over, but no other rank survived to "
+                "compute: nothing saved is lost; run the same command again to resume from the checkpoint")
         if world_size < 2:
             raise ConfigError(
                 f"found {world_size} MPI rank but needs at least 2: rank 0 drives and ranks 1.. compute "
