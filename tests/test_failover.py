@@ -84,6 +84,17 @@ def test_two_driver_deaths_then_a_worker_death(tmp_path, uninterrupted):
     assert no_leftover_processes(str(tmp_path)) == []
 
 
+def test_a_stopped_driver_is_never_replaced(tmp_path):
+    """SIGSTOP, not death: the driver may wake up and write, so no survivor takes over (there
+    are never two drivers); the workers end after driver_timeout, the launcher ends the job
+    kept alive only by the stopped driver, and a rerun would resume."""
+    job = _followed(OMPI_PYTHON, 4, "0:stop:estep_before:3", tmp_path / "job", env={"MIXLE_MPI_DRIVER_TIMEOUT": "4"})
+    assert job.rc != 0 and job.result is None, job.describe()
+    assert not _events(job, "driver_elected") and not _events(job, "driver_failed"), job.describe()
+    assert "heard nothing from the driver for" in job.stderr + job.stdout, job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
 @FULL_ONLY
 def test_a_driver_with_no_worker_left_to_follow_it_is_run_again(tmp_path, uninterrupted):
     """Two ranks: the one worker takes over but has no one to compute; it says so and exits
