@@ -15,7 +15,7 @@ PROTOCOL = 3
 
 # tags: the startup handshake on COMM_WORLD; then commands, replies and heartbeats on the
 # job's communicators (heartbeats on their own duplicate, so they never queue behind data)
-TAG_START, TAG_CMD, TAG_REPLY, TAG_HB = 10, 11, 12, 13
+TAG_START, TAG_CMD, TAG_REPLY, TAG_HB, TAG_ELECT = 10, 11, 12, 13, 14
 
 
 # -- startup (TAG_START, COMM_WORLD) ------------------------------------------------------
@@ -53,7 +53,7 @@ class Setup(NamedTuple):
     fault_plan: str          # JSON, as faults.parse_plan reads it
     driver_host: str = ""    # where the driver runs, and its pid: a worker on the same host
     driver_pid: int = 0      # tells a dead driver from a silent one at once
-    failover: bool = False   # a dead driver is followed by the lowest survivor (policy/failover.py)
+    failover: str = ""       # how the survivors of a dead driver agree: "" (they do not), "ulfm", "messages"
 
 
 class Load(NamedTuple):
@@ -174,3 +174,16 @@ class Beat(NamedTuple):
     seq: int
     progress: int
     busy: bool
+
+
+# -- failover among workers, without ULFM (TAG_ELECT, the job's communicator) ----------------
+class Elect(NamedTuple):
+    """Worker -> every other worker: the driver is dead and ``rank`` is alive (policy/failover.py)."""
+    rank: int
+
+
+class Survivors(NamedTuple):
+    """Coordinator -> each survivor: build a communicator over ``ranks`` (``tag`` names it);
+    its rank 0, the coordinator, drives."""
+    ranks: tuple
+    tag: str

@@ -49,8 +49,8 @@ class Settings:
     # until then spares help recompute orphaned shards. The job needs 1 + workers + spares ranks.
     spares: int = 0
     # A dead driver is followed by the lowest surviving rank, which resumes the fit from its
-    # checkpoint (policy/failover.py); needs ULFM, a checkpoint, and the shard store and
-    # the checkpoint where every rank can read them. Off: a dead driver ends the job.
+    # checkpoint (policy/failover.py); under mpiexec (not srun), with the shard store and the
+    # checkpoint where every rank can read them. Off: a dead driver ends the job.
     failover: bool = False
 
     def __post_init__(self) -> None:

@@ -1,38 +1,54 @@
 """Driver failover (pure): whether a job goes on when its driver dies, and who drives next.
 
-The workers of a job with failover on do not end when the driver dies: they shrink their
-communicator over the survivors, and its new rank 0, the lowest surviving rank, becomes
-the driver, reopens the shard store and resumes the fit from its checkpoint (every rank
-runs the same command, so the successor knows the whole job). A resumed fit replays the
-lost iterations to the same bits, so the outcome is that of a failure-free run.
+The workers of a job with failover on do not end when the driver dies: they agree on the
+survivors, and the lowest surviving rank becomes the driver, reopens the shard store and
+resumes the fit from its checkpoint (every rank runs the same command, so the successor
+knows the whole job). A resumed fit replays the lost iterations to the same bits.
 
-Only a driver known dead takes a successor: an MPI error from ULFM, or its process gone
-on this host. A silent driver may still be alive (stopped, or cut off): a second driver
-could then write beside it, so silence ends the worker as before (``driver_timeout``).
+How the survivors agree depends on the MPI library:
+
+- under ULFM they revoke and shrink the communicator: ``Shrink`` agrees by itself;
+- elsewhere (MPICH) by messages (:class:`Election`): each survivor tells every other that it
+  lives, the lowest one it hears of coordinates once everyone answered or ``window`` passed,
+  and it needs a majority of the workers, so that two disjoint groups can never both go on
+  (there are never two drivers). The coordinator names the survivors, and they build a
+  communicator over exactly those.
+
+Only a driver known dead takes a successor: an MPI error from ULFM, its process gone on a
+worker's host, or a survivor's word that it saw one of these. A silent driver may still be
+alive (stopped, or cut off): a second driver could then write beside it, so silence ends the
+worker as before (``driver_timeout``).
 """
 
 from __future__ import annotations
 
-from mixle_mpi.policy.reconfig import ULFM
+from dataclasses import dataclass, field
 
-# How each way of continuing supports a successor. Only ULFM's Shrink agrees on the
-# survivors without the driver; the emulation and KEEP need the driver to say who lives.
-NOT_WITHOUT_ULFM = ("needs ULFM (Open MPI started with --with-ft ulfm, as `mixle-mpi run` does): "
-                    "without it no survivor can agree on the others without the driver")
+from mixle_mpi.policy.reconfig import EMULATED, KEEP, ULFM
+
+OFF, BY_SHRINK, BY_MESSAGES = "", "ulfm", "messages"
 
 
-def failover_status(requested: bool, method: str) -> tuple[bool, str]:
-    """(on, why): failover runs when it was asked for and the job continues by ULFM."""
+def failover_status(requested: bool, method: str) -> tuple[str, str]:
+    """(how the survivors agree, or OFF; why): from what was asked and how the job continues."""
     if not requested:
-        return False, "off"
-    if method != ULFM:
-        return False, f"off: {NOT_WITHOUT_ULFM}; a dead driver ends the job; rerun it to resume"
-    return True, "on: if the driver dies, the lowest surviving rank takes over and resumes from the checkpoint"
+        return OFF, "off"
+    if method == ULFM:
+        return BY_SHRINK, ("on: if the driver dies, the lowest surviving rank takes over and resumes from the "
+                           "checkpoint (survivors agreed by ULFM's Shrink)")
+    if method == EMULATED:
+        return BY_MESSAGES, ("on: if the driver dies, the lowest surviving rank takes over and resumes from the "
+                             "checkpoint (survivors agreed by messages; a worker must share the driver's host "
+                             "to see its death at once)")
+    if method == KEEP:
+        return OFF, ("off: under srun (the communicator is kept, with the dead driver in it) no survivor can "
+                     "build another; a dead driver ends the job; rerun it to resume")
+    return OFF, f"off: no way to agree without the driver under {method!r}; rerun a dead driver's job to resume"
 
 
 def successor(survivors) -> int:
-    """The rank that drives next: the lowest survivor (rank 0 of the shrunken communicator,
-    which keeps the ranks' order, so every survivor reaches the same answer alone)."""
+    """The rank that drives next: the lowest survivor (rank 0 of the communicator built over
+    the survivors, which keeps their order, so every survivor reaches the same answer)."""
     survivors = sorted(survivors)
     if not survivors:
         raise ValueError("no survivor to take over")
@@ -41,7 +57,67 @@ def successor(survivors) -> int:
 
 def takes_over_on(cause: str) -> bool:
     """Whether a way of losing the driver lets a successor take over: "failed" (an MPI error
-    under ULFM) and "gone" (its process ended on this host) do; "silent" does not."""
-    if cause not in ("failed", "gone", "silent"):
+    under ULFM), "gone" (its process ended on this host) and "told" (a survivor saw one of
+    these) do; "silent" does not."""
+    if cause not in ("failed", "gone", "told", "silent"):
         raise ValueError(f"unknown way of losing the driver: {cause!r}")
     return cause != "silent"
+
+
+def election_window(heartbeat_period: float) -> float:
+    """How long a survivor waits for the others to say they live (agreement by messages): a
+    worker sees the death itself within a few silent beats, or hears a survivor's word at
+    its next beat; six periods, and at least a second, cover both with room to spare."""
+    return max(1.0, 6.0 * heartbeat_period)
+
+
+@dataclass
+class Election:
+    """One survivor's view of the agreement by messages. ``members``: the worker ranks of the
+    job's communicator (the dead driver, rank 0, is not one); ``window``: how long to wait
+    for the others to say they live."""
+
+    me: int
+    members: frozenset
+    started: float
+    window: float
+    heard: set = field(default_factory=set)
+
+    def hear(self, rank: int) -> None:
+        if rank in self.members:
+            self.heard.add(rank)
+
+    def alive(self) -> frozenset:
+        return frozenset(self.heard | {self.me})
+
+    def coordinator(self) -> int:
+        return successor(self.alive())
+
+    def complete(self, now: float) -> bool:
+        """Everyone answered, or the window has passed."""
+        return self.alive() >= self.members or now >= self.started + self.window
+
+    def has_quorum(self, ranks) -> bool:
+        """A majority of the workers: two disjoint groups cannot both have one."""
+        return 2 * len(set(ranks) & self.members) > len(self.members)
+
+    def decide(self, now: float) -> tuple | None:
+        """What this survivor does now: None (keep listening), ("lead", ranks) (name them
+        the survivors), ("follow", rank) (wait for that rank to name them), or ("give_up",
+        why) when the ranks it heard of are no majority."""
+        if not self.complete(now):
+            return None
+        alive = self.alive()
+        if not self.has_quorum(alive):
+            return ("give_up", f"only {len(alive)} of {len(self.members)} workers answered: no majority, so "
+                               "no driver may take over (another group might)")
+        if self.coordinator() == self.me:
+            return ("lead", tuple(sorted(alive)))
+        return ("follow", self.coordinator())
+
+    def accepts(self, sender: int, ranks) -> bool:
+        """Whether to build the communicator a coordinator named: it includes this rank, is a
+        majority, and comes from its lowest member, no higher than any rank this one heard."""
+        ranks = tuple(ranks)
+        return (self.me in ranks and self.has_quorum(ranks) and sender == successor(ranks)
+                and sender <= self.coordinator())

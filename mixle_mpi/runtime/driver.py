@@ -75,12 +75,12 @@ class Driver:
         spares: int = 0,
         spawn_unavailable: str | None = None,
         fast_spawn_command: list[str] | None = None,
-        failover: bool = False,
+        failover: str = "",
     ) -> None:
         self.store = store
         self.num_shards = store.num_shards
         self.encoder_b = encoder_b
-        self.failover = failover  # the workers follow a dead driver (Setup.failover)
+        self.failover = failover  # how the workers agree on a dead driver's successor (Setup.failover)
         self.sub_chunks = sub_chunks
         self.settings = settings
         self.events = events

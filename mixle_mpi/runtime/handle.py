@@ -147,8 +147,9 @@ class ResilientMPIEncodedData(EncodedDataHandle):
                 f"found {world_size} MPI ranks but spares={spares} needs at least {spares + 2}: 1 driver, at least "
                 f"1 worker and {spares} spare(s) (with -n N, mixle-mpi fit launches N + spares ranks)")
         plan = parse_plan(fault_plan) if fault_plan is not None else plan_from_env()
-        if self.took_over is not None:  # a fault an earlier driver's process recorded is spent
-            plan = tuple(unfired(plan, read_fired(os.environ.get(FIRED_ENV))))
+        # A fault fires once per job: one the fault log records (under an earlier driver, or
+        # before the launcher ran the job again) is spent.
+        plan = tuple(unfired(plan, read_fired(os.environ.get(FIRED_ENV))))
         if encoder is None and estimator is None and self.took_over is not None:
             encoder = pickle.loads(self.took_over.encoder)  # nosec B301 - this job's own driver sent it
         if encoder is None:
@@ -208,7 +209,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             self.events.emit("driver_elected", rank=t.previous, pid=os.getpid(), host=MPI.Get_processor_name(),
                              survivors=t.survivors, cause=t.why, lost_at=t.lost_at,
                              agreed_seconds=round(t.agreed_seconds, 4))
-        failover, failover_why = failover_status(self.settings.failover, method)
+        failover, failover_why = failover_status(self.settings.failover, method)  # how survivors agree, or ""
         self.events.emit("continuation", method=method, reason=reason, pmix=detached, failover=failover_why,
                          respawn=("unavailable: " + no_spawn) if no_spawn else
                          ("on" if self.settings.respawn else "off (respawn=False)"))

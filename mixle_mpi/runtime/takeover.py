@@ -1,14 +1,17 @@
 """A worker's part in driver failover (policy/failover.py): after the driver died, agree on
 the survivors, then serve the new driver or become it.
 
-The old communicator is revoked, so a survivor still computing hears of the death at its
-next message, and shrunk under ULFM within ``reconfigure_timeout``. Every survivor leaves
-with the same communicator; its rank 0 drives from then on and the others start again as
-workers of that communicator (the startup handshake, then Setup and shard loads).
+Under ULFM the job's communicator is revoked, so a survivor still computing hears of the
+death at its next message, and shrunk. Without ULFM (MPICH) the survivors agree by messages
+(:func:`by_messages`, deciding with :class:`~mixle_mpi.policy.failover.Election`) and build
+a communicator over exactly the named ones. Either way every survivor leaves with the same
+communicator, within ``reconfigure_timeout``; its rank 0 drives from then on and the others
+start again as its workers (the startup handshake, then Setup and shard loads).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +19,13 @@ from typing import Any
 from mpi4py import MPI
 
 from mixle_mpi.core.deadlines import run_with_deadline
+from mixle_mpi.core.protocol import TAG_ELECT, Elect, Survivors
+from mixle_mpi.policy.failover import BY_MESSAGES, Election
+from mixle_mpi.runtime.transport import Backoff
+
+
+class NoAgreement(Exception):
+    """The survivors could not agree on a successor (no majority, or no coordinator named them)."""
 
 
 @dataclass
@@ -29,12 +39,12 @@ class Takeover:
     driver: tuple          # (host, pid) of the dead driver
     why: str               # how the death was seen
     lost_at: float         # time.time() when this process saw it
-    agreed_seconds: float  # revoke and shrink
+    agreed_seconds: float  # revoke and shrink, or the election and the communicator built over its survivors
     survivors: int         # ranks in ``comm``, this one included
 
 
-def survivors_comm(comm, timeout: float):
-    """Revoke ``comm`` and shrink it over the live ranks; raises TimeoutError or MPI.Exception."""
+def by_shrink(comm, timeout: float):
+    """ULFM: revoke ``comm`` and shrink it over the live ranks."""
     try:
         comm.Revoke()
     except MPI.Exception:
@@ -42,13 +52,69 @@ def survivors_comm(comm, timeout: float):
     return run_with_deadline(comm.Shrink, timeout, "shrinking over the survivors of the driver")
 
 
+def announce(comm) -> None:
+    """Tell every other worker of ``comm`` that the driver is dead and this rank lives. The
+    sends are not waited for: one to a dead rank may never complete (MPICH)."""
+    me = comm.Get_rank()
+    for rank in range(1, comm.Get_size()):
+        if rank != me:
+            try:
+                comm.isend(Elect(me), dest=rank, tag=TAG_ELECT)
+            except MPI.Exception:
+                pass
+
+
+def peer_says_driver_dead(comm) -> bool:
+    """A survivor's Elect is waiting (it is left for :func:`by_messages` to read)."""
+    return bool(comm.iprobe(source=MPI.ANY_SOURCE, tag=TAG_ELECT))
+
+
+def by_messages(comm, window: float, timeout: float, announced: bool):
+    """Without ULFM: hear which workers live, let the lowest of a majority name them, and
+    build a communicator over exactly those. Raises NoAgreement, TimeoutError or MPI.Exception."""
+    me = comm.Get_rank()
+    election = Election(me, frozenset(range(1, comm.Get_size())), time.monotonic(), window)
+    if not announced:
+        announce(comm)
+    named, deadline, backoff = None, election.started + window + timeout, Backoff()
+    status = MPI.Status()
+    while named is None:
+        msg = comm.improbe(source=MPI.ANY_SOURCE, tag=TAG_ELECT, status=status)
+        if msg is not None:
+            obj, sender = msg.recv(), status.Get_source()
+            if isinstance(obj, Elect):
+                election.hear(obj.rank)
+            elif isinstance(obj, Survivors) and election.accepts(sender, obj.ranks):
+                named = obj
+            continue
+        decision = election.decide(time.monotonic())
+        if decision is not None and decision[0] == "give_up":
+            raise NoAgreement(decision[1])
+        if decision is not None and decision[0] == "lead":
+            named = Survivors(decision[1], f"mixle_mpi.failover.{os.getpid()}.{time.time_ns()}")
+            for rank in named.ranks:
+                if rank != me:
+                    comm.isend(named, dest=rank, tag=TAG_ELECT)
+            break
+        if time.monotonic() > deadline:
+            raise NoAgreement(f"no coordinator named the survivors within {window + timeout:g} s")
+        backoff.sleep()
+    group = comm.Get_group().Incl(list(named.ranks))
+    try:
+        return run_with_deadline(lambda: MPI.Intracomm.Create_from_group(group, stringtag=named.tag), timeout,
+                                 "the survivors' communicator")
+    finally:
+        group.Free()
+
+
 def driver_in(old, new) -> bool:
     """Whether rank 0 of ``old`` (its driver) is a member of ``new``."""
     return MPI.Group.Translate_ranks(old.Get_group(), [0], new.Get_group())[0] != MPI.UNDEFINED
 
 
-def agree(comm, timeout: float, previous: int, driver: tuple, encoder: bytes | None, why: str) -> Takeover:
-    """The survivors' communicator and this process's view of the takeover."""
+def agree(comm, how: str, window: float, timeout: float, announced: bool, previous: int, driver: tuple,
+          encoder: bytes | None, why: str) -> Takeover:
+    """The survivors' communicator, agreed ``how`` (policy.failover), and this process's view."""
     lost_at, t0 = time.time(), time.monotonic()
-    new = survivors_comm(comm, timeout)
+    new = by_messages(comm, window, timeout, announced) if how == BY_MESSAGES else by_shrink(comm, timeout)
     return Takeover(new, encoder, previous, driver, why, lost_at, time.monotonic() - t0, new.Get_size())

@@ -23,7 +23,7 @@ from mpi4py import MPI
 from mixle_mpi.core import estep, logs
 from mixle_mpi.core.blas import pin_blas_threads
 from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT
-from mixle_mpi.policy.failover import takes_over_on
+from mixle_mpi.policy.failover import BY_MESSAGES, election_window, takes_over_on
 from mixle_mpi.policy.faults import FaultInjector, parse_plan
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
 from mixle_mpi.core.reaper import process_gone
@@ -31,6 +31,7 @@ from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_R
                                      Release, Result, Setup,
                                      Shrink, ShrinkGo, ShrinkReady, Shrunk, Stop, Task, TaskError)
 from mixle_mpi.runtime.shrink import shrink
+from mixle_mpi.runtime.takeover import NoAgreement, agree, announce, driver_in, peer_says_driver_dead
 from mixle_mpi.storage.store import rows_from_packed
 from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, Backoff, Link, PeerFailed, host_and_pid
 
@@ -68,7 +69,8 @@ class Worker:
         self.deadline: float | None = None  # set while inside a collective
         self.last_driver = time.monotonic()
         self.driver_proc: tuple[str, int] = ("", 0)  # (host, pid) of the driver, once set up
-        self.failover = False                # a dead driver is followed (Setup.failover)
+        self.failover = ""                   # how survivors agree on a dead driver's successor (Setup.failover)
+        self.announced = False               # this rank told the others the driver is dead (failover by messages)
         self.lost: str | None = None         # why the heartbeat thread knows the driver dead
         self._beater: threading.Thread | None = None
         self.host = ""
@@ -109,6 +111,8 @@ class Worker:
         try:
             self.link.post(obj, TAG_REPLY)
             while not self.link.progress():
+                if self.lost is not None:  # a send to a dead driver may never complete (MPICH)
+                    self.driver_dead(self.lost)
                 backoff.sleep()
         except PeerFailed as exc:
             self.driver_dead(f"lost the driver while replying ({exc})")
@@ -126,6 +130,9 @@ class Worker:
                         link.hb_sends.append(link.hb.isend(beat, dest=link.peer, tag=TAG_HB))
                     while link.poll(TAG_HB, comm=link.hb) is not None:
                         self.last_driver = time.monotonic()
+                    if self.failover == BY_MESSAGES and peer_says_driver_dead(link.comm):
+                        if self._lost_driver("told", "another worker saw the driver die"):
+                            return
                 except (PeerFailed, MPI.Exception) as exc:
                     if self._lost_driver("failed", f"lost the driver on the heartbeat channel ({exc})"):
                         return
@@ -145,6 +152,9 @@ class Worker:
         or end this worker when failover is off or the driver may be alive (policy/failover.py)."""
         if not (self.failover and takes_over_on(cause)):
             die(DRIVER_LOST, why)
+        if self.failover == BY_MESSAGES:  # at once, so that a worker still computing counts as alive
+            announce(self.link.comm)
+            self.announced = True
         self.lost = why
         return True
 
@@ -180,7 +190,7 @@ class Worker:
         retain_freed_memory()  # E-step temporaries reuse heap pages instead of faulting fresh ones
         self.faults = FaultInjector(parse_plan(cfg.fault_plan), self.worker_id, self.incarnation)
         self.driver_proc = (cfg.driver_host, cfg.driver_pid)
-        self.failover = cfg.failover and not self.spawned  # a replacement is not in the survivors' communicator
+        self.failover = cfg.failover if not self.spawned else ""  # a replacement is not in the survivors' communicator
         self.host = host_and_pid()[0]
         self.start_heartbeats(cfg.heartbeat_period, cfg.driver_timeout)
         if self.spawned:
@@ -249,8 +259,6 @@ class Worker:
         old = self.link
         comm = shrink(old.comm, ranks, method, epoch)
         if self.failover:
-            from mixle_mpi.runtime.takeover import driver_in
-
             if not driver_in(old.comm, comm):  # the driver died inside the shrink: follow it from here
                 self.deadline = None
                 with self.lock:
@@ -396,15 +404,14 @@ def follow(worker: Worker, why: str):
     """The driver is dead and failover is on: agree on the survivors with the others, then
     take over (rank 0 of their communicator: return the Takeover) or serve the one that does."""
     from mixle_mpi.policy.failover import successor
-    from mixle_mpi.runtime.takeover import agree
 
     log = logs.get("worker")
     log.warning(f"worker rank {worker.worker_id} (pid {os.getpid()}): {why}; agreeing on a new driver with the survivors")
     worker.stop_heartbeats(2 * worker.period)
     try:
-        taken = agree(worker.link.comm, worker.reconfigure_timeout, worker.worker_id, worker.driver_proc,
-                      worker.encoder_b, why)
-    except (TimeoutError, MPI.Exception) as exc:
+        taken = agree(worker.link.comm, worker.failover, election_window(worker.period), worker.reconfigure_timeout,
+                      worker.announced, worker.worker_id, worker.driver_proc, worker.encoder_b, why)
+    except (NoAgreement, TimeoutError, MPI.Exception) as exc:
         die(RECONFIG_TIMEOUT, f"the survivors of the driver did not agree ({exc})")
     if successor(range(taken.survivors)) == taken.comm.Get_rank():
         log.warning(f"worker rank {worker.worker_id} (pid {os.getpid()}): taking over as the driver of "
