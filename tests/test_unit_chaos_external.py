@@ -215,8 +215,9 @@ def test_never_started_is_explained_only_if_every_attempt_lost_a_rank():
 
 
 # -- outcomes ---------------------------------------------------------------------------------
-def L(code, *, diffs=(), result=True, hung=False, leftovers=(), retried=False, relaunched=False):  # noqa: N802
-    return cp.Launch(code, 5.0, hung, result, list(diffs), list(leftovers), retried, relaunched)
+def L(code, *, diffs=(), result=True, hung=False, leftovers=(), retried=False, relaunched=False,  # noqa: N802
+      taken_over=False):
+    return cp.Launch(code, 5.0, hung, result, list(diffs), list(leftovers), retried, relaunched, taken_over)
 
 
 @pytest.mark.parametrize("kind, first, kw, expected", [
@@ -247,12 +248,14 @@ def L(code, *, diffs=(), result=True, hung=False, leftovers=(), retried=False, r
     ("during_recovery", L(0, relaunched=True), {}, "relaunched-resumed"),  # exit 74, then the launcher's rerun
     ("during_recovery", L(0, relaunched=True, diffs=["x"]), {}, "DIVERGED"),
     ("during_recovery", L(74, result=False), {}, "FAILED(74)"),  # the launcher's rerun failed too
+    ("driver", L(0, taken_over=True), {}, "taken-over"),  # failover: a survivor drove on, same job
+    ("driver", L(0, taken_over=True, diffs=["x"]), {}, "DIVERGED"),
 ])
 def test_judge(kind, first, kw, expected):
     kw = {"missed": False, "explained_73": False, **kw}
     assert cp.judge(kind, first, **kw) == expected
     assert cp.passed(expected) == (expected in ("ok", "resumed-ok", "never-started-retried", "relaunched-resumed",
-                                                "missed"))
+                                                "taken-over", "missed"))
 
 
 def test_needs_rerun_only_after_an_explained_exit():

@@ -141,6 +141,8 @@ def test_chaos_compares_bits_and_measures_recovery():
                 {"event": "resumed", "time": 6.25}, {"event": "closed", "time": 9.0}]
     assert chaos.recovery_seconds(takeover) == pytest.approx(2.25)  # seen dead -> the successor resumed
     assert chaos.recovery_seconds(takeover[:2]) is None
+    fresh = takeover[2:4]  # no checkpoint yet: the successor starts the fit over, once elected
+    assert chaos.recovery_seconds(fresh) == pytest.approx(0.2)
 
 
 def test_inspector_tells_a_background_join_step_by_step():

@@ -127,7 +127,7 @@ def recovery_seconds(events: list[dict]) -> float | None:
     fails = sorted([e["time"] for e in events if e.get("event") == "failure_detected"] + takeovers)
     if not fails:
         return None
-    ends = RECONFIG_EVENTS + (("resumed",) if takeovers else ())
+    ends = RECONFIG_EVENTS + (("driver_elected", "resumed") if takeovers else ())
     after = [e["time"] for e in events if e.get("event") in ends and e["time"] >= fails[0]
              and not e.get("background")]
     return (max(after) if after else fails[-1]) - fails[0]

@@ -33,6 +33,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 
+from mixle_mpi.storage.events import TOOK_OVER
 from mixle_mpi.policy import chaos_plan as cp
 from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.cli.chaos import (FAULT_LOG, compare, fit_command, fit_env, prepare_run_dir, read_output, recovery_seconds,
@@ -324,7 +325,7 @@ def _launch(ctx: Context, rdir: str, log_name: str, kills: tuple) -> tuple[Watch
     diffs = compare(ctx.reference, result) if (seen.code == 0 and result is not None) else []
     text = _text(log_path)
     launch = cp.Launch(seen.code, seen.seconds, seen.hung, result is not None, diffs, seen.leftovers,
-                       retried=RETRY in text, relaunched=RESUME_AGAIN in text)
+                       retried=RETRY in text, relaunched=RESUME_AGAIN in text, taken_over=TOOK_OVER in text)
     return seen, launch, read_fired(fault_log)
 
 

@@ -50,7 +50,8 @@ FIT_SHARE = 0.75
 OK, RESUMED_OK, RETRIED_OK, MISSED = "ok", "resumed-ok", "never-started-retried", "missed"
 RELAUNCHED_OK = "relaunched-resumed"  # the driver could not reconfigure (exit 74); the launcher's rerun resumed
 DIVERGED, HUNG, LEFTOVER, FAILED = "DIVERGED", "HUNG", "LEFTOVER", "FAILED"
-PASSING = (OK, RESUMED_OK, RETRIED_OK, RELAUNCHED_OK)
+TAKEN_OVER_OK = "taken-over"  # the driver died and a survivor took over in the same job (failover)
+PASSING = (OK, RESUMED_OK, RETRIED_OK, RELAUNCHED_OK, TAKEN_OVER_OK)
 
 RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 RESPAWN_ENV = SPAWNED_ENV  # Open MPI / MPICH: started by MPI_Comm_spawn
@@ -338,6 +339,7 @@ class Launch:
     leftovers: list = field(default_factory=list)
     retried: bool = False   # the launcher itself started the job again (exit 73 on its first try)
     relaunched: bool = False  # the launcher ran it again to resume (exit 74: the driver could not reconfigure)
+    taken_over: bool = False  # a survivor took over from a dead driver in the same job (failover)
 
     @property
     def identical(self) -> bool:
@@ -357,13 +359,15 @@ def judge(kind: str, first: Launch, *, missed: bool, explained_73: bool, rerun: 
     - ``resumed-ok`` (driver killed, the rerun resumed to the same bits),
       ``never-started-retried`` (a startup death, and the launcher or the campaign started it
       again, to the same bits), ``relaunched-resumed`` (the driver could not reconfigure,
-      exit 74, and the launcher ran the job again, which resumed to the same bits), ``ok``.
+      exit 74, and the launcher ran the job again, which resumed to the same bits),
+      ``taken-over`` (the driver died and a survivor took over, failover), ``ok``.
     """
     launches = [first] + ([rerun] if rerun is not None else [])
     if any(x.hung for x in launches):
         return HUNG
     if first.code == 0:
-        final, verdict = first, (RELAUNCHED_OK if first.relaunched else RETRIED_OK if first.retried else OK)
+        final, verdict = first, (RELAUNCHED_OK if first.relaunched else RETRIED_OK if first.retried
+                                 else TAKEN_OVER_OK if first.taken_over else OK)
     elif needs_rerun(kind, first, explained_73) and rerun is not None:
         final, verdict = rerun, (RETRIED_OK if first.code == NEVER_STARTED else RESUMED_OK)
     else:

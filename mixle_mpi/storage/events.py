@@ -129,8 +129,11 @@ def _driver_failed_text(rec: dict[str, Any]) -> str:
             f"({rec.get('cause')})")
 
 
+TOOK_OVER = "drives now, over"  # in the line of a driver_elected event: a survivor took over (failover)
+
+
 def _driver_elected_text(rec: dict[str, Any]) -> str:
-    return (f"rank {rec.get('rank')} (pid {rec.get('pid')} on {rec.get('host', '?')}) drives now, over "
+    return (f"rank {rec.get('rank')} (pid {rec.get('pid')} on {rec.get('host', '?')}) {TOOK_OVER} "
             f"{rec.get('survivors')} surviving rank(s), agreed in {rec.get('agreed_seconds')} s")
 
 
