@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from mixle_mpi.cli.fitcmd import done_line
-from mixle_mpi.policy.failover import (BY_MESSAGES, BY_SHRINK, OFF, Election, election_window, failover_status,
-                                       successor, takes_over_on)
+from mixle_mpi.policy.failover import (BY_MESSAGES, BY_SHRINK, OFF, Election, can_take_over, election_window,
+                                       failover_status, successor, takes_over_on)
 from mixle_mpi.policy.reconfig import EMULATED, KEEP, ULFM
 from mixle_mpi.storage.events import describe
 
@@ -20,6 +20,13 @@ def test_how_survivors_agree_follows_how_the_job_continues():
     assert how == BY_MESSAGES and "by messages" in why and "share the driver's host" in why
     how, why = failover_status(True, KEEP)  # srun: the dead driver stays in the communicator
     assert how == OFF and why.startswith("off: under srun") and "rerun it to resume" in why
+
+
+def test_a_worker_that_cannot_read_the_store_drops_out_of_failover():
+    assert can_take_over("/shared/run/shards.h5", True) == ""
+    why = can_take_over("/local/run/shards.h5", False)
+    assert why.startswith("cannot read the shard store /local/run/shards.h5") and "every rank reads" in why
+    assert can_take_over("", False) == ""  # failover off: nothing to check
 
 
 def test_the_lowest_survivor_drives_whatever_the_order():

@@ -54,6 +54,7 @@ class Setup(NamedTuple):
     driver_host: str = ""    # where the driver runs, and its pid: a worker on the same host
     driver_pid: int = 0      # tells a dead driver from a silent one at once
     failover: str = ""       # how the survivors of a dead driver agree: "" (they do not), "ulfm", "messages"
+    store_path: str = ""     # the shard store a successor reopens: a worker that cannot read it drops out
 
 
 class Load(NamedTuple):
@@ -104,10 +105,11 @@ class Abort(NamedTuple):
 
 # -- worker -> driver replies (TAG_REPLY) -------------------------------------------------
 class Ready(NamedTuple):
-    """Set up and beating."""
+    """Set up and beating; ``no_failover`` says why this worker cannot take over (failover on)."""
     worker: int
     host: str
     pid: int
+    no_failover: str = ""
 
     @property
     def key(self) -> tuple:

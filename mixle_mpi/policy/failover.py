@@ -46,6 +46,15 @@ def failover_status(requested: bool, method: str) -> tuple[str, str]:
     return OFF, f"off: no way to agree without the driver under {method!r}; rerun a dead driver's job to resume"
 
 
+def can_take_over(store_path: str, readable: bool) -> str:
+    """Why a worker cannot take over ("" if it can): a successor reopens the shard store, so
+    one that cannot read it (no shared file system) drops out of failover at the start, and
+    the others agree without it when the driver dies."""
+    if store_path and not readable:
+        return f"cannot read the shard store {store_path} (put it on a file system every rank reads)"
+    return ""
+
+
 def successor(survivors) -> int:
     """The rank that drives next: the lowest survivor (rank 0 of the communicator built over
     the survivors, which keeps their order, so every survivor reaches the same answer)."""

@@ -269,12 +269,16 @@ class Driver:
                      encoder=self.encoder_b, sub_chunks=self.sub_chunks, heartbeat_period=s.heartbeat_period,
                      driver_timeout=s.driver_timeout, reconfigure_timeout=s.reconfigure_timeout,
                      blas_threads=s.blas_threads, fault_plan=self.fault_plan_json,
-                     driver_host=self.host, driver_pid=os.getpid(), failover=self.failover)
+                     driver_host=self.host, driver_pid=os.getpid(), failover=self.failover,
+                     store_path=os.path.abspath(self.store.path) if self.failover else "")
 
     def _note_ready(self, worker: int, ready: Ready) -> None:
         self.info[worker] = (ready.host, ready.pid)
         rec = self.membership.records[worker]
         rec.host, rec.pid = ready.host, ready.pid
+        if ready.no_failover:  # the others follow a dead driver without it
+            self.events.emit("failover_unavailable", worker=worker, pid=ready.pid, host=ready.host,
+                             reason=ready.no_failover)
 
     def _setup(self, workers: list[int]) -> None:
         for w in workers:

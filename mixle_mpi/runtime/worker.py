@@ -23,7 +23,7 @@ from mpi4py import MPI
 from mixle_mpi.core import estep, logs
 from mixle_mpi.core.blas import pin_blas_threads
 from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT
-from mixle_mpi.policy.failover import BY_MESSAGES, election_window, takes_over_on
+from mixle_mpi.policy.failover import BY_MESSAGES, can_take_over, election_window, takes_over_on
 from mixle_mpi.policy.faults import FaultInjector, parse_plan
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
 from mixle_mpi.core.reaper import process_gone
@@ -191,12 +191,15 @@ class Worker:
         self.faults = FaultInjector(parse_plan(cfg.fault_plan), self.worker_id, self.incarnation)
         self.driver_proc = (cfg.driver_host, cfg.driver_pid)
         self.failover = cfg.failover if not self.spawned else ""  # a replacement is not in the survivors' communicator
+        no_failover = can_take_over(cfg.store_path, os.access(cfg.store_path, os.R_OK)) if self.failover else ""
+        if no_failover:
+            self.failover = ""
         self.host = host_and_pid()[0]
         self.start_heartbeats(cfg.heartbeat_period, cfg.driver_timeout)
         if self.spawned:
             self.faults.check("respawn")
         host, pid = host_and_pid()
-        self.reply(Ready(self.worker_id, host, pid))
+        self.reply(Ready(self.worker_id, host, pid, no_failover))
 
     def _body(self, task_id: int, body_b: bytes) -> Any:
         if self._body_cache[0] != task_id:
