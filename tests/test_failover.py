@@ -52,9 +52,10 @@ def _events(job, name: str) -> list[dict]:
 
 
 # E-step call k (from 0) follows checkpoint k; mid-fold, the driver's hook needs the fold journal;
-# checkpoint_write: between the temp file and the rename
+# checkpoint_write: between the temp file and the rename; llsum: before a log-density round goes out
+# (mixle's loop scores the start model too, so log-density call 5 comes after checkpoint 3)
 PHASES = [("0:kill:estep_before:3", (), 3), ("0:kill:estep_mid:4", ("--fold-journal",), 4),
-          ("0:kill:checkpoint_write:5", (), 4)]
+          ("0:kill:checkpoint_write:5", (), 4), ("0:kill:llsum:5", (), 3)]
 
 
 @pytest.mark.parametrize("library, plan, extra, resumed", [  # estep_before under both in CI

@@ -365,8 +365,8 @@ class Driver:
         t0, started_at = time.perf_counter(), time.time()
         call = self.calls[kind]
         self.calls[kind] += 1
-        if kind == "estep":
-            self.faults.check("estep_before", call)
+        if kind in ("estep", "llsum"):  # the driver's own chaos: before it sends the round out
+            self.faults.check("estep_before" if kind == "estep" else "llsum", call)
         self._finish_joins()
         task_id = next(_TASK_IDS)
         body_b = self.body_b = pickle.dumps(body, protocol=PROTO)
