@@ -53,7 +53,7 @@ def _events(job, name: str) -> list[dict]:
 
 # E-step call k (from 0) follows checkpoint k; mid-fold, the driver's hook needs the fold journal;
 # checkpoint_write: between the temp file and the rename; llsum: before a log-density round goes out
-# (mixle's loop scores the start model too, so log-density call 5 comes after checkpoint 3)
+# (log-density call 5 comes after checkpoint 3, as measured on both MPIs)
 PHASES = [("0:kill:estep_before:3", (), 3), ("0:kill:estep_mid:4", ("--fold-journal",), 4),
           ("0:kill:checkpoint_write:5", (), 4), ("0:kill:llsum:5", (), 3)]
 
@@ -89,7 +89,8 @@ def test_two_driver_deaths_then_a_worker_death(library, tmp_path, uninterrupted)
     assert no_leftover_processes(str(tmp_path)) == []
 
 
-@pytest.mark.parametrize("library", with_libraries([()], lambda lib, row: False, id_of=lambda row: "stop"))
+@pytest.mark.parametrize("library", [pytest.param(lib.values[0], marks=[*lib.marks, FULL_ONLY], id=lib.id)
+                                     for lib in LIBRARIES])  # the silence path is the one without failover
 def test_a_stopped_driver_is_never_replaced(library, tmp_path):
     """SIGSTOP, not death: the driver may wake up and write, so no survivor takes over (there
     are never two drivers); the workers end after driver_timeout, the launcher ends the job
@@ -159,4 +160,46 @@ def test_fit_survives_its_driver_killed_from_outside(tmp_path):
     assert summary["ll"] == json.loads((tmp_path / "ref" / "summary.json").read_text())["ll"]
     assert summary["driver_takeovers"] == 1 and "a survivor took over" in text, text[-3000:]
     assert f"the driver (pid {pid} on" in text and "drives now, over 3 surviving rank(s)" in text, text[-3000:]
+    assert no_leftover_processes(str(out)) == []
+
+
+@FULL_ONLY
+def test_sigterm_after_a_takeover_reaches_the_new_driver(tmp_path):
+    """The launcher forwards SIGTERM to whichever driver runs now: after a takeover the
+    successor checkpoints and the job exits 75; the same command then resumes to the bits
+    of a failure-free fit."""
+    base = [sys.executable, "-m", "mixle_mpi", "fit", "-n", "4", "--timeout", "200", "--data", "builtin:iris",
+            "--model", "gmm:k=3,cov=full", "--columns", "0:4", "--num-shards", "6", "--max-its", "300",
+            "--seed", "3", "--init-p", "0.5", "--progress", "off"]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    out = tmp_path / "run"
+    cmd = base + ["--out-dir", str(out), "--checkpoint", str(out / "ck.h5"), "--failover"]
+    log = tmp_path / "first.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(tmp_path))
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "ck.h5").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pid = _driver_pid(str(out), deadline)
+        assert pid is not None, "no driver process found"
+        os.kill(pid, signal.SIGKILL)
+        while "drives now" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        while "resumed" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert proc.returncode == 75 and "preempted: received SIGTERM" in text, text[-4000:]
+    again = subprocess.run(base + ["--out-dir", str(out), "--checkpoint", str(out / "ck.h5")], capture_output=True,
+                           text=True, timeout=300, env=env, cwd=str(tmp_path))
+    assert again.returncode == 0, again.stderr[-3000:]
+    ref = subprocess.run(base + ["--out-dir", str(tmp_path / "ref")], capture_output=True, text=True, timeout=300,
+                         env=env, cwd=str(tmp_path))
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    assert (out / "model.json").read_text() == (tmp_path / "ref" / "model.json").read_text()
     assert no_leftover_processes(str(out)) == []

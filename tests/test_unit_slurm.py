@@ -313,7 +313,27 @@ def test_forwarder_survives_a_vanished_driver(tmp_path):
     fw = SignalForwarder(str(tmp_path / "driver.json"), kill=gone, host="h1", log=rec.logs.append)
     _ready(tmp_path)
     fw.receive(signal.SIGUSR1)
-    assert fw.delivered == [] and "is gone" in rec.logs[-1]
+    assert fw.delivered == [] and "is gone" in rec.logs[-1] and fw.pending == [signal.SIGUSR1]
+    fw.deliver()
+    assert sum("is gone" in line for line in rec.logs) == 1  # said once
+
+
+def test_a_signal_for_a_dead_driver_goes_to_the_one_that_takes_over(tmp_path):
+    rec = Recorder()
+
+    def kill(pid, sig):
+        if pid == 4242:
+            raise ProcessLookupError
+        rec.kill(pid, sig)
+
+    fw = SignalForwarder(str(tmp_path / "driver.json"), kill=kill, host="h1", log=rec.logs.append,
+                         terminate=rec.terminate)
+    _ready(tmp_path)                  # the first driver, dead by now
+    fw.receive(signal.SIGTERM)
+    assert rec.kills == [] and fw.pending == [signal.SIGTERM] and rec.terminated == 0
+    _ready(tmp_path, pid=4243)        # failover: its successor wrote its pid
+    assert fw.deliver() == [signal.SIGTERM]
+    assert rec.kills == [(4243, signal.SIGTERM)] and fw.pending == []
 
 
 def test_ctrl_c_goes_to_the_driver_and_a_second_one_ends_the_job(tmp_path):

@@ -239,6 +239,7 @@ class SignalForwarder:
         self._kill = kill
         self._host = host or socket.gethostname()
         self._log = log          # a test's recorder of messages; None: the launcher's log, with levels
+        self._gone: set[int] = set()  # driver pids found dead (said once each)
 
     def _say(self, msg: str, level: int = logging.INFO) -> None:
         if self._log is not None:
@@ -287,7 +288,8 @@ class SignalForwarder:
         self._say(f"received {signal.Signals(signum).name}; holding it until the driver is ready")
 
     def deliver(self) -> list[int]:
-        """Send the held signals to the driver if it is ready; returns those sent."""
+        """Send the held signals to the driver if it is ready; returns those sent (a signal for a
+        driver found dead stays held, for the survivor that takes over with failover on)."""
         if not self.pending:
             return []
         pid = self.driver_pid()
@@ -297,8 +299,12 @@ class SignalForwarder:
         for signum in sent:
             try:
                 self._kill(pid, signum)
-            except ProcessLookupError:
-                self._say(f"the driver (pid {pid}) is gone; {signal.Signals(signum).name} not forwarded")
+            except ProcessLookupError:  # held for a successor's pid (failover), or reported at the end
+                self.pending.append(signum)
+                if pid not in self._gone:
+                    self._gone.add(pid)
+                    self._say(f"the driver (pid {pid}) is gone; holding {signal.Signals(signum).name} for a "
+                              "driver that takes over, if one does")
                 continue
             self.delivered.append((pid, signum))
             if signum == signal.SIGINT:  # the driver's own line says what was saved
