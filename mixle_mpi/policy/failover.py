@@ -29,10 +29,14 @@ from mixle_mpi.policy.reconfig import EMULATED, KEEP, ULFM
 OFF, BY_SHRINK, BY_MESSAGES = "", "ulfm", "messages"
 
 
-def failover_status(requested: bool, method: str) -> tuple[str, str]:
-    """(how the survivors agree, or OFF; why): from what was asked and how the job continues."""
+def failover_status(requested: bool, method: str, srun: str | None = None) -> tuple[str, str]:
+    """(how the survivors agree, or OFF; why): from what was asked, how the job continues,
+    and whether srun started the ranks (``srun``: its MPI plugin, else None)."""
     if not requested:
         return OFF, "off"
+    if srun is not None or method == KEEP:
+        return OFF, (f"off: not yet under srun (--mpi={srun or 'pmix'}); a dead driver ends the job: rerun it to "
+                     "resume (launch with mpiexec, the ft kind, for failover)")
     if method == ULFM:
         return BY_SHRINK, ("on: if the driver dies, the lowest surviving rank takes over and resumes from the "
                            "checkpoint (survivors agreed by ULFM's Shrink)")
@@ -40,9 +44,6 @@ def failover_status(requested: bool, method: str) -> tuple[str, str]:
         return BY_MESSAGES, ("on: if the driver dies, the lowest surviving rank takes over and resumes from the "
                              "checkpoint (survivors agreed by messages; a worker must share the driver's host "
                              "to see its death at once)")
-    if method == KEEP:
-        return OFF, ("off: under srun (the communicator is kept, with the dead driver in it) no survivor can "
-                     "build another; a dead driver ends the job; rerun it to resume")
     return OFF, f"off: no way to agree without the driver under {method!r}; rerun a dead driver's job to resume"
 
 
