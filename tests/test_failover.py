@@ -73,6 +73,23 @@ def test_a_dead_driver_is_followed_to_the_same_bits(library, plan, extra, resume
     assert no_leftover_processes(str(tmp_path)) == []
 
 
+@pytest.mark.parametrize("library, plan", [
+    pytest.param(lib.values[0], plan, marks=[*lib.marks, FULL_ONLY], id=f"{what}-{lib.id}")
+    for what, plan in (("recovery", "2:kill:estep_before:3,0:kill:estep_mid:3:0:recovery"),
+                       ("respawn", "2:kill:estep_before:3,0:kill:respawn"))
+    for lib in LIBRARIES])
+def test_a_driver_dead_while_it_recovers_a_worker_is_followed(library, plan, tmp_path, uninterrupted):
+    """Worker 2 dies in call 3; the driver dies while it sends the orphaned shards out, or
+    once it started the replacement: the successor resumes from checkpoint 3 (call 3 never
+    finished) and ends with the failure-free bits."""
+    job = _followed(library[1], 4, plan, tmp_path / "job")
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, uninterrupted), job.describe()
+    assert [e["worker"] for e in _events(job, "failure_detected")] == [2], job.describe()
+    assert len(_events(job, "driver_elected")) == 1 and [e["iteration"] for e in _events(job, "resumed")] == [3]
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
 @pytest.mark.parametrize("library", with_libraries([()], lambda lib, row: False, id_of=lambda row: "five-ranks"))
 def test_two_driver_deaths_then_a_worker_death(library, tmp_path, uninterrupted):
     """The first driver dies before its E-step call 2 (after checkpoint 2), its successor

@@ -36,7 +36,7 @@ PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "re
 STARTUP_PHASES = ("startup", "handshake")  # an original worker, before setup: read from the environment
 SPAWN_PHASE = "spawn"  # a replacement, as its process starts: read from the environment
 SPAWNED_ENV = ("OMPI_PARENT_PORT", "PMI_SPAWNED")  # Open MPI / MPICH: this process was started by MPI_Comm_spawn
-DRIVER_PHASES = ("estep_before", "estep_mid", "llsum", "checkpoint_write")  # worker 0 is the driver
+DRIVER_PHASES = ("estep_before", "estep_mid", "llsum", "checkpoint_write", "respawn")  # worker 0 is the driver
 SCOPES = ("any", "own", "recovery")
 ENV_VAR = "MIXLE_MPI_FAULT_PLAN"
 FIRED_ENV = "MIXLE_MPI_FAULT_LOG"  # where a victim records its fault before acting
@@ -57,9 +57,10 @@ class Fault:
     ``call`` counts the driver's calls of that kind from 0 (E-step rounds for the estep
     phases, initializations, log-density sums; for ``checkpoint_write`` the iteration being
     written); it is ignored for ``respawn``. Worker 0 is the driver itself (phases
-    ``estep_before``, ``estep_mid`` -- after a first result was journaled --, ``llsum`` --
-    before a log-density round goes out -- and ``checkpoint_write``), for checkpoint, resume
-    and failover tests.
+    ``estep_before``, ``estep_mid`` -- after a first result was journaled, or, with scope
+    ``recovery``, once it sent a recovery task --, ``llsum`` -- before a log-density round
+    goes out --, ``checkpoint_write`` and ``respawn`` -- once it started a replacement),
+    for checkpoint, resume and failover tests.
     ``incarnation`` picks the process: 0 is the original, 1 its first replacement, ...
     ``scope`` limits task phases to the worker's own shards or to recovery work.
     """
@@ -89,7 +90,8 @@ class Fault:
         if isinstance(self.call, bool) or not isinstance(self.call, int) or self.call < 0:
             raise ConfigError(f"fault call must be an integer >= 0; found {self.call!r}")
         if self.incarnation is None:
-            object.__setattr__(self, "incarnation", 1 if self.phase in ("respawn", SPAWN_PHASE) else 0)
+            replacement = self.phase in ("respawn", SPAWN_PHASE) and self.worker > 0  # the driver is the original
+            object.__setattr__(self, "incarnation", 1 if replacement else 0)
         if isinstance(self.incarnation, bool) or not isinstance(self.incarnation, int) or self.incarnation < 0:
             raise ConfigError(f"fault incarnation must be an integer >= 0; found {self.incarnation!r}")
 

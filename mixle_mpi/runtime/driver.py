@@ -388,6 +388,8 @@ class Driver:
                 state.sent(worker, self.membership.records[worker].incarnation, sids, recovery)
                 if recovery:
                     self.events.emit("recovery", worker=worker, kind=kind, call=call, shards=sids)
+                    if kind == "estep":  # the driver's own chaos, while a worker's shards are recovered
+                        self.faults.check("estep_mid", call, True)
 
         live = self._live_processes()
         work = work_of(self.owners, self.kept, live)
@@ -641,6 +643,7 @@ class Driver:
         self.joining[worker] = Join(worker, time.monotonic())
         self.events.emit("respawn_started", worker=worker, incarnation=incarnation,
                          shards=list(self.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6))
+        self.faults.check("respawn")  # the driver's own chaos, while a replacement is on its way
 
     def _spawn_unavailable(self, worker: int, cause: str) -> None:
         self.can_spawn = False
