@@ -33,6 +33,23 @@ def reference():
     return _reference
 
 
+@pytest.fixture(scope="session")
+def uninterrupted_fit(tmp_path_factory):
+    """The built-in job's failure-free fit on 4 ranks (S = 4, 8 iterations), cached per
+    model and size for the whole session: checkpoint and failover tests compare with it."""
+    from mpiharness import fit_args, run_job
+
+    root = tmp_path_factory.mktemp("uninterrupted")
+
+    @functools.lru_cache(maxsize=None)
+    def fit(model: str, n: int) -> dict:
+        job = run_job(OMPI_PYTHON, 4, fit_args(model, n, 4, 1, 8), root / f"ref-{model}-{n}")
+        assert job.rc == 0, job.describe()
+        return job.result
+
+    return fit
+
+
 def _libraries():
     libs = [pytest.param(("openmpi", OMPI_PYTHON), id="openmpi")]
     mp = mpich_python()

@@ -15,7 +15,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import LIBRARIES, with_libraries
+from conftest import FULL_ONLY, LIBRARIES
 from mpiharness import OMPI_PYTHON, no_leftover_processes, wait_for_checkpoint
 
 from mixle_mpi.storage import checkpoint as ckpt
@@ -173,10 +173,11 @@ def test_command_line_errors_before_launch(args, needle, tmp_path):
     assert needle in proc.stderr
 
 
-@pytest.mark.parametrize("library", with_libraries([()], lambda lib, row: False, id_of=lambda row: "campaign"))
+@pytest.mark.parametrize("library", [pytest.param(lib.values[0], marks=[*lib.marks, FULL_ONLY], id=f"campaign-{lib.id}")
+                                     for lib in LIBRARIES])
 def test_chaos_campaign_is_bit_identical(library, tmp_path):
-    """The fault-plan campaign under each MPI (MPICH only in the full matrix: the harness is
-    the same Python, and MPICH's recovery paths run in test_chaos)."""
+    """The fault-plan campaign of three runs, in the full matrix only: CI runs one through
+    jobs/chaos.sh (test_jobs), and every recovery path it takes runs in test_chaos."""
     name, python = library
     out = tmp_path / "campaign"
     proc = cli(python, "chaos", "-n", "4", "--runs", "3", "--campaign-seed", "2", "--max-its", "6",

@@ -5,7 +5,6 @@ survivors agree by ULFM's Shrink, under MPICH by messages (a different path: bot
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import signal
@@ -26,16 +25,10 @@ ITS = 8
 FAILOVER = {"MIXLE_MPI_FAILOVER": "1"}
 
 
-@functools.lru_cache(maxsize=None)
-def _uninterrupted(root: str) -> dict:
-    job = run_job(OMPI_PYTHON, 4, fit_args("gmm1d", 4000, 4, 1, ITS), Path(root) / "ref")
-    assert job.rc == 0, job.describe()
-    return job.result
-
-
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    return _uninterrupted(str(tmp_path_factory.mktemp("uninterrupted")))
+def uninterrupted(uninterrupted_fit):
+    assert ITS == 8  # the session's reference fit runs 8 iterations
+    return uninterrupted_fit("gmm1d", 4000)
 
 
 def _followed(python: str, ranks: int, plan: str, tmp: Path, extra=(), env: dict | None = None):

@@ -191,17 +191,28 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
         enc.events.emit("checkpoint", path=checkpoint, iteration=iteration, finished=finished,
                         seconds=round(time.perf_counter() - t0, 6))
 
+    held: list = []  # the step that may end EM: reported once the finished checkpoint is on disk
+
+    def report(saved: str | None) -> None:
+        if held and on_iteration is not None:
+            on_iteration(*held.pop(), saved)
+        held.clear()
+
     def on_step(step) -> None:
+        report(None)  # a held step that did not end EM after all (delta none, a step that changed nothing)
         history.append(float(step.log_density))
         i = start + step.iter
         last = may_end_em(i, float(step.delta), max_its, delta)  # the finished checkpoint follows at once
+        if last:
+            held.append((i, history[-1]))
+            return
         due = (every and i % every == 0) or (seconds is not None and time.monotonic() - last_write[0] >= seconds)
-        saved = checkpoint if checkpoint and not last and (due or stop.signal is not None) else None
+        saved = checkpoint if checkpoint and (due or stop.signal is not None) else None
         if saved:
             save(step.model, i)
         if on_iteration is not None:
             on_iteration(i, history[-1], saved)
-        if stop.signal is not None and not last:
+        if stop.signal is not None:
             enc.events.emit("preempted", signal=signal.Signals(stop.signal).name, iteration=i, checkpoint=checkpoint)
             raise stopped(stop.signal, i, checkpoint)
 
@@ -220,6 +231,7 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
     reason = stop_reason(history, max_its, delta)
     if checkpoint:
         save(model, len(history), finished=True, stopped=reason)
+    report(checkpoint)
     if on_finish is not None:
         on_finish(reason)
     return model, history
