@@ -45,7 +45,7 @@ def test_external_kills_recover_or_resume_to_the_same_bits(library, tmp_path):
     env.pop("MIXLE_MPI_FAULT_PLAN", None)
     proc = subprocess.run([python, "-m", "mixle_mpi", "chaos", "--external", "-n", "4", "--runs", str(RUNS),
                            "--campaign-seed", str(SEED), "--kinds", KINDS, "--fit-share", "0",
-                           "--max-its", str(MAX_ITS),
+                           "--max-its", str(MAX_ITS), "--leftover-seconds", "5",
                            "--out-dir", str(out)],
                           capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=1200)
     text = proc.stdout[-4000:] + proc.stderr[-3000:]

@@ -51,8 +51,10 @@ PHASES = [("0:kill:estep_before:3", (), 3), ("0:kill:estep_mid:4", ("--fold-jour
           ("0:kill:checkpoint_write:5", (), 4), ("0:kill:llsum:5", (), 3)]
 
 
-@pytest.mark.parametrize("library, plan, extra, resumed", [  # estep_before under both in CI
-    pytest.param(lib.values[0], *row, marks=[*lib.marks, *([] if row is PHASES[0] else [FULL_ONLY])],
+# CI: estep_before under MPICH (agreement by messages); under Open MPI the two-deaths and the
+# CLI tests take the ULFM path in CI already
+@pytest.mark.parametrize("library, plan, extra, resumed", [
+    pytest.param(lib.values[0], *row, marks=[*lib.marks, *([] if (row is PHASES[0] and lib.id == "mpich") else [FULL_ONLY])],
                  id=f"{row[0].split(':')[2]}-{lib.id}") for row in PHASES for lib in LIBRARIES])
 def test_a_dead_driver_is_followed_to_the_same_bits(library, plan, extra, resumed, tmp_path, uninterrupted):
     job = _followed(library[1], 4, plan, tmp_path / "job", extra)
