@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 from conftest import FULL_ONLY, LIBRARIES, with_libraries
-from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit
+from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit, wait_for_checkpoint
 
 from mixle_mpi.policy.faults import FIRED_ENV, read_fired, unfired
+from mixle_mpi.storage.events import read_events
 
 pytestmark = pytest.mark.mpijob
 
@@ -125,29 +126,23 @@ def test_a_driver_with_no_worker_left_to_follow_it_is_run_again(tmp_path, uninte
     assert same_fit(job.result, uninterrupted), job.describe()
 
 
-def _driver_pid(marker: str, deadline: float) -> int | None:
-    """The pid of rank 0 of the job whose command line mentions ``marker``."""
-    while time.monotonic() < deadline:
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if marker.encode() in cmd and b"OMPI_COMM_WORLD_RANK=0" in env and b"prterun" not in cmd:
-                return int(pid)
-        time.sleep(0.2)
-    return None
+def _iris_fit(max_its: int) -> list[str]:
+    return [sys.executable, "-m", "mixle_mpi", "fit", "-n", "4", "--timeout", "200", "--data", "builtin:iris",
+            "--model", "gmm:k=3,cov=full", "--columns", "0:4", "--num-shards", "6", "--max-its", str(max_its),
+            "--seed", "3", "--init-p", "0.5", "--progress", "off"]
+
+
+def _running_driver(out: Path, proc: subprocess.Popen) -> int:
+    """Once the fit in ``out`` has checkpointed: its driver's pid, from its start event."""
+    wait_for_checkpoint(out / "ck.h5", 1, proc)
+    start = next(e for e in read_events(str(out / "events.jsonl")) if e["event"] == "start")
+    return start["driver_pid"]
 
 
 def test_fit_survives_its_driver_killed_from_outside(tmp_path):
     """`mixle-mpi fit --failover`, rank 0 SIGKILLed from outside once the fit runs: the
     job ends 0 with the failure-free outputs, written once, by the successor."""
-    base = [sys.executable, "-m", "mixle_mpi", "fit", "-n", "4", "--timeout", "200", "--data", "builtin:iris",
-            "--model", "gmm:k=3,cov=full", "--columns", "0:4", "--num-shards", "6", "--max-its", "120",
-            "--seed", "3", "--init-p", "0.5", "--progress", "off"]
+    base = _iris_fit(120)
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     ref = subprocess.run(base + ["--out-dir", str(tmp_path / "ref")], capture_output=True, text=True, timeout=300,
                          env=env, cwd=str(tmp_path))
@@ -156,11 +151,7 @@ def test_fit_survives_its_driver_killed_from_outside(tmp_path):
     proc = subprocess.Popen(base + ["--out-dir", str(out), "--checkpoint", str(out / "ck.h5"), "--failover"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(tmp_path))
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "ck.h5").exists() and time.monotonic() < deadline:  # the fit runs
-            time.sleep(0.1)
-        pid = _driver_pid(str(out), deadline)
-        assert pid is not None, "no driver process found"
+        pid = _running_driver(out, proc)
         os.kill(pid, signal.SIGKILL)
         text, _ = proc.communicate(timeout=300)
     finally:
@@ -180,9 +171,7 @@ def test_sigterm_after_a_takeover_reaches_the_new_driver(tmp_path):
     """The launcher forwards SIGTERM to whichever driver runs now: after a takeover the
     successor checkpoints and the job exits 75; the same command then resumes to the bits
     of a failure-free fit."""
-    base = [sys.executable, "-m", "mixle_mpi", "fit", "-n", "4", "--timeout", "200", "--data", "builtin:iris",
-            "--model", "gmm:k=3,cov=full", "--columns", "0:4", "--num-shards", "6", "--max-its", "300",
-            "--seed", "3", "--init-p", "0.5", "--progress", "off"]
+    base = _iris_fit(300)
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     out = tmp_path / "run"
     cmd = base + ["--out-dir", str(out), "--checkpoint", str(out / "ck.h5"), "--failover"]
@@ -190,12 +179,8 @@ def test_sigterm_after_a_takeover_reaches_the_new_driver(tmp_path):
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(tmp_path))
     try:
+        os.kill(_running_driver(out, proc), signal.SIGKILL)
         deadline = time.monotonic() + 120
-        while not (out / "ck.h5").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        pid = _driver_pid(str(out), deadline)
-        assert pid is not None, "no driver process found"
-        os.kill(pid, signal.SIGKILL)
         while "drives now" not in log.read_text() and time.monotonic() < deadline:
             time.sleep(0.1)
         while "resumed" not in log.read_text() and time.monotonic() < deadline:

@@ -626,9 +626,9 @@ class Driver:
         except (MPI.Exception, NotImplementedError) as exc:
             self._spawn_unavailable(worker, str(exc))
             return False
-        self.grank.pop(worker, None)
         link = Link(pair, hb, 1, inter=inter)
         if self.settings.respawn_wait:
+            self.grank.pop(worker, None)
             self._bring_up(worker, link, "respawned", t0)
             return True
         self._start_join(worker, t0)

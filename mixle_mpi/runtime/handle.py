@@ -207,8 +207,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             self.events.emit("driver_failed", host=t.driver[0], pid=t.driver[1], cause=t.why, seen_at=t.lost_at,
                              seen_by=t.previous)
             self.events.emit("driver_elected", rank=t.previous, pid=os.getpid(), host=MPI.Get_processor_name(),
-                             survivors=t.survivors, cause=t.why, lost_at=t.lost_at,
-                             agreed_seconds=round(t.agreed_seconds, 4))
+                             survivors=t.survivors, agreed_seconds=round(t.agreed_seconds, 4))
         failover, failover_why = failover_status(self.settings.failover, method, srun_plugin(os.environ))
         self.events.emit("continuation", method=method, reason=reason, pmix=detached, failover=failover_why,
                          respawn=("unavailable: " + no_spawn) if no_spawn else

@@ -23,7 +23,7 @@ from mpi4py import MPI
 from mixle_mpi.core import estep, logs
 from mixle_mpi.core.blas import pin_blas_threads
 from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT
-from mixle_mpi.policy.failover import BY_MESSAGES, can_take_over, election_window, takes_over_on
+from mixle_mpi.policy.failover import BY_MESSAGES, can_take_over, election_window, successor, takes_over_on
 from mixle_mpi.policy.faults import FaultInjector, parse_plan
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
 from mixle_mpi.core.reaper import process_gone
@@ -406,8 +406,6 @@ def serve_original(world, following: bool = False):
 def follow(worker: Worker, why: str):
     """The driver is dead and failover is on: agree on the survivors with the others, then
     take over (rank 0 of their communicator: return the Takeover) or serve the one that does."""
-    from mixle_mpi.policy.failover import successor
-
     log = logs.get("worker")
     log.warning(f"worker rank {worker.worker_id} (pid {os.getpid()}): {why}; agreeing on a new driver with the survivors")
     worker.stop_heartbeats(2 * worker.period)
