@@ -65,6 +65,9 @@ def test_a_dead_driver_is_followed_to_the_same_bits(library, plan, extra, resume
     assert elected["rank"] == 1 and elected["survivors"] == 3 and elected["pid"] != failed["pid"], elected
     assert elected["time"] - failed["seen_at"] < 10, (failed, elected)
     assert [e["iteration"] for e in _events(job, "resumed")] == [resumed]
+    (back,) = _events(job, "driver_resumed")
+    assert (back["rank"], back["pid"], back["iteration"], back["ranks"]) == (1, elected["pid"], resumed, 3), back
+    assert 0 < back["since_death"] < 30, back
     assert len(_events(job, "closed")) == 1  # one driver finished the fit and stopped the workers
     assert no_leftover_processes(str(tmp_path)) == []
 
@@ -99,6 +102,27 @@ def test_two_driver_deaths_then_a_worker_death(library, tmp_path, uninterrupted)
     assert [e["survivors"] for e in _events(job, "driver_elected")] == [4, 3]
     assert [e["worker"] for e in _events(job, "failure_detected")] == [2]
     assert [e["worker"] for e in _events(job, "respawned")] == [2], job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("library", with_libraries([()], lambda lib, row: False, id_of=lambda row: "spare"))
+def test_spares_and_blacklisting_go_on_after_a_takeover(library, tmp_path, uninterrupted):
+    """Five ranks with one spare (max_retries=2, respawn off). The driver dies before its call 2; its
+    successor drives two workers and keeps the spare (rank 3 of the survivors). Worker 1
+    dies in the successor's call 3 and the spare takes its place; the spare, now worker 1's
+    incarnation 1, dies in call 5: the place's second failure blacklists it and its shards
+    migrate. Same bits as a failure-free fit."""
+    plan = "0:kill:estep_before:2,1:kill:estep_mid:3,1:kill:estep_mid:5:1"
+    job = _followed(library[1], 5, plan, tmp_path / "job", env={"MIXLE_MPI_SPARES": "1", "MIXLE_MPI_RESPAWN": "0"})
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, uninterrupted), job.describe()
+    starts = _events(job, "start")
+    assert [(e["workers"], e["spares"]) for e in starts] == [(3, 1), (2, 1)], job.describe()
+    assert [e["survivors"] for e in _events(job, "driver_elected")] == [4]
+    assert [(e["worker"], e["spare"]) for e in _events(job, "spare_adopted")] == [(1, 3)], job.describe()
+    assert [e["worker"] for e in _events(job, "blacklisted")] == [1], job.describe()
+    assert _events(job, "migrated"), job.describe()
+    assert job.result["blacklist"] == [1], job.describe()
     assert no_leftover_processes(str(tmp_path)) == []
 
 

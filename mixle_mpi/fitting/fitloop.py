@@ -175,6 +175,7 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
         enc.journal = FoldJournal(checkpoint + ".round.h5")
     history = list(state.ll) if state else []
     start = state.iteration if state else 0
+    enc.note_resumed(start)  # after a takeover only
     stop = _StopFlag()
     stop.install()
     last_write = [time.monotonic()]

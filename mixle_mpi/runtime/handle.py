@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pickle
 import sys
+import time
 import warnings
 from typing import Any
 
@@ -240,6 +241,18 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             startup.abort_startup(MPI.COMM_WORLD if self.took_over is None else self.took_over.comm, code, message)
 
     # -- instrumentation -----------------------------------------------------------
+    def note_resumed(self, iteration: int) -> None:
+        """After a takeover: log that this rank drives the fit again from ``iteration`` (the
+        checkpoint's, 0 if none was written), and how long after the old driver died."""
+        t = self.took_over
+        if t is None:
+            return
+        from mpi4py import MPI
+
+        self.events.emit("driver_resumed", rank=t.previous, pid=os.getpid(), host=MPI.Get_processor_name(),
+                         iteration=iteration, ranks=self._gcomm.Get_size(),
+                         since_death=round(time.time() - t.lost_at, 3))
+
     def _last(self, key: str) -> set[int]:
         rounds = [r for r in self._driver.rounds if r["kind"] == "estep"]
         return set(rounds[-1][key]) if rounds else set()

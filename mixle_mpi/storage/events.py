@@ -138,9 +138,15 @@ def _driver_elected_text(rec: dict[str, Any]) -> str:
             f"{rec.get('survivors')} surviving rank(s), agreed in {rec.get('agreed_seconds')} s")
 
 
+def _driver_resumed_text(rec: dict[str, Any]) -> str:
+    return (f"rank {rec.get('rank')} (pid {rec.get('pid')} on {rec.get('host', '?')}) resumed the fit after "
+            f"iteration {rec.get('iteration')} with {rec.get('ranks')} rank(s), {rec.get('since_death')} s after "
+            "the driver died")
+
+
 SPECIAL = {"start": ("workers", _start_text), "resumed": ("iteration", _resumed_text),
            "continuation": ("method", _continuation_text), "driver_failed": ("cause", _driver_failed_text),
-           "driver_elected": ("survivors", _driver_elected_text)}
+           "driver_elected": ("survivors", _driver_elected_text), "driver_resumed": ("since_death", _driver_resumed_text)}
 
 
 def describe(rec: dict[str, Any]) -> str:
