@@ -89,19 +89,27 @@ def test_a_driver_dead_while_it_recovers_a_worker_is_followed(library, plan, tmp
     assert no_leftover_processes(str(tmp_path)) == []
 
 
-@pytest.mark.parametrize("library", with_libraries([()], lambda lib, row: False, id_of=lambda row: "five-ranks"))
-def test_two_driver_deaths_then_a_worker_death(library, tmp_path, uninterrupted):
+# "kept": the continuation srun gives Open MPI (no new communicator can be built), forced
+# under mpiexec: the survivors agree by messages and go on over views of the job's own
+# communicator (runtime/keptcomm.py); the same path runs under srun in test_slurm
+@pytest.mark.parametrize("library, continuation", with_libraries(
+    [("auto",), ("keep",)], lambda lib, row: row[0] == "keep", id_of=lambda row: f"five-ranks-{row[0]}"))
+def test_two_driver_deaths_then_a_worker_death(library, continuation, tmp_path, uninterrupted):
     """The first driver dies before its E-step call 2 (after checkpoint 2), its successor
     while writing checkpoint 5 (its calls 0-2), and worker 2 of the third driver in that
     driver's call 3 (iteration 8): no earlier driver reaches a call 3."""
     plan = "0:kill:estep_before:2,0:kill:checkpoint_write:5,2:kill:estep_mid:3"
     # the fit waits for worker 2's replacement: the third driver's Spawn must really work
-    job = _followed(library[1], 5, plan, tmp_path / "job", env={"MIXLE_MPI_RESPAWN_WAIT": "1"})
+    job = _followed(library[1], 5, plan, tmp_path / "job",
+                    env={"MIXLE_MPI_RESPAWN_WAIT": "1", "MIXLE_MPI_CONTINUATION": continuation})
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, uninterrupted), job.describe()
     assert [e["survivors"] for e in _events(job, "driver_elected")] == [4, 3]
     assert [e["worker"] for e in _events(job, "failure_detected")] == [2]
     assert [e["worker"] for e in _events(job, "respawned")] == [2], job.describe()
+    if continuation == "keep":
+        assert {e["method"] for e in _events(job, "continuation")} == {"keep"}, job.describe()
+        assert all("over the job's own communicator" in e["failover"] for e in _events(job, "continuation"))
     assert no_leftover_processes(str(tmp_path)) == []
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from mixle_mpi.cli.fitcmd import done_line
-from mixle_mpi.policy.failover import (BY_MESSAGES, BY_SHRINK, OFF, Election, can_take_over, election_window,
-                                       failover_status, successor, takes_over_on)
+from mixle_mpi.policy.failover import (BY_KEEPING, BY_MESSAGES, BY_SHRINK, OFF, Election, agrees_by_messages,
+                                       can_take_over, election_window, failover_status, successor, takes_over_on)
 from mixle_mpi.policy.reconfig import EMULATED, KEEP, ULFM
 from mixle_mpi.storage.events import describe
 
@@ -19,9 +19,9 @@ def test_how_survivors_agree_follows_how_the_job_continues():
     how, why = failover_status(True, EMULATED)
     assert how == BY_MESSAGES and "by messages" in why and "share the driver's host" in why
     how, why = failover_status(True, KEEP)  # srun with Open MPI: the dead driver stays in the communicator
-    assert how == OFF and why.startswith("off: not yet under srun") and "rerun it to resume" in why
-    how, why = failover_status(True, EMULATED, srun="pmi2")  # srun with MPICH: not tested there yet
-    assert how == OFF and "--mpi=pmi2" in why
+    assert how == BY_KEEPING and "by messages, over the job's own communicator" in why
+    assert failover_status(True, "other")[0] == OFF
+    assert [agrees_by_messages(h) for h in (BY_SHRINK, BY_MESSAGES, BY_KEEPING)] == [False, True, True]
 
 
 def test_a_worker_that_cannot_read_the_store_drops_out_of_failover():

@@ -8,11 +8,13 @@ knows the whole job). A resumed fit replays the lost iterations to the same bits
 How the survivors agree depends on the MPI library:
 
 - under ULFM they revoke and shrink the communicator: ``Shrink`` agrees by itself;
-- elsewhere (MPICH) by messages (:class:`Election`): each survivor tells every other that it
+- elsewhere by messages (:class:`Election`): each survivor tells every other that it
   lives, the lowest one it hears of coordinates once everyone answered or ``window`` passed,
   and it needs a majority of the workers, so that two disjoint groups can never both go on
-  (there are never two drivers). The coordinator names the survivors, and they build a
-  communicator over exactly those.
+  (there are never two drivers). The coordinator names the survivors; they build a
+  communicator over exactly those (MPICH: ``Create_from_group``), or, where no new
+  communicator can be built (Open MPI under srun: the ``keep`` way), go on over the job's
+  own communicator and address only each other (``BY_KEEPING``).
 
 Only a driver known dead takes a successor: an MPI error from ULFM, its process gone on a
 worker's host, or a survivor's word that it saw one of these. A silent driver may still be
@@ -26,25 +28,29 @@ from dataclasses import dataclass, field
 
 from mixle_mpi.policy.reconfig import EMULATED, KEEP, ULFM
 
-OFF, BY_SHRINK, BY_MESSAGES = "", "ulfm", "messages"
+OFF, BY_SHRINK, BY_MESSAGES, BY_KEEPING = "", "ulfm", "messages", "messages-keep"
 
 
-def failover_status(requested: bool, method: str, srun: str | None = None) -> tuple[str, str]:
-    """(how the survivors agree, or OFF; why): from what was asked, how the job continues,
-    and whether srun started the ranks (``srun``: its MPI plugin, else None)."""
+def failover_status(requested: bool, method: str) -> tuple[str, str]:
+    """(how the survivors agree, or OFF; why), from what was asked and how the job continues
+    after a worker failure (policy.reconfig): the same way, with the driver's death."""
     if not requested:
         return OFF, "off"
-    if srun is not None or method == KEEP:
-        return OFF, (f"off: not yet under srun (--mpi={srun or 'pmix'}); a dead driver ends the job: rerun it to "
-                     "resume (launch with mpiexec, the ft kind, for failover)")
+    on = "on: if the driver dies, the lowest surviving rank takes over and resumes from the checkpoint"
     if method == ULFM:
-        return BY_SHRINK, ("on: if the driver dies, the lowest surviving rank takes over and resumes from the "
-                           "checkpoint (survivors agreed by ULFM's Shrink)")
+        return BY_SHRINK, f"{on} (survivors agreed by ULFM's Shrink)"
+    host = "; a worker must share the driver's host to see its death at once"
     if method == EMULATED:
-        return BY_MESSAGES, ("on: if the driver dies, the lowest surviving rank takes over and resumes from the "
-                             "checkpoint (survivors agreed by messages; a worker must share the driver's host "
-                             "to see its death at once)")
+        return BY_MESSAGES, f"{on} (survivors agreed by messages{host})"
+    if method == KEEP:
+        return BY_KEEPING, (f"{on} (survivors agreed by messages, over the job's own communicator: the dead driver is "
+                            f"never addressed again{host})")
     return OFF, f"off: no way to agree without the driver under {method!r}; rerun a dead driver's job to resume"
+
+
+def agrees_by_messages(how: str) -> bool:
+    """Whether survivors agree by messages (announce the death, elect), not by ULFM."""
+    return how in (BY_MESSAGES, BY_KEEPING)
 
 
 def can_take_over(store_path: str, readable: bool) -> str:

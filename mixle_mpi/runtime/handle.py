@@ -209,7 +209,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
                              seen_by=t.previous)
             self.events.emit("driver_elected", rank=t.previous, pid=os.getpid(), host=MPI.Get_processor_name(),
                              survivors=t.survivors, agreed_seconds=round(t.agreed_seconds, 4))
-        failover, failover_why = failover_status(self.settings.failover, method, srun_plugin(os.environ))
+        failover, failover_why = failover_status(self.settings.failover, method)
         self.events.emit("continuation", method=method, reason=reason, pmix=detached, failover=failover_why,
                          respawn=("unavailable: " + no_spawn) if no_spawn else
                          ("on" if self.settings.respawn else "off (respawn=False)"))

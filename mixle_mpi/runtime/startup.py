@@ -270,8 +270,11 @@ def build_comms(world, members: tuple, timeout: float):
     from mpi4py import MPI
 
     from mixle_mpi.core.deadlines import run_with_deadline
+    from mixle_mpi.runtime.keptcomm import KeptComm
 
     def create():
+        if isinstance(world, KeptComm):  # the survivors of a driver under srun: views, no collective
+            return world.subset(members), world.subset(members)
         if len(members) == world.Get_size():  # everyone came: Dup works under every launcher
             return world.Dup(), world.Dup()
         group = world.Get_group().Incl(list(members))  # not under srun's pmix: StartupFailed

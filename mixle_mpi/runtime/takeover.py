@@ -2,9 +2,10 @@
 the survivors, then serve the new driver or become it.
 
 Under ULFM the job's communicator is revoked, so a survivor still computing hears of the
-death at its next message, and shrunk. Without ULFM (MPICH) the survivors agree by messages
+death at its next message, and shrunk. Without ULFM the survivors agree by messages
 (:func:`by_messages`, deciding with :class:`~mixle_mpi.policy.failover.Election`) and build
-a communicator over exactly the named ones. Either way every survivor leaves with the same
+a communicator over exactly the named ones (MPICH), or a view of the job's own over them
+where none can be built (Open MPI under srun: runtime/keptcomm.py). Either way every survivor leaves with the same
 communicator, within ``reconfigure_timeout``; its rank 0 drives from then on and the others
 start again as its workers (the startup handshake, then Setup and shard loads).
 """
@@ -20,7 +21,8 @@ from mpi4py import MPI
 
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.protocol import TAG_ELECT, Elect, Survivors
-from mixle_mpi.policy.failover import BY_MESSAGES, Election
+from mixle_mpi.policy.failover import BY_KEEPING, Election, agrees_by_messages
+from mixle_mpi.runtime.keptcomm import KeptComm
 from mixle_mpi.runtime.transport import Backoff
 
 
@@ -64,24 +66,65 @@ def announce(comm) -> None:
                 pass
 
 
+def _sources(comm):
+    """The ranks an election message may come from: every worker of ``comm`` but this one."""
+    me = comm.Get_rank()
+    return [rank for rank in range(1, comm.Get_size()) if rank != me]
+
+
 def peer_says_driver_dead(comm) -> bool:
-    """A survivor's Elect is waiting (it is left for :func:`by_messages` to read)."""
-    return bool(comm.iprobe(source=MPI.ANY_SOURCE, tag=TAG_ELECT))
+    """A survivor's Elect is waiting (it is left for :func:`by_messages` to read). Under ULFM
+    a wildcard probe fails while a death is unacknowledged: then each worker is asked."""
+    try:
+        return bool(comm.iprobe(source=MPI.ANY_SOURCE, tag=TAG_ELECT))
+    except MPI.Exception:
+        pass
+    for rank in _sources(comm):
+        try:
+            if comm.iprobe(source=rank, tag=TAG_ELECT):
+                return True
+        except MPI.Exception:
+            continue  # that worker failed too: it says nothing
+    return False
 
 
-def by_messages(comm, window: float, timeout: float, announced: bool):
+def _next_elect(comm, failed: set):
+    """(message, sender) of a waiting election message, or None; a wildcard probe, or one
+    per worker under ULFM once it reported a failure (workers it reports are added to
+    ``failed`` and asked no more)."""
+    status = MPI.Status()
+    try:
+        msg = comm.improbe(source=MPI.ANY_SOURCE, tag=TAG_ELECT, status=status)
+        return None if msg is None else (msg, status.Get_source())
+    except MPI.Exception:
+        pass
+    for rank in _sources(comm):
+        if rank in failed:
+            continue
+        try:
+            msg = comm.improbe(source=rank, tag=TAG_ELECT)
+        except MPI.Exception:
+            failed.add(rank)
+            continue
+        if msg is not None:
+            return msg, rank
+    return None
+
+
+def by_messages(comm, window: float, timeout: float, announced: bool, keep: bool = False):
     """Without ULFM: hear which workers live, let the lowest of a majority name them, and
-    build a communicator over exactly those. Raises NoAgreement, TimeoutError or MPI.Exception."""
+    build a communicator over exactly those, or (``keep``) a view of ``comm`` over them
+    (runtime/keptcomm.py). Raises NoAgreement, TimeoutError or MPI.Exception."""
     me = comm.Get_rank()
     election = Election(me, frozenset(range(1, comm.Get_size())), time.monotonic(), window)
     if not announced:
         announce(comm)
     named, deadline, backoff = None, election.started + window + timeout, Backoff()
-    status = MPI.Status()
+    failed: set = set()
     while named is None:
-        msg = comm.improbe(source=MPI.ANY_SOURCE, tag=TAG_ELECT, status=status)
-        if msg is not None:
-            obj, sender = msg.recv(), status.Get_source()
+        got = _next_elect(comm, failed)
+        if got is not None:
+            obj, sender = got[0].recv(), got[1]
             if isinstance(obj, Elect):
                 election.hear(obj.rank)
             elif isinstance(obj, Survivors) and election.accepts(sender, obj.ranks):
@@ -99,6 +142,8 @@ def by_messages(comm, window: float, timeout: float, announced: bool):
         if time.monotonic() > deadline:
             raise NoAgreement(f"no coordinator named the survivors within {window + timeout:g} s")
         backoff.sleep()
+    if keep:
+        return KeptComm.over(comm, named.ranks)
     group = comm.Get_group().Incl(list(named.ranks))
     try:
         return run_with_deadline(lambda: MPI.Intracomm.Create_from_group(group, stringtag=named.tag), timeout,
@@ -116,5 +161,6 @@ def agree(comm, how: str, window: float, timeout: float, announced: bool, previo
           encoder: bytes | None, why: str) -> Takeover:
     """The survivors' communicator, agreed ``how`` (policy.failover), and this process's view."""
     lost_at, t0 = time.time(), time.monotonic()
-    new = by_messages(comm, window, timeout, announced) if how == BY_MESSAGES else by_shrink(comm, timeout)
+    new = by_messages(comm, window, timeout, announced, keep=how == BY_KEEPING) if agrees_by_messages(how) \
+        else by_shrink(comm, timeout)
     return Takeover(new, encoder, previous, driver, why, lost_at, time.monotonic() - t0, new.Get_size())

@@ -23,7 +23,7 @@ from mpi4py import MPI
 from mixle_mpi.core import estep, logs
 from mixle_mpi.core.blas import pin_blas_threads
 from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT
-from mixle_mpi.policy.failover import BY_MESSAGES, can_take_over, election_window, successor, takes_over_on
+from mixle_mpi.policy.failover import agrees_by_messages, can_take_over, election_window, successor, takes_over_on
 from mixle_mpi.policy.faults import FaultInjector, parse_plan
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
 from mixle_mpi.core.reaper import process_gone
@@ -130,7 +130,7 @@ class Worker:
                         link.hb_sends.append(link.hb.isend(beat, dest=link.peer, tag=TAG_HB))
                     while link.poll(TAG_HB, comm=link.hb) is not None:
                         self.last_driver = time.monotonic()
-                    if self.failover == BY_MESSAGES and peer_says_driver_dead(link.comm):
+                    if agrees_by_messages(self.failover) and peer_says_driver_dead(link.comm):
                         if self._lost_driver("told", "another worker saw the driver die"):
                             return
                 except (PeerFailed, MPI.Exception) as exc:
@@ -152,7 +152,7 @@ class Worker:
         or end this worker when failover is off or the driver may be alive (policy/failover.py)."""
         if not (self.failover and takes_over_on(cause)):
             die(DRIVER_LOST, why)
-        if self.failover == BY_MESSAGES:  # at once, so that a worker still computing counts as alive
+        if agrees_by_messages(self.failover):  # at once, so that a worker still computing counts as alive
             announce(self.link.comm)
             self.announced = True
         self.lost = why

@@ -8,6 +8,7 @@ from mpitools import WAIT, recv
 
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.policy.reconfig import EMULATED, ULFM, renumber
+from mixle_mpi.runtime.keptcomm import KeptComm
 from mixle_mpi.runtime.shrink import probe_shrink_method, shrink
 from mixle_mpi.runtime.startup import build_comms
 from mixle_mpi.core.protocol import TAG_CMD, TAG_HB, TAG_REPLY
@@ -96,3 +97,26 @@ def test_ulfm_shrink_with_every_rank_alive(comm):
     assert new.Get_size() == size and new.Get_rank() == comm.Get_rank()
     hb = run_with_deadline(new.Dup, WAIT, "heartbeat dup")
     _round_trip(new, hb, list(range(1, size)), "ulfm")
+
+
+def test_a_kept_view_renumbers_the_survivors_and_isolates_their_messages(comm):
+    """The survivors of a dead driver where no communicator can be built (srun's keep way):
+    rank 0 takes no part, as a dead driver would not. Ranks 1.. become 0.. of the view, the
+    startup's two views (build_comms) each carry their own messages, and a message sent on
+    the job's communicator before the takeover with the same tag never reaches a view."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if rank == 0:
+        comm.isend(("stale", 0), dest=1, tag=TAG_CMD).Wait()  # in flight from the old driver
+        return
+    view = KeptComm.over(comm, range(1, size))
+    assert (view.Get_rank(), view.Get_size()) == (rank - 1, size - 1)
+    data, hb = build_comms(view, tuple(range(size - 1)), WAIT)
+    assert (data.Get_rank(), hb.Get_size()) == (rank - 1, size - 1)
+    _round_trip(data, hb, list(range(1, size - 1)), "kept")
+    if rank == 1:  # the stale message is still there, in the job's own band only
+        assert recv(Link(comm, comm, 0), TAG_CMD) == ("stale", 0)
+        assert data.improbe(source=MPI.ANY_SOURCE, tag=TAG_CMD) is None
+    if data.Get_rank() >= 1:  # a second takeover: the view's own survivors
+        again = KeptComm.over(data, range(1, size - 1))
+        assert again.Get_rank() == data.Get_rank() - 1 and again.generation == 2
+        assert again.offset != data.offset and again.base is comm
