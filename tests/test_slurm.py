@@ -329,3 +329,47 @@ def test_srun_template_survives_a_worker_death_with_the_same_bits(cluster, unint
         assert result["blacklist"] == [2] and "spawn_unavailable" in kinds and "migrated" in kinds, kinds
     assert "the fit finished (exit 0)" in log and "CANCELLED" not in log, log
     assert _job_processes_gone(str(folder)) == []
+
+
+SRUN_DRIVER_DEATH = "0:kill:estep_before:3"
+
+
+@pytest.fixture(scope="module")
+def srun_driver_deaths(cluster, tmp_path_factory):
+    """One srun-template fit per MPI with failover on (3 tasks), whose driver is SIGKILLed
+    before E-step call 3; submitted together, as srun_deaths."""
+    jobs = {}
+    for param in SRUN_MPIS:
+        name, python, *_ = param.values[0]
+        if python is None:
+            continue
+        folder = tmp_path_factory.mktemp(f"srun-driver-{name}")
+        env = {"MIXLE_MPI_FAULT_PLAN": SRUN_DRIVER_DEATH, FIRED_ENV: str(folder / "faults.jsonl"),
+               "MIXLE_MPI_FAILOVER": "1", "MIXLE_MPI_RECONFIGURE_TIMEOUT": "15", "MIXLE_MPI_STARTUP_TIMEOUT": "45"}
+        jobs[name] = (folder, cluster.submit(_render("srun", folder / "out", python=python), folder, "srun", env=env))
+    return jobs
+
+
+@pytest.mark.parametrize("mpi", SRUN_MPIS)
+def test_srun_template_survives_its_driver_death_with_the_same_bits(cluster, uninterrupted, srun_driver_deaths, mpi):
+    """Issue 12 under srun: the driver (task 0) is SIGKILLed; srun -K0 keeps the others, the
+    two workers agree by messages, and the lower takes over: over views of the job's own
+    communicator under Open MPI (keep), over a Create_from_group one under MPICH. It resumes
+    from the checkpoint, and the job ends 0 with the failure-free bits, within one run."""
+    name, _, plugin, method, _ = mpi
+    folder, job = srun_driver_deaths[name]
+    (rec,) = cluster.wait_done(job, deadline=200)
+    log = _output(folder)
+    assert (rec["JobState"], rec["ExitCode"], rec.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
+    records = read_fired(str(folder / "faults.jsonl"))
+    assert unfired(SRUN_DRIVER_DEATH, records) == [] and len(records) == 1, (records, log)
+    assert same_fit(_result(folder / "out"), _result(uninterrupted[0] / "out")), log
+    events = _events(folder / "out")
+    continuations = [e for e in events if e["event"] == "continuation"]
+    assert [e["method"] for e in continuations] == [method, method], continuations
+    (failed,), (elected,) = ([e for e in events if e["event"] == kind] for kind in ("driver_failed", "driver_elected"))
+    assert failed["pid"] == records[0]["pid"] and (elected["rank"], elected["survivors"]) == (1, 2), (failed, elected)
+    (back,) = [e for e in events if e["event"] == "driver_resumed"]
+    assert back["iteration"] == 3 and back["pid"] == elected["pid"], back
+    assert "the fit finished (exit 0)" in log and "CANCELLED" not in log, log
+    assert _job_processes_gone(str(folder)) == []

@@ -73,7 +73,7 @@ HELP = {
     "spares": "extra ranks started idle; a spare takes a failed worker's place at once, without Spawn "
               "(with -n N, N + spares ranks are launched)",
     "failover": "if the driver (rank 0) dies, the lowest surviving rank takes over and resumes from the "
-                "checkpoint, in the same job (under mpiexec; under srun a dead driver ends the job as without it)",
+                "checkpoint, in the same job (under mpiexec and srun)",
     "checkpoint": "HDF5 checkpoint path; an existing one is resumed",
     "checkpoint_every": "iterations between checkpoints",
     "checkpoint_seconds": "seconds between checkpoints",
