@@ -89,6 +89,34 @@ def test_a_driver_dead_while_it_recovers_a_worker_is_followed(library, plan, tmp
     assert no_leftover_processes(str(tmp_path)) == []
 
 
+@pytest.mark.parametrize("library", [pytest.param(lib.values[0], marks=[*lib.marks, FULL_ONLY], id=lib.id)
+                                     for lib in LIBRARIES])
+def test_a_driver_dead_inside_a_shrink(library, tmp_path, uninterrupted):
+    """Worker 2 dies in call 3; the driver tells the survivors to shrink and dies before it
+    joins them. Under ULFM their Shrink leaves the driver out, so they see it gone and
+    follow it from the shrunk communicator: the successor resumes from checkpoint 3. Under
+    MPICH the emulated shrink waits for the dead driver: the survivors end at
+    reconfigure_timeout (exit 71; it used to hang: MPICH's lock held the heartbeat thread
+    that enforces the deadline), and the same command resumes. Same bits either way."""
+    name, python = library
+    plan = "2:kill:estep_mid:3,0:kill:shrink:1"
+    job = _followed(python, 4, plan, tmp_path / "job", env={"MIXLE_MPI_RECONFIGURE_TIMEOUT": "8"})
+    if name == "mpich":
+        assert job.rc != 0 and job.result is None, job.describe()  # the survivors' 71, as Hydra reports it
+        assert "reconfiguration overran its deadline" in job.stderr, job.describe()
+        assert no_leftover_processes(str(tmp_path)) == []
+        job = _followed(python, 4, plan, tmp_path / "job")  # the faults are spent: a plain resume
+        assert [e["iteration"] for e in _events(job, "resumed")] == [3], job.describe()
+    else:
+        assert [e["cause"] for e in _events(job, "driver_failed")] == ["the driver died while the job reconfigured"], \
+            job.describe()
+        assert [e["survivors"] for e in _events(job, "driver_elected")] == [2], job.describe()
+        assert [e["iteration"] for e in _events(job, "driver_resumed")] == [3], job.describe()
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, uninterrupted), job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
 # "kept": the continuation srun gives Open MPI (no new communicator can be built), forced
 # under mpiexec: the survivors agree by messages and go on over views of the job's own
 # communicator (runtime/keptcomm.py); the same path runs under srun in test_slurm

@@ -187,6 +187,9 @@ def test_worker_zero_is_the_driver_with_driver_phases_only():
     assert parse_plan("0:kill:checkpoint_write:2")[0].phase == "checkpoint_write"
     with pytest.raises(ConfigError, match="driver only"):
         parse_plan("2:kill:checkpoint_write:2")
+    assert parse_plan("0:kill:shrink:1")[0].phase == "shrink"  # the driver, once it told the survivors to shrink
+    with pytest.raises(ConfigError, match="'shrink' happens on the driver only"):
+        parse_plan("1:kill:shrink:1")
     # the driver's respawn phase is its own process (incarnation 0), a worker's its replacement's
     assert parse_plan("0:kill:respawn")[0].incarnation == 0 and parse_plan("2:kill:respawn")[0].incarnation == 1
     driver = FaultInjector(parse_plan("0:kill:estep_mid:3:0:recovery"), 0, 0)

@@ -32,11 +32,12 @@ from mixle_mpi.core.exitcodes import FAULT_EXIT
 ACTIONS = ("kill", "stop", "exit", "hang", "delay")  # hang: the main thread blocks for good, heartbeats go on
 DELAY_SECONDS = 10.0  # "delay": a straggler, whose main thread sleeps this long once (heartbeats go on)
 PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "respawn", "checkpoint_write",
-          "startup", "handshake", "spawn")
+          "startup", "handshake", "spawn", "shrink")
 STARTUP_PHASES = ("startup", "handshake")  # an original worker, before setup: read from the environment
 SPAWN_PHASE = "spawn"  # a replacement, as its process starts: read from the environment
 SPAWNED_ENV = ("OMPI_PARENT_PORT", "PMI_SPAWNED")  # Open MPI / MPICH: this process was started by MPI_Comm_spawn
-DRIVER_PHASES = ("estep_before", "estep_mid", "llsum", "checkpoint_write", "respawn")  # worker 0 is the driver
+DRIVER_PHASES = ("estep_before", "estep_mid", "llsum", "checkpoint_write", "respawn", "shrink")  # worker 0 is the driver
+DRIVER_ONLY = ("checkpoint_write", "shrink")
 SCOPES = ("any", "own", "recovery")
 ENV_VAR = "MIXLE_MPI_FAULT_PLAN"
 FIRED_ENV = "MIXLE_MPI_FAULT_LOG"  # where a victim records its fault before acting
@@ -56,11 +57,12 @@ class Fault:
     says fired already.
     ``call`` counts the driver's calls of that kind from 0 (E-step rounds for the estep
     phases, initializations, log-density sums; for ``checkpoint_write`` the iteration being
-    written); it is ignored for ``respawn``. Worker 0 is the driver itself (phases
-    ``estep_before``, ``estep_mid`` -- after a first result was journaled, or, with scope
-    ``recovery``, once it sent a recovery task --, ``llsum`` -- before a log-density round
-    goes out --, ``checkpoint_write`` and ``respawn`` -- once it started a replacement),
-    for checkpoint, resume and failover tests.
+    written; for ``shrink`` the job's shrinks from 1); it is ignored for ``respawn``. Worker
+    0 is the driver itself (phases ``estep_before``, ``estep_mid`` -- after a first result
+    was journaled, or, with scope ``recovery``, once it sent a recovery task --, ``llsum`` --
+    before a log-density round goes out --, ``checkpoint_write``, ``respawn`` -- once it
+    started a replacement -- and ``shrink`` -- once it told the survivors of a worker
+    failure to shrink, before it joins them), for checkpoint, resume and failover tests.
     ``incarnation`` picks the process: 0 is the original, 1 its first replacement, ...
     ``scope`` limits task phases to the worker's own shards or to recovery work.
     """
@@ -85,8 +87,8 @@ class Fault:
             raise ConfigError("action 'hang' is for workers: the driver has no stall detection (use kill or stop)")
         if self.worker == 0 and self.phase not in DRIVER_PHASES:
             raise ConfigError(f"the driver (rank 0) can only fault at {list(DRIVER_PHASES)}; found phase {self.phase!r}")
-        if self.worker > 0 and self.phase == "checkpoint_write":
-            raise ConfigError("phase 'checkpoint_write' happens on the driver only: use worker 0")
+        if self.worker > 0 and self.phase in DRIVER_ONLY:
+            raise ConfigError(f"phase {self.phase!r} happens on the driver only: use worker 0")
         if isinstance(self.call, bool) or not isinstance(self.call, int) or self.call < 0:
             raise ConfigError(f"fault call must be an integer >= 0; found {self.call!r}")
         if self.incarnation is None:

@@ -534,6 +534,7 @@ class Driver:
             for w in survivors:
                 self._post(w, ShrinkGo(epoch))
                 self._sent(w)
+            self.faults.check("shrink", epoch)  # the driver's own chaos: the survivors shrink without it
             if any(w not in self.links for w in survivors):
                 continue  # one died before the collective: agree again without it
             t0 = time.perf_counter()

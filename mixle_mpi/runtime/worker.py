@@ -21,6 +21,7 @@ from typing import Any
 from mpi4py import MPI
 
 from mixle_mpi.core import estep, logs
+from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.blas import pin_blas_threads
 from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT
 from mixle_mpi.policy.failover import agrees_by_messages, can_take_over, election_window, successor, takes_over_on
@@ -260,18 +261,27 @@ class Worker:
         epoch, ranks, method = order.epoch, order.ranks, order.method
         self.deadline = time.monotonic() + self.reconfigure_timeout
         old = self.link
-        comm = shrink(old.comm, ranks, method, epoch)
+        # In a helper thread: a member that died inside an emulated shrink (MPICH) blocks it for
+        # good, and with it every MPI call of the heartbeat thread, which could not end us.
+        comm = self._bounded(lambda: shrink(old.comm, ranks, method, epoch), "the shrink")
         if self.failover:
             if not driver_in(old.comm, comm):  # the driver died inside the shrink: follow it from here
                 self.deadline = None
                 with self.lock:
                     self.link = Link(comm, old.hb, 0)
                 raise DriverLost("the driver died while the job reconfigured")
-        hb = comm.Dup()
+        hb = self._bounded(comm.Dup, "the heartbeat communicator's Dup")
         with self.lock:
             self.link = Link(comm, hb, 0)
         self.deadline = None
         self.reply(Shrunk(epoch, self.worker_id))
+
+    def _bounded(self, call, what: str):
+        """``call()``, or the end of this worker once ``self.deadline`` passed."""
+        try:
+            return run_with_deadline(call, max(0.0, self.deadline - time.monotonic()), what)
+        except TimeoutError as exc:
+            die(RECONFIG_TIMEOUT, f"reconfiguration overran its deadline ({exc})")
 
     def stop(self) -> None:
         self._stopping = True
@@ -284,8 +294,6 @@ class Worker:
     def _finalize_spawned(self) -> None:
         """A spawned process must disconnect from its parent and finalize, or Open MPI
         reports it as exiting improperly. Bounded: past the deadline it just exits."""
-        from mixle_mpi.core.deadlines import run_with_deadline
-
         time.sleep(2 * self.period)  # let the heartbeat thread see _stopping
 
         def finalize() -> None:
@@ -433,7 +441,6 @@ def _startup_faults(rank: int) -> FaultInjector:
 def serve_spawned(parent) -> None:
     """A respawned worker: merge with the driver (under a deadline), then serve."""
     from mixle_mpi.runtime import startup
-    from mixle_mpi.core.deadlines import run_with_deadline
 
     timeout = startup.startup_timeout()
     try:
