@@ -10,7 +10,8 @@ own kill stamp and the event log:
 - rebuild: the startup handshake over the survivors, reopening the shard store, until the
   successor's ``start`` event;
 - setup + reload: Setup and shard loads on the survivors, and reading the checkpoint, until
-  ``resumed``;
+  ``resumed``; split into setup (Setup sent, every Ready back), shard reload (the ``loaded``
+  event) and checkpoint load (the rest: the program building its fit, reading the checkpoint);
 - first iteration: the successor's first E-step, M-step and checkpoint.
 
 The baseline is the same kill without failover: the job ends (the workers see the death and
@@ -81,6 +82,7 @@ def one_rep(python: str, tmp: str, rep: int, n: int, workers: int, shards: int, 
     ev = fo["events"]
     failed, elected = first(ev, "driver_failed"), first(ev, "driver_elected")
     start = first(ev, "start", after=elected["time"] - 1.0)
+    loaded = first(ev, "loaded", after=start["time"])
     resumed = first(ev, "resumed", after=kill)
     step = first(ev, "checkpoint", after=resumed["time"])
     takeover = {
@@ -88,6 +90,9 @@ def one_rep(python: str, tmp: str, rep: int, n: int, workers: int, shards: int, 
         "agreement": elected["agreed_seconds"],
         "rebuild": start["time"] - failed["seen_at"] - elected["agreed_seconds"],
         "setup_and_reload": resumed["time"] - start["time"],
+        "setup": loaded["setup_seconds"],
+        "shard_reload": loaded["load_seconds"],
+        "checkpoint_load": resumed["time"] - loaded["time"],
         "to_resumed": resumed["time"] - kill,
         "first_iteration": step["time"] - resumed["time"],
         "to_first_iteration_done": step["time"] - kill,
@@ -136,8 +141,8 @@ def main(argv=None) -> int:
     print(f"driver SIGKILLed before E-step call {args.call}; gmm1d N={args.n}, W={args.workers}, S={args.shards}, "
           f"{args.reps} repetition(s); medians in seconds (normal E-step {statistics.median(r['normal_estep'] for r in reps):.3f} s)")
     print("| failover part | s |\n|---|---:|")
-    for part in ("detection", "agreement", "rebuild", "setup_and_reload", "to_resumed", "first_iteration",
-                 "to_first_iteration_done"):
+    for part in ("detection", "agreement", "rebuild", "setup_and_reload", "setup", "shard_reload", "checkpoint_load",
+                 "to_resumed", "first_iteration", "to_first_iteration_done"):
         print(f"| {part} | {med('takeover', part):.3f} |")
     print("| rerun (requeue, no queue wait) part | s |\n|---|---:|")
     for part in ("job_end_after_kill", "relaunch_to_resumed", "to_resumed", "first_iteration", "to_first_iteration_done"):

@@ -68,6 +68,11 @@ FULL_MATRIX = os.environ.get("MIXLE_MPI_FULL_MATRIX", "") == "1"
 FULL_ONLY = pytest.mark.skipif(not FULL_MATRIX, reason="full matrix only (MIXLE_MPI_FULL_MATRIX=1)")
 
 
+def full_only(params, ids):
+    """``params`` with those whose id is in ``ids`` run only with MIXLE_MPI_FULL_MATRIX=1."""
+    return [pytest.param(*p.values, marks=[*p.marks, FULL_ONLY], id=p.id) if p.id in ids else p for p in params]
+
+
 def with_libraries(rows, in_ci, id_of=lambda row: "-".join(str(v) for v in row)):
     """``pytest.param((library, python), *row)`` for every library and row; a case that
     ``in_ci(library_id, row)`` says no to runs only with MIXLE_MPI_FULL_MATRIX=1."""

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FULL_ONLY, LIBRARIES, with_libraries
+from conftest import FULL_ONLY, LIBRARIES, full_only, with_libraries
 from mpiharness import OMPI_PYTHON, REPO, no_leftover_processes
 
 pytestmark = pytest.mark.mpijob
@@ -58,10 +58,14 @@ MPICH_CI = {("num_shards", 3), ("empty", 4), ("unwritable", 4), ("nan", 8), ("lo
 OPENMPI_CI = MPICH_CI | {("too_few", 4), ("mismatch", 4)}
 
 
-@pytest.mark.parametrize("library, case, ranks", [
+# At 8 ranks each path under one library in CI (nan: MPICH, the user's code: Open MPI)
+EIGHT_FULL = {"nan-8-openmpi", "load_raises-8-mpich"}
+
+
+@pytest.mark.parametrize("library, case, ranks", full_only([
     p if p.id.endswith("-mpich") or (p.values[1], p.values[2]) in OPENMPI_CI
     else pytest.param(*p.values, marks=[*p.marks, FULL_ONLY], id=p.id)
-    for p in with_libraries(MATRIX, lambda lib, row: row in MPICH_CI)])
+    for p in with_libraries(MATRIX, lambda lib, row: row in MPICH_CI)], EIGHT_FULL))
 def test_bad_input_is_a_clear_error(library, case, ranks, tmp_path):
     _, python = library
     proc = _launch(python, ranks, [case, str(tmp_path / "work")], tmp_path)
@@ -84,9 +88,9 @@ def test_launcher_refuses_one_rank(tmp_path):
     assert "found -n 1 but needs at least 2 ranks" in proc.stderr
 
 
-# 8 ranks in CI (4+ is where Open MPI used to hang); 4 in the full matrix
-@pytest.mark.parametrize("library, ranks", [p if p.values[1] == 8 else pytest.param(*p.values, marks=[*p.marks, FULL_ONLY], id=p.id)
-                                            for p in with_libraries([(4,), (8,)], lambda lib, row: row[0] == 8)])
+# 8 ranks under Open MPI in CI (4+ is where it used to hang); the rest in the full matrix
+@pytest.mark.parametrize("library, ranks", full_only(with_libraries([(4,), (8,)], lambda lib, row: False),
+                                                     {"4-openmpi"}))
 def test_uncaught_exception_on_a_worker_aborts_the_job(library, ranks, tmp_path):
     _, python = library
     proc = _launch(python, ranks, ["worker_raises", str(tmp_path / "work")], tmp_path, timeout=60)
@@ -123,12 +127,12 @@ FIT_ERRORS = {
     "nan": ("nan.csv", "gmm:k=2", [], "nan.csv"),
     "blank_cell": ("blank.csv", "gmm:k=2", [], "blank.csv"),
 }
-# A missing file at 3, 4 and 8 ranks under both MPIs (MPICH at 8 only in CI); every other
+# A missing file at 3, 4 and 8 ranks under both MPIs (in CI: Open MPI at 3 and 4, MPICH at 8); every other
 # mistake at 4 under Open MPI (in CI two of them: they take the same path, and each message is
 # checked without MPI in test_unit_csv and test_unit_cli_inputs).
 FIT_CI = {"text_cell", "nan"}
 FIT_MATRIX = [pytest.param(lib.values[0], "missing_file", ranks, id=f"{lib.id}-missing_file-{ranks}",
-                           marks=[*lib.marks, *([FULL_ONLY] if lib.id != "openmpi" and ranks != 8 else [])])
+                           marks=[*lib.marks, *([FULL_ONLY] if (lib.id == "openmpi") == (ranks == 8) else [])])
               for lib in LIBRARIES for ranks in (3, 4, 8)] + [
     pytest.param(LIBRARIES[0].values[0], name, 4, id=f"openmpi-{name}-4", marks=[] if name in FIT_CI else [FULL_ONLY])
     for name in sorted(FIT_ERRORS) if name != "missing_file"]

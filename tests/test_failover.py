@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FULL_ONLY, LIBRARIES, with_libraries
+from conftest import FULL_ONLY, LIBRARIES, full_only, with_libraries
 from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit, wait_for_checkpoint
 
 from mixle_mpi.policy.faults import FIRED_ENV, read_fired, unfired
@@ -120,8 +120,8 @@ def test_a_driver_dead_inside_a_shrink(library, tmp_path, uninterrupted):
 # "kept": the continuation srun gives Open MPI (no new communicator can be built), forced
 # under mpiexec: the survivors agree by messages and go on over views of the job's own
 # communicator (runtime/keptcomm.py); the same path runs under srun in test_slurm
-@pytest.mark.parametrize("library, continuation", with_libraries(
-    [("auto",), ("keep",)], lambda lib, row: row[0] == "keep", id_of=lambda row: f"five-ranks-{row[0]}"))
+@pytest.mark.parametrize("library, continuation", full_only(with_libraries(
+    [("auto",), ("keep",)], lambda lib, row: False, id_of=lambda row: f"five-ranks-{row[0]}"), {"five-ranks-keep-openmpi"}))
 def test_two_driver_deaths_then_a_worker_death(library, continuation, tmp_path, uninterrupted):
     """The first driver dies before its E-step call 2 (after checkpoint 2), its successor
     while writing checkpoint 5 (its calls 0-2), and worker 2 of the third driver in that

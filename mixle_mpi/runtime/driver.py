@@ -256,10 +256,14 @@ class Driver:
     def start(self, excluded: dict[int, str] | None = None) -> None:
         """Set up and load the live workers; ``excluded`` ranks (left out at startup, with
         why) fail now and are respawned or have their shards migrated like any failure."""
+        t0 = time.perf_counter()
         for w, why in sorted((excluded or {}).items()):
             self._fail(w, f"startup: {why}")
         self._setup(self._live())
+        t_setup = time.perf_counter()
         self._load({w: list(self.owners[w]) for w in self._live()})
+        self.events.emit("loaded", workers=len(self._live()), shards=self.num_shards,
+                         setup_seconds=round(t_setup - t0, 6), load_seconds=round(time.perf_counter() - t_setup, 6))
         self.reconfigure()
         self.started = True
 

@@ -44,6 +44,19 @@ def is_driver() -> bool:
     return driver
 
 
+def _warm_serialization() -> None:
+    """Build mixle's serialization registry in the background (about 2 s of imports and class
+    checks, once per process): the fit's first ``to_json`` (the checkpoint's estimator
+    fingerprint) would otherwise pay it before the first E-step. Here it overlaps the wait
+    for the workers (a successor: their setup). The registry builds under its own lock, so
+    a ``to_json`` that comes first simply waits for it."""
+    from mixle.utils.serialization import ensure_pysp_serialization_registry
+
+    from mixle_mpi.core.deadlines import Background
+
+    Background(ensure_pysp_serialization_registry, "serialization-registry")
+
+
 class ResilientMPIEncodedData(EncodedDataHandle):
     """Resilient MPI sibling of mixle's ``ResilientMPEncodedData``.
 
@@ -104,6 +117,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             world = self.took_over.comm
 
         exiting.install("driver", self)
+        _warm_serialization()
         try:
             self._start(data, estimator, encoder, num_shards, sub_chunks, max_retries,
                         workdir, store_path, event_log, fault_plan, settings, world)

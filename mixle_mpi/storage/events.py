@@ -24,7 +24,7 @@ LOG = object()   # EventLog's default echo: a line through the logging module
 LEVELS = {"failure_detected": logging.WARNING, "blacklisted": logging.WARNING, "spawn_unavailable": logging.WARNING,
           "driver_failed": logging.WARNING, "failover_unavailable": logging.WARNING,
           "checkpoint": logging.DEBUG, "checkpoint_fallback": logging.DEBUG, "closed": logging.DEBUG,
-          "shrink_fallback": logging.DEBUG, "preempted": logging.DEBUG}
+          "shrink_fallback": logging.DEBUG, "preempted": logging.DEBUG, "loaded": logging.DEBUG}
 SKIP = {"time", "event", "worker", "pid", "host", "driver_host"}
 
 
