@@ -29,6 +29,8 @@ def test_a_worker_that_cannot_read_the_store_drops_out_of_failover():
     why = can_take_over("/local/run/shards.h5", False)
     assert why.startswith("cannot read the shard store /local/run/shards.h5") and "every rank reads" in why
     assert can_take_over("", False) == ""  # failover off: nothing to check
+    why = can_take_over("/local/run", False, "the checkpoint's folder")
+    assert why == "cannot read the checkpoint's folder /local/run (put it on a file system every rank reads)"
 
 
 def test_the_lowest_survivor_drives_whatever_the_order():

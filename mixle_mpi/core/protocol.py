@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-PROTOCOL = 3
+PROTOCOL = 4
 
 # tags: the startup handshake on COMM_WORLD; then commands, replies and heartbeats on the
 # job's communicators (heartbeats on their own duplicate, so they never queue behind data)
@@ -80,6 +80,13 @@ class Release(NamedTuple):
     shards: tuple
 
 
+class Reach(NamedTuple):
+    """Failover: can this worker read ``path``, a file the driver just wrote beside the
+    checkpoint? One that cannot drops out of failover (``what`` names the folder in its why)."""
+    path: str
+    what: str
+
+
 class Shrink(NamedTuple):
     """Get ready to rebuild the communicator over ``ranks`` with ``method`` (epoch ``epoch``)."""
     epoch: int
@@ -114,6 +121,16 @@ class Ready(NamedTuple):
     @property
     def key(self) -> tuple:
         return (Ready, self.worker)
+
+
+class Reached(NamedTuple):
+    """The answer to ``Reach``: why this worker cannot take over, or "" if it can."""
+    worker: int
+    no_failover: str
+
+    @property
+    def key(self) -> tuple:
+        return (Reached, self.worker)
 
 
 class Loaded(NamedTuple):

@@ -154,6 +154,7 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
     state = None
     if checkpoint:
         ckpt.check_writable(checkpoint)
+        enc.check_failover_reach(checkpoint)
         if resume != "no":
             state, fallback = _resume_state(checkpoint, resume, current, allow_version_change)
             for path, why in fallback:

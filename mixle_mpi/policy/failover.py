@@ -53,12 +53,12 @@ def agrees_by_messages(how: str) -> bool:
     return how in (BY_MESSAGES, BY_KEEPING)
 
 
-def can_take_over(store_path: str, readable: bool) -> str:
-    """Why a worker cannot take over ("" if it can): a successor reopens the shard store, so
-    one that cannot read it (no shared file system) drops out of failover at the start, and
-    the others agree without it when the driver dies."""
-    if store_path and not readable:
-        return f"cannot read the shard store {store_path} (put it on a file system every rank reads)"
+def can_take_over(path: str, readable: bool, what: str = "the shard store") -> str:
+    """Why a worker cannot take over ("" if it can): a successor reopens the shard store and
+    the checkpoint, so one that cannot read them (no shared file system) drops out of
+    failover, and the others agree without it when the driver dies."""
+    if path and not readable:
+        return f"cannot read {what} {path} (put it on a file system every rank reads)"
     return ""
 
 

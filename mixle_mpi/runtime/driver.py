@@ -22,7 +22,8 @@ from mixle_mpi.core import logs
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import NoWorkersLeft, ReconfigurationTimeout, WorkerError
 from mixle_mpi.core.estep import PROTO
-from mixle_mpi.core.protocol import (TAG_CMD, TAG_REPLY, Abort, Load, Loaded, Ready, Release, Result, Setup, Shrink, ShrinkGo,
+from mixle_mpi.core.protocol import (TAG_CMD, TAG_REPLY, Abort, Load, Loaded, Reach, Reached, Ready, Release, Result, Setup,
+                                     Shrink, ShrinkGo,
                                      ShrinkReady, Shrunk, Stop, Task, TaskError)
 from mixle_mpi.storage.events import EventLog
 from mixle_mpi.policy.faults import FaultInjector, plan_to_json
@@ -291,6 +292,20 @@ class Driver:
         ready = self._collect({w: {(Ready, w)} for w in workers if w in self.links}, "ready")
         for w, msgs in ready.items():
             self._note_ready(w, msgs[0])
+
+    def reach(self, path: str, what: str) -> dict[int, str]:
+        """Failover: ask each live worker whether it reads ``path``; the ones that cannot drop
+        out of failover (logged, as at setup). Returns them, with why."""
+        workers = [w for w in self._live() if w in self.links]
+        for w in workers:
+            self._post(w, Reach(path, what))
+        lost: dict[int, str] = {}
+        for w, msgs in self._collect({w: {(Reached, w)} for w in workers if w in self.links}, "reached").items():
+            if msgs[0].no_failover:
+                host, pid = self.info.get(w, ("?", 0))
+                self.events.emit("failover_unavailable", worker=w, pid=pid, host=host, reason=msgs[0].no_failover)
+                lost[w] = msgs[0].no_failover
+        return lost
 
     def _sent(self, worker: int) -> bool | None:
         """True once every send to ``worker`` completed; None if it failed meanwhile."""

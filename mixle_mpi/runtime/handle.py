@@ -255,6 +255,20 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             startup.abort_startup(MPI.COMM_WORLD if self.took_over is None else self.took_over.comm, code, message)
 
     # -- instrumentation -----------------------------------------------------------
+    def check_failover_reach(self, checkpoint: str) -> None:
+        """Failover: a successor resumes from ``checkpoint``, so a worker that cannot read its
+        folder (a node-local path) must not take over: it is asked about a file written there
+        now, and one that cannot see it drops out (event ``failover_unavailable``, a warning)."""
+        if not (self._driver.failover and checkpoint):
+            return
+        marker = f"{os.path.abspath(checkpoint)}.reach.{os.getpid()}"
+        with open(marker, "w", encoding="utf-8") as fh:
+            fh.write("mixle_mpi: can every rank read the checkpoint's folder? (removed at once)\n")
+        try:
+            self._driver.reach(marker, "the checkpoint's folder")
+        finally:
+            os.remove(marker)
+
     def note_resumed(self, iteration: int) -> None:
         """After a takeover: log that this rank drives the fit again from ``iteration`` (the
         checkpoint's, 0 if none was written), and how long after the old driver died."""

@@ -28,8 +28,8 @@ from mixle_mpi.policy.failover import agrees_by_messages, can_take_over, electio
 from mixle_mpi.policy.faults import FaultInjector, parse_plan
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
 from mixle_mpi.core.reaper import process_gone
-from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Load, Loaded, Ready,
-                                     Release, Result, Setup,
+from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Load, Loaded, Reach, Reached,
+                                     Ready, Release, Result, Setup,
                                      Shrink, ShrinkGo, ShrinkReady, Shrunk, Stop, Task, TaskError)
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.runtime.takeover import NoAgreement, agree, announce, driver_in, peer_says_driver_dead
@@ -244,6 +244,13 @@ class Worker:
         if kind == "estep":
             self.faults.check("estep_after_reply", call, recovery)
 
+    def reach(self, msg: Reach) -> None:
+        """Failover: drop out if the file the driver wrote beside its checkpoint is not here."""
+        why = can_take_over(os.path.dirname(msg.path), os.path.exists(msg.path), msg.what) if self.failover else ""
+        if why:
+            self.failover = ""
+        self.reply(Reached(self.worker_id, why))
+
     def do_shrink(self, order: Shrink) -> None:
         while True:
             self.reply(ShrinkReady(order.epoch, self.worker_id))
@@ -335,6 +342,8 @@ class Worker:
                 elif isinstance(msg, Release):
                     for sid in msg.shards:
                         self.resident.pop(sid, None)
+                elif isinstance(msg, Reach):
+                    self.reach(msg)
                 elif isinstance(msg, Shrink):
                     self.do_shrink(msg)
                 elif isinstance(msg, Stop):

@@ -19,6 +19,7 @@ from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.errors import WorkerError
 from mixle_mpi.core.estep import PROTO, encode_shard, estep_shard, init_shard, score_shard
 from mixle_mpi.policy.config import Settings
+from mixle_mpi.policy.failover import BY_MESSAGES
 from mixle_mpi.policy.reconfig import EMULATED
 from mixle_mpi.runtime.driver import Driver
 from mixle_mpi.runtime.monitor import Monitor
@@ -57,7 +58,7 @@ def _serve(comm, data, hb) -> None:
     assert ended.value.code == 0, "the worker did not end on the driver's stop"
 
 
-def _with_driver(comm, body) -> None:
+def _with_driver(comm, body, failover: str = "") -> None:
     """Rank 0 builds a Driver over the other ranks and runs ``body(driver, estimator, x)``;
     the other ranks serve it. The driver stops its workers whatever ``body`` does."""
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -77,7 +78,7 @@ def _with_driver(comm, body) -> None:
     estimator = _estimator()
     encoder = estimator.accumulator_factory().make().acc_to_encoder()
     driver = Driver(data, hb, ranks, size - 1, monitor, store, pickle.dumps(encoder, protocol=PROTO), SUB_CHUNKS,
-                    2, SETTINGS, events, (), EMULATED, None)
+                    2, SETTINGS, events, (), EMULATED, None, failover=failover)
     try:
         run_with_deadline(driver.start, ROUND, "Driver.start (setup and load)")
         body(driver, estimator, x)
@@ -128,3 +129,20 @@ def test_a_worker_side_exception_reaches_the_driver_as_worker_error(comm, no_exi
         assert err.value.pid != os.getpid() and "Traceback" in err.value.text
 
     _with_driver(comm, body)
+
+
+def test_a_worker_that_cannot_read_the_checkpoint_folder_drops_out_of_failover(comm, no_exit):
+    """Failover on: a worker that sees the file the driver wrote beside its checkpoint may
+    take over; one that cannot (here: a name that does not exist, as on another node's local
+    disk) says why and drops out, so the next question finds it out already."""
+    def body(driver, estimator, x):
+        workers = set(range(1, comm.Get_size()))
+        here = os.path.join(tempfile.mkdtemp(prefix="mixle-mpi-reach-"), "ck.h5.reach")
+        open(here, "w").close()
+        assert run_with_deadline(lambda: driver.reach(here, "the checkpoint's folder"), ROUND, "reach") == {}
+        gone = here + ".elsewhere"
+        lost = run_with_deadline(lambda: driver.reach(gone, "the checkpoint's folder"), ROUND, "reach")
+        assert set(lost) == workers and all(w.startswith("cannot read the checkpoint's folder") for w in lost.values())
+        assert run_with_deadline(lambda: driver.reach(gone, "the checkpoint's folder"), ROUND, "reach") == {}
+
+    _with_driver(comm, body, failover=BY_MESSAGES)
