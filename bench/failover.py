@@ -118,9 +118,8 @@ def one_rep(python: str, tmp: str, rep: int, n: int, workers: int, shards: int, 
             "heartbeat_timeout": 1.0}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="one repetition on 100,000 rows")
+def job_arguments(ap: argparse.ArgumentParser) -> None:
+    """The job both failover benchmarks run, and where its driver dies."""
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--n", type=int, default=400_000)
     ap.add_argument("--workers", type=int, default=3)
@@ -129,6 +128,12 @@ def main(argv=None) -> int:
     ap.add_argument("--call", type=int, default=5, help="the driver dies before E-step call K (from 0)")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json", default=None, help="write every measurement here")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="one repetition on 100,000 rows")
+    job_arguments(ap)
     args = ap.parse_args(argv)
     if args.quick:
         args.reps, args.n = 1, 100_000

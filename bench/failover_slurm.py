@@ -31,6 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import common  # noqa: E402
+from bench.failover import first, job_arguments, same  # noqa: E402
 from mixle_mpi.cli import slurm  # noqa: E402
 from mixle_mpi.policy.faults import FIRED_ENV, read_fired  # noqa: E402
 from mixle_mpi.storage.events import read_events  # noqa: E402
@@ -112,14 +113,6 @@ def events_of(folder: str) -> list[dict]:
     return read_events(os.path.join(folder, "out", "work", "events.jsonl"))
 
 
-def first(events: list[dict], name: str, after: float = 0.0) -> dict | None:
-    return next((e for e in events if e["event"] == name and e["time"] >= after), None)
-
-
-def same(a: dict | None, b: dict | None) -> bool:
-    return bool(a and b) and a["model"] == b["model"] and a["ll"] == b["ll"] and a["iterations"] == b["iterations"]
-
-
 def render(kind: str, folder: str, python: str, args) -> str:
     return slurm.render(kind, job_name=f"bench-{kind}", ntasks=args.workers + 1, time="10", signal_margin=60,
                         max_restarts=1, python=python, out_dir=os.path.join(folder, "out"),
@@ -163,14 +156,7 @@ def one_rep(cluster: LocalSlurm, tmp: str, rep: int, args) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kind", choices=("ft", "srun"), default="ft")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--n", type=int, default=400_000)
-    ap.add_argument("--workers", type=int, default=3)
-    ap.add_argument("--shards", type=int, default=6)
-    ap.add_argument("--its", type=int, default=10)
-    ap.add_argument("--call", type=int, default=5, help="the driver dies before E-step call K (from 0)")
-    ap.add_argument("--python", default=sys.executable)
-    ap.add_argument("--json", default=None, help="write every measurement here")
+    job_arguments(ap)
     args = ap.parse_args(argv)
     reps = []
     with tempfile.TemporaryDirectory(prefix="mixle_mpi_failover_slurm_") as tmp:
