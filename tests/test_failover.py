@@ -65,6 +65,7 @@ def test_a_dead_driver_is_followed_to_the_same_bits(library, plan, extra, resume
     assert elected["rank"] == 1 and elected["survivors"] == 3 and elected["pid"] != failed["pid"], elected
     assert elected["time"] - failed["seen_at"] < 10, (failed, elected)
     assert [e["iteration"] for e in _events(job, "resumed")] == [resumed]
+    assert [e["workers"] for e in _events(job, "failover_armed")] == [[1, 2, 3], [1, 2]], job.describe()
     (back,) = _events(job, "driver_resumed")
     assert (back["rank"], back["pid"], back["iteration"], back["ranks"]) == (1, elected["pid"], resumed, 3), back
     assert 0 < back["since_death"] < 30, back
@@ -86,6 +87,20 @@ def test_a_driver_dead_while_it_recovers_a_worker_is_followed(library, plan, tmp
     assert same_fit(job.result, uninterrupted), job.describe()
     assert [e["worker"] for e in _events(job, "failure_detected")] == [2], job.describe()
     assert len(_events(job, "driver_elected")) == 1 and [e["iteration"] for e in _events(job, "resumed")] == [3]
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("library", full_only(LIBRARIES, {"mpich"}))
+def test_without_a_checkpoint_a_dead_driver_ends_the_job_as_without_failover(library, tmp_path):
+    """Failover asked for, but the fit writes no checkpoint: nothing to resume from, so the
+    workers are never armed, the driver says so, and its death ends the job (exit 70 on the
+    workers, nonzero for the job); no survivor takes over and runs the program again."""
+    job = run_job(library[1], 4, fit_args("gmm1d", 4000, 4, 1, ITS), tmp_path / "job", plan="0:kill:estep_before:3",
+                  env=FAILOVER)
+    assert job.rc != 0 and job.result is None, job.describe()
+    assert "failover stays off for this fit: it writes no checkpoint" in job.stderr, job.describe()
+    assert not _events(job, "failover_armed") and not _events(job, "driver_elected"), job.describe()
+    assert len(_events(job, "start")) == 1, job.describe()
     assert no_leftover_processes(str(tmp_path)) == []
 
 

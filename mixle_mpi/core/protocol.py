@@ -53,8 +53,9 @@ class Setup(NamedTuple):
     fault_plan: str          # JSON, as faults.parse_plan reads it
     driver_host: str = ""    # where the driver runs, and its pid: a worker on the same host
     driver_pid: int = 0      # tells a dead driver from a silent one at once
-    failover: str = ""       # how the survivors of a dead driver agree: "" (they do not), "ulfm", "messages"
+    failover: str = ""       # how the survivors of a dead driver agree: "" (they do not), "ulfm", "messages", ...
     store_path: str = ""     # the shard store a successor reopens: a worker that cannot read it drops out
+    armed: bool = False      # failover is on already (a checkpoint is being written), not only asked for
 
 
 class Load(NamedTuple):
@@ -82,7 +83,8 @@ class Release(NamedTuple):
 
 class Reach(NamedTuple):
     """Failover: can this worker read ``path``, a file the driver just wrote beside the
-    checkpoint? One that cannot drops out of failover (``what`` names the folder in its why)."""
+    checkpoint? One that can is armed: from now on it follows a dead driver; one that cannot
+    stays out (``what`` names the folder in its why)."""
     path: str
     what: str
 
@@ -124,7 +126,7 @@ class Ready(NamedTuple):
 
 
 class Reached(NamedTuple):
-    """The answer to ``Reach``: why this worker cannot take over, or "" if it can."""
+    """The answer to ``Reach``: why this worker cannot take over, or "" (armed)."""
     worker: int
     no_failover: str
 

@@ -154,7 +154,8 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
     state = None
     if checkpoint:
         ckpt.check_writable(checkpoint)
-        enc.check_failover_reach(checkpoint)
+    enc.check_failover_reach(checkpoint)  # failover arms now, if asked for and there is a checkpoint
+    if checkpoint:
         if resume != "no":
             state, fallback = _resume_state(checkpoint, resume, current, allow_version_change)
             for path, why in fallback:

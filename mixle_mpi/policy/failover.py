@@ -36,7 +36,8 @@ def failover_status(requested: bool, method: str) -> tuple[str, str]:
     after a worker failure (policy.reconfig): the same way, with the driver's death."""
     if not requested:
         return OFF, "off"
-    on = "on: if the driver dies, the lowest surviving rank takes over and resumes from the checkpoint"
+    on = ("on: once the fit writes a checkpoint, if the driver dies the lowest surviving rank takes over and "
+          "resumes from it")
     if method == ULFM:
         return BY_SHRINK, f"{on} (survivors agreed by ULFM's Shrink)"
     host = "; a worker must share the driver's host to see its death at once"

@@ -82,6 +82,8 @@ class Driver:
         self.num_shards = store.num_shards
         self.encoder_b = encoder_b
         self.failover = failover  # how the workers agree on a dead driver's successor (Setup.failover)
+        self.armed = False        # failover armed by reach(): a checkpoint is being written
+        self.unreached: set[int] = set()  # workers that cannot read the checkpoint's folder
         self.sub_chunks = sub_chunks
         self.settings = settings
         self.events = events
@@ -275,13 +277,15 @@ class Driver:
                      driver_timeout=s.driver_timeout, reconfigure_timeout=s.reconfigure_timeout,
                      blas_threads=s.blas_threads, fault_plan=self.fault_plan_json,
                      driver_host=self.host, driver_pid=os.getpid(), failover=self.failover,
-                     store_path=os.path.abspath(self.store.path) if self.failover else "")
+                     store_path=os.path.abspath(self.store.path) if self.failover else "",
+                     armed=self.armed and worker not in self.unreached)
 
     def _note_ready(self, worker: int, ready: Ready) -> None:
         self.info[worker] = (ready.host, ready.pid)
         rec = self.membership.records[worker]
         rec.host, rec.pid = ready.host, ready.pid
-        if ready.no_failover:  # the others follow a dead driver without it
+        if ready.no_failover and worker not in self.unreached:  # the others follow a dead driver without it
+            self.unreached.add(worker)
             self.events.emit("failover_unavailable", worker=worker, pid=ready.pid, host=ready.host,
                              reason=ready.no_failover)
 
@@ -294,17 +298,22 @@ class Driver:
             self._note_ready(w, msgs[0])
 
     def reach(self, path: str, what: str) -> dict[int, str]:
-        """Failover: ask each live worker whether it reads ``path``; the ones that cannot drop
-        out of failover (logged, as at setup). Returns them, with why."""
+        """Failover: arm every live worker that reads ``path`` (and the store); the others stay
+        out (logged, as at setup). From now on a worker set up is armed at once. Returns the
+        workers that stay out, with why."""
         workers = [w for w in self._live() if w in self.links]
         for w in workers:
             self._post(w, Reach(path, what))
         lost: dict[int, str] = {}
         for w, msgs in self._collect({w: {(Reached, w)} for w in workers if w in self.links}, "reached").items():
             if msgs[0].no_failover:
-                host, pid = self.info.get(w, ("?", 0))
-                self.events.emit("failover_unavailable", worker=w, pid=pid, host=host, reason=msgs[0].no_failover)
+                if w not in self.unreached:  # one that cannot read the store said so at setup
+                    host, pid = self.info.get(w, ("?", 0))
+                    self.events.emit("failover_unavailable", worker=w, pid=pid, host=host, reason=msgs[0].no_failover)
                 lost[w] = msgs[0].no_failover
+        self.armed = True
+        self.unreached |= set(lost)
+        self.events.emit("failover_armed", workers=sorted(set(workers) - set(lost)), out=sorted(lost))
         return lost
 
     def _sent(self, worker: int) -> bool | None:

@@ -256,10 +256,16 @@ class ResilientMPIEncodedData(EncodedDataHandle):
 
     # -- instrumentation -----------------------------------------------------------
     def check_failover_reach(self, checkpoint: str) -> None:
-        """Failover: a successor resumes from ``checkpoint``, so a worker that cannot read its
+        """Failover arms here, when a fit with a ``checkpoint`` starts (without one there is
+        nothing to resume from: a plain ``optimize`` ends with its driver, as without
+        failover). A successor resumes from the checkpoint, so a worker that cannot read its
         folder (a node-local path) must not take over: it is asked about a file written there
-        now, and one that cannot see it drops out (event ``failover_unavailable``, a warning)."""
-        if not (self._driver.failover and checkpoint):
+        now, and one that cannot see it stays out (event ``failover_unavailable``, a warning)."""
+        if not self._driver.failover:
+            return
+        if not checkpoint:
+            logs.get("handle").warning("failover stays off for this fit: it writes no checkpoint for a successor to "
+                                       "resume from (pass a checkpoint); a dead driver ends the job")
             return
         marker = f"{os.path.abspath(checkpoint)}.reach.{os.getpid()}"
         with open(marker, "w", encoding="utf-8") as fh:

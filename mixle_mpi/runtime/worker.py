@@ -70,7 +70,9 @@ class Worker:
         self.deadline: float | None = None  # set while inside a collective
         self.last_driver = time.monotonic()
         self.driver_proc: tuple[str, int] = ("", 0)  # (host, pid) of the driver, once set up
-        self.failover = ""                   # how survivors agree on a dead driver's successor (Setup.failover)
+        self.failover = ""                   # how survivors agree on a dead driver's successor, once armed (Reach)
+        self.failover_how = ""               # the same, as the driver asked for it (Setup.failover)
+        self.store_unreadable = ""           # why this worker cannot read the shard store (failover asked for)
         self.announced = False               # this rank told the others the driver is dead (failover by messages)
         self.lost: str | None = None         # why the heartbeat thread knows the driver dead
         self._beater: threading.Thread | None = None
@@ -191,10 +193,12 @@ class Worker:
         retain_freed_memory()  # E-step temporaries reuse heap pages instead of faulting fresh ones
         self.faults = FaultInjector(parse_plan(cfg.fault_plan), self.worker_id, self.incarnation)
         self.driver_proc = (cfg.driver_host, cfg.driver_pid)
-        self.failover = cfg.failover if not self.spawned else ""  # a replacement is not in the survivors' communicator
-        no_failover = can_take_over(cfg.store_path, os.access(cfg.store_path, os.R_OK)) if self.failover else ""
-        if no_failover:
-            self.failover = ""
+        # a replacement is not in the survivors' communicator: it never follows a dead driver
+        how = cfg.failover if not self.spawned else ""
+        no_failover = self.store_unreadable = \
+            can_take_over(cfg.store_path, os.access(cfg.store_path, os.R_OK)) if how else ""
+        self.failover_how = "" if no_failover else how
+        self.failover = self.failover_how if cfg.armed else ""
         self.host = host_and_pid()[0]
         self.start_heartbeats(cfg.heartbeat_period, cfg.driver_timeout)
         if self.spawned:
@@ -245,10 +249,11 @@ class Worker:
             self.faults.check("estep_after_reply", call, recovery)
 
     def reach(self, msg: Reach) -> None:
-        """Failover: drop out if the file the driver wrote beside its checkpoint is not here."""
-        why = can_take_over(os.path.dirname(msg.path), os.path.exists(msg.path), msg.what) if self.failover else ""
-        if why:
-            self.failover = ""
+        """Failover: arm, unless the store or the file the driver wrote beside its checkpoint
+        cannot be read here (then a dead driver ends this worker, as without failover)."""
+        why = self.store_unreadable or (can_take_over(os.path.dirname(msg.path), os.path.exists(msg.path), msg.what)
+                                        if self.failover_how else "")
+        self.failover = "" if why else self.failover_how
         self.reply(Reached(self.worker_id, why))
 
     def do_shrink(self, order: Shrink) -> None:
