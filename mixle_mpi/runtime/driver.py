@@ -312,7 +312,7 @@ class Driver:
                     self.events.emit("failover_unavailable", worker=w, pid=pid, host=host, reason=msgs[0].no_failover)
                 lost[w] = msgs[0].no_failover
         self.armed = True
-        self.unreached |= set(lost)
+        self.unreached = set(lost)
         self.events.emit("failover_armed", workers=sorted(set(workers) - set(lost)), out=sorted(lost))
         return lost
 

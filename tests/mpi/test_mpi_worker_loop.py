@@ -132,9 +132,9 @@ def test_a_worker_side_exception_reaches_the_driver_as_worker_error(comm, no_exi
 
 
 def test_a_worker_that_cannot_read_the_checkpoint_folder_drops_out_of_failover(comm, no_exit):
-    """Failover on: a worker that sees the file the driver wrote beside its checkpoint may
-    take over; one that cannot (here: a name that does not exist, as on another node's local
-    disk) says why and drops out, so the next question finds it out already."""
+    """Failover asked for: a worker that sees the file the driver wrote beside its checkpoint
+    is armed; one that cannot (here: a name that does not exist, as on another node's local
+    disk) says why and stays out; each fit's question is answered afresh."""
     def body(driver, estimator, x):
         workers = set(range(1, comm.Get_size()))
         here = os.path.join(tempfile.mkdtemp(prefix="mixle-mpi-reach-"), "ck.h5.reach")
@@ -143,6 +143,8 @@ def test_a_worker_that_cannot_read_the_checkpoint_folder_drops_out_of_failover(c
         gone = here + ".elsewhere"
         lost = run_with_deadline(lambda: driver.reach(gone, "the checkpoint's folder"), ROUND, "reach")
         assert set(lost) == workers and all(w.startswith("cannot read the checkpoint's folder") for w in lost.values())
-        assert run_with_deadline(lambda: driver.reach(gone, "the checkpoint's folder"), ROUND, "reach") == {}
+        assert driver.unreached == workers
+        assert run_with_deadline(lambda: driver.reach(here, "the checkpoint's folder"), ROUND, "reach") == {}
+        assert driver.unreached == set()
 
     _with_driver(comm, body, failover=BY_MESSAGES)
