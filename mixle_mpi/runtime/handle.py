@@ -47,9 +47,10 @@ def is_driver() -> bool:
 def _warm_serialization() -> None:
     """Build mixle's serialization registry in the background (about 2 s of imports and class
     checks, once per process): the fit's first ``to_json`` (the checkpoint's estimator
-    fingerprint) would otherwise pay it before the first E-step. Here it overlaps the wait
-    for the workers (a successor: their setup). The registry builds under its own lock, so
-    a ``to_json`` that comes first simply waits for it."""
+    fingerprint) would otherwise pay it before the first E-step. Started once the workers
+    answered (a job that fails on its input never pays it), it overlaps building the shard
+    store and setting up and loading the workers. The registry builds under its own lock,
+    so a ``to_json`` that comes first simply waits for it."""
     from mixle.utils.serialization import ensure_pysp_serialization_registry
 
     from mixle_mpi.core.deadlines import Background
@@ -117,7 +118,6 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             world = self.took_over.comm
 
         exiting.install("driver", self)
-        _warm_serialization()
         try:
             self._start(data, estimator, encoder, num_shards, sub_chunks, max_retries,
                         workdir, store_path, event_log, fault_plan, settings, world)
@@ -182,6 +182,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         # The handshake: from here on the workers wait on heartbeats, not on a fixed deadline.
         timeout = startup.startup_timeout()
         members, excluded = startup.gather_workers(world, timeout)
+        _warm_serialization()  # the input is valid and the workers are up: a fit follows
         startup.send_go(world, members, self.settings.heartbeat_period, self.settings.driver_timeout)
         gcomm, ghb = startup.build_comms(world, tuple([0] + members), timeout)
         self._gcomm = gcomm
