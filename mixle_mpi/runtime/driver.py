@@ -284,10 +284,8 @@ class Driver:
         self.info[worker] = (ready.host, ready.pid)
         rec = self.membership.records[worker]
         rec.host, rec.pid = ready.host, ready.pid
-        if ready.no_failover and worker not in self.unreached:  # the others follow a dead driver without it
-            self.unreached.add(worker)
-            self.events.emit("failover_unavailable", worker=worker, pid=ready.pid, host=ready.host,
-                             reason=ready.no_failover)
+        if ready.no_failover:  # the others follow a dead driver without it
+            self._out_of_failover(worker, ready.no_failover)
 
     def _setup(self, workers: list[int]) -> None:
         for w in workers:
@@ -304,17 +302,21 @@ class Driver:
         workers = [w for w in self._live() if w in self.links]
         for w in workers:
             self._post(w, Reach(path, what))
-        lost: dict[int, str] = {}
-        for w, msgs in self._collect({w: {(Reached, w)} for w in workers if w in self.links}, "reached").items():
-            if msgs[0].no_failover:
-                if w not in self.unreached:  # one that cannot read the store said so at setup
-                    host, pid = self.info.get(w, ("?", 0))
-                    self.events.emit("failover_unavailable", worker=w, pid=pid, host=host, reason=msgs[0].no_failover)
-                lost[w] = msgs[0].no_failover
+        got = self._collect({w: {(Reached, w)} for w in workers if w in self.links}, "reached")
+        lost = {w: msgs[0].no_failover for w, msgs in got.items() if msgs[0].no_failover}
+        self.unreached &= set(lost)  # each fit asks afresh
+        for w, why in lost.items():
+            self._out_of_failover(w, why)
         self.armed = True
-        self.unreached = set(lost)
         self.events.emit("failover_armed", workers=sorted(set(workers) - set(lost)), out=sorted(lost))
         return lost
+
+    def _out_of_failover(self, worker: int, why: str) -> None:
+        """``worker`` cannot take over from a dead driver: logged once, and never armed."""
+        if worker not in self.unreached:
+            host, pid = self.info.get(worker, ("?", 0))
+            self.events.emit("failover_unavailable", worker=worker, pid=pid, host=host, reason=why)
+        self.unreached.add(worker)
 
     def _sent(self, worker: int) -> bool | None:
         """True once every send to ``worker`` completed; None if it failed meanwhile."""

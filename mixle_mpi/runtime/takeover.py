@@ -72,43 +72,38 @@ def _sources(comm):
     return [rank for rank in range(1, comm.Get_size()) if rank != me]
 
 
-def peer_says_driver_dead(comm) -> bool:
-    """A survivor's Elect is waiting (it is left for :func:`by_messages` to read). Under ULFM
-    a wildcard probe fails while a death is unacknowledged: then each worker is asked."""
-    try:
-        return bool(comm.iprobe(source=MPI.ANY_SOURCE, tag=TAG_ELECT))
-    except MPI.Exception:
-        pass
-    for rank in _sources(comm):
-        try:
-            if comm.iprobe(source=rank, tag=TAG_ELECT):
-                return True
-        except MPI.Exception:
-            continue  # that worker failed too: it says nothing
-    return False
-
-
-def _next_elect(comm, failed: set):
-    """(message, sender) of a waiting election message, or None; a wildcard probe, or one
-    per worker under ULFM once it reported a failure (workers it reports are added to
-    ``failed`` and asked no more)."""
+def _elect_waiting(comm, probe, failed: set):
+    """(what ``probe(source, status)`` found, its sender) for a waiting election message, or
+    None. A wildcard probe first; under ULFM it fails while a death is unacknowledged, and
+    then each worker is asked (those it reports failed are added to ``failed``, asked no more)."""
     status = MPI.Status()
     try:
-        msg = comm.improbe(source=MPI.ANY_SOURCE, tag=TAG_ELECT, status=status)
-        return None if msg is None else (msg, status.Get_source())
+        found = probe(MPI.ANY_SOURCE, status)
+        return (found, status.Get_source()) if found else None
     except MPI.Exception:
         pass
     for rank in _sources(comm):
         if rank in failed:
             continue
         try:
-            msg = comm.improbe(source=rank, tag=TAG_ELECT)
+            found = probe(rank, None)
         except MPI.Exception:
             failed.add(rank)
             continue
-        if msg is not None:
-            return msg, rank
+        if found:
+            return found, rank
     return None
+
+
+def peer_says_driver_dead(comm) -> bool:
+    """A survivor's Elect is waiting (it is left for :func:`by_messages` to read)."""
+    return _elect_waiting(comm, lambda source, _: comm.iprobe(source=source, tag=TAG_ELECT), set()) is not None
+
+
+def _next_elect(comm, failed: set):
+    """(message, sender) of a waiting election message, or None."""
+    return _elect_waiting(comm, lambda source, status: comm.improbe(source=source, tag=TAG_ELECT, status=status),
+                          failed)
 
 
 def by_messages(comm, window: float, timeout: float, announced: bool, keep: bool = False):
