@@ -77,6 +77,9 @@ def parse_args(argv=None):
                    help="what-if (resilient only): set the ceiling of mixle_mpi's polling backoff to this "
                    "many seconds on every rank (the library's own is 5 ms); a diagnostic, not a setting "
                    "of the library")
+    p.add_argument("--no-poll-windows", action="store_true",
+                   help="what-if (resilient only): no fine polling where a message is due (policy/pacing.py); "
+                   "every wait backs off to its ceiling as before")
     p.add_argument("--num-shards", type=int, default=None, help="resilient: shards S (default here: one per worker, like for like with mixle's MPI handle)")
     p.add_argument("--h5", default=None, help="resilient: read the data from this HDF5 file (dataset 'data'), "
                    "handed to the handle as an h5py.Dataset; --n and --data-seed are then ignored")
@@ -245,6 +248,19 @@ def _cap_backoff(cap: float) -> None:
     transport.Backoff.__init__ = init
 
 
+def _no_poll_windows() -> None:
+    """What-if on every rank: no wait knows when a message is due (the backoff before pacing)."""
+    from mixle_mpi.policy import pacing
+
+    post_init = pacing.Pacing.__post_init__
+
+    def without_window(self):
+        post_init(self)
+        self.window = pacing.NEVER
+
+    pacing.Pacing.__post_init__ = without_window
+
+
 def run_resilient(args) -> None:
     from mpi4py import MPI
 
@@ -271,6 +287,8 @@ def run_resilient(args) -> None:
     _instrument_workers(timing_dir)
     if args.poll_cap is not None:
         _cap_backoff(args.poll_cap)
+    if args.no_poll_windows:
+        _no_poll_windows()
     events: list = []
     startup: dict = {"script_started_at": args.script_started_at}
     if driver:

@@ -28,6 +28,7 @@ from mixle_mpi.core.protocol import (TAG_CMD, TAG_REPLY, Abort, Load, Loaded, Re
 from mixle_mpi.storage.events import EventLog
 from mixle_mpi.policy.faults import FaultInjector, plan_to_json
 from mixle_mpi.policy.membership import Membership
+from mixle_mpi.policy.pacing import NEVER, round_window
 from mixle_mpi.runtime.monitor import Monitor
 from mixle_mpi.policy.joining import Join, release_plan, work_of
 from mixle_mpi.policy.placement import initial_placement
@@ -118,6 +119,7 @@ class Driver:
         self.calls = {"estep": 0, "init": 0, "llsum": 0}
         self.monitor = monitor                        # started by the handle at the handshake
         self.rounds: list[dict[str, Any]] = []
+        self.round_seconds: dict[str, float] = {}     # kind -> the last round's dispatch-to-results time
         self.peak_rss_mb: dict[int, float] = {}       # worker -> highest peak RSS its processes reported
         self.started = False                          # every worker set up and loaded once
         self.closed = False
@@ -202,11 +204,11 @@ class Driver:
             return out
 
     @staticmethod
-    def _wait(step) -> None:
+    def _wait(step, window: tuple[float, float] = NEVER) -> None:
         """The driver's one wait loop: ``step()`` does one pass and returns True (progress),
         False (nothing yet: sleep a little, never spin) or None (done). Each caller's step
-        carries its own deadline."""
-        backoff = Backoff()
+        carries its own deadline; ``window`` is when replies are due (polled finely)."""
+        backoff = Backoff(window=window)
         while True:
             progressed = step()
             if progressed is None:
@@ -392,7 +394,7 @@ class Driver:
 
         ``preloaded`` results (from a fold journal) are not recomputed; ``record(shard,
         result)`` is called for each result as it arrives."""
-        t0, started_at = time.perf_counter(), time.time()
+        t0, started_at, due = time.perf_counter(), time.time(), round_window(time.monotonic(), self.round_seconds.get(kind))
         call = self.calls[kind]
         self.calls[kind] += 1
         if kind in ("estep", "llsum"):  # the driver's own chaos: before it sends the round out
@@ -467,9 +469,11 @@ class Driver:
                 seen["live"] = live
             return progressed
 
-        self._wait(step)
+        self._wait(step, due)
         t_results = time.perf_counter()
         failed_now = sorted(self.pending - failed_before)
+        if not failed_now and not state.recomputed:  # a normal round: when the next one's replies are due
+            self.round_seconds[kind] = t_results - t0
         blacklisted = self.reconfigure() if (self.pending or self.spawn_failed) else []
         self.rounds.append({
             "kind": kind, "call": call, "seconds": time.perf_counter() - t0, "started_at": started_at,

@@ -15,6 +15,7 @@ from typing import Any
 from mpi4py import MPI
 
 from mixle_mpi.core.protocol import TAG_CMD, Abort
+from mixle_mpi.policy.pacing import Pacing
 
 MAX_PENDING_BEATS = 64  # per link: a dead peer's heartbeats may never complete (MPICH)
 
@@ -68,21 +69,15 @@ class Link:
             raise PeerFailed(exc.Get_error_class(), str(exc)) from None
 
 
-class Backoff:
-    """Sleep between polls, growing from ``low`` to ``high`` seconds; reset on progress.
+class Backoff(Pacing):
+    """Sleep between polls, growing from ``low`` to ``high`` seconds; reset on progress; short
+    sleeps inside the ``window`` where a message is due (``policy/pacing.py``).
 
     The cap bounds the latency a poll adds to a round (1 ms) while an idle rank still
     sleeps almost all the time: a blocking MPI receive would spin a core instead."""
 
-    def __init__(self, low: float = 0.0001, high: float = 0.001) -> None:
-        self.low, self.high, self.delay = low, high, low
-
-    def reset(self) -> None:
-        self.delay = self.low
-
     def sleep(self) -> None:
-        time.sleep(self.delay)
-        self.delay = min(self.high, self.delay * 2)
+        time.sleep(self.next_delay(time.monotonic()))
 
 
 ABORT_SEND_WAIT = 2.0  # seconds a failing driver waits for its abort messages to leave

@@ -26,6 +26,7 @@ from mixle_mpi.core.blas import pin_blas_threads
 from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT
 from mixle_mpi.policy.failover import agrees_by_messages, can_take_over, election_window, successor, takes_over_on
 from mixle_mpi.policy.faults import FaultInjector, parse_plan
+from mixle_mpi.policy.pacing import NEVER, next_task_window
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
 from mixle_mpi.core.reaper import process_gone
 from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Load, Loaded, Reach, Reached,
@@ -83,6 +84,7 @@ class Worker:
         self.progress = 0    # main-thread steps; read by the heartbeat thread (see Beat)
         self.busy = False    # True while a task is being computed
         self._blas = None
+        self.next_due = NEVER  # when the driver's next command is due: just after a reply
 
     # -- messaging -------------------------------------------------------------
     def _check_alive(self) -> None:
@@ -96,7 +98,7 @@ class Worker:
         die(DRIVER_LOST, why)
 
     def recv(self) -> tuple:
-        backoff = Backoff()
+        backoff = Backoff(window=self.next_due)
         while True:
             if self.lost is not None:
                 self.driver_dead(self.lost)
@@ -110,7 +112,7 @@ class Worker:
             backoff.sleep()
 
     def reply(self, obj: Any) -> None:
-        backoff = Backoff()
+        backoff = Backoff(window=next_task_window(time.monotonic()))
         try:
             self.link.post(obj, TAG_REPLY)
             while not self.link.progress():
@@ -119,6 +121,7 @@ class Worker:
                 backoff.sleep()
         except PeerFailed as exc:
             self.driver_dead(f"lost the driver while replying ({exc})")
+        self.next_due = next_task_window(time.monotonic())
 
     # -- heartbeat thread --------------------------------------------------------
     def _heartbeat_loop(self) -> None:

@@ -1,0 +1,59 @@
+"""policy/pacing.py: fine polls only while a message is due, the old backoff everywhere else."""
+
+import math
+
+import pytest
+
+from mixle_mpi.policy.pacing import (DUE_FROM, DUE_MARGIN, DUE_UNTIL, FINE, FIRST_ROUND_WINDOW, HIGH, LOW, NEVER,
+                                     NEXT_TASK_WINDOW, Pacing, next_task_window, round_window)
+
+
+def delays(p: Pacing, times):
+    return [p.next_delay(t) for t in times]
+
+
+def test_without_a_window_it_is_the_plain_exponential_backoff():
+    p = Pacing(0.001, 0.004)
+    assert delays(p, [0.0] * 4) == [0.001, 0.002, 0.004, 0.004]
+    p.reset()
+    assert p.next_delay(0.0) == 0.001
+
+
+def test_inside_the_window_sleeps_are_capped_at_fine():
+    p = Pacing(window=(10.0, 20.0))
+    got = delays(p, [10.0 + i * 0.001 for i in range(20)])
+    assert max(got) == FINE and got[0] == LOW
+
+
+def test_a_sleep_before_the_window_never_runs_into_it():
+    p = Pacing(window=(10.0, 20.0))
+    p.delay = HIGH
+    assert p.next_delay(9.9997) == pytest.approx(0.0003)
+    assert p.next_delay(9.99999) == LOW  # never shorter than low: no spin
+
+
+def test_after_the_window_the_cap_is_high_again():
+    p = Pacing(window=(0.0, 1.0))
+    got = delays(p, [2.0] * 6)
+    assert got[-1] == HIGH
+
+
+def test_the_first_round_of_a_kind_is_polled_finely_at_first():
+    assert round_window(5.0, None) == (5.0, 5.0 + FIRST_ROUND_WINDOW)
+
+
+@pytest.mark.parametrize("last", [0.002, 0.05, 3.0])
+def test_replies_are_due_around_the_last_rounds_time(last):
+    start, end = round_window(100.0, last)
+    assert start == pytest.approx(100.0 + DUE_FROM * last)
+    assert end == pytest.approx(100.0 + DUE_UNTIL * last + DUE_MARGIN)
+    assert start < 100.0 + last < end
+
+
+def test_a_worker_expects_its_next_task_right_after_its_reply():
+    assert next_task_window(7.0) == (7.0, 7.0 + NEXT_TASK_WINDOW)
+    assert NEVER == (math.inf, math.inf)
+
+
+def test_fine_is_never_above_high():
+    assert Pacing(0.0005, 0.0001).fine == 0.0001
