@@ -79,6 +79,7 @@ def run(cfg: FitConfig) -> int:
     events_path = os.path.join(cfg.out_dir, "events.jsonl")
     where = dict(num_shards=cfg.num_shards, sub_chunks=cfg.sub_chunks, max_retries=cfg.max_retries,
                  workdir=os.path.join(cfg.out_dir, "work"), keep_store=cfg.keep_store, event_log=events_path,
+                 warm_serialization=True,  # model.json and the checkpoints need mixle's registry
                  **_settings(cfg))
     # A worker serves inside this call until the driver is done and never returns, unless
     # the driver dies with failover on: then the successor returns here, as the driver.

@@ -52,7 +52,7 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     with ResilientMPIEncodedData(
         data, estimator=est, num_shards=args.num_shards, sub_chunks=args.sub_chunks,
-        max_retries=args.max_retries, workdir=args.workdir,
+        max_retries=args.max_retries, workdir=args.workdir, warm_serialization=True,  # its result is JSON
     ) as enc:  # worker ranks serve inside this call and end when the fit is done
         del data
         out = None if args.quiet else sys.stdout  # mixle's progress lines; the trace comes from fit()

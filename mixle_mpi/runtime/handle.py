@@ -50,7 +50,12 @@ def _warm_serialization() -> None:
     fingerprint) would otherwise pay it before the first E-step. Started once the workers
     answered (a job that fails on its input never pays it), it overlaps building the shard
     store and setting up and loading the workers. The registry builds under its own lock,
-    so a ``to_json`` that comes first simply waits for it."""
+    so a ``to_json`` that comes first simply waits for it.
+
+    Only on request (``warm_serialization=True``: the CLI and the fit job, which write JSON
+    and checkpoints): while it runs it takes a core and, every few milliseconds, the
+    interpreter from the driver's main thread, which delays the replies of the first rounds
+    of a fit that may never need the registry."""
     from mixle.utils.serialization import ensure_pysp_serialization_registry
 
     from mixle_mpi.core.deadlines import Background
@@ -71,7 +76,9 @@ class ResilientMPIEncodedData(EncodedDataHandle):
     Keyword-only extras: ``workdir`` (store and event log; default ``$MIXLE_MPI_WORKDIR``
     or ``./mixle_mpi_run``), ``store_path``, ``event_log``, ``fault_plan`` (see
     :mod:`mixle_mpi.policy.faults`), ``keep_store`` (keep the shard store, a full owner-only copy
-    of the data, after :meth:`close`; it is deleted by default), and the
+    of the data, after :meth:`close`; it is deleted by default), ``warm_serialization`` (build
+    mixle's serialization registry in the background while the workers load: for fits that
+    write checkpoints or JSON, which need it), and the
     :class:`~mixle_mpi.policy.config.Settings` fields ``heartbeat_period``, ``heartbeat_timeout``,
     ``driver_timeout``, ``reconfigure_timeout``, ``stall_timeout``, ``blas_threads`` and
     ``respawn``.
@@ -93,6 +100,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         event_log: str | None = None,
         fault_plan: Any = None,
         keep_store: bool = False,
+        warm_serialization: bool = False,
         **settings: Any,
     ) -> None:
         from mixle_mpi.runtime import startup
@@ -100,6 +108,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         MPI = startup.init_mpi()
         self._driver = None
         self.keep_store = bool(keep_store)
+        self.warm_serialization = bool(warm_serialization)
         self._gcomm = None
         self._aborted = False
         self.closed_cleanly = False
@@ -182,7 +191,8 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         # The handshake: from here on the workers wait on heartbeats, not on a fixed deadline.
         timeout = startup.startup_timeout()
         members, excluded = startup.gather_workers(world, timeout)
-        _warm_serialization()  # the input is valid and the workers are up: a fit follows
+        if self.warm_serialization:  # the input is valid and the workers are up: a fit follows
+            _warm_serialization()
         startup.send_go(world, members, self.settings.heartbeat_period, self.settings.driver_timeout)
         gcomm, ghb = startup.build_comms(world, tuple([0] + members), timeout)
         self._gcomm = gcomm
