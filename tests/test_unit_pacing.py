@@ -57,3 +57,14 @@ def test_a_worker_expects_its_next_task_right_after_its_reply():
 
 def test_fine_is_never_above_high():
     assert Pacing(0.0005, 0.0001).fine == 0.0001
+
+
+def test_an_expensive_pass_is_followed_by_a_proportionally_longer_sleep():
+    from mixle_mpi.policy.pacing import PASS_SLEEP_FACTOR
+    p = Pacing(window=(0.0, 10.0))
+    assert p.next_delay(1.0, pass_seconds=0.001) == pytest.approx(PASS_SLEEP_FACTOR * 0.001)
+    assert p.next_delay(1.0, pass_seconds=0.00001) <= FINE  # a cheap pass (small W) keeps the fine polls
+
+
+def test_a_worker_expects_its_next_task_after_about_the_last_gap():
+    assert next_task_window(7.0, 0.01) == pytest.approx((7.0 + DUE_FROM * 0.01, 7.0 + DUE_UNTIL * 0.01 + DUE_MARGIN))

@@ -28,18 +28,30 @@ DUE_FROM, DUE_UNTIL, DUE_MARGIN = 0.5, 2.0, 0.005
 FIRST_ROUND_WINDOW = 0.05
 # A worker's next task follows its reply by the driver's fold and M-step (milliseconds).
 NEXT_TASK_WINDOW = 0.05
+# A poll pass of the driver costs O(W) (it drains every worker a round waits for): it sleeps
+# at least this many times the last pass's time, so polling takes at most 1/(1 + this) of a
+# core however many workers there are (at W = 2 a pass costs far less than FINE).
+PASS_SLEEP_FACTOR = 4.0
+
+
+def due_window(since: float, last_seconds: float | None, first: float) -> tuple[float, float]:
+    """When a message is due, ``since`` the moment it became possible, given how long the
+    last such wait took (None: no history yet, so fine polling for the ``first`` seconds)."""
+    if last_seconds is None:
+        return since, since + first
+    return since + DUE_FROM * last_seconds, since + DUE_UNTIL * last_seconds + DUE_MARGIN
 
 
 def round_window(started: float, last_seconds: float | None) -> tuple[float, float]:
     """When the driver expects a round's replies, given how long the last such round took."""
-    if last_seconds is None:
-        return started, started + FIRST_ROUND_WINDOW
-    return started + DUE_FROM * last_seconds, started + DUE_UNTIL * last_seconds + DUE_MARGIN
+    return due_window(started, last_seconds, FIRST_ROUND_WINDOW)
 
 
-def next_task_window(replied: float) -> tuple[float, float]:
-    """When a worker that just replied expects its next command."""
-    return replied, replied + NEXT_TASK_WINDOW
+def next_task_window(replied: float, last_gap: float | None = None) -> tuple[float, float]:
+    """When a worker that just replied expects its next command, given how long it waited
+    for one the last time (the driver's fold and M-step; longer where many workers share
+    a few cores, and then the worker polls finely only near the end)."""
+    return due_window(replied, last_gap, NEXT_TASK_WINDOW)
 
 
 @dataclass
@@ -61,13 +73,14 @@ class Pacing:
         """Progress was made: poll again soon."""
         self.delay = self.low
 
-    def next_delay(self, now: float) -> float:
-        """Seconds to sleep before the next poll."""
+    def next_delay(self, now: float, pass_seconds: float = 0.0) -> float:
+        """Seconds to sleep before the next poll; ``pass_seconds``, what the last poll pass
+        took, bounds the share of a core that polling may take (``PASS_SLEEP_FACTOR``)."""
         start, end = self.window
         inside = start <= now < end
         cap = self.fine if inside else self.high
         d = min(self.delay, cap)
         if now < start:
             d = max(self.low, min(d, start - now))
-        self.delay = min(cap, self.delay * 2) if inside else min(self.high, self.delay * 2)
-        return d
+        self.delay = min(cap, self.delay * 2)
+        return max(d, PASS_SLEEP_FACTOR * pass_seconds)

@@ -76,8 +76,8 @@ class Backoff(Pacing):
     The cap bounds the latency a poll adds to a round (1 ms) while an idle rank still
     sleeps almost all the time: a blocking MPI receive would spin a core instead."""
 
-    def sleep(self) -> None:
-        time.sleep(self.next_delay(time.monotonic()))
+    def sleep(self, pass_seconds: float = 0.0) -> None:
+        time.sleep(self.next_delay(time.monotonic(), pass_seconds))
 
 
 ABORT_SEND_WAIT = 2.0  # seconds a failing driver waits for its abort messages to leave

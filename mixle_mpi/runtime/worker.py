@@ -85,6 +85,8 @@ class Worker:
         self.busy = False    # True while a task is being computed
         self._blas = None
         self.next_due = NEVER  # when the driver's next command is due: just after a reply
+        self.replied_at: float | None = None  # when this worker last replied
+        self.last_gap: float | None = None    # from its last reply to the next command, the last time
 
     # -- messaging -------------------------------------------------------------
     def _check_alive(self) -> None:
@@ -108,6 +110,8 @@ class Worker:
                 self.driver_dead(f"lost the driver ({exc})")
             if msg is not None:
                 self.last_driver = time.monotonic()
+                if self.replied_at is not None:
+                    self.last_gap, self.replied_at = self.last_driver - self.replied_at, None
                 return msg
             backoff.sleep()
 
@@ -121,7 +125,8 @@ class Worker:
                 backoff.sleep()
         except PeerFailed as exc:
             self.driver_dead(f"lost the driver while replying ({exc})")
-        self.next_due = next_task_window(time.monotonic())
+        self.replied_at = time.monotonic()
+        self.next_due = next_task_window(self.replied_at, self.last_gap)
 
     # -- heartbeat thread --------------------------------------------------------
     def _heartbeat_loop(self) -> None:
