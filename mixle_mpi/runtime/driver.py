@@ -210,14 +210,14 @@ class Driver:
         carries its own deadline; ``window`` is when replies are due (polled finely)."""
         backoff = Backoff(window=window)
         while True:
-            t = time.perf_counter()
+            t = time.thread_time()  # the pass's own CPU: time descheduled is not its cost
             progressed = step()
             if progressed is None:
                 return
             if progressed:
                 backoff.reset()
             else:
-                backoff.sleep(time.perf_counter() - t)  # an O(W) pass: never poll more than a share of a core
+                backoff.sleep(time.thread_time() - t)  # an O(W) pass: never poll more than a share of a core
 
     def _collect(self, expect: dict[int, set], what: str) -> dict[int, list]:
         """Wait until each expected worker sent the replies whose ``key`` is expected (for
