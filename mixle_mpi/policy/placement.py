@@ -22,12 +22,11 @@ def initial_placement(num_shards: int, workers: Iterable[int]) -> dict[int, list
     return owners
 
 
-def spread(shards: Iterable[int], load: Mapping[int, int], cap: int | None = None) -> dict[int, list[int]]:
+def spread(shards: Iterable[int], load: Mapping[int, int]) -> dict[int, list[int]]:
     """Give each shard, in id order, to the least-loaded candidate (ties: lowest id).
 
     ``load`` maps every candidate worker to the number of shards it already holds; the
-    result maps each chosen worker to the shards it receives (id-ordered). With ``cap``, no
-    candidate receives more than ``cap`` shards (the caller makes sure they all fit).
+    result maps each chosen worker to the shards it receives (id-ordered).
     """
     if not load:
         raise ValueError("no candidate workers to place shards on")
@@ -38,21 +37,12 @@ def spread(shards: Iterable[int], load: Mapping[int, int], cap: int | None = Non
     plan: dict[int, list[int]] = {}
     for s in sorted(shards):
         n, target = heap[0]
-        got = plan.setdefault(target, [])
-        got.append(s)
-        if cap is not None and len(got) >= cap:
-            heapq.heappop(heap)  # full: it takes no more
-        else:
-            heapq.heapreplace(heap, (n + 1, target))
+        plan.setdefault(target, []).append(s)
+        heapq.heapreplace(heap, (n + 1, target))
     return plan
 
 
 def plan_recovery(orphans: Iterable[int], owners: Mapping[int, list[int]], survivors: Iterable[int]) -> dict[int, list[int]]:
-    """Which survivor recomputes which orphaned shard this round: balanced by resident load,
-    and no survivor gets more than ceil(orphans / survivors) of them, so the slowest one's
-    extra work is the least possible even when the survivors' loads differ (after earlier
-    failures)."""
+    """Which survivor recomputes which orphaned shard this round, balancing by resident load."""
     live = list(survivors)  # (spread's answer does not depend on their order)
-    orphans = list(orphans)
-    cap = -(-len(orphans) // len(live)) if live else None
-    return spread(orphans, dict(zip(live, map(len, map(owners.get, live, repeat((), len(live)))))), cap)
+    return spread(orphans, dict(zip(live, map(len, map(owners.get, live, repeat((), len(live)))))))
