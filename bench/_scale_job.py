@@ -75,11 +75,11 @@ def _patch() -> None:
         finally:
             STATE["rounds"].append({"kind": kind, "start": s0, "end": _sample()})
 
-    def counted_wait(step):
+    def counted_wait(step, *args, **kwargs):
         def counted_step():
             STATE["passes"] += 1
             return step()
-        return wait(counted_step)
+        return wait(counted_step, *args, **kwargs)
 
     def counted_record(self, results):
         got = sum(len(v[1]) for v in results.values() if isinstance(v[1], list))

@@ -207,3 +207,20 @@ def test_spread_is_the_linear_scan_shard_for_shard():
         assert list(got.items()) == list(want.items()), (shards, load)
         assert list(plan_recovery(shards, {w: [0] * n for w, n in load.items() if n > 0}, workers).items()) == list(
             reference_spread(shards, {w: max(n, 0) for w, n in sorted(load.items())}).items())
+
+
+def test_plan_recovery_splits_evenly_when_the_survivors_hold_equal_loads():
+    """Issue 15: with the survivors' resident loads equal (the initial placement, any S and
+    W), no survivor recomputes more than ceil(orphans / survivors) shards. With unequal loads
+    (earlier failures, or an idle spare) the least-loaded take more, which keeps the slowest
+    survivor's whole work this round the least, and lets an idle spare adopt warm."""
+    for S in range(1, 40):
+        for W in range(2, 9):
+            owners = initial_placement(S, range(1, W + 1))
+            if len({len(v) for v in owners.values()}) != 1:
+                continue
+            for dead in range(1, W + 1):
+                survivors = [w for w in owners if w != dead]
+                plan = plan_recovery(owners[dead], owners, survivors)
+                share = -(-len(owners[dead]) // len(survivors))
+                assert all(len(ss) <= share for ss in plan.values()), (S, W, dead, plan)
