@@ -582,3 +582,32 @@ def test_watch_kills_the_replacement_the_moment_it_appears(tmp_path):
     assert (first["rank"], second["respawned"]) == (1, True), seen.kills
     assert f"replacement {second['pid']}" in log and log.rstrip().endswith("-9")  # it was killed, from outside
     assert 0.5 <= second["at"] - first["at"] < cp.RECOVERY_GAP[1]  # when it appeared, not at the drawn +0.2 s
+
+
+# -- the "host" kind: a simulated host lost at once -----------------------------------------------
+def _worker(pid, rank, respawned=False, state="S"):
+    return cp.RankProc(pid, "worker", rank, respawned, state)
+
+
+def test_hosts_are_blocks_of_consecutive_ranks_with_the_driver_alone():
+    assert [cp.host_of(r) for r in range(7)] == [0, 1, 1, 2, 2, 3, 3]
+
+
+def test_a_lost_host_takes_every_live_original_worker_on_it():
+    ranks = [cp.RankProc(10, "driver", 0, False, "S"), _worker(11, 1), _worker(12, 2), _worker(13, 3),
+             _worker(14, 4), _worker(15, 0, respawned=True)]
+    spec = cp.KillSpec(1.0, "SIGKILL", "host", 0.0)
+    assert [v.pid for v in cp.choose_host(ranks, spec)] == [11, 12]
+    assert [v.pid for v in cp.choose_host(ranks, cp.KillSpec(1.0, "SIGKILL", "host", 0.99))] == [13, 14]
+    assert [v.pid for v in cp.choose_host(ranks, spec, done={11})] == [12]  # one already gone
+    dead = [_worker(11, 1, state="Z"), _worker(12, 2, state="Z"), _worker(15, 0, respawned=True)]
+    assert cp.choose_host(dead, spec) == []  # a replacement is on no simulated host
+
+
+def test_the_host_kind_is_opt_in_and_needs_a_survivor_host():
+    assert "host" not in cp.KINDS and cp.kinds_from_text("host,worker") == ("host", "worker")
+    plan = cp.external_plan(5, 1, 0, "host", 10.0)
+    assert [(k.signal, k.target) for k in plan.kills] == [("SIGKILL", "host")]
+    cp.check_campaign(cp.HOST_SIZE + 1, 1, 1.0, ("host",))
+    with pytest.raises(ConfigError, match="at least 3 workers"):
+        cp.check_campaign(cp.HOST_SIZE, 1, 1.0, ("host",))

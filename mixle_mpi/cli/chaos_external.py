@@ -240,13 +240,17 @@ def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float
                     # a kill that targets the replacement waits for it until the end of the recovery window
                     hold_until = (seen.kills[-1]["at"] + cp.RECOVERY_GAP[1]
                                   if spec.prefer_replacement and seen.kills and "at" in seen.kills[-1] else due)
-                    victim = cp.choose_victim(ranks, spec, done, hold_for_replacement=now < hold_until)
-                    if victim is not None and proc.poll() is None:
-                        record = _kill(victim, spec, due, t0, table[victim.pid].env)
-                        seen.kills.append(record)
-                        done.add(victim.pid)
+                    if spec.target == "host":  # every worker of one simulated host, at once
+                        victims = cp.choose_host(ranks, spec, done)
+                    else:
+                        victim = cp.choose_victim(ranks, spec, done, hold_for_replacement=now < hold_until)
+                        victims = [] if victim is None else [victim]
+                    if victims and proc.poll() is None:
+                        records = [_kill(v, spec, due, t0, table[v.pid].env) for v in victims]
+                        seen.kills.extend(records)
+                        done.update(v.pid for v in victims)
                         pending.pop(0)
-                        due = record["at"] + pending[0].delay if pending else None
+                        due = records[-1]["at"] + pending[0].delay if pending else None
                     elif now >= max(due, hold_until) + (FIRST_KILL_GRACE if not seen.kills else LATER_KILL_GRACE):
                         seen.kills.append({"signal": spec.signal, "target": spec.target, "planned_at": round(due, 4),
                                            "missed": True, "why": "no live candidate", "at": round(now, 4)})

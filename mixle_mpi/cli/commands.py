@@ -169,7 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "processes outlive the launcher (default: off)")
     c.add_argument("--kinds", default=None,
                    help="with --external: comma-separated kinds, cycled over the runs "
-                        "(default: worker,two_workers,during_recovery,stop,driver)")
+                        "(default: worker,two_workers,during_recovery,stop,driver); also host: every worker of "
+                        "one simulated host SIGKILLed at once (a host is 2 consecutive world ranks here, the "
+                        "driver alone on its own; needs -n 4 or more)")
     c.add_argument("--kill-window", type=float, default=1.0,
                    help="with --external: kill times not drawn over the fit are uniform over [0, this x the "
                         "reference run's wall time]")

@@ -33,6 +33,13 @@ from mixle_mpi.policy.faults import SPAWNED_ENV
 # then the same command is run again and must resume to the reference's bits.
 KINDS = ("worker", "two_workers", "during_recovery", "stop", "driver")
 TWO_KILL_KINDS = ("two_workers", "during_recovery")
+# Opt-in kinds (``--kinds``; not in the default cycle, so older campaigns replay as they ran).
+# "host": a simulated host is lost: every worker of one of them SIGKILLed at once. All ranks
+# run on one machine here, so a host is HOST_SIZE consecutive world ranks: the driver alone
+# on host 0, ranks 1..HOST_SIZE on host 1, and so on (a respawned process is on none of them).
+EXTRA_KINDS = ("host",)
+ALL_KINDS = KINDS + EXTRA_KINDS
+HOST_SIZE = 2
 TWO_WORKERS_GAP = (0.0, 0.3)
 RECOVERY_GAP = (0.2, 2.0)
 
@@ -96,9 +103,9 @@ def kinds_from_text(text: str | None) -> tuple[str, ...]:
     if not text:
         return KINDS
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    bad = [k for k in kinds if k not in KINDS]
+    bad = [k for k in kinds if k not in ALL_KINDS]
     if bad or not kinds:
-        raise ConfigError(f"--kinds: unknown kind(s) {bad or [text]}; valid kinds are {', '.join(KINDS)}")
+        raise ConfigError(f"--kinds: unknown kind(s) {bad or [text]}; valid kinds are {', '.join(ALL_KINDS)}")
     return kinds
 
 
@@ -111,6 +118,8 @@ def check_campaign(workers: int, runs: int, window: float, kinds: tuple, fit_sha
     if not (window > 0 and math.isfinite(window)):
         raise ConfigError(f"--kill-window must be a factor > 0 of the reference run's wall time; found {window}")
     need = 3 if any(k in TWO_KILL_KINDS for k in kinds) else 2
+    if "host" in kinds:  # a whole host lost, and a worker on another one left
+        need = max(need, HOST_SIZE + 1)
     if workers < need:
         raise ConfigError(f"an external campaign with kinds {', '.join(kinds)} needs at least {need} workers "
                           f"(-n {need + 1} or more); found {workers} (-n {workers + 1})")
@@ -127,8 +136,8 @@ def external_plan(seed: int, index: int, draw: int, kind: str, window: float, fi
     seconds after this run's started marker (``after="started"``), any other at a time
     uniform over [0, window] seconds after the launch. Without a fit window (or with
     ``fit_share`` 0) no choice is drawn and every first kill is uniform over [0, window]."""
-    if kind not in KINDS:
-        raise ConfigError(f"unknown external kind {kind!r}; valid kinds are {', '.join(KINDS)}")
+    if kind not in ALL_KINDS:
+        raise ConfigError(f"unknown external kind {kind!r}; valid kinds are {', '.join(ALL_KINDS)}")
     rng = random.Random(f"mixle-mpi chaos --external/{seed}/{index}/{draw}")
     in_fit = fit_window is not None and fit_window > 0 and fit_share > 0 and rng.random() < fit_share
     first = rng.uniform(0.0, fit_window) if in_fit else rng.uniform(0.0, window)
@@ -137,6 +146,8 @@ def external_plan(seed: int, index: int, draw: int, kind: str, window: float, fi
         kills = (KillSpec(first, "SIGKILL", "driver", 0.0, after=after),)
     elif kind == "stop":
         kills = (KillSpec(first, "SIGSTOP", "worker", rng.random(), after=after),)
+    elif kind == "host":
+        kills = (KillSpec(first, "SIGKILL", "host", rng.random(), after=after),)
     else:
         kills = (KillSpec(first, "SIGKILL", "worker", rng.random(), after=after),)
         if kind == "two_workers":
@@ -288,6 +299,24 @@ def choose_victim(ranks: list[RankProc], spec: KillSpec, done: set | frozenset =
         return None
     cands.sort(key=lambda r: (r.respawned, r.rank, r.pid))
     return cands[min(len(cands) - 1, int(spec.pick * len(cands)))]
+
+
+def host_of(rank: int) -> int:
+    """The simulated host of world rank ``rank`` (pure): 0 for the driver, then HOST_SIZE
+    consecutive ranks per host."""
+    return 0 if rank <= 0 else 1 + (rank - 1) // HOST_SIZE
+
+
+def choose_host(ranks: list[RankProc], spec: KillSpec, done: set | frozenset = frozenset()) -> list[RankProc]:
+    """The victims of a lost host (pure): every live original worker of the host that
+    ``spec.pick`` indexes among the hosts that have one, the driver's host never (its loss is
+    the kind ``driver``). Empty when no worker host is left."""
+    cands = [r for r in ranks if r.role == "worker" and r.alive and not r.respawned and r.pid not in done]
+    hosts = sorted({host_of(r.rank) for r in cands} - {0})
+    if not hosts:
+        return []
+    host = hosts[min(len(hosts) - 1, int(spec.pick * len(hosts)))]
+    return sorted((r for r in cands if host_of(r.rank) == host), key=lambda r: (r.rank, r.pid))
 
 
 def never_started_explained(victim_tags: list, attempts: int) -> bool:
