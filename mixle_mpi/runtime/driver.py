@@ -120,6 +120,8 @@ class Driver:
         self.monitor = monitor                        # started by the handle at the handshake
         self.rounds: list[dict[str, Any]] = []
         self.round_seconds: dict[str, float] = {}     # kind -> the last round's dispatch-to-results time
+        self.stash: dict[int, list] = {}              # worker -> replies a wildcard probe took for it
+        self.per_link: dict[int, Any] = {}            # communicators drained link by link (ULFM, after a failure)
         self.peak_rss_mb: dict[int, float] = {}       # worker -> highest peak RSS its processes reported
         self.started = False                          # every worker set up and loaded once
         self.closed = False
@@ -131,6 +133,7 @@ class Driver:
             return  # a retired spare's old id, or a duplicate report
         self.monitor.forget(worker)
         self.links.pop(worker, None)
+        self.stash.pop(worker, None)
         self.joining.pop(worker, None)
         self.kept = {s: h for s, h in self.kept.items() if h != worker}
         host, pid = self.info.get(worker, (None, None))
@@ -182,10 +185,19 @@ class Driver:
             self._fail(worker, f"ulfm: send failed ({exc})")
             return False
 
+    def _take(self, worker: int, msg) -> Any:
+        """What every reply goes through, however it was received."""
+        if isinstance(msg, TaskError):
+            raise WorkerError(worker, msg.host, msg.pid, msg.text)
+        if isinstance(msg, Result):
+            self.peak_rss_mb[worker] = max(self.peak_rss_mb.get(worker, 0.0), msg.peak_rss_mb)
+        return msg
+
     def _drain(self, worker: int) -> list:
-        """Every reply waiting from ``worker``; a ULFM error fails the worker instead."""
+        """Every reply waiting from ``worker`` (those a wildcard probe took for it first); a
+        ULFM error fails the worker instead."""
         link = self.links.get(worker)
-        out: list = []
+        out: list = self.stash.pop(worker, [])
         if link is None:
             return out
         try:
@@ -194,14 +206,58 @@ class Driver:
                 msg = link.poll(TAG_REPLY)
                 if msg is None:
                     return out
-                if isinstance(msg, TaskError):
-                    raise WorkerError(worker, msg.host, msg.pid, msg.text)
-                if isinstance(msg, Result):
-                    self.peak_rss_mb[worker] = max(self.peak_rss_mb.get(worker, 0.0), msg.peak_rss_mb)
-                out.append(msg)
+                out.append(self._take(worker, msg))
         except PeerFailed as exc:
             self._fail(worker, f"ulfm: {exc}")
             return out
+
+    def _gather(self, workers: list[int]) -> dict[int, list]:
+        """The replies waiting from ``workers``: O(messages) where several of them share one
+        communicator (one wildcard probe drains it), O(workers) otherwise (a replacement's own
+        communicator, a kept view). A reply the wildcard takes from a worker not asked about
+        waits in ``stash`` for that worker's next drain. Under ULFM a wildcard probe fails
+        while a failure is unacknowledged: that communicator is then drained link by link."""
+        groups: dict[int, tuple[Any, list[int]]] = {}
+        for w in workers:
+            link = self.links.get(w)
+            if link is not None and isinstance(link.comm, MPI.Intracomm) and id(link.comm) not in self.per_link:
+                groups.setdefault(id(link.comm), (link.comm, []))[1].append(w)
+        got: dict[int, list] = {}
+        for comm, ws in groups.values():
+            if len(ws) >= 2:
+                got.update(self._wildcard(comm, ws))
+        for w in workers:
+            if w not in got:
+                got[w] = self._drain(w)
+        return got
+
+    def _wildcard(self, comm: Any, workers: list[int]) -> dict[int, list]:
+        by_peer = {link.peer: w for w, link in self.links.items() if link.comm is comm}
+        got: dict[int, list] = {w: self.stash.pop(w, []) for w in workers}
+        for w in workers:
+            link = self.links[w]
+            if link.sends:
+                try:
+                    link.progress()
+                except PeerFailed as exc:
+                    self._fail(w, f"ulfm: {exc}")
+        status = MPI.Status()
+        while True:
+            try:
+                msg = comm.improbe(MPI.ANY_SOURCE, TAG_REPLY, status)
+                payload = None if msg is None else msg.recv()
+            except MPI.Exception:  # ULFM: a failure not acknowledged yet; the links will say whose
+                self.per_link[id(comm)] = comm
+                for w, ms in got.items():
+                    if ms:
+                        self.stash.setdefault(w, [])[:0] = ms
+                return {}
+            if msg is None:
+                return {w: ms for w, ms in got.items() if w in self.links or ms}
+            w = by_peer.get(status.Get_source())
+            if w is None or w not in self.links:
+                continue  # a rank no longer any worker's (failed and fenced): never heard again
+            (got[w] if w in got else self.stash.setdefault(w, [])).append(self._take(w, payload))
 
     @staticmethod
     def _wait(step, window: tuple[float, float] = NEVER) -> None:
@@ -435,9 +491,9 @@ class Driver:
             since the last Wait (otherwise only Done is possible; see RoundState.next_step)."""
             progressed = self._advance_joins()
             live = self._live_processes()
-            for w in state.waiting_on():
+            for w, msgs in self._gather(state.waiting_on()).items():
                 incarnation = self.membership.records[w].incarnation
-                for msg in self._drain(w):
+                for msg in msgs:
                     if not isinstance(msg, Result) or msg.task_id != task_id:
                         continue
                     for shard, payload in msg.results:
