@@ -232,6 +232,7 @@ class Driver:
         return got
 
     def _wildcard(self, comm: Any, workers: list[int]) -> dict[int, list]:
+        """``_gather``'s drain of one shared communicator; {} if the probe failed (ULFM)."""
         by_peer = {link.peer: w for w, link in self.links.items() if link.comm is comm}
         got: dict[int, list] = {w: self.stash.pop(w, []) for w in workers}
         for w in workers:
@@ -253,7 +254,7 @@ class Driver:
                         self.stash.setdefault(w, [])[:0] = ms
                 return {}
             if msg is None:
-                return {w: ms for w, ms in got.items() if w in self.links or ms}
+                return got  # (a worker failed meanwhile is there too: its replies are refused by the round)
             w = by_peer.get(status.Get_source())
             if w is None or w not in self.links:
                 continue  # a rank no longer any worker's (failed and fenced): never heard again
