@@ -203,3 +203,12 @@ def test_settings_frozen():
 def test_respawn_must_be_bool(value):
     with pytest.raises(ConfigError):
         Settings.resolve({"respawn": value}, environ={})
+
+
+def test_heartbeat_fanin_is_off_or_at_least_two():
+    assert Settings().heartbeat_fanin == 16
+    assert Settings.resolve({}, environ={"MIXLE_MPI_HEARTBEAT_FANIN": "0"}).heartbeat_fanin == 0
+    with pytest.raises(ConfigError, match="heartbeat_fanin must be 0 .* or at least 2; found 1"):
+        Settings(heartbeat_fanin=1)
+    with pytest.raises(ConfigError, match="heartbeat_fanin must be an integer >= 0; found -3"):
+        Settings(heartbeat_fanin=-3)

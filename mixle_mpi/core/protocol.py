@@ -189,12 +189,14 @@ class Beat(NamedTuple):
     """Worker -> driver heartbeat. ``progress`` counts the main thread's steps (sub-chunks,
     shards, commands); ``busy`` is True while it holds a task. The heartbeat thread sends
     it, so a worker whose main thread is stuck still beats, but its progress stands still.
-    The driver answers with ``None`` (it is alive)."""
+    The driver answers with ``None`` (it is alive), or with a new role (policy/fanin.py).
+    A relay's beat also carries its members' lines (``members``)."""
     worker: int
     incarnation: int
     seq: int
     progress: int
     busy: bool
+    members: tuple = ()
 
 
 # -- failover among workers, without ULFM (TAG_ELECT, the job's communicator) ----------------

@@ -19,7 +19,7 @@ def _positive_float(name: str, value) -> float:
     return float(value)
 
 
-MINIMUM = {"spares": 0}  # integer settings that may be 0 (the others must be >= 1)
+MINIMUM = {"spares": 0, "heartbeat_fanin": 0}  # integer settings that may be 0 (the others must be >= 1)
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,10 @@ class Settings:
     # checkpoint (policy/failover.py); under mpiexec (not srun), with the shard store and the
     # checkpoint where every rank can read them. Off: a dead driver ends the job.
     failover: bool = False
+    # Most workers of one communicator the driver hears itself; above it, relay workers
+    # gather the others' beats (policy/fanin.py), so the driver's load stays bounded and a
+    # relayed worker's death is seen one heartbeat period later. 0: every worker beats directly.
+    heartbeat_fanin: int = 16
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -63,6 +67,8 @@ class Settings:
                 object.__setattr__(self, f.name, _positive_float(f.name, value))
             else:
                 object.__setattr__(self, f.name, check_int(f.name, value, MINIMUM.get(f.name, 1)))
+        if self.heartbeat_fanin == 1:
+            raise ConfigError("heartbeat_fanin must be 0 (every worker beats to the driver) or at least 2; found 1")
         if self.heartbeat_timeout < 2 * self.heartbeat_period:
             raise ConfigError(
                 f"heartbeat_timeout must be at least 2 x heartbeat_period; found timeout="

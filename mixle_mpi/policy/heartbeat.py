@@ -18,6 +18,7 @@ class HeartbeatTracker:
         self.clock = clock
         self._last: dict[int, float] = {}
         self._grace: dict[int, float] = {}
+        self._hop: dict[int, float] = {}  # extra allowance of a worker heard through a relay
 
     def watch(self, workers: Iterable[int]) -> None:
         """Start (or restart) the deadline of each worker from now: a fresh grace period."""
@@ -28,6 +29,14 @@ class HeartbeatTracker:
     def forget(self, worker: int) -> None:
         self._last.pop(worker, None)
         self._grace.pop(worker, None)
+        self._hop.pop(worker, None)
+
+    def set_hop(self, worker: int, seconds: float) -> None:
+        """``worker`` is heard through a relay, ``seconds`` late at most (0: directly again)."""
+        if seconds > 0:
+            self._hop[worker] = float(seconds)
+        else:
+            self._hop.pop(worker, None)
 
     def set_grace(self, worker: int, seconds: float) -> None:
         """A longer allowance for one worker (0 or less: back to ``timeout``), from now."""
@@ -39,11 +48,16 @@ class HeartbeatTracker:
             self._last[worker] = self.clock()
 
     def limit(self, worker: int) -> float:
-        return max(self.timeout, self._grace.get(worker, 0.0))
+        return max(self.timeout, self._grace.get(worker, 0.0)) + self._hop.get(worker, 0.0)
 
     def heard(self, worker: int) -> None:
         if worker in self._last:
             self._last[worker] = self.clock()
+
+    def heard_ago(self, worker: int, age: float) -> None:
+        """A relay heard ``worker`` ``age`` seconds ago (never moves its last time back)."""
+        if worker in self._last:
+            self._last[worker] = max(self._last[worker], self.clock() - max(age, 0.0))
 
     def silence(self, worker: int) -> float:
         """Seconds since the worker was last heard."""
@@ -51,11 +65,11 @@ class HeartbeatTracker:
 
     def overdue(self) -> list[int]:
         """Watched workers silent for longer than their limit, in id order."""
-        now, timeout, grace = self.clock(), self.timeout, self._grace
-        if not grace:  # every limit(w) is max(timeout, 0.0): no call per worker
-            limit = max(timeout, 0.0)
+        now = self.clock()
+        if not self._grace and not self._hop:  # every limit(w) is the timeout: no call per worker
+            limit = max(self.timeout, 0.0)
             return sorted(w for w, t in self._last.items() if now - t > limit)
-        return sorted(w for w, t in self._last.items() if now - t > max(timeout, grace.get(w, 0.0)))
+        return sorted(w for w, t in self._last.items() if now - t > self.limit(w))
 
     @property
     def watched(self) -> list[int]:

@@ -202,7 +202,8 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         startup.release_mpich_shm()  # MPICH: no /dev/shm segment outlives the job (no MPI_Finalize here)
         no_spawn = spawn_unavailable(MPI.get_vendor()[0], srun_plugin(os.environ))
         ranks = {w: i + 1 for i, w in enumerate(members)}  # worker id (world rank) -> rank in gcomm
-        monitor = Monitor(self.settings.heartbeat_period, self.settings.heartbeat_timeout, self.settings.stall_timeout)
+        monitor = Monitor(self.settings.heartbeat_period, self.settings.heartbeat_timeout, self.settings.stall_timeout,
+                          self.settings.heartbeat_fanin)
         for w, r in ranks.items():
             monitor.watch(w, Link(gcomm, ghb, r))
         monitor.start()

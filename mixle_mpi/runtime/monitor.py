@@ -3,6 +3,8 @@
 It runs beside the driver's main thread (MPI_THREAD_MULTIPLE) on the dedicated heartbeat
 communicators, so detection keeps working while the driver folds, runs the M-step or sits
 in user code. It only reports suspects; the main thread decides what happens to them.
+Above ``max_direct`` workers on one communicator it hears most of them through relays
+(policy/fanin.py): it tells each worker its role, and exchanges beats with relays only.
 """
 
 from __future__ import annotations
@@ -13,13 +15,20 @@ import time
 from mpi4py import MPI
 
 from mixle_mpi.core.protocol import TAG_HB, Beat
+from mixle_mpi.policy.fanin import DEFAULT_MAX_DIRECT, DIRECT, Role, plan, roles
 from mixle_mpi.policy.heartbeat import HeartbeatTracker, StallTracker
 from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, Link, PeerFailed
 
 
 class Monitor:
-    def __init__(self, period: float, timeout: float, stall_timeout: float = float("inf")) -> None:
+    def __init__(self, period: float, timeout: float, stall_timeout: float = float("inf"),
+                 max_direct: int = DEFAULT_MAX_DIRECT) -> None:
         self.period = period
+        self.max_direct = max_direct
+        self._roles: dict[int, Role] = {}   # each watched worker's role, as last planned
+        self._via: dict[int, int] = {}      # relayed worker -> its relay
+        self._outbox: dict[int, Role] = {}  # roles changed, not sent yet
+        self._replan = False
         self.tracker = HeartbeatTracker(timeout)
         self.stalls = StallTracker(stall_timeout)
         self.lock = threading.Lock()
@@ -43,12 +52,14 @@ class Monitor:
             self._suspects.pop(worker, None)
             self.tracker.watch([worker])
             self.stalls.forget(worker)
+            self._replan = True
 
     def forget(self, worker: int) -> None:
         with self.lock:
             self._links.pop(worker, None)
             self.tracker.forget(worker)
             self.stalls.forget(worker)
+            self._replan = True
 
     def grace(self, worker: int, seconds: float) -> None:
         """Allow ``worker`` up to ``seconds`` of silence (0 restores the normal timeout): a
@@ -56,6 +67,11 @@ class Monitor:
         heartbeat thread may not run. ULFM still reports a real death at once."""
         with self.lock:
             self.tracker.set_grace(worker, seconds)
+
+    def relays(self) -> dict[int, int]:
+        """Each worker heard through a relay, with its relay, as last planned."""
+        with self.lock:
+            return dict(self._via)
 
     def suspect(self, worker: int, cause: str) -> None:
         with self.lock:
@@ -68,18 +84,44 @@ class Monitor:
             return {w: v for w, v in out.items() if w in self._links}
 
     @staticmethod
-    def _exchange(link: Link) -> list:
-        """MPI only, outside the lock: the beats waiting from ``link``'s worker, and one back."""
+    def _exchange(link: Link, role: Role | None, relayed: bool) -> list:
+        """MPI only, outside the lock: the beats waiting from ``link``'s worker, and one back
+        (its new ``role`` if it has one). A relayed worker only gets its new role."""
         beats = []
-        while True:
+        while not relayed:
             beat = link.poll(TAG_HB, comm=link.hb)
             if beat is None:
                 break
             beats.append(beat)
         link.hb_sends = [r for r in link.hb_sends if not r.Test()]
-        if len(link.hb_sends) < MAX_PENDING_BEATS:
+        if role is not None:  # never dropped: the worker would beat to the wrong place
+            link.hb_sends.append(link.hb.isend(role, dest=link.peer, tag=TAG_HB))
+        elif not relayed and len(link.hb_sends) < MAX_PENDING_BEATS:
             link.hb_sends.append(link.hb.isend(None, dest=link.peer, tag=TAG_HB))
         return beats
+
+    def _plan(self) -> None:
+        """Under the lock: each worker's role after a change of who is watched, and the
+        roles to send. A worker that now beats somewhere else starts a fresh deadline."""
+        self._replan = False
+        shared: dict[int, list[int]] = {}
+        for w, link in self._links.items():
+            if isinstance(link.hb, MPI.Intracomm):  # a relay reaches its members on it
+                shared.setdefault(id(link.hb), []).append(w)
+        new = {w: DIRECT for w in self._links}
+        via: dict[int, int] = {}
+        for ws in shared.values():
+            relay_of = plan(ws, self.max_direct)
+            new.update(roles(relay_of, {w: self._links[w].peer for w in ws}))
+            via.update((w, r) for w, r in relay_of.items() if r is not None)
+        for w, role in new.items():
+            old = self._roles.get(w, DIRECT)
+            if role != old:
+                self._outbox[w] = role
+            if role.relay != old.relay:
+                self.tracker.set_hop(w, self.period if role.relay is not None else 0.0)
+                self.tracker.watch([w])
+        self._roles, self._via = new, via
 
     def _run(self) -> None:
         last = time.monotonic()
@@ -87,14 +129,18 @@ class Monitor:
             # MPI calls happen outside the lock: under MPICH's global lock one of them can wait
             # for another thread's blocking call, and the main thread must never wait on that.
             with self.lock:
-                targets = [(w, link) for w, link in self._links.items() if w not in self._suspects]
+                if self._replan:
+                    self._plan()
+                targets = [(w, link, self._outbox.pop(w, None), w in self._via)
+                           for w, link in self._links.items()
+                           if w not in self._suspects and (w not in self._via or w in self._outbox)]
             results: dict[int, tuple[Link, object]] = {}
-            for worker, link in targets:
+            for worker, link, role, relayed in targets:
                 with self.lock:  # forgotten meanwhile (failed): never address it again
                     if self._links.get(worker) is not link:
                         continue
                 try:
-                    results[worker] = (link, self._exchange(link))
+                    results[worker] = (link, self._exchange(link, role, relayed))
                 except (PeerFailed, MPI.Exception) as exc:
                     results[worker] = (link, exc)
             with self.lock:
@@ -120,14 +166,28 @@ class Monitor:
                 self.tracker.heard(worker)
                 if isinstance(beat, Beat):
                     self.stalls.observe(worker, beat.progress, beat.busy)
+                    self._relayed(worker, beat.members)
+
+    def _relayed(self, relay: int, lines) -> None:
+        """Under the lock: what ``relay`` says of its members (only those it relays now)."""
+        for line in lines:
+            w = line.worker
+            if self._via.get(w) != relay or w in self._suspects:
+                continue
+            if line.cause:
+                self._suspects[w] = (f"ulfm: {line.cause} (seen by its heartbeat relay, worker {relay})", time.time())
+                continue
+            self.tracker.heard_ago(w, line.age)
+            self.stalls.observe(w, line.progress, line.busy)
 
     def _name_suspects(self) -> None:
         """Under the lock: the silent ones and the stuck ones."""
         for worker in self.tracker.overdue():
             if worker not in self._suspects:
                 silent = self.tracker.silence(worker)
+                via = f", heard through its relay, worker {self._via[worker]}" if worker in self._via else ""
                 self._suspects[worker] = (
-                    f"heartbeat: silent for {silent:.2f} s (limit {self.tracker.limit(worker):g} s)", time.time())
+                    f"heartbeat: silent for {silent:.2f} s (limit {self.tracker.limit(worker):g} s{via})", time.time())
         for worker, stuck in self.stalls.stalled().items():
             if worker not in self._suspects:
                 self._suspects[worker] = (

@@ -32,10 +32,11 @@ from mixle_mpi.core.reaper import process_gone
 from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Load, Loaded, Reach, Reached,
                                      Ready, Release, Result, Setup,
                                      Shrink, ShrinkGo, ShrinkReady, Shrunk, Stop, Task, TaskError)
+from mixle_mpi.runtime.beatrelay import BeatRelay
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.runtime.takeover import NoAgreement, agree, announce, driver_in, peer_says_driver_dead
 from mixle_mpi.storage.store import rows_from_packed
-from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, Backoff, Link, PeerFailed, host_and_pid
+from mixle_mpi.runtime.transport import Backoff, Link, PeerFailed, host_and_pid
 
 
 class DriverLost(Exception):
@@ -77,6 +78,7 @@ class Worker:
         self.announced = False               # this rank told the others the driver is dead (failover by messages)
         self.lost: str | None = None         # why the heartbeat thread knows the driver dead
         self._beater: threading.Thread | None = None
+        self.fanin = BeatRelay()             # whom the heartbeat thread beats to (policy/fanin.py)
         self.host = ""
         self._body_cache: tuple[int, Any] = (-1, None)
         self._stopping = False
@@ -135,12 +137,16 @@ class Worker:
             with self.lock:
                 link = self.link
                 try:
-                    link.hb_sends = [r for r in link.hb_sends if not r.Test()]
-                    if len(link.hb_sends) < MAX_PENDING_BEATS:
-                        beat = Beat(self.worker_id, self.incarnation, seq, self.progress, self.busy)
-                        link.hb_sends.append(link.hb.isend(beat, dest=link.peer, tag=TAG_HB))
-                    while link.poll(TAG_HB, comm=link.hb) is not None:
+                    fanin = self.fanin
+                    fanin.on(link)
+                    fanin.beat(link, Beat(self.worker_id, self.incarnation, seq, self.progress, self.busy,
+                                          fanin.report()))
+                    while (msg := link.poll(TAG_HB, comm=link.hb)) is not None:
                         self.last_driver = time.monotonic()
+                        fanin.take(msg)
+                    relayed = fanin.exchange(link, time.monotonic() - self.last_driver)
+                    if relayed is not None:  # a member hears the driver through its relay
+                        self.last_driver = max(self.last_driver, time.monotonic() - relayed)
                     if agrees_by_messages(self.failover) and peer_says_driver_dead(link.comm):
                         if self._lost_driver("told", "another worker saw the driver die"):
                             return
@@ -156,7 +162,7 @@ class Worker:
                                              f"silent for {silent:.1f} s"):
                     return
             self._check_alive()
-            time.sleep(self.period)
+            time.sleep(self.period / 2 if self.fanin.relaying else self.period)  # a relay's news is one hop late
 
     def _lost_driver(self, cause: str, why: str) -> bool:
         """Heartbeat thread: tell the main thread to follow the driver (True: stop beating),

@@ -106,3 +106,73 @@ def test_monitor_names_a_busy_worker_that_makes_no_progress_as_stalled(comm, no_
         worker = _beating_worker(comm, data, hb, busy=(rank == stuck))
         assert recv(Link(comm, comm, 0), TAG_CTL) == "done"
         _stop_beating(worker)
+
+
+def _relayed_worker(comm, data, hb) -> None:
+    """A worker that beats until told to stop or done, and checks the role it was given."""
+    worker = _beating_worker(comm, data, hb)
+    ctl = Link(comm, comm, 0)
+    while (msg := recv(ctl, TAG_CTL)) != "done":
+        if msg == "stop beating":
+            _stop_beating(worker)
+        else:  # ("role", relay rank, members): what the driver's plan gave this worker
+            assert (worker.fanin.role.relay, worker.fanin.role.members) == msg[1:], worker.fanin.role
+    _stop_beating(worker)
+
+
+def test_a_relayed_worker_that_stops_beating_is_named_through_its_relay(comm, no_exit):
+    """Fan-in with one relay (max_direct=1): worker 1 relays for worker 2, whose silence
+    reaches the driver through worker 1's beats; worker 1 alone then beats directly."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    data, hb = comm.Dup(), comm.Dup()
+    if rank == 0:
+        monitor = Monitor(PERIOD, TIMEOUT, max_direct=1)
+        for r in range(1, size):
+            monitor.watch(r, Link(data, hb, r))
+        monitor.start()
+        try:
+            assert _watch_for(monitor, 2 * TIMEOUT) == {}  # members heard through the relay
+            assert monitor.relays() == {r: 1 for r in range(2, size)}
+            _tell(comm, [1], ("role", None, tuple((r, r) for r in range(2, size))))
+            _tell(comm, range(2, size), ("role", 1, ()))
+            _tell(comm, [size - 1], "stop beating")
+            suspects = wait_until(monitor.take_suspects, "the monitor to name the silent member",
+                                  timeout=10 * TIMEOUT)
+            assert set(suspects) == {size - 1}, suspects
+            assert "heard through its relay, worker 1" in suspects[size - 1][0], suspects
+            for r in range(2, size):
+                monitor.forget(r)
+            assert _watch_for(monitor, 2 * TIMEOUT) == {}  # the relay alone beats directly
+            assert monitor.relays() == {}
+            _tell(comm, [1], ("role", None, ()))
+        finally:
+            monitor.stop()
+            _tell(comm, range(1, size), "done")
+    else:
+        _relayed_worker(comm, data, hb)
+
+
+def test_when_a_relay_stops_beating_its_members_beat_to_the_driver_again(comm, no_exit):
+    rank, size = comm.Get_rank(), comm.Get_size()
+    data, hb = comm.Dup(), comm.Dup()
+    if rank == 0:
+        monitor = Monitor(PERIOD, TIMEOUT, max_direct=1)
+        for r in range(1, size):
+            monitor.watch(r, Link(data, hb, r))
+        monitor.start()
+        try:
+            assert _watch_for(monitor, 2 * TIMEOUT) == {}
+            _tell(comm, [1], "stop beating")
+            suspects = wait_until(monitor.take_suspects, "the monitor to name the silent relay",
+                                  timeout=10 * TIMEOUT)
+            assert set(suspects) == {1}, suspects
+            monitor.forget(1)  # as the driver does when it fails a worker: its members get new roles
+            assert _watch_for(monitor, 3 * TIMEOUT) == {}  # and are heard, not taken for dead
+            survivors = list(range(2, size))
+            assert monitor.relays() == {r: 2 for r in survivors[1:]}
+            _tell(comm, [2], ("role", None, tuple((r, r) for r in survivors[1:])))
+        finally:
+            monitor.stop()
+            _tell(comm, range(1, size), "done")
+    else:
+        _relayed_worker(comm, data, hb)
