@@ -23,24 +23,27 @@ sys.path.insert(0, str(REPO))
 from mixle_mpi.policy.faults import read_fired  # noqa: E402
 
 
-def one_run(python: str, action: str, period: float, timeout: float) -> dict:
+def one_run(python: str, action: str, period: float, timeout: float, workers: int = 3, victim: int = 2,
+            extra_env: dict | None = None, rows: int = 20000, max_its: int = 4) -> dict:
+    """One job of ``workers`` workers (one shard each) whose worker ``victim`` signals itself
+    with ``action`` before its second E-step; the latency from that stamp to the decision."""
     with tempfile.TemporaryDirectory(prefix="mixle_mpi_detect_") as tmp:
         events, fired = os.path.join(tmp, "events.jsonl"), os.path.join(tmp, "fired.jsonl")
         env = dict(os.environ, PYTHONWARNINGS="ignore", MIXLE_MPI_EVENT_LOG=events, MIXLE_MPI_FAULT_LOG=fired,
                    PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                   MIXLE_MPI_FAULT_PLAN=f"2:{action}:estep_before:2",
-                   MIXLE_MPI_HEARTBEAT_PERIOD=str(period), MIXLE_MPI_HEARTBEAT_TIMEOUT=str(timeout))
-        cmd = [python, "-m", "mixle_mpi", "run", "-n", "4", "--timeout", "180", "--", python, "-m",
-               "mixle_mpi.fitting.fitjob", "--n", "20000", "--num-shards", "3", "--max-its", "4", "--quiet",
-               "--workdir", os.path.join(tmp, "work")]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+                   MIXLE_MPI_FAULT_PLAN=f"{victim}:{action}:estep_before:2",
+                   MIXLE_MPI_HEARTBEAT_PERIOD=str(period), MIXLE_MPI_HEARTBEAT_TIMEOUT=str(timeout), **(extra_env or {}))
+        cmd = [python, "-m", "mixle_mpi", "run", "-n", str(workers + 1), "--timeout", str(180 + 10 * workers), "--",
+               python, "-m", "mixle_mpi.fitting.fitjob", "--n", str(rows), "--num-shards", str(workers),
+               "--max-its", str(max_its), "--quiet", "--workdir", os.path.join(tmp, "work")]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240 + 12 * workers, env=env)
         stamp = read_fired(fired)  # the victim records the fault, with its time, just before it acts
         detected = [json.loads(l) for l in open(events) if '"failure_detected"' in l] if os.path.exists(events) else []
         if proc.returncode != 0 or not stamp or not detected:
             return {"ok": False, "rc": proc.returncode, "stderr": proc.stderr[-2000:]}
         ev = detected[0]
         return {"ok": True, "latency_ms": (ev["detected_at"] - stamp[0]["time"]) * 1000.0,
-                "cause": ev["cause"].split(":")[0]}
+                "cause": ev["cause"].split(":")[0], "detail": ev["cause"], "worker": ev.get("worker")}
 
 
 def measure(libs: list[tuple[str, str]], reps: int, period: float, timeout: float) -> list[dict]:

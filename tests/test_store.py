@@ -386,3 +386,39 @@ def test_retain_freed_memory_reuses_heap_pages():
     assert without > 2000, f"the baseline shows no page faults to save ({without}); the test cannot tell"
     assert retained < 200 and retained * 10 < without, (retained, without)
 
+
+
+@pytest.mark.parametrize("data", [np.arange(40000, dtype=float).reshape(-1, 2),
+                                  [("a", i, float(i)) for i in range(30000)]], ids=["ndarray", "general"])
+def test_a_worker_reads_the_rows_the_driver_would_stream(tmp_path, data, monkeypatch):
+    """``read_rows`` (a worker reading its own shard) gives the rows ``Load`` blocks rebuild,
+    block by block, with small blocks so a shard spans several."""
+    from mixle_mpi.storage import store as store_mod
+    from mixle_mpi.storage.store import rows_from_packed
+
+    monkeypatch.setattr(store_mod, "LOAD_BLOCK_BYTES", 4096)
+    with ShardStore.create(tmp_path / "s.h5", data, 3) as st:
+        for i in range(3):
+            streamed = []
+            for a, b in st.blocks(i, 4096):
+                streamed.extend(rows_from_packed(st.read_packed(i, a, b)))
+            own = st.read_rows(i)
+            assert len(st.blocks(i, 4096)) > 1
+            assert len(own) == len(streamed) == len(st.read_shard(i))
+            for x, y in zip(own, streamed):
+                assert type(x) is type(y) and repr(x) == repr(y)
+
+
+def test_each_store_has_its_own_id_and_a_worker_tells_another_file_at_the_same_path(tmp_path):
+    from mixle_mpi.runtime.worker import opens_store
+
+    path = tmp_path / "s.h5"
+    with ShardStore.create(path, np.arange(10.0), 2) as first:
+        first_id = first.store_id
+    assert len(first_id) == 32 and opens_store(str(path), first_id)
+    with ShardStore.create(path, np.arange(10.0), 2) as second:  # the same data again: another store
+        assert second.store_id != first_id
+    assert not opens_store(str(path), first_id)                   # a node-local copy, say: streamed instead
+    assert not opens_store(str(tmp_path / "absent.h5"), first_id)
+    (tmp_path / "junk.h5").write_bytes(b"not hdf5")
+    assert not opens_store(str(tmp_path / "junk.h5"), first_id)

@@ -55,6 +55,7 @@ class Setup(NamedTuple):
     driver_pid: int = 0      # tells a dead driver from a silent one at once
     failover: str = ""       # how the survivors of a dead driver agree: "" (they do not), "ulfm", "messages", ...
     store_path: str = ""     # the shard store a successor reopens: a worker that cannot read it drops out
+    own_store: str = ""      # the store's id (with ``store_path``): a worker that opens the same store reads its shards itself
     armed: bool = False      # failover is on already (a checkpoint is being written), not only asked for
 
 
@@ -63,6 +64,11 @@ class Load(NamedTuple):
     shard: int
     packed: Any
     last: bool
+
+
+class ReadOwn(NamedTuple):
+    """Read these shards from the shard store yourself, encode and keep them (one Loaded each)."""
+    shards: tuple
 
 
 class Task(NamedTuple):
@@ -119,6 +125,7 @@ class Ready(NamedTuple):
     host: str
     pid: int
     no_failover: str = ""
+    reads_store: bool = False  # it opened the driver's store (Setup.own_store): it can ReadOwn
 
     @property
     def key(self) -> tuple:
@@ -136,9 +143,11 @@ class Reached(NamedTuple):
 
 
 class Loaded(NamedTuple):
-    """Shard ``shard`` is resident (``rows`` rows)."""
+    """Shard ``shard`` is resident (``rows`` rows), or, after a ReadOwn, ``unread`` says why
+    this worker could not read it (the driver then sends it)."""
     shard: int
     rows: int
+    unread: str = ""
 
     @property
     def key(self) -> tuple:

@@ -56,6 +56,10 @@ class Settings:
     # gather the others' beats (policy/fanin.py), so the driver's load stays bounded and a
     # relayed worker's death is seen one heartbeat period later. 0: every worker beats directly.
     heartbeat_fanin: int = 16
+    # Workers that can open the driver's shard store (the same file: a shared file system)
+    # read their own shards at the start, in parallel; the driver streams the others'.
+    # The rows are the same either way, and so are the bits.
+    workers_read_store: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):

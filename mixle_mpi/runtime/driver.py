@@ -22,7 +22,7 @@ from mixle_mpi.core import logs
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import NoWorkersLeft, ReconfigurationTimeout, WorkerError
 from mixle_mpi.core.estep import PROTO
-from mixle_mpi.core.protocol import (TAG_CMD, TAG_REPLY, Abort, Load, Loaded, Reach, Reached, Ready, Release, Result, Setup,
+from mixle_mpi.core.protocol import (TAG_CMD, TAG_REPLY, Abort, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Result, Setup,
                                      Shrink, ShrinkGo,
                                      ShrinkReady, Shrunk, Stop, Task, TaskError)
 from mixle_mpi.storage.events import EventLog
@@ -108,6 +108,7 @@ class Driver:
         self.grank = dict(ranks)                      # original-group members: rank in gcomm
         self.links = {w: Link(gcomm, ghb, r) for w, r in ranks.items()}
         self.info: dict[int, tuple[str, int]] = {}    # worker -> (host, pid)
+        self.reads_store: set[int] = set()            # workers that read their own shards (Ready.reads_store)
         self.owners = {**initial_placement(self.num_shards, holders), **{s: [] for s in ids[len(holders):]}}
         self.pending: set[int] = set()                # failed since the last reconfiguration
         self.kept: dict[int, int] = {}                # shard -> the live worker keeping it encoded for its place
@@ -326,22 +327,25 @@ class Driver:
         t_setup = time.perf_counter()
         self._load({w: list(self.owners[w]) for w in self._live()})
         self.events.emit("loaded", workers=len(self._live()), shards=self.num_shards,
+                         read_by_workers=sorted(self.reads_store & set(self._live())),
                          setup_seconds=round(t_setup - t0, 6), load_seconds=round(time.perf_counter() - t_setup, 6))
         self.reconfigure()
         self.started = True
 
     def _setup_message(self, worker: int) -> Setup:
+        own = self.store.store_id if self.settings.workers_read_store else ""
         s = self.settings
         return Setup(worker=worker, incarnation=self.membership.records[worker].incarnation,
                      encoder=self.encoder_b, sub_chunks=self.sub_chunks, heartbeat_period=s.heartbeat_period,
                      driver_timeout=s.driver_timeout, reconfigure_timeout=s.reconfigure_timeout,
                      blas_threads=s.blas_threads, fault_plan=self.fault_plan_json,
                      driver_host=self.host, driver_pid=os.getpid(), failover=self.failover,
-                     store_path=os.path.abspath(self.store.path) if self.failover else "",
-                     armed=self.armed and worker not in self.unreached)
+                     store_path=os.path.abspath(self.store.path) if self.failover or own else "",
+                     own_store=own, armed=self.armed and worker not in self.unreached)
 
     def _note_ready(self, worker: int, ready: Ready) -> None:
         self.info[worker] = (ready.host, ready.pid)
+        (self.reads_store.add if ready.reads_store else self.reads_store.discard)(worker)
         rec = self.membership.records[worker]
         rec.host, rec.pid = ready.host, ready.pid
         if ready.no_failover:  # the others follow a dead driver without it
@@ -398,14 +402,40 @@ class Driver:
         return parts
 
     def _load(self, plan: dict[int, list[int]]) -> None:
-        """Send raw shards (read from the store) for workers to encode and keep resident.
+        """Make shards resident on workers: a worker that opens the store reads its own, in
+        parallel with the others (``ReadOwn``); the driver streams the rest (``_stream``),
+        and any shard a worker found it could not read after all."""
+        for w in plan:
+            self.monitor.grace(w, self.settings.reconfigure_timeout)
+        own = {w: sids for w, sids in plan.items() if sids and w in self.reads_store}
+        for w, sids in own.items():
+            if not self._post(w, ReadOwn(tuple(sids))):
+                own.pop(w)
+        streamed = {w: sids for w, sids in plan.items() if w not in own}
+        expect = self._stream(streamed)
+        for w, sids in own.items():
+            expect.setdefault(w, set()).update((Loaded, sid) for sid in sids)
+        got = self._collect({w: keys for w, keys in expect.items() if w in self.links}, "loaded")
+        unread: dict[int, list[int]] = {}
+        for w, msgs in got.items():
+            for m in msgs:
+                if isinstance(m, Loaded) and m.unread:
+                    unread.setdefault(w, []).append(m.shard)
+                    self.reads_store.discard(w)
+                    self.events.emit("store_unread", worker=w, shard=m.shard, why=m.unread)
+        if unread:
+            self._collect({w: keys for w, keys in self._stream(unread).items() if w in self.links}, "loaded")
+        for w in plan:
+            self.monitor.grace(w, 0.0)
+
+    def _stream(self, plan: dict[int, list[int]]) -> dict[int, set]:
+        """Send raw shards (read from the store) for workers to encode and keep resident;
+        returns the Loaded replies to expect.
 
         Shards travel in blocks of about 1 MiB, and a worker's next block is read only once
         its previous one was delivered, so the driver holds at most one block per worker
         whatever the size of the data."""
         expect: dict[int, set] = {}
-        for w in plan:
-            self.monitor.grace(w, self.settings.reconfigure_timeout)
         parts = {w: self._load_parts(sids) for w, sids in plan.items() if sids}
         last_progress = {w: time.monotonic() for w in parts}
 
@@ -441,9 +471,7 @@ class Driver:
             return progressed
 
         self._wait(step)
-        self._collect({w: keys for w, keys in expect.items() if w in self.links}, "loaded")
-        for w in plan:
-            self.monitor.grace(w, 0.0)
+        return expect
 
     # -- rounds --------------------------------------------------------------------
     def run_round(self, kind: str, body: Any, extras: dict[int, Any] | None = None,

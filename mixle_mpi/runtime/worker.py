@@ -30,12 +30,12 @@ from mixle_mpi.policy.pacing import NEVER, next_task_window
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
 from mixle_mpi.core.reaper import process_gone
 from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Load, Loaded, Reach, Reached,
-                                     Ready, Release, Result, Setup,
+                                     ReadOwn, Ready, Release, Result, Setup,
                                      Shrink, ShrinkGo, ShrinkReady, Shrunk, Stop, Task, TaskError)
 from mixle_mpi.runtime.beatrelay import BeatRelay
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.runtime.takeover import NoAgreement, agree, announce, driver_in, peer_says_driver_dead
-from mixle_mpi.storage.store import rows_from_packed
+from mixle_mpi.storage.store import ShardStore, rows_from_packed
 from mixle_mpi.runtime.transport import Backoff, Link, PeerFailed, host_and_pid
 
 
@@ -75,6 +75,7 @@ class Worker:
         self.failover = ""                   # how survivors agree on a dead driver's successor, once armed (Reach)
         self.failover_how = ""               # the same, as the driver asked for it (Setup.failover)
         self.store_unreadable = ""           # why this worker cannot read the shard store (failover asked for)
+        self.own_store = ""                  # the store this worker reads its own shards from (ReadOwn)
         self.announced = False               # this rank told the others the driver is dead (failover by messages)
         self.lost: str | None = None         # why the heartbeat thread knows the driver dead
         self._beater: threading.Thread | None = None
@@ -217,8 +218,29 @@ class Worker:
         self.start_heartbeats(cfg.heartbeat_period, cfg.driver_timeout)
         if self.spawned:
             self.faults.check("respawn")
+        self.own_store = cfg.store_path if cfg.own_store and opens_store(cfg.store_path, cfg.own_store) else ""
         host, pid = host_and_pid()
-        self.reply(Ready(self.worker_id, host, pid, no_failover))
+        self.reply(Ready(self.worker_id, host, pid, no_failover, bool(self.own_store)))
+
+    def read_own(self, shards) -> None:
+        """Read, encode and keep ``shards`` from the store; what cannot be read is said, and
+        the driver sends it instead."""
+        try:
+            store = ShardStore.open(self.own_store)
+        except Exception as exc:  # noqa: BLE001 - every shard goes back to the driver's streaming
+            for sid in shards:
+                self.reply(Loaded(sid, 0, f"{type(exc).__name__}: {exc}"))
+            return
+        with store:
+            for sid in shards:
+                try:
+                    rows = store.read_rows(sid)
+                except Exception as exc:  # noqa: BLE001
+                    self.reply(Loaded(sid, 0, f"{type(exc).__name__}: {exc}"))
+                    continue
+                self.progress += 1
+                self.resident[sid] = estep.encode_shard(self.encoder, rows, self.sub_chunks)
+                self.reply(Loaded(sid, len(rows)))
 
     def _body(self, task_id: int, body_b: bytes) -> Any:
         if self._body_cache[0] != task_id:
@@ -352,6 +374,8 @@ class Worker:
                         del self._loading[msg.shard]
                         self.resident[msg.shard] = estep.encode_shard(self.encoder, rows, self.sub_chunks)
                         self.reply(Loaded(msg.shard, len(rows)))
+                elif isinstance(msg, ReadOwn):
+                    self.read_own(msg.shards)
                 elif isinstance(msg, Task):
                     self.busy = True
                     try:
@@ -377,6 +401,15 @@ class Worker:
                 host, pid = host_and_pid()
                 task_id = msg.task_id if isinstance(msg, Task) else None
                 self.reply(TaskError(task_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", host, pid))
+
+
+def opens_store(path: str, store_id: str) -> bool:
+    """This rank can open the driver's shard store at ``path`` (the same file: its id matches)."""
+    try:
+        with ShardStore.open(path) as store:
+            return store.store_id == store_id
+    except Exception:  # noqa: BLE001 - unreadable, absent, another file: the driver streams
+        return False
 
 
 def quit_on_abort(msg: Abort) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import uuid
 from collections.abc import Callable
 
 import h5py
@@ -218,7 +219,7 @@ class ShardStore:
         try:
             with h5py.File(tmp, "w") as f:
                 f.attrs.update({"format": FORMAT, "version": VERSION, "num_shards": s,
-                                "num_rows": n, "row_kind": kind})
+                                "num_rows": n, "row_kind": kind, "store_id": uuid.uuid4().hex})
                 _write(f, n, s, dtype, row_shape, block, block_rows, source_name(data))
             os.replace(tmp, path)
         except BaseException as exc:
@@ -240,6 +241,21 @@ class ShardStore:
     @property
     def row_kind(self) -> str:
         return self._kind
+
+    @property
+    def store_id(self) -> str:
+        """Random at creation: a worker that opens the same path on another host (a node-local
+        folder) finds another id, and is sent its shards instead ("" in older stores)."""
+        sid = self._file.attrs.get("store_id", "") if self._file is not None else ""
+        return sid if isinstance(sid, str) else ""
+
+    def read_rows(self, i: int) -> list:
+        """Shard i's rows block by block, exactly as a worker rebuilds them from the driver's
+        ``Load`` messages (the same blocks, the same row objects)."""
+        rows: list = []
+        for a, b in self.blocks(i):
+            rows.extend(rows_from_packed(self.read_packed(i, a, b)))
+        return rows
 
     def _dataset(self, i) -> h5py.Dataset:
         if self._file is None:
