@@ -13,8 +13,10 @@ rank 0 also records:
   number of poll passes (``Driver._wait``'s ``step`` calls) the round made;
 - per pass of the heartbeat thread (``Monitor._record``): when, and how many beats it
   received from workers (the real count, not the nominal W / heartbeat_period);
-- with ``--idle-seconds T`` (this wrapper's only option, taken off the command line before
-  _job's parser sees it): before the fit's first round the driver sleeps T seconds with
+- with ``--estep-sleep S`` (taken off the command line like the next one): every worker
+  sleeps S seconds at the start of each E-step task, a model whose E-step takes S on a core
+  of its own (sleeping ranks do not compete for this box's 2 cores; the bits are unchanged);
+- with ``--idle-seconds T`` (taken off the command line before _job's parser sees it): before the fit's first round the driver sleeps T seconds with
   every worker set up and beating, sampled at both ends, so the heartbeat rate and the
   heartbeat thread's CPU are also measured over a window of known length without rounds
   (a tiny fit's rounds may all fit inside one heartbeat period).
@@ -37,9 +39,10 @@ if _ROOT not in sys.path:
 from bench import _job  # noqa: E402
 from mixle_mpi.runtime import driver as _driver  # noqa: E402
 from mixle_mpi.runtime import monitor as _monitor  # noqa: E402
+from mixle_mpi.runtime import worker as _worker  # noqa: E402
 
 STATE: dict = {"monitor": None, "passes": 0, "rounds": [], "beats": [], "monitor_period": None,
-               "idle_seconds": 0.0, "idle": None}
+               "idle_seconds": 0.0, "idle": None, "estep_sleep": 0.0}
 
 
 def _monitor_cpu() -> float | None:
@@ -90,6 +93,14 @@ def _patch() -> None:
         STATE["monitor"], STATE["monitor_period"] = self, self.period
         return start(self)
 
+    task = _worker.Worker.task
+
+    def slow_task(self, t):
+        if t.kind == "estep" and STATE["estep_sleep"]:
+            time.sleep(STATE["estep_sleep"])
+        return task(self, t)
+
+    _worker.Worker.task = slow_task
     _driver.Driver.run_round = counted_run_round
     _driver.Driver._wait = staticmethod(counted_wait)
     _monitor.Monitor._record = counted_record
@@ -110,10 +121,11 @@ def _patch() -> None:
 
 def main(argv: list[str]) -> None:
     argv = list(argv)
-    if "--idle-seconds" in argv:
-        i = argv.index("--idle-seconds")
-        STATE["idle_seconds"] = float(argv[i + 1])
-        del argv[i:i + 2]
+    for flag, key in (("--idle-seconds", "idle_seconds"), ("--estep-sleep", "estep_sleep")):
+        if flag in argv:
+            i = argv.index(flag)
+            STATE[key] = float(argv[i + 1])
+            del argv[i:i + 2]
     _patch()
     _job.main(argv)
 

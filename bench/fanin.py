@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--actions", default="kill,stop")
     ap.add_argument("--victims", default="2,5")
-    ap.add_argument("--python", default=str(REPO / ".venv" / "bin" / "python"))
+    ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--name", default="fanin")
     args = ap.parse_args(argv)
     s = Settings()
