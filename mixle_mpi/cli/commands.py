@@ -8,6 +8,7 @@ event log or output folder, for a human) and ``demo`` (the built-in default).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from mixle_mpi.cli.cmdrun import run_command
@@ -34,6 +35,10 @@ def _add_launch_options(p: argparse.ArgumentParser, required_n: bool = False) ->
                         "--mpi=pmi2 (MPICH), --kill-on-bad-exit=0 --wait=0: no ULFM, and a worker death is "
                         "survived without respawn (see below)")
     p.add_argument("--mpiexec", default=None, help="default: the one beside this Python, else PATH")
+    p.add_argument("--mpiexec-args", default=None, metavar="FLAGS",
+                   help="more flags for mpiexec (or srun), one shell-quoted string, put before -n: e.g. "
+                        "'--hostfile hosts --map-by slot' to place ranks on several hosts (or "
+                        "MIXLE_MPI_MPIEXEC_ARGS)")
     p.add_argument("--timeout", type=float, default=None, help="kill the job after this many seconds")
     p.add_argument("--start-retries", type=int, default=1,
                    help="launch again, up to this many times, a job that never started (exit 73: a rank "
@@ -72,13 +77,24 @@ def _rank_env(args) -> dict:
     return {} if level is None else {logs.LEVEL_ENV: logs.level_name(level)}
 
 
+def _mpiexec_args(args) -> list[str]:
+    """--mpiexec-args, else MIXLE_MPI_MPIEXEC_ARGS, split as a shell would."""
+    import shlex
+
+    text = args.mpiexec_args if args.mpiexec_args is not None else os.environ.get("MIXLE_MPI_MPIEXEC_ARGS", "")
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise ConfigError(f"--mpiexec-args (or MIXLE_MPI_MPIEXEC_ARGS) is not valid shell quoting: {exc}; found {text!r}") from None
+
+
 def _run(args) -> int:
     from mixle_mpi.cli.launcher import is_own_fit, run
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
-    return run(args.n, cmd, mpiexec=args.mpiexec, flavor=args.mpi, timeout=args.timeout,
+    return run(args.n, cmd, mpiexec=args.mpiexec, flavor=args.mpi, timeout=args.timeout, extra=_mpiexec_args(args),
                blas_threads=args.blas_threads, start_retries=args.start_retries, env=_rank_env(args),
                allow_many_ranks=args.allow_many_ranks, resume_retries=args.resume_retries, own_job=is_own_fit(cmd))
 
@@ -92,7 +108,7 @@ def _fit(args) -> int:
         from mixle_mpi.cli.launcher import run
 
         return run(args.n + (cfg.spares or 0), [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)],
-                   mpiexec=args.mpiexec,
+                   mpiexec=args.mpiexec, extra=_mpiexec_args(args),
                    flavor=args.mpi, timeout=args.timeout, start_retries=args.start_retries, env=_rank_env(args),
                    allow_many_ranks=args.allow_many_ranks, resume_retries=args.resume_retries, own_job=True)
     if not fitcmd.under_mpi_launcher():

@@ -66,6 +66,15 @@ class Load(NamedTuple):
     last: bool
 
 
+class Fence(NamedTuple):
+    """Driver -> a worker, on the heartbeat channel: SIGKILL process ``pid`` of your host if it
+    is still the one that started at ``started`` (a failed worker on another host than the
+    driver's, which the driver cannot signal itself)."""
+    pid: int
+    started: str
+    worker: int
+
+
 class ReadOwn(NamedTuple):
     """Read these shards from the shard store yourself, encode and keep them (one Loaded each)."""
     shards: tuple
@@ -126,6 +135,7 @@ class Ready(NamedTuple):
     pid: int
     no_failover: str = ""
     reads_store: bool = False  # it opened the driver's store (Setup.own_store): it can ReadOwn
+    started: str = ""          # its process's start time: with ``pid``, names it for good (a fence)
 
     @property
     def key(self) -> tuple:

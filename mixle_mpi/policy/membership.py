@@ -69,6 +69,14 @@ class Membership:
                 decision.blacklist.append(w)
         return decision
 
+    def fencer(self, host: str | None, exclude: int) -> int | None:
+        """Who kills a failed worker's process on ``host``, another host than the driver's:
+        the lowest live worker there (a signal reaches only its own host's processes)."""
+        if not host:
+            return None
+        return next((w for w in sorted(self.records) if w != exclude and self.records[w].state == LIVE
+                     and self.records[w].host == host), None)
+
     def blacklist(self, worker: int) -> None:
         self.records[worker].state = BLACKLISTED
 

@@ -22,7 +22,7 @@ from mixle_mpi.core import logs
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import NoWorkersLeft, ReconfigurationTimeout, WorkerError
 from mixle_mpi.core.estep import PROTO
-from mixle_mpi.core.protocol import (TAG_CMD, TAG_REPLY, Abort, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Result, Setup,
+from mixle_mpi.core.protocol import (TAG_CMD, TAG_REPLY, Abort, Fence, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Result, Setup,
                                      Shrink, ShrinkGo,
                                      ShrinkReady, Shrunk, Stop, Task, TaskError)
 from mixle_mpi.storage.events import EventLog
@@ -109,6 +109,7 @@ class Driver:
         self.links = {w: Link(gcomm, ghb, r) for w, r in ranks.items()}
         self.info: dict[int, tuple[str, int]] = {}    # worker -> (host, pid)
         self.reads_store: set[int] = set()            # workers that read their own shards (Ready.reads_store)
+        self.started_at: dict[int, str] = {}          # worker -> its process's start time (Ready.started)
         self.owners = {**initial_placement(self.num_shards, holders), **{s: [] for s in ids[len(holders):]}}
         self.pending: set[int] = set()                # failed since the last reconfiguration
         self.kept: dict[int, int] = {}                # shard -> the live worker keeping it encoded for its place
@@ -138,7 +139,13 @@ class Driver:
         self.joining.pop(worker, None)
         self.kept = {s: h for s, h in self.kept.items() if h != worker}
         host, pid = self.info.get(worker, (None, None))
-        fenced = False
+        fenced, fenced_by = False, None
+        if pid is not None and host != self.host and self.started_at.get(worker):
+            fenced_by = self.membership.fencer(host, worker)  # a signal reaches only its own host
+            if fenced_by is not None and fenced_by in self.links:
+                self.monitor.send(fenced_by, Fence(pid, self.started_at[worker], worker))
+            else:
+                fenced_by = None
         if pid is not None and host == self.host:
             wrapper = wrapper_of(pid)
             if wrapper is not None:
@@ -156,6 +163,7 @@ class Driver:
             "failure_detected", worker=worker, host=host, pid=pid, cause=cause,
             failures=rec.failures, incarnation=rec.incarnation,
             detected_at=detected_at or time.time(), fenced=fenced,
+            **({"fenced_by": fenced_by} if fenced_by is not None else {}),
         )
 
     def _check_failures(self) -> None:
@@ -328,6 +336,7 @@ class Driver:
         self._load({w: list(self.owners[w]) for w in self._live()})
         self.events.emit("loaded", workers=len(self._live()), shards=self.num_shards,
                          read_by_workers=sorted(self.reads_store & set(self._live())),
+                         hosts={w: self.info[w][0] for w in self._live() if w in self.info},
                          setup_seconds=round(t_setup - t0, 6), load_seconds=round(time.perf_counter() - t_setup, 6))
         self.reconfigure()
         self.started = True
@@ -345,6 +354,7 @@ class Driver:
 
     def _note_ready(self, worker: int, ready: Ready) -> None:
         self.info[worker] = (ready.host, ready.pid)
+        self.started_at[worker] = ready.started
         (self.reads_store.add if ready.reads_store else self.reads_store.discard)(worker)
         rec = self.membership.records[worker]
         rec.host, rec.pid = ready.host, ready.pid

@@ -28,6 +28,7 @@ class Monitor:
         self._roles: dict[int, Role] = {}   # each watched worker's role, as last planned
         self._via: dict[int, int] = {}      # relayed worker -> its relay
         self._outbox: dict[int, Role] = {}  # roles changed, not sent yet
+        self._notes: dict[int, list] = {}    # other messages for a worker's heartbeat thread (a Fence)
         self._replan = False
         self.tracker = HeartbeatTracker(timeout)
         self.stalls = StallTracker(stall_timeout)
@@ -57,6 +58,7 @@ class Monitor:
     def forget(self, worker: int) -> None:
         with self.lock:
             self._links.pop(worker, None)
+            self._notes.pop(worker, None)
             self.tracker.forget(worker)
             self.stalls.forget(worker)
             self._replan = True
@@ -67,6 +69,11 @@ class Monitor:
         heartbeat thread may not run. ULFM still reports a real death at once."""
         with self.lock:
             self.tracker.set_grace(worker, seconds)
+
+    def send(self, worker: int, msg) -> None:
+        """Have ``worker``'s heartbeat thread get ``msg`` at the next pass (it may be mid-task)."""
+        with self.lock:
+            self._notes.setdefault(worker, []).append(msg)
 
     def relays(self) -> dict[int, int]:
         """Each worker heard through a relay, with its relay, as last planned."""
@@ -84,9 +91,10 @@ class Monitor:
             return {w: v for w, v in out.items() if w in self._links}
 
     @staticmethod
-    def _exchange(link: Link, role: Role | None, relayed: bool) -> list:
+    def _exchange(link: Link, role: Role | None, relayed: bool, notes: list) -> list:
         """MPI only, outside the lock: the beats waiting from ``link``'s worker, and one back
-        (its new ``role`` if it has one). A relayed worker only gets its new role."""
+        (its new ``role`` if it has one). A relayed worker only gets its new role; ``notes``
+        go to either."""
         beats = []
         while not relayed:
             beat = link.poll(TAG_HB, comm=link.hb)
@@ -94,6 +102,8 @@ class Monitor:
                 break
             beats.append(beat)
         link.hb_sends = [r for r in link.hb_sends if not r.Test()]
+        for note in notes:
+            link.hb_sends.append(link.hb.isend(note, dest=link.peer, tag=TAG_HB))
         if role is not None:  # never dropped: the worker would beat to the wrong place
             link.hb_sends.append(link.hb.isend(role, dest=link.peer, tag=TAG_HB))
         elif not relayed and len(link.hb_sends) < MAX_PENDING_BEATS:
@@ -131,16 +141,16 @@ class Monitor:
             with self.lock:
                 if self._replan:
                     self._plan()
-                targets = [(w, link, self._outbox.pop(w, None), w in self._via)
+                targets = [(w, link, self._outbox.pop(w, None), w in self._via, self._notes.pop(w, []))
                            for w, link in self._links.items()
-                           if w not in self._suspects and (w not in self._via or w in self._outbox)]
+                           if w not in self._suspects and (w not in self._via or w in self._outbox or w in self._notes)]
             results: dict[int, tuple[Link, object]] = {}
-            for worker, link, role, relayed in targets:
+            for worker, link, role, relayed, notes in targets:
                 with self.lock:  # forgotten meanwhile (failed): never address it again
                     if self._links.get(worker) is not link:
                         continue
                 try:
-                    results[worker] = (link, self._exchange(link, role, relayed))
+                    results[worker] = (link, self._exchange(link, role, relayed, notes))
                 except (PeerFailed, MPI.Exception) as exc:
                     results[worker] = (link, exc)
             with self.lock:

@@ -28,8 +28,9 @@ from mixle_mpi.policy.failover import agrees_by_messages, can_take_over, electio
 from mixle_mpi.policy.faults import FaultInjector, parse_plan
 from mixle_mpi.policy.pacing import NEVER, next_task_window
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
-from mixle_mpi.core.reaper import process_gone
-from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Load, Loaded, Reach, Reached,
+from mixle_mpi.core.reaper import identity, process_gone
+from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Fence, Load, Loaded,
+                                     Reach, Reached,
                                      ReadOwn, Ready, Release, Result, Setup,
                                      Shrink, ShrinkGo, ShrinkReady, Shrunk, Stop, Task, TaskError)
 from mixle_mpi.runtime.beatrelay import BeatRelay
@@ -144,7 +145,10 @@ class Worker:
                                           fanin.report()))
                     while (msg := link.poll(TAG_HB, comm=link.hb)) is not None:
                         self.last_driver = time.monotonic()
-                        fanin.take(msg)
+                        if isinstance(msg, Fence):
+                            fence(msg)
+                        else:
+                            fanin.take(msg)
                     relayed = fanin.exchange(link, time.monotonic() - self.last_driver)
                     if relayed is not None:  # a member hears the driver through its relay
                         self.last_driver = max(self.last_driver, time.monotonic() - relayed)
@@ -220,7 +224,8 @@ class Worker:
             self.faults.check("respawn")
         self.own_store = cfg.store_path if cfg.own_store and opens_store(cfg.store_path, cfg.own_store) else ""
         host, pid = host_and_pid()
-        self.reply(Ready(self.worker_id, host, pid, no_failover, bool(self.own_store)))
+        me = identity(pid)
+        self.reply(Ready(self.worker_id, host, pid, no_failover, bool(self.own_store), me[1] if me else ""))
 
     def read_own(self, shards) -> None:
         """Read, encode and keep ``shards`` from the store; what cannot be read is said, and
@@ -401,6 +406,19 @@ class Worker:
                 host, pid = host_and_pid()
                 task_id = msg.task_id if isinstance(msg, Task) else None
                 self.reply(TaskError(task_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", host, pid))
+
+
+def fence(msg: Fence) -> None:
+    """Heartbeat thread: kill a failed worker's process on this host for the driver, if it is
+    still that process (its start time matches: the pid was not reused)."""
+    if identity(msg.pid) != (msg.pid, msg.started):
+        return
+    try:
+        os.kill(msg.pid, signal.SIGKILL)
+    except OSError:
+        return
+    logs.get("worker").warning(f"worker rank {_who['rank']} (pid {os.getpid()}): fenced failed worker "
+                               f"{msg.worker} (pid {msg.pid}) on this host for the driver")
 
 
 def opens_store(path: str, store_id: str) -> bool:

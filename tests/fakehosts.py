@@ -1,0 +1,142 @@
+"""Fake hosts on this machine for Open MPI jobs across "hosts" (issue 13).
+
+Host A is this network namespace (the driver's, where mpiexec runs). Every other host is a
+network namespace of its own, joined to a bridge with a veth pair and a private address,
+and its processes get their own hostname (a UTS namespace): Open MPI tells hosts apart by
+hostname, so ranks on different fake hosts talk TCP over the veths and ranks on one host
+use shared memory. mpiexec reaches a host through a stand-in for ssh (``plm_ssh_agent``)
+that runs the remote daemon inside that host's namespaces with a login-like environment,
+as ssh would; the job's variables travel with ``-x``. The test creates everything and
+removes it, with names and a subnet of its own.
+
+Needs root and ``ip`` (iproute2). What is not like real hosts: one kernel (pids are
+global, so a process could be signalled from any host; the code only ever signals on its
+own host), and one file system.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+AGENT = """#!/bin/bash
+# ssh stand-in for the fake hosts: run the command inside that host's namespaces
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -[oplicFJw]) shift 2 ;;
+    -*) shift ;;
+    *) break ;;
+  esac
+done
+host=$1; shift
+case "$host" in
+{cases}
+  *) echo "fake ssh: unknown host $host" >&2; exit 255 ;;
+esac
+if [ -e "{down}/down-$ns" ]; then  # a host that went down: ssh gets no answer
+  echo "ssh: connect to host $host port 22: No route to host" >&2; exit 255
+fi
+exec ip netns exec "$ns" unshare --uts env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/sh \\
+  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
+  /bin/sh -c 'hostname "$0"; exec /bin/sh -c "$1"' "$name" "$*"
+"""
+
+
+def available() -> str:
+    """Why fake hosts cannot be made here, or "" when they can."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "fake hosts need root (network namespaces)"
+    if shutil.which("ip") is None or shutil.which("unshare") is None:
+        return "fake hosts need iproute2's ip and util-linux's unshare"
+    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"ip netns does not work here: {probe.stderr.strip()}"
+    return ""
+
+
+def _ip(*args: str) -> None:
+    proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
+
+
+class FakeHosts:
+    """Hosts A (here) and ``others`` more, with ``slots`` ranks on each, as a context manager."""
+
+    def __init__(self, workdir: Path, slots: list[int]) -> None:
+        self.tag = f"{os.getpid() % 100000:05d}"
+        self.subnet = 100 + os.getpid() % 100            # 10.231.<subnet>.0/24, this run's own
+        self.bridge = f"mmbr{self.tag}"
+        self.slots = slots
+        self.names = ["A"] + [f"host{chr(ord('b') + i)}" for i in range(len(slots) - 1)]
+        self.namespaces = [None] + [f"mm{self.tag}{chr(ord('b') + i)}" for i in range(len(slots) - 1)]
+        self.addresses = [f"10.231.{self.subnet}.{i + 1}" for i in range(len(slots))]
+        self.agent = workdir / "fake-ssh.sh"
+        self._made: list[str] = []
+
+    def __enter__(self) -> "FakeHosts":
+        try:
+            _ip("link", "add", self.bridge, "type", "bridge")
+            self._made.append("bridge")
+            _ip("addr", "add", f"{self.addresses[0]}/24", "dev", self.bridge)
+            _ip("link", "set", self.bridge, "up")
+            for i, ns in enumerate(self.namespaces[1:], start=1):
+                veth = f"mmv{self.tag}{chr(ord('a') + i)}"
+                _ip("netns", "add", ns)
+                self._made.append(ns)
+                _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+                _ip("link", "set", veth, "master", self.bridge)
+                _ip("link", "set", veth, "up")
+                _ip("-n", ns, "addr", "add", f"{self.addresses[i]}/24", "dev", "eth0")
+                _ip("-n", ns, "link", "set", "lo", "up")
+                _ip("-n", ns, "link", "set", "eth0", "up")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        cases = "\n".join(f"  {addr}) ns={ns}; name={name} ;;" for addr, ns, name in
+                          zip(self.addresses[1:], self.namespaces[1:], self.names[1:]))
+        self.agent.write_text(AGENT.format(cases=cases, down=self.agent.parent))
+        self.agent.chmod(0o755)
+        return self
+
+    def mpiexec_args(self, slots: list[int] | None = None) -> str:
+        """Open MPI's flags for a job over these hosts (``slots`` per host; 0 leaves one out)."""
+        slots = self.slots if slots is None else slots
+        hosts = ",".join(f"{a}:{n}" for a, n in zip(self.addresses, slots) if n)
+        return (f"--prtemca plm_ssh_agent {self.agent} --prtemca oob_tcp_if_include 10.231.{self.subnet}.0/24 "
+                f"--mca btl_tcp_if_include 10.231.{self.subnet}.0/24 --host {hosts} --map-by slot "
+                "-x MIXLE_MPI_* -x PYTHONWARNINGS -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS")
+
+    def pids(self, host: int) -> list[int]:
+        """Every process in fake host ``host`` (1, 2, ...): its daemon and its ranks."""
+        proc = subprocess.run(["ip", "netns", "pids", self.namespaces[host]], capture_output=True, text=True)
+        return [int(p) for p in proc.stdout.split()]
+
+    def lose(self, host: int, down: bool = False) -> list[int]:
+        """The host fails: SIGKILL every process on it at once; ``down``: and it stays down
+        (the launcher cannot start anything there again)."""
+        if down:
+            (self.agent.parent / f"down-{self.namespaces[host]}").touch()
+        victims = self.pids(host)
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return victims
+
+    def __exit__(self, *exc) -> None:
+        for ns in self.namespaces[1:]:
+            if ns in self._made:
+                for _ in range(20):
+                    left = self.lose(self.namespaces.index(ns))
+                    if not left:
+                        break
+                    time.sleep(0.1)
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        if "bridge" in self._made:
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)

@@ -1,0 +1,110 @@
+"""Jobs across fake hosts (tests/fakehosts.py): the paths that differ from one host (issue 13).
+
+The driver runs on host A; workers on hosts B and C, each a network namespace with its own
+address and hostname, reached by Open MPI's launcher through a stand-in for ssh. Ranks on
+different hosts talk TCP, ranks on one host shared memory. Open MPI only: MPICH across these
+hosts needs its ofi network layer, and a worker killed there was not detected (README).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from conftest import FULL_ONLY, OMPI_PYTHON
+from fakehosts import FakeHosts, available
+from mpiharness import fit_args, no_leftover_processes, run_job, same_fit
+
+from mixle_mpi.policy.faults import read_fired, unfired
+
+pytestmark = [pytest.mark.mpijob, pytest.mark.skipif(bool(available()), reason=available() or "ok")]
+MODEL, N, SHARDS, SUB, ITS = "gmm1d", 6000, 4, 1, 5
+SLOTS = [1, 2, 2]  # ranks: 0 on A (the driver), 1-2 on B, 3-4 on C
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    with FakeHosts(tmp_path, SLOTS) as h:
+        yield h
+
+
+def _job(hosts, tmp_path, plan=None, env=None, timeout=240, slots=None):
+    env = {"MIXLE_MPI_MPIEXEC_ARGS": hosts.mpiexec_args(slots), **(env or {})}
+    return run_job(OMPI_PYTHON, sum(slots or SLOTS), fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path,
+                   plan=plan, env=env, timeout=timeout)
+
+
+def _hosts_of(job) -> dict:
+    loaded = [e for e in job.events if e["event"] == "loaded"]
+    assert loaded, job.describe()
+    return {int(w): h for w, h in loaded[0]["hosts"].items()}
+
+
+def test_a_fit_across_three_hosts_gives_the_same_bits(hosts, tmp_path, reference):
+    job = _job(hosts, tmp_path)
+    assert job.rc == 0, job.describe()
+    assert _hosts_of(job) == {1: "hostb", 2: "hostb", 3: "hostc", 4: "hostc"}, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+
+
+@pytest.mark.parametrize("action", ["stop", pytest.param("kill", marks=FULL_ONLY)])  # CI time: ULFM sees a kill anywhere
+def test_a_worker_on_another_host_that_hangs_or_dies_is_fenced_there_and_recovered(action, hosts, tmp_path, reference):
+    """Worker 2 on host B is SIGSTOPped (or SIGKILLed). The driver on host A cannot signal
+    it; worker 1, also on host B, kills it for the driver (a stopped process is not dead to
+    MPI, and Open MPI's shrink would wait for it). The fit ends with the reference's bits."""
+    plan = f"2:{action}:estep_before:2"
+    fault_log = tmp_path / "fired.jsonl"
+    job = _job(hosts, tmp_path, plan=plan, env={"MIXLE_MPI_FAULT_LOG": str(fault_log)})
+    assert unfired(plan, read_fired(str(fault_log))) == [], job.describe()
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    detected = [e for e in job.events if e["event"] == "failure_detected"]
+    assert [(e["worker"], e["host"]) for e in detected] == [(2, "hostb")], job.describe()
+    assert detected[0].get("fenced_by") == 1 and not detected[0]["fenced"], detected
+    assert no_leftover_processes(str(tmp_path)) == [] and hosts.pids(1) == [] and hosts.pids(2) == []
+
+
+def test_a_lost_host_ends_the_job_clearly_and_a_rerun_without_it_resumes_to_the_same_bits(hosts, tmp_path):
+    """Host C goes down mid-fit for good: every process on it (its Open MPI daemon, workers 3
+    and 4) SIGKILLed at once, and nothing can be started there again. Open MPI 5.0's runtime
+    ends a job that lost a daemon (the survivors too), so the driver ends with exit 74 and
+    the launcher's resume attempt cannot reach host C: the command must end within its
+    deadline with a nonzero exit and a clear error, and the same command over hosts A and B
+    resumes from the checkpoint to the reference's bits. (Had host C come back, the
+    launcher's own resume would have finished the fit.)"""
+    from mixle_mpi.storage import checkpoint as ckpt
+
+    n, its = 200_000, 40
+    ck = tmp_path / "ck.h5"
+    args = fit_args(MODEL, n, SHARDS, SUB, its) + ["--checkpoint", str(ck)]
+    lost: list[int] = []
+
+    def lose_host_c_mid_fit():
+        end = time.monotonic() + 180
+        while time.monotonic() < end:
+            try:
+                state = ckpt.read(str(ck))  # None until the first one is written
+            except ckpt.CheckpointError:
+                state = None
+            if state is not None and state.iteration >= 3:
+                lost.extend(hosts.lose(2, down=True))
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=lose_host_c_mid_fit, daemon=True)
+    killer.start()
+    env = {"MIXLE_MPI_MPIEXEC_ARGS": hosts.mpiexec_args()}
+    first = run_job(OMPI_PYTHON, sum(SLOTS), args, tmp_path / "a", env=env, timeout=240)
+    killer.join(5)
+    assert lost, "host C was never lost: the fit ended first\n" + first.describe()
+    assert first.rc not in (0, None), first.describe()  # ended, not hung, and not a success
+    assert "exit 74" in first.stderr and "resume" in first.stderr, first.describe()
+    env = {"MIXLE_MPI_MPIEXEC_ARGS": hosts.mpiexec_args([1, 2, 0])}
+    rerun = run_job(OMPI_PYTHON, 3, args, tmp_path / "b", env=env, timeout=240)
+    assert rerun.rc == 0, rerun.describe()
+    assert [e["event"] for e in rerun.events].count("resumed") == 1, rerun.describe()
+    whole = run_job(OMPI_PYTHON, 3, fit_args(MODEL, n, SHARDS, SUB, its), tmp_path / "whole")  # one host, no failure
+    assert whole.rc == 0, whole.describe()
+    assert same_fit(rerun.result, whole.result), rerun.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
