@@ -157,3 +157,17 @@ def test_failures_is_id_ordered():
     m.mark_failed(5)
     assert list(m.failures()) == [1, 3, 5]
     assert m.failures() == {1: 0, 3: 0, 5: 1}
+
+
+def test_a_failed_worker_on_another_host_is_fenced_by_the_lowest_live_worker_there():
+    m = Membership([1, 2, 3, 4, 5], max_retries=2)
+    for w, host in ((1, "b"), (2, "b"), (3, "c"), (4, "b"), (5, "c")):
+        m.records[w].host = host
+    m.mark_failed(2)
+    assert m.fencer("b", exclude=2) == 1
+    m.mark_failed(1)
+    assert m.fencer("b", exclude=2) == 4          # the dead ones never fence
+    m.mark_failed(4)
+    assert m.fencer("b", exclude=2) is None       # nobody left on that host: it cannot be fenced
+    assert m.fencer("c", exclude=3) == 5
+    assert m.fencer(None, exclude=3) is None and m.fencer("", exclude=3) is None
