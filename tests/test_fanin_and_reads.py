@@ -60,13 +60,14 @@ def test_a_dead_relays_members_beat_to_the_driver_and_the_fit_ends_with_the_same
 @pytest.mark.parametrize("library", full_only(LIBRARIES, {"mpich"}))
 @pytest.mark.parametrize("model,n,sub", [pytest.param("gmm1d", 5000, 1, marks=FULL_ONLY), ("hmm", 400, 2)])
 def test_own_reads_and_streaming_give_the_same_bits(library, model, n, sub, tmp_path, reference):
-    """Every worker reads its own shards (the store is on this host's file system); with
-    ``workers_read_store`` off the driver streams them. Native and general row kinds."""
+    """Every worker reads its own shards (the store is on this host's file system; the size
+    threshold set to 0); with ``workers_read_store`` off the driver streams them. Native and
+    general row kinds."""
     _, python = library
     want = reference(model, n, 3, sub, 4, 7)
     for mode, readers in (("1", [1, 2, 3]), ("0", [])):
         job = run_job(python, 4, fit_args(model, n, 3, sub, 4), tmp_path / f"read{mode}",
-                      env={"MIXLE_MPI_WORKERS_READ_STORE": mode})
+                      env={"MIXLE_MPI_WORKERS_READ_STORE": mode, "MIXLE_MPI_OWN_READ_MIN_BYTES": "0"})
         assert job.rc == 0, job.describe()
         assert _loaded(job)["read_by_workers"] == readers, job.describe()
         assert same_fit(job.result, want), job.describe()

@@ -224,3 +224,12 @@ def test_plan_recovery_splits_evenly_when_the_survivors_hold_equal_loads():
                 plan = plan_recovery(owners[dead], owners, survivors)
                 share = -(-len(owners[dead]) // len(survivors))
                 assert all(len(ss) <= share for ss in plan.values()), (S, W, dead, plan)
+
+
+def test_only_workers_that_can_read_the_store_and_have_enough_to_load_read_their_own():
+    from mixle_mpi.policy.placement import own_readers
+
+    loads = {1: 10 << 20, 2: 1 << 20, 3: 10 << 20, 4: 8 << 20}
+    assert own_readers(loads, can_read=[1, 2, 4]) == {1, 4}       # 2: too little; 3: cannot open it
+    assert own_readers(loads, can_read=[1, 2, 3, 4], min_bytes=0) == {1, 2, 3, 4}
+    assert own_readers(loads, can_read=[]) == set()

@@ -19,7 +19,7 @@ def _positive_float(name: str, value) -> float:
     return float(value)
 
 
-MINIMUM = {"spares": 0, "heartbeat_fanin": 0}  # integer settings that may be 0 (the others must be >= 1)
+MINIMUM = {"spares": 0, "heartbeat_fanin": 0, "own_read_min_bytes": 0}  # integer settings that may be 0 (the others must be >= 1)
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class Settings:
     # read their own shards at the start, in parallel; the driver streams the others'.
     # The rows are the same either way, and so are the bits.
     workers_read_store: bool = True
+    own_read_min_bytes: int = 8 << 20  # ... when it has at least this much to load (less comes faster from the driver)
 
     def __post_init__(self) -> None:
         for f in fields(self):

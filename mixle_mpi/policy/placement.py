@@ -46,3 +46,15 @@ def plan_recovery(orphans: Iterable[int], owners: Mapping[int, list[int]], survi
     """Which survivor recomputes which orphaned shard this round, balancing by resident load."""
     live = list(survivors)  # (spread's answer does not depend on their order)
     return spread(orphans, dict(zip(live, map(len, map(owners.get, live, repeat((), len(live)))))))
+
+
+OWN_READ_MIN_BYTES = 8 << 20  # below this a worker's shards come faster from the driver (bench/results/startup_scale.md)
+
+
+def own_readers(loads: Mapping[int, int], can_read: Iterable[int], min_bytes: int = OWN_READ_MIN_BYTES) -> set[int]:
+    """The workers that read their own shards from the store: those that can open it and
+    have at least ``min_bytes`` to load (``loads``: worker -> stored bytes of its shards).
+    Opening the store costs each worker a fixed time; streaming costs the driver per byte,
+    one worker after another."""
+    readers = set(can_read)
+    return {w for w, size in loads.items() if w in readers and size >= min_bytes}

@@ -31,7 +31,7 @@ from mixle_mpi.policy.membership import Membership
 from mixle_mpi.policy.pacing import NEVER, round_window
 from mixle_mpi.runtime.monitor import Monitor
 from mixle_mpi.policy.joining import Join, release_plan, work_of
-from mixle_mpi.policy.placement import initial_placement
+from mixle_mpi.policy.placement import initial_placement, own_readers
 from mixle_mpi.policy import reconfig
 from mixle_mpi.policy.reconfig import (EMULATED, Adopt, Blacklist, KeepComm, Respawn, ShrinkComm, renumber,
                                        shrink_method, spawn_timeout_is_fatal)
@@ -110,6 +110,7 @@ class Driver:
         self.info: dict[int, tuple[str, int]] = {}    # worker -> (host, pid)
         self.reads_store: set[int] = set()            # workers that read their own shards (Ready.reads_store)
         self.started_at: dict[int, str] = {}          # worker -> its process's start time (Ready.started)
+        self.read_own: set[int] = set()               # the workers that read their own shards at the last load
         self.owners = {**initial_placement(self.num_shards, holders), **{s: [] for s in ids[len(holders):]}}
         self.pending: set[int] = set()                # failed since the last reconfiguration
         self.kept: dict[int, int] = {}                # shard -> the live worker keeping it encoded for its place
@@ -335,7 +336,7 @@ class Driver:
         t_setup = time.perf_counter()
         self._load({w: list(self.owners[w]) for w in self._live()})
         self.events.emit("loaded", workers=len(self._live()), shards=self.num_shards,
-                         read_by_workers=sorted(self.reads_store & set(self._live())),
+                         read_by_workers=sorted(self.read_own & set(self._live())),
                          hosts={w: self.info[w][0] for w in self._live() if w in self.info},
                          setup_seconds=round(t_setup - t0, 6), load_seconds=round(time.perf_counter() - t_setup, 6))
         self.reconfigure()
@@ -412,12 +413,14 @@ class Driver:
         return parts
 
     def _load(self, plan: dict[int, list[int]]) -> None:
-        """Make shards resident on workers: a worker that opens the store reads its own, in
-        parallel with the others (``ReadOwn``); the driver streams the rest (``_stream``),
-        and any shard a worker found it could not read after all."""
+        """Make shards resident on workers: a worker that opens the store and has enough to
+        load reads its own, in parallel with the others (``ReadOwn``, ``placement.own_readers``);
+        the driver streams the rest (``_stream``), and any shard a worker could not read."""
         for w in plan:
             self.monitor.grace(w, self.settings.reconfigure_timeout)
-        own = {w: sids for w, sids in plan.items() if sids and w in self.reads_store}
+        readers = own_readers({w: sum(self.store.shard_bytes(s) for s in sids) for w, sids in plan.items()},
+                              self.reads_store, self.settings.own_read_min_bytes)
+        own = {w: sids for w, sids in plan.items() if sids and w in readers}
         for w, sids in own.items():
             if not self._post(w, ReadOwn(tuple(sids))):
                 own.pop(w)
@@ -433,6 +436,7 @@ class Driver:
                     unread.setdefault(w, []).append(m.shard)
                     self.reads_store.discard(w)
                     self.events.emit("store_unread", worker=w, shard=m.shard, why=m.unread)
+        self.read_own = set(own) - set(unread)
         if unread:
             self._collect({w: keys for w, keys in self._stream(unread).items() if w in self.links}, "loaded")
         for w in plan:

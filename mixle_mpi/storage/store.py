@@ -267,6 +267,10 @@ class ShardStore:
     def shard_size(self, i: int) -> int:
         return self._dataset(i).shape[0]
 
+    def shard_bytes(self, i: int) -> int:
+        """Bytes shard i takes in the file (what loading it reads)."""
+        return int(self._dataset(i).id.get_storage_size())
+
     def read_shard(self, i: int) -> list:
         """Rows of shard i, equal (values and types) to [data[j] for j in range(i, n, S)]."""
         return rows_from_packed(self.read_packed(i))
