@@ -88,12 +88,13 @@ class FakeHosts:
                 veth = f"mmv{self.tag}{chr(ord('a') + i)}"
                 _ip("netns", "add", ns)
                 self._made.append(ns)
-                _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+                # every host's end is named like the bridge: one interface name fits all hosts
+                _ip("link", "add", veth, "type", "veth", "peer", "name", self.bridge, "netns", ns)
                 _ip("link", "set", veth, "master", self.bridge)
                 _ip("link", "set", veth, "up")
-                _ip("-n", ns, "addr", "add", f"{self.addresses[i]}/24", "dev", "eth0")
+                _ip("-n", ns, "addr", "add", f"{self.addresses[i]}/24", "dev", self.bridge)
                 _ip("-n", ns, "link", "set", "lo", "up")
-                _ip("-n", ns, "link", "set", "eth0", "up")
+                _ip("-n", ns, "link", "set", self.bridge, "up")
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -110,6 +111,16 @@ class FakeHosts:
         return (f"--prtemca plm_ssh_agent {self.agent} --prtemca oob_tcp_if_include 10.231.{self.subnet}.0/24 "
                 f"--mca btl_tcp_if_include 10.231.{self.subnet}.0/24 --host {hosts} --map-by slot "
                 "-x MIXLE_MPI_* -x PYTHONWARNINGS -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS")
+
+    def mpich_args(self, slots: list[int] | None = None) -> str:
+        """MPICH Hydra's flags for the same hosts (its ofi network layer needs
+        ``mpich_env()`` too)."""
+        slots = self.slots if slots is None else slots
+        hosts = ",".join(f"{a}:{n}" for a, n in zip(self.addresses, slots) if n)
+        return f"-launcher ssh -launcher-exec {self.agent} -localhost {self.addresses[0]} -hosts {hosts}"
+
+    def mpich_env(self) -> dict:
+        return {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": self.bridge}
 
     def pids(self, host: int) -> list[int]:
         """Every process in fake host ``host`` (1, 2, ...): its daemon and its ranks."""

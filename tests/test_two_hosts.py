@@ -2,8 +2,8 @@
 
 The driver runs on host A; workers on hosts B and C, each a network namespace with its own
 address and hostname, reached by Open MPI's launcher through a stand-in for ssh. Ranks on
-different hosts talk TCP, ranks on one host shared memory. Open MPI only: MPICH across these
-hosts needs its ofi network layer, and a worker killed there was not detected (README).
+different hosts talk TCP, ranks on one host shared memory. Open MPI, and MPICH for what
+differs there (its ofi network layer; a dead peer on another host blocks its library).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 import pytest
 from conftest import FULL_ONLY, OMPI_PYTHON
 from fakehosts import FakeHosts, available
-from mpiharness import fit_args, no_leftover_processes, run_job, same_fit
+from mpiharness import fit_args, mpich_python, no_leftover_processes, run_job, same_fit
 
 from mixle_mpi.policy.faults import read_fired, unfired
 
@@ -107,4 +107,23 @@ def test_a_lost_host_ends_the_job_clearly_and_a_rerun_without_it_resumes_to_the_
     whole = run_job(OMPI_PYTHON, 3, fit_args(MODEL, n, SHARDS, SUB, its), tmp_path / "whole")  # one host, no failure
     assert whole.rc == 0, whole.describe()
     assert same_fit(rerun.result, whole.result), rerun.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+@FULL_ONLY
+@pytest.mark.skipif(mpich_python() is None, reason="no MPICH environment (.venv-mpich)")
+def test_under_mpich_a_dead_worker_on_another_host_ends_the_job_in_bounded_time(hosts, tmp_path):
+    """MPICH over libfabric's tcp provider: after worker 2 on host B is SIGKILLed, a call into
+    the driver's MPI library blocks for good (holding MPICH's global lock, so the heartbeat
+    thread blocks too). The driver's watchdog ends it with exit 74 and says why, after
+    reconfigure_timeout + 30 s; the launcher's resume meets the same planned fault again."""
+    plan = "2:kill:estep_before:2"
+    env = {"MIXLE_MPI_MPIEXEC_ARGS": hosts.mpich_args(), **hosts.mpich_env(),
+           "MIXLE_MPI_RECONFIGURE_TIMEOUT": "10", "MIXLE_MPI_DRIVER_TIMEOUT": "30"}
+    t0 = time.monotonic()
+    job = run_job(mpich_python(), sum(SLOTS), fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan=plan,
+                  env=env, timeout=600)
+    assert job.rc == 74, job.describe()
+    assert "the driver's MPI library made no progress for" in job.stderr, job.describe()
+    assert time.monotonic() - t0 < 400, job.describe()
     assert no_leftover_processes(str(tmp_path)) == []

@@ -234,3 +234,36 @@ def test_overdue_and_stalled_are_the_per_worker_checks_on_random_histories():
             assert got_o == reference_overdue(beats), seed
             want_s = reference_stalled(stalls)
             assert got_s == want_s and list(got_s) == list(want_s), seed
+
+
+def test_a_heartbeat_thread_stuck_past_the_limit_is_named_with_how_long():
+    from mixle_mpi.policy.heartbeat import listener_stuck
+
+    assert listener_stuck(passed_at=100.0, now=150.0, limit=90.0) is None
+    assert listener_stuck(passed_at=100.0, now=190.0, limit=90.0) is None  # at the limit: not yet
+    assert listener_stuck(passed_at=100.0, now=190.5, limit=90.0) == 90.5
+
+
+def test_the_watchdog_ends_the_driver_when_no_heartbeat_pass_completes_and_not_before():
+    """Real threads and a short limit; the ending is recorded instead of exiting."""
+    import time
+
+    from mixle_mpi.runtime.watchdog import Watchdog
+
+    class Listener:
+        passed_at = time.monotonic()
+
+    ended: list[str] = []
+    healthy, stuck = Listener(), Listener()
+    dogs = [Watchdog(healthy, limit=0.3, check_every=0.02, end=lambda m: ended.append("healthy: " + m)),
+            Watchdog(stuck, limit=0.3, check_every=0.02, end=ended.append)]
+    for d in dogs:
+        d.start()
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        healthy.passed_at = time.monotonic()  # passes keep completing
+        time.sleep(0.02)
+    for d in dogs:
+        d.stop()
+    assert len(ended) == 1 and ended[0].startswith("the driver's MPI library made no progress for"), ended
+    assert "run the same command again to resume" in ended[0]

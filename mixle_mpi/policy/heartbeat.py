@@ -106,3 +106,14 @@ class StallTracker:
         now, timeout = self.clock(), self.timeout
         late = sorted(w for w, (_, t) in self._seen.items() if now - t > timeout)  # sort only these
         return {w: now - self._seen[w][1] for w in late}
+
+
+WATCHDOG_MARGIN = 30.0  # seconds past reconfigure_timeout: the driver's own deadlines always act first
+
+
+def listener_stuck(passed_at: float, now: float, limit: float) -> float | None:
+    """Seconds the driver's heartbeat thread has not completed a pass, when that is over
+    ``limit`` (then a call into the MPI library is blocking it, and every other one); None
+    while it is fine."""
+    silent = now - passed_at
+    return silent if silent > limit else None

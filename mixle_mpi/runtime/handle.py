@@ -140,6 +140,8 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         from mixle_mpi.runtime import startup
         from mixle_mpi.runtime.driver import Driver
         from mixle_mpi.runtime.monitor import Monitor
+        from mixle_mpi.runtime.watchdog import Watchdog
+        from mixle_mpi.policy.heartbeat import WATCHDOG_MARGIN
         from mixle_mpi.runtime.shrink import probe_continuation
         from mixle_mpi.policy.failover import failover_status
         from mixle_mpi.policy.reconfig import spawn_unavailable, srun_plugin
@@ -204,6 +206,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         ranks = {w: i + 1 for i, w in enumerate(members)}  # worker id (world rank) -> rank in gcomm
         monitor = Monitor(self.settings.heartbeat_period, self.settings.heartbeat_timeout, self.settings.stall_timeout,
                           self.settings.heartbeat_fanin)
+        monitor.watchdog = Watchdog(monitor, self.settings.reconfigure_timeout + WATCHDOG_MARGIN)
         for w, r in ranks.items():
             monitor.watch(w, Link(gcomm, ghb, r))
         monitor.start()

@@ -30,6 +30,8 @@ class Monitor:
         self._outbox: dict[int, Role] = {}  # roles changed, not sent yet
         self._notes: dict[int, list] = {}    # other messages for a worker's heartbeat thread (a Fence)
         self._replan = False
+        self.passed_at = time.monotonic()   # when the last pass completed (runtime/watchdog.py)
+        self.watchdog = None                # started and stopped with this thread, if set
         self.tracker = HeartbeatTracker(timeout)
         self.stalls = StallTracker(stall_timeout)
         self.lock = threading.Lock()
@@ -39,9 +41,14 @@ class Monitor:
         self._thread = threading.Thread(target=self._run, daemon=True, name="mixle-mpi-monitor")
 
     def start(self) -> None:
+        self.passed_at = time.monotonic()
         self._thread.start()
+        if self.watchdog is not None:
+            self.watchdog.start()
 
     def stop(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5 * self.period + 1.0)
@@ -162,6 +169,7 @@ class Monitor:
                     self.tracker.watch(self.tracker.watched)
                 last = now
                 self._name_suspects()
+            self.passed_at = time.monotonic()
             self._stop.wait(self.period / 2)
 
     def _record(self, results: dict) -> None:
