@@ -101,9 +101,10 @@ def test_checkpoint_after_past_the_end_is_a_plain_fold(name):
 
 
 def _bare_handle(num_shards: int) -> ResilientMPIEncodedData:
-    """A handle with no MPI behind it: _fold only reads num_shards."""
+    """A handle with no MPI behind it: folding reads only num_shards (and no journal)."""
     h = object.__new__(ResilientMPIEncodedData)
     h.num_shards = num_shards
+    h.journal = None
     return h
 
 
@@ -112,13 +113,12 @@ def test_driver_fold_uses_shard_id_order_not_arrival_order(name):
     est, payloads = setup(name)
     canonical = checkpointed_fold(est, list(payloads))
     canonical_bytes = pickle.dumps(canonical, protocol=pickle.HIGHEST_PROTOCOL)
-    h = _bare_handle(S)
     rng = random.Random(7)
     orders = [list(range(S)), list(reversed(range(S)))] + [rng.sample(range(S), S) for _ in range(8)]
     for order in orders:
-        results = {s: payloads[s] for s in order}  # insertion order = "arrival" order
-        assert list(results) == order
-        got = h._fold(est, results)
+        h = _bare_handle(S)
+        h._driver = _FakeDriver({s: payloads[s] for s in order})  # insertion order = "arrival" order
+        got = h._folded("estep", est, (est, None))
         assert same_bits(got, canonical), (name, order)
         assert pickle.dumps(got, protocol=pickle.HIGHEST_PROTOCOL) == canonical_bytes, (name, order)
 
@@ -137,13 +137,12 @@ def test_fold_order_matters_so_canonical_order_is_needed():
     assert differs, "expected at least one model whose fold depends on order"
 
 
-def test_driver_fold_ignores_extra_results_and_requires_every_shard():
+def test_driver_fold_requires_every_shard():
     est, payloads = setup("poisson")
     h = _bare_handle(3)
-    results = {3: payloads[3], 2: payloads[2], 0: payloads[0], 1: payloads[1]}
-    assert same_bits(h._fold(est, results), checkpointed_fold(est, list(payloads[:3])))
-    with pytest.raises(KeyError):
-        h._fold(est, {0: payloads[0], 2: payloads[2]})
+    h._driver = _FakeDriver({0: payloads[0], 2: payloads[2]})
+    with pytest.raises(RuntimeError, match="fold incomplete: shards 1.. of 3 missing"):
+        h._folded("estep", est, (est, None))
 
 
 class _FakeDriver:
@@ -153,8 +152,11 @@ class _FakeDriver:
         self.results = results
         self.calls = []
 
-    def run_round(self, kind, payload, *extra):
+    def run_round(self, kind, payload, *extra, fold=None, **_):
         self.calls.append(kind)
+        for shard, result in self.results.items():  # as the real one: each result as it arrives
+            if fold is not None:
+                fold(shard, result)
         return dict(self.results)
 
 
@@ -199,8 +201,10 @@ def test_initialize_seeds_by_shard_and_folds_in_shard_order():
     init = {s: init_shard(est, 0.5, int(seeds[s]), chunks[s]) for s in range(S)}
 
     class InitDriver(_FakeDriver):
-        def run_round(self, kind, payload, seeds_by_shard=None):
+        def run_round(self, kind, payload, seeds_by_shard=None, fold=None):
             self.calls.append((kind, payload[1], seeds_by_shard))
+            for s in (1, 3, 0, 2):
+                fold(s, init[s])
             return {s: init[s] for s in (1, 3, 0, 2)}
 
     h = _bare_handle(S)
@@ -210,3 +214,22 @@ def test_initialize_seeds_by_shard_and_folds_in_shard_order():
     assert call == ("init", 0.5, {s: int(seeds[s]) for s in range(S)})
     nobs, value = checkpointed_fold(est, [init[s] for s in range(S)])
     assert pickle.dumps(got) == pickle.dumps(est.estimate(nobs, value))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_folding_as_results_arrive_in_any_order_gives_checkpointed_folds_bits(model):
+    """PrefixFold (the driver folds each payload once every lower shard is in) against
+    mixle's checkpointed_fold over the same payloads, for arrival orders shuffled by seed."""
+    from mixle_mpi.core.prefixfold import PrefixFold
+
+    estimator, payloads = setup(model)
+    want = checkpointed_fold(estimator, payloads)
+    for seed in range(5):
+        order = list(range(len(payloads)))
+        random.Random(seed).shuffle(order)
+        fold = PrefixFold(estimator, len(payloads))
+        for s in order:
+            fold.add(s, payloads[s])
+        assert same_bits(fold.result(), want), (model, order)
+    with pytest.raises(RuntimeError, match="fold incomplete"):
+        PrefixFold(estimator, len(payloads)).result()

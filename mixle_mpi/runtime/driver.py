@@ -489,11 +489,12 @@ class Driver:
 
     # -- rounds --------------------------------------------------------------------
     def run_round(self, kind: str, body: Any, extras: dict[int, Any] | None = None,
-                  preloaded: dict[int, Any] | None = None, record=None) -> dict[int, Any]:
+                  preloaded: dict[int, Any] | None = None, record=None, fold=None) -> dict[int, Any]:
         """Compute every shard's result for one call; exact whatever fails meanwhile.
 
         ``preloaded`` results (from a fold journal) are not recomputed; ``record(shard,
-        result)`` is called for each result as it arrives."""
+        result)`` is called for each result as it arrives (the journal), and so is
+        ``fold(shard, result)`` (for every result, the preloaded ones first)."""
         t0, started_at, due = time.perf_counter(), time.time(), round_window(time.monotonic(), self.round_seconds.get(kind))
         call = self.calls[kind]
         self.calls[kind] += 1
@@ -504,6 +505,9 @@ class Driver:
         body_b = self.body_b = pickle.dumps(body, protocol=PROTO)
         extras = extras or {}
         results: dict[int, Any] = dict(preloaded or {})
+        if fold is not None:
+            for shard in sorted(results):
+                fold(shard, results[shard])
         state = RoundState(self.num_shards, frozenset(results))
         failed_before = set(self.pending)
 
@@ -544,6 +548,8 @@ class Driver:
                             continue
                         results[shard] = payload
                         progressed = True
+                        if fold is not None:
+                            fold(shard, payload)
                         if record is not None:
                             record(shard, payload)
                             if kind == "estep" and len(results) < self.num_shards:

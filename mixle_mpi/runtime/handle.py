@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 from mixle.utils.parallel.planner import EncodedDataHandle
-from mixle.utils.parallel.resilient_em import checkpointed_fold
 from mixle.utils.vector import validate_initialization_probability, validated_initialized_observations
 
 from mixle_mpi.core import logs
@@ -24,6 +23,7 @@ from mixle_mpi.runtime import exiting
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import ConfigError, DataError, ReconfigurationTimeout
 from mixle_mpi.core.estep import PROTO
+from mixle_mpi.core.prefixfold import PrefixFold
 from mixle_mpi.storage.events import EventLog
 from mixle_mpi.policy.faults import FIRED_ENV, parse_plan, plan_from_env, read_fired, unfired
 from mixle_mpi.core.validate import check_int
@@ -344,34 +344,35 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         return {0: peak_rss_mb(), **dict(sorted(self._driver.peak_rss_mb.items()))}
 
     # -- protocol recognized by mixle.stats dispatch -------------------------------
-    def _fold(self, estimator, results: dict[int, bytes]):
-        return checkpointed_fold(estimator, [results[s] for s in range(self.num_shards)])
-
-    def _estep(self, estimator: Any, model: Any) -> dict[int, bytes]:
-        if self.journal is None:
-            return self._driver.run_round("estep", (estimator, model))
+    def _folded(self, kind: str, estimator: Any, body: Any, extras: dict | None = None) -> tuple[float, Any]:
+        """One round of ``kind`` folded as its results arrive, in shard-id order (the bits of
+        ``checkpointed_fold``); with the fold journal, results already journaled are reused."""
+        fold = PrefixFold(estimator, self.num_shards)
+        if self.journal is None or kind != "estep":
+            self._driver.run_round(kind, body, extras, fold=fold.add)
+            return fold.result()
         from mixle_mpi.storage.journal import round_key
 
-        found = self.journal.begin(round_key(estimator, model))
+        found = self.journal.begin(round_key(*body))
         if found:
             self.events.emit("journal_reused", shards=sorted(found), path=self.journal.path)
-        return self._driver.run_round("estep", (estimator, model), preloaded=found, record=self.journal.record)
+        self._driver.run_round(kind, body, preloaded=found, record=self.journal.record, fold=fold.add)
+        return fold.result()
 
     def pysp_seq_estimate(self, estimator: Any, prev_estimate: Any) -> Any:
         """One resilient EM step: E-step on the workers, canonical fold and M-step here."""
-        nobs, value = self._fold(estimator, self._estep(estimator, prev_estimate))
+        nobs, value = self._folded("estep", estimator, (estimator, prev_estimate))
         return estimator.estimate(nobs, value)
 
     def pysp_stream_accumulate(self, estimator: Any, model: Any) -> tuple[float, Any]:
         """Folded, key-tied sufficient statistics for streaming EM."""
-        return self._fold(estimator, self._estep(estimator, model))
+        return self._folded("estep", estimator, (estimator, model))
 
     def pysp_seq_initialize(self, estimator: Any, rng: np.random.RandomState, p: float) -> Any:
         """Randomized initialization; each shard uses its own seed from ``rng``."""
         p = validate_initialization_probability(p)
         seeds = rng.randint(2**31, size=self.num_shards)
-        results = self._driver.run_round("init", (estimator, float(p)), {s: int(seeds[s]) for s in range(self.num_shards)})
-        nobs, value = self._fold(estimator, results)
+        nobs, value = self._folded("init", estimator, (estimator, float(p)), {s: int(seeds[s]) for s in range(self.num_shards)})
         with warnings.catch_warnings():
             # The initial model is estimated from an init_p sample, so a component with fewer
             # rows than parameters is expected here: EM's first step re-estimates it from all
