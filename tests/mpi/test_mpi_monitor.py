@@ -120,16 +120,22 @@ def _relayed_worker(comm, data, hb) -> None:
     _stop_beating(worker)
 
 
+def _relaying_monitor(data, hb, size: int) -> Monitor:
+    """A started monitor with fan-in at 1: one relay (worker 1) for every other worker."""
+    monitor = Monitor(PERIOD, TIMEOUT, max_direct=1)
+    for r in range(1, size):
+        monitor.watch(r, Link(data, hb, r))
+    monitor.start()
+    return monitor
+
+
 def test_a_relayed_worker_that_stops_beating_is_named_through_its_relay(comm, no_exit):
     """Fan-in with one relay (max_direct=1): worker 1 relays for worker 2, whose silence
     reaches the driver through worker 1's beats; worker 1 alone then beats directly."""
     rank, size = comm.Get_rank(), comm.Get_size()
     data, hb = comm.Dup(), comm.Dup()
     if rank == 0:
-        monitor = Monitor(PERIOD, TIMEOUT, max_direct=1)
-        for r in range(1, size):
-            monitor.watch(r, Link(data, hb, r))
-        monitor.start()
+        monitor = _relaying_monitor(data, hb, size)
         try:
             assert _watch_for(monitor, 2 * TIMEOUT) == {}  # members heard through the relay
             assert monitor.relays() == {r: 1 for r in range(2, size)}
@@ -156,10 +162,7 @@ def test_when_a_relay_stops_beating_its_members_beat_to_the_driver_again(comm, n
     rank, size = comm.Get_rank(), comm.Get_size()
     data, hb = comm.Dup(), comm.Dup()
     if rank == 0:
-        monitor = Monitor(PERIOD, TIMEOUT, max_direct=1)
-        for r in range(1, size):
-            monitor.watch(r, Link(data, hb, r))
-        monitor.start()
+        monitor = _relaying_monitor(data, hb, size)
         try:
             assert _watch_for(monitor, 2 * TIMEOUT) == {}
             _tell(comm, [1], "stop beating")
