@@ -52,7 +52,8 @@ def test_a_fit_across_three_hosts_gives_the_same_bits(hosts, tmp_path, reference
 def test_a_worker_on_another_host_that_hangs_or_dies_is_fenced_there_and_recovered(action, hosts, tmp_path, reference):
     """Worker 2 on host B is SIGSTOPped (or SIGKILLed). The driver on host A cannot signal
     it; worker 1, also on host B, kills it for the driver (a stopped process is not dead to
-    MPI, and Open MPI's shrink would wait for it). The fit ends with the reference's bits."""
+    MPI, and Open MPI's shrink would wait for it). Its replacement starts on host B again.
+    The fit ends with the reference's bits."""
     plan = f"2:{action}:estep_before:2"
     fault_log = tmp_path / "fired.jsonl"
     job = _job(hosts, tmp_path, plan=plan, env={"MIXLE_MPI_FAULT_LOG": str(fault_log)})
@@ -62,6 +63,11 @@ def test_a_worker_on_another_host_that_hangs_or_dies_is_fenced_there_and_recover
     detected = [e for e in job.events if e["event"] == "failure_detected"]
     assert [(e["worker"], e["host"]) for e in detected] == [(2, "hostb")], job.describe()
     assert detected[0].get("fenced_by") == 1 and not detected[0]["fenced"], detected
+    # host B is up (worker 1 lives there): the replacement starts there, not on the driver's host
+    started = [e for e in job.events if e["event"] == "respawn_started"]
+    joined = [e for e in job.events if e["event"] == "respawned"]
+    assert [(e["worker"], e.get("on_host")) for e in started] == [(2, "hostb")], job.describe()
+    assert [(e["worker"], e["host"]) for e in joined] == [(2, "hostb")], job.describe()
     assert no_leftover_processes(str(tmp_path)) == [] and hosts.pids(1) == [] and hosts.pids(2) == []
 
 

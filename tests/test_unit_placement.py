@@ -233,3 +233,14 @@ def test_only_workers_that_can_read_the_store_and_have_enough_to_load_read_their
     assert own_readers(loads, can_read=[1, 2, 4]) == {1, 4}       # 2: too little; 3: cannot open it
     assert own_readers(loads, can_read=[1, 2, 3, 4], min_bytes=0) == {1, 2, 3, 4}
     assert own_readers(loads, can_read=[]) == set()
+
+
+def test_a_replacement_goes_back_to_its_host_while_it_is_up_else_to_the_least_loaded_one():
+    from mixle_mpi.policy.placement import respawn_host
+
+    assert respawn_host("a", ["a", "a", "a"], driver_host="a") is None           # one host: MPI maps it
+    assert respawn_host("b", ["b", "c", "c"], driver_host="a") == "b"           # b is up (a live worker)
+    assert respawn_host("b", ["c", "c", "d"], driver_host="a") == "d"           # b is gone: fewest there
+    assert respawn_host("b", ["d", "c"], driver_host="a") == "c"                # ties: by name
+    assert respawn_host(None, [], driver_host="a") is None
+    assert respawn_host("b", [], driver_host="a") is None                       # nothing live to judge by

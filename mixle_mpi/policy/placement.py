@@ -58,3 +58,19 @@ def own_readers(loads: Mapping[int, int], can_read: Iterable[int], min_bytes: in
     one worker after another."""
     readers = set(can_read)
     return {w for w, size in loads.items() if w in readers and size >= min_bytes}
+
+
+def respawn_host(failed_host: str | None, live_hosts: Iterable[str], driver_host: str) -> str | None:
+    """Where a failed worker's replacement starts, when the job spans several hosts: back on
+    its own host while that host still runs a live worker (it is up: the process died, not
+    the machine), else on the host with the fewest live workers (ties: by name). None on one
+    host, or with nothing known: MPI's own mapping then places it."""
+    hosts = list(live_hosts)
+    if len(set(hosts) | {driver_host}) < 2:
+        return None
+    if failed_host in hosts:
+        return failed_host
+    counts: dict[str, int] = {}
+    for h in hosts:
+        counts[h] = counts.get(h, 0) + 1
+    return min(counts, key=lambda h: (counts[h], h)) if counts else None

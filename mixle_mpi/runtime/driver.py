@@ -31,7 +31,7 @@ from mixle_mpi.policy.membership import Membership
 from mixle_mpi.policy.pacing import NEVER, round_window
 from mixle_mpi.runtime.monitor import Monitor
 from mixle_mpi.policy.joining import Join, release_plan, work_of
-from mixle_mpi.policy.placement import initial_placement, own_readers
+from mixle_mpi.policy.placement import initial_placement, own_readers, respawn_host
 from mixle_mpi.policy import reconfig
 from mixle_mpi.policy.reconfig import (EMULATED, Adopt, Blacklist, KeepComm, Respawn, ShrinkComm, renumber,
                                        shrink_method, spawn_timeout_is_fatal)
@@ -55,6 +55,21 @@ ULFM_CHECK_WAIT, ULFM_CHECK_POLL = 1.0, 0.01  # seconds ULFM gets to report excl
 RERUN_ADVICE = ("Nothing saved is lost: `mixle-mpi run`/`fit` runs the job again by itself (--resume-retries, "
                 "default 1), which resumes from the last checkpoint if one is configured; exit 74 means rerun "
                 "the same command. Or disable respawn (--no-respawn)")
+
+
+def spawn_on(host: str | None, exe: str, args: list[str]):
+    """``Spawn`` one replacement, on ``host`` when one is named (the "host" info key, which
+    Open MPI and MPICH read); where the library refuses that host, wherever it maps it."""
+    if host:
+        info = MPI.Info.Create()
+        info.Set("host", host)
+        try:
+            return MPI.COMM_SELF.Spawn(exe, args=args, maxprocs=1, info=info, root=0)
+        except MPI.Exception:
+            pass
+        finally:
+            info.Free()
+    return MPI.COMM_SELF.Spawn(exe, args=args, maxprocs=1, root=0)
 
 
 class Driver:
@@ -111,6 +126,7 @@ class Driver:
         self.reads_store: set[int] = set()            # workers that read their own shards (Ready.reads_store)
         self.started_at: dict[int, str] = {}          # worker -> its process's start time (Ready.started)
         self.read_own: set[int] = set()               # the workers that read their own shards at the last load
+        self.respawn_hosts: dict[int, str | None] = {}  # place -> the host its last replacement was asked on
         self.owners = {**initial_placement(self.num_shards, holders), **{s: [] for s in ids[len(holders):]}}
         self.pending: set[int] = set()                # failed since the last reconfiguration
         self.kept: dict[int, int] = {}                # shard -> the live worker keeping it encoded for its place
@@ -742,9 +758,12 @@ class Driver:
             return False
         exe, *args = self._replacement_command()
         self._wait_fenced_gone()
+        host = respawn_host(self.info.get(worker, (None, None))[0],
+                            [self.info[w][0] for w in self._live() if w != worker and w in self.info], self.host)
+        self.respawn_hosts[worker] = host
 
         def spawn():
-            inter = MPI.COMM_SELF.Spawn(exe, args=args, maxprocs=1, root=0)
+            inter = spawn_on(host, exe, args)
             pair = inter.Merge(high=False)
             return inter, pair, pair.Dup()
 
@@ -783,7 +802,8 @@ class Driver:
         incarnation = self.membership.revive(worker)
         self.joining[worker] = Join(worker, time.monotonic())
         self.events.emit("respawn_started", worker=worker, incarnation=incarnation,
-                         shards=list(self.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6))
+                         shards=list(self.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6),
+                         **({"on_host": self.respawn_hosts[worker]} if self.respawn_hosts.get(worker) else {}))
         self.faults.check("respawn")  # the driver's own chaos, while a replacement is on its way
 
     def _spawn_unavailable(self, worker: int, cause: str) -> None:
