@@ -62,8 +62,8 @@ def main(argv=None) -> int:
         f"seed {args.seed}, kinds {args.kinds}, {args.runs} runs, up to {args.max_its} iterations; the "
         f"`host` kind SIGKILLs ranks 1-2 at once: every worker of host B (its Open MPI daemon lives on).", "",
         f"Result: exit {proc.returncode}; {summary.get('runs', '?')} runs counted, {summary.get('failures', '?')} failed; "
-        f"campaign ok: {report.get('ok')}. Failures fenced on their own host by a live worker there "
-        f"(`fenced_by`): {fenced_by}.", "",
+        f"campaign ok: {report.get('ok')}. Failures that a live worker on the victim's host was asked "
+        f"to fence (`fenced_by`; a SIGKILLed process is gone already and the fence does nothing): {fenced_by}.", "",
         "Causes the driver gave:", "", *[f"- `{c}`" for c in causes], "",
         "```", proc.stdout.strip()[-6000:], "```", "",
         f"Command: `python bench/chaos_hosts.py {' '.join(argv if argv is not None else sys.argv[1:])}`", ""])
