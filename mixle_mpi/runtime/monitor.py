@@ -102,12 +102,7 @@ class Monitor:
         """MPI only, outside the lock: the beats waiting from ``link``'s worker, and one back
         (its new ``role`` if it has one). A relayed worker only gets its new role; ``notes``
         go to either."""
-        beats = []
-        while not relayed:
-            beat = link.poll(TAG_HB, comm=link.hb)
-            if beat is None:
-                break
-            beats.append(beat)
+        beats = [] if relayed else link.drain(TAG_HB, comm=link.hb)
         link.hb_sends = [r for r in link.hb_sends if not r.Test()]
         for note in notes:
             link.hb_sends.append(link.hb.isend(note, dest=link.peer, tag=TAG_HB))

@@ -69,6 +69,19 @@ class Link:
             raise PeerFailed(exc.Get_error_class(), str(exc)) from None
 
 
+    def drain(self, tag: int, comm: Any = None) -> list:
+        """Every pending message from the peer with ``tag`` (payloads may be None: a
+        driver's heartbeat answer is); raises PeerFailed on ULFM errors."""
+        comm = self.comm if comm is None else comm
+        got = []
+        try:
+            while (msg := comm.improbe(source=self.peer, tag=tag)) is not None:
+                got.append(msg.recv())
+        except MPI.Exception as exc:
+            raise PeerFailed(exc.Get_error_class(), str(exc)) from None
+        return got
+
+
 class Backoff(Pacing):
     """Sleep between polls, growing from ``low`` to ``high`` seconds; reset on progress; short
     sleeps inside the ``window`` where a message is due (``policy/pacing.py``).

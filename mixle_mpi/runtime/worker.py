@@ -143,7 +143,7 @@ class Worker:
                     fanin.on(link)
                     fanin.beat(link, Beat(self.worker_id, self.incarnation, seq, self.progress, self.busy,
                                           fanin.report()))
-                    while (msg := link.poll(TAG_HB, comm=link.hb)) is not None:
+                    for msg in link.drain(TAG_HB, comm=link.hb):  # every answer: most are None
                         self.last_driver = time.monotonic()
                         if isinstance(msg, Fence):
                             fence(msg)

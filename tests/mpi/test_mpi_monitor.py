@@ -179,3 +179,33 @@ def test_when_a_relay_stops_beating_its_members_beat_to_the_driver_again(comm, n
             _tell(comm, range(1, size), "done")
     else:
         _relayed_worker(comm, data, hb)
+
+
+def test_an_idle_worker_keeps_hearing_the_driver_through_its_answers(comm, no_exit):
+    """No command for four times driver_timeout: the monitor's answers to the beats (their
+    payload is None) must keep the worker's view of the driver fresh, every one of them
+    read (none left to pile up unread), so the worker never gives the driver up."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    data, hb = comm.Dup(), comm.Dup()
+    if rank == 0:
+        monitor = Monitor(PERIOD, TIMEOUT)
+        for r in range(1, size):
+            monitor.watch(r, Link(data, hb, r))
+        monitor.start()
+        try:
+            assert _watch_for(monitor, 2.0) == {}
+            _tell(comm, range(1, size), "check")
+            assert _watch_for(monitor, 0.2) == {}
+        finally:
+            monitor.stop()
+            _tell(comm, range(1, size), "done")
+    else:
+        worker = Worker(DeadlineLink(data, hb, 0), spawned=False)
+        worker.worker_id = rank
+        worker.start_heartbeats(PERIOD, driver_timeout=0.5)
+        ctl = Link(comm, comm, 0)
+        assert recv(ctl, TAG_CTL) == "check"
+        assert worker.lost is None and worker._beater.is_alive(), "the worker gave its driver up"
+        assert time.monotonic() - worker.last_driver < 0.5
+        assert recv(ctl, TAG_CTL) == "done"
+        _stop_beating(worker)
