@@ -110,7 +110,8 @@ class FakeHosts:
         hosts = ",".join(f"{a}:{n}" for a, n in zip(self.addresses, slots) if n)
         return (f"--prtemca plm_ssh_agent {self.agent} --prtemca oob_tcp_if_include 10.231.{self.subnet}.0/24 "
                 f"--mca btl_tcp_if_include 10.231.{self.subnet}.0/24 --host {hosts} --map-by slot "
-                "-x MIXLE_MPI_* -x PYTHONWARNINGS -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS")
+                "-x MIXLE_MPI_* -x PYTHONWARNINGS -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS"
+                + (" -x PYTHONPATH" if os.environ.get("PYTHONPATH") else ""))  # a checkout run from elsewhere
 
     def mpich_args(self, slots: list[int] | None = None) -> str:
         """MPICH Hydra's flags for the same hosts (its ofi network layer needs
