@@ -410,7 +410,7 @@ def test_a_worker_reads_the_rows_the_driver_would_stream(tmp_path, data, monkeyp
 
 
 def test_each_store_has_its_own_id_and_a_worker_tells_another_file_at_the_same_path(tmp_path):
-    from mixle_mpi.runtime.worker import opens_store
+    from mixle_mpi.storage.store import opens_store
 
     path = tmp_path / "s.h5"
     with ShardStore.create(path, np.arange(10.0), 2) as first:

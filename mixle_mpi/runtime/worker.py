@@ -36,7 +36,7 @@ from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_R
 from mixle_mpi.runtime.beatrelay import BeatRelay
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.runtime.takeover import NoAgreement, agree, announce, driver_in, peer_says_driver_dead
-from mixle_mpi.storage.store import ShardStore, rows_from_packed
+from mixle_mpi.storage.store import ShardStore, opens_store, rows_from_packed
 from mixle_mpi.runtime.transport import Backoff, Link, PeerFailed, host_and_pid
 
 
@@ -419,15 +419,6 @@ def fence(msg: Fence) -> None:
         return
     logs.get("worker").warning(f"worker rank {_who['rank']} (pid {os.getpid()}): fenced failed worker "
                                f"{msg.worker} (pid {msg.pid}) on this host for the driver")
-
-
-def opens_store(path: str, store_id: str) -> bool:
-    """This rank can open the driver's shard store at ``path`` (the same file: its id matches)."""
-    try:
-        with ShardStore.open(path) as store:
-            return store.store_id == store_id
-    except Exception:  # noqa: BLE001 - unreadable, absent, another file: the driver streams
-        return False
 
 
 def quit_on_abort(msg: Abort) -> None:

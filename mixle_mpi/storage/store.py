@@ -47,6 +47,16 @@ def rows_from_packed(packed: tuple[str, object]) -> list:
     return obj.tolist() if kind == "scalars" else list(obj)
 
 
+def opens_store(path: str, store_id: str) -> bool:
+    """The store at ``path`` opens here and is the one with ``store_id`` (not another file at
+    the same path, such as a node-local copy): a worker can read its own shards from it."""
+    try:
+        with ShardStore.open(path) as store:
+            return store.store_id == store_id
+    except Exception:  # noqa: BLE001 - unreadable, absent, another file: the driver streams
+        return False
+
+
 def _numeric(dtype: np.dtype) -> bool:
     return dtype.kind in _NUMERIC and dtype.fields is None
 
