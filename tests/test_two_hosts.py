@@ -41,6 +41,7 @@ def _hosts_of(job) -> dict:
     return {int(w): h for w, h in loaded[0]["hosts"].items()}
 
 
+@FULL_ONLY  # CI time: the hung-worker test below runs over the same hosts, with a failure
 def test_a_fit_across_three_hosts_gives_the_same_bits(hosts, tmp_path, reference):
     job = _job(hosts, tmp_path)
     assert job.rc == 0, job.describe()
@@ -61,6 +62,7 @@ def test_a_worker_on_another_host_that_hangs_or_dies_is_fenced_there_and_recover
     assert unfired(plan, read_fired(str(fault_log))) == [], job.describe()
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    assert _hosts_of(job) == {1: "hostb", 2: "hostb", 3: "hostc", 4: "hostc"}, job.describe()
     assert "fenced failed worker 2" in job.stderr, job.describe()  # worker 1 killed it on host B
     assert [e["method"] for e in job.events if e["event"] == "shrink"] == ["ulfm"], job.describe()  # known dead
     detected = [e for e in job.events if e["event"] == "failure_detected"]
