@@ -93,3 +93,13 @@ def test_a_relayed_worker_gets_one_hop_more_and_relayed_news_never_moves_time_ba
     hb.set_hop(2, 0)
     hb.forget(1)
     assert hb.limit(2) == 1.0 and hb.watched == [2]
+
+
+def test_a_member_is_not_named_silent_while_its_relay_is_silent_too():
+    from mixle_mpi.policy.fanin import named_silent
+
+    via = {2: 1, 3: 1, 5: 4}
+    assert named_silent([1, 2, 3], via, suspects=[]) == [1]        # the relay stopped: only it
+    assert named_silent([2, 3], via, suspects=[1]) == []           # its members wait for new roles
+    assert named_silent([2, 5], via, suspects=[]) == [2, 5]        # relays beating: members are silent
+    assert named_silent([6, 1], via, suspects=[6]) == [1]          # named once

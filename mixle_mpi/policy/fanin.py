@@ -101,3 +101,12 @@ class MemberBook:
         now = self.clock()
         return tuple(Relayed(self.members[r], now - t, p, b, self._failed.get(r, ""))
                      for r, (t, p, b) in sorted(self._seen.items()))
+
+
+def named_silent(overdue: Iterable[int], via: Mapping[int, int], suspects: Iterable[int]) -> list[int]:
+    """The overdue workers to name failed now: not a member whose relay is overdue or
+    suspect itself (the relay's silence is the member's; the member gets a new role and a
+    fresh deadline once the relay is failed), and not one named already."""
+    late = set(overdue)
+    named = set(suspects)
+    return [w for w in sorted(late) if w not in named and via.get(w) not in late | named]

@@ -15,7 +15,7 @@ import time
 from mpi4py import MPI
 
 from mixle_mpi.core.protocol import TAG_HB, Beat
-from mixle_mpi.policy.fanin import DEFAULT_MAX_DIRECT, DIRECT, Role, plan, roles
+from mixle_mpi.policy.fanin import DEFAULT_MAX_DIRECT, DIRECT, Role, named_silent, plan, roles
 from mixle_mpi.policy.heartbeat import HeartbeatTracker, StallTracker
 from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, Link, PeerFailed
 
@@ -195,7 +195,7 @@ class Monitor:
 
     def _name_suspects(self) -> None:
         """Under the lock: the silent ones and the stuck ones."""
-        for worker in self.tracker.overdue():
+        for worker in named_silent(self.tracker.overdue(), self._via, self._suspects):
             if worker not in self._suspects:
                 silent = self.tracker.silence(worker)
                 via = f", heard through its relay, worker {self._via[worker]}" if worker in self._via else ""
