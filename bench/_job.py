@@ -335,6 +335,7 @@ def run_resilient(args) -> None:
         num_shards = enc.num_shards
         failures = sum(enc.failures.values())
         rounds = enc.rounds
+        rung = sorted(drv.bells)
     if h5file is not None:
         h5file.close()
     st = clock.stamps
@@ -360,7 +361,8 @@ def run_resilient(args) -> None:
     record.update(ranks=MPI.COMM_WORLD.Get_size(), compute_ranks=MPI.COMM_WORLD.Get_size() - 1,
                   num_shards=num_shards, failures=failures, rounds=rounds,
                   estep_calls=[list(ev) for ev in events if ev[0] == "estep_call"],
-                  iteration_stamps=st, launched_at=args.launched_at, payload=payload)
+                  iteration_stamps=st, launched_at=args.launched_at, payload=payload,
+                  rung_workers=rung)
     startup["first_round_started_at"] = rounds[0]["started_at"] if rounds else None
     startup["vmhwm_end"] = vm_hwm()
     record["startup"] = startup

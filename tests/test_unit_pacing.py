@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from mixle_mpi.policy.pacing import (DUE_FROM, DUE_MARGIN, DUE_UNTIL, FINE, FIRST_ROUND_WINDOW, HIGH, LOW, NEVER,
+from mixle_mpi.policy.pacing import (BELL_CAP, DUE_FROM, DUE_MARGIN, DUE_UNTIL, FINE, FIRST_ROUND_WINDOW, HIGH, LOW, NEVER,
                                      NEXT_TASK_WINDOW, Pacing, next_task_window, round_window)
 
 
@@ -68,3 +68,18 @@ def test_an_expensive_pass_is_followed_by_a_proportionally_longer_sleep():
 
 def test_a_worker_expects_its_next_task_after_about_the_last_gap():
     assert next_task_window(7.0, 0.01) == pytest.approx((7.0 + DUE_FROM * 0.01, 7.0 + DUE_UNTIL * 0.01 + DUE_MARGIN))
+
+
+def test_with_a_doorbell_there_is_no_fine_window_and_the_cap_is_the_bells():
+    """A ring ends the sleep: inside the window no fine polling, outside it up to BELL_CAP
+    (what a lost ring, or a failure only MPI reports, may wait)."""
+    p = Pacing(window=(0.0, 10.0), rung=True)
+    got = delays(p, [1.0] * 12)
+    assert got[0] == LOW and max(got) == BELL_CAP and BELL_CAP > HIGH
+
+
+def test_a_wait_that_stops_being_rung_polls_as_before():
+    p = Pacing(window=(0.0, 10.0), rung=True)
+    delays(p, [1.0] * 12)
+    p.rung = False
+    assert p.next_delay(1.0) == FINE  # inside the window again: fine polls

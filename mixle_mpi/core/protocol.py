@@ -57,6 +57,7 @@ class Setup(NamedTuple):
     store_path: str = ""     # the shard store a successor reopens: a worker that cannot read it drops out
     own_store: str = ""      # the store's id (with ``store_path``): a worker that opens the same store reads its shards itself
     armed: bool = False      # failover is on already (a checkpoint is being written), not only asked for
+    driver_bell: str = ""    # the driver's doorbell (runtime/doorbell.py), "" if it rings no one
 
 
 class Load(NamedTuple):
@@ -89,6 +90,7 @@ class Task(NamedTuple):
     body: bytes              # pickled once per round, shared by every task of the round
     items: list
     keep: bool = False       # keep shards sent with their rows encoded: a recovery that may be needed again
+    score_call: int = -1     # an E-step task that also scores its shards for this scoring call (policy/lookahead.py)
 
 
 class Release(NamedTuple):
@@ -136,6 +138,7 @@ class Ready(NamedTuple):
     no_failover: str = ""
     reads_store: bool = False  # it opened the driver's store (Setup.own_store): it can ReadOwn
     started: str = ""          # its process's start time: with ``pid``, names it for good (a fence)
+    bell: str = ""             # its doorbell, given only on the driver's host: ring it after each command
 
     @property
     def key(self) -> tuple:

@@ -61,6 +61,14 @@ class Settings:
     # The rows are the same either way, and so are the bits.
     workers_read_store: bool = True
     own_read_min_bytes: int = 8 << 20  # ... when it has at least this much to load (less comes faster from the driver)
+    # Ranks on the driver's host wake each other with a datagram beside each MPI message
+    # (runtime/doorbell.py) instead of polling finely while one is due: a round's messages
+    # arrive at once and a waiting rank takes no CPU. Off: every wait polls (policy/pacing.py).
+    doorbells: bool = True
+    # A scoring round also computes the E-step of the model it scores (policy/lookahead.py):
+    # mixle's EM loop asks for that E-step next, which then needs no round of its own. One
+    # round per EM iteration instead of two; the same bits. Off: a round per call.
+    estep_ahead: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -7,7 +7,10 @@ the workers need on an oversubscribed node, so every wait is a poll with a sleep
 round trip, which is most of the fixed cost of a short round; a fixed short sleep wastes CPU
 for the whole of a long one. So a waiting rank polls finely only in the window where it
 expects a message (:func:`round_window`, :func:`next_task_window`) and backs off outside it.
-Pure: the caller supplies the clock and does the sleeping.
+Where every message waited for comes with a ring of the waiter's doorbell
+(``runtime/doorbell.py``), the ring ends the sleep: the waiter need not poll finely at all,
+and sleeps up to ``BELL_CAP`` between polls (what a lost ring, or a failure MPI reports,
+may wait). Pure: the caller supplies the clock and does the sleeping.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 LOW = 0.0001     # s: first sleep after progress
 FINE = 0.0002    # s: longest sleep while a message is due
 HIGH = 0.001     # s: longest sleep otherwise (the latency a poll may add outside the window)
+BELL_CAP = 0.005  # s: longest sleep while a ring announces each message waited for
 
 NEVER = (math.inf, math.inf)
 
@@ -57,12 +61,14 @@ def next_task_window(replied: float, last_gap: float | None = None) -> tuple[flo
 @dataclass
 class Pacing:
     """Exponential backoff from ``low``, capped at ``fine`` inside the window and at ``high``
-    outside it; a sleep never runs past the window's start."""
+    outside it; a sleep never runs past the window's start. ``rung``: every message waited
+    for is announced by a ring that ends the sleep (no window then; capped at ``BELL_CAP``)."""
 
     low: float = LOW
     high: float = HIGH
     fine: float = FINE
     window: tuple[float, float] = NEVER
+    rung: bool = False
     delay: float = field(init=False)
 
     def __post_init__(self) -> None:
@@ -77,8 +83,10 @@ class Pacing:
         """Seconds to sleep before the next poll; ``pass_seconds``, what the last poll pass
         took, bounds the share of a core that polling may take (``PASS_SLEEP_FACTOR``)."""
         start, end = self.window
+        if self.rung:
+            start, end = -math.inf, -math.inf
         inside = start <= now < end
-        cap = self.fine if inside else self.high
+        cap = max(self.high, BELL_CAP) if self.rung else self.fine if inside else self.high
         d = min(self.delay, cap)
         if now < start:
             d = max(self.low, min(d, start - now))

@@ -29,6 +29,7 @@ from mixle_mpi.storage.events import EventLog
 from mixle_mpi.policy.faults import FaultInjector, plan_to_json
 from mixle_mpi.policy.membership import Membership
 from mixle_mpi.policy.pacing import NEVER, round_window
+from mixle_mpi.runtime import doorbell
 from mixle_mpi.runtime.monitor import Monitor
 from mixle_mpi.policy.joining import Join, release_plan, work_of
 from mixle_mpi.policy.placement import initial_placement, own_readers, respawn_host
@@ -112,6 +113,8 @@ class Driver:
         self.spawn_unavailable = spawn_unavailable  # why Spawn must not be tried here (srun), or None
         self.can_spawn = settings.respawn and spawn_command is not None
         self.host = MPI.Get_processor_name()
+        self.bell = doorbell.own() if settings.doorbells else None  # rung by the workers of this host
+        self.bells: dict[int, str] = {}               # worker -> its doorbell (Ready.bell): rung after each command
 
         self.gcomm = gcomm
         # Worker ids are the world ranks 1..workers, whoever came up: a rank left out at
@@ -152,6 +155,7 @@ class Driver:
             return  # a retired spare's old id, or a duplicate report
         self.monitor.forget(worker)
         self.links.pop(worker, None)
+        self.bells.pop(worker, None)
         self.stash.pop(worker, None)
         self.joining.pop(worker, None)
         self.kept = {s: h for s, h in self.kept.items() if h != worker}
@@ -206,6 +210,8 @@ class Driver:
             return False
         try:
             link.post(msg, TAG_CMD)
+            if worker in self.bells:
+                self.bell.ring(self.bells[worker])
             return True
         except PeerFailed as exc:
             self._fail(worker, f"ulfm: send failed ({exc})")
@@ -286,12 +292,18 @@ class Driver:
                 continue  # a rank no longer any worker's (failed and fenced): never heard again
             (got[w] if w in got else self.stash.setdefault(w, [])).append(self._take(w, payload))
 
-    @staticmethod
-    def _wait(step, window: tuple[float, float] = NEVER) -> None:
+    def _rung(self) -> bool:
+        """Whether a ring will end any wait: every worker rings the driver after each reply
+        (it is on this host), and no send of the driver's is still pending (a large message
+        may need its sender's progress: it is polled for)."""
+        return self.bell is not None and all(w in self.bells and not link.sends for w, link in self.links.items())
+
+    def _wait(self, step, window: tuple[float, float] = NEVER) -> None:
         """The driver's one wait loop: ``step()`` does one pass and returns True (progress),
         False (nothing yet: sleep a little, never spin) or None (done). Each caller's step
-        carries its own deadline; ``window`` is when replies are due (polled finely)."""
-        backoff = Backoff(window=window)
+        carries its own deadline; ``window`` is when replies are due (polled finely, unless
+        every reply comes with a ring of the driver's doorbell)."""
+        backoff = Backoff(window=window, bell=self.bell)
         while True:
             t = time.thread_time()  # the pass's own CPU: time descheduled is not its cost
             progressed = step()
@@ -300,6 +312,7 @@ class Driver:
             if progressed:
                 backoff.reset()
             else:
+                backoff.rung = self._rung()
                 backoff.sleep(time.thread_time() - t)  # an O(W) pass: never poll more than a share of a core
 
     def _collect(self, expect: dict[int, set], what: str) -> dict[int, list]:
@@ -367,7 +380,8 @@ class Driver:
                      blas_threads=s.blas_threads, fault_plan=self.fault_plan_json,
                      driver_host=self.host, driver_pid=os.getpid(), failover=self.failover,
                      store_path=os.path.abspath(self.store.path) if self.failover or own else "",
-                     own_store=own, armed=self.armed and worker not in self.unreached)
+                     own_store=own, armed=self.armed and worker not in self.unreached,
+                     driver_bell=self.bell.address if self.bell is not None else "")
 
     def _note_ready(self, worker: int, ready: Ready) -> None:
         self.info[worker] = (ready.host, ready.pid)
@@ -375,6 +389,10 @@ class Driver:
         (self.reads_store.add if ready.reads_store else self.reads_store.discard)(worker)
         rec = self.membership.records[worker]
         rec.host, rec.pid = ready.host, ready.pid
+        if ready.bell:
+            self.bells[worker] = ready.bell
+        else:
+            self.bells.pop(worker, None)
         if ready.no_failover:  # the others follow a dead driver without it
             self._out_of_failover(worker, ready.no_failover)
 
@@ -505,20 +523,28 @@ class Driver:
 
     # -- rounds --------------------------------------------------------------------
     def run_round(self, kind: str, body: Any, extras: dict[int, Any] | None = None,
-                  preloaded: dict[int, Any] | None = None, record=None, fold=None) -> dict[int, Any]:
+                  preloaded: dict[int, Any] | None = None, record=None, fold=None,
+                  body_b: bytes | None = None, scores: dict[int, Any] | None = None) -> dict[int, Any]:
         """Compute every shard's result for one call; exact whatever fails meanwhile.
 
         ``preloaded`` results (from a fold journal) are not recomputed; ``record(shard,
         result)`` is called for each result as it arrives (the journal), and so is
-        ``fold(shard, result)`` (for every result, the preloaded ones first)."""
+        ``fold(shard, result)`` (for every result, the preloaded ones first). ``body_b``:
+        ``body`` pickled already. ``scores``: an E-step round that also serves the next
+        scoring call (policy/lookahead.py); each shard's score lands there."""
         t0, started_at, due = time.perf_counter(), time.time(), round_window(time.monotonic(), self.round_seconds.get(kind))
         call = self.calls[kind]
         self.calls[kind] += 1
+        score_call = -1
+        if scores is not None:
+            score_call = self.calls["llsum"]
+            self.calls["llsum"] += 1
+            self.faults.check("llsum", score_call)
         if kind in ("estep", "llsum"):  # the driver's own chaos: before it sends the round out
             self.faults.check("estep_before" if kind == "estep" else "llsum", call)
         self._finish_joins()
         task_id = next(_TASK_IDS)
-        body_b = self.body_b = pickle.dumps(body, protocol=PROTO)
+        body_b = self.body_b = pickle.dumps(body, protocol=PROTO) if body_b is None else body_b
         extras = extras or {}
         results: dict[int, Any] = dict(preloaded or {})
         if fold is not None:
@@ -534,7 +560,7 @@ class Driver:
             # round while the place's replacement joins, or keeps it if it adopts or inherits it.
             seen["live"] = None
             items = [(s, self.store.read_packed(s) if recovery else None, extras.get(s)) for s in sids]
-            if self._post(worker, Task(task_id, kind, call, body_b, items, recovery)):
+            if self._post(worker, Task(task_id, kind, call, body_b, items, recovery, score_call)):
                 if recovery:
                     self.kept.update((s, worker) for s in sids)
                 state.sent(worker, self.membership.records[worker].incarnation, sids, recovery)
@@ -562,6 +588,8 @@ class Driver:
                     for shard, payload in msg.results:
                         if not state.accept(w, incarnation, shard, live):
                             continue
+                        if scores is not None:
+                            payload, scores[shard] = payload
                         results[shard] = payload
                         progressed = True
                         if fold is not None:
@@ -601,7 +629,7 @@ class Driver:
             "kind": kind, "call": call, "seconds": time.perf_counter() - t0, "started_at": started_at,
             "results_seconds": t_results - t0,  # the rest of "seconds" is the reconfiguration
             "reused": state.reused, "recomputed": sorted(state.recomputed),
-            "journaled": sorted(preloaded or ()),
+            "journaled": sorted(preloaded or ()), "scored": score_call >= 0,
             "failed": failed_now, "blacklisted": blacklisted,
         })
         return results

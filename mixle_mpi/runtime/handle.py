@@ -24,6 +24,7 @@ from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import ConfigError, DataError, ReconfigurationTimeout
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.prefixfold import PrefixFold
+from mixle_mpi.policy.lookahead import Lookahead
 from mixle_mpi.storage.events import EventLog
 from mixle_mpi.policy.faults import FIRED_ENV, parse_plan, plan_from_env, read_fired, unfired
 from mixle_mpi.core.validate import check_int
@@ -248,6 +249,8 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             spawn_unavailable=no_spawn, fast_spawn_command=_spawn_command(fast=True), failover=failover,
         )
         self._driver.start(excluded)
+        self._estimator = None  # the last E-step's or initialization's: a scoring round computes ahead with it
+        self._ahead = Lookahead(self.settings.estep_ahead)
         startup.mark_started()
 
     def abort_workers(self, code: int = 1, message: str = "") -> None:
@@ -347,10 +350,17 @@ class ResilientMPIEncodedData(EncodedDataHandle):
     def _folded(self, kind: str, estimator: Any, body: Any, extras: dict | None = None) -> tuple[float, Any]:
         """One round of ``kind`` folded as its results arrive, in shard-id order (the bits of
         ``checkpointed_fold``); with the fold journal, results already journaled are reused."""
-        fold = PrefixFold(estimator, self.num_shards)
         if self.journal is None or kind != "estep":
-            self._driver.run_round(kind, body, extras, fold=fold.add)
+            body_b = None
+            if kind == "estep":
+                body_b = pickle.dumps(body, protocol=PROTO)
+                ahead = self._take_ahead(body_b)
+                if ahead is not None:  # the scoring round computed this E-step already
+                    return ahead.result()
+            fold = PrefixFold(estimator, self.num_shards)
+            self._driver.run_round(kind, body, extras, fold=fold.add, body_b=body_b)
             return fold.result()
+        fold = PrefixFold(estimator, self.num_shards)
         from mixle_mpi.storage.journal import round_key
 
         found = self.journal.begin(round_key(*body))
@@ -359,18 +369,29 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         self._driver.run_round(kind, body, preloaded=found, record=self.journal.record, fold=fold.add)
         return fold.result()
 
+    def _take_ahead(self, body_b: bytes) -> PrefixFold | None:
+        """The E-step of ``body_b`` if the last scoring round computed it (policy/lookahead.py)."""
+        was_on = self._ahead.on
+        ahead = self._ahead.take(body_b)
+        if was_on and not self._ahead.on:
+            self.events.emit("estep_ahead_off", hits=self._ahead.hits, misses=self._ahead.misses)
+        return ahead
+
     def pysp_seq_estimate(self, estimator: Any, prev_estimate: Any) -> Any:
         """One resilient EM step: E-step on the workers, canonical fold and M-step here."""
+        self._estimator = estimator
         nobs, value = self._folded("estep", estimator, (estimator, prev_estimate))
         return estimator.estimate(nobs, value)
 
     def pysp_stream_accumulate(self, estimator: Any, model: Any) -> tuple[float, Any]:
         """Folded, key-tied sufficient statistics for streaming EM."""
+        self._estimator = estimator
         return self._folded("estep", estimator, (estimator, model))
 
     def pysp_seq_initialize(self, estimator: Any, rng: np.random.RandomState, p: float) -> Any:
         """Randomized initialization; each shard uses its own seed from ``rng``."""
         p = validate_initialization_probability(p)
+        self._estimator = estimator
         seeds = rng.randint(2**31, size=self.num_shards)
         nobs, value = self._folded("init", estimator, (estimator, float(p)), {s: int(seeds[s]) for s in range(self.num_shards)})
         with warnings.catch_warnings():
@@ -381,8 +402,16 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             return estimator.estimate(validated_initialized_observations(nobs), value)
 
     def pysp_seq_log_density_sum(self, estimate: Any) -> tuple[float, float]:
-        """(count, log density) summed per shard in shard-id order."""
-        results = self._driver.run_round("llsum", estimate)
+        """(count, log density) summed per shard in shard-id order. The round also computes
+        the E-step of ``estimate`` where the next call is likely to ask for it
+        (policy/lookahead.py)."""
+        if self._ahead.wanted(self._estimator is not None, self.journal is not None):
+            body_b = pickle.dumps((self._estimator, estimate), protocol=PROTO)
+            fold, results = PrefixFold(self._estimator, self.num_shards), {}
+            self._driver.run_round("estep", None, fold=fold.add, body_b=body_b, scores=results)
+            self._ahead.computed(body_b, fold)
+        else:
+            results = self._driver.run_round("llsum", estimate)
         count, score = 0.0, 0.0
         for s in range(self.num_shards):
             c, ll = results[s]

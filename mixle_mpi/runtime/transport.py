@@ -82,15 +82,24 @@ class Link:
         return got
 
 
+@dataclass
 class Backoff(Pacing):
     """Sleep between polls, growing from ``low`` to ``high`` seconds; reset on progress; short
     sleeps inside the ``window`` where a message is due (``policy/pacing.py``).
 
     The cap bounds the latency a poll adds to a round (1 ms) while an idle rank still
-    sleeps almost all the time: a blocking MPI receive would spin a core instead."""
+    sleeps almost all the time: a blocking MPI receive would spin a core instead. With a
+    ``bell`` (``runtime/doorbell.py``) a ring ends the sleep at once and the next poll
+    comes soon after it."""
+
+    bell: Any = None
 
     def sleep(self, pass_seconds: float = 0.0) -> None:
-        time.sleep(self.next_delay(time.monotonic(), pass_seconds))
+        delay = self.next_delay(time.monotonic(), pass_seconds)
+        if self.bell is None:
+            time.sleep(delay)
+        elif self.bell.wait(delay):
+            self.reset()
 
 
 ABORT_SEND_WAIT = 2.0  # seconds a failing driver waits for its abort messages to leave

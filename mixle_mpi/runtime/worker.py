@@ -37,6 +37,7 @@ from mixle_mpi.runtime.beatrelay import BeatRelay
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.runtime.takeover import NoAgreement, agree, announce, driver_in, peer_says_driver_dead
 from mixle_mpi.storage.store import ShardStore, opens_store, rows_from_packed
+from mixle_mpi.runtime import doorbell
 from mixle_mpi.runtime.transport import Backoff, Link, PeerFailed, host_and_pid
 
 
@@ -91,6 +92,8 @@ class Worker:
         self.next_due = NEVER  # when the driver's next command is due: just after a reply
         self.replied_at: float | None = None  # when this worker last replied
         self.last_gap: float | None = None    # from its last reply to the next command, the last time
+        self.bell = None       # this process's doorbell, when the driver rings it (its host's)
+        self.driver_bell = ""  # the driver's doorbell, rung after each reply (the same host only)
 
     # -- messaging -------------------------------------------------------------
     def _check_alive(self) -> None:
@@ -104,7 +107,7 @@ class Worker:
         die(DRIVER_LOST, why)
 
     def recv(self) -> tuple:
-        backoff = Backoff(window=self.next_due)
+        backoff = Backoff(window=self.next_due, bell=self.bell, rung=self.bell is not None)
         while True:
             if self.lost is not None:
                 self.driver_dead(self.lost)
@@ -123,6 +126,8 @@ class Worker:
         backoff = Backoff(window=next_task_window(time.monotonic()))
         try:
             self.link.post(obj, TAG_REPLY)
+            if self.driver_bell:
+                self.bell.ring(self.driver_bell)
             while not self.link.progress():
                 if self.lost is not None:  # a send to a dead driver may never complete (MPICH)
                     self.driver_dead(self.lost)
@@ -219,13 +224,17 @@ class Worker:
         self.failover_how = "" if no_failover else how
         self.failover = self.failover_how if cfg.armed else ""
         self.host = host_and_pid()[0]
+        # A driver on this host rings this worker after each command, and is rung after each reply.
+        self.bell = doorbell.own() if cfg.driver_bell and cfg.driver_host == self.host else None
+        self.driver_bell = cfg.driver_bell if self.bell is not None else ""
         self.start_heartbeats(cfg.heartbeat_period, cfg.driver_timeout)
         if self.spawned:
             self.faults.check("respawn")
         self.own_store = cfg.store_path if cfg.own_store and opens_store(cfg.store_path, cfg.own_store) else ""
         host, pid = host_and_pid()
         me = identity(pid)
-        self.reply(Ready(self.worker_id, host, pid, no_failover, bool(self.own_store), me[1] if me else ""))
+        self.reply(Ready(self.worker_id, host, pid, no_failover, bool(self.own_store), me[1] if me else "",
+                         self.bell.address if self.bell is not None else ""))
 
     def read_own(self, shards) -> None:
         """Read, encode and keep ``shards`` from the store; what cannot be read is said, and
@@ -256,8 +265,12 @@ class Worker:
         task_id, kind, call, items = t.task_id, t.kind, t.call, t.items
         recovery = any(rows is not None for _, rows, _ in items)
         phase = {"estep": "estep_before", "init": "init", "llsum": "llsum"}[kind]
+        if t.score_call >= 0:  # the scoring call this E-step task also serves comes first
+            self.faults.check("llsum", t.score_call, recovery)
         self.faults.check(phase, call, recovery)
         body = self._body(task_id, t.body)
+        # scoring gets its own copy of the model, as in a round of its own
+        scored = pickle.loads(t.body)[1] if t.score_call >= 0 else None  # nosec B301 - this job's own driver
         mid_pending = [kind == "estep"]
 
         def on_chunk(_index: int) -> None:
@@ -275,6 +288,8 @@ class Worker:
             if kind == "estep":
                 estimator, model = body
                 result = estep.estep_shard(estimator, model, chunks, on_chunk)
+                if scored is not None:
+                    result = (result, estep.score_shard(scored, chunks, on_chunk))
             elif kind == "init":
                 estimator, p = body
                 result = estep.init_shard(estimator, p, int(extra), chunks, on_chunk)

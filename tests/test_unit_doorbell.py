@@ -1,0 +1,50 @@
+"""runtime/doorbell.py: a ring ends a wait at once; no ring, the wait times out; ringing a
+bell that is gone is harmless (a ring is a hint, never needed for correctness)."""
+
+import threading
+import time
+
+import pytest
+
+from mixle_mpi.runtime.doorbell import Doorbell, own
+
+pytestmark = pytest.mark.skipif(own() is None, reason="no abstract-namespace sockets on this platform")
+
+
+def test_a_ring_ends_the_wait_long_before_its_timeout():
+    bell, other = Doorbell(), Doorbell()
+    threading.Timer(0.05, other.ring, args=(bell.address,)).start()
+    t0 = time.monotonic()
+    assert bell.wait(10.0)
+    assert time.monotonic() - t0 < 5.0
+    bell.close(), other.close()
+
+
+def test_without_a_ring_the_wait_times_out():
+    bell = Doorbell()
+    t0 = time.monotonic()
+    assert not bell.wait(0.05)
+    assert time.monotonic() - t0 >= 0.04
+    bell.close()
+
+
+def test_rings_before_the_wait_are_kept_and_consumed_together():
+    bell, other = Doorbell(), Doorbell()
+    for _ in range(3):
+        other.ring(bell.address)
+    assert bell.wait(1.0)
+    assert not bell.wait(0.01)  # all three consumed by the first wait
+    bell.close(), other.close()
+
+
+def test_ringing_a_gone_bell_is_harmless():
+    bell, gone = Doorbell(), Doorbell()
+    address = gone.address
+    gone.close()
+    bell.ring(address)  # no error
+    bell.ring("mixle-mpi-bell-no-such")
+    bell.close()
+
+
+def test_one_bell_per_process():
+    assert own() is own()
