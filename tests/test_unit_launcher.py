@@ -269,3 +269,22 @@ def test_rank_wrapper_keeps_the_rank_stderr_but_not_its_own_killed_report():
     driver = subprocess.run(["sh", wrapper_path(), sys.executable, "-c", "import sys; sys.exit(2)"],
                             capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PMI_RANK": "0"})
     assert driver.returncode == 2  # the driver's own code passes through
+
+
+def test_one_host_launch_leaves_out_the_between_host_transports():
+    assert launcher.one_host_transports([], {}) == {"OMPI_MCA_btl": launcher.ONE_HOST_BTL}
+    assert launcher.one_host_transports(None, {"SLURM_JOB_NUM_NODES": "1"}) == {"OMPI_MCA_btl": launcher.ONE_HOST_BTL}
+
+
+@pytest.mark.parametrize("extra, environ", [
+    ([], {"OMPI_MCA_btl": "self,sm"}),                  # the user chose
+    (["--mca", "btl", "^tcp"], {}),
+    (["--hostfile", "hosts.txt"], {}),                  # other hosts named
+    (["--host=a,b"], {}),
+    (["-H", "a:2,b:2"], {}),
+    ([], {"SLURM_JOB_NUM_NODES": "4"}),                 # a multi-node allocation
+    ([], {"SLURM_NNODES": "2"}),
+    ([], {"PBS_NODEFILE": "/var/spool/pbs/aux/1"}),
+])
+def test_transports_are_left_alone_off_one_host_or_when_chosen(extra, environ):
+    assert launcher.one_host_transports(extra, environ) == {}

@@ -25,7 +25,7 @@ def test_a_guess_that_keeps_missing_is_given_up():
         a.computed(b"scored %d" % i, i)
         assert a.take(b"e-stepped %d" % i) is None
     assert not a.on
-    assert not a.wanted(have_estimator=True, journaled=False)
+    assert not a.wanted(have_estimator=True, saving=False)
 
 
 def test_an_e_step_call_with_nothing_computed_ahead_is_no_miss():
@@ -34,8 +34,8 @@ def test_an_e_step_call_with_nothing_computed_ahead_is_no_miss():
     assert a.misses == 0 and a.on
 
 
-def test_wanted_only_with_an_estimator_no_fold_journal_and_the_setting_on():
+def test_wanted_only_with_an_estimator_no_checkpoints_and_the_setting_on():
     assert Lookahead(True).wanted(True, False)
     assert not Lookahead(True).wanted(False, False)  # no E-step or initialization yet
-    assert not Lookahead(True).wanted(True, True)    # the journal persists E-step rounds as such
+    assert not Lookahead(True).wanted(True, True)    # checkpoints: iteration k is saved before E-step k+1
     assert not Lookahead(False).wanted(True, False)

@@ -152,6 +152,29 @@ def build_command(mpiexec: str, flavor: str, n: int, cmd: list[str], extra: list
     raise ConfigError(f"unknown MPI flavor {flavor!r}; valid flavors are {list(FLAVORS)}")
 
 
+# Open MPI probes its ofi and uct transports at MPI_Init: about 1 s here (most of a rank's
+# start), for transports that only ever carry traffic between hosts.
+ONE_HOST_BTL = "^ofi,uct"
+HOST_LIST_ARGS = ("--host", "-H", "-host", "--hostfile", "-hostfile", "--machinefile", "-machinefile",
+                  "--default-hostfile", "--rankfile", "--dvm-hostfile", "--add-host", "--add-hostfile")
+ALLOCATION_VARS = ("PBS_NODEFILE", "LSB_HOSTS", "LSB_MCPU_HOSTS", "PE_HOSTFILE", "FLUX_JOB_ID")
+
+
+def one_host_transports(extra: list[str] | None, environ) -> dict:
+    """Environment for a launch that stays on this host (pure; unit-tested): Open MPI's
+    between-host transports left out, as shared memory carries everything. Not when the
+    user chose transports, names hosts, or runs inside a multi-node allocation."""
+    extra = list(extra or [])
+    if environ.get("OMPI_MCA_btl") is not None or any("btl" in a for a in extra):
+        return {}
+    if any(a.split("=")[0] in HOST_LIST_ARGS for a in extra):
+        return {}
+    nodes = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or "1"
+    if not nodes.isdigit() or int(nodes) > 1 or any(environ.get(v) for v in ALLOCATION_VARS):
+        return {}
+    return {"OMPI_MCA_btl": ONE_HOST_BTL}
+
+
 def launch_env(blas_threads: int, status_file: str, base=None, pid_file: str | None = None,
                mpi_up_file: str | None = None, started_file: str | None = None, tag: str | None = None,
                init_begun_file: str | None = None) -> dict:
@@ -405,6 +428,10 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
     typo = too_many_ranks(n, usable_cores(), allow_many_ranks, full)
     if typo:
         raise ConfigError(typo)
+    if flavor in (OPENMPI, SRUN) and (transports := one_host_transports(extra, full)):
+        log.info(f"one host: OMPI_MCA_btl={transports['OMPI_MCA_btl']} (Open MPI's between-host transports "
+                 "take about 1 s to start; set OMPI_MCA_btl to choose them yourself)")
+        env = {**transports, **(env or {})}
     left = {exitcodes.NEVER_STARTED: max(0, int(start_retries)), exitcodes.RERUN_TO_RESUME: max(0, int(resume_retries))}
     attempt = 1
     while True:

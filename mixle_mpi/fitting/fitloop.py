@@ -171,6 +171,7 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
                     on_finish(state.stopped or ("converged" if state.converged else "max_its"))
                 return from_json(state.model), list(state.ll)
 
+    enc.checkpointing = bool(checkpoint)
     if checkpoint and journal:
         from mixle_mpi.storage.journal import FoldJournal
 

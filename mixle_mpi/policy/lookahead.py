@@ -29,11 +29,14 @@ class Lookahead:
     hits: int = 0
     misses: int = 0
 
-    def wanted(self, have_estimator: bool, journaled: bool) -> bool:
+    def wanted(self, have_estimator: bool, saving: bool) -> bool:
         """Whether a scoring round should compute the E-step too: there is an estimator to
-        compute it with, and no fold journal (whose rounds persist E-step results as their
-        own round, for a restarted driver)."""
-        return self.on and have_estimator and not journaled
+        compute it with, and the fit is not ``saving`` checkpoints (or a fold journal). A
+        checkpoint of iteration k is written after its scoring: computed ahead, E-step k+1
+        would run before it is on disk, and a driver death then would cost one more E-step
+        on resume. And a checkpoint's write costs more than the round this saves
+        (``bench/results/checkpoint_cost.md``)."""
+        return self.on and have_estimator and not saving
 
     def computed(self, key: bytes, value: Any) -> None:
         self.key, self.value = key, value

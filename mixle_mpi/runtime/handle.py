@@ -86,6 +86,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
     """
 
     journal = None  # a FoldJournal while fitloop.fit(journal=True) runs
+    checkpointing = False  # fitloop.fit writes checkpoints: no E-step computed ahead (policy/lookahead.py)
 
     def __init__(
         self,
@@ -405,7 +406,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         """(count, log density) summed per shard in shard-id order. The round also computes
         the E-step of ``estimate`` where the next call is likely to ask for it
         (policy/lookahead.py)."""
-        if self._ahead.wanted(self._estimator is not None, self.journal is not None):
+        if self._ahead.wanted(self._estimator is not None, self.checkpointing or self.journal is not None):
             body_b = pickle.dumps((self._estimator, estimate), protocol=PROTO)
             fold, results = PrefixFold(self._estimator, self.num_shards), {}
             self._driver.run_round("estep", None, fold=fold.add, body_b=body_b, scores=results)
