@@ -186,6 +186,25 @@ def write_json(path: str, record: dict) -> None:
     os.replace(tmp, path)
 
 
+def estep_work_calls(events, estep_rounds) -> list[float]:
+    """Per E-step round, the seconds of the calls it served: its own E-step call, or, computed
+    ahead in a scoring call (policy/lookahead.py), that scoring call plus the E-step call that
+    took its results (fold end and M-step). What one E-step costs the fit either way."""
+    def spans(label):
+        return [(end - dur, end) for lab, end, dur, *_ in events if lab == label]
+
+    estep, llsum, out = spans("estep_call"), spans("llsum_call"), []
+    for start, _end, scored in estep_rounds:
+        if scored:
+            a, b = next(c for c in llsum if c[0] <= start <= c[1])
+            e = next((c for c in estep if c[0] >= b), (b, b))
+            out.append((b - a) + (e[1] - e[0]))
+        else:
+            a, b = next(c for c in estep if c[0] <= start <= c[1])
+            out.append(b - a)
+    return out
+
+
 def base_record(args, describe, clock, t_setup, t_fit, events) -> dict:
     per_it = clock.per_iteration()
     st = clock.stamps
@@ -312,8 +331,14 @@ def run_resilient(args) -> None:
     drv = enc._driver  # the driver's round (dispatch -> last shard result; no fold, no M-step)
     run_round = drv.run_round
 
+    estep_rounds: list = []  # (start, end, scored) of every E-step round
+
     def timed_round(kind, *a, **k):
-        return timed(run_round, lambda t0, t1: events.append((f"{kind}_round", t1, t1 - t0)))(kind, *a, **k)
+        def done(t0, t1):
+            events.append((f"{kind}_round", t1, t1 - t0))
+            if kind == "estep":
+                estep_rounds.append((t0, t1, k.get("scores") is not None))
+        return timed(run_round, done)(kind, *a, **k)
 
     drv.run_round = timed_round
     payload: dict = {}
@@ -362,7 +387,7 @@ def run_resilient(args) -> None:
                   num_shards=num_shards, failures=failures, rounds=rounds,
                   estep_calls=[list(ev) for ev in events if ev[0] == "estep_call"],
                   iteration_stamps=st, launched_at=args.launched_at, payload=payload,
-                  rung_workers=rung)
+                  rung_workers=rung, estep_work_calls=estep_work_calls(events, estep_rounds))
     startup["first_round_started_at"] = rounds[0]["started_at"] if rounds else None
     startup["vmhwm_end"] = vm_hwm()
     record["startup"] = startup

@@ -1,7 +1,9 @@
 """Item 2: the cost of one failure, as a ratio to a normal iteration of the same job.
 
 A real worker is SIGKILLed mid-E-step by the chaos hook (``MIXLE_MPI_FAULT_PLAN``) under
-mpiexec; the normal iterations of the same job are the baseline. The failed E-step call is
+mpiexec; the normal iterations of the same job are the baseline. An E-step's call is its own
+call, or, computed ahead in a scoring round (``estep_ahead``), that scoring call plus the E-step
+call that took its results (``bench/_job.py: estep_work_calls``). The failed E-step call is
 split from the driver's round record and the event log: before the kill, detection (kill
 stamp to the driver's decision), recomputation (decision to the last shard result, survivors
 finishing their own shards included), reconfiguration (shrink, and respawn with shard
@@ -54,7 +56,7 @@ def job(python: str, tmp: str, tag: str, model: str, n: int, its: int, workers: 
 
 def split(rec: dict, kill_call: int) -> dict:
     """Seconds of each part of the failed E-step call, and the normal call's time."""
-    calls = [ev[2] for ev in rec["estep_calls"]]                 # one per estep call, in order
+    calls = rec["estep_work_calls"]                              # one per E-step round, in order
     rounds = [r for r in rec["rounds"] if r["kind"] == "estep"]
     failed = rounds[kill_call]
     normal = statistics.median([c for i, c in enumerate(calls) if i not in (0, kill_call, kill_call + 1)])
@@ -101,7 +103,7 @@ def measure(python: str, quick: bool, workers: int = 3, shards_per_worker: int =
                                    shards_per_worker * workers, None, True, spares)
                 commands[f"clean spares={spares}"] = command
                 if rec.get("ok"):
-                    idle[spares].append(statistics.median([ev[2] for ev in rec["estep_calls"]][1:]))
+                    idle[spares].append(statistics.median(rec["estep_work_calls"][1:]))
             for label, respawn, k, spares in modes:  # interleaved over repetitions
                 rec, command = job(python, tmp, f"{label}-{rep}".replace(" ", "_").replace(",", "").replace("=", ""),
                                    model, n, its, workers, k * workers, kill_call, respawn, spares)

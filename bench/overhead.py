@@ -65,7 +65,7 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=2, help="E-step processes W (ours: -n W+1, mixle: -n W)")
     p.add_argument("--n", default=None, help="observations: one number for every model or model=N,... "
                    f"(default {DEFAULT_N}; --quick {QUICK_N})")
-    p.add_argument("--its", type=int, default=None, help="EM iterations per job (default 6; --quick 4); "
+    p.add_argument("--its", type=int, default=None, help="EM iterations per job (default 6; --quick 10); "
                    "the first is discarded")
     p.add_argument("--reps", type=int, default=3, help="interleaved repetitions per backend and model")
     p.add_argument("--models", default=None, help=f"comma list from {','.join(MODELS)} (default all; --quick gmm1d)")
@@ -91,7 +91,7 @@ def parse_args(argv=None):
         if m not in MODELS:
             raise SystemExit(f"--models: unknown model {m!r}; valid: {', '.join(MODELS)}")
     args.sizes = parse_n(args.n, args.models, QUICK_N if args.quick else DEFAULT_N)
-    args.its = args.its if args.its is not None else (4 if args.quick else 6)
+    args.its = args.its if args.its is not None else (10 if args.quick else 6)
     if args.wait_idle is None:
         args.wait_idle = 5.0 if args.quick else 30.0
     if args.its < 2:
