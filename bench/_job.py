@@ -333,25 +333,20 @@ def run_resilient(args) -> None:
 
     estep_rounds: list = []  # (start, end, scored) of every E-step round
 
+    payload: dict = {}
+
     def timed_round(kind, *a, **k):
         def done(t0, t1):
             events.append((f"{kind}_round", t1, t1 - t0))
             if kind == "estep":
                 estep_rounds.append((t0, t1, k.get("scores") is not None))
-        return timed(run_round, done)(kind, *a, **k)
+        results = timed(run_round, done)(kind, *a, **k)
+        if args.count_bytes and kind == "estep" and "estep_result_bytes" not in payload:
+            payload["estep_result_bytes"] = sum(len(v) for v in results.values())
+            payload["estep_stat_numeric_bytes"] = sum(numeric_bytes(pickle.loads(v)) for v in results.values())
+        return results
 
     drv.run_round = timed_round
-    payload: dict = {}
-    if args.count_bytes:
-        inner_estimate = enc._estep
-
-        def estep_sizes(*a, **k):
-            results = inner_estimate(*a, **k)
-            payload.setdefault("estep_result_bytes", sum(len(v) for v in results.values()))
-            payload.setdefault("estep_stat_numeric_bytes", sum(numeric_bytes(pickle.loads(v)) for v in results.values()))
-            return results
-
-        enc._estep = estep_sizes
     clock = StepClock()
     t1 = now()
     with enc:

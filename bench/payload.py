@@ -47,8 +47,9 @@ def measure(python: str, quick: bool, workers: int = 2) -> dict:
                 "7", f"MPI bytes per iteration / sufficient-statistic bytes ({model}, N={n:,}, W={workers}, S={rec['num_shards']})",
                 [(down + up) / stats], baseline="numeric bytes of every shard's E-step statistic in the same job",
                 target=None, met=None, command=common.show(cmd, tmp=tmp), unit="ratio (lower is better)",
-                why=("down: the model (and estimator, for the E-step) goes to each worker twice per iteration "
-                     "(E-step and scoring); up: pickled per-shard statistics plus the scores"),
+                why=("down: the model and the estimator go to each worker once per iteration (one round "
+                     "computes the E-step and the scores, estep_ahead); up: pickled per-shard statistics "
+                     "and scores"),
                 bytes_per_iteration=raw[model]))
     return {"figures": figures, "raw": raw}
 

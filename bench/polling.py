@@ -1,10 +1,11 @@
-"""Issue 15: what the waiting of ranks costs per iteration: doorbells (``runtime/doorbell.py``),
-polling finely while a message is due (``policy/pacing.py``), or neither.
+"""Issue 15: what the fixed cost of a round comes to per iteration, and what cut it.
 
 Jobs per model and repetition, interleaved so that the machine's drift hits all alike:
-ours with doorbells (the default), ours with pacing windows only (``MIXLE_MPI_DOORBELLS=0``),
-ours with neither (also ``--no-poll-windows``: every wait backs off to 1 ms), and mixle's own
-``MPIEncodedData`` on the same number of E-step processes. Each job runs ``--its`` EM iterations; its per-iteration median (iterations 2..)
+ours as it is (doorbells, ``runtime/doorbell.py``, and the E-step computed in the scoring
+round, ``policy/lookahead.py``), ours with a round per call (``MIXLE_MPI_ESTEP_AHEAD=0``),
+ours with neither (pacing windows only, ``policy/pacing.py``), ours with no windows either
+(``--no-poll-windows``: every wait backs off to 1 ms), and mixle's own ``MPIEncodedData`` on
+the same number of E-step processes. Each job runs ``--its`` EM iterations; its per-iteration median (iterations 2..)
 is the figure. Ratios are per repetition (back-to-back jobs), then the median over reps.
 Also reported from the rank-0 calls: the scoring call (a round whose work is tiny, so it is
 mostly fixed cost) for each variant.
@@ -25,10 +26,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import common  # noqa: E402
 
 QUICK_N = {"gmm1d": 50_000, "diag": 10_000, "hmm": 2_000}
+OFF = {"MIXLE_MPI_DOORBELLS": "0", "MIXLE_MPI_ESTEP_AHEAD": "0"}
 VARIANTS = {  # label -> (backend, ranks beyond W, extra _job.py args, environment)
-    "bells": ("resilient", 1, [], {}),
-    "windows": ("resilient", 1, [], {"MIXLE_MPI_DOORBELLS": "0"}),
-    "no windows": ("resilient", 1, ["--no-poll-windows"], {"MIXLE_MPI_DOORBELLS": "0"}),
+    "default": ("resilient", 1, [], {}),                                  # doorbells, E-step ahead
+    "no ahead": ("resilient", 1, [], {"MIXLE_MPI_ESTEP_AHEAD": "0"}),     # doorbells, a round per call
+    "windows": ("resilient", 1, [], OFF),                                # as before issue 15's second part
+    "no windows": ("resilient", 1, ["--no-poll-windows"], OFF),          # as before issue 15
     "mixle": ("mixle", 0, [], {}),
 }
 
@@ -75,8 +78,9 @@ def main(argv=None) -> int:
     rows = []
     ours = [v for v in variants if v != "mixle"]
     print("| model | N | " + " | ".join(f"{v} ms/it" for v in variants) + " | "
-          + " | ".join(f"{v} / mixle" for v in ours) + " | scoring call ms: " + " / ".join(variants) + " |")
-    print("|---|---:|" + "---:|" * (len(variants) + len(ours)) + "---|")
+          + " | ".join(f"{v} / mixle" for v in ours) + " | scoring call ms: " + " / ".join(variants)
+          + " | E-step round beyond the workers' compute, ms: " + " / ".join(ours) + " |")
+    print("|---|---:|" + "---:|" * (len(variants) + len(ours)) + "---|---|")
     for model in models:
         r = recs[model]
         ok = [i for i in range(args.reps) if all(r[v][i] for v in variants)]
@@ -92,7 +96,22 @@ def main(argv=None) -> int:
         def llsum(v):
             return statistics.median(r[v][i]["rank0_llsum_call"]["median"] for i in ok) * 1e3
 
+        def overhead(v):
+            """The E-step round's time beyond the slowest worker's compute in it (the scoring
+            compute too when the round computes it), per iteration: what the round costs."""
+            if v == "mixle":
+                return None
+            vals = []
+            for i in ok:
+                rec = r[v][i]
+                work = rec["worker_estep_compute"]["median"]
+                if any(x.get("scored") for x in rec.get("rounds", [])):
+                    work += rec["worker_llsum_compute"]["median"]
+                vals.append(rec["driver_estep_round"]["median"] - work)
+            return statistics.median(vals) * 1e3
+
         row = {"model": model, "n": QUICK_N[model], "reps": len(ok),
+               "round_overhead_ms": {v: overhead(v) for v in ours},
                "ms": {v: med(v) for v in variants},
                "per_rep_vs_mixle": {v: paired(v, "mixle") for v in ours},
                "llsum_ms": {v: llsum(v) for v in variants},
@@ -100,7 +119,8 @@ def main(argv=None) -> int:
         rows.append(row)
         print(f"| {model} | {QUICK_N[model]:,} | " + " | ".join(f"{row['ms'][v]:.2f}" for v in variants) + " | "
               + " | ".join(f"{statistics.median(row['per_rep_vs_mixle'][v]):.3f}" for v in ours) + " | "
-              + " / ".join(f"{row['llsum_ms'][v]:.2f}" for v in variants) + " |")
+              + " / ".join(f"{row['llsum_ms'][v]:.2f}" for v in variants) + " | "
+              + " / ".join(f"{row['round_overhead_ms'][v]:.2f}" for v in ours) + " |")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump({"argv": sys.argv[1:], "rows": rows}, fh, indent=1)

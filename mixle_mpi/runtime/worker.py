@@ -269,8 +269,7 @@ class Worker:
             self.faults.check("llsum", t.score_call, recovery)
         self.faults.check(phase, call, recovery)
         body = self._body(task_id, t.body)
-        # scoring gets its own copy of the model, as in a round of its own
-        scored = pickle.loads(t.body)[1] if t.score_call >= 0 else None  # nosec B301 - this job's own driver
+        scores = t.score_call >= 0  # the same model object for both, as mixle's own EM loop uses it
         mid_pending = [kind == "estep"]
 
         def on_chunk(_index: int) -> None:
@@ -288,8 +287,8 @@ class Worker:
             if kind == "estep":
                 estimator, model = body
                 result = estep.estep_shard(estimator, model, chunks, on_chunk)
-                if scored is not None:
-                    result = (result, estep.score_shard(scored, chunks, on_chunk))
+                if scores:
+                    result = (result, estep.score_shard(model, chunks, on_chunk))
             elif kind == "init":
                 estimator, p = body
                 result = estep.init_shard(estimator, p, int(extra), chunks, on_chunk)
