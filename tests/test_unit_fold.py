@@ -16,6 +16,7 @@ import pytest
 import mixle_mpi
 from mixle_mpi import checkpointed_fold
 from mixle_mpi.core.estep import encode_shard, estep_shard, init_shard
+from mixle_mpi.policy.lookahead import Lookahead
 from mixle_mpi.runtime.handle import ResilientMPIEncodedData
 from mixle_mpi.fitting.models import get_model
 
@@ -105,6 +106,8 @@ def _bare_handle(num_shards: int) -> ResilientMPIEncodedData:
     h = object.__new__(ResilientMPIEncodedData)
     h.num_shards = num_shards
     h.journal = None
+    h._estimator = None
+    h._ahead = Lookahead(False)
     return h
 
 
@@ -175,6 +178,55 @@ def test_em_step_through_handle_matches_canonical_fold(name):
     assert same_bits(acc, (nobs, value))
 
 
+class _ScoringDriver(_FakeDriver):
+    """A round that computes the E-step and the scores (``scores=``), results in a given
+    order; a plain round otherwise."""
+
+    def run_round(self, kind, payload, *extra, fold=None, scores=None, **_):
+        if scores is None:
+            self.calls.append(kind)
+            for shard, (stats, _score) in self.results.items():
+                fold(shard, stats)
+            return {s: r[0] for s, r in self.results.items()}
+        self.calls.append((kind, "scored"))
+        for shard, (stats, score) in self.results.items():
+            fold(shard, stats)
+            scores[shard] = score
+        return {s: r[0] for s, r in self.results.items()}
+
+
+@pytest.mark.parametrize("name", ["gmm1d", "hmm"])
+def test_an_e_step_computed_in_the_scoring_round_has_the_canonical_bits(name):
+    """The scoring call's round computes the E-step of the model it scores; the E-step call
+    for that model runs no round and returns the bits of a fold in shard-id order."""
+    est, payloads = setup(name)
+    model = get_model(name).estimator().estimate(*checkpointed_fold(est, list(payloads)))
+    h = _bare_handle(S)
+    h._ahead, h._estimator = Lookahead(True), est
+    scores = {s: (10.0 + s, [1e16, 1.0, -1e16, 1.0][s]) for s in range(S)}
+    h._driver = _ScoringDriver({s: (payloads[s], scores[s]) for s in (2, 0, 3, 1)})
+    count, ll = h.pysp_seq_log_density_sum(model)
+    assert (count, ll) == (sum(scores[s][0] for s in range(S)), ((1e16 + 1.0) - 1e16) + 1.0)
+    got = h.pysp_seq_estimate(est, model)
+    assert h._driver.calls == [("estep", "scored")]  # the E-step call ran no round
+    assert pickle.dumps(got) == pickle.dumps(est.estimate(*checkpointed_fold(est, list(payloads))))
+    h.pysp_seq_estimate(est, model)  # taken once: the same call again is a round of its own
+    assert h._driver.calls == [("estep", "scored"), "estep"]
+
+
+def test_an_e_step_for_another_model_than_the_scored_one_is_a_round_of_its_own():
+    est, payloads = setup("gmm1d")
+    m1 = est.estimate(*checkpointed_fold(est, list(payloads)))
+    m2 = est.estimate(*checkpointed_fold(est, list(payloads[:2]) + list(payloads[:2])))
+    h = _bare_handle(S)
+    h._ahead, h._estimator = Lookahead(True), est
+    h._driver = _ScoringDriver({s: (payloads[s], (1.0, 0.0)) for s in range(S)})
+    h.pysp_seq_log_density_sum(m1)
+    h.pysp_seq_estimate(est, m2)
+    assert h._driver.calls == [("estep", "scored"), "estep"]
+    assert h._ahead.misses == 1
+
+
 def test_log_density_sum_is_summed_in_shard_order():
     # values chosen so that float addition order is visible in the result
     per_shard = {0: (1.0, 1e16), 1: (2.0, 1.0), 2: (3.0, -1e16), 3: (4.0, 1.0)}
@@ -201,7 +253,7 @@ def test_initialize_seeds_by_shard_and_folds_in_shard_order():
     init = {s: init_shard(est, 0.5, int(seeds[s]), chunks[s]) for s in range(S)}
 
     class InitDriver(_FakeDriver):
-        def run_round(self, kind, payload, seeds_by_shard=None, fold=None):
+        def run_round(self, kind, payload, seeds_by_shard=None, fold=None, **_):
             self.calls.append((kind, payload[1], seeds_by_shard))
             for s in (1, 3, 0, 2):
                 fold(s, init[s])

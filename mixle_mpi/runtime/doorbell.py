@@ -14,6 +14,7 @@ are unavailable, ``own()`` is None and ranks poll as before.
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import select
@@ -73,6 +74,7 @@ def own() -> Doorbell | None:
     if not _own:
         try:
             _own.append(Doorbell())
+            atexit.register(_own[0].close)
         except (OSError, AttributeError):  # no AF_UNIX or no abstract namespace (not Linux)
             _own.append(None)
     return _own[0]
