@@ -39,9 +39,10 @@ VARIANTS = {  # label -> (backend, ranks beyond W, extra _job.py args, environme
 def one(python: str, tmp: str, model: str, variant: str, rep: int, its: int, workers: int) -> dict | None:
     backend, extra_ranks, extra, env = VARIANTS[variant]
     out = os.path.join(tmp, f"{model}-{variant.replace(' ', '_')}-{rep}.json")
-    cmd = common.launcher(python, workers + extra_ranks,
-                          [python, common.JOB, "--backend", backend, "--model", model, "--n", str(QUICK_N[model]),
-                           "--its", str(its), "--mixle-data", "root", "--out", out, *extra])
+    job = [python, common.JOB, "--backend", backend, "--model", model, "--n", str(QUICK_N[model]),
+           "--its", str(its), "--mixle-data", "root", "--out", out, *extra]
+    ranks = workers + extra_ranks
+    cmd = common.launcher(python, ranks, job) if ranks > 1 else job  # one rank: a singleton, no launcher
     rc, log, _ = common.run(cmd, {**common.job_env(), **env})
     if rc != 0 or not os.path.exists(out):
         common.log(f"{model} {variant} rep {rep + 1}: FAILED rc={rc}: {log[-500:]}")

@@ -40,7 +40,7 @@ from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.core.deadlines import Background, run_with_deadline
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.storage.store import ShardStore
-from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, Backoff, Link, PeerFailed
+from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, Backoff, Link, PeerFailed, matched_probe
 from mixle_mpi.runtime.rankwrapper import wrapper_of
 from mixle_mpi.core.reaper import not_reaped
 
@@ -211,6 +211,7 @@ class Driver:
         try:
             link.post(msg, TAG_CMD)
             if worker in self.bells:
+                link.progress()  # MPI moves a small message on at a progress call: the ring comes after it
                 self.bell.ring(self.bells[worker])
             return True
         except PeerFailed as exc:
@@ -277,7 +278,7 @@ class Driver:
         status = MPI.Status()
         while True:
             try:
-                msg = comm.improbe(MPI.ANY_SOURCE, TAG_REPLY, status)
+                msg = matched_probe(comm, MPI.ANY_SOURCE, TAG_REPLY, status)
                 payload = None if msg is None else msg.recv()
             except MPI.Exception:  # ULFM: a failure not acknowledged yet; the links will say whose
                 self.per_link[id(comm)] = comm

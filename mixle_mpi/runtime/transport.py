@@ -28,6 +28,14 @@ class PeerFailed(Exception):
         self.error_class = error_class
 
 
+def matched_probe(comm: Any, source: int, tag: int, status: Any = None) -> Any:
+    """``comm.improbe``, once more when it finds nothing: a probe that finds nothing has just
+    progressed the transport, which may have brought a message in that only the next probe
+    matches (Open MPI). A message a doorbell announced is then taken on the first pass."""
+    msg = comm.improbe(source=source, tag=tag, status=status)
+    return msg if msg is not None else comm.improbe(source=source, tag=tag, status=status)
+
+
 @dataclass
 class Link:
     """How one side reaches its peer: data and heartbeat communicators and the peer's rank.
@@ -63,7 +71,7 @@ class Link:
         """One pending message from the peer with ``tag``, or None; raises PeerFailed on ULFM errors."""
         comm = self.comm if comm is None else comm
         try:
-            msg = comm.improbe(source=self.peer, tag=tag)
+            msg = matched_probe(comm, self.peer, tag)
             return None if msg is None else msg.recv()
         except MPI.Exception as exc:
             raise PeerFailed(exc.Get_error_class(), str(exc)) from None
@@ -75,7 +83,7 @@ class Link:
         comm = self.comm if comm is None else comm
         got = []
         try:
-            while (msg := comm.improbe(source=self.peer, tag=tag)) is not None:
+            while (msg := matched_probe(comm, self.peer, tag)) is not None:
                 got.append(msg.recv())
         except MPI.Exception as exc:
             raise PeerFailed(exc.Get_error_class(), str(exc)) from None

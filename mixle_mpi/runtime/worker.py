@@ -127,6 +127,7 @@ class Worker:
         try:
             self.link.post(obj, TAG_REPLY)
             if self.driver_bell:
+                self.link.progress()  # MPI moves a small message on at a progress call: the ring comes after it
                 self.bell.ring(self.driver_bell)
             while not self.link.progress():
                 if self.lost is not None:  # a send to a dead driver may never complete (MPICH)
