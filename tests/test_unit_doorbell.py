@@ -37,13 +37,21 @@ def test_rings_before_the_wait_are_kept_and_consumed_together():
     bell.close(), other.close()
 
 
-def test_ringing_a_gone_bell_is_harmless():
+def test_ringing_a_gone_bell_is_harmless_and_says_so():
     bell, gone = Doorbell(), Doorbell()
     address = gone.address
+    assert bell.ring(address)
     gone.close()
-    bell.ring(address)  # no error
-    bell.ring("mixle-mpi-bell-no-such")
+    assert not bell.ring(address)  # no error: the ringer polls that peer from now on
+    assert not bell.ring("mixle-mpi-bell-no-such")
     bell.close()
+
+
+def test_a_full_queue_still_counts_as_rung():
+    bell, other = Doorbell(), Doorbell()
+    assert all(other.ring(bell.address) for _ in range(1000))  # far beyond the queue's length
+    assert bell.wait(1.0)
+    bell.close(), other.close()
 
 
 def test_one_bell_per_process():

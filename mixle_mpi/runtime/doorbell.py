@@ -54,13 +54,18 @@ class Doorbell:
         except OSError:  # BlockingIOError: drained
             pass
 
-    def ring(self, address: str) -> None:
-        """Wake the process whose bell is ``address``; best effort (a full queue means it
-        has rings pending already; a gone peer is nobody's concern here)."""
+    def ring(self, address: str) -> bool:
+        """Wake the process whose bell is ``address``. False if no such bell can be reached
+        from here (the peer is gone, or in another network namespace under the same host
+        name): stop ringing it, and poll for its messages instead. A full queue is True: it
+        has rings pending already."""
         try:
             self.sock.sendto(b"!", "\0" + address)
+        except BlockingIOError:
+            return True
         except OSError:
-            pass
+            return False
+        return True
 
     def close(self) -> None:
         self.sock.close()

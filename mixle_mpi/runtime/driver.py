@@ -212,7 +212,8 @@ class Driver:
             link.post(msg, TAG_CMD)
             if worker in self.bells:
                 link.progress()  # MPI moves a small message on at a progress call: the ring comes after it
-                self.bell.ring(self.bells[worker])
+                if not self.bell.ring(self.bells[worker]):
+                    del self.bells[worker]  # unreachable after all (another network namespace): polled
             return True
         except PeerFailed as exc:
             self._fail(worker, f"ulfm: send failed ({exc})")

@@ -128,7 +128,8 @@ class Worker:
             self.link.post(obj, TAG_REPLY)
             if self.driver_bell:
                 self.link.progress()  # MPI moves a small message on at a progress call: the ring comes after it
-                self.bell.ring(self.driver_bell)
+                if not self.bell.ring(self.driver_bell):  # unreachable after all: poll as elsewhere
+                    self.bell, self.driver_bell = None, ""
             while not self.link.progress():
                 if self.lost is not None:  # a send to a dead driver may never complete (MPICH)
                     self.driver_dead(self.lost)
