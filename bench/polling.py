@@ -32,6 +32,7 @@ VARIANTS = {  # label -> (backend, ranks beyond W, extra _job.py args, environme
     "no ahead": ("resilient", 1, [], {"MIXLE_MPI_ESTEP_AHEAD": "0"}),     # doorbells, a round per call
     "windows": ("resilient", 1, [], OFF),                                # as before issue 15's second part
     "no windows": ("resilient", 1, ["--no-poll-windows"], OFF),          # as before issue 15
+    "no yield": ("resilient", 1, [], {"OMPI_MCA_mpi_yield_when_idle": "0"}),
     "mixle": ("mixle", 0, [], {}),
 }
 

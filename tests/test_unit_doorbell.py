@@ -56,3 +56,25 @@ def test_a_full_queue_still_counts_as_rung():
 
 def test_one_bell_per_process():
     assert own() is own()
+
+
+def test_ring_all_rings_every_bell_in_one_call_and_says_which_are_gone():
+    bells, ringer, gone = [Doorbell() for _ in range(3)], Doorbell(), Doorbell()
+    address = gone.address
+    gone.close()
+    addresses = [bells[0].address, address, bells[1].address, "mixle-mpi-bell-no-such", bells[2].address]
+    for _ in range(2):  # the second time from the message array built the first time
+        assert ringer.ring_all(addresses) == [True, False, True, False, True]
+        assert all(b.wait(1.0) for b in bells)
+    assert ringer.ring_all([]) == [] and ringer.ring_all([bells[0].address]) == [True]
+    for b in (*bells, ringer):
+        b.close()
+
+
+def test_ring_all_counts_a_full_queue_as_rung():
+    bell, other, ringer = Doorbell(), Doorbell(), Doorbell()
+    for _ in range(1000):
+        assert ringer.ring_all([bell.address, other.address]) == [True, True]
+    assert bell.wait(1.0) and other.wait(1.0)
+    for b in (bell, other, ringer):
+        b.close()

@@ -78,6 +78,14 @@ def test_with_a_doorbell_there_is_no_fine_window_and_the_cap_is_the_bells():
     assert got[0] == LOW and max(got) == BELL_CAP and BELL_CAP > HIGH
 
 
+def test_a_rung_wait_polls_once_soon_after_progress_then_sleeps_the_cap():
+    """No doubling from LOW: each needless wake takes a core from a computing worker."""
+    p = Pacing(rung=True)
+    assert delays(p, [1.0] * 4) == [LOW, BELL_CAP, BELL_CAP, BELL_CAP]
+    p.reset()
+    assert delays(p, [1.0] * 2) == [LOW, BELL_CAP]
+
+
 def test_a_wait_that_stops_being_rung_polls_as_before():
     p = Pacing(window=(0.0, 10.0), rung=True)
     delays(p, [1.0] * 12)

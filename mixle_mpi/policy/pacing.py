@@ -90,5 +90,9 @@ class Pacing:
         d = min(self.delay, cap)
         if now < start:
             d = max(self.low, min(d, start - now))
-        self.delay = min(cap, self.delay * 2)
+        # Rung, a ring ends the sleep: one short poll after progress (a message may be
+        # matched one probe late), then the cap at once. Doubling from ``low`` would wake a
+        # waiting rank six times per 10 ms for nothing, each time taking a core the
+        # workers need on an oversubscribed node.
+        self.delay = cap if self.rung else min(cap, self.delay * 2)
         return max(d, PASS_SLEEP_FACTOR * pass_seconds)

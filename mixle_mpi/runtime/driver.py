@@ -204,20 +204,39 @@ class Driver:
         return {w: self.membership.records[w].incarnation for w in self._live()}
 
     # -- messaging helpers -------------------------------------------------------
-    def _post(self, worker: int, msg) -> bool:
+    def _post(self, worker: int, msg, announce: bool = True) -> bool:
+        """Send ``msg``; ring the worker now, or (``announce=False``) at the caller's
+        ``_announce`` together with the others of a round."""
         link = self.links.get(worker)
         if link is None:
             return False
         try:
             link.post(msg, TAG_CMD)
-            if worker in self.bells:
-                link.progress()  # MPI moves a small message on at a progress call: the ring comes after it
-                if not self.bell.ring(self.bells[worker]):
-                    del self.bells[worker]  # unreachable after all (another network namespace): polled
-            return True
         except PeerFailed as exc:
             self._fail(worker, f"ulfm: send failed ({exc})")
             return False
+        if announce:
+            self._announce([worker])
+        return True
+
+    def _announce(self, workers: list[int]) -> None:
+        """Ring the bells of ``workers`` just sent a message, all in one system call
+        (``Doorbell.ring_all``: on an oversubscribed node the first one woken may take this
+        core, and the others would wait for it)."""
+        due = []
+        for w in workers:
+            link = self.links.get(w)
+            if w not in self.bells or link is None:
+                continue
+            try:
+                link.progress()  # MPI moves a small message on at a progress call: the ring comes after it
+            except PeerFailed as exc:
+                self._fail(w, f"ulfm: send failed ({exc})")
+                continue
+            due.append(w)
+        for w, reached in zip(due, self.bell.ring_all([self.bells[w] for w in due]) if due else ()):
+            if not reached:
+                del self.bells[w]  # unreachable after all (another network namespace): polled
 
     def _take(self, worker: int, msg) -> Any:
         """What every reply goes through, however it was received."""
@@ -560,9 +579,10 @@ class Driver:
         def dispatch(worker: int, sids: list[int], recovery: bool) -> None:
             # A recovered shard stays encoded on its survivor: it computes it again next
             # round while the place's replacement joins, or keeps it if it adopts or inherits it.
+            # The caller rings the workers sent to (_announce), all at once.
             seen["live"] = None
             items = [(s, self.store.read_packed(s) if recovery else None, extras.get(s)) for s in sids]
-            if self._post(worker, Task(task_id, kind, call, body_b, items, recovery, score_call)):
+            if self._post(worker, Task(task_id, kind, call, body_b, items, recovery, score_call), announce=False):
                 if recovery:
                     self.kept.update((s, worker) for s in sids)
                 state.sent(worker, self.membership.records[worker].incarnation, sids, recovery)
@@ -573,8 +593,10 @@ class Driver:
 
         live = self._live_processes()
         work = work_of(self.owners, self.kept, live)
-        for w, sids in state.own_work(work, live).items():
+        own = state.own_work(work, live)
+        for w, sids in own.items():
             dispatch(w, sids, False)
+        self._announce(list(own))
 
         def step() -> bool | None:
             """One poll, O(W) while nothing changes: drain the workers the round waits for,
@@ -616,6 +638,7 @@ class Driver:
             elif isinstance(action, Recover):
                 for target, sids in action.plan.items():
                     dispatch(target, sids, True)
+                self._announce(list(action.plan))
                 progressed = True
             else:  # Wait
                 seen["live"] = live
