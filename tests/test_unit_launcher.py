@@ -288,3 +288,25 @@ def test_one_host_launch_leaves_out_the_between_host_transports():
 ])
 def test_transports_are_left_alone_off_one_host_or_when_chosen(extra, environ):
     assert launcher.one_host_transports(extra, environ) == {}
+
+
+def test_exit_watch_sleeps_until_the_child_ends_and_gives_its_code():
+    import subprocess
+    import sys
+    import time
+
+    from mixle_mpi.cli.launcher import ExitWatch
+
+    for use_pidfd in (True, False):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3); raise SystemExit(7)"])
+        with ExitWatch(child) as exited:
+            if not use_pidfd:  # the fallback where Linux has no pidfd: Popen.wait(timeout)
+                os.close(exited.fd)
+                exited.fd = None
+            assert exited.within(0.01) is None  # still running
+            t0 = time.monotonic()
+            rc = None
+            while rc is None and time.monotonic() - t0 < 30:
+                rc = exited.within(1.0)
+            assert rc == 7
+        assert child.returncode == 7

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import shutil
+import select
 import signal
 import socket
 import subprocess
@@ -373,10 +374,11 @@ def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | N
     ``timeout`` passed or the job is stuck on ranks that will never end (see jobwatch)."""
     end = None if timeout is None else time.monotonic() + timeout
     watch, next_look = JobWatch(), time.monotonic() + WATCH_EVERY
-    while True:
-        try:
-            return proc.wait(timeout=0.05), None
-        except subprocess.TimeoutExpired:
+    with ExitWatch(proc) as exited:
+        while True:
+            rc = exited.within(0.05)
+            if rc is not None:
+                return rc, None
             forwarder.deliver()
             now = time.monotonic()
             if end is not None and now >= end:
@@ -386,6 +388,38 @@ def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | N
                 stuck = watch.observe(os.path.exists(files.status), rank_states(tag))
                 if stuck:
                     return None, stuck
+
+
+class ExitWatch:
+    """Waits for a child's exit asleep: in ``select`` on a pidfd where Linux has one.
+    ``Popen.wait(timeout)`` polls instead, from 0.5 ms up: about 120 wake-ups a second, each
+    taking a core from the ranks for a moment where the launcher shares a node with them."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.fd: int | None = None
+
+    def __enter__(self) -> "ExitWatch":
+        try:
+            self.fd = os.pidfd_open(self.proc.pid)
+        except (AttributeError, OSError):  # not Linux >= 5.3, or the child is reaped already
+            self.fd = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def within(self, seconds: float) -> int | None:
+        """The child's exit code if it ends within ``seconds``; None otherwise."""
+        if self.fd is None:
+            try:
+                return self.proc.wait(timeout=seconds)
+            except subprocess.TimeoutExpired:
+                return None
+        ready, _, _ = select.select([self.fd], [], [], seconds)
+        return self.proc.wait() if ready else self.proc.poll()
 
 
 def _read_json(path: str) -> dict | None:
