@@ -229,7 +229,7 @@ def base_record(args, describe, clock, t_setup, t_fit, events) -> dict:
 
 
 # -- the resilient backend --------------------------------------------------------------------
-def _instrument_workers(timing_dir: str) -> None:
+def _instrument_workers(timing_dir: str):
     """On every rank (before the handle is built): time the per-shard compute the workers run,
     one JSON line per call in timing_dir. Worker ranks never return from the handle's
     constructor, so a file is how their numbers reach rank 0."""
@@ -260,19 +260,23 @@ def _instrument_workers(timing_dir: str) -> None:
             return result
         return timed
 
+    def flush() -> None:
+        if lines:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.writelines(lines)
+            lines.clear()
+
     def flushing(recv):
         @functools.wraps(recv)
         def flushed_first(self):
-            if lines:
-                with open(path, "a", encoding="utf-8") as fh:
-                    fh.writelines(lines)
-                lines.clear()
+            flush()
             return recv(self)
         return flushed_first
 
     estep.estep_shard = wrap("worker_estep", estep.estep_shard)
     estep.score_shard = wrap("worker_llsum", estep.score_shard)
     worker.Worker.recv = flushing(worker.Worker.recv)
+    return flush  # the driver's own share (driver_computes) is written when it calls this
 
 
 def _cap_backoff(cap: float) -> None:
@@ -324,7 +328,7 @@ def run_resilient(args) -> None:
     else:
         data = sample(args.n, args.data_seed) if driver else None
     MPI.COMM_WORLD.Barrier()  # the timing dir exists before any worker could write into it
-    _instrument_workers(timing_dir)
+    flush_timings = _instrument_workers(timing_dir)
     if args.poll_cap is not None:
         _cap_backoff(args.poll_cap)
     if args.no_poll_windows:
@@ -340,7 +344,9 @@ def run_resilient(args) -> None:
     # one shard per worker unless told: the comparison with mixle's MPIEncodedData (one
     # partition per process) is then like for like
     from mpi4py import MPI
-    shards = args.num_shards or max(1, MPI.COMM_WORLD.Get_size() - 1)
+    from mixle_mpi.policy.config import Settings
+    here = 1 if Settings.resolve().driver_computes else 0  # the driver computes a share too
+    shards = args.num_shards or max(1, MPI.COMM_WORLD.Get_size() - 1 + here)
     enc = ResilientMPIEncodedData(data, estimator=est, workdir=workdir,
                                   num_shards=shards)  # workers serve inside
     startup["handle_done"] = time.time()
@@ -383,6 +389,7 @@ def run_resilient(args) -> None:
     record = base_record(args, describe, clock, t_setup, t_fit, events)
     record["driver_estep_round"] = summary(per_iteration_totals(events, st, "estep_round"))
     record["driver_llsum_round"] = summary(per_iteration_totals(events, st, "llsum_round"))
+    flush_timings()
     wev = []
     for f in glob.glob(os.path.join(timing_dir, "worker_*.jsonl")):
         with open(f, encoding="utf-8") as fh:
@@ -399,7 +406,7 @@ def run_resilient(args) -> None:
         if first and mine[-1][1] > first[-1][1]:
             cores.append((mine[-1][4] - first[-1][4]) / (mine[-1][1] - first[-1][1]))
     record["worker_cpu_cores"] = cores
-    record.update(ranks=MPI.COMM_WORLD.Get_size(), compute_ranks=MPI.COMM_WORLD.Get_size() - 1,
+    record.update(ranks=MPI.COMM_WORLD.Get_size(), compute_ranks=MPI.COMM_WORLD.Get_size() - 1 + here,
                   num_shards=num_shards, failures=failures, rounds=rounds,
                   estep_calls=[list(ev) for ev in events if ev[0] == "estep_call"],
                   iteration_stamps=st, launched_at=args.launched_at, payload=payload,

@@ -244,3 +244,27 @@ def test_a_replacement_goes_back_to_its_host_while_it_is_up_else_to_the_least_lo
     assert respawn_host("b", ["d", "c"], driver_host="a") == "c"                # ties: by name
     assert respawn_host(None, [], driver_host="a") is None
     assert respawn_host("b", [], driver_host="a") is None                       # nothing live to judge by
+
+
+def test_driver_share_is_a_workers_share_of_the_lowest_ids_and_none_when_off():
+    from mixle_mpi.policy.placement import driver_share
+
+    assert driver_share(16, 3, True) == [0, 1, 2, 3]
+    assert driver_share(2, 1, True) == [0]
+    assert driver_share(3, 3, True) == []       # S <= W: every shard stays a worker's
+    assert driver_share(256, 31, True) == list(range(8))
+    assert driver_share(16, 3, False) == [] and driver_share(16, 0, True) == []
+
+
+@pytest.mark.parametrize("S,W", [(16, 3), (2, 1), (7, 2), (256, 31), (5, 5)])
+def test_initial_placement_skips_the_drivers_share_and_deals_the_rest_evenly(S, W):
+    from mixle_mpi.policy.placement import driver_share
+
+    here = driver_share(S, W, True)
+    owners = initial_placement(S, range(1, W + 1), skip=here)
+    placed = sorted(s for ss in owners.values() for s in ss)
+    assert placed == [s for s in range(S) if s not in here]
+    counts = [len(ss) for ss in owners.values()]
+    assert max(counts) - min(counts) <= 1
+    assert len(here) <= min(counts) + 1  # the driver computes no more than a worker
+    assert initial_placement(S, range(1, W + 1), skip=()) == initial_placement(S, range(1, W + 1))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState, Wait
 
 
@@ -171,3 +173,27 @@ def test_the_round_waits_only_on_workers_with_unaccepted_shards():
     for s in (0, 2, 3, 4):
         assert state.accept(1, 0, s, {1: 0})
     assert state.waiting_on() == [] and state.done()
+
+
+def test_the_drivers_own_shards_are_never_orphans_and_count_once_done():
+    """driver_computes: shards 0 and 1 are computed by the driver; a failed worker's shards
+    are recovered, the driver's never, done or not yet."""
+    state = RoundState(6, here=frozenset({0, 1}))
+    live = {1: 0, 2: 0}
+    owners = {1: [2, 4], 2: [3, 5]}
+    for w, sids in state.own_work(owners, live).items():
+        state.sent(w, 0, sids)
+    assert state.orphans({2: 0}) == [2, 4]  # worker 1 failed; 0 and 1 are not orphans
+    with pytest.raises(ValueError):
+        state.done_here(2)
+    state.done_here(0)
+    state.done_here(1)
+    for s in (3, 5):
+        assert state.accept(2, 0, s, {2: 0})
+    assert not state.done()
+    step = state.next_step({2: [2, 3, 4, 5]}, {2: 0})
+    assert isinstance(step, Recover) and step.plan == {2: [2, 4]}
+    state.sent(2, 0, [2, 4], recovery=True)
+    for s in (2, 4):
+        assert state.accept(2, 0, s, {2: 0})
+    assert state.done() and state.reused == [0, 1, 3, 5] and sorted(state.recomputed) == [2, 4]

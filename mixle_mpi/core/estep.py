@@ -71,3 +71,19 @@ def score_shard(model: Any, chunks: Chunks, on_chunk: OnChunk | None = None) -> 
         log_density += model.seq_log_density(encoded).sum()
         _done(on_chunk, i)
     return count, log_density
+
+
+def shard_result(kind: str, body: Any, chunks: Chunks, extra: Any = None, scores: bool = False,
+                 on_chunk: OnChunk | None = None) -> Any:
+    """One shard's result for a round of ``kind``, wherever it is computed (a worker's task,
+    or the driver's own share): ``estep`` (and, with ``scores``, the score of the same
+    model after it, as mixle's EM loop asks for both), ``init`` with the shard's seed
+    ``extra``, or ``llsum``."""
+    if kind == "estep":
+        estimator, model = body
+        result = estep_shard(estimator, model, chunks, on_chunk)
+        return (result, score_shard(model, chunks, on_chunk)) if scores else result
+    if kind == "init":
+        estimator, p = body
+        return init_shard(estimator, p, int(extra), chunks, on_chunk)
+    return score_shard(body, chunks, on_chunk)

@@ -69,6 +69,13 @@ class Settings:
     # mixle's EM loop asks for that E-step next, which then needs no round of its own. One
     # round per EM iteration instead of two; the same bits. Off: a round per call.
     estep_ahead: bool = True
+    # The driver computes a worker's share of the shards itself (policy/placement.py,
+    # driver_share), as mixle's own MPI handle has every rank compute: a job of n ranks then
+    # has n E-step processes, not n - 1, and on a node with as many ranks as cores the driver
+    # no longer wakes a worker's core for each message. Costs: a failure seen during a round
+    # is acted on once the driver's own shards are done (one worker's share of compute), and
+    # the driver holds its share encoded. The same bits either way.
+    driver_computes: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -11,15 +11,26 @@ from itertools import repeat
 from collections.abc import Iterable, Mapping
 
 
-def initial_placement(num_shards: int, workers: Iterable[int]) -> dict[int, list[int]]:
-    """Shard s goes to the (s mod W)-th worker: shard i on worker i when S == W."""
+def initial_placement(num_shards: int, workers: Iterable[int], skip: Iterable[int] = ()) -> dict[int, list[int]]:
+    """Shard s goes to the (s mod W)-th worker: shard i on worker i when S == W. ``skip``:
+    shards no worker holds (the driver's own, ``driver_share``); the others are dealt
+    round-robin in id order all the same."""
     ws = sorted(workers)
     if not ws:
         raise ValueError("initial_placement needs at least one worker")
+    skip = set(skip)
     owners: dict[int, list[int]] = {w: [] for w in ws}
-    for s in range(num_shards):
-        owners[ws[s % len(ws)]].append(s)
+    for i, s in enumerate(s for s in range(num_shards) if s not in skip):
+        owners[ws[i % len(ws)]].append(s)
     return owners
+
+
+def driver_share(num_shards: int, workers: int, on: bool) -> list[int]:
+    """The shards the driver computes itself (setting ``driver_computes``): a worker's
+    share, S // (W + 1), none when off. The lowest ids: the fold takes them first, so the
+    driver has folded them by the time the workers reply. No worker holds them, so no
+    failure orphans them; a successor driver (failover) computes its own share again."""
+    return list(range(num_shards // (workers + 1))) if on and workers > 0 else []
 
 
 def spread(shards: Iterable[int], load: Mapping[int, int]) -> dict[int, list[int]]:

@@ -51,12 +51,14 @@ Step = Wait | Recover | NeedWorkers | Done
 class RoundState:
     num_shards: int
     preloaded: frozenset = frozenset()   # results already known (a fold journal)
+    here: frozenset = frozenset()        # shards the driver computes itself (driver_computes)
     assigned: dict[int, Process] = field(default_factory=dict)
     accepted: set = field(default_factory=set)
     recomputed: set = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.preloaded = frozenset(self.preloaded)
+        self.here = frozenset(self.here) - self.preloaded
         self.accepted = set(self.preloaded)
         # Indexes kept alongside ``assigned`` so that finding orphans costs O(processes +
         # orphans), not O(shards), per event: each process's shards that are still assigned
@@ -73,6 +75,13 @@ class RoundState:
         """The first dispatch: each live worker's resident shards that are still missing."""
         plan = {w: [s for s in owners.get(w, ()) if s not in self.accepted] for w in sorted(live)}
         return {w: ss for w, ss in plan.items() if ss}
+
+    def done_here(self, shard: int) -> None:
+        """The driver computed ``shard``, one of ``here``, itself: accepted. Those shards are
+        never assigned to a worker and never orphans, done or not."""
+        if shard not in self.here:
+            raise ValueError(f"shard {shard} is not the driver's to compute in this round")
+        self.accepted.add(shard)
 
     def sent(self, worker: int, incarnation: int, shards: Iterable[int], recovery: bool = False) -> None:
         """A task for ``shards`` reached ``worker``'s current process (its send did not fail)."""
@@ -115,7 +124,7 @@ class RoundState:
         """Missing shards whose assignee is not a live process any more (or that have none)."""
         accepted, n = self.accepted, self.num_shards
         if self._unsent is None:
-            self._unsent = {s for s in range(n) if s not in self.assigned and s not in accepted}
+            self._unsent = {s for s in range(n) if s not in self.assigned and s not in accepted and s not in self.here}
         elif self._unsent:
             self._unsent = {s for s in self._unsent if s not in accepted}
         found = set(self._unsent)

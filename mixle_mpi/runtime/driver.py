@@ -21,6 +21,7 @@ from mpi4py import MPI
 from mixle_mpi.core import logs
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import NoWorkersLeft, ReconfigurationTimeout, WorkerError
+from mixle_mpi.core import estep
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.protocol import (TAG_CMD, TAG_REPLY, Abort, Fence, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Result, Setup,
                                      Shrink, ShrinkGo,
@@ -32,14 +33,14 @@ from mixle_mpi.policy.pacing import NEVER, round_window
 from mixle_mpi.runtime import doorbell
 from mixle_mpi.runtime.monitor import Monitor
 from mixle_mpi.policy.joining import Join, release_plan, work_of
-from mixle_mpi.policy.placement import initial_placement, own_readers, respawn_host
+from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers, respawn_host
 from mixle_mpi.policy import reconfig
 from mixle_mpi.policy.reconfig import (EMULATED, Adopt, Blacklist, KeepComm, Respawn, ShrinkComm, renumber,
                                        shrink_method, spawn_timeout_is_fatal)
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.core.deadlines import Background, run_with_deadline
 from mixle_mpi.runtime.shrink import shrink
-from mixle_mpi.storage.store import ShardStore
+from mixle_mpi.storage.store import ShardStore, rows_from_packed
 from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, Backoff, Link, PeerFailed, matched_probe
 from mixle_mpi.runtime.rankwrapper import wrapper_of
 from mixle_mpi.core.reaper import not_reaped
@@ -130,7 +131,10 @@ class Driver:
         self.started_at: dict[int, str] = {}          # worker -> its process's start time (Ready.started)
         self.read_own: set[int] = set()               # the workers that read their own shards at the last load
         self.respawn_hosts: dict[int, str | None] = {}  # place -> the host its last replacement was asked on
-        self.owners = {**initial_placement(self.num_shards, holders), **{s: [] for s in ids[len(holders):]}}
+        self.here = driver_share(self.num_shards, len(holders), settings.driver_computes)  # computed by this process
+        self.here_chunks: dict[int, Any] | None = None  # encoded at the first round
+        self.owners = {**initial_placement(self.num_shards, holders, skip=self.here),
+                       **{s: [] for s in ids[len(holders):]}}
         self.pending: set[int] = set()                # failed since the last reconfiguration
         self.kept: dict[int, int] = {}                # shard -> the live worker keeping it encoded for its place
         self.joining: dict[int, Join] = {}            # replacements on their way in (policy/joining.py)
@@ -571,8 +575,21 @@ class Driver:
         if fold is not None:
             for shard in sorted(results):
                 fold(shard, results[shard])
-        state = RoundState(self.num_shards, frozenset(results))
+        here = [s for s in self.here if s not in results]
+        state = RoundState(self.num_shards, frozenset(results), frozenset(here))
         failed_before = set(self.pending)
+
+        def take(shard: int, payload) -> None:
+            """An accepted result, from a worker or computed here."""
+            if scores is not None:
+                payload, scores[shard] = payload
+            results[shard] = payload
+            if fold is not None:
+                fold(shard, payload)
+            if record is not None:
+                record(shard, payload)
+                if kind == "estep" and len(results) < self.num_shards:
+                    self.faults.check("estep_mid", call)
 
         seen = {"live": None}  # the live processes at the last Wait; None: something was sent since
 
@@ -610,18 +627,9 @@ class Driver:
                     if not isinstance(msg, Result) or msg.task_id != task_id:
                         continue
                     for shard, payload in msg.results:
-                        if not state.accept(w, incarnation, shard, live):
-                            continue
-                        if scores is not None:
-                            payload, scores[shard] = payload
-                        results[shard] = payload
-                        progressed = True
-                        if fold is not None:
-                            fold(shard, payload)
-                        if record is not None:
-                            record(shard, payload)
-                            if kind == "estep" and len(results) < self.num_shards:
-                                self.faults.check("estep_mid", call)
+                        if state.accept(w, incarnation, shard, live):
+                            take(shard, payload)
+                            progressed = True
             self._check_failures()
             if state.done():
                 return None
@@ -644,6 +652,14 @@ class Driver:
                 seen["live"] = live
             return progressed
 
+        if here:  # the driver's own share, while the workers compute theirs
+            body_here = pickle.loads(body_b)  # nosec B301 - pickled here; the objects the workers compute with
+            chunks = self._here_chunks()
+            for i, shard in enumerate(here):
+                if i:
+                    step()  # between shards: take replies, act on failures
+                take(shard, estep.shard_result(kind, body_here, chunks[shard], extras.get(shard), scores is not None))
+                state.done_here(shard)
         self._wait(step, due)
         t_results = time.perf_counter()
         failed_now = sorted(self.pending - failed_before)
@@ -658,6 +674,15 @@ class Driver:
             "failed": failed_now, "blacklisted": blacklisted,
         })
         return results
+
+    def _here_chunks(self) -> dict[int, Any]:
+        """The driver's own shards, encoded as a worker encodes its resident ones (once)."""
+        if self.here_chunks is None:
+            encoder = pickle.loads(self.encoder_b)  # nosec B301 - pickled by this process
+            self.here_chunks = {s: estep.encode_shard(encoder, rows_from_packed(self.store.read_packed(s)), self.sub_chunks)
+                                for s in self.here}
+            self.events.emit("driver_shards", shards=list(self.here))
+        return self.here_chunks
 
     def _no_workers_error(self) -> NoWorkersLeft:
         fails = ", ".join(f"rank {w}: {n} failure(s)" for w, n in self.membership.failures().items())

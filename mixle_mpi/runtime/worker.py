@@ -286,17 +286,7 @@ class Worker:
             chunks = self.resident[sid] if rows is None else estep.encode_shard(self.encoder, rows_from_packed(rows), self.sub_chunks)
             if t.keep and rows is not None:
                 self.resident[sid] = chunks  # the next rounds (a replacement joining) or an adoption need no load
-            if kind == "estep":
-                estimator, model = body
-                result = estep.estep_shard(estimator, model, chunks, on_chunk)
-                if scores:
-                    result = (result, estep.score_shard(model, chunks, on_chunk))
-            elif kind == "init":
-                estimator, p = body
-                result = estep.init_shard(estimator, p, int(extra), chunks, on_chunk)
-            else:
-                result = estep.score_shard(body, chunks, on_chunk)
-            batch.append((sid, result))
+            batch.append((sid, estep.shard_result(kind, body, chunks, extra, scores, on_chunk)))
             if time.monotonic() - flushed >= REPLY_BATCH_SECONDS:
                 self.reply(Result(task_id, batch, peak_rss_mb()))  # the peak for summary.json, at no cost
                 batch, flushed = [], time.monotonic()
