@@ -503,18 +503,21 @@ def test_outcome(args, verdict):
 
 
 # -- campaign plans only hold faults the fit reaches -------------------------------------------
-@pytest.mark.parametrize("workers, shards", [(2, None), (3, None), (3, 6), (4, 2), (5, 3), (3, 1), (6, 16)])
-def test_random_plans_pick_victims_that_reach_their_fault(workers, shards):
+@pytest.mark.parametrize("workers, shards, driver_computes", [(2, None, False), (3, None, False), (3, 6, False),
+                                                             (4, 2, False), (5, 3, False), (3, 1, False),
+                                                             (6, 16, False), (3, 8, True), (2, 16, True), (3, 3, True)])
+def test_random_plans_pick_victims_that_reach_their_fault(workers, shards, driver_computes):
     import random
 
     from mixle_mpi.cli.chaos import KINDS, random_plans
-    from mixle_mpi.policy.placement import initial_placement, plan_recovery
+    from mixle_mpi.policy.placement import driver_share, initial_placement, plan_recovery
 
-    owners = initial_placement(shards or workers, range(1, workers + 1))
+    here = driver_share(shards or workers, workers, driver_computes)
+    owners = initial_placement(shards or workers, range(1, workers + 1), skip=here)
     holders = {w for w, s in owners.items() if s}
     for seed in range(20):
         rounds = 1 + seed % 7
-        plans = random_plans(random.Random(seed), 10, workers, rounds, shards)
+        plans = random_plans(random.Random(seed), 10, workers, rounds, shards, driver_shards=here)
         expected_kinds = set(KINDS) if workers >= 3 and len(holders) >= 2 else set(KINDS[:3])
         if rounds < 2:
             expected_kinds.discard("repeat")  # no later round for the replacement to die in

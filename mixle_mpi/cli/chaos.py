@@ -22,14 +22,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 
 from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.storage.events import read_events
+from mixle_mpi.policy.config import Settings
 from mixle_mpi.policy.faults import FIRED_ENV, Fault, needs_replacement_rounds, read_fired, unfired
 from mixle_mpi.cli.jobconfig import FitConfig, to_argv
-from mixle_mpi.policy.placement import initial_placement, plan_recovery
+from mixle_mpi.policy.placement import driver_share, initial_placement, plan_recovery
 
 SINGLE_PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum")
 ACTIONS = ("kill", "stop")
@@ -48,9 +50,10 @@ class ChaosRun:
 
 
 def random_plans(rng: random.Random, runs: int, workers: int, rounds: int,
-                 num_shards: int | None = None, spares: int = 0) -> list[ChaosRun]:
+                 num_shards: int | None = None, spares: int = 0, driver_shards: Iterable[int] = ()) -> list[ChaosRun]:
     """``runs`` fault plans for ``workers`` workers, ``num_shards`` shards (default: one per
-    worker, as the handle does) and a fit of ``rounds`` E-step rounds (pure).
+    worker, as the handle does), of which the driver computes ``driver_shards`` itself
+    (``driver_computes``), and a fit of ``rounds`` E-step rounds (pure).
 
     Kinds cycle so that every kind appears in a short campaign; workers, actions, phases and
     rounds are drawn from ``rng``. Every planned fault is one the fit is sure to reach:
@@ -65,7 +68,7 @@ def random_plans(rng: random.Random, runs: int, workers: int, rounds: int,
         raise ConfigError(f"a chaos campaign needs at least 2 workers (-n 3 or more); found {workers}")
     if runs < 1:
         raise ConfigError(f"--runs must be >= 1; found {runs}")
-    owners = initial_placement(workers if num_shards is None else num_shards, range(1, workers + 1))
+    owners = initial_placement(workers if num_shards is None else num_shards, range(1, workers + 1), skip=driver_shards)
     owners.update({s: [] for s in range(workers + 1, workers + 1 + spares)})
     holders = [w for w, sids in owners.items() if sids]
     rounds = max(1, rounds)
@@ -250,7 +253,9 @@ def campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: str, run_
     rounds = reference["summary"]["iterations"]
     shards = reference["summary"].get("num_shards")
     timeout = run_timeout or (10 * ref_seconds + 60)
-    plans = random_plans(random.Random(seed), runs, n - 1, rounds, shards, cfg.spares or 0)
+    holders = n - 1 - (cfg.spares or 0)
+    here = driver_share(shards or holders, holders, Settings.resolve({"driver_computes": cfg.driver_computes}).driver_computes)
+    plans = random_plans(random.Random(seed), runs, n - 1, rounds, shards, cfg.spares or 0, here)
     planned = sum(p.faults for p in plans)
     w(f"chaos: reference took {ref_seconds:.1f}s, {rounds} iterations; {runs} fault runs, {planned} planned faults "
       f"(seed {seed}, hang deadline {timeout:.0f}s each)\n")

@@ -46,7 +46,7 @@ def _settings(cfg: FitConfig) -> dict:
     return {k: v for k, v in (("heartbeat_period", cfg.heartbeat_period), ("heartbeat_timeout", cfg.heartbeat_timeout),
                               ("stall_timeout", cfg.stall_timeout), ("respawn", cfg.respawn),
                               ("respawn_wait", cfg.respawn_wait), ("spares", cfg.spares),
-                              ("failover", cfg.failover)) if v is not None}
+                              ("failover", cfg.failover), ("driver_computes", cfg.driver_computes)) if v is not None}
 
 
 def prepare(cfg: FitConfig):

@@ -35,6 +35,7 @@ class FitConfig:
     respawn_wait: bool | None = None
     spares: int | None = None
     failover: bool | None = None
+    driver_computes: bool | None = None
     checkpoint: str | None = None
     checkpoint_every: int = 1
     checkpoint_seconds: float | None = None
@@ -74,6 +75,9 @@ HELP = {
               "(with -n N, N + spares ranks are launched)",
     "failover": "if the driver (rank 0) dies, the lowest surviving rank takes over and resumes from the "
                 "checkpoint, in the same job (under mpiexec and srun)",
+    "driver_computes": "the driver (rank 0) computes a worker's share of the shards itself: every rank "
+                       "computes, as in mixle's own MPI handle; a failure seen in a round is acted on once "
+                       "the driver's current shard is done",
     "checkpoint": "HDF5 checkpoint path; an existing one is resumed",
     "checkpoint_every": "iterations between checkpoints",
     "checkpoint_seconds": "seconds between checkpoints",
