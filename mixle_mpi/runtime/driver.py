@@ -23,6 +23,7 @@ from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import NoWorkersLeft, ReconfigurationTimeout, WorkerError
 from mixle_mpi.core import estep
 from mixle_mpi.core.estep import PROTO
+from mixle_mpi.core.malloc import retain_freed_memory
 from mixle_mpi.core.protocol import (TAG_CMD, TAG_REPLY, Abort, Fence, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Result, Setup,
                                      Shrink, ShrinkGo,
                                      ShrinkReady, Shrunk, Stop, Task, TaskError)
@@ -678,6 +679,7 @@ class Driver:
     def _here_chunks(self) -> dict[int, Any]:
         """The driver's own shards, encoded as a worker encodes its resident ones (once)."""
         if self.here_chunks is None:
+            retain_freed_memory()  # as on a worker: E-step temporaries reuse heap pages (core/malloc.py)
             encoder = pickle.loads(self.encoder_b)  # nosec B301 - pickled by this process
             self.here_chunks = {s: estep.encode_shard(encoder, rows_from_packed(self.store.read_packed(s)), self.sub_chunks)
                                 for s in self.here}
