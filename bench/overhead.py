@@ -63,6 +63,9 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="smoke run: gmm1d only, small N, 4 iterations (well under 2 minutes)")
     p.add_argument("--workers", type=int, default=2, help="E-step processes W (ours: -n W+1, mixle: -n W)")
+    p.add_argument("--driver-computes", action="store_true",
+                   help="ours with the setting driver_computes: the driver computes a share too, so ours "
+                   "runs -n W like mixle (write the results elsewhere with --results)")
     p.add_argument("--n", default=None, help="observations: one number for every model or model=N,... "
                    f"(default {DEFAULT_N}; --quick {QUICK_N})")
     p.add_argument("--its", type=int, default=None, help="EM iterations per job (default 6; --quick 10); "
@@ -81,6 +84,8 @@ def parse_args(argv=None):
                    help="also run one cProfile'd job per model and backend (rank 0 only; not timed)")
     p.add_argument("--results", default=os.path.join(BENCH, "results"), help="output directory")
     args = p.parse_args(argv)
+    if args.driver_computes:
+        os.environ["MIXLE_MPI_DRIVER_COMPUTES"] = "1"  # job_env() passes it to every rank (mixle's ignore it)
     if args.workers < 2:
         raise SystemExit("--workers must be >= 2: the baseline runs -n W and `mixle_mpi run` refuses -n 1")
     if args.models:
@@ -110,7 +115,7 @@ def parse_args(argv=None):
 
 # -- running one job --------------------------------------------------------------------------
 def job_command(args, backend: str, model: str, out: str, profile: str | None = None) -> list[str]:
-    ranks = args.workers + 1 if backend == "resilient" else args.workers
+    ranks = args.workers + 1 if backend == "resilient" and not getattr(args, "driver_computes", False) else args.workers
     cmd = [args.python, "-m", "mixle_mpi", "run", "-n", str(ranks), "--timeout", f"{args.timeout:g}", "--",
            args.python, JOB, "--backend", backend, "--model", model, "--n", str(args.sizes[model]),
            "--its", str(args.its), "--mixle-data", args.mixle_data, "--out", out]
