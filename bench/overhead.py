@@ -1,7 +1,8 @@
 """Failure-free per-iteration overhead: mixle_mpi's ResilientMPIEncodedData vs mixle's MPIEncodedData.
 
 Both fits use the same number of E-step processes W: ours runs W workers + 1 driver rank
-(``-n W+1``), mixle's SPMD handle runs ``-n W`` ranks, where rank 0 computes as well as folds.
+(``-n W+1``; with ``--driver-computes`` the driver computes a share and ours runs ``-n W``),
+mixle's SPMD handle runs ``-n W`` ranks, where rank 0 computes as well as folds.
 Every job is a real MPI job started through the same launcher (``python -m mixle_mpi run``), so
 the mpiexec flags (``--with-ft ulfm --oversubscribe --bind-to none`` on Open MPI) are identical
 for both; BLAS is pinned to one thread on every rank. Repetitions are interleaved per model
@@ -237,7 +238,9 @@ def render(args, summary: dict, meta: dict) -> str:
     lines = [
         "# mixle_mpi failure-free overhead per EM iteration",
         "",
-        f"ours = `ResilientMPIEncodedData` with {w} workers + 1 driver (`-n {w + 1}`); "
+        (f"ours = `ResilientMPIEncodedData` with the driver computing a share and {w - 1} worker(s) "
+         f"(`-n {w}`, setting `driver_computes`); " if getattr(args, "driver_computes", False) else
+         f"ours = `ResilientMPIEncodedData` with {w} workers + 1 driver (`-n {w + 1}`); ") +
         f"mixle = `MPIEncodedData` on {w} ranks (`-n {w}`, rank 0 computes too, data "
         f"{'scattered from rank 0' if args.mixle_data == 'root' else 'on every rank'}). "
         f"Same launcher and mpiexec flags, BLAS 1 thread, {args.its} iterations per job "
