@@ -140,3 +140,9 @@ def test_dry_run_refuses_far_more_ranks_than_cores_as_the_launch_would(h5data, c
     assert main(base) == 2
     assert "found -n 300 but this machine has 2 core(s)" in capsys.readouterr().err
     assert main(base + ["--allow-many-ranks"]) == 0
+
+
+def test_the_layout_counts_the_drivers_own_share():
+    lay = dryrun.layout(rows=1_000_000, num_shards=16, ranks=4, driver_computes=True)
+    assert (lay.workers, lay.driver, lay.per_worker) == (3, 4, (4, 4))
+    assert dryrun.layout(rows=1_000_000, num_shards=16, ranks=4).driver == 0

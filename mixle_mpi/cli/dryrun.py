@@ -30,6 +30,7 @@ class Layout:
     num_shards: int
     per_worker: tuple[int, int] | None   # fewest and most shards a worker starts with
     rows_per_shard: int
+    driver: int = 0                      # shards the driver computes itself (driver_computes)
 
 
 def rank_count(args, environ=os.environ) -> tuple[int | None, str]:
@@ -41,10 +42,10 @@ def rank_count(args, environ=os.environ) -> tuple[int | None, str]:
     return None, ""
 
 
-def layout(rows: int, num_shards: int | None, ranks: int | None) -> Layout:
+def layout(rows: int, num_shards: int | None, ranks: int | None, driver_computes: bool = False) -> Layout:
     """Shards and their placement as the handle makes them (pure)."""
     from mixle_mpi.core.layout import default_num_shards
-    from mixle_mpi.policy.placement import initial_placement
+    from mixle_mpi.policy.placement import driver_share, initial_placement
 
     if ranks is not None and ranks < 2:
         raise ConfigError(f"found {ranks} rank(s) but needs at least 2: rank 0 drives and ranks 1.. compute")
@@ -52,11 +53,12 @@ def layout(rows: int, num_shards: int | None, ranks: int | None) -> Layout:
     s = num_shards if num_shards is not None else default_num_shards(rows)
     if rows < s:
         raise ConfigError(f"found {rows} observations but num_shards={s} needs at least {s}")
-    per = None
+    per, here = None, []
     if workers is not None:
-        counts = [len(v) for v in initial_placement(s, range(1, workers + 1)).values()]
+        here = driver_share(s, workers, driver_computes)
+        counts = [len(v) for v in initial_placement(s, range(1, workers + 1), skip=here).values()]
         per = (min(counts), max(counts))
-    return Layout(workers, s, per, -(-rows // s))
+    return Layout(workers, s, per, -(-rows // s), len(here))
 
 
 def memory(shape, lay: Layout) -> dict[str, float]:
@@ -65,7 +67,8 @@ def memory(shape, lay: Layout) -> dict[str, float]:
     row = shape.values * shape.value_bytes
     most = lay.per_worker[1] if lay.per_worker else 1
     driver_rows = shape.rows if shape.driver_reads_all else min(shape.rows, STORE_BLOCK_ROWS)
-    return {"worker": most * lay.rows_per_shard * row, "driver": driver_rows * row, "total": shape.rows * row}
+    return {"worker": most * lay.rows_per_shard * row, "driver": (driver_rows + lay.driver * lay.rows_per_shard) * row,
+            "total": shape.rows * row}
 
 
 def _mpiexec_line(exe: str) -> str:
@@ -174,6 +177,8 @@ def _layout_line(lay: Layout, ranks: int | None, origin: str) -> str:
     if lay.per_worker:
         low, high = lay.per_worker
         per = f"; {low}{'' if low == high else f'-{high}'} shard{'s' if high > 1 else ''} per worker"
+    if lay.driver:
+        per += f", {lay.driver} computed by the driver (driver_computes)"
     return f"layout: {who}; S = {lay.num_shards} shards of about {lay.rows_per_shard} rows{per}"
 
 
@@ -207,7 +212,10 @@ def report(args, lines: list[str], problems: list[str]) -> None:
     lines.append(f"data: {shape.describe}")
     modelspec.build_estimator(spec, shape.ncols)
     ranks, origin = rank_count(args)
-    lay = layout(shape.rows, cfg.num_shards, ranks)
+    from mixle_mpi.policy.config import Settings
+
+    lay = layout(shape.rows, cfg.num_shards, ranks,
+                 Settings.resolve({"driver_computes": cfg.driver_computes}).driver_computes)
     lines.append(_layout_line(lay, ranks, origin))
     lines += _memory_lines(shape, lay)
     lines += _report_mpi(args, cfg, ranks, problems)
