@@ -169,8 +169,6 @@ def run_optimize(est, enc, args, clock, out_stream, profile_path):
     if profile_path:
         import cProfile
 
-        import time
-
         # MIXLE_MPI_PROFILE_CPU=1: CPU time, not wall time (on an oversubscribed machine wall
         # time charges a call for the time its process waited for a core)
         cpu = os.environ.get("MIXLE_MPI_PROFILE_CPU") == "1"

@@ -202,7 +202,7 @@ def report(args, lines: list[str], problems: list[str]) -> None:
     """Append the report to ``lines`` step by step (so that what was found before an error
     is still shown) and what would stop the fit to ``problems``; errors raise."""
     from mixle_mpi.cli import datainput, modelspec
-    from mixle_mpi.cli.jobconfig import from_args
+    from mixle_mpi.cli.jobconfig import from_args, resolved_settings
 
     cfg = from_args(args)
     spec = modelspec.parse_spec(cfg.model)
@@ -212,10 +212,7 @@ def report(args, lines: list[str], problems: list[str]) -> None:
     lines.append(f"data: {shape.describe}")
     modelspec.build_estimator(spec, shape.ncols)
     ranks, origin = rank_count(args)
-    from mixle_mpi.policy.config import Settings
-
-    lay = layout(shape.rows, cfg.num_shards, ranks,
-                 Settings.resolve({"driver_computes": cfg.driver_computes}).driver_computes)
+    lay = layout(shape.rows, cfg.num_shards, ranks, resolved_settings(cfg).driver_computes)
     lines.append(_layout_line(lay, ranks, origin))
     lines += _memory_lines(shape, lay)
     lines += _report_mpi(args, cfg, ranks, problems)

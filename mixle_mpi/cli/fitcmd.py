@@ -19,7 +19,7 @@ import time
 
 from mixle_mpi.cli import datainput, modelspec
 from mixle_mpi.core.atomicfile import write_json
-from mixle_mpi.cli.jobconfig import FitConfig
+from mixle_mpi.cli.jobconfig import FitConfig, settings_overrides
 
 MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS")
 
@@ -40,13 +40,6 @@ def restart_checkpoint(path: str | None, restart: int, restarts: int) -> str | N
 def restart_checkpoints(path: str, restarts: int) -> list[str]:
     """Every restart's checkpoint path, in restart order."""
     return [restart_checkpoint(path, r, restarts) for r in range(restarts)]
-
-
-def _settings(cfg: FitConfig) -> dict:
-    return {k: v for k, v in (("heartbeat_period", cfg.heartbeat_period), ("heartbeat_timeout", cfg.heartbeat_timeout),
-                              ("stall_timeout", cfg.stall_timeout), ("respawn", cfg.respawn),
-                              ("respawn_wait", cfg.respawn_wait), ("spares", cfg.spares),
-                              ("failover", cfg.failover), ("driver_computes", cfg.driver_computes)) if v is not None}
 
 
 def prepare(cfg: FitConfig):
@@ -80,7 +73,7 @@ def run(cfg: FitConfig) -> int:
     where = dict(num_shards=cfg.num_shards, sub_chunks=cfg.sub_chunks, max_retries=cfg.max_retries,
                  workdir=os.path.join(cfg.out_dir, "work"), keep_store=cfg.keep_store, event_log=events_path,
                  warm_serialization=True,  # model.json and the checkpoints need mixle's registry
-                 **_settings(cfg))
+                 **settings_overrides(cfg))
     # A worker serves inside this call until the driver is done and never returns, unless
     # the driver dies with failover on: then the successor returns here, as the driver.
     successor = None if is_driver() else ResilientMPIEncodedData(None, **where)

@@ -243,3 +243,20 @@ def to_argv(cfg: FitConfig) -> list[str]:
         else:
             out += [flag, repr(value) if isinstance(value, float) else str(value)]
     return out
+
+
+def settings_overrides(cfg: FitConfig) -> dict:
+    """The handle's settings this fit sets explicitly (the rest come from MIXLE_MPI_* or the
+    defaults, see ``policy.config.Settings.resolve``)."""
+    return {k: v for k, v in (("heartbeat_period", cfg.heartbeat_period), ("heartbeat_timeout", cfg.heartbeat_timeout),
+                              ("stall_timeout", cfg.stall_timeout), ("respawn", cfg.respawn),
+                              ("respawn_wait", cfg.respawn_wait), ("spares", cfg.spares),
+                              ("failover", cfg.failover), ("driver_computes", cfg.driver_computes)) if v is not None}
+
+
+def resolved_settings(cfg: FitConfig):
+    """The settings the fit's handle will run with: this fit's, then the environment's, then
+    the defaults (what ``chaos`` and ``--dry-run`` plan with)."""
+    from mixle_mpi.policy.config import Settings
+
+    return Settings.resolve(settings_overrides(cfg))
