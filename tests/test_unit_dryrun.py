@@ -66,7 +66,8 @@ def test_dry_run_prints_everything_and_launches_nothing(h5data, tmp_path, capsys
     out = capsys.readouterr().out
     assert code == 0, out
     for needle in ("dry run: nothing was launched", "shape (10000, 4), float64",
-                   "layout: 5 ranks (-n) = 1 driver + 4 workers; S = 16 shards of about 625 rows; 4 shards per worker",
+                   "layout: 5 ranks (-n) = 1 driver + 4 workers; S = 16 shards of about 625 rows; 3-4 shards per worker, "
+                   "3 computed by the driver (driver_computes)",
                    "each worker about 78 KB", "streams the data into the shard store", "MPI library (mpi4py): ",
                    "mpiexec: ", "launch: ", " -n 5 ", f"{sys.executable} -m mixle_mpi fit --data {h5data}:/run1/X",
                    "--num-shards 16", "checkpoint ", "none yet", "will be created"):
@@ -83,7 +84,7 @@ def test_dry_run_reads_a_csv_header_not_its_values(tmp_path, capsys, no_launch, 
     monkeypatch.setattr(datainput, "_read_numeric", lambda *a: pytest.fail("the dry run parsed the values"))
     assert main(["fit", "-n", "3", "--dry-run", "--data", str(path), "--columns", "a,c", "--model", "gmm:k=2"]) == 0
     out = capsys.readouterr().out
-    assert "d.csv: 1000 data lines x 2 columns (a, c)" in out and "8 shards per worker" in out
+    assert "d.csv: 1000 data lines x 2 columns (a, c)" in out and "5-6 shards per worker, 5 computed by the driver" in out
     assert "reads the whole data before writing the shard store" in out
 
 
@@ -146,3 +147,12 @@ def test_the_layout_counts_the_drivers_own_share():
     lay = dryrun.layout(rows=1_000_000, num_shards=16, ranks=4, driver_computes=True)
     assert (lay.workers, lay.driver, lay.per_worker) == (3, 4, (4, 4))
     assert dryrun.layout(rows=1_000_000, num_shards=16, ranks=4).driver == 0
+
+
+def test_the_layout_leaves_the_driver_no_share_over_its_byte_cap():
+    # 16 shards of 62,500 rows x 8 bytes: a share of 4 shards is 2 MB
+    small = dryrun.layout(rows=1_000_000, num_shards=16, ranks=4, driver_computes=True, row_bytes=8, driver_max_bytes=2_000_000)
+    assert (small.driver, small.driver_refused) == (4, 0)
+    big = dryrun.layout(rows=1_000_000, num_shards=16, ranks=4, driver_computes=True, row_bytes=8, driver_max_bytes=1_999_999)
+    assert (big.driver, big.driver_refused, big.per_worker) == (0, 4, (5, 6))
+    assert "the driver computes none: its share, 4 shards, is over driver_share_max_bytes" in dryrun._layout_line(big, 4, "-n")

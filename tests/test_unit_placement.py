@@ -256,6 +256,17 @@ def test_driver_share_is_a_workers_share_of_the_lowest_ids_and_none_when_off():
     assert driver_share(16, 3, False) == [] and driver_share(16, 0, True) == []
 
 
+def test_driver_share_is_none_when_its_stored_bytes_are_over_the_cap():
+    from mixle_mpi.policy.placement import driver_share
+
+    sizes = {0: 100, 1: 300, 2: 50, 3: 50}.get
+    assert driver_share(16, 3, True, sizes, max_bytes=500) == [0, 1, 2, 3]   # 500 bytes: at the cap
+    assert driver_share(16, 3, True, sizes, max_bytes=499) == []             # over it: all or nothing
+    assert driver_share(16, 3, True, sizes, max_bytes=None) == [0, 1, 2, 3]  # no cap
+    assert driver_share(3, 3, True, sizes, max_bytes=0) == []                # no share, nothing to weigh
+    assert driver_share(16, 3, False, sizes, max_bytes=10**9) == []
+
+
 @pytest.mark.parametrize("S,W", [(16, 3), (2, 1), (7, 2), (256, 31), (5, 5)])
 def test_initial_placement_skips_the_drivers_share_and_deals_the_rest_evenly(S, W):
     from mixle_mpi.policy.placement import driver_share

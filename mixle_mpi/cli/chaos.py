@@ -29,8 +29,8 @@ from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.storage.events import read_events
 from mixle_mpi.policy.faults import FIRED_ENV, Fault, needs_replacement_rounds, read_fired, unfired
-from mixle_mpi.cli.jobconfig import FitConfig, resolved_settings, to_argv
-from mixle_mpi.policy.placement import driver_share, initial_placement, plan_recovery
+from mixle_mpi.cli.jobconfig import FitConfig, to_argv
+from mixle_mpi.policy.placement import initial_placement, plan_recovery
 
 SINGLE_PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum")
 ACTIONS = ("kill", "stop")
@@ -252,8 +252,7 @@ def campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: str, run_
     rounds = reference["summary"]["iterations"]
     shards = reference["summary"].get("num_shards")
     timeout = run_timeout or (10 * ref_seconds + 60)
-    holders = n - 1 - (cfg.spares or 0)
-    here = driver_share(shards or holders, holders, resolved_settings(cfg).driver_computes)
+    here = reference["summary"].get("driver_shards", [])  # what the driver computed: no kill can orphan those
     plans = random_plans(random.Random(seed), runs, n - 1, rounds, shards, cfg.spares or 0, here)
     planned = sum(p.faults for p in plans)
     w(f"chaos: reference took {ref_seconds:.1f}s, {rounds} iterations; {runs} fault runs, {planned} planned faults "

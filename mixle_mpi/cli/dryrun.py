@@ -31,6 +31,7 @@ class Layout:
     per_worker: tuple[int, int] | None   # fewest and most shards a worker starts with
     rows_per_shard: int
     driver: int = 0                      # shards the driver computes itself (driver_computes)
+    driver_refused: int = 0              # ... the shards of its share, when over driver_share_max_bytes
 
 
 def rank_count(args, environ=os.environ) -> tuple[int | None, str]:
@@ -42,8 +43,10 @@ def rank_count(args, environ=os.environ) -> tuple[int | None, str]:
     return None, ""
 
 
-def layout(rows: int, num_shards: int | None, ranks: int | None, driver_computes: bool = False) -> Layout:
-    """Shards and their placement as the handle makes them (pure)."""
+def layout(rows: int, num_shards: int | None, ranks: int | None, driver_computes: bool = False,
+           row_bytes: int = 0, driver_max_bytes: int | None = None) -> Layout:
+    """Shards and their placement as the handle makes them (pure); ``row_bytes`` estimates a
+    shard's stored bytes for the cap on the driver's share (``driver_share_max_bytes``)."""
     from mixle_mpi.core.layout import default_num_shards
     from mixle_mpi.policy.placement import driver_share, initial_placement
 
@@ -55,10 +58,11 @@ def layout(rows: int, num_shards: int | None, ranks: int | None, driver_computes
         raise ConfigError(f"found {rows} observations but num_shards={s} needs at least {s}")
     per, here = None, []
     if workers is not None:
-        here = driver_share(s, workers, driver_computes)
+        here = driver_share(s, workers, driver_computes, lambda _: -(-rows // s) * row_bytes, driver_max_bytes)
+        refused = 0 if here else len(driver_share(s, workers, driver_computes))
         counts = [len(v) for v in initial_placement(s, range(1, workers + 1), skip=here).values()]
         per = (min(counts), max(counts))
-    return Layout(workers, s, per, -(-rows // s), len(here))
+    return Layout(workers, s, per, -(-rows // s), len(here), refused if workers is not None else 0)
 
 
 def memory(shape, lay: Layout) -> dict[str, float]:
@@ -179,6 +183,9 @@ def _layout_line(lay: Layout, ranks: int | None, origin: str) -> str:
         per = f"; {low}{'' if low == high else f'-{high}'} shard{'s' if high > 1 else ''} per worker"
     if lay.driver:
         per += f", {lay.driver} computed by the driver (driver_computes)"
+    elif lay.driver_refused:
+        per += (f"; the driver computes none: its share, {lay.driver_refused} shards, is over "
+                "driver_share_max_bytes")
     return f"layout: {who}; S = {lay.num_shards} shards of about {lay.rows_per_shard} rows{per}"
 
 
@@ -212,7 +219,9 @@ def report(args, lines: list[str], problems: list[str]) -> None:
     lines.append(f"data: {shape.describe}")
     modelspec.build_estimator(spec, shape.ncols)
     ranks, origin = rank_count(args)
-    lay = layout(shape.rows, cfg.num_shards, ranks, resolved_settings(cfg).driver_computes)
+    settings = resolved_settings(cfg)
+    lay = layout(shape.rows, cfg.num_shards, ranks, settings.driver_computes, shape.values * shape.value_bytes,
+                 settings.driver_share_max_bytes)
     lines.append(_layout_line(lay, ranks, origin))
     lines += _memory_lines(shape, lay)
     lines += _report_mpi(args, cfg, ranks, problems)

@@ -194,6 +194,7 @@ def _summary(enc, cfg: FitConfig, results: list[dict], segments) -> dict:
         "peak_rss_mb": {str(rank): mb for rank, mb in sorted(peak_rss.items())},
         "workers": len(enc._driver.membership.records),
         "num_shards": enc.num_shards,
+        "driver_shards": enc.driver_shards,
         "sub_chunks": enc.sub_chunks,
         "data": cfg.data,
         "model_spec": cfg.model,

@@ -19,7 +19,7 @@ def _positive_float(name: str, value) -> float:
     return float(value)
 
 
-MINIMUM = {"spares": 0, "heartbeat_fanin": 0, "own_read_min_bytes": 0}  # integer settings that may be 0 (the others must be >= 1)
+MINIMUM = {"spares": 0, "heartbeat_fanin": 0, "own_read_min_bytes": 0, "driver_share_max_bytes": 0}  # integer settings that may be 0 (the others must be >= 1)
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,13 @@ class Settings:
     # driver_share), as mixle's own MPI handle has every rank compute: a job of n ranks then
     # has n E-step processes, not n - 1, and on a node with as many ranks as cores the driver
     # no longer wakes a worker's core for each message. Costs: a failure seen during a round
-    # is acted on once the driver's own shards are done (one worker's share of compute), and
-    # the driver holds its share encoded. The same bits either way.
-    driver_computes: bool = False
+    # is acted on once the driver's current shard is done, and the driver holds its share
+    # encoded. The same bits either way.
+    driver_computes: bool = True
+    # ... only while that share is small: at most this many stored bytes. A round's fixed
+    # cost weighs where rounds are short, that is where shards are small; above this the
+    # driver holds no data, so its memory stays flat in N (bench/results/report.md, item 4).
+    driver_share_max_bytes: int = 8 << 20
 
     def __post_init__(self) -> None:
         for f in fields(self):

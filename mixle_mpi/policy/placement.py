@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 from itertools import repeat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 
 def initial_placement(num_shards: int, workers: Iterable[int], skip: Iterable[int] = ()) -> dict[int, list[int]]:
@@ -25,12 +25,17 @@ def initial_placement(num_shards: int, workers: Iterable[int], skip: Iterable[in
     return owners
 
 
-def driver_share(num_shards: int, workers: int, on: bool) -> list[int]:
+def driver_share(num_shards: int, workers: int, on: bool, shard_bytes: Callable[[int], int] | None = None,
+                 max_bytes: int | None = None) -> list[int]:
     """The shards the driver computes itself (setting ``driver_computes``): a worker's
-    share, S // (W + 1), none when off. The lowest ids: the fold takes them first, so the
+    share, S // (W + 1), none when off or when their stored bytes (``shard_bytes(s)``)
+    add up to more than ``max_bytes``. The lowest ids: the fold takes them first, so the
     driver has folded them by the time the workers reply. No worker holds them, so no
     failure orphans them; a successor driver (failover) computes its own share again."""
-    return list(range(num_shards // (workers + 1))) if on and workers > 0 else []
+    share = list(range(num_shards // (workers + 1))) if on and workers > 0 else []
+    if max_bytes is not None and shard_bytes is not None and sum(map(shard_bytes, share)) > max_bytes:
+        return []
+    return share
 
 
 def spread(shards: Iterable[int], load: Mapping[int, int]) -> dict[int, list[int]]:

@@ -132,7 +132,7 @@ class Driver:
         self.started_at: dict[int, str] = {}          # worker -> its process's start time (Ready.started)
         self.read_own: set[int] = set()               # the workers that read their own shards at the last load
         self.respawn_hosts: dict[int, str | None] = {}  # place -> the host its last replacement was asked on
-        self.here = driver_share(self.num_shards, len(holders), settings.driver_computes)  # computed by this process
+        self.here = self._driver_share(len(holders))  # the shards this process computes itself
         self.here_chunks: dict[int, Any] | None = None  # encoded at the first round
         self.owners = {**initial_placement(self.num_shards, holders, skip=self.here),
                        **{s: [] for s in ids[len(holders):]}}
@@ -683,8 +683,17 @@ class Driver:
             encoder = pickle.loads(self.encoder_b)  # nosec B301 - pickled by this process
             self.here_chunks = {s: estep.encode_shard(encoder, rows_from_packed(self.store.read_packed(s)), self.sub_chunks)
                                 for s in self.here}
-            self.events.emit("driver_shards", shards=list(self.here))
         return self.here_chunks
+
+    def _driver_share(self, holders: int) -> list[int]:
+        """The driver's own shards (``placement.driver_share``), and an event saying which and
+        why: the setting, the share's stored bytes and the cap on them."""
+        on, cap = self.settings.driver_computes, self.settings.driver_share_max_bytes
+        share = driver_share(self.num_shards, holders, on, self.store.shard_bytes, cap)
+        wanted = share or driver_share(self.num_shards, holders, on)
+        self.events.emit("driver_shards", shards=share, share=len(wanted), setting=on,
+                         share_bytes=sum(map(self.store.shard_bytes, wanted)), max_bytes=cap)
+        return share
 
     def _no_workers_error(self) -> NoWorkersLeft:
         fails = ", ".join(f"rank {w}: {n} failure(s)" for w, n in self.membership.failures().items())

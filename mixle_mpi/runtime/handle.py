@@ -332,6 +332,12 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         return list(self._driver.rounds)
 
     @property
+    def driver_shards(self) -> list[int]:
+        """The shards the driver computes itself (settings ``driver_computes`` and
+        ``driver_share_max_bytes``); no worker holds them."""
+        return list(self._driver.here)
+
+    @property
     def failures(self) -> dict[int, int]:
         return self._driver.membership.failures()
 

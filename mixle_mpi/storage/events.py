@@ -144,7 +144,20 @@ def _driver_resumed_text(rec: dict[str, Any]) -> str:
             "the driver died")
 
 
-SPECIAL = {"start": ("workers", _start_text), "resumed": ("iteration", _resumed_text),
+def _driver_shards_text(rec: dict[str, Any]) -> str:
+    shards, mib = rec["shards"], rec.get("share_bytes", 0) / 2**20
+    if shards:
+        ids = f"{shards[0]}" if len(shards) == 1 else f"{shards[0]}-{shards[-1]}"
+        return f"the driver computes shards {ids} itself ({len(shards)} of them, {mib:.1f} MiB stored; setting driver_computes)"
+    if not rec.get("setting", True):
+        return "the driver computes no shard (setting driver_computes off)"
+    if not rec.get("share"):
+        return "the driver computes no shard: S // (workers + 1) is 0 (more shards would give it a share)"
+    return (f"the driver computes no shard: its share, {rec['share']} shard(s), is {mib:.1f} MiB stored, over "
+            f"driver_share_max_bytes ({rec.get('max_bytes', 0) / 2**20:.1f} MiB); it holds no data, so its memory stays flat")
+
+
+SPECIAL = {"start": ("workers", _start_text), "driver_shards": ("shards", _driver_shards_text), "resumed": ("iteration", _resumed_text),
            "continuation": ("method", _continuation_text), "driver_failed": ("cause", _driver_failed_text),
            "driver_elected": ("survivors", _driver_elected_text), "driver_resumed": ("since_death", _driver_resumed_text)}
 
