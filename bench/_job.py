@@ -404,7 +404,8 @@ def run_resilient(args) -> None:
         if first and mine[-1][1] > first[-1][1]:
             cores.append((mine[-1][4] - first[-1][4]) / (mine[-1][1] - first[-1][1]))
     record["worker_cpu_cores"] = cores
-    record.update(ranks=MPI.COMM_WORLD.Get_size(), compute_ranks=MPI.COMM_WORLD.Get_size() - 1 + here,
+    record.update(ranks=MPI.COMM_WORLD.Get_size(), compute_ranks=MPI.COMM_WORLD.Get_size() - 1 + (1 if drv.here else 0),
+                  driver_shards=list(drv.here),
                   num_shards=num_shards, failures=failures, rounds=rounds,
                   estep_calls=[list(ev) for ev in events if ev[0] == "estep_call"],
                   iteration_stamps=st, launched_at=args.launched_at, payload=payload,

@@ -1,7 +1,8 @@
 """Failure-free per-iteration overhead: mixle_mpi's ResilientMPIEncodedData vs mixle's MPIEncodedData.
 
-Both fits use the same number of E-step processes W: ours runs W workers + 1 driver rank
-(``-n W+1``; with ``--driver-computes`` the driver computes a share and ours runs ``-n W``),
+Both fits use the same number of E-step processes W: ours runs ``-n W``, the driver computing
+a share of the shards beside W - 1 workers (the default, setting ``driver_computes``; with
+``--driver-idle`` the driver computes none and ours runs W workers + 1 driver, ``-n W+1``),
 mixle's SPMD handle runs ``-n W`` ranks, where rank 0 computes as well as folds.
 Every job is a real MPI job started through the same launcher (``python -m mixle_mpi run``), so
 the mpiexec flags (``--with-ft ulfm --oversubscribe --bind-to none`` on Open MPI) are identical
@@ -63,10 +64,10 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
                    help="smoke run: gmm1d only, small N, 4 iterations (well under 2 minutes)")
-    p.add_argument("--workers", type=int, default=2, help="E-step processes W (ours: -n W+1, mixle: -n W)")
-    p.add_argument("--driver-computes", action="store_true",
-                   help="ours with the setting driver_computes: the driver computes a share too, so ours "
-                   "runs -n W like mixle (write the results elsewhere with --results)")
+    p.add_argument("--workers", type=int, default=2, help="E-step processes W (ours and mixle: -n W)")
+    p.add_argument("--driver-idle", action="store_true",
+                   help="ours with driver_computes off: the driver computes no shard, so ours runs W workers "
+                   "+ 1 driver, -n W+1 (write the results elsewhere with --results)")
     p.add_argument("--n", default=None, help="observations: one number for every model or model=N,... "
                    f"(default {DEFAULT_N}; --quick {QUICK_N})")
     p.add_argument("--its", type=int, default=None, help="EM iterations per job (default 6; --quick 10); "
@@ -85,8 +86,8 @@ def parse_args(argv=None):
                    help="also run one cProfile'd job per model and backend (rank 0 only; not timed)")
     p.add_argument("--results", default=os.path.join(BENCH, "results"), help="output directory")
     args = p.parse_args(argv)
-    if args.driver_computes:
-        os.environ["MIXLE_MPI_DRIVER_COMPUTES"] = "1"  # job_env() passes it to every rank (mixle's ignore it)
+    if args.driver_idle:
+        os.environ["MIXLE_MPI_DRIVER_COMPUTES"] = "0"  # job_env() passes it to every rank (mixle's ignore it)
     if args.workers < 2:
         raise SystemExit("--workers must be >= 2: the baseline runs -n W and `mixle_mpi run` refuses -n 1")
     if args.models:
@@ -116,7 +117,7 @@ def parse_args(argv=None):
 
 # -- running one job --------------------------------------------------------------------------
 def job_command(args, backend: str, model: str, out: str, profile: str | None = None) -> list[str]:
-    ranks = args.workers + 1 if backend == "resilient" and not getattr(args, "driver_computes", False) else args.workers
+    ranks = args.workers + 1 if backend == "resilient" and getattr(args, "driver_idle", False) else args.workers
     cmd = [args.python, "-m", "mixle_mpi", "run", "-n", str(ranks), "--timeout", f"{args.timeout:g}", "--",
            args.python, JOB, "--backend", backend, "--model", model, "--n", str(args.sizes[model]),
            "--its", str(args.its), "--mixle-data", args.mixle_data, "--out", out]
@@ -190,6 +191,8 @@ def summarise(args, jobs: list[dict]) -> dict:
                 "setup_seconds": med([j.get("setup_seconds") for j in per[b]]),
                 "final_ll": [j.get("final_ll") for j in per[b]],
                 "its_done": sorted({j.get("its_done") for j in per[b]}),
+                # E-step processes: W for both, unless the cap on the driver's share kept it idle
+                "compute_ranks": sorted({j.get("compute_ranks") for j in per[b]} - {None}),
                 # reps during which foreign processes used < CLEAN cores (undisturbed runs)
                 "clean_rep_medians": [j["median"] for j in per[b]
                                       if j.get("foreign_cores_during") is not None
@@ -238,9 +241,10 @@ def render(args, summary: dict, meta: dict) -> str:
     lines = [
         "# mixle_mpi failure-free overhead per EM iteration",
         "",
-        (f"ours = `ResilientMPIEncodedData` with the driver computing a share and {w - 1} worker(s) "
-         f"(`-n {w}`, setting `driver_computes`); " if getattr(args, "driver_computes", False) else
-         f"ours = `ResilientMPIEncodedData` with {w} workers + 1 driver (`-n {w + 1}`); ") +
+        (f"ours = `ResilientMPIEncodedData` with {w} workers + 1 driver computing no shard (`-n {w + 1}`, "
+         "`MIXLE_MPI_DRIVER_COMPUTES=0`); " if getattr(args, "driver_idle", False) else
+         f"ours = `ResilientMPIEncodedData` with the driver computing a share and {w - 1} worker(s) "
+         f"(`-n {w}`, the default setting `driver_computes`); ") +
         f"mixle = `MPIEncodedData` on {w} ranks (`-n {w}`, rank 0 computes too, data "
         f"{'scattered from rank 0' if args.mixle_data == 'root' else 'on every rank'}). "
         f"Same launcher and mpiexec flags, BLAS 1 thread, {args.its} iterations per job "

@@ -1,9 +1,11 @@
 """Issue 15: what the fixed cost of a round comes to per iteration, and what cut it.
 
 Jobs per model and repetition, interleaved so that the machine's drift hits all alike:
-ours as it is (doorbells, ``runtime/doorbell.py``, and the E-step computed in the scoring
-round, ``policy/lookahead.py``), ours with a round per call (``MIXLE_MPI_ESTEP_AHEAD=0``),
-ours with neither (pacing windows only, ``policy/pacing.py``), ours with no windows either
+ours as it is (the driver computing a share, ``driver_computes``, doorbells,
+``runtime/doorbell.py``, and the E-step computed in the scoring round,
+``policy/lookahead.py``), then with the driver computing no shard (one more rank, as before
+issue 15's fourth part) and on top of that a round per call (``MIXLE_MPI_ESTEP_AHEAD=0``),
+neither (pacing windows only, ``policy/pacing.py``), no windows either
 (``--no-poll-windows``: every wait backs off to 1 ms), and mixle's own ``MPIEncodedData`` on
 the same number of E-step processes. Each job runs ``--its`` EM iterations; its per-iteration median (iterations 2..)
 is the figure. Ratios are per repetition (back-to-back jobs), then the median over reps.
@@ -27,17 +29,19 @@ from bench import common  # noqa: E402
 
 QUICK_N = {"gmm1d": 50_000, "diag": 10_000, "hmm": 2_000}
 OFF = {"MIXLE_MPI_DOORBELLS": "0", "MIXLE_MPI_ESTEP_AHEAD": "0"}
+IDLE = {"MIXLE_MPI_DRIVER_COMPUTES": "0"}
 VARIANTS = {  # label -> (backend, ranks beyond W, extra _job.py args, environment)
-    "default": ("resilient", 1, [], {}),                                  # doorbells, E-step ahead
-    "no ahead": ("resilient", 1, [], {"MIXLE_MPI_ESTEP_AHEAD": "0"}),     # doorbells, a round per call
-    "windows": ("resilient", 1, [], OFF),                                # as before issue 15's second part
-    "no windows": ("resilient", 1, ["--no-poll-windows"], OFF),          # as before issue 15
+    # the default: the driver computes a worker's share (setting driver_computes), so W E-step
+    # processes are the driver and W - 1 workers, as many processes as mixle's
+    "default": ("resilient", 0, [], {}),
+    # the driver computes no shard: W workers + 1 driver (the default before issue 15's fourth part)
+    "driver idle": ("resilient", 1, [], IDLE),
+    "no ahead": ("resilient", 1, [], {**IDLE, "MIXLE_MPI_ESTEP_AHEAD": "0"}),  # driver idle, a round per call
+    "windows": ("resilient", 1, [], {**IDLE, **OFF}),                         # as before issue 15's second part
+    "no windows": ("resilient", 1, ["--no-poll-windows"], {**IDLE, **OFF}),   # as before issue 15
     # Open MPI yields the core at every probe that finds nothing when oversubscribed: measured
     # no difference either way (bench/results/polling.md), so not in the default set
-    "no yield": ("resilient", 1, [], {"OMPI_MCA_mpi_yield_when_idle": "0"}),
-    # the driver computes a worker's share itself (setting driver_computes): W E-step
-    # processes are the driver and W - 1 workers, as many processes as mixle's
-    "driver computes": ("resilient", 0, [], {"MIXLE_MPI_DRIVER_COMPUTES": "1"}),
+    "no yield": ("resilient", 0, [], {"OMPI_MCA_mpi_yield_when_idle": "0"}),
     "mixle": ("mixle", 0, [], {}),
 }
 

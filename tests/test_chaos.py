@@ -25,10 +25,13 @@ def chaos_job(python: str, args: list[str], tmp: Path, plan: str, **kw):
     assert unfired(plan, records) == [], f"planned faults that did not fire: {unfired(plan, records)}\n" + job.describe()
     return job, records
 
-# 3 workers, 4 shards (worker 1 holds shards 0 and 3), 2 sub-chunks so "mid-accumulation"
-# falls between two seq_update calls. E-step calls are numbered from 0; log-density call 0
-# is the initial one, call k+1 follows E-step k.
+# 3 workers, 4 shards, 2 sub-chunks so "mid-accumulation" falls between two seq_update
+# calls. E-step calls are numbered from 0; log-density call 0 is the initial one, call k+1
+# follows E-step k. By default the driver computes shard 0 itself (driver_computes); the
+# tests that name which worker holds which shard turn that off (IDLE): worker 1 then holds
+# shards 0 and 3, worker 2 shard 1, worker 3 shard 2.
 MODEL, N, SHARDS, SUB, ITS = "gmm1d", 6000, 4, 2, 6
+IDLE = {"MIXLE_MPI_DRIVER_COMPUTES": "0"}
 
 SCENARIOS = {
     # name: (fault plan, max_retries, expected failures per worker, expected blacklist)
@@ -124,7 +127,7 @@ def test_a_replacement_joins_in_the_background_and_takes_its_shards_back(library
     the machine's load. Same bits."""
     _, python = library
     job, _ = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path,
-                       "2:kill:estep_before:1,1:delay:estep_before:3")
+                       "2:kill:estep_before:1,1:delay:estep_before:3", env=IDLE)
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
     seq = [e["event"] for e in job.events if e.get("worker") == 2 and e["event"] in
@@ -146,7 +149,7 @@ def test_a_replacement_dying_while_it_joins_is_one_more_failure(library, tmp_pat
     blacklisted and its shard migrates for good to the survivor that was carrying it."""
     _, python = library
     job, records = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path,
-                             "2:kill:estep_before:1,2:kill:respawn:0,1:delay:estep_before:3")
+                             "2:kill:estep_before:1,2:kill:respawn:0,1:delay:estep_before:3", env=IDLE)
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
     assert {int(k): v for k, v in job.result["failures"].items() if v} == {2: 2}, job.describe()
@@ -165,7 +168,7 @@ def test_a_background_spawn_that_overruns_leaves_the_shards_migrated(tmp_path, r
     did not wait for the Spawn (campaign finding 4: it used to wait out the whole deadline)."""
     plan = "2:kill:estep_before:1,2:kill:spawn,1:delay:estep_before:3"
     job, records = chaos_job(OMPI_PYTHON, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan,
-                             env={"MIXLE_MPI_RECONFIGURE_TIMEOUT": "4"})
+                             env={"MIXLE_MPI_RECONFIGURE_TIMEOUT": "4", **IDLE})
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
     events = [e["event"] for e in job.events if e.get("worker") == 2]
@@ -206,7 +209,7 @@ def test_without_respawn_shards_migrate_for_good(library, tmp_path, reference):
     the survivors at once, and the log says why."""
     _, python = library
     job, _ = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, "1:kill:estep_before:1",
-                       env={"MIXLE_MPI_RESPAWN": "0"})
+                       env={"MIXLE_MPI_RESPAWN": "0", **IDLE})
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7))
     assert job.result["blacklist"] == [1]

@@ -15,12 +15,14 @@ MODEL, N, SHARDS, SUB, ITS = "gmm1d", 6000, 4, 2, 5
 
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_a_spare_takes_the_dead_workers_place_without_spawn(library, tmp_path, reference):
-    """4 ranks with spares=1: workers 1 and 2 hold the shards, rank 3 waits. Worker 1 is
-    SIGKILLed mid E-step; with respawn off (as under srun), the spare adopts its place."""
+    """4 ranks with spares=1: workers 1 and 2 hold the shards (the driver computes none here:
+    this test names who holds which), rank 3 waits. Worker 1 is SIGKILLed mid E-step; with
+    respawn off (as under srun), the spare adopts its place."""
     _, python = library
     plan, fault_log = "1:kill:estep_mid:2", tmp_path / "fired.jsonl"
     job = run_job(python, 4, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan=plan, timeout=180,
-                  env={"MIXLE_MPI_SPARES": "1", "MIXLE_MPI_RESPAWN": "0", "MIXLE_MPI_FAULT_LOG": str(fault_log)})
+                  env={"MIXLE_MPI_SPARES": "1", "MIXLE_MPI_RESPAWN": "0", "MIXLE_MPI_FAULT_LOG": str(fault_log),
+                       "MIXLE_MPI_DRIVER_COMPUTES": "0"})
     assert unfired(plan, read_fired(str(fault_log))) == [], job.describe()
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()

@@ -20,10 +20,12 @@ class NoWorkersLeft(MixleMPIError):
 
 
 class WorkerError(MixleMPIError):
-    """A worker raised while computing; carries its rank, host and traceback."""
+    """A worker raised while computing; carries its rank, host and traceback. Rank 0 is the
+    driver, computing its own share of the shards (setting ``driver_computes``)."""
 
     def __init__(self, worker: int, host: str, pid: int, text: str) -> None:
-        super().__init__(f"worker rank {worker} (pid {pid} on {host}) failed:\n{text}")
+        who = "the driver, rank 0, computing its own shards" if worker == 0 else f"worker rank {worker}"
+        super().__init__(f"{who} (pid {pid} on {host}) failed:\n{text}")
         self.worker, self.host, self.pid, self.text = worker, host, pid, text
 
 

@@ -13,6 +13,7 @@ import itertools
 import os
 import pickle
 import signal
+import traceback
 import time
 from typing import Any
 
@@ -659,7 +660,11 @@ class Driver:
             for i, shard in enumerate(here):
                 if i:
                     step()  # between shards: take replies, act on failures
-                take(shard, estep.shard_result(kind, body_here, chunks[shard], extras.get(shard), scores is not None))
+                try:
+                    result = estep.shard_result(kind, body_here, chunks[shard], extras.get(shard), scores is not None)
+                except Exception as exc:  # as a worker's task error: the model's code raised, on any rank it would
+                    raise WorkerError(0, self.host, os.getpid(), traceback.format_exc()) from exc
+                take(shard, result)
                 state.done_here(shard)
         self._wait(step, due)
         t_results = time.perf_counter()

@@ -4,6 +4,8 @@ tiny dataset; every shard's result must equal the serial computation exactly."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import os
 import pickle
 import shutil
@@ -58,7 +60,7 @@ def _serve(comm, data, hb) -> None:
     assert ended.value.code == 0, "the worker did not end on the driver's stop"
 
 
-def _with_driver(comm, body, failover: str = "") -> None:
+def _with_driver(comm, body, failover: str = "", settings: Settings = SETTINGS) -> None:
     """Rank 0 builds a Driver over the other ranks and runs ``body(driver, estimator, x)``;
     the other ranks serve it. The driver stops its workers whatever ``body`` does."""
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -78,7 +80,7 @@ def _with_driver(comm, body, failover: str = "") -> None:
     estimator = _estimator()
     encoder = estimator.accumulator_factory().make().acc_to_encoder()
     driver = Driver(data, hb, ranks, size - 1, monitor, store, pickle.dumps(encoder, protocol=PROTO), SUB_CHUNKS,
-                    2, SETTINGS, events, (), EMULATED, None, failover=failover)
+                    2, settings, events, (), EMULATED, None, failover=failover)
     try:
         run_with_deadline(driver.start, ROUND, "Driver.start (setup and load)")
         body(driver, estimator, x)
@@ -121,12 +123,28 @@ def test_run_round_equals_the_serial_computation_exactly(comm, no_exit):
 
 def test_a_worker_side_exception_reaches_the_driver_as_worker_error(comm, no_exit):
     """A task that raises on a worker (here: no model) is reported, with the worker's rank
-    and traceback, and the worker keeps serving until the driver stops it."""
+    and traceback, and the worker keeps serving until the driver stops it. (The driver
+    computes no shard here, so the workers' errors are the ones seen.)"""
     def body(driver, estimator, x):
+        assert driver.here == []
         with pytest.raises(WorkerError) as err:
             _round(driver, "estep", (estimator, None))
         assert err.value.worker in range(1, comm.Get_size())
         assert err.value.pid != os.getpid() and "Traceback" in err.value.text
+
+    _with_driver(comm, body, settings=replace(SETTINGS, driver_computes=False))
+
+
+def test_the_drivers_own_shard_raising_is_a_worker_error_of_rank_0(comm, no_exit):
+    """The driver computes its own shards after dispatching the workers' (driver_computes):
+    the same bad task raises there first, and is reported the same way, as rank 0's, with
+    its traceback. The workers keep serving until the driver stops them."""
+    def body(driver, estimator, x):
+        assert driver.here == list(range(SHARDS // comm.Get_size()))  # a worker's share, the lowest ids
+        with pytest.raises(WorkerError) as err:
+            _round(driver, "estep", (estimator, None))
+        assert (err.value.worker, err.value.pid) == (0, os.getpid()), err.value
+        assert "the driver, rank 0, computing its own shards" in str(err.value) and "Traceback" in err.value.text
 
     _with_driver(comm, body)
 
