@@ -413,9 +413,10 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         the E-step of ``estimate`` where the next call is likely to ask for it
         (policy/lookahead.py)."""
         if self._ahead.wanted(self._estimator is not None, self.checkpointing or self.journal is not None):
-            body_b = pickle.dumps((self._estimator, estimate), protocol=PROTO)
+            body = (self._estimator, estimate)
+            body_b = pickle.dumps(body, protocol=PROTO)
             fold, results = PrefixFold(self._estimator, self.num_shards), {}
-            self._driver.run_round("estep", None, fold=fold.add, body_b=body_b, scores=results)
+            self._driver.run_round("estep", body, fold=fold.add, body_b=body_b, scores=results)
             self._ahead.computed(body_b, fold)
         else:
             results = self._driver.run_round("llsum", estimate)
