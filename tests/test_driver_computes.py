@@ -24,7 +24,7 @@ def test_the_driver_computes_its_share_and_the_bits_are_mixles(tmp_path, referen
     assert same_fit(job.result, reference("diag", 2500, 16, 2, 5, 7)), job.describe()
     shares = [e for e in job.events if e["event"] == "driver_shards"]
     assert [e["shards"] for e in shares] == [[0, 1, 2, 3, 4]], job.describe()
-    assert shares[0]["setting"] is True and 0 < shares[0]["share_bytes"] <= shares[0]["max_bytes"] == 8 << 20
+    assert shares[0]["setting"] is True and 0 < shares[0]["share_bytes"] <= shares[0]["max_bytes"] == 1 << 20
     for r in job.result["rounds"]:
         assert r["reused"] == list(range(16)) and not r["recomputed"], r
 

@@ -186,10 +186,10 @@ def test_no_nul_or_control_bytes_reach_stderr(captured):
 
 
 def test_the_drivers_share_reads_as_which_shards_or_why_none():
-    base = {"event": "driver_shards", "share": 5, "setting": True, "max_bytes": 8 << 20}
-    assert describe({**base, "shards": [0, 1, 2, 3, 4], "share_bytes": 3 << 20}) == (
-        "the driver computes shards 0-4 itself (5 of them, 3.0 MiB stored; setting driver_computes)")
-    assert "over driver_share_max_bytes (8.0 MiB)" in describe({**base, "shards": [], "share_bytes": 27 << 20})
+    base = {"event": "driver_shards", "share": 5, "setting": True, "max_bytes": 1 << 20}
+    assert describe({**base, "shards": [0, 1, 2, 3, 4], "share_bytes": 1 << 19}) == (
+        "the driver computes shards 0-4 itself (5 of them, 0.5 MiB stored; setting driver_computes)")
+    assert "over driver_share_max_bytes (1.0 MiB)" in describe({**base, "shards": [], "share_bytes": 27 << 20})
     assert "27.0 MiB stored" in describe({**base, "shards": [], "share_bytes": 27 << 20})
     assert describe({**base, "shards": [], "setting": False, "share": 0, "share_bytes": 0}) == (
         "the driver computes no shard (setting driver_computes off)")

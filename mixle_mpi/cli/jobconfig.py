@@ -78,7 +78,7 @@ HELP = {
     "driver_computes": "the driver (rank 0) computes a worker's share of the shards itself: every rank "
                        "computes, as in mixle's own MPI handle; a failure seen in a round is acted on once "
                        "the driver's current shard is done. Only while that share is at most "
-                       "MIXLE_MPI_DRIVER_SHARE_MAX_BYTES (8 MiB) stored: above, the driver holds no data",
+                       "MIXLE_MPI_DRIVER_SHARE_MAX_BYTES (1 MiB) stored: above, the driver holds no data",
     "checkpoint": "HDF5 checkpoint path; an existing one is resumed",
     "checkpoint_every": "iterations between checkpoints",
     "checkpoint_seconds": "seconds between checkpoints",
