@@ -117,7 +117,8 @@ def parse_args(argv=None):
 
 # -- running one job --------------------------------------------------------------------------
 def job_command(args, backend: str, model: str, out: str, profile: str | None = None) -> list[str]:
-    ranks = args.workers + 1 if backend == "resilient" and getattr(args, "driver_idle", False) else args.workers
+    idle = getattr(args, "driver_idle", False) or model in getattr(args, "idle_models", ())
+    ranks = args.workers + 1 if backend == "resilient" and idle else args.workers
     cmd = [args.python, "-m", "mixle_mpi", "run", "-n", str(ranks), "--timeout", f"{args.timeout:g}", "--",
            args.python, JOB, "--backend", backend, "--model", model, "--n", str(args.sizes[model]),
            "--its", str(args.its), "--mixle-data", args.mixle_data, "--out", out]
@@ -248,7 +249,10 @@ def render(args, summary: dict, meta: dict) -> str:
         f"mixle = `MPIEncodedData` on {w} ranks (`-n {w}`, rank 0 computes too, data "
         f"{'scattered from rank 0' if args.mixle_data == 'root' else 'on every rank'}). "
         f"Same launcher and mpiexec flags, BLAS 1 thread, {args.its} iterations per job "
-        f"(first discarded, so {args.its - 1} timed), {args.reps} interleaved reps per backend.",
+        f"(first discarded, so {args.its - 1} timed), {args.reps} interleaved reps per backend."
+        + (f" For {', '.join(sorted(args.idle_models))} the driver's share was over `driver_share_max_bytes`, so it "
+           f"computed none and ours ran {w} workers + 1 driver (`-n {w + 1}`)."
+           if getattr(args, "idle_models", None) and not getattr(args, "driver_idle", False) else ""),
         "",
         f"Host: {meta['host']['cpus']} CPUs, {meta['host']['platform']}; MPI: {meta['mpi']}; "
         f"python: `{args.python}`; {meta['started']}.",
@@ -394,6 +398,13 @@ def collect(args) -> tuple[list[dict], str | None]:
                 for backend in BACKENDS:  # interleaved: ours, mixle, ours, mixle, ...
                     tag = f"{model}-{backend}-rep{rep}"
                     rec = run_job(args, backend, model, tmpdir, tag)
+                    if rec["ok"] and rec.get("compute_ranks", args.workers) < args.workers:
+                        # the driver's share was over driver_share_max_bytes: it computed none, so
+                        # ours had W - 1 E-step processes. Like for like: W workers + the driver.
+                        args.idle_models = {*getattr(args, "idle_models", ()), model}
+                        print(f"[overhead] {model}: the driver computes no shard at this size (over "
+                              f"driver_share_max_bytes); ours runs -n {args.workers + 1} from here on", flush=True)
+                        rec = run_job(args, backend, model, tmpdir, tag)
                     rec["rep"] = rep
                     jobs.append(rec)
                     status = (f"{ms(rec['median'])} ms/it" if rec["ok"]
