@@ -187,8 +187,10 @@ def test_no_nul_or_control_bytes_reach_stderr(captured):
 
 def test_the_drivers_share_reads_as_which_shards_or_why_none():
     base = {"event": "driver_shards", "share": 5, "setting": True, "max_bytes": 1 << 20}
-    assert describe({**base, "shards": [0, 1, 2, 3, 4], "share_bytes": 1 << 19}) == (
-        "the driver computes shards 0-4 itself (5 of them, 0.5 MiB stored; setting driver_computes)")
+    assert describe({**base, "shards": [0, 1, 2, 3, 4], "share_bytes": 1 << 19, "num_shards": 16}) == (
+        "the driver computes shards 0-4 itself (5 of 16, 0.50 MiB stored; setting driver_computes)")
+    assert describe({**base, "shards": [0], "share": 1, "share_bytes": 1 << 10, "num_shards": 2}) == (
+        "the driver computes shard 0 itself (1 of 2, 0.00 MiB stored; setting driver_computes)")
     assert "over driver_share_max_bytes (1.0 MiB)" in describe({**base, "shards": [], "share_bytes": 27 << 20})
     assert "27.0 MiB stored" in describe({**base, "shards": [], "share_bytes": 27 << 20})
     assert describe({**base, "shards": [], "setting": False, "share": 0, "share_bytes": 0}) == (

@@ -699,7 +699,7 @@ class Driver:
         on, cap = self.settings.driver_computes, self.settings.driver_share_max_bytes
         share = driver_share(self.num_shards, holders, on, self.store.shard_bytes, cap)
         wanted = share or driver_share(self.num_shards, holders, on)
-        self.events.emit("driver_shards", shards=share, share=len(wanted), setting=on,
+        self.events.emit("driver_shards", shards=share, share=len(wanted), setting=on, num_shards=self.num_shards,
                          share_bytes=sum(map(self.store.shard_bytes, wanted)), max_bytes=cap)
         return share
 

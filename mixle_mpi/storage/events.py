@@ -147,8 +147,8 @@ def _driver_resumed_text(rec: dict[str, Any]) -> str:
 def _driver_shards_text(rec: dict[str, Any]) -> str:
     shards, mib = rec["shards"], rec.get("share_bytes", 0) / 2**20
     if shards:
-        ids = f"{shards[0]}" if len(shards) == 1 else f"{shards[0]}-{shards[-1]}"
-        return f"the driver computes shards {ids} itself ({len(shards)} of them, {mib:.1f} MiB stored; setting driver_computes)"
+        ids = f"shard {shards[0]}" if len(shards) == 1 else f"shards {shards[0]}-{shards[-1]}"
+        return f"the driver computes {ids} itself ({len(shards)} of {rec.get('num_shards', '?')}, {mib:.2f} MiB stored; setting driver_computes)"
     if not rec.get("setting", True):
         return "the driver computes no shard (setting driver_computes off)"
     if not rec.get("share"):
