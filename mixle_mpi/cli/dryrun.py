@@ -56,13 +56,13 @@ def layout(rows: int, num_shards: int | None, ranks: int | None, driver_computes
     s = num_shards if num_shards is not None else default_num_shards(rows)
     if rows < s:
         raise ConfigError(f"found {rows} observations but num_shards={s} needs at least {s}")
-    per, here = None, []
+    per, here, refused = None, [], 0
     if workers is not None:
         here = driver_share(s, workers, driver_computes, lambda _: -(-rows // s) * row_bytes, driver_max_bytes)
         refused = 0 if here else len(driver_share(s, workers, driver_computes))
         counts = [len(v) for v in initial_placement(s, range(1, workers + 1), skip=here).values()]
         per = (min(counts), max(counts))
-    return Layout(workers, s, per, -(-rows // s), len(here), refused if workers is not None else 0)
+    return Layout(workers, s, per, -(-rows // s), len(here), refused)
 
 
 def memory(shape, lay: Layout) -> dict[str, float]:

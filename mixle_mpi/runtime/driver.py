@@ -556,8 +556,9 @@ class Driver:
 
         ``preloaded`` results (from a fold journal) are not recomputed; ``record(shard,
         result)`` is called for each result as it arrives (the journal), and so is
-        ``fold(shard, result)`` (for every result, the preloaded ones first). ``body_b``:
-        ``body`` pickled already. ``scores``: an E-step round that also serves the next
+        ``fold(shard, result)`` (for every result, the preloaded ones first). ``body``: the
+        round's objects (the driver's own share computes with them); ``body_b``: ``body``
+        pickled already. ``scores``: an E-step round that also serves the next
         scoring call (policy/lookahead.py); each shard's score lands there."""
         t0, started_at, due = time.perf_counter(), time.time(), round_window(time.monotonic(), self.round_seconds.get(kind))
         call = self.calls[kind]
@@ -655,16 +656,15 @@ class Driver:
             return progressed
 
         if here:  # the driver's own share, while the workers compute theirs
-            # The objects themselves, as rank 0 of mixle's own MPI handle computes with them: an
+            # ``body`` itself, as rank 0 of mixle's own MPI handle computes with the objects: an
             # E-step reads the model and makes fresh accumulators, and a pickle round trip
             # keeps every float, so the bits are the workers' (an unpickle here cost up to 0.2 ms).
-            body_here = body if body is not None else pickle.loads(body_b)  # nosec B301 - pickled by this process
             chunks = self._here_chunks()
             for i, shard in enumerate(here):
                 if i:
                     step()  # between shards: take replies, act on failures
                 try:
-                    result = estep.shard_result(kind, body_here, chunks[shard], extras.get(shard), scores is not None)
+                    result = estep.shard_result(kind, body, chunks[shard], extras.get(shard), scores is not None)
                 except Exception as exc:  # as a worker's task error: the model's code raised, on any rank it would
                     raise WorkerError(0, self.host, os.getpid(), traceback.format_exc()) from exc
                 take(shard, result)
@@ -697,10 +697,10 @@ class Driver:
         """The driver's own shards (``placement.driver_share``), and an event saying which and
         why: the setting, the share's stored bytes and the cap on them."""
         on, cap = self.settings.driver_computes, self.settings.driver_share_max_bytes
-        share = driver_share(self.num_shards, holders, on, self.store.shard_bytes, cap)
-        wanted = share or driver_share(self.num_shards, holders, on)
-        self.events.emit("driver_shards", shards=share, share=len(wanted), setting=on, num_shards=self.num_shards,
-                         share_bytes=sum(map(self.store.shard_bytes, wanted)), max_bytes=cap)
+        sizes = {s: self.store.shard_bytes(s) for s in driver_share(self.num_shards, holders, on)}  # uncapped
+        share = driver_share(self.num_shards, holders, on, sizes.__getitem__, cap)
+        self.events.emit("driver_shards", shards=share, share=len(sizes), setting=on, num_shards=self.num_shards,
+                         share_bytes=sum(sizes.values()), max_bytes=cap)
         return share
 
     def _no_workers_error(self) -> NoWorkersLeft:
