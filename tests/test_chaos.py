@@ -39,6 +39,9 @@ SCENARIOS = {
     "estep_before": ("2:kill:estep_before:1", 2, {2: 1}, []),
     "estep_mid": ("3:kill:estep_mid:2", 2, {3: 1}, []),
     "after_reply": ("1:kill:estep_after_reply:1", 2, {1: 1}, []),
+    # the E-step payload went ahead of the scores (protocol.Stats) and was folded: the shard
+    # is recomputed for its scores only, and its payload is not folded twice
+    "stats_sent": ("3:kill:stats_sent:2", 2, {3: 1}, []),
     "llsum": ("2:kill:llsum:2", 2, {2: 1}, []),
     "during_respawn": ("2:kill:estep_before:1,2:kill:respawn:0", 2, {2: 2}, [2]),
     "two_in_one_round": ("1:kill:estep_before:2,3:kill:estep_mid:2", 2, {1: 1, 3: 1}, []),

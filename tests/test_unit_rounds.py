@@ -197,3 +197,90 @@ def test_the_drivers_own_shards_are_never_orphans_and_count_once_done():
     for s in (2, 4):
         assert state.accept(2, 0, s, {2: 0})
     assert state.done() and state.reused == [0, 1, 3, 5] and sorted(state.recomputed) == [2, 4]
+
+
+def test_a_payload_sent_ahead_is_folded_once_from_its_live_assignee_and_never_again():
+    """A task that also scores sends each shard's E-step payload ahead of its result
+    (protocol.Stats). It is folded on a result's terms, once; when its sender dies before
+    the result, the shard is recomputed for its scores and its payload is not folded again."""
+    state = RoundState(2)
+    state.sent(1, 0, [0])
+    state.sent(2, 0, [1])
+    live = {1: 0, 2: 0}
+    assert not state.take_stats(2, 0, 0, live)          # not its shard
+    assert not state.take_stats(1, 1, 0, live)          # another incarnation of the place
+    assert not state.take_stats(1, 0, 0, {2: 0})        # worker 1 is known dead
+    assert state.take_stats(1, 0, 0, live)
+    assert not state.take_stats(1, 0, 0, live)          # a duplicate
+    assert not state.accepted                           # the scores are still to come
+    del live[1]                                         # worker 1 dies before its result
+    assert state.next_step({2: [1]}, live) == Recover({2: [0]})
+    state.sent(2, 0, [0], recovery=True)
+    assert not state.take_stats(2, 0, 0, live)          # the recomputation's payload: folded already
+    assert state.accept(2, 0, 0, live)                  # its scores count
+    assert not state.fold_once(0)                       # and its payload is not folded again
+    assert state.take_stats(2, 0, 1, live) and state.accept(2, 0, 1, live)
+    assert not state.fold_once(1)
+    assert state.done() and state.folded == {0, 1}
+
+
+def test_random_event_orders_with_payloads_ahead_fold_each_shard_once():
+    """Property test: as above, but each task sends its payloads ahead (sometimes) before its
+    results; at the end every shard's payload was folded exactly once, from a process that
+    was its live assignee then, and every shard has exactly one accepted result."""
+    for seed in range(2000):
+        rng = random.Random(seed)
+        workers = list(range(1, rng.randint(2, 6)))
+        shards = rng.randint(1, 12)
+        owners = {w: [s for s in range(shards) if s % len(workers) == i] for i, w in enumerate(workers)}
+        live = {w: 0 for w in workers}
+        rs = RoundState(shards)
+        inflight: list[tuple[str, int, int, int]] = []
+
+        def send(w, inc, sids):
+            for s in sids:
+                if rng.random() < 0.7:
+                    inflight.append(("stats", w, inc, s))
+                inflight.append(("result", w, inc, s))
+
+        for w, sids in rs.own_work(owners, live).items():
+            rs.sent(w, 0, sids)
+            send(w, 0, sids)
+        folded: dict[int, tuple[int, int]] = {}
+        accepted: set = set()
+        for _ in range(10_000):
+            step = rs.next_step(owners, live)
+            if isinstance(step, Done):
+                break
+            if isinstance(step, NeedWorkers):
+                w = rng.choice(workers)
+                live[w] = max([i for (_, x, i, _) in inflight if x == w] + [0]) + 1
+                continue
+            if isinstance(step, Recover):
+                for w, sids in step.plan.items():
+                    rs.sent(w, live[w], sids, recovery=True)
+                    send(w, live[w], sids)
+                continue
+            if rng.random() < 0.1 and live:
+                live.pop(rng.choice(sorted(live)))
+                continue
+            # a process's messages arrive in the order it sent them: take its oldest
+            i = rng.randrange(len(inflight))
+            what, w, inc, s = inflight[i]
+            first = next(j for j, m in enumerate(inflight) if m[1:3] == (w, inc))
+            what, w, inc, s = inflight.pop(first)
+            if what == "stats":
+                if rs.take_stats(w, inc, s, live):
+                    assert s not in folded, f"seed {seed}: shard {s} folded twice"
+                    assert live.get(w) == inc
+                    folded[s] = (w, inc)
+                continue
+            if rs.accept(w, inc, s, live):
+                assert s not in accepted, f"seed {seed}: shard {s} accepted twice"
+                accepted.add(s)
+                if rs.fold_once(s):
+                    assert s not in folded
+                    folded[s] = (w, inc)
+        else:
+            raise AssertionError(f"seed {seed}: the round never ended")
+        assert sorted(folded) == sorted(accepted) == list(range(shards)), f"seed {seed}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-PROTOCOL = 4
+PROTOCOL = 5
 
 # tags: the startup handshake on COMM_WORLD; then commands, replies and heartbeats on the
 # job's communicators (heartbeats on their own duplicate, so they never queue behind data)
@@ -178,6 +178,23 @@ class Result(NamedTuple):
 
 
 REPLY_BATCH_SECONDS = 0.05
+
+
+class Stats(NamedTuple):
+    """A shard's E-step payload sent ahead of its ``Result``, in a task that also scores
+    (``Task.score_call``): the driver folds it while the worker computes the scores, so the
+    fold is off the round's critical path. The ``Result`` that follows carries ``None`` in
+    its place. Only payloads of at most ``STATS_AHEAD_MAX_BYTES`` go ahead (see there)."""
+    task_id: int
+    shard: int
+    payload: bytes
+
+
+# A message this small is delivered whole without its sender's help on every transport
+# here (MPICH's shared-memory cells are 8 KiB; Open MPI's first fragment is 32 KiB, its
+# eager TCP limit 64 KiB), so the driver's receive never waits on a worker that is busy
+# computing its scores. A larger payload rides in the Result, as before.
+STATS_AHEAD_MAX_BYTES = 4096
 
 
 class ShrinkReady(NamedTuple):

@@ -31,7 +31,7 @@ from mixle_mpi.core.exitcodes import FAULT_EXIT
 
 ACTIONS = ("kill", "stop", "exit", "hang", "delay")  # hang: the main thread blocks for good, heartbeats go on
 DELAY_SECONDS = 10.0  # "delay": a straggler, whose main thread sleeps this long once (heartbeats go on)
-PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "respawn", "checkpoint_write",
+PHASES = ("init", "estep_before", "estep_mid", "stats_sent", "estep_after_reply", "llsum", "respawn", "checkpoint_write",
           "startup", "handshake", "spawn", "shrink")
 STARTUP_PHASES = ("startup", "handshake")  # an original worker, before setup: read from the environment
 SPAWN_PHASE = "spawn"  # a replacement, as its process starts: read from the environment
@@ -65,6 +65,9 @@ class Fault:
     failure to shrink, before it joins them), for checkpoint, resume and failover tests.
     ``incarnation`` picks the process: 0 is the original, 1 its first replacement, ...
     ``scope`` limits task phases to the worker's own shards or to recovery work.
+    ``stats_sent`` fires in an E-step task that also scores (policy/lookahead.py), once a
+    shard's E-step payload went to the driver ahead of its result (protocol.Stats), before
+    the worker scores that shard: the driver has folded what the worker will never answer for.
     """
 
     worker: int

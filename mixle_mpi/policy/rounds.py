@@ -9,7 +9,14 @@ events and every failure set can be tested (tests/test_unit_rounds.py) and simul
 - a shard's result is accepted only from the process it is assigned to *now* (worker id
   and incarnation), and only once: a late reply of a fenced or replaced process is dropped;
 - a shard whose assignee is no longer that live process is an orphan and is recomputed;
-- the fold happens elsewhere, in shard-id order, over exactly one accepted result per shard.
+- the fold happens elsewhere, in shard-id order, over exactly one E-step payload per shard.
+
+A task that also scores may send a shard's E-step payload ahead of its result
+(``protocol.Stats``), to be folded while the scores are computed. Such a payload is taken
+on the first rule's terms, once per shard (:meth:`RoundState.take_stats`); a result from
+another process after a failure is then not folded again (:meth:`RoundState.fold_once`).
+Any process's payload for a shard is the same bits: it is computed from the same rows and
+the same pickled model, which is what recomputing an orphan relies on already.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ class RoundState:
     assigned: dict[int, Process] = field(default_factory=dict)
     accepted: set = field(default_factory=set)
     recomputed: set = field(default_factory=set)
+    folded: set = field(default_factory=set)  # shards whose E-step payload went to the fold
 
     def __post_init__(self) -> None:
         self.preloaded = frozenset(self.preloaded)
@@ -117,6 +125,26 @@ class RoundState:
             return False
         self.accepted.add(shard)
         self._drop((worker, incarnation), shard)
+        return True
+
+    def take_stats(self, worker: int, incarnation: int, shard: int, live: Mapping[int, int]) -> bool:
+        """Whether a payload sent ahead of ``shard``'s result (``protocol.Stats``) is to be
+        folded now: it comes from the shard's assignee while it is live, as ``accept`` asks
+        of a result, and no payload of the shard was folded yet. The shard is not accepted:
+        its result (the scores) is still to come, from this process or, should it fail, from
+        the one that recomputes the shard."""
+        if shard in self.accepted or self.assigned.get(shard) != (worker, incarnation):
+            return False
+        if live.get(worker) != incarnation:
+            return False
+        return self.fold_once(shard)
+
+    def fold_once(self, shard: int) -> bool:
+        """True the first time only: whether ``shard``'s payload is the one to fold (a payload
+        sent ahead, the driver's own, or that of an accepted result)."""
+        if shard in self.folded:
+            return False
+        self.folded.add(shard)
         return True
 
     # -- what it tells the driver ------------------------------------------------------------

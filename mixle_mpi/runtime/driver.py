@@ -27,7 +27,7 @@ from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.malloc import retain_freed_memory
 from mixle_mpi.core.protocol import (TAG_CMD, TAG_REPLY, Abort, Fence, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Result, Setup,
                                      Shrink, ShrinkGo,
-                                     ShrinkReady, Shrunk, Stop, Task, TaskError)
+                                     ShrinkReady, Shrunk, Stats, Stop, Task, TaskError)
 from mixle_mpi.storage.events import EventLog
 from mixle_mpi.policy.faults import FaultInjector, plan_to_json
 from mixle_mpi.policy.membership import Membership
@@ -575,20 +575,28 @@ class Driver:
         body_b = self.body_b = pickle.dumps(body, protocol=PROTO) if body_b is None else body_b
         extras = extras or {}
         results: dict[int, Any] = dict(preloaded or {})
-        if fold is not None:
-            for shard in sorted(results):
-                fold(shard, results[shard])
         here = [s for s in self.here if s not in results]
         state = RoundState(self.num_shards, frozenset(results), frozenset(here))
         failed_before = set(self.pending)
+
+        def fold_stats(shard: int, payload) -> None:
+            """``shard``'s E-step payload, folded the first time only (``RoundState.fold_once``)."""
+            results[shard] = payload
+            if state.fold_once(shard) and fold is not None:
+                fold(shard, payload)
+
+        for shard in sorted(results):
+            fold_stats(shard, results[shard])
 
         def take(shard: int, payload) -> None:
             """An accepted result, from a worker or computed here."""
             if scores is not None:
                 payload, scores[shard] = payload
-            results[shard] = payload
-            if fold is not None:
-                fold(shard, payload)
+                if payload is None:  # its E-step payload came ahead (protocol.Stats) and is folded
+                    payload = results.get(shard)
+                    if payload is None or shard not in state.folded:
+                        raise RuntimeError(f"shard {shard}: a result without its E-step payload, and none came ahead")
+            fold_stats(shard, payload)
             if record is not None:
                 record(shard, payload)
                 if kind == "estep" and len(results) < self.num_shards:
@@ -627,6 +635,13 @@ class Driver:
             for w, msgs in self._gather(state.waiting_on()).items():
                 incarnation = self.membership.records[w].incarnation
                 for msg in msgs:
+                    if isinstance(msg, Stats) and msg.task_id == task_id:
+                        if state.take_stats(w, incarnation, msg.shard, live):
+                            results[msg.shard] = msg.payload
+                            if fold is not None:
+                                fold(msg.shard, msg.payload)
+                            progressed = True
+                        continue
                     if not isinstance(msg, Result) or msg.task_id != task_id:
                         continue
                     for shard, payload in msg.results:
@@ -655,6 +670,12 @@ class Driver:
                 seen["live"] = live
             return progressed
 
+        def compute_here(fn, *args):
+            try:
+                return fn(*args)
+            except Exception as exc:  # as a worker's task error: the model's code raised, on any rank it would
+                raise WorkerError(0, self.host, os.getpid(), traceback.format_exc()) from exc
+
         if here:  # the driver's own share, while the workers compute theirs
             # ``body`` itself, as rank 0 of mixle's own MPI handle computes with the objects: an
             # E-step reads the model and makes fresh accumulators, and a pickle round trip
@@ -663,10 +684,14 @@ class Driver:
             for i, shard in enumerate(here):
                 if i:
                     step()  # between shards: take replies, act on failures
-                try:
-                    result = estep.shard_result(kind, body, chunks[shard], extras.get(shard), scores is not None)
-                except Exception as exc:  # as a worker's task error: the model's code raised, on any rank it would
-                    raise WorkerError(0, self.host, os.getpid(), traceback.format_exc()) from exc
+                if scores is not None and kind == "estep":  # as a worker does: the E-step first, folded
+                    estimator, model = body                  # with what came ahead, then the scores
+                    fold_stats(shard, compute_here(estep.estep_shard, estimator, model, chunks[shard]))
+                    step()
+                    result = (None, compute_here(estep.score_shard, model, chunks[shard]))
+                else:
+                    result = compute_here(estep.shard_result, kind, body, chunks[shard], extras.get(shard),
+                                          scores is not None)
                 take(shard, result)
                 state.done_here(shard)
         self._wait(step, due)

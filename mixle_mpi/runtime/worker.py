@@ -32,7 +32,8 @@ from mixle_mpi.core.reaper import identity, process_gone
 from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Fence, Load, Loaded,
                                      Reach, Reached,
                                      ReadOwn, Ready, Release, Result, Setup,
-                                     Shrink, ShrinkGo, ShrinkReady, Shrunk, Stop, Task, TaskError)
+                                     STATS_AHEAD_MAX_BYTES, Shrink, ShrinkGo, ShrinkReady, Shrunk, Stats, Stop, Task,
+                                     TaskError)
 from mixle_mpi.runtime.beatrelay import BeatRelay
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.runtime.takeover import NoAgreement, agree, announce, driver_in, peer_says_driver_dead
@@ -122,14 +123,22 @@ class Worker:
                 return msg
             backoff.sleep()
 
-    def reply(self, obj: Any) -> None:
-        backoff = Backoff(window=next_task_window(time.monotonic()))
+    def send_ahead(self, obj: Any) -> None:
+        """Post ``obj`` to the driver and ring it, without waiting for the send to complete
+        (the next ``reply`` waits for every send)."""
         try:
             self.link.post(obj, TAG_REPLY)
             if self.driver_bell:
                 self.link.progress()  # MPI moves a small message on at a progress call: the ring comes after it
                 if not self.bell.ring(self.driver_bell):  # unreachable after all: poll as elsewhere
                     self.bell, self.driver_bell = None, ""
+        except PeerFailed as exc:
+            self.driver_dead(f"lost the driver while replying ({exc})")
+
+    def reply(self, obj: Any) -> None:
+        backoff = Backoff(window=next_task_window(time.monotonic()))
+        self.send_ahead(obj)
+        try:
             while not self.link.progress():
                 if self.lost is not None:  # a send to a dead driver may never complete (MPICH)
                     self.driver_dead(self.lost)
@@ -286,7 +295,10 @@ class Worker:
             chunks = self.resident[sid] if rows is None else estep.encode_shard(self.encoder, rows_from_packed(rows), self.sub_chunks)
             if t.keep and rows is not None:
                 self.resident[sid] = chunks  # the next rounds (a replacement joining) or an adoption need no load
-            batch.append((sid, estep.shard_result(kind, body, chunks, extra, scores, on_chunk)))
+            if scores and kind == "estep":
+                batch.append((sid, self._stats_then_scores(task_id, sid, body, chunks, call, recovery, on_chunk)))
+            else:
+                batch.append((sid, estep.shard_result(kind, body, chunks, extra, scores, on_chunk)))
             if time.monotonic() - flushed >= REPLY_BATCH_SECONDS:
                 self.reply(Result(task_id, batch, peak_rss_mb()))  # the peak for summary.json, at no cost
                 batch, flushed = [], time.monotonic()
@@ -294,6 +306,19 @@ class Worker:
             self.reply(Result(task_id, batch, peak_rss_mb()))
         if kind == "estep":
             self.faults.check("estep_after_reply", call, recovery)
+
+    def _stats_then_scores(self, task_id: int, sid: int, body: Any, chunks, call: int, recovery: bool,
+                           on_chunk) -> tuple:
+        """A shard of a task that also scores: its E-step payload goes to the driver at once
+        when small (``Stats``), to be folded while this worker computes the scores; the
+        result then carries ``None`` in its place."""
+        estimator, model = body
+        payload = estep.estep_shard(estimator, model, chunks, on_chunk)
+        if len(payload) <= STATS_AHEAD_MAX_BYTES:
+            self.send_ahead(Stats(task_id, sid, payload))
+            payload = None
+            self.faults.check("stats_sent", call, recovery)
+        return payload, estep.score_shard(model, chunks, on_chunk)
 
     def reach(self, msg: Reach) -> None:
         """Failover: arm, unless the store or the file the driver wrote beside its checkpoint
