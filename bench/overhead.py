@@ -122,6 +122,10 @@ def job_command(args, backend: str, model: str, out: str, profile: str | None = 
     cmd = [args.python, "-m", "mixle_mpi", "run", "-n", str(ranks), "--timeout", f"{args.timeout:g}", "--",
            args.python, JOB, "--backend", backend, "--model", model, "--n", str(args.sizes[model]),
            "--its", str(args.its), "--mixle-data", args.mixle_data, "--out", out]
+    if backend == "resilient" and idle:
+        # one shard per worker, as mixle's handle has one partition per rank: _job.py's own
+        # count assumes the driver computes one too, and would give one worker two shards
+        cmd += ["--num-shards", str(args.workers)]
     if profile:
         cmd += ["--profile", profile]
     return cmd

@@ -81,7 +81,7 @@ def run(cfg: FitConfig) -> int:
     with successor or ResilientMPIEncodedData(loaded.data, estimator=est, **where) as enc:
         loaded.close()
         print(f"[fit] {spec.text} on {loaded.describe}; {enc.num_shards} shards over "
-              f"{len(enc._driver.membership.live())} workers; out_dir {cfg.out_dir}", flush=True)
+              f"{len(enc.membership.live())} workers; out_dir {cfg.out_dir}", flush=True)
         if cfg.checkpoint and cfg.restarts > 1:
             print(f"[fit] {cfg.restarts} restarts, each with its own checkpoint: "
                   + ", ".join(restart_checkpoints(cfg.checkpoint, cfg.restarts)), flush=True)
@@ -122,7 +122,7 @@ def _fit_restarts(enc, est, cfg: FitConfig, segments):
 
     progress = Progress(sys.stdout, cfg.progress, record=os.path.join(cfg.out_dir, PROGRESS_FILE),
                         meta={"model": cfg.model, "data": cfg.data})
-    membership = enc._driver.membership
+    membership = enc.membership
     results, timeline = [], []  # timeline: (restart, iteration, wall time) per accepted iteration
     for r in range(cfg.restarts):
         label = f"{r + 1}/{cfg.restarts}" if cfg.restarts > 1 else ""
@@ -192,7 +192,7 @@ def _summary(enc, cfg: FitConfig, results: list[dict], segments) -> dict:
         "rows": len(enc),
         "driver_peak_rss_mb": peak_rss[0],
         "peak_rss_mb": {str(rank): mb for rank, mb in sorted(peak_rss.items())},
-        "workers": len(enc._driver.membership.records),
+        "workers": len(enc.membership.records),
         "num_shards": enc.num_shards,
         "driver_shards": enc.driver_shards,
         "sub_chunks": enc.sub_chunks,

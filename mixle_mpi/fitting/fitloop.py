@@ -141,7 +141,6 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
 
     if resume not in ("auto", "yes", "no"):
         raise ckpt.ConfigError(f"resume must be 'auto', 'yes' or 'no'; found {resume!r}")
-    drv = enc._driver
     segments = segments or Segments()
     config = {"delta": delta, "init_p": init_p, "seed": seed}
     current = ckpt.FitState(
@@ -187,10 +186,10 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
         t0 = time.perf_counter()
         s = ckpt.FitState(**{**current.__dict__, "iteration": iteration, "model": model.to_json(), "ll": list(history),
                               "finished": finished, "converged": stopped == "converged", "stopped": stopped,
-                              "failures": {str(k): v for k, v in drv.membership.failures().items()},
-                              "blacklist": drv.membership.blacklisted(),
+                              "failures": {str(k): v for k, v in enc.failures.items()},
+                              "blacklist": enc.blacklist,
                               "wall_seconds": segments.total(), "segments": segments.count})
-        ckpt.write(checkpoint, s, before_rename=lambda tmp: drv.faults.check("checkpoint_write", iteration))
+        ckpt.write(checkpoint, s, before_rename=lambda tmp: enc.fault_point("checkpoint_write", iteration))
         last_write[0] = time.monotonic()
         enc.events.emit("checkpoint", path=checkpoint, iteration=iteration, finished=finished,
                         seconds=round(time.perf_counter() - t0, 6))

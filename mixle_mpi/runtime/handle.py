@@ -338,6 +338,17 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         return list(self._driver.here)
 
     @property
+    def membership(self):
+        """Who is live, failed or blacklisted (``policy.membership.Membership``), for reports
+        and progress lines: read it, never change it (the driver decides)."""
+        return self._driver.membership
+
+    def fault_point(self, phase: str, call: int) -> None:
+        """The driver's own chaos hook (``policy/faults.py``) at ``phase`` of ``call``: a fit
+        loop's checkpoint write is one."""
+        self._driver.faults.check(phase, call)
+
+    @property
     def failures(self) -> dict[int, int]:
         return self._driver.membership.failures()
 

@@ -1,0 +1,86 @@
+"""Issue 15's ratio at the quick sizes, ours and mixle's handle fitted in the same job.
+
+Each job (``bench/_paired_job.py``) fits with mixle's ``MPIEncodedData`` and then with ours on
+the same W processes (ours: the driver computing its share and W - 1 workers, the default),
+and gives one ratio: ours' per-iteration median over mixle's. The jobs repeat, models
+interleaved; the figure is the median ratio over jobs, with its quartiles.
+
+Why: ``bench/polling.py`` pairs back-to-back jobs, and this machine moves by up to 20 %
+from one job to the next, so its ratios scatter from 0.8 to 1.5 (``results/polling.md``).
+Within one job the processes, their cores and the data are the same for both fits.
+
+    python bench/paired.py [--jobs 10] [--its 30] [--models gmm1d,diag,hmm] [--out results/paired.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import common  # noqa: E402
+
+QUICK_N = {"gmm1d": 50_000, "diag": 10_000, "hmm": 2_000}
+JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_paired_job.py")
+
+
+def quartiles(xs: list[float]) -> tuple[float, float, float]:
+    if len(xs) < 2:
+        return (xs[0], xs[0], xs[0])
+    q = statistics.quantiles(xs, n=4)
+    return (q[0], statistics.median(xs), q[2])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=10)
+    ap.add_argument("--its", type=int, default=30)
+    ap.add_argument("--ranks", type=int, default=2, help="W: E-step processes, in both fits")
+    ap.add_argument("--models", default="gmm1d,diag,hmm")
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--out", default=None, help="write every job's record and the figures here (JSON)")
+    args = ap.parse_args(argv)
+    models = args.models.split(",")
+    recs: dict = {m: [] for m in models}
+    with tempfile.TemporaryDirectory(prefix="mixle_mpi_paired_") as tmp:
+        for job in range(args.jobs):
+            for model in models:
+                out = os.path.join(tmp, f"{model}-{job}.json")
+                cmd = common.launcher(args.python, args.ranks,
+                                      [args.python, JOB, "--model", model, "--n", str(QUICK_N[model]),
+                                       "--its", str(args.its), "--out", out])
+                rc, log, _ = common.run(cmd)
+                if rc != 0 or not os.path.exists(out):
+                    common.log(f"{model} job {job + 1}: FAILED rc={rc}: {log[-500:]}")
+                    continue
+                with open(out, encoding="utf-8") as fh:
+                    rec = json.load(fh)
+                rec["command"] = common.show(cmd, {}, tmp)
+                recs[model].append(rec)
+                common.log(f"{model} job {job + 1}: ours {rec['ours_ms_per_it']:.2f} ms/it, mixle "
+                           f"{rec['mixle_ms_per_it'][-1]:.2f}: {rec['ratio']:.3f}")
+    rows = []
+    print(f"| model | N | jobs | ours / mixle, median (quartiles) | ours ms/it | mixle ms/it |")
+    print("|---|---:|---:|---|---:|---:|")
+    for model in models:
+        rs = recs[model]
+        if not rs:
+            continue
+        q1, med, q3 = quartiles([r["ratio"] for r in rs])
+        ours = statistics.median(r["ours_ms_per_it"] for r in rs)
+        mixle = statistics.median(statistics.median(r["mixle_ms_per_it"][1:] or r["mixle_ms_per_it"]) for r in rs)
+        rows.append({"model": model, "n": QUICK_N[model], "jobs": len(rs), "ratio_median": med,
+                     "ratio_quartiles": [q1, q3], "ours_ms": ours, "mixle_ms": mixle, "records": rs})
+        print(f"| {model} | {QUICK_N[model]:,} | {len(rs)} | **{med:.3f}** ({q1:.3f}-{q3:.3f}) | {ours:.2f} | {mixle:.2f} |")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump({"argv": sys.argv[1:], "rows": rows}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
