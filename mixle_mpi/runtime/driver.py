@@ -579,14 +579,15 @@ class Driver:
         state = RoundState(self.num_shards, frozenset(results), frozenset(here))
         failed_before = set(self.pending)
 
-        def fold_stats(shard: int, payload) -> None:
-            """``shard``'s E-step payload, folded the first time only (``RoundState.fold_once``)."""
+        def keep(shard: int, payload, folds: bool) -> None:
+            """``shard``'s E-step payload (or result), folded if the round says so: each
+            shard's first only (``RoundState.fold_once``, ``take_stats``)."""
             results[shard] = payload
-            if state.fold_once(shard) and fold is not None:
+            if folds and fold is not None:
                 fold(shard, payload)
 
         for shard in sorted(results):
-            fold_stats(shard, results[shard])
+            keep(shard, results[shard], state.fold_once(shard))
 
         def take(shard: int, payload) -> None:
             """An accepted result, from a worker or computed here."""
@@ -596,7 +597,7 @@ class Driver:
                     payload = results.get(shard)
                     if payload is None or shard not in state.folded:
                         raise RuntimeError(f"shard {shard}: a result without its E-step payload, and none came ahead")
-            fold_stats(shard, payload)
+            keep(shard, payload, state.fold_once(shard))
             if record is not None:
                 record(shard, payload)
                 if kind == "estep" and len(results) < self.num_shards:
@@ -637,9 +638,7 @@ class Driver:
                 for msg in msgs:
                     if isinstance(msg, Stats) and msg.task_id == task_id:
                         if state.take_stats(w, incarnation, msg.shard, live):
-                            results[msg.shard] = msg.payload
-                            if fold is not None:
-                                fold(msg.shard, msg.payload)
+                            keep(msg.shard, msg.payload, True)
                             progressed = True
                         continue
                     if not isinstance(msg, Result) or msg.task_id != task_id:
@@ -686,7 +685,7 @@ class Driver:
                     step()  # between shards: take replies, act on failures
                 if scores is not None and kind == "estep":  # as a worker does: the E-step first, folded
                     estimator, model = body                  # with what came ahead, then the scores
-                    fold_stats(shard, compute_here(estep.estep_shard, estimator, model, chunks[shard]))
+                    keep(shard, compute_here(estep.estep_shard, estimator, model, chunks[shard]), state.fold_once(shard))
                     step()
                     result = (None, compute_here(estep.score_shard, model, chunks[shard]))
                 else:
