@@ -474,12 +474,13 @@ def _instrument_driver_startup(startup: dict) -> None:
 def _count_bytes(events: list) -> None:
     """Rank 0 only: log the pickled size of every message the driver posts and receives
     (a second pickling, so only in jobs that are not timed)."""
+    from mixle_mpi.core.protocol import TAG_CMD, TAG_HB, TAG_REPLY
     from mixle_mpi.runtime import transport
 
     post, poll = transport.Link.post, transport.Link.poll
-    label = {transport.TAG_CMD: "bytes_down", transport.TAG_REPLY: "bytes_up", transport.TAG_HB: "bytes_hb"}
+    label = {TAG_CMD: "bytes_down", TAG_REPLY: "bytes_up", TAG_HB: "bytes_hb"}
 
-    def counted_post(self, obj, tag=transport.TAG_CMD):
+    def counted_post(self, obj, tag=TAG_CMD):
         events.append((label.get(tag, "bytes_other"), now(), len(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))))
         return post(self, obj, tag)
 

@@ -7,6 +7,7 @@ helpers keep that bookkeeping (median, spread, target, the command) in one place
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -75,6 +76,24 @@ def run(cmd: list[str], env: dict | None = None, timeout: float = 660.0) -> tupl
         out, _ = proc.communicate()
         rc = None
     return rc, out or "", time.monotonic() - t0
+
+
+def run_record(cmd: list[str], out: str, what: str, env: dict | None = None) -> dict | None:
+    """Run one benchmark job that writes its JSON record to ``out``; the record, or None
+    after a log line that says ``what`` failed and how (exit code, the output's tail)."""
+    rc, log_text, _ = run(cmd, env)
+    if rc != 0 or not os.path.exists(out):
+        log(f"{what}: FAILED rc={rc}: {log_text[-1500:]}")
+        return None
+    with open(out, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def write_rows(path: str | None, rows: list) -> None:
+    """A script's figures as JSON (with the arguments it ran with), if it was given a path."""
+    if path:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump({"argv": sys.argv[1:], "rows": rows}, fh, indent=1)
 
 
 def show(cmd, env_extra: dict | None = None, tmp: str | None = None) -> str:

@@ -15,7 +15,6 @@ Within one job the processes, their cores and the data are the same for both fit
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -53,12 +52,9 @@ def main(argv=None) -> int:
                 cmd = common.launcher(args.python, args.ranks,
                                       [args.python, JOB, "--model", model, "--n", str(QUICK_N[model]),
                                        "--its", str(args.its), "--out", out])
-                rc, log, _ = common.run(cmd)
-                if rc != 0 or not os.path.exists(out):
-                    common.log(f"{model} job {job + 1}: FAILED rc={rc}: {log[-500:]}")
+                rec = common.run_record(cmd, out, f"{model} job {job + 1}")
+                if rec is None:
                     continue
-                with open(out, encoding="utf-8") as fh:
-                    rec = json.load(fh)
                 rec["command"] = common.show(cmd, {}, tmp)
                 recs[model].append(rec)
                 common.log(f"{model} job {job + 1}: ours {rec['ours_ms_per_it']:.2f} ms/it, mixle "
@@ -76,9 +72,7 @@ def main(argv=None) -> int:
         rows.append({"model": model, "n": QUICK_N[model], "jobs": len(rs), "ratio_median": med,
                      "ratio_quartiles": [q1, q3], "ours_ms": ours, "mixle_ms": mixle, "records": rs})
         print(f"| {model} | {QUICK_N[model]:,} | {len(rs)} | **{med:.3f}** ({q1:.3f}-{q3:.3f}) | {ours:.2f} | {mixle:.2f} |")
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump({"argv": sys.argv[1:], "rows": rows}, fh, indent=1)
+    common.write_rows(args.out, rows)
     return 0
 
 

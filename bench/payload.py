@@ -13,7 +13,6 @@ packing of the statistics alone.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -32,12 +31,9 @@ def measure(python: str, quick: bool, workers: int = 2) -> dict:
             out = os.path.join(tmp, f"{model}.json")
             cmd = common.launcher(python, workers + 1, [python, common.JOB, "--backend", "resilient", "--model", model,
                                                         "--n", str(n), "--its", "4", "--count-bytes", "--out", out])
-            rc, log, _ = common.run(cmd)
-            if rc != 0 or not os.path.exists(out):
-                common.log(f"payload {model}: FAILED rc {rc}\n{log[-1500:]}")
+            rec = common.run_record(cmd, out, f"payload {model}")
+            if rec is None:
                 continue
-            with open(out, encoding="utf-8") as fh:
-                rec = json.load(fh)
             down, up, hb = (rec[k]["median"] for k in ("bytes_down", "bytes_up", "bytes_hb"))
             stats = rec["payload"]["estep_stat_numeric_bytes"]
             raw[model] = {"down": down, "up": up, "heartbeat": hb, "stat_numeric": stats,

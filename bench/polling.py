@@ -18,7 +18,6 @@ mostly fixed cost) for each variant.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -53,12 +52,9 @@ def one(python: str, tmp: str, model: str, variant: str, rep: int, its: int, wor
            "--its", str(its), "--mixle-data", "root", "--out", out, *extra]
     ranks = workers + extra_ranks
     cmd = common.launcher(python, ranks, job) if ranks > 1 else job  # one rank: a singleton, no launcher
-    rc, log, _ = common.run(cmd, {**common.job_env(), **env})
-    if rc != 0 or not os.path.exists(out):
-        common.log(f"{model} {variant} rep {rep + 1}: FAILED rc={rc}: {log[-500:]}")
+    rec = common.run_record(cmd, out, f"{model} {variant} rep {rep + 1}", {**common.job_env(), **env})
+    if rec is None:
         return None
-    with open(out, encoding="utf-8") as fh:
-        rec = json.load(fh)
     rec["command"] = common.show(cmd, env, tmp)
     return rec
 
@@ -133,9 +129,7 @@ def main(argv=None) -> int:
               + " | ".join(f"{statistics.median(row['per_rep_vs_mixle'][v]):.3f}" for v in ours) + " | "
               + " / ".join(f"{row['llsum_ms'][v]:.2f}" for v in variants) + " | "
               + " / ".join(f"{row['round_overhead_ms'][v]:.2f}" for v in ours) + " |")
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump({"argv": sys.argv[1:], "rows": rows}, fh, indent=1)
+    common.write_rows(args.out, rows)
     return 0
 
 
