@@ -289,6 +289,14 @@ def test_phase_at_with_the_launchers_startup_markers(wall, mpi_up, started, phas
     assert cp.phase_at(wall, EVENTS, mpi_up, started) == phase
 
 
+def test_a_run_without_checkpoints_names_its_fit_phase_fit():
+    """No checkpoint, no iteration in the event log: a kill in the fit is in ``fit``."""
+    events = [{"time": 10.0, "event": "start"}, {"time": 13.1, "event": "closed"}]
+    assert cp.phase_at(11.0, events, True, True, checkpoints=False) == "fit"
+    assert cp.phase_at(11.0, events, True, False, checkpoints=False) == "shard load"
+    assert cp.phase_at(13.5, events, True, True, checkpoints=False) == "close"
+
+
 def test_phase_after_a_resume_counts_from_the_resumed_iteration():
     events = [{"time": 1.0, "event": "start"}, {"time": 2.0, "event": "resumed", "iteration": 7}]
     assert cp.phase_at(2.5, events) == "it 8"
@@ -611,3 +619,14 @@ def test_the_host_kind_is_opt_in_and_needs_a_survivor_host():
     cp.check_campaign(cp.HOST_SIZE + 1, 1, 1.0, ("host",))
     with pytest.raises(ConfigError, match="at least 3 workers"):
         cp.check_campaign(cp.HOST_SIZE, 1, 1.0, ("host",))
+
+
+def test_only_a_campaign_that_kills_the_driver_writes_checkpoints():
+    """A killed driver's run must resume, so it needs a checkpoint; worker kills run as a fit
+    does by default, without one, so that the E-step computed ahead (off while checkpoints
+    are written) and its statistics sent ahead are killed into as well."""
+    from mixle_mpi.policy import chaos_plan as cp
+
+    assert cp.checkpoints(cp.KINDS)
+    assert cp.checkpoints(("worker", "driver"))
+    assert not cp.checkpoints(("worker", "two_workers", "during_recovery", "stop", "host"))

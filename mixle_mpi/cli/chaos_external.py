@@ -10,8 +10,10 @@ marker, i.e. over the reference's fit ``[t_started, t_end]``. The others come at
 uniform over ``[0, T_ref x window]`` seconds after the launch. A kill therefore lands in any
 phase, mostly in the fit: process start, MPI initialisation, the
 startup handshake, shard load, an E-step, a log-density pass, a recovery, a shrink, a
-respawn, a checkpoint write or the close. Every run has a checkpoint in its own folder, so
-a killed driver is followed by the same command, which must resume to the reference's bits.
+respawn, a checkpoint write or the close. Where a kind kills the driver, every run has a
+checkpoint in its own folder, so a killed driver is followed by the same command, which must
+resume to the reference's bits; a campaign of worker kills runs without checkpoints, as a
+fit does by default (``chaos_plan.checkpoints``).
 
 Each run records its kills (victim pid, role, rank, whether respawned, planned and actual
 time after the launch), the exit code, the wall time, bit-identity of model and
@@ -315,10 +317,11 @@ class Context:
     env: dict
     leftover_seconds: float
     attempts: int = 3  # the launcher's first try, its one retry of a never-started job, its one resume
+    checkpoints: bool = True  # chaos_plan.checkpoints: the runs write checkpoints
 
 
 def _launch(ctx: Context, rdir: str, log_name: str, kills: tuple) -> tuple[Watched, cp.Launch, list]:
-    cfg = replace(ctx.cfg, out_dir=rdir, checkpoint=os.path.join(rdir, "ckpt.h5"))
+    cfg = replace(ctx.cfg, out_dir=rdir, checkpoint=os.path.join(rdir, "ckpt.h5") if ctx.checkpoints else None)
     cmd = fit_command(cfg, ctx.n, ctx.timeout, ctx.launch)
     fault_log = os.path.abspath(os.path.join(rdir, "faults.jsonl"))
     env = fit_env("", fault_log, ctx.env)
@@ -347,7 +350,7 @@ def _events(rdir: str) -> list[dict]:
     return out
 
 
-def _annotate_kills(kills: list, events: list) -> None:
+def _annotate_kills(kills: list, events: list, checkpoints: bool = True) -> None:
     """Add what the event log says about each victim: its worker id (for a respawned
     process) and how long the driver took to declare it failed."""
     respawned = {e.get("pid"): e.get("worker") for e in events if e.get("event") in ("respawned", "respawn_ready")}
@@ -358,7 +361,7 @@ def _annotate_kills(kills: list, events: list) -> None:
             k["worker"] = respawned[k["pid"]]
         elif k.get("role") == "worker":
             k["worker"] = k.get("rank")
-        k["phase"] = cp.phase_at(k["wall_time"], events, k.get("mpi_up"), k.get("started"))
+        k["phase"] = cp.phase_at(k["wall_time"], events, k.get("mpi_up"), k.get("started"), checkpoints)
         hit = [e for e in events if e.get("event") in ("failure_detected", "driver_failed") and e.get("pid") == k["pid"]]
         k["detected"] = bool(hit)
         if hit:  # a dead driver is seen by a survivor (failover), at seen_at
@@ -389,7 +392,7 @@ def run_one(ctx: Context, plan: cp.ExternalPlan) -> dict:
     verdict = cp.judge(plan.kind, first, missed=missed, explained_73=explained, rerun=rerun)
     if fired:  # no fault plan was given: a hook that fired means the run was not external only
         verdict = verdict if not cp.passed(verdict) else f"{cp.FAILED}(hook fired)"
-    _annotate_kills(seen.kills, events)
+    _annotate_kills(seen.kills, events, ctx.checkpoints)
     final = rerun if rerun is not None else first
     return {
         "index": plan.index, "draw": plan.draw, "kind": plan.kind, "plan": plan.describe(),
@@ -480,16 +483,19 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
     cfg = replace(cfg, plot=False, progress="off", restarts=1, resume="auto")
     w = stream.write
     out_dir = os.path.abspath(out_dir)
-    w(f"chaos --external: reference run (no kills, checkpoint every iteration), {n} ranks, out_dir {out_dir}\n")
+    saving = cp.checkpoints(kinds)
+    w(f"chaos --external: reference run (no kills, "
+      f"{'checkpoint every iteration' if saving else 'no checkpoint: no kind kills the driver'}), "
+      f"{n} ranks, out_dir {out_dir}\n")
     stream.flush()
     ref_dir = os.path.join(out_dir, "reference")
-    ref_cfg = replace(cfg, checkpoint=os.path.join(ref_dir, "ckpt.h5"))
+    ref_cfg = replace(cfg, checkpoint=os.path.join(ref_dir, "ckpt.h5") if saving else None)
     ref = watched_reference(ref_cfg, n, ref_dir, run_timeout or 600, launch, stream, extra)
     if ref is None:
         return 1
     reference_out, t_ref, t_started = ref
     timeout = run_timeout or (10 * t_ref + 60)
-    ctx = Context(cfg, n, out_dir, reference_out, timeout, launch, extra, leftover_seconds)
+    ctx = Context(cfg, n, out_dir, reference_out, timeout, launch, extra, leftover_seconds, checkpoints=saving)
     span = t_ref * window if window_seconds is None else window_seconds
     fit_span = fit_window_seconds if fit_window_seconds is not None else (
         max(0.0, span - t_started) if t_started is not None else None)

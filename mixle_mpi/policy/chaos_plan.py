@@ -98,6 +98,14 @@ class ExternalPlan:
         return ", ".join(out)
 
 
+def checkpoints(kinds) -> bool:
+    """Whether a campaign's runs write checkpoints: only where a kind kills the driver, whose
+    run must resume. A campaign of worker kills runs as a fit does by default, without one,
+    so the E-step computed ahead in the scoring round (off while checkpoints are written)
+    and its statistics sent ahead of the scores are in the line of fire too."""
+    return "driver" in kinds
+
+
 def kinds_from_text(text: str | None) -> tuple[str, ...]:
     """``--kinds a,b`` as a tuple of kinds (None or empty: all of them)."""
     if not text:
@@ -326,7 +334,8 @@ def never_started_explained(victim_tags: list, attempts: int) -> bool:
     return attempts >= 1 and len({t for t in victim_tags if t is not None}) >= attempts
 
 
-def phase_at(wall: float, events: list[dict], mpi_up: bool | None = None, started: bool | None = None) -> str:
+def phase_at(wall: float, events: list[dict], mpi_up: bool | None = None, started: bool | None = None,
+             checkpoints: bool = True) -> str:
     """Where the job was at wall-clock time ``wall`` (pure), from its event log and the
     launcher's startup markers as they were at that moment (``mpi_up``: MPI initialisation
     had finished on rank 0; ``started``: every live worker held its shards):
@@ -334,8 +343,8 @@ def phase_at(wall: float, events: list[dict], mpi_up: bool | None = None, starte
     ``start/init`` (process start, imports and MPI initialisation), ``handshake`` (the driver prepares
     the data, gathers the workers and writes the shard store; ``startup`` when the markers
     are unknown), ``shard load`` (the workers are set up and get their shards), ``it N``
-    (iteration N: after checkpoint N-1), ``close`` (after the final checkpoint, or the
-    handle closed)."""
+    (iteration N: after checkpoint N-1; ``fit`` in a run without ``checkpoints``, which logs
+    no iteration), ``close`` (after the final checkpoint, or the handle closed)."""
     before = [e for e in events if e.get("time", float("inf")) <= wall]
     if not any(e.get("event") == "start" for e in before):
         return "startup" if mpi_up is None else ("handshake" if mpi_up else "start/init")
@@ -348,7 +357,7 @@ def phase_at(wall: float, events: list[dict], mpi_up: bool | None = None, starte
         return f"it {max(its) + 1}"
     if started is None:
         return "setup"
-    return "it 1" if started else "shard load"
+    return ("it 1" if checkpoints else "fit") if started else "shard load"
 
 
 def phase_group(phase: str | None) -> str:
