@@ -73,16 +73,25 @@ def score_shard(model: Any, chunks: Chunks, on_chunk: OnChunk | None = None) -> 
     return count, log_density
 
 
+Ahead = Callable[[bytes], bool]  # offered an E-step payload before the scores; True: it took it
+
+
 def shard_result(kind: str, body: Any, chunks: Chunks, extra: Any = None, scores: bool = False,
-                 on_chunk: OnChunk | None = None) -> Any:
+                 on_chunk: OnChunk | None = None, ahead: Ahead | None = None) -> Any:
     """One shard's result for a round of ``kind``, wherever it is computed (a worker's task,
     or the driver's own share): ``estep`` (and, with ``scores``, the score of the same
     model after it, as mixle's EM loop asks for both), ``init`` with the shard's seed
-    ``extra``, or ``llsum``."""
+    ``extra``, or ``llsum``. With ``scores``, ``ahead`` is offered the E-step payload
+    before the scores are computed; if it takes it (a worker sends it ahead,
+    ``protocol.Stats``), the result carries ``None`` in its place."""
     if kind == "estep":
         estimator, model = body
         result = estep_shard(estimator, model, chunks, on_chunk)
-        return (result, score_shard(model, chunks, on_chunk)) if scores else result
+        if not scores:
+            return result
+        if ahead is not None and ahead(result):
+            result = None
+        return result, score_shard(model, chunks, on_chunk)
     if kind == "init":
         estimator, p = body
         return init_shard(estimator, p, int(extra), chunks, on_chunk)

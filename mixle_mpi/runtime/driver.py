@@ -669,12 +669,6 @@ class Driver:
                 seen["live"] = live
             return progressed
 
-        def compute_here(fn, *args):
-            try:
-                return fn(*args)
-            except Exception as exc:  # as a worker's task error: the model's code raised, on any rank it would
-                raise WorkerError(0, self.host, os.getpid(), traceback.format_exc()) from exc
-
         if here:  # the driver's own share, while the workers compute theirs
             # ``body`` itself, as rank 0 of mixle's own MPI handle computes with the objects: an
             # E-step reads the model and makes fresh accumulators, and a pickle round trip
@@ -683,14 +677,10 @@ class Driver:
             for i, shard in enumerate(here):
                 if i:
                     step()  # between shards: take replies, act on failures
-                if scores is not None and kind == "estep":  # as a worker does: the E-step first, folded
-                    estimator, model = body                  # with what came ahead, then the scores
-                    keep(shard, compute_here(estep.estep_shard, estimator, model, chunks[shard]), state.fold_once(shard))
-                    step()
-                    result = (None, compute_here(estep.score_shard, model, chunks[shard]))
-                else:
-                    result = compute_here(estep.shard_result, kind, body, chunks[shard], extras.get(shard),
-                                          scores is not None)
+                try:  # its E-step payload is folded with its result: nothing waits for it here
+                    result = estep.shard_result(kind, body, chunks[shard], extras.get(shard), scores is not None)
+                except Exception as exc:  # as a worker's task error: the model's code raised, on any rank it would
+                    raise WorkerError(0, self.host, os.getpid(), traceback.format_exc()) from exc
                 take(shard, result)
                 state.done_here(shard)
         self._wait(step, due)

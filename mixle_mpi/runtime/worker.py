@@ -295,10 +295,8 @@ class Worker:
             chunks = self.resident[sid] if rows is None else estep.encode_shard(self.encoder, rows_from_packed(rows), self.sub_chunks)
             if t.keep and rows is not None:
                 self.resident[sid] = chunks  # the next rounds (a replacement joining) or an adoption need no load
-            if scores and kind == "estep":
-                batch.append((sid, self._stats_then_scores(task_id, sid, body, chunks, call, recovery, on_chunk)))
-            else:
-                batch.append((sid, estep.shard_result(kind, body, chunks, extra, scores, on_chunk)))
+            ahead = self._stats_ahead(task_id, sid, call, recovery) if scores else None
+            batch.append((sid, estep.shard_result(kind, body, chunks, extra, scores, on_chunk, ahead)))
             if time.monotonic() - flushed >= REPLY_BATCH_SECONDS:
                 self.reply(Result(task_id, batch, peak_rss_mb()))  # the peak for summary.json, at no cost
                 batch, flushed = [], time.monotonic()
@@ -307,18 +305,16 @@ class Worker:
         if kind == "estep":
             self.faults.check("estep_after_reply", call, recovery)
 
-    def _stats_then_scores(self, task_id: int, sid: int, body: Any, chunks, call: int, recovery: bool,
-                           on_chunk) -> tuple:
-        """A shard of a task that also scores: its E-step payload goes to the driver at once
-        when small (``Stats``), to be folded while this worker computes the scores; the
-        result then carries ``None`` in its place."""
-        estimator, model = body
-        payload = estep.estep_shard(estimator, model, chunks, on_chunk)
-        if len(payload) <= STATS_AHEAD_MAX_BYTES:
+    def _stats_ahead(self, task_id: int, sid: int, call: int, recovery: bool) -> estep.Ahead:
+        """For a shard of a task that also scores: its E-step payload goes to the driver at
+        once when small (``Stats``), to be folded while this worker computes the scores."""
+        def ahead(payload: bytes) -> bool:
+            if len(payload) > STATS_AHEAD_MAX_BYTES:
+                return False
             self.send_ahead(Stats(task_id, sid, payload))
-            payload = None
             self.faults.check("stats_sent", call, recovery)
-        return payload, estep.score_shard(model, chunks, on_chunk)
+            return True
+        return ahead
 
     def reach(self, msg: Reach) -> None:
         """Failover: arm, unless the store or the file the driver wrote beside its checkpoint
