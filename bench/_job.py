@@ -155,6 +155,78 @@ def per_iteration_totals(events, stamps, label, by_source=False) -> list[float]:
     return out
 
 
+def rounds_beyond_compute(wev, estep_rounds, stamps, announces) -> list[dict]:
+    """Per E-step round of iterations 2..: its time beyond the slowest E-step process's compute
+    in it (each rank's E-step and scoring computes that end inside the round, summed), which
+    rank computed longest (0: the driver's own share), and how a round starts, in seconds
+    after it did: the driver has rung the workers (``rung``), a worker has its task
+    (``received``), has unpickled its model (``model``), starts computing (``computing``).
+    The round's own timings, so a round where the driver is last and one where a worker is
+    are told apart."""
+    out = []
+    lo = stamps[0] if stamps else float("inf")
+    for start, end, scored in estep_rounds:
+        if start < lo:
+            continue
+        per: dict = {}
+        marks: dict = {}
+
+        def first(label, at):
+            if at - start < marks.get(label, float("inf")):
+                marks[label] = at - start
+
+        for ev in wev:
+            if not start < ev[1] <= end:
+                continue
+            if ev[0] in ("worker_estep", "worker_llsum"):
+                per[ev[3]] = per.get(ev[3], 0.0) + ev[2]
+                if ev[3] != 0:
+                    first("computing", ev[1] - ev[2])
+            elif ev[0] == "worker_recv":
+                first("received", ev[1])
+            elif ev[0] == "worker_body":
+                first("model", ev[1])
+        for _label, at, _dur in announces:
+            if start < at <= end:
+                first("rung", at)
+        if per:
+            slowest = max(per, key=per.get)
+            out.append({"beyond": (end - start) - per[slowest], "slowest": slowest, "scored": scored, **marks})
+    return out
+
+
+def round_start(per_round: list[dict]) -> dict:
+    """Medians over rounds of ``rounds_beyond_compute``'s start marks, and of the time beyond
+    compute where the driver (rank 0) computed longest and where a worker did."""
+    out = {k: med([r.get(k) for r in per_round]) for k in ("rung", "received", "model", "computing")}
+    for who, rows in (("driver", [r for r in per_round if r["slowest"] == 0]),
+                      ("worker", [r for r in per_round if r["slowest"] != 0])):
+        out[f"beyond_where_{who}_slowest"] = med([r["beyond"] for r in rows])
+        out[f"rounds_{who}_slowest"] = len(rows)
+    return out
+
+
+def mixle_calls_beyond_compute(calls, computes, msteps, stamps) -> list[float]:
+    """mixle's handle, per E-step call of iterations 2..: the call's time beyond the slowest
+    rank's local E-step in it and the root's M-step (the same figure as
+    ``rounds_beyond_compute`` for ours, whose round holds no M-step): the fixed cost of its
+    model broadcast, reduction and fold."""
+    lo = stamps[0] if stamps else float("inf")
+    out = []
+    for label, end, dur in calls:
+        start = end - dur
+        if label != "estep_call" or start < lo:
+            continue
+        per: dict = {}
+        for ev in computes:
+            if start < ev[1] <= end:
+                per[ev[3]] = per.get(ev[3], 0.0) + ev[2]
+        mstep = sum(ev[2] for ev in msteps if start < ev[1] <= end)
+        if per:
+            out.append(dur - mstep - max(per.values()))
+    return out
+
+
 def summary(xs: list[float]) -> dict:
     if not xs:
         return {"n": 0}
@@ -273,7 +345,10 @@ def _instrument_workers(timing_dir: str):
 
     estep.estep_shard = wrap("worker_estep", estep.estep_shard)
     estep.score_shard = wrap("worker_llsum", estep.score_shard)
-    worker.Worker.recv = flushing(worker.Worker.recv)
+    # when a worker has its task (the end of recv) and the task's model unpickled: the start
+    # of a round on the worker's side (rounds_beyond_compute)
+    worker.Worker._body = wrap("worker_body", worker.Worker._body)
+    worker.Worker.recv = wrap("worker_recv", flushing(worker.Worker.recv))
     return flush  # the driver's own share (driver_computes) is written when it calls this
 
 
@@ -372,6 +447,8 @@ def run_resilient(args) -> None:
         return results
 
     drv.run_round = timed_round
+    announces: list = []  # the driver has rung the workers a round was sent to
+    time_method(drv, "_announce", announces, "announce")
     clock = StepClock()
     t1 = now()
     with enc:
@@ -395,6 +472,10 @@ def run_resilient(args) -> None:
     # per iteration, the slowest worker's compute (the workers run in parallel)
     record["worker_estep_compute"] = summary(per_iteration_totals(wev, st, "worker_estep", by_source=True))
     record["worker_llsum_compute"] = summary(per_iteration_totals(wev, st, "worker_llsum", by_source=True))
+    per_round = rounds_beyond_compute(wev, estep_rounds, st, announces)
+    record["round_beyond_compute"] = summary([r["beyond"] for r in per_round])
+    record["round_start"] = round_start(per_round)
+    record["round_beyond_compute_rounds"] = per_round
     # each worker's CPU use (all its threads) between its last events of iteration 1 and of its
     # final iteration, divided by the same wall span: compute + polling + heartbeat thread
     cores = []
@@ -515,6 +596,8 @@ def run_mixle(args) -> None:
     time_method(enc, "pysp_seq_log_density_sum", events, "llsum_call")
     mine: list = []  # this rank's own E-step accumulation (the compute part of pysp_seq_estimate)
     time_method(enc, "_local_update", mine, "local_estep")
+    msteps: list = []  # the root's M-step inside its E-step call (ours has it outside the round)
+    time_method(est, "estimate", msteps, "mstep")
     clock = StepClock()
     t1 = now()
     run_optimize(est, enc, args, clock, None, args.profile if rank == 0 else None)  # every rank
@@ -526,6 +609,7 @@ def run_mixle(args) -> None:
         flat = [ev for evs in everyone for ev in evs]
         record["local_estep_compute"] = summary(per_iteration_totals(flat, st, "local_estep", by_source=True))
         record["rank0_local_estep_compute"] = summary(per_iteration_totals(mine, st, "local_estep"))
+        record["round_beyond_compute"] = summary(mixle_calls_beyond_compute(events, flat, msteps, st))
         record.update(ranks=comm.Get_size(), compute_ranks=comm.Get_size(), root_only=root_only)
         write_json(args.out, record)
         # the launcher trusts the driver's status file over mpiexec's exit code; mixle's handle

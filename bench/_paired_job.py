@@ -70,7 +70,7 @@ def main(argv=None) -> None:
     rank = comm.Get_rank()
     _describe, make_est, sample = model_spec(args.model)
     data = sample(args.n, args.data_seed) if rank == 0 else None
-    mixle_ms, mixle_p10 = [], []
+    mixle_ms, mixle_p10, mixle_ll = [], [], []
     for _ in range(args.mixle_fits):
         est = make_est()
         enc = MPIEncodedData(data, estimator=est, root_only=True)
@@ -78,6 +78,7 @@ def main(argv=None) -> None:
         run_optimize(est, enc, args, clock, None, None)  # every rank
         mixle_ms.append(median_per_iteration(clock))
         mixle_p10.append(low_decile(clock))
+        mixle_ll.append(clock.lls[-1] if clock.lls else None)
         comm.Barrier()
     # ours, on the same processes: the driver computes its share (the default), W - 1 workers
     workdir = args.out + ".work"
@@ -99,6 +100,8 @@ def main(argv=None) -> None:
         "mixle_p10_ms": [m * 1e3 for m in mixle_p10], "ours_p10_ms": ours_p10 * 1e3,
         "ratio_p10": ours_p10 / statistics.median(mixle_p10[1:] or mixle_p10),
         "driver_shards": driver_shards, "finished_at": time.time(),
+        # the same final log-likelihood, to the bit, from every fit (as bench/overhead.py checks)
+        "same_final_ll": len({*mixle_ll, clock.lls[-1] if clock.lls else None}) == 1,
     })
 
 

@@ -210,10 +210,11 @@ def summarise(args, jobs: list[dict]) -> dict:
         s["breakdown"] = {
             "resilient": {k: med([field(j, k) for j in r]) for k in (
                 "rank0_estep_call", "driver_estep_round", "worker_estep_compute",
-                "rank0_llsum_call", "driver_llsum_round", "worker_llsum_compute", "rank0_cpu_cores")},
+                "rank0_llsum_call", "driver_llsum_round", "worker_llsum_compute", "rank0_cpu_cores",
+                "round_beyond_compute")},
             "mixle": {k: med([field(j, k) for j in m]) for k in (
                 "rank0_estep_call", "local_estep_compute", "rank0_local_estep_compute", "rank0_llsum_call",
-                "rank0_cpu_cores")},
+                "rank0_cpu_cores", "round_beyond_compute")},
         }
         s["breakdown"]["resilient"]["worker_cpu_cores"] = med([med(j.get("worker_cpu_cores") or [None]) for j in r])
         a, b = s["resilient"]["median"], s["mixle"]["median"]
@@ -221,6 +222,11 @@ def summarise(args, jobs: list[dict]) -> dict:
         # paired ratios: rep i of ours against rep i of mixle (they ran back to back)
         paired = [x / y for x, y in zip(s["resilient"]["rep_medians"], s["mixle"]["rep_medians"]) if y]
         s["paired_ratios"] = paired
+        # each rep's E-step round beyond its compute (bench/_job.py: ours per round, mixle's per
+        # E-step call less its M-step), in the same pairs of jobs
+        s["beyond_compute"] = {b: [field(j, "round_beyond_compute") for j in per[b]] for b in BACKENDS}
+        starts = [j["round_start"] for j in r if j.get("round_start")]
+        s["round_start"] = {k: med([x.get(k) for x in starts]) for k in (starts[0] if starts else ())}
         lo_a, lo_b = s["resilient"]["min"], s["mixle"]["min"]
         ca, cb = med(s["resilient"]["clean_rep_medians"]), med(s["mixle"]["clean_rep_medians"])
         s["clean_ratio"] = ca / cb if ca and cb else None

@@ -34,6 +34,40 @@ def quartiles(xs: list[float]) -> tuple[float, float, float]:
     return (q[0], statistics.median(xs), q[2])
 
 
+def measure(python: str, models: list[str], jobs: int, its: int, ranks: int = 2, tmp: str | None = None) -> list[dict]:
+    """``jobs`` jobs per model (models interleaved); per model: the median ratio over jobs, its
+    quartiles, each job's ratio and record, and the command of one job."""
+    recs: dict = {m: [] for m in models}
+    cmds: dict = {}
+    with tempfile.TemporaryDirectory(prefix="mixle_mpi_paired_") as own_tmp:
+        tmp = tmp or own_tmp
+        for job in range(jobs):
+            for model in models:
+                out = os.path.join(tmp, f"{model}-{job}.json")
+                cmd = common.launcher(python, ranks, [python, JOB, "--model", model, "--n", str(QUICK_N[model]),
+                                                      "--its", str(its), "--out", out])
+                rec = common.run_record(cmd, out, f"{model} job {job + 1}")
+                if rec is None:
+                    continue
+                rec["command"] = cmds[model] = common.show(cmd, {}, tmp)
+                recs[model].append(rec)
+                common.log(f"{model} job {job + 1}: ours {rec['ours_ms_per_it']:.2f} ms/it, mixle "
+                           f"{rec['mixle_ms_per_it'][-1]:.2f}: {rec['ratio']:.3f}")
+    rows = []
+    for model in models:
+        rs = recs[model]
+        if not rs:
+            continue
+        q1, med, q3 = quartiles([r["ratio"] for r in rs])
+        ours = statistics.median(r["ours_ms_per_it"] for r in rs)
+        mixle = statistics.median(statistics.median(r["mixle_ms_per_it"][1:] or r["mixle_ms_per_it"]) for r in rs)
+        rows.append({"model": model, "n": QUICK_N[model], "jobs": len(rs), "ratio_median": med,
+                     "ratio_quartiles": [q1, q3], "ratios": [r["ratio"] for r in rs], "ours_ms": ours,
+                     "mixle_ms": mixle, "same_final_ll": all(r.get("same_final_ll") for r in rs),
+                     "command": cmds[model], "records": rs})
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=10)
@@ -43,35 +77,13 @@ def main(argv=None) -> int:
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--out", default=None, help="write every job's record and the figures here (JSON)")
     args = ap.parse_args(argv)
-    models = args.models.split(",")
-    recs: dict = {m: [] for m in models}
-    with tempfile.TemporaryDirectory(prefix="mixle_mpi_paired_") as tmp:
-        for job in range(args.jobs):
-            for model in models:
-                out = os.path.join(tmp, f"{model}-{job}.json")
-                cmd = common.launcher(args.python, args.ranks,
-                                      [args.python, JOB, "--model", model, "--n", str(QUICK_N[model]),
-                                       "--its", str(args.its), "--out", out])
-                rec = common.run_record(cmd, out, f"{model} job {job + 1}")
-                if rec is None:
-                    continue
-                rec["command"] = common.show(cmd, {}, tmp)
-                recs[model].append(rec)
-                common.log(f"{model} job {job + 1}: ours {rec['ours_ms_per_it']:.2f} ms/it, mixle "
-                           f"{rec['mixle_ms_per_it'][-1]:.2f}: {rec['ratio']:.3f}")
-    rows = []
-    print(f"| model | N | jobs | ours / mixle, median (quartiles) | ours ms/it | mixle ms/it |")
+    rows = measure(args.python, args.models.split(","), args.jobs, args.its, args.ranks)
+    print("| model | N | jobs | ours / mixle, median (quartiles) | ours ms/it | mixle ms/it |")
     print("|---|---:|---:|---|---:|---:|")
-    for model in models:
-        rs = recs[model]
-        if not rs:
-            continue
-        q1, med, q3 = quartiles([r["ratio"] for r in rs])
-        ours = statistics.median(r["ours_ms_per_it"] for r in rs)
-        mixle = statistics.median(statistics.median(r["mixle_ms_per_it"][1:] or r["mixle_ms_per_it"]) for r in rs)
-        rows.append({"model": model, "n": QUICK_N[model], "jobs": len(rs), "ratio_median": med,
-                     "ratio_quartiles": [q1, q3], "ours_ms": ours, "mixle_ms": mixle, "records": rs})
-        print(f"| {model} | {QUICK_N[model]:,} | {len(rs)} | **{med:.3f}** ({q1:.3f}-{q3:.3f}) | {ours:.2f} | {mixle:.2f} |")
+    for row in rows:
+        q1, q3 = row["ratio_quartiles"]
+        print(f"| {row['model']} | {row['n']:,} | {row['jobs']} | **{row['ratio_median']:.3f}** ({q1:.3f}-{q3:.3f}) "
+              f"| {row['ours_ms']:.2f} | {row['mixle_ms']:.2f} |")
     common.write_rows(args.out, rows)
     return 0
 

@@ -105,13 +105,18 @@ def main(argv=None) -> int:
             return statistics.median(r[v][i]["rank0_llsum_call"]["median"] for i in ok) * 1e3
 
         def overhead(v):
-            """The E-step round's time beyond the slowest worker's compute in it (the scoring
-            compute too when the round computes it), per iteration: what the round costs."""
+            """The E-step round's time beyond the slowest E-step process's compute in it (the
+            scoring compute too when the round computes it), the median over rounds of each
+            round's own difference: what the round costs. (Records from before that figure:
+            the median round less the median compute.)"""
             if v == "mixle":
                 return None
             vals = []
             for i in ok:
                 rec = r[v][i]
+                if rec.get("round_beyond_compute", {}).get("n"):  # per round (bench/_job.py)
+                    vals.append(rec["round_beyond_compute"]["median"])
+                    continue
                 work = rec["worker_estep_compute"]["median"]
                 if any(x.get("scored") for x in rec.get("rounds", [])):
                     work += rec["worker_llsum_compute"]["median"]

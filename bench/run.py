@@ -23,7 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench import common, detection, failure_cost, memory_startup, overhead, payload, peers  # noqa: E402
+from bench import common, detection, failure_cost, memory_startup, overhead, paired, payload, peers  # noqa: E402
 
 ITEMS = ("1", "2", "3", "4", "5", "6", "7")
 TITLES = {
@@ -77,23 +77,44 @@ def overhead_why(b: dict, ratio_of_medians) -> str:
             "it (messaging, waking, fold, M-step: a fixed cost that shows where rounds are short)")
 
 
+SAME_JOB_JOBS = (5, 10)  # jobs per model of the same-job figure: --quick, full (--reps overrides)
+SCATTER = ("back-to-back jobs on this VM move by up to 20 % from one job to the next, more than the 3 % "
+           "the target resolves: at the quick sizes the same-job figure decides")
+
+
 def item_overhead(python: str, quick: bool, reps: int | None) -> dict:
+    """Item 1: ours / mixle per iteration, at the quick sizes fitted in one job (``paired.py``:
+    the same processes, so the machine's drift between jobs drops out; this decides there), and
+    in back-to-back jobs of each (``overhead.py``: the only design for the full sizes, where
+    ours needs one more rank). Also each round's time beyond its compute against mixle's own."""
     argv = ["--python", python, "--models", "gmm1d,diag,hmm", "--reps", str(reps or (1 if quick else 3)),
             "--wait-idle", "2" if quick else "10"]
     if quick:
         argv += ["--quick"]
     args = overhead.parse_args(argv)
+    figures = []
+    same_job = paired.measure(python, list(args.models), reps or SAME_JOB_JOBS[0 if quick else 1], its=30,
+                              ranks=args.workers)
+    for row in same_job:
+        q1, q3 = row["ratio_quartiles"]
+        figures.append(common.figure(
+            "1", f"{row['model']} (N={row['n']:,}): ours / mixle per-iteration time, fitted in one job", row["ratios"],
+            baseline=f"mixle MPIEncodedData on the same W={args.workers} processes, earlier in the same job "
+                     f"(its second fit; the first warms up); quartiles {q1:.3f}-{q3:.3f}",
+            target="<= 1.03", met=row["ratio_median"] <= 1.03, command=row["command"],
+            ours_ms=row["ours_ms"], mixle_ms=row["mixle_ms"], same_final_ll=row["same_final_ll"]))
     jobs, _ = overhead.collect(args)
     summary = overhead.summarise(args, jobs)
-    figures = []
     for model, s in summary.items():
         ratios = s["paired_ratios"]  # each rep's ours / the mixle job run right after it
-        paired = common.spread(ratios)["median"]
-        met = None if paired is None else paired <= 1.03
+        median = common.spread(ratios)["median"]
+        met = None if median is None else median <= 1.03
         b = s["breakdown"]
         why = overhead_why(b, s["ratio"]) if met is False else ""
+        if quick:  # the same-job figure above decides at these sizes
+            met, why = None, SCATTER + (f"; {why}" if why else "")
         figures.append(common.figure(
-            "1", f"{model} ({s['describe']}, N={s['n']:,}): ours / mixle per-iteration time", ratios,
+            "1", f"{model} ({s['describe']}, N={s['n']:,}): ours / mixle per-iteration time, back-to-back jobs", ratios,
             baseline=f"mixle MPIEncodedData on W={args.workers} ranks, interleaved reps; ratio of medians "
                      f"{common.fmt(s['ratio'], 3)}", target="<= 1.03",
             met=met, why=why, command=common.show(overhead.job_command(args, "resilient", model, "OUT.json"))
@@ -101,7 +122,31 @@ def item_overhead(python: str, quick: bool, reps: int | None) -> dict:
             ratio_of_medians=s["ratio"], ours_ms=s["resilient"]["median"] and 1e3 * s["resilient"]["median"],
             mixle_ms=s["mixle"]["median"] and 1e3 * s["mixle"]["median"], same_final_ll=s["final_ll_identical"],
             breakdown=b, foreign_cores_max=[s["resilient"]["foreign_cores_max"], s["mixle"]["foreign_cores_max"]]))
-    return {"figures": figures, "raw": summary}
+        figures.append(round_figure(args, model, s))
+    return {"figures": figures, "raw": {"back_to_back": summary, "same_job": same_job}}
+
+
+def round_figure(args, model: str, s: dict) -> dict:
+    """The E-step round's time beyond the slowest E-step process's compute in it, in ms, per
+    rep (median over its rounds), against mixle's E-step call beyond its compute and M-step
+    in the same reps."""
+    ours = [x * 1e3 for x in s["beyond_compute"]["resilient"] if x is not None]
+    theirs = [x * 1e3 for x in s["beyond_compute"]["mixle"] if x is not None]
+    median = common.spread(ours)["median"]
+    return common.figure(
+        "1", f"{model} (N={s['n']:,}): E-step round beyond its compute, ms (W={args.workers})", ours, unit="ms",
+        baseline=f"mixle's E-step call beyond its ranks' compute and its M-step, same reps: "
+                 f"{common.fmt(common.spread(theirs)['median'], 2)} ms", target="<= 1 ms",
+        met=None if median is None else median <= 1.0,
+        why="" if median is None or median <= 1.0 else ROUND_WHY,
+        command=common.show(overhead.job_command(args, "resilient", model, "OUT.json")),
+        round_start=s["round_start"])
+
+
+ROUND_WHY = ("a round's fixed cost on 2 cores: where the driver computes longest it then folds every "
+             "payload, one call of mixle's combine each (0.3-0.45 ms for the diagonal GMM's); where a worker "
+             "does, it started 0.45-0.9 ms after the round (the ring, waking, the receive and unpickling the "
+             "model); see bench/results/round_cost.md")
 
 
 def item_detection(python: str, mpich: str | None, quick: bool, reps: int | None, soak_seconds: float) -> dict:
@@ -210,6 +255,15 @@ def render(report: dict) -> str:
                 lat = f["latency_ms"]
                 lines.append(f"  - latency ms: {common.fmt(lat['median'], 1)} [{common.fmt(lat['min'], 1)}, "
                              f"{common.fmt(lat['max'], 1)}]; failed runs: {f.get('failed_runs')}")
+            if f.get("round_start"):
+                st = {k: (v * 1e3 if isinstance(v, float) and not k.startswith("rounds_") else v)
+                      for k, v in f["round_start"].items()}
+                lines.append(
+                    f"  - a round's start, ms after it (medians): the driver has rung the workers "
+                    f"{common.fmt(st.get('rung'))}, a worker has its task {common.fmt(st.get('received'))}, "
+                    f"its model unpickled {common.fmt(st.get('model'))}, computes {common.fmt(st.get('computing'))}; "
+                    f"beyond compute where the driver computed longest {common.fmt(st.get('beyond_where_driver_slowest'))}"
+                    f" ms, where a worker did {common.fmt(st.get('beyond_where_worker_slowest'))} ms")
             if f.get("ours_ms"):
                 lines.append(f"  - ms/iteration: ours {common.fmt(f['ours_ms'], 1)}, mixle {common.fmt(f['mixle_ms'], 1)}; "
                              f"same final log-likelihood: {f['same_final_ll']}")
