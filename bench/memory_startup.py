@@ -13,7 +13,6 @@ iteration of the same job.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -76,15 +75,11 @@ def measure(python: str, quick: bool, workers: int = 2, reps: int | None = None)
                 commands[n] = (common.show([c.replace("{now}", "$(date +%s.%N)") for c in template], tmp=tmp)
                                + f"  # $TMPDIR/data_{n}.h5 from bench.memory_startup.write_h5(path, {n})")
                 cmd = [c.replace("{now}", f"{time.time():.6f}") for c in template]
-                rc, log, _ = common.run(cmd)
-                if rc == 0 and os.path.exists(out):
-                    with open(out, encoding="utf-8") as fh:
-                        rec = json.load(fh)
+                rec = common.run_record(cmd, out, f"memory/startup N={n:,} rep {rep + 1}")
+                if rec is not None:
                     recs[n].append(rec)
                     common.log(f"memory/startup N={n:,} rep {rep + 1}: driver peak {rec['startup']['vmhwm_end'] / 2**20:.0f} MiB, "
                                f"first round after {rec['startup']['first_round_started_at'] - rec['launched_at']:.1f} s")
-                else:
-                    common.log(f"memory/startup N={n:,} rep {rep + 1}: FAILED rc {rc}\n{log[-1500:]}")
     base = sizes[0]
     figures = []
     peak = {n: [r["startup"]["vmhwm_end"] for r in recs[n]] for n in sizes}

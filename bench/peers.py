@@ -92,15 +92,13 @@ def measure(python: str, quick: bool, workers: int = 2, reps: int | None = None)
                 cmd = (ours_command(python, n, its, workers, out) if peer == "ours"
                        else peer_command(python, peer, n, its, workers, out))
                 commands[peer] = common.show(cmd, tmp=tmp)
-                rc, log, _ = common.run(cmd)
-                if rc == 0 and os.path.exists(out):
-                    with open(out, encoding="utf-8") as fh:
-                        sec = json.load(fh)["median"]
+                rec = common.run_record(cmd, out, f"peers rep {rep + 1} {peer}")
+                if rec is not None:
+                    sec = rec["median"]
                     per[peer].append(n / sec / cores[peer])
                     common.log(f"peers rep {rep + 1} {peer}: {sec * 1e3:.1f} ms/it, {per[peer][-1]:,.0f} point-its/s/core")
                 else:
                     per[peer].append(None)
-                    common.log(f"peers rep {rep + 1} {peer}: FAILED rc {rc}\n{log[-1500:]}")
     figures = []
     for peer, target in (("sklearn", ">= 1 (per-core throughput at least scikit-learn's)"),
                          ("mixle_mp", ">= 1 (at least mixle multiprocessing's)")):
