@@ -7,7 +7,9 @@
 
 Every figure is a ratio of two quantities measured in the same run (interleaved over
 repetitions where there are several), reported as the median with min/max and quartiles,
-next to its target and the exact command that reproduces one of its jobs. Nothing here is
+next to its target and the exact command that reproduces one of its jobs. (Item 1's round
+cost is in ms, against an absolute target, with mixle's own figure from the same reps
+beside it.) Nothing here is
 asserted by a test. Writes bench/results/report.md and bench/results/report.json.
 """
 
