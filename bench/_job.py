@@ -554,24 +554,33 @@ def _instrument_driver_startup(startup: dict) -> None:
 
 def _count_bytes(events: list) -> None:
     """Rank 0 only: log the pickled size of every message the driver posts and receives
-    (a second pickling, so only in jobs that are not timed)."""
+    (a second pickling, so only in jobs that are not timed). Replies are counted where every
+    one of them passes (``Driver._take``): a wildcard probe over several workers receives
+    them without ``Link.poll``."""
     from mixle_mpi.core.protocol import TAG_CMD, TAG_HB, TAG_REPLY
-    from mixle_mpi.runtime import transport
+    from mixle_mpi.runtime import driver, transport
 
-    post, poll = transport.Link.post, transport.Link.poll
+    post, poll, take = transport.Link.post, transport.Link.poll, driver.Driver._take
     label = {TAG_CMD: "bytes_down", TAG_REPLY: "bytes_up", TAG_HB: "bytes_hb"}
 
-    def counted_post(self, obj, tag=TAG_CMD):
+    def count(tag, obj):
         events.append((label.get(tag, "bytes_other"), now(), len(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))))
+
+    def counted_post(self, obj, tag=TAG_CMD):
+        count(tag, obj)
         return post(self, obj, tag)
 
     def counted_poll(self, tag, comm=None):
         msg = poll(self, tag, comm)
-        if msg is not None:
-            events.append((label.get(tag, "bytes_other"), now(), len(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))))
+        if msg is not None and tag != TAG_REPLY:
+            count(tag, msg)
         return msg
 
-    transport.Link.post, transport.Link.poll = counted_post, counted_poll
+    def counted_take(self, worker, msg):
+        count(TAG_REPLY, msg)
+        return take(self, worker, msg)
+
+    transport.Link.post, transport.Link.poll, driver.Driver._take = counted_post, counted_poll, counted_take
 
 
 # -- mixle's own MPIEncodedData -----------------------------------------------------------------
