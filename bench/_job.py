@@ -140,19 +140,29 @@ def time_method(obj, name: str, sink: list, label: str) -> None:
     setattr(obj, name, timed(getattr(obj, name), lambda t0, t1: sink.append((label, t1, t1 - t0))))
 
 
+def seconds_by_source(events, start: float, end: float, labels, by_source: bool = True) -> dict:
+    """The summed seconds of the events labelled one of ``labels`` that end inside
+    ``(start, end]``, per source (events are (label, end, seconds, source, ...)), or all under
+    0 without ``by_source``."""
+    per: dict = {}
+    for ev in events:
+        if ev[0] in labels and start < ev[1] <= end:
+            src = ev[3] if by_source else 0
+            per[src] = per.get(src, 0.0) + ev[2]
+    return per
+
+
 def per_iteration_totals(events, stamps, label, by_source=False) -> list[float]:
     """For iterations 2..its: the summed seconds of ``label`` events ending inside each iteration.
-    With by_source, events are (label, end, seconds, source) and the slowest source counts (the
-    workers compute in parallel)."""
+    With by_source, the slowest source counts (the workers compute in parallel)."""
     out = []
     for a, b in zip(stamps, stamps[1:]):
-        per: dict = {}
-        for ev in events:
-            if ev[0] == label and a < ev[1] <= b:
-                src = ev[3] if by_source else 0
-                per[src] = per.get(src, 0.0) + ev[2]
+        per = seconds_by_source(events, a, b, (label,), by_source)
         out.append(max(per.values()) if per else 0.0)
     return out
+
+
+COMPUTE = ("worker_estep", "worker_llsum")  # a rank's compute in a round (the driver's share too)
 
 
 def rounds_beyond_compute(wev, estep_rounds, stamps, announces) -> list[dict]:
@@ -168,7 +178,7 @@ def rounds_beyond_compute(wev, estep_rounds, stamps, announces) -> list[dict]:
     for start, end, scored in estep_rounds:
         if start < lo:
             continue
-        per: dict = {}
+        per = seconds_by_source(wev, start, end, COMPUTE)
         marks: dict = {}
 
         def first(label, at):
@@ -178,10 +188,8 @@ def rounds_beyond_compute(wev, estep_rounds, stamps, announces) -> list[dict]:
         for ev in wev:
             if not start < ev[1] <= end:
                 continue
-            if ev[0] in ("worker_estep", "worker_llsum"):
-                per[ev[3]] = per.get(ev[3], 0.0) + ev[2]
-                if ev[3] != 0:
-                    first("computing", ev[1] - ev[2])
+            if ev[0] in COMPUTE and ev[3] != 0:
+                first("computing", ev[1] - ev[2])
             elif ev[0] == "worker_recv":
                 first("received", ev[1])
             elif ev[0] == "worker_body":
@@ -217,11 +225,8 @@ def mixle_calls_beyond_compute(calls, computes, msteps, stamps) -> list[float]:
         start = end - dur
         if label != "estep_call" or start < lo:
             continue
-        per: dict = {}
-        for ev in computes:
-            if start < ev[1] <= end:
-                per[ev[3]] = per.get(ev[3], 0.0) + ev[2]
-        mstep = sum(ev[2] for ev in msteps if start < ev[1] <= end)
+        per = seconds_by_source(computes, start, end, ("local_estep",))
+        mstep = sum(seconds_by_source(msteps, start, end, ("mstep",), by_source=False).values())
         if per:
             out.append(dur - mstep - max(per.values()))
     return out
@@ -330,6 +335,18 @@ def _instrument_workers(timing_dir: str):
             return result
         return timed
 
+    def stamp(label, fn):
+        """Only when ``fn`` ran (no resource counters): the round's start on a worker is on its
+        critical path, so this instrument costs it as little as it can."""
+        @functools.wraps(fn)
+        def stamped(*a, **k):
+            t0 = now()
+            result = fn(*a, **k)
+            t1 = now()
+            lines.append(f'["{label}", {t1!r}, {t1 - t0!r}, {rank}]\n')
+            return result
+        return stamped
+
     def flush() -> None:
         if lines:
             with open(path, "a", encoding="utf-8") as fh:
@@ -347,8 +364,8 @@ def _instrument_workers(timing_dir: str):
     estep.score_shard = wrap("worker_llsum", estep.score_shard)
     # when a worker has its task (the end of recv) and the task's model unpickled: the start
     # of a round on the worker's side (rounds_beyond_compute)
-    worker.Worker._body = wrap("worker_body", worker.Worker._body)
-    worker.Worker.recv = wrap("worker_recv", flushing(worker.Worker.recv))
+    worker.Worker._body = stamp("worker_body", worker.Worker._body)
+    worker.Worker.recv = stamp("worker_recv", flushing(worker.Worker.recv))
     return flush  # the driver's own share (driver_computes) is written when it calls this
 
 

@@ -34,13 +34,12 @@ def quartiles(xs: list[float]) -> tuple[float, float, float]:
     return (q[0], statistics.median(xs), q[2])
 
 
-def measure(python: str, models: list[str], jobs: int, its: int, ranks: int = 2, tmp: str | None = None) -> list[dict]:
+def measure(python: str, models: list[str], jobs: int, its: int, ranks: int = 2) -> list[dict]:
     """``jobs`` jobs per model (models interleaved); per model: the median ratio over jobs, its
     quartiles, each job's ratio and record, and the command of one job."""
     recs: dict = {m: [] for m in models}
     cmds: dict = {}
-    with tempfile.TemporaryDirectory(prefix="mixle_mpi_paired_") as own_tmp:
-        tmp = tmp or own_tmp
+    with tempfile.TemporaryDirectory(prefix="mixle_mpi_paired_") as tmp:
         for job in range(jobs):
             for model in models:
                 out = os.path.join(tmp, f"{model}-{job}.json")

@@ -107,21 +107,12 @@ def main(argv=None) -> int:
         def overhead(v):
             """The E-step round's time beyond the slowest E-step process's compute in it (the
             scoring compute too when the round computes it), the median over rounds of each
-            round's own difference: what the round costs. (Records from before that figure:
-            the median round less the median compute.)"""
+            round's own difference (bench/_job.py): what the round costs."""
             if v == "mixle":
                 return None
-            vals = []
-            for i in ok:
-                rec = r[v][i]
-                if rec.get("round_beyond_compute", {}).get("n"):  # per round (bench/_job.py)
-                    vals.append(rec["round_beyond_compute"]["median"])
-                    continue
-                work = rec["worker_estep_compute"]["median"]
-                if any(x.get("scored") for x in rec.get("rounds", [])):
-                    work += rec["worker_llsum_compute"]["median"]
-                vals.append(rec["driver_estep_round"]["median"] - work)
-            return statistics.median(vals) * 1e3
+            vals = [r[v][i]["round_beyond_compute"].get("median") for i in ok]
+            vals = [x for x in vals if x is not None]
+            return statistics.median(vals) * 1e3 if vals else None
 
         row = {"model": model, "n": QUICK_N[model], "reps": len(ok),
                "round_overhead_ms": {v: overhead(v) for v in ours},
@@ -133,7 +124,7 @@ def main(argv=None) -> int:
         print(f"| {model} | {QUICK_N[model]:,} | " + " | ".join(f"{row['ms'][v]:.2f}" for v in variants) + " | "
               + " | ".join(f"{statistics.median(row['per_rep_vs_mixle'][v]):.3f}" for v in ours) + " | "
               + " / ".join(f"{row['llsum_ms'][v]:.2f}" for v in variants) + " | "
-              + " / ".join(f"{row['round_overhead_ms'][v]:.2f}" for v in ours) + " |")
+              + " / ".join(common.fmt(row['round_overhead_ms'][v]) for v in ours) + " |")
     common.write_rows(args.out, rows)
     return 0
 
