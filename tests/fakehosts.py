@@ -16,12 +16,15 @@ own host), and one file system.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
+
+_INSTANCES = itertools.count()   # one run makes several sets of hosts: each gets names of its own
 
 AGENT = """#!/bin/bash
 # ssh stand-in for the fake hosts: run the command inside that host's namespaces
@@ -68,8 +71,11 @@ class FakeHosts:
     """Hosts A (here) and ``others`` more, with ``slots`` ranks on each, as a context manager."""
 
     def __init__(self, workdir: Path, slots: list[int]) -> None:
-        self.tag = f"{os.getpid() % 100000:05d}"
-        self.subnet = 100 + os.getpid() % 100            # 10.231.<subnet>.0/24, this run's own
+        # names of this instance's own: the kernel removes a deleted namespace's interfaces
+        # in the background, so the last set's names can outlive its __exit__ for a moment
+        instance = next(_INSTANCES)
+        self.tag = f"{os.getpid() % 100000:05d}{instance % 100:02d}"   # "mmbr" + 7: under 15 chars
+        self.subnet = 100 + (os.getpid() + instance) % 150   # 10.231.<subnet>.0/24, this set's own
         self.bridge = f"mmbr{self.tag}"
         self.slots = slots
         self.names = ["A"] + [f"host{chr(ord('b') + i)}" for i in range(len(slots) - 1)]
@@ -77,6 +83,7 @@ class FakeHosts:
         self.addresses = [f"10.231.{self.subnet}.{i + 1}" for i in range(len(slots))]
         self.agent = workdir / "fake-ssh.sh"
         self._made: list[str] = []
+        self._veths: list[str] = []
 
     def __enter__(self) -> "FakeHosts":
         try:
@@ -90,6 +97,7 @@ class FakeHosts:
                 self._made.append(ns)
                 # every host's end is named like the bridge: one interface name fits all hosts
                 _ip("link", "add", veth, "type", "veth", "peer", "name", self.bridge, "netns", ns)
+                self._veths.append(veth)
                 _ip("link", "set", veth, "master", self.bridge)
                 _ip("link", "set", veth, "up")
                 _ip("-n", ns, "addr", "add", f"{self.addresses[i]}/24", "dev", self.bridge)
@@ -142,13 +150,17 @@ class FakeHosts:
         return victims
 
     def __exit__(self, *exc) -> None:
-        for ns in self.namespaces[1:]:
-            if ns in self._made:
-                for _ in range(20):
-                    left = self.lose(self.namespaces.index(ns))
-                    if not left:
-                        break
-                    time.sleep(0.1)
-                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        for host, ns in enumerate(self.namespaces[1:], start=1):
+            if ns not in self._made:
+                continue
+            for _ in range(20):
+                if not self.lose(host):
+                    break
+                time.sleep(0.1)
+            # deleting our end of the veth takes its peer with it now; a deleted namespace's
+            # interfaces go only when the kernel gets to them, and their names with them
+            if host <= len(self._veths):
+                subprocess.run(["ip", "link", "del", self._veths[host - 1]], capture_output=True)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         if "bridge" in self._made:
             subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)

@@ -8,6 +8,7 @@ differs there (its ofi network layer; a dead peer on another host blocks its lib
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 
@@ -27,6 +28,21 @@ SLOTS = [1, 2, 2]  # ranks: 0 on A (the driver), 1-2 on B, 3-4 on C
 def hosts(tmp_path):
     with FakeHosts(tmp_path, SLOTS) as h:
         yield h
+
+
+def test_sets_of_fake_hosts_made_one_after_another_leave_nothing_behind(tmp_path):
+    """Each test makes its own hosts right after the last test's went: the names must not
+    collide with interfaces the kernel has yet to remove (CI once failed on exactly that)."""
+    tags = []
+    for _ in range(6):
+        with FakeHosts(tmp_path, SLOTS) as made:
+            tags.append(made.tag)
+            assert len(made.pids(1)) == 0 and made.bridge in subprocess.run(
+                ["ip", "link"], capture_output=True, text=True).stdout
+    assert len(set(tags)) == len(tags)
+    left = subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
+    spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(t in left or t in spaces for t in tags), (left, spaces)
 
 
 def _job(hosts, tmp_path, plan=None, env=None, timeout=240, slots=None):
