@@ -465,7 +465,7 @@ def run_resilient(args) -> None:
 
     drv.run_round = timed_round
     announces: list = []  # the driver has rung the workers a round was sent to
-    time_method(drv, "_announce", announces, "announce")
+    time_method(drv.mail, "announce", announces, "announce")
     clock = StepClock()
     t1 = now()
     with enc:
@@ -474,7 +474,7 @@ def run_resilient(args) -> None:
         num_shards = enc.num_shards
         failures = sum(enc.failures.values())
         rounds = enc.rounds
-        rung = sorted(drv.bells)
+        rung = sorted(drv.mail.bells)
     if h5file is not None:
         h5file.close()
     st = clock.stamps
@@ -572,12 +572,12 @@ def _instrument_driver_startup(startup: dict) -> None:
 def _count_bytes(events: list) -> None:
     """Rank 0 only: log the pickled size of every message the driver posts and receives
     (a second pickling, so only in jobs that are not timed). Replies are counted where every
-    one of them passes (``Driver._take``): a wildcard probe over several workers receives
+    one of them passes (``Mailroom.take``): a wildcard probe over several workers receives
     them without ``Link.poll``."""
     from mixle_mpi.core.protocol import TAG_CMD, TAG_HB, TAG_REPLY
-    from mixle_mpi.runtime import driver, transport
+    from mixle_mpi.runtime import mailroom, transport
 
-    post, poll, take = transport.Link.post, transport.Link.poll, driver.Driver._take
+    post, poll, take = transport.Link.post, transport.Link.poll, mailroom.Mailroom.take
     label = {TAG_CMD: "bytes_down", TAG_REPLY: "bytes_up", TAG_HB: "bytes_hb"}
 
     def count(tag, obj):
@@ -597,7 +597,7 @@ def _count_bytes(events: list) -> None:
         count(TAG_REPLY, msg)
         return take(self, worker, msg)
 
-    transport.Link.post, transport.Link.poll, driver.Driver._take = counted_post, counted_poll, counted_take
+    transport.Link.post, transport.Link.poll, mailroom.Mailroom.take = counted_post, counted_poll, counted_take
 
 
 # -- mixle's own MPIEncodedData -----------------------------------------------------------------

@@ -10,7 +10,7 @@ rank 0 also records:
   kind and wall span, this process's CPU (``time.process_time``: every thread, i.e. the
   same clock as utime + stime in /proc/<pid>/stat, at ns resolution), the main thread's
   CPU (``time.thread_time``), the heartbeat thread's CPU (its pthread CPU clock) and the
-  number of poll passes (``Driver._wait``'s ``step`` calls) the round made;
+  number of poll passes (``Mailroom.wait``'s ``step`` calls) the round made;
 - per pass of the heartbeat thread (``Monitor._record``): when, and how many beats it
   received from workers (the real count, not the nominal W / heartbeat_period);
 - with ``--estep-sleep S`` (taken off the command line like the next one): every worker
@@ -38,6 +38,7 @@ if _ROOT not in sys.path:
 
 from bench import _job  # noqa: E402
 from mixle_mpi.runtime import driver as _driver  # noqa: E402
+from mixle_mpi.runtime import mailroom as _mailroom  # noqa: E402
 from mixle_mpi.runtime import monitor as _monitor  # noqa: E402
 from mixle_mpi.runtime import worker as _worker  # noqa: E402
 
@@ -63,7 +64,7 @@ def _sample() -> list:
 
 def _patch() -> None:
     run_round = _driver.Driver.run_round
-    wait = _driver.Driver._wait
+    wait = _mailroom.Mailroom.wait
     record = _monitor.Monitor._record
     start = _monitor.Monitor.start
 
@@ -78,11 +79,11 @@ def _patch() -> None:
         finally:
             STATE["rounds"].append({"kind": kind, "start": s0, "end": _sample()})
 
-    def counted_wait(step, *args, **kwargs):
+    def counted_wait(self, step, *args, **kwargs):
         def counted_step():
             STATE["passes"] += 1
             return step()
-        return wait(counted_step, *args, **kwargs)
+        return wait(self, counted_step, *args, **kwargs)
 
     def counted_record(self, results):
         got = sum(len(v[1]) for v in results.values() if isinstance(v[1], list))
@@ -102,7 +103,7 @@ def _patch() -> None:
 
     _worker.Worker.task = slow_task
     _driver.Driver.run_round = counted_run_round
-    _driver.Driver._wait = staticmethod(counted_wait)
+    _mailroom.Mailroom.wait = counted_wait
     _monitor.Monitor._record = counted_record
     _monitor.Monitor.start = remembered_start
 

@@ -25,14 +25,14 @@ from mixle_mpi.core.errors import NoWorkersLeft, ReconfigurationTimeout, WorkerE
 from mixle_mpi.core import estep
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.malloc import retain_freed_memory
-from mixle_mpi.core.protocol import (TAG_CMD, TAG_REPLY, Abort, Fence, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Result, Setup,
-                                     Shrink, ShrinkGo,
-                                     ShrinkReady, Shrunk, Stats, Stop, Task, TaskError)
+from mixle_mpi.core.protocol import (TAG_REPLY, Abort, Fence, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Result, Setup,
+                                     Shrink, ShrinkGo, ShrinkReady, Shrunk, Stats, Stop, Task)
 from mixle_mpi.storage.events import EventLog
 from mixle_mpi.policy.faults import FaultInjector, plan_to_json
 from mixle_mpi.policy.membership import Membership
-from mixle_mpi.policy.pacing import NEVER, round_window
+from mixle_mpi.policy.pacing import round_window
 from mixle_mpi.runtime import doorbell
+from mixle_mpi.runtime.mailroom import Mailroom
 from mixle_mpi.runtime.monitor import Monitor
 from mixle_mpi.policy.joining import Join, release_plan, work_of
 from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers, respawn_host
@@ -43,7 +43,7 @@ from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.core.deadlines import Background, run_with_deadline
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.storage.store import ShardStore, rows_from_packed
-from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, Backoff, Link, PeerFailed, matched_probe
+from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, Link
 from mixle_mpi.runtime.rankwrapper import wrapper_of
 from mixle_mpi.core.reaper import not_reaped
 
@@ -116,8 +116,6 @@ class Driver:
         self.spawn_unavailable = spawn_unavailable  # why Spawn must not be tried here (srun), or None
         self.can_spawn = settings.respawn and spawn_command is not None
         self.host = MPI.Get_processor_name()
-        self.bell = doorbell.own() if settings.doorbells else None  # rung by the workers of this host
-        self.bells: dict[int, str] = {}               # worker -> its doorbell (Ready.bell): rung after each command
 
         self.gcomm = gcomm
         # Worker ids are the world ranks 1..workers, whoever came up: a rank left out at
@@ -127,7 +125,8 @@ class Driver:
         holders = ids[:len(ids) - spares]
         self.membership = Membership(ids, max_retries)
         self.grank = dict(ranks)                      # original-group members: rank in gcomm
-        self.links = {w: Link(gcomm, ghb, r) for w, r in ranks.items()}
+        self.mail = Mailroom({w: Link(gcomm, ghb, r) for w, r in ranks.items()},
+                             doorbell.own() if settings.doorbells else None, self._fail)
         self.info: dict[int, tuple[str, int]] = {}    # worker -> (host, pid)
         self.reads_store: set[int] = set()            # workers that read their own shards (Ready.reads_store)
         self.started_at: dict[int, str] = {}          # worker -> its process's start time (Ready.started)
@@ -148,9 +147,6 @@ class Driver:
         self.monitor = monitor                        # started by the handle at the handshake
         self.rounds: list[dict[str, Any]] = []
         self.round_seconds: dict[str, float] = {}     # kind -> the last round's dispatch-to-results time
-        self.stash: dict[int, list] = {}              # worker -> replies a wildcard probe took for it
-        self.per_link: dict[int, Any] = {}            # communicators drained link by link (ULFM, after a failure)
-        self.peak_rss_mb: dict[int, float] = {}       # worker -> highest peak RSS its processes reported
         self.started = False                          # every worker set up and loaded once
         self.closed = False
 
@@ -160,16 +156,14 @@ class Driver:
         if worker not in self.membership.records or not self.membership.mark_failed(worker):
             return  # a retired spare's old id, or a duplicate report
         self.monitor.forget(worker)
-        self.links.pop(worker, None)
-        self.bells.pop(worker, None)
-        self.stash.pop(worker, None)
+        self.mail.forget(worker)
         self.joining.pop(worker, None)
         self.kept = {s: h for s, h in self.kept.items() if h != worker}
         host, pid = self.info.get(worker, (None, None))
         fenced, fenced_by = False, None
         if pid is not None and host != self.host and self.started_at.get(worker):
             fenced_by = self.membership.fencer(host, worker)  # a signal reaches only its own host
-            if fenced_by is not None and fenced_by in self.links:
+            if fenced_by is not None and fenced_by in self.mail.links:
                 self.monitor.send(fenced_by, Fence(pid, self.started_at[worker], worker))
             else:
                 fenced_by = None
@@ -199,149 +193,17 @@ class Driver:
 
     def _live(self) -> list[int]:
         """The workers that compute this round (a replacement still joining does not)."""
-        return [w for w in self.membership.live() if w in self.links and w not in self.joining]
+        return [w for w in self.membership.live() if w in self.mail.links and w not in self.joining]
 
     def _reachable(self) -> list[int]:
         """Every worker process to stop at the end: the live ones and those still joining."""
-        return sorted(set(self._live()) | {w for w in self.joining if w in self.links})
+        return sorted(set(self._live()) | {w for w in self.joining if w in self.mail.links})
 
     def _live_processes(self) -> dict[int, int]:
         """Each live worker's current incarnation: which process may answer for it."""
         return {w: self.membership.records[w].incarnation for w in self._live()}
 
-    # -- messaging helpers -------------------------------------------------------
-    def _post(self, worker: int, msg, announce: bool = True) -> bool:
-        """Send ``msg``; ring the worker now, or (``announce=False``) at the caller's
-        ``_announce`` together with the others of a round."""
-        link = self.links.get(worker)
-        if link is None:
-            return False
-        try:
-            link.post(msg, TAG_CMD)
-        except PeerFailed as exc:
-            self._fail(worker, f"ulfm: send failed ({exc})")
-            return False
-        if announce:
-            self._announce([worker])
-        return True
-
-    def _announce(self, workers: list[int]) -> None:
-        """Ring the bells of ``workers`` just sent a message, all in one system call
-        (``Doorbell.ring_all``: on an oversubscribed node the first one woken may take this
-        core, and the others would wait for it)."""
-        due = []
-        for w in workers:
-            link = self.links.get(w)
-            if w not in self.bells or link is None:
-                continue
-            try:
-                link.progress()  # MPI moves a small message on at a progress call: the ring comes after it
-            except PeerFailed as exc:
-                self._fail(w, f"ulfm: send failed ({exc})")
-                continue
-            due.append(w)
-        for w, reached in zip(due, self.bell.ring_all([self.bells[w] for w in due]) if due else ()):
-            if not reached:
-                del self.bells[w]  # unreachable after all (another network namespace): polled
-
-    def _take(self, worker: int, msg) -> Any:
-        """What every reply goes through, however it was received."""
-        if isinstance(msg, TaskError):
-            raise WorkerError(worker, msg.host, msg.pid, msg.text)
-        if isinstance(msg, Result):
-            self.peak_rss_mb[worker] = max(self.peak_rss_mb.get(worker, 0.0), msg.peak_rss_mb)
-        return msg
-
-    def _drain(self, worker: int) -> list:
-        """Every reply waiting from ``worker`` (those a wildcard probe took for it first); a
-        ULFM error fails the worker instead."""
-        link = self.links.get(worker)
-        out: list = self.stash.pop(worker, [])
-        if link is None:
-            return out
-        try:
-            link.progress()
-            while True:
-                msg = link.poll(TAG_REPLY)
-                if msg is None:
-                    return out
-                out.append(self._take(worker, msg))
-        except PeerFailed as exc:
-            self._fail(worker, f"ulfm: {exc}")
-            return out
-
-    def _gather(self, workers: list[int]) -> dict[int, list]:
-        """The replies waiting from ``workers``: O(messages) where several of them share one
-        communicator (one wildcard probe drains it), O(workers) otherwise (a replacement's own
-        communicator, a kept view). A reply the wildcard takes from a worker not asked about
-        waits in ``stash`` for that worker's next drain. Under ULFM a wildcard probe fails
-        while a failure is unacknowledged: that communicator is then drained link by link."""
-        groups: dict[int, tuple[Any, list[int]]] = {}
-        for w in workers:
-            link = self.links.get(w)
-            if link is not None and isinstance(link.comm, MPI.Intracomm) and id(link.comm) not in self.per_link:
-                groups.setdefault(id(link.comm), (link.comm, []))[1].append(w)
-        got: dict[int, list] = {}
-        for comm, ws in groups.values():
-            if len(ws) >= 2:
-                got.update(self._wildcard(comm, ws))
-        for w in workers:
-            if w not in got:
-                got[w] = self._drain(w)
-        return got
-
-    def _wildcard(self, comm: Any, workers: list[int]) -> dict[int, list]:
-        """``_gather``'s drain of one shared communicator; {} if the probe failed (ULFM)."""
-        by_peer = {link.peer: w for w, link in self.links.items() if link.comm is comm}
-        got: dict[int, list] = {w: self.stash.pop(w, []) for w in workers}
-        for w in workers:
-            link = self.links[w]
-            if link.sends:
-                try:
-                    link.progress()
-                except PeerFailed as exc:
-                    self._fail(w, f"ulfm: {exc}")
-        status = MPI.Status()
-        while True:
-            try:
-                msg = matched_probe(comm, MPI.ANY_SOURCE, TAG_REPLY, status)
-                payload = None if msg is None else msg.recv()
-            except MPI.Exception:  # ULFM: a failure not acknowledged yet; the links will say whose
-                self.per_link[id(comm)] = comm
-                for w, ms in got.items():
-                    if ms:
-                        self.stash.setdefault(w, [])[:0] = ms
-                return {}
-            if msg is None:
-                return got  # (a worker failed meanwhile is there too: its replies are refused by the round)
-            w = by_peer.get(status.Get_source())
-            if w is None or w not in self.links:
-                continue  # a rank no longer any worker's (failed and fenced): never heard again
-            (got[w] if w in got else self.stash.setdefault(w, [])).append(self._take(w, payload))
-
-    def _rung(self) -> bool:
-        """Whether a ring will end any wait: every worker rings the driver after each reply
-        (it is on this host), and no send of the driver's is still pending (a large message
-        may need its sender's progress: it is polled for)."""
-        return self.bell is not None and all(w in self.bells and not link.sends for w, link in self.links.items())
-
-    def _wait(self, step, window: tuple[float, float] = NEVER) -> None:
-        """The driver's one wait loop: ``step()`` does one pass and returns True (progress),
-        False (nothing yet: sleep a little, never spin) or None (done). Each caller's step
-        carries its own deadline; ``window`` is when replies are due (polled finely, unless
-        every reply comes with a ring of the driver's doorbell)."""
-        backoff = Backoff(window=window, bell=self.bell)
-        while True:
-            t = time.thread_time()  # the pass's own CPU: time descheduled is not its cost
-            progressed = step()
-            if progressed is None:
-                return
-            if progressed:
-                backoff.reset()
-            else:
-                backoff.rung = self._rung()
-                backoff.sleep(time.thread_time() - t)  # an O(W) pass: never poll more than a share of a core
-
+    # -- waiting for replies -----------------------------------------------------
     def _collect(self, expect: dict[int, set], what: str) -> dict[int, list]:
         """Wait until each expected worker sent the replies whose ``key`` is expected (for
         example ``(Ready, worker)``), or failed. Returns the replies per worker; failed
@@ -363,7 +225,7 @@ class Driver:
                 deadline[0] = float("inf")
             progressed = False
             for w in list(waiting):
-                for msg in self._drain(w):
+                for msg in self.mail.drain(w):
                     key = getattr(msg, "key", None)
                     if key in waiting.get(w, ()):
                         waiting[w].discard(key)
@@ -373,12 +235,12 @@ class Driver:
                     waiting.pop(w, None)
             self._check_failures()
             for w in list(waiting):
-                if not self.membership.is_live(w) or w not in self.links:
+                if not self.membership.is_live(w) or w not in self.mail.links:
                     waiting.pop(w)
                     got.pop(w, None)
             return progressed
 
-        self._wait(step)
+        self.mail.wait(step)
         return got
 
     # -- startup -----------------------------------------------------------------
@@ -408,7 +270,7 @@ class Driver:
                      driver_host=self.host, driver_pid=os.getpid(), failover=self.failover,
                      store_path=os.path.abspath(self.store.path) if self.failover or own else "",
                      own_store=own, armed=self.armed and worker not in self.unreached,
-                     driver_bell=self.bell.address if self.bell is not None else "")
+                     driver_bell=self.mail.bell.address if self.mail.bell is not None else "")
 
     def _note_ready(self, worker: int, ready: Ready) -> None:
         self.info[worker] = (ready.host, ready.pid)
@@ -416,18 +278,15 @@ class Driver:
         (self.reads_store.add if ready.reads_store else self.reads_store.discard)(worker)
         rec = self.membership.records[worker]
         rec.host, rec.pid = ready.host, ready.pid
-        if ready.bell:
-            self.bells[worker] = ready.bell
-        else:
-            self.bells.pop(worker, None)
+        self.mail.note_bell(worker, ready.bell)
         if ready.no_failover:  # the others follow a dead driver without it
             self._out_of_failover(worker, ready.no_failover)
 
     def _setup(self, workers: list[int]) -> None:
         for w in workers:
-            if self._post(w, self._setup_message(w)):
-                self.monitor.watch(w, self.links[w])
-        ready = self._collect({w: {(Ready, w)} for w in workers if w in self.links}, "ready")
+            if self.mail.post(w, self._setup_message(w)):
+                self.monitor.watch(w, self.mail.links[w])
+        ready = self._collect({w: {(Ready, w)} for w in workers if w in self.mail.links}, "ready")
         for w, msgs in ready.items():
             self._note_ready(w, msgs[0])
 
@@ -435,10 +294,10 @@ class Driver:
         """Failover: arm every live worker that reads ``path`` (and the store); the others stay
         out (logged, as at setup). From now on a worker set up is armed at once. Returns the
         workers that stay out, with why."""
-        workers = [w for w in self._live() if w in self.links]
+        workers = [w for w in self._live() if w in self.mail.links]
         for w in workers:
-            self._post(w, Reach(path, what))
-        got = self._collect({w: {(Reached, w)} for w in workers if w in self.links}, "reached")
+            self.mail.post(w, Reach(path, what))
+        got = self._collect({w: {(Reached, w)} for w in workers if w in self.mail.links}, "reached")
         lost = {w: msgs[0].no_failover for w, msgs in got.items() if msgs[0].no_failover}
         self.unreached &= set(lost)  # each fit asks afresh
         for w, why in lost.items():
@@ -453,17 +312,6 @@ class Driver:
             host, pid = self.info.get(worker, ("?", 0))
             self.events.emit("failover_unavailable", worker=worker, pid=pid, host=host, reason=why)
         self.unreached.add(worker)
-
-    def _sent(self, worker: int) -> bool | None:
-        """True once every send to ``worker`` completed; None if it failed meanwhile."""
-        link = self.links.get(worker)
-        if link is None:
-            return None
-        try:
-            return link.progress()
-        except PeerFailed as exc:
-            self._fail(worker, f"ulfm: {exc}")
-            return None
 
     def _load_parts(self, sids: list[int]) -> list[tuple[int, int, int, bool]]:
         """(shard, start, stop, is its last block) for every block of ``sids``, in order."""
@@ -483,13 +331,13 @@ class Driver:
                               self.reads_store, self.settings.own_read_min_bytes)
         own = {w: sids for w, sids in plan.items() if sids and w in readers}
         for w, sids in own.items():
-            if not self._post(w, ReadOwn(tuple(sids))):
+            if not self.mail.post(w, ReadOwn(tuple(sids))):
                 own.pop(w)
         streamed = {w: sids for w, sids in plan.items() if w not in own}
         expect = self._stream(streamed)
         for w, sids in own.items():
             expect.setdefault(w, set()).update((Loaded, sid) for sid in sids)
-        got = self._collect({w: keys for w, keys in expect.items() if w in self.links}, "loaded")
+        got = self._collect({w: keys for w, keys in expect.items() if w in self.mail.links}, "loaded")
         unread: dict[int, list[int]] = {}
         for w, msgs in got.items():
             for m in msgs:
@@ -499,7 +347,7 @@ class Driver:
                     self.events.emit("store_unread", worker=w, shard=m.shard, why=m.unread)
         self.read_own = set(own) - set(unread)
         if unread:
-            self._collect({w: keys for w, keys in self._stream(unread).items() if w in self.links}, "loaded")
+            self._collect({w: keys for w, keys in self._stream(unread).items() if w in self.mail.links}, "loaded")
         for w in plan:
             self.monitor.grace(w, 0.0)
 
@@ -519,7 +367,7 @@ class Driver:
                 return None
             progressed = False
             for w in list(parts):
-                done = self._sent(w)
+                done = self.mail.sent(w)
                 if done is None:
                     parts.pop(w)
                     continue
@@ -530,7 +378,7 @@ class Driver:
                         parts.pop(w)
                     continue
                 sid, a, b, last = parts[w].pop(0)
-                if not self._post(w, Load(sid, self.store.read_packed(sid, a, b), last)):
+                if not self.mail.post(w, Load(sid, self.store.read_packed(sid, a, b), last)):
                     parts.pop(w)
                     continue
                 if last:
@@ -541,11 +389,11 @@ class Driver:
                     parts.pop(w)
             self._check_failures()
             for w in list(parts):
-                if not self.membership.is_live(w) or w not in self.links:
+                if not self.membership.is_live(w) or w not in self.mail.links:
                     parts.pop(w)
             return progressed
 
-        self._wait(step)
+        self.mail.wait(step)
         return expect
 
     # -- rounds --------------------------------------------------------------------
@@ -611,7 +459,7 @@ class Driver:
             # The caller rings the workers sent to (_announce), all at once.
             seen["live"] = None
             items = [(s, self.store.read_packed(s) if recovery else None, extras.get(s)) for s in sids]
-            if self._post(worker, Task(task_id, kind, call, body_b, items, recovery, score_call), announce=False):
+            if self.mail.post(worker, Task(task_id, kind, call, body_b, items, recovery, score_call), announce=False):
                 if recovery:
                     self.kept.update((s, worker) for s in sids)
                 state.sent(worker, self.membership.records[worker].incarnation, sids, recovery)
@@ -625,7 +473,7 @@ class Driver:
         own = state.own_work(work, live)
         for w, sids in own.items():
             dispatch(w, sids, False)
-        self._announce(list(own))
+        self.mail.announce(list(own))
 
         def step() -> bool | None:
             """One poll, O(W) while nothing changes: drain the workers the round waits for,
@@ -633,7 +481,7 @@ class Driver:
             since the last Wait (otherwise only Done is possible; see RoundState.next_step)."""
             progressed = self._advance_joins()
             live = self._live_processes()
-            for w, msgs in self._gather(state.waiting_on()).items():
+            for w, msgs in self.mail.gather(state.waiting_on()).items():
                 incarnation = self.membership.records[w].incarnation
                 for msg in msgs:
                     if isinstance(msg, Stats) and msg.task_id == task_id:
@@ -663,7 +511,7 @@ class Driver:
             elif isinstance(action, Recover):
                 for target, sids in action.plan.items():
                     dispatch(target, sids, True)
-                self._announce(list(action.plan))
+                self.mail.announce(list(action.plan))
                 progressed = True
             else:  # Wait
                 seen["live"] = live
@@ -683,7 +531,7 @@ class Driver:
                     raise WorkerError(0, self.host, os.getpid(), traceback.format_exc()) from exc
                 take(shard, result)
                 state.done_here(shard)
-        self._wait(step, due)
+        self.mail.wait(step, due)
         t_results = time.perf_counter()
         failed_now = sorted(self.pending - failed_before)
         if not failed_now and not state.recomputed:  # a normal round: when the next one's replies are due
@@ -787,22 +635,22 @@ class Driver:
         while True:
             self.epoch += 1
             epoch = self.epoch
-            survivors = sorted(w for w in self.grank if self.membership.is_live(w) and w in self.links)
+            survivors = sorted(w for w in self.grank if self.membership.is_live(w) and w in self.mail.links)
             ranks = [0] + [self.grank[w] for w in survivors]
             reported = self.shrink_method == EMULATED or not self.started or self._ulfm_knows_failed(survivors)
             method, fallback = shrink_method(self.shrink_method, self.started, reported)
             if fallback:
                 self.events.emit("shrink_fallback", ranks=sorted(set(self.grank) - set(survivors)), cause=fallback)
             for w in survivors:
-                self._post(w, Shrink(epoch, ranks, method))
+                self.mail.post(w, Shrink(epoch, ranks, method))
             ready = self._collect({w: {(ShrinkReady, epoch)} for w in survivors}, "shrink_ready")
             if sorted(ready) != survivors:
                 continue  # someone died before the collective: agree again without them
             for w in survivors:
-                self._post(w, ShrinkGo(epoch))
-                self._sent(w)
+                self.mail.post(w, ShrinkGo(epoch))
+                self.mail.sent(w)
             self.faults.check("shrink", epoch)  # the driver's own chaos: the survivors shrink without it
-            if any(w not in self.links for w in survivors):
+            if any(w not in self.mail.links for w in survivors):
                 continue  # one died before the collective: agree again without it
             t0 = time.perf_counter()
             try:
@@ -820,8 +668,8 @@ class Driver:
             self.gcomm = comm
             self.grank = renumber(survivors)
             for w in survivors:
-                self.links[w] = Link(comm, hb, self.grank[w])
-                self.monitor.watch(w, self.links[w])
+                self.mail.connect(w, Link(comm, hb, self.grank[w]))
+                self.monitor.watch(w, self.mail.links[w])
             self._collect({w: {(Shrunk, epoch)} for w in survivors}, "shrunk")
             self.events.emit("shrink", method=method, epoch=epoch, survivors=survivors, seconds=round(seconds, 6))
             return
@@ -832,9 +680,9 @@ class Driver:
         again. ``gcomm`` stays, and every survivor keeps its rank."""
         for w in dropped:
             self.grank.pop(w, None)
-            self.links.pop(w, None)
+            self.mail.forget(w)
             self.monitor.forget(w)
-        survivors = sorted(w for w in self.grank if self.membership.is_live(w) and w in self.links)
+        survivors = sorted(w for w in self.grank if self.membership.is_live(w) and w in self.mail.links)
         self.events.emit("kept", method="keep", dropped=list(dropped), survivors=survivors,
                          ranks={w: self.grank[w] for w in survivors})
 
@@ -923,10 +771,10 @@ class Driver:
 
     def _begin_join(self, worker: int, link: Link) -> None:
         """The replacement's process is connected: set it up (it imports before it beats)."""
-        self.links[worker] = link
+        self.mail.connect(worker, link)
         self.joining[worker].since = time.monotonic()
         self.monitor.grace(worker, self.settings.reconfigure_timeout)
-        if self._post(worker, self._setup_message(worker)):
+        if self.mail.post(worker, self._setup_message(worker)):
             self.monitor.watch(worker, link)
 
     def _advance_spawns(self, now: float) -> bool:
@@ -989,7 +837,7 @@ class Driver:
             if w in self.spawning:
                 continue
             join = self.joining[w]
-            for msg in self._drain(w):
+            for msg in self.mail.drain(w):
                 if isinstance(msg, Ready) and not join.ready:
                     self._note_ready(w, msg)
                     join.got_ready(self._load_parts(self.owners.get(w, [])), now)
@@ -1001,9 +849,9 @@ class Driver:
                     progressed = True
             if w not in self.joining:
                 continue  # it failed meanwhile
-            if join.parts and self._sent(w):
+            if join.parts and self.mail.sent(w):
                 sid, a, b, last = join.next_part(now)
-                progressed = self._post(w, Load(sid, self.store.read_packed(sid, a, b), last)) or progressed
+                progressed = self.mail.post(w, Load(sid, self.store.read_packed(sid, a, b), last)) or progressed
             elif w in self.joining and join.stalled(now, self.settings.reconfigure_timeout):
                 self._fail(w, f"no progress joining within reconfigure_timeout={self.settings.reconfigure_timeout:g} s (hung)")
         return progressed
@@ -1027,7 +875,7 @@ class Driver:
     def _release(self, shards) -> None:
         """The kept copies of ``shards`` are not needed any more: their holders drop them."""
         for holder, sids in release_plan(self.kept, shards).items():
-            self._post(holder, Release(tuple(sids)))
+            self.mail.post(holder, Release(tuple(sids)))
         for s in shards:
             self.kept.pop(s, None)
 
@@ -1040,7 +888,7 @@ class Driver:
             return None if self._live() or not self.joining else self._advance_joins()
 
         if not self._live() and self.joining:
-            self._wait(step)
+            self.mail.wait(step)
         if not self._live():
             raise self._no_workers_error()
 
@@ -1049,11 +897,11 @@ class Driver:
         loads the place's shards (no Spawn: it was set up and beating already). False if the
         spare died meanwhile (then it is a failure of its own, and ``worker`` waits)."""
         t0 = time.perf_counter()
-        link = self.links.get(spare)
+        link = self.mail.links.get(spare)
         if link is None or not self.membership.is_live(spare):
             return False
         self.monitor.forget(spare)
-        del self.links[spare]
+        self.mail.forget(spare)
         if spare in self.grank:
             self.grank[worker] = self.grank.pop(spare)
         self.owners.pop(spare, None)
@@ -1077,10 +925,10 @@ class Driver:
         set it up, wait for it to be ready, send it the place's shards less those it
         ``held`` already, then log ``event`` with ``fields``. A failure on the way is one of
         its own, handled like any other (the place then waits for the next recovery)."""
-        self.links[worker] = link
+        self.mail.connect(worker, link)
         incarnation = self.membership.revive(worker)
         self.monitor.grace(worker, self.settings.reconfigure_timeout)  # a replacement imports before it beats
-        if self._post(worker, self._setup_message(worker)):
+        if self.mail.post(worker, self._setup_message(worker)):
             self.monitor.watch(worker, link)
         ready = self._collect({worker: {(Ready, worker)}}, "ready")
         if worker in ready:
@@ -1116,7 +964,7 @@ class Driver:
             return
         self.closed = True
         live = self._live()
-        self._stop([w for w in live if self.links[w].inter is None])
+        self._stop([w for w in live if self.mail.links[w].inter is None])
         self.events.emit("closed", live=live, blacklisted=self.membership.blacklisted(),
                          failures=self.membership.failures())
 
@@ -1126,7 +974,7 @@ class Driver:
         for w, (call, since) in list(self.spawning.items()):
             call.thread.join(max(0.0, since + self.settings.reconfigure_timeout - time.monotonic()))
         self._advance_spawns(time.monotonic())
-        spawned = {w: self.links[w].inter for w in self._reachable() if self.links[w].inter is not None}
+        spawned = {w: self.mail.links[w].inter for w in self._reachable() if self.mail.links[w].inter is not None}
         self._stop(list(spawned))
         self.monitor.stop()
         for w, inter in spawned.items():  # a worker failed meanwhile is disconnected all the same
@@ -1138,15 +986,15 @@ class Driver:
     def _stop(self, workers: list[int], msg=Stop(), wait: float = STOP_SEND_WAIT) -> None:
         """Send ``msg`` to ``workers`` and wait (bounded) until the sends have completed."""
         for w in workers:
-            self._post(w, msg)
+            self.mail.post(w, msg)
         deadline = time.monotonic() + wait
         pending = list(workers)
 
         def step() -> bool | None:
-            pending[:] = [w for w in pending if self._sent(w) is False]  # None: it failed meanwhile
+            pending[:] = [w for w in pending if self.mail.sent(w) is False]  # None: it failed meanwhile
             return None if not pending or time.monotonic() >= deadline else False
 
-        self._wait(step)
+        self.mail.wait(step)
 
     def abort_workers(self, code: int) -> None:
         """Best effort, before a failing driver exits: tell every worker to end now."""

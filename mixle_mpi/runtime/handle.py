@@ -362,7 +362,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         its processes (a respawned one too) reported with their results."""
         from mixle_mpi.core.malloc import peak_rss_mb
 
-        return {0: peak_rss_mb(), **dict(sorted(self._driver.peak_rss_mb.items()))}
+        return {0: peak_rss_mb(), **dict(sorted(self._driver.mail.peak_rss_mb.items()))}
 
     # -- protocol recognized by mixle.stats dispatch -------------------------------
     def _folded(self, kind: str, estimator: Any, body: Any, extras: dict | None = None) -> tuple[float, Any]:
