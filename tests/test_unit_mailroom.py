@@ -1,6 +1,11 @@
 """The driver's messages (runtime/mailroom.py) over stand-in links: what reaches the driver's
 failure handling, which replies come back and in what order, and who gets rung. The MPI
-side of a link is tested in tests/mpi/test_mpi_transport.py and by every MPI job."""
+side of a link is tested in tests/mpi/test_mpi_transport.py and by every MPI job.
+
+The module under test imports mpi4py's MPI, and collecting this file must not initialize MPI
+in pytest's process (tests/test_unit_dryrun.py checks a dry run never does): it is imported
+by the tests themselves, after that check has run.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,12 @@ import pytest
 
 from mixle_mpi.core.errors import WorkerError
 from mixle_mpi.core.protocol import TAG_CMD, TAG_REPLY, Result, TaskError
-from mixle_mpi.runtime.mailroom import Mailroom
-from mixle_mpi.runtime.transport import PeerFailed
+
+
+def _peer_failed() -> Exception:
+    from mixle_mpi.runtime.transport import PeerFailed
+
+    return PeerFailed(75, "process failed")
 
 
 class FakeLink:
@@ -23,17 +32,17 @@ class FakeLink:
 
     def post(self, msg, tag) -> None:
         if self.dead:
-            raise PeerFailed(75, "process failed")
+            raise _peer_failed()
         self.posted.append((tag, msg))
 
     def progress(self) -> bool:
         if self.dead:
-            raise PeerFailed(75, "process failed")
+            raise _peer_failed()
         return not self.sends
 
     def poll(self, tag):
         if self.dead:
-            raise PeerFailed(75, "process failed")
+            raise _peer_failed()
         assert tag == TAG_REPLY
         return self.replies.pop(0) if self.replies else None
 
@@ -51,6 +60,8 @@ class FakeBell:
 
 
 def mailroom(links, bell=None):
+    from mixle_mpi.runtime.mailroom import Mailroom
+
     failed: list[tuple[int, str]] = []
     room = Mailroom(links, bell, lambda w, cause: failed.append((w, cause)))
     return room, failed
