@@ -1,7 +1,7 @@
 """Rank 0: places shards, runs rounds, detects failures and recovers exactly.
 
 Decisions come from the pure modules (membership, placement); this class carries them out
-over MPI. A round dispatches one task per live worker over its resident shards, accepts a
+over MPI, its messages through its mailroom (``mailroom.Mailroom``). A round dispatches one task per live worker over its resident shards, accepts a
 shard's result only from the worker it is currently assigned to, and recomputes the
 shards of any worker that fails on survivors from the HDF5 shard store. Reconfiguration
 (shrink, respawn, blacklist, migration) happens between rounds, when every worker is idle.
