@@ -114,6 +114,18 @@ def test_forget_drops_the_link_its_bell_and_its_kept_replies():
     room.forget(1)  # twice is harmless (a duplicate failure report)
 
 
+def test_a_renamed_process_keeps_its_link_and_bell_under_its_new_id_and_is_rung_there():
+    bell = FakeBell()
+    room, _ = mailroom({2: FakeLink(2), 4: FakeLink(4)}, bell)
+    spare_link = room.links[4]
+    room.note_bell(4, "bell-4")
+    room.stash[4] = ["stale"]
+    room.rename(4, 1)  # the spare 4 adopts place 1
+    assert room.links[1] is spare_link and 4 not in room.links and 4 not in room.stash
+    assert room.bells == {1: "bell-4"}
+    assert room.post(1, "setup") is True and bell.rung == [["bell-4"]]
+
+
 def test_announce_rings_the_workers_with_bells_at_once_and_stops_ringing_an_unreachable_one():
     bell = FakeBell(unreachable={"bell-3"})
     room, _ = mailroom({1: FakeLink(1), 2: FakeLink(2), 3: FakeLink(3)}, bell)

@@ -17,20 +17,31 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3   # glibc <malloc.h>
 MMAP_THRESHOLD = 32 << 20                      # glibc refuses more (HEAP_MAX_SIZE / 2)
 TRIM_THRESHOLD = 512 << 20
 
 
-def retain_freed_memory(mmap_threshold: int = MMAP_THRESHOLD, trim: int = TRIM_THRESHOLD) -> bool:
-    """Set glibc's mmap and trim thresholds; True if both were accepted."""
+@functools.cache
+def _mallopt():
+    """glibc's ``mallopt``, or None (not glibc: musl, macOS). Found once per process:
+    ``find_library`` runs ``ldconfig``, milliseconds that a spare's adoption would wait for."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
         mallopt = libc.mallopt
     except (OSError, AttributeError):
-        return False  # not glibc (musl, macOS): nothing to tune
+        return None
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return mallopt
+
+
+def retain_freed_memory(mmap_threshold: int = MMAP_THRESHOLD, trim: int = TRIM_THRESHOLD) -> bool:
+    """Set glibc's mmap and trim thresholds; True if both were accepted."""
+    mallopt = _mallopt()
+    if mallopt is None:
+        return False  # nothing to tune
     return bool(mallopt(M_MMAP_THRESHOLD, int(mmap_threshold))) and bool(mallopt(M_TRIM_THRESHOLD, int(trim)))
 
 

@@ -901,7 +901,7 @@ class Driver:
         if link is None or not self.membership.is_live(spare):
             return False
         self.monitor.forget(spare)
-        self.mail.forget(spare)
+        self.mail.rename(spare, worker)
         if spare in self.grank:
             self.grank[worker] = self.grank.pop(spare)
         self.owners.pop(spare, None)

@@ -46,6 +46,16 @@ class Mailroom:
         self.bells.pop(worker, None)
         self.stash.pop(worker, None)
 
+    def rename(self, old: int, new: int) -> None:
+        """The process reached as ``old`` answers as ``new`` from now on (a spare adopting a
+        place): its link and its doorbell go with it, so the Setup that tells it is rung."""
+        link, bell = self.links.get(old), self.bells.get(old)
+        self.forget(old)
+        if link is not None:
+            self.links[new] = link
+        if bell:
+            self.bells[new] = bell
+
     def note_bell(self, worker: int, bell: str) -> None:
         """``worker``'s doorbell from its Ready ("" if it has none: it is polled)."""
         if bell:

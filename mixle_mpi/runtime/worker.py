@@ -90,6 +90,8 @@ class Worker:
         self.progress = 0    # main-thread steps; read by the heartbeat thread (see Beat)
         self.busy = False    # True while a task is being computed
         self._blas = None
+        self._blas_threads: int | None = None  # what ``_blas`` pins the pools to
+        self._store_checked: tuple = ((), False)  # ((path, store_id), whether it opens here)
         self.next_due = NEVER  # when the driver's next command is due: just after a reply
         self.replied_at: float | None = None  # when this worker last replied
         self.last_gap: float | None = None    # from its last reply to the next command, the last time
@@ -224,7 +226,8 @@ class Worker:
         self.encoder_b = cfg.encoder  # a successor (failover) sets up the others with it
         self.sub_chunks = cfg.sub_chunks
         self.reconfigure_timeout = cfg.reconfigure_timeout
-        self._blas = pin_blas_threads(cfg.blas_threads)
+        if cfg.blas_threads != self._blas_threads:  # a spare set up again to adopt a place keeps its pin
+            self._blas, self._blas_threads = pin_blas_threads(cfg.blas_threads), cfg.blas_threads
         retain_freed_memory()  # E-step temporaries reuse heap pages instead of faulting fresh ones
         self.faults = FaultInjector(parse_plan(cfg.fault_plan), self.worker_id, self.incarnation)
         self.driver_proc = (cfg.driver_host, cfg.driver_pid)
@@ -241,11 +244,18 @@ class Worker:
         self.start_heartbeats(cfg.heartbeat_period, cfg.driver_timeout)
         if self.spawned:
             self.faults.check("respawn")
-        self.own_store = cfg.store_path if cfg.own_store and opens_store(cfg.store_path, cfg.own_store) else ""
+        self.own_store = cfg.store_path if cfg.own_store and self._opens_store(cfg.store_path, cfg.own_store) else ""
         host, pid = host_and_pid()
         me = identity(pid)
         self.reply(Ready(self.worker_id, host, pid, no_failover, bool(self.own_store), me[1] if me else "",
                          self.bell.address if self.bell is not None else ""))
+
+    def _opens_store(self, path: str, store_id: str) -> bool:
+        """``storage.opens_store``, asked once per store: opening the HDF5 file takes
+        milliseconds, and a spare adopting a place is set up again while the fit waits."""
+        if self._store_checked[0] != (path, store_id):
+            self._store_checked = ((path, store_id), opens_store(path, store_id))
+        return self._store_checked[1]
 
     def read_own(self, shards) -> None:
         """Read, encode and keep ``shards`` from the store; what cannot be read is said, and
