@@ -72,20 +72,28 @@ def test_a_worker_on_another_host_that_hangs_or_dies_is_fenced_there_and_recover
     MPI, and Open MPI's shrink would wait for it). Its replacement starts on host B again.
     The fit ends with the reference's bits."""
     plan = f"2:{action}:estep_before:2"
-    fault_log = tmp_path / "fired.jsonl"
-    # respawn_wait: the fit waits for the replacement, so that it joins before the fit ends
-    job = _job(hosts, tmp_path, plan=plan, env={"MIXLE_MPI_FAULT_LOG": str(fault_log), "MIXLE_MPI_RESPAWN_WAIT": "1"})
-    assert unfired(plan, read_fired(str(fault_log))) == [], job.describe()
-    assert job.rc == 0, job.describe()
-    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
-    assert _hosts_of(job) == {1: "hostb", 2: "hostb", 3: "hostc", 4: "hostc"}, job.describe()
-    assert "fenced failed worker 2" in job.stderr, job.describe()  # worker 1 killed it on host B
-    assert [e["method"] for e in job.events if e["event"] == "shrink"] == ["ulfm"], job.describe()  # known dead
-    detected = [e for e in job.events if e["event"] == "failure_detected"]
-    assert [(e["worker"], e["host"]) for e in detected] == [(2, "hostb")], job.describe()
-    assert detected[0].get("fenced_by") == 1 and not detected[0]["fenced"], detected
+    for attempt in (1, 2):
+        run_dir = tmp_path / f"attempt{attempt}"
+        run_dir.mkdir()
+        fault_log = run_dir / "fired.jsonl"
+        # respawn_wait: the fit waits for the replacement, so that it joins before the fit ends
+        job = _job(hosts, run_dir, plan=plan, env={"MIXLE_MPI_FAULT_LOG": str(fault_log), "MIXLE_MPI_RESPAWN_WAIT": "1"})
+        assert unfired(plan, read_fired(str(fault_log))) == [], job.describe()
+        assert job.rc == 0, job.describe()
+        assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+        assert _hosts_of(job) == {1: "hostb", 2: "hostb", 3: "hostc", 4: "hostc"}, job.describe()
+        assert "fenced failed worker 2" in job.stderr, job.describe()  # worker 1 killed it on host B
+        assert [e["method"] for e in job.events if e["event"] == "shrink"] == ["ulfm"], job.describe()  # known dead
+        detected = [e for e in job.events if e["event"] == "failure_detected"]
+        assert [(e["worker"], e["host"]) for e in detected] == [(2, "hostb")], job.describe()
+        assert detected[0].get("fenced_by") == 1 and not detected[0]["fenced"], detected
+        joined = [e for e in job.events if e["event"] == "respawned"]
+        # Open MPI's own runtime (PRRTE's spawn server) once failed the Spawn with a PMIx error
+        # and a heap-corruption report (1 full run in 6): the fit still ended with the right
+        # bits above, without a replacement. The same job once more must then see it join.
+        if joined or attempt == 2 or "pmix_server_dyn" not in job.stderr:
+            break
     # host B is up (worker 1 lives there): the replacement starts there, not on the driver's host
-    joined = [e for e in job.events if e["event"] == "respawned"]
     assert [(e["worker"], e["host"]) for e in joined] == [(2, "hostb")], job.describe()
     assert no_leftover_processes(str(tmp_path)) == [] and hosts.pids(1) == [] and hosts.pids(2) == []
 
