@@ -161,12 +161,7 @@ class Mailroom:
         by_peer = {link.peer: w for w, link in self.links.items() if link.comm is comm}
         got: dict[int, list] = {w: self.stash.pop(w, []) for w in workers}
         for w in workers:
-            link = self.links[w]
-            if link.sends:
-                try:
-                    link.progress()
-                except PeerFailed as exc:
-                    self.fail(w, f"ulfm: {exc}")
+            self.sent(w)  # a pending send may need this side's progress before its reply comes
         status = MPI.Status()
         while True:
             try:
