@@ -9,8 +9,8 @@ import pytest
 
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.policy.reconfig import (AUTO, EMULATED, KEEP, ULFM, blacklist_cause, choose_method, detach_from_pmix,
-                                       migration, renumber, requested_method, shrink_method, shrink_needed,
-                                       spawn_timeout_is_fatal, spawn_unavailable, srun_plugin)
+                                       migration, renumber, replacement_command, requested_method, shrink_method,
+                                       shrink_needed, spawn_timeout_is_fatal, spawn_unavailable, srun_plugin)
 
 
 def test_only_a_failure_of_an_original_rank_shrinks():
@@ -188,6 +188,13 @@ def test_only_open_mpi_under_srun_pmix_leaves_pmix_and_srun_never_spawns():
     assert not detach_from_pmix("Open MPI", None) and not detach_from_pmix("MPICH", "pmi2")
     assert spawn_unavailable("Open MPI", "pmix") and spawn_unavailable("MPICH", "pmi2")
     assert spawn_unavailable("Open MPI", None) is None and spawn_unavailable("MPICH", None) is None
+
+
+def test_a_replacement_starts_by_the_fast_entry_unless_it_must_unpickle_the_users_script():
+    full, fast = ["python", "script.py"], ["python", "-m", "mixle_mpi.runtime.spawned"]
+    assert replacement_command(full, fast, (b"encoder", b"model")) == fast
+    assert replacement_command(full, fast, (b"encoder", b"c__main__\nMyModel")) == full  # only the script defines it
+    assert replacement_command(full, None, (b"encoder", b"model")) == full
 
 
 def test_keep_drops_the_dead_original_ranks_without_a_shrink_or_renumbering():

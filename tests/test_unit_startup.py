@@ -232,7 +232,7 @@ def test_mpich_shm_names_are_read_from_the_maps_of_the_process():
 
 def test_a_fenced_workers_mpich_wrapper_is_found_and_seen_reaped(tmp_path):
     """Campaign run 69: before forking a replacement under MPICH the driver waits until the
-    fenced worker's rank wrapper is reaped (see Driver._wait_fenced_gone). Real processes:
+    fenced worker's rank wrapper is reaped (see spawner.Spawner, its wait for fenced wrappers). Real processes:
     the wrapper, its Python child, a fence, and the wrapper's end."""
     import signal
     import time

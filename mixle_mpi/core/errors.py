@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 
+# what a job that cannot go on says about rerunning it
+RERUN_ADVICE = ("Nothing saved is lost: `mixle-mpi run`/`fit` runs the job again by itself (--resume-retries, "
+                "default 1), which resumes from the last checkpoint if one is configured; exit 74 means rerun "
+                "the same command. Or disable respawn (--no-respawn)")
+
+
 class MixleMPIError(RuntimeError):
     """Base of every error mixle_mpi raises on purpose."""
 

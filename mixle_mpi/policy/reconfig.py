@@ -248,3 +248,12 @@ def spawn_timeout_is_fatal(vendor: str) -> bool:
     MPICH's global lock held, and every later MPI call of the driver waits for good. Open MPI
     reports the death and the driver goes on (the shards migrate)."""
     return vendor == "MPICH"
+
+
+def replacement_command(full: list[str], fast: list[str] | None, pickled: tuple[bytes, ...]) -> list[str]:
+    """The fast entry (it joins before importing, ``runtime/spawned.py``), unless what the
+    replacement must unpickle names ``__main__`` (a class defined in the user's script):
+    only the script itself can define it again."""
+    if fast and not any(b"__main__" in blob for blob in pickled):
+        return fast
+    return full

@@ -1,7 +1,8 @@
 """Rank 0: places shards, runs rounds, detects failures and recovers exactly.
 
 Decisions come from the pure modules (membership, placement); this class carries them out
-over MPI, its messages through its mailroom (``mailroom.Mailroom``). A round dispatches one task per live worker over its resident shards, accepts a
+over MPI, its messages through its mailroom (``mailroom.Mailroom``), its replacements' Spawns
+through ``spawner.Spawner``. A round dispatches one task per live worker over its resident shards, accepts a
 shard's result only from the worker it is currently assigned to, and recomputes the
 shards of any worker that fails on survivors from the HDF5 shard store. Reconfiguration
 (shrink, respawn, blacklist, migration) happens between rounds, when every worker is idle.
@@ -21,7 +22,7 @@ from mpi4py import MPI
 
 from mixle_mpi.core import logs
 from mixle_mpi.policy.config import Settings
-from mixle_mpi.core.errors import NoWorkersLeft, ReconfigurationTimeout, WorkerError
+from mixle_mpi.core.errors import RERUN_ADVICE, NoWorkersLeft, ReconfigurationTimeout, WorkerError
 from mixle_mpi.core import estep
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.malloc import retain_freed_memory
@@ -37,43 +38,18 @@ from mixle_mpi.runtime.monitor import Monitor
 from mixle_mpi.policy.joining import Join, release_plan, work_of
 from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers, respawn_host
 from mixle_mpi.policy import reconfig
-from mixle_mpi.policy.reconfig import (EMULATED, Adopt, Blacklist, KeepComm, Respawn, ShrinkComm, renumber,
-                                       shrink_method, spawn_timeout_is_fatal)
+from mixle_mpi.policy.reconfig import EMULATED, Adopt, Blacklist, KeepComm, Respawn, ShrinkComm, renumber, shrink_method
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
-from mixle_mpi.core.deadlines import Background, run_with_deadline
+from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.runtime.shrink import shrink
+from mixle_mpi.runtime.spawner import Spawner, SpawnUnavailable
 from mixle_mpi.storage.store import ShardStore, rows_from_packed
 from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, Link
-from mixle_mpi.runtime.rankwrapper import wrapper_of
-from mixle_mpi.core.reaper import not_reaped
 
 _TASK_IDS = itertools.count(1)
 STOP_SEND_WAIT = 5.0       # seconds for "stop" messages to leave at the end
 DISCONNECT_TIMEOUT = 10.0  # seconds for one respawned worker's Disconnect at exit
-SPAWN_CHECK_TIMEOUT = 5.0  # after a spawn timed out: seconds MPI gets to prove it still answers
-FENCE_GONE_WAIT = 5.0      # seconds a respawn waits for a fenced worker's MPICH rank wrapper to be reaped
-FENCE_SETTLE = 0.25        # then seconds for Hydra to act on that death before a replacement is forked
 ULFM_CHECK_WAIT, ULFM_CHECK_POLL = 1.0, 0.01  # seconds ULFM gets to report excluded ranks failed
-
-
-RERUN_ADVICE = ("Nothing saved is lost: `mixle-mpi run`/`fit` runs the job again by itself (--resume-retries, "
-                "default 1), which resumes from the last checkpoint if one is configured; exit 74 means rerun "
-                "the same command. Or disable respawn (--no-respawn)")
-
-
-def spawn_on(host: str | None, exe: str, args: list[str]):
-    """``Spawn`` one replacement, on ``host`` when one is named (the "host" info key, which
-    Open MPI and MPICH read); where the library refuses that host, wherever it maps it."""
-    if host:
-        info = MPI.Info.Create()
-        info.Set("host", host)
-        try:
-            return MPI.COMM_SELF.Spawn(exe, args=args, maxprocs=1, info=info, root=0)
-        except MPI.Exception:
-            pass
-        finally:
-            info.Free()
-    return MPI.COMM_SELF.Spawn(exe, args=args, maxprocs=1, root=0)
 
 
 class Driver:
@@ -110,10 +86,8 @@ class Driver:
         self.fault_plan_json = plan_to_json(fault_plan)
         self.faults = FaultInjector(fault_plan, 0, 0)   # the driver's own chaos (rank 0)
         self.shrink_method = shrink_method
-        self.spawn_command = spawn_command
-        self.fast_spawn_command = fast_spawn_command    # joins before importing (runtime/spawned.py)
+        self.spawner = Spawner(settings, spawn_command, fast_spawn_command, spawn_unavailable)
         self.body_b = b""                               # the last round's pickled body
-        self.spawn_unavailable = spawn_unavailable  # why Spawn must not be tried here (srun), or None
         self.can_spawn = settings.respawn and spawn_command is not None
         self.host = MPI.Get_processor_name()
 
@@ -139,9 +113,7 @@ class Driver:
         self.pending: set[int] = set()                # failed since the last reconfiguration
         self.kept: dict[int, int] = {}                # shard -> the live worker keeping it encoded for its place
         self.joining: dict[int, Join] = {}            # replacements on their way in (policy/joining.py)
-        self.spawning: dict[int, tuple] = {}          # place -> (its background Spawn, when it began)
         self.spawn_failed: list[int] = []             # places whose background Spawn failed
-        self.fenced_wrappers: dict[int, tuple] = {}   # worker -> its MPICH rank wrapper's identity, when fenced
         self.epoch = 0
         self.calls = {"estep": 0, "init": 0, "llsum": 0}
         self.monitor = monitor                        # started by the handle at the handshake
@@ -168,9 +140,7 @@ class Driver:
             else:
                 fenced_by = None
         if pid is not None and host == self.host:
-            wrapper = wrapper_of(pid)
-            if wrapper is not None:
-                self.fenced_wrappers[worker] = wrapper
+            self.spawner.fenced(worker, pid)
             try:
                 os.kill(pid, signal.SIGKILL)
                 fenced = True
@@ -707,51 +677,25 @@ class Driver:
 
     def _respawn(self, worker: int) -> bool:
         """Start a replacement process for ``worker``; it gets the same shards back. It joins
-        in the background (policy/joining.py) while the survivors carry its shards. Where
-        Spawn may run beside the fit (Open MPI) the Spawn itself does too; under MPICH it
-        blocks (its global lock: a stuck Spawn must stay bounded by the caller). With
-        ``respawn_wait`` the fit waits until the replacement is set up and loaded."""
+        in the background (policy/joining.py) while the survivors carry its shards; the Spawn
+        itself runs beside the fit where it may (``spawner.Spawner``). With ``respawn_wait``
+        the fit waits until the replacement is set up and loaded."""
         t0 = time.perf_counter()
-        if self.spawn_unavailable:  # never tried where it cannot work (srun): the shards migrate
-            self._spawn_unavailable(worker, self.spawn_unavailable)
-            return False
-        exe, *args = self._replacement_command()
-        self._wait_fenced_gone()
         host = respawn_host(self.info.get(worker, (None, None))[0],
                             [self.info[w][0] for w in self._live() if w != worker and w in self.info], self.host)
-        self.respawn_hosts[worker] = host
-
-        def spawn():
-            inter = spawn_on(host, exe, args)
-            pair = inter.Merge(high=False)
-            return inter, pair, pair.Dup()
-
-        vendor = MPI.get_vendor()[0]
-        if not self.settings.respawn_wait and not spawn_timeout_is_fatal(vendor):
-            self.spawning[worker] = (Background(spawn, "spawn"), time.monotonic())
-            self._start_join(worker, t0)
-            return True
-        timeout = self.settings.reconfigure_timeout
         try:
-            inter, pair, hb = run_with_deadline(spawn, timeout, "spawn")
-        except TimeoutError as exc:
-            if spawn_timeout_is_fatal(vendor):
-                raise ReconfigurationTimeout(
-                    f"respawning rank {worker} failed: {exc}; under {vendor} the abandoned spawn holds MPI, "
-                    f"so this run cannot go on. {RERUN_ADVICE}") from None
-            self._check_mpi_answers(str(exc))
+            link = self.spawner.start(worker, host, (self.encoder_b, self.body_b))
+        except SpawnUnavailable as exc:  # the shards migrate
             self._spawn_unavailable(worker, str(exc))
             return False
-        except (MPI.Exception, NotImplementedError) as exc:
-            self._spawn_unavailable(worker, str(exc))
-            return False
-        link = Link(pair, hb, 1, inter=inter)
-        if self.settings.respawn_wait:
+        self.respawn_hosts[worker] = host
+        if link is not None and self.settings.respawn_wait:
             self.grank.pop(worker, None)
             self._bring_up(worker, link, "respawned", t0)
             return True
         self._start_join(worker, t0)
-        self._begin_join(worker, link)
+        if link is not None:
+            self._begin_join(worker, link)
         return True
 
     def _start_join(self, worker: int, t0: float) -> None:
@@ -780,52 +724,19 @@ class Driver:
     def _advance_spawns(self, now: float) -> bool:
         """Background Spawns: connect the ones that finished; one that failed or overran
         reconfigure_timeout leaves its place to be blacklisted (its shards migrate)."""
-        progressed, timeout = False, self.settings.reconfigure_timeout
-        for w in list(self.spawning):
-            call, since = self.spawning[w]
-            if call.done():
-                del self.spawning[w]
-                try:
-                    inter, pair, hb = call.result()
-                except (MPI.Exception, NotImplementedError) as exc:
-                    self._spawn_failed(w, str(exc))
-                    continue
-                self._begin_join(w, Link(pair, hb, 1, inter=inter))
+        progressed = False
+        for w, got in self.spawner.finished(now):
+            if isinstance(got, str):
+                self._spawn_failed(w, got)
+            else:
+                self._begin_join(w, got)
                 progressed = True
-            elif now - since > timeout:
-                del self.spawning[w]
-                self._check_mpi_answers(f"spawn did not finish within {timeout:g} s")
-                self._spawn_failed(w, f"spawn did not finish within {timeout:g} s")
         return progressed
 
     def _spawn_failed(self, worker: int, cause: str) -> None:
         self.joining.pop(worker, None)
         self._spawn_unavailable(worker, cause)
         self.spawn_failed.append(worker)  # blacklisted by the next reconfigure()
-
-    def _wait_fenced_gone(self) -> None:
-        """Under MPICH, before forking a replacement: let Hydra see the fenced workers die
-        first. When a rank's PMI socket closes, hydra_pmi_proxy sends SIGUSR1 to the process
-        group of every process it started, a replacement's too if it was just forked; one
-        still between its exec and the wrapper's ``trap '' USR1`` dies of it, and a process
-        of the proxy's dying of a signal makes the proxy SIGKILL every rank (campaign run 69,
-        "Killed (signal 9)"). So wait, bounded, until each fenced worker's wrapper is reaped,
-        then a moment for the proxy to act on the closed socket (it can reap first)."""
-        if not self.fenced_wrappers:
-            return
-        deadline = time.monotonic() + FENCE_GONE_WAIT
-        for wrapper in self.fenced_wrappers.values():
-            while not_reaped(wrapper) and time.monotonic() < deadline:
-                time.sleep(0.005)
-        self.fenced_wrappers.clear()
-        time.sleep(FENCE_SETTLE)
-
-    def _replacement_command(self) -> list[str]:
-        """The fast entry, unless what the worker must unpickle names ``__main__`` (a class
-        defined in the user's script): only the script itself can define it again."""
-        if self.fast_spawn_command and b"__main__" not in self.encoder_b and b"__main__" not in self.body_b:
-            return self.fast_spawn_command
-        return self.spawn_command
 
     def _advance_joins(self) -> bool:
         """One poll of each replacement on its way in: take its Ready and Loaded replies and
@@ -834,7 +745,7 @@ class Driver:
         now = time.monotonic()
         progressed = self._advance_spawns(now)
         for w in list(self.joining):
-            if w in self.spawning:
+            if w in self.spawner.running:
                 continue
             join = self.joining[w]
             for msg in self.mail.drain(w):
@@ -942,19 +853,6 @@ class Driver:
                              shards=list(self.owners.get(worker, [])), **fields,
                              seconds=round(time.perf_counter() - t0, 6))
 
-    def _check_mpi_answers(self, what: str) -> None:
-        """After a blocking call was abandoned in its thread (a Spawn that timed out): go on
-        only if MPI still answers. Under MPICH's global lock a stuck call could otherwise
-        freeze every later MPI call of this process, an unbounded wait."""
-        try:
-            run_with_deadline(MPI.COMM_SELF.Iprobe, SPAWN_CHECK_TIMEOUT, "MPI check")
-        except TimeoutError:
-            raise ReconfigurationTimeout(
-                f"{what}, and MPI no longer answers (the abandoned call holds it); this run cannot go on. "
-                f"{RERUN_ADVICE}") from None
-        except MPI.Exception:
-            pass  # it answered
-
     # -- ending ------------------------------------------------------------------------
     def close(self) -> None:
         """Stop the original workers. Respawned ones stay parked until :meth:`finish`:
@@ -971,8 +869,7 @@ class Driver:
     def finish(self) -> None:
         """At process exit: stop and disconnect respawned workers (a Spawn still under way is
         waited for, within its deadline, so that its process is stopped too), stop the monitor."""
-        for w, (call, since) in list(self.spawning.items()):
-            call.thread.join(max(0.0, since + self.settings.reconfigure_timeout - time.monotonic()))
+        self.spawner.settle()
         self._advance_spawns(time.monotonic())
         spawned = {w: self.mail.links[w].inter for w in self._reachable() if self.mail.links[w].inter is not None}
         self._stop(list(spawned))
