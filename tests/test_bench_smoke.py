@@ -1,0 +1,57 @@
+"""Small slices of two more benchmarks, so that they keep running end to end between the runs
+whose figures are committed: ``bench/failure_cost.py`` (a real worker SIGKILLed mid-E-step
+in each mode, the call split into its parts) and ``bench/scale_real.py`` (the driver's cost
+per round against W). No timing is asserted; what is checked is that every planned kill
+fired, every part was measured and every job ran (``bench/results/`` holds the figures)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mpiharness import no_leftover_processes
+
+pytestmark = pytest.mark.mpijob
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench(args: list[str], timeout: float) -> str:
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert no_leftover_processes(str(ROOT / "bench" / "_job.py")) == []
+    assert no_leftover_processes(str(ROOT / "bench" / "_scale_job.py")) == []
+    return proc.stdout
+
+
+def test_the_failure_cost_benchmark_kills_a_worker_in_every_mode_and_splits_the_call():
+    out = _bench([str(ROOT / "bench" / "failure_cost.py"), "--quick", "--reps", "1"], timeout=400)
+    figures = json.loads(out[out.index("\n[\n") + 1:])
+    failed = {f["name"].split("(")[1].split(";")[0]: f for f in figures if f["item"] == "2"}
+    assert sorted(failed) == ["no respawn", "respawn", "spares=1"], out[-3000:]
+    for mode, fig in failed.items():
+        # n = 1: the job ran and its planned kill fired (a job whose kill did not fire is left out)
+        assert fig["ratio"]["n"] == 1 and fig["values"][0] > 0, (mode, fig)
+        parts = fig["split_over_normal"]
+        assert parts["detection"]["median"] > 0 and parts["recompute"]["median"] > 0, (mode, parts)
+        assert fig["causes"], (mode, fig)
+    idle = [f for f in figures if f["item"] == "11" and f["name"].startswith("failure-free")]
+    assert len(idle) == 1 and idle[0]["ratio"]["n"] == 1, figures
+
+
+def test_the_scale_benchmark_measures_the_drivers_round_at_each_world_size(tmp_path):
+    _bench([str(ROOT / "bench" / "scale_real.py"), "--workers", "2,3", "--its", "4", "--reps", "1",
+            "--idle-seconds", "0.5", "--results", str(tmp_path), "--name", "smoke"], timeout=300)
+    record = json.loads((tmp_path / "smoke.json").read_text())
+    assert (tmp_path / "smoke.md").exists()
+    per = record["per_workers"]
+    assert sorted(per) == ["2", "3"], per
+    for w, row in per.items():
+        assert row["reps_ok"] == row["reps"] == 1, (w, row)
+        assert row["driver_cpu_per_round"] > 0 and row["poll_passes_per_round"] > 0, (w, row)
+        assert row["beats_per_s_idle"] > 0 and row["estep_round_latency"] > 0, (w, row)
+    assert per["2"]["ratios"]["driver_cpu_per_round"] == 1.0  # the baseline is the smallest W
+    assert all(job["launcher_rc"] == 0 for job in record["jobs"]), record["jobs"]
