@@ -184,6 +184,22 @@ def test_a_background_spawn_that_overruns_leaves_the_shards_migrated(tmp_path, r
     assert no_leftover_processes(str(tmp_path)) == []
 
 
+def test_a_spawn_still_stuck_when_the_fit_ends_is_abandoned_without_holding_up_the_exit(tmp_path, reference):
+    """External campaign finding (2026-12-03, Open MPI run 7): the replacement died as it
+    started, in the last E-step, so the fit ended while its Spawn was stuck. The driver then
+    waited out the rest of reconfigure_timeout (60 s) at exit, and the launcher killed the
+    job 30 s after the verdict. Now the exit waits at most spawner.EXIT_WAIT (10 s), says so
+    (event ``spawn_abandoned``), and the job ends on its own, with the results saved."""
+    plan = f"2:kill:estep_before:{ITS - 1},2:kill:spawn"
+    job, records = chaos_job(OMPI_PYTHON, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan)
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    abandoned = [e for e in job.events if e["event"] == "spawn_abandoned"]
+    assert len(abandoned) == 1 and abandoned[0]["workers"] == [2], job.describe()
+    assert "killing the job" not in job.stderr, job.describe()  # it ended within the launcher's grace
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
 @pytest.mark.parametrize("library", full_only(LIBRARIES, {"mpich"}))  # the same path under both
 def test_all_workers_lost_fails_cleanly(library, tmp_path):
     """With max_retries=1 and every worker dead, the driver ends with a clear error."""

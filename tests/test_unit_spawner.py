@@ -85,3 +85,20 @@ def test_at_exit_a_spawn_under_way_gets_the_rest_of_its_deadline_and_no_more():
     assert 0.5 < time.monotonic() - t0 < 5.0  # it waited for the deadline, bounded
     release.set()
     stuck.thread.join(5)
+
+
+def test_at_exit_a_spawn_gets_at_most_exit_wait_which_ends_before_the_launcher_kills_the_job(monkeypatch):
+    from mixle_mpi.policy.jobwatch import FINISH_GRACE
+    from mixle_mpi.runtime import spawner as module
+
+    assert module.EXIT_WAIT < FINISH_GRACE  # the driver exits before the launcher gives up on its ranks
+    monkeypatch.setattr(module, "EXIT_WAIT", 0.5)
+    spawner = _spawner(reconfigure_timeout=60.0)
+    release = threading.Event()
+    stuck = _background(lambda: release.wait(30))
+    spawner.running = {2: (stuck, time.monotonic())}
+    t0 = time.monotonic()
+    spawner.settle()
+    assert time.monotonic() - t0 < 5.0 and not stuck.done() and list(spawner.running) == [2]
+    release.set()
+    stuck.thread.join(5)

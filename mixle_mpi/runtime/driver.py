@@ -868,9 +868,15 @@ class Driver:
 
     def finish(self) -> None:
         """At process exit: stop and disconnect respawned workers (a Spawn still under way is
-        waited for, within its deadline, so that its process is stopped too), stop the monitor."""
+        waited for, within its deadline and ``spawner.EXIT_WAIT``, so that its process is
+        stopped too), stop the monitor."""
+        t0 = time.monotonic()
         self.spawner.settle()
         self._advance_spawns(time.monotonic())
+        if self.spawner.running:  # its process died as it started: under Open MPI that Spawn never returns
+            self.events.emit("spawn_abandoned", workers=sorted(self.spawner.running),
+                             waited=round(time.monotonic() - t0, 3),
+                             cause="a replacement's Spawn had not finished at the fit's end; the results are saved")
         spawned = {w: self.mail.links[w].inter for w in self._reachable() if self.mail.links[w].inter is not None}
         self._stop(list(spawned))
         self.monitor.stop()

@@ -24,6 +24,12 @@ from mixle_mpi.runtime.transport import Link
 SPAWN_CHECK_TIMEOUT = 5.0  # after a spawn timed out: seconds MPI gets to prove it still answers
 FENCE_GONE_WAIT = 5.0      # seconds a respawn waits for a fenced worker's MPICH rank wrapper to be reaped
 FENCE_SETTLE = 0.25        # then seconds for Hydra to act on that death before a replacement is forked
+# At exit, the most seconds a Spawn under way may still take. A normal one connects in about a
+# second; one whose process died as it started never returns under Open MPI (an external
+# campaign run: the driver sat out the rest of reconfigure_timeout after the fit, until the
+# launcher killed the job); and the launcher kills ranks still running 30 s after the
+# driver's verdict (policy/jobwatch.py, FINISH_GRACE).
+EXIT_WAIT = 10.0
 
 
 class SpawnUnavailable(Exception):
@@ -129,10 +135,12 @@ class Spawner:
         return ended
 
     def settle(self) -> None:
-        """At exit: give each background Spawn the rest of its deadline to end, so that its
-        process can be stopped too (``finished`` then hands it over)."""
+        """At exit: give each background Spawn the rest of its deadline, at most ``EXIT_WAIT``,
+        to end, so that its process can be stopped too (``finished`` then hands it over).
+        One still under way after that is abandoned with this process."""
+        end = time.monotonic() + EXIT_WAIT
         for call, since in list(self.running.values()):
-            call.thread.join(max(0.0, since + self.timeout - time.monotonic()))
+            call.thread.join(max(0.0, min(since + self.timeout, end) - time.monotonic()))
 
     def _wait_fenced_gone(self) -> None:
         """Under MPICH, before forking a replacement: let Hydra see the fenced workers die

@@ -22,6 +22,7 @@ LOG = object()   # EventLog's default echo: a line through the logging module
 # What a person needs to see at the default level (INFO). A checkpoint is folded into the
 # progress line and a fallback into the "resumed" line, so they only show with -v.
 LEVELS = {"failure_detected": logging.WARNING, "blacklisted": logging.WARNING, "spawn_unavailable": logging.WARNING,
+          "spawn_abandoned": logging.WARNING,
           "driver_failed": logging.WARNING, "failover_unavailable": logging.WARNING,
           "checkpoint": logging.DEBUG, "checkpoint_fallback": logging.DEBUG, "closed": logging.DEBUG,
           "shrink_fallback": logging.DEBUG, "preempted": logging.DEBUG, "loaded": logging.DEBUG}
