@@ -32,7 +32,13 @@ def test_shrink_method(configured, started, reported, method, fallback):
 
 
 def test_survivors_keep_their_order_after_the_driver():
-    assert renumber([5, 2, 3]) == {2: 1, 3: 2, 5: 3}
+    assert renumber({2: 2, 3: 3, 5: 5}, [5, 2, 3]) == {2: 1, 3: 2, 5: 3}
+
+
+def test_survivors_are_renumbered_in_the_order_of_their_ranks_not_of_their_ids():
+    """Spare 4 adopted place 1 (at rank 3 after an earlier shrink); then worker 3 died: the
+    shrunk communicator keeps the ranks' order, so worker 2 is rank 1 and worker 1 rank 2."""
+    assert renumber({2: 1, 3: 2, 1: 3}, [1, 2]) == {2: 1, 1: 2}
 
 
 def test_blacklist_causes():

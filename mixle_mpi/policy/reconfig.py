@@ -118,9 +118,13 @@ def shrink_method(configured: str, started: bool, ulfm_reports_failed: bool) -> 
     return ULFM, None
 
 
-def renumber(survivors: Iterable[int]) -> dict[int, int]:
-    """Worker id -> rank in the shrunk communicator: the driver is 0, survivors keep their order."""
-    return {w: i + 1 for i, w in enumerate(sorted(survivors))}
+def renumber(ranks: Mapping[int, int], survivors: Iterable[int]) -> dict[int, int]:
+    """Worker id -> rank in the shrunk communicator: the driver is 0, and the survivors keep
+    the order of their ``ranks`` before it (ULFM's Shrink and the emulation both keep it).
+    That is not always the order of their ids: a spare that adopted a place has the place's
+    id and the spare's rank (external campaign, 2026-12-03: a later shrink sent a worker's
+    tasks to another process)."""
+    return {w: i + 1 for i, w in enumerate(sorted(survivors, key=lambda w: ranks[w]))}
 
 
 def blacklist_cause(failures: int, max_retries: int, respawn_setting: bool) -> str:

@@ -636,7 +636,7 @@ class Driver:
                 raise ReconfigurationTimeout(f"shrink returned {comm.Get_size()} ranks, expected {len(ranks)}")
             seconds = time.perf_counter() - t0
             self.gcomm = comm
-            self.grank = renumber(survivors)
+            self.grank = renumber(self.grank, survivors)
             for w in survivors:
                 self.mail.connect(w, Link(comm, hb, self.grank[w]))
                 self.monitor.watch(w, self.mail.links[w])

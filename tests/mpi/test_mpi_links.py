@@ -72,16 +72,18 @@ def test_emulated_shrink_keeps_every_live_rank_in_order(comm):
 
 def test_emulated_shrink_over_agreed_survivors_renumbers_them_like_the_driver(comm):
     """Worker 1 is left out (as a failed one would be; here it is alive and simply does not
-    take part). The survivors get the ranks reconfig.renumber gives them."""
+    take part). The survivors get the ranks reconfig.renumber gives them. Their worker ids
+    run against their ranks (as after a spare adopted a place): the order is the ranks'."""
     rank, size = comm.Get_rank(), comm.Get_size()
     survivors = list(range(2, size))
-    ranks = [0] + survivors  # ranks of comm, as the driver passes them
+    ranks = [0] + survivors[::-1]  # ranks of comm, as the driver passes them (in worker id order)
     if rank not in ranks:
         return
     new = run_with_deadline(lambda: shrink(comm, ranks, EMULATED, 2), WAIT, "emulated shrink")
-    numbers = renumber(survivors)
+    worker_of = {r: size + 1 - r for r in survivors}  # rank 2 holds the highest worker id
+    numbers = renumber({w: r for r, w in worker_of.items()}, worker_of.values())
     assert new.Get_size() == len(ranks)
-    assert new.Get_rank() == (0 if rank == 0 else numbers[rank])
+    assert new.Get_rank() == (0 if rank == 0 else numbers[worker_of[rank]])
     hb = run_with_deadline(new.Dup, WAIT, "heartbeat dup")
     _round_trip(new, hb, sorted(numbers.values()), "survivors")
 
