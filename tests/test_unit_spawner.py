@@ -17,24 +17,22 @@ import pytest
 from mixle_mpi.policy.config import Settings
 
 
-def _spawner(**settings):
+def _spawner(unavailable: str | None = None, **settings):
     from mixle_mpi.runtime.spawner import Spawner
 
-    return Spawner(Settings(**settings), ["python", "script.py"], None, None)
+    return Spawner(Settings(**settings), ["python", "script.py"], None, unavailable)
 
 
 def _background(fn):
     from mixle_mpi.core.deadlines import Background
 
-    call = Background(fn, "spawn")
-    return call
+    return Background(fn, "spawn")
 
 
 def test_where_spawning_cannot_work_nothing_is_started_and_the_reason_is_given():
-    from mixle_mpi.runtime.spawner import Spawner, SpawnUnavailable
+    from mixle_mpi.runtime.spawner import SpawnUnavailable
 
-    why = "srun --mpi=pmix cannot spawn"
-    spawner = Spawner(Settings(), ["python", "script.py"], None, why)
+    spawner = _spawner("srun --mpi=pmix cannot spawn")
     with pytest.raises(SpawnUnavailable, match="srun --mpi=pmix cannot spawn"):
         spawner.start(2, "node1", (b"encoder", b"model"))
     assert spawner.running == {}

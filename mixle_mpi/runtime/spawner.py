@@ -92,16 +92,16 @@ class Spawner:
         exe, *args = replacement_command(self.command, self.fast_command, pickled)
         self._wait_fenced_gone()
 
-        def spawn():
+        def spawn() -> Link:
             inter = spawn_on(host, exe, args)
             pair = inter.Merge(high=False)
-            return inter, pair, pair.Dup()
+            return Link(pair, pair.Dup(), 1, inter=inter)
 
         if self.background:
             self.running[worker] = (Background(spawn, "spawn"), time.monotonic())
             return None
         try:
-            inter, pair, hb = run_with_deadline(spawn, self.timeout, "spawn")
+            return run_with_deadline(spawn, self.timeout, "spawn")
         except TimeoutError as exc:
             if spawn_timeout_is_fatal(self.vendor):
                 raise ReconfigurationTimeout(
@@ -111,7 +111,6 @@ class Spawner:
             raise SpawnUnavailable(str(exc)) from None
         except (MPI.Exception, NotImplementedError) as exc:
             raise SpawnUnavailable(str(exc)) from None
-        return Link(pair, hb, 1, inter=inter)
 
     def finished(self, now: float) -> list[tuple[int, Link | str]]:
         """The background Spawns that ended: each place with its replacement's link, or with
@@ -122,11 +121,9 @@ class Spawner:
             if call.done():
                 del self.running[w]
                 try:
-                    inter, pair, hb = call.result()
+                    ended.append((w, call.result()))
                 except (MPI.Exception, NotImplementedError) as exc:
                     ended.append((w, str(exc)))
-                    continue
-                ended.append((w, Link(pair, hb, 1, inter=inter)))
             elif now - since > self.timeout:
                 del self.running[w]
                 why = f"spawn did not finish within {self.timeout:g} s"
