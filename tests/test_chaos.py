@@ -99,25 +99,30 @@ def test_failure_is_recovered_bit_identically(library, scenario, tmp_path, refer
                                      if p.id == "openmpi" else p for p in LIBRARIES])
 def test_replacement_dying_inside_spawn_recovers_to_the_same_bits(library, tmp_path, reference):
     """Campaign finding (MPICH runs 8, 33, ...): a replacement killed while MPI_Comm_spawn
-    starts it. Open MPI reports the spawn failed past its deadline and the shards migrate;
-    under MPICH the abandoned spawn holds MPI, so the driver ends the run with exit 74 and
-    the launcher runs it again; both faults are spent (each fires once per job), so the
-    rerun meets no failure."""
+    starts it, with the Spawn in the driver's own thread. The Spawn never returns, but the
+    replacement's birth record (runtime/birth.py) tells the driver its process is gone, so it
+    gives up at once, not at reconfigure_timeout (the default 60 s here). Open MPI: the
+    shards migrate. MPICH: the abandoned spawn holds MPI, so the driver ends the run with
+    exit 74 and the launcher runs it again; both faults are spent (each fires once per job),
+    so the rerun meets no failure."""
     name, python = library
     plan = "2:kill:estep_before:1,2:kill:spawn"
     job, records = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan,
-                             env={"MIXLE_MPI_RECONFIGURE_TIMEOUT": "8", "MIXLE_MPI_RESPAWN_WAIT": "1"})
+                             env={"MIXLE_MPI_RESPAWN_WAIT": "1"})
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
     assert [r["phase"] for r in records if r["phase"] == "spawn"] == ["spawn"]
     events = [e["event"] for e in job.events]
     if name == "mpich":
         assert "running it again to resume" in job.stderr and events.count("start") == 2, job.describe()
+        assert "spawn given up: its process (pid" in job.stderr, job.describe()
         rerun = events[len(events) - events[::-1].index("start"):]
         assert "failure_detected" not in rerun, job.describe()  # the same bits, with no failure this time
     else:
         assert "spawn_unavailable" in events and "migrated" in events, job.describe()
         assert job.result["blacklist"] == [2], job.describe()
+        cause = next(e["cause"] for e in job.events if e["event"] == "spawn_unavailable")
+        assert "died before it had joined MPI" in cause, job.describe()
     assert no_leftover_processes(str(tmp_path)) == []
 
 
@@ -164,19 +169,25 @@ def test_a_replacement_dying_while_it_joins_is_one_more_failure(library, tmp_pat
     assert no_leftover_processes(str(tmp_path)) == []
 
 
-def test_a_background_spawn_that_overruns_leaves_the_shards_migrated(tmp_path, reference):
-    """Open MPI runs the Spawn beside the fit. The replacement dies as it starts (a "spawn"
-    fault), so the Spawn never finishes: past reconfigure_timeout (4 s here, while worker 1
-    straggles 10 s) the place is blacklisted and its shard migrates for good. The failed call
-    did not wait for the Spawn (campaign finding 4: it used to wait out the whole deadline)."""
-    plan = "2:kill:estep_before:1,2:kill:spawn,1:delay:estep_before:3"
+@pytest.mark.parametrize("action,cause", [("stop", "spawn did not finish within 4 s"),
+                                          ("kill", "died before it had joined MPI")])
+def test_a_background_spawn_that_cannot_end_leaves_the_shards_migrated(action, cause, tmp_path, reference):
+    """Open MPI runs the Spawn beside the fit. The replacement stops or dies as it starts (a
+    "spawn" fault), so the Spawn never finishes. A stopped one is given up past
+    reconfigure_timeout (4 s here, while worker 1 straggles 10 s), a dead one at once (its
+    birth record, runtime/birth.py); then the place is blacklisted and its shard migrates for
+    good. The failed call did not wait for the Spawn (campaign finding 4: it used to wait out
+    the whole deadline)."""
+    plan = f"2:kill:estep_before:1,2:{action}:spawn,1:delay:estep_before:3"
     job, records = chaos_job(OMPI_PYTHON, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan,
                              env={"MIXLE_MPI_RECONFIGURE_TIMEOUT": "4", **IDLE})
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
-    events = [e["event"] for e in job.events if e.get("worker") == 2]
-    assert events[:2] == ["failure_detected", "respawn_started"], job.describe()
-    assert "spawn_unavailable" in events and "blacklisted" in events, job.describe()
+    events = [e for e in job.events if e.get("worker") == 2]
+    assert [e["event"] for e in events[:2]] == ["failure_detected", "respawn_started"], job.describe()
+    unavailable = next(e for e in events if e["event"] == "spawn_unavailable")
+    assert cause in unavailable["cause"], job.describe()
+    assert "blacklisted" in [e["event"] for e in events], job.describe()
     assert job.result["blacklist"] == [2], job.describe()
     assert sorted(s for e in job.events if e["event"] == "migrated" for s in e["shards"]) == [1], job.describe()
     failed_call = next(r for r in job.result["rounds"] if r["kind"] == "estep" and r["call"] == 1)
@@ -189,14 +200,18 @@ def test_a_spawn_still_stuck_when_the_fit_ends_is_abandoned_without_holding_up_t
     started, in the last E-step, so the fit ended while its Spawn was stuck. The driver then
     waited out the rest of reconfigure_timeout (60 s) at exit, and the launcher killed the
     job 30 s after the verdict. Now the exit waits at most spawner.EXIT_WAIT (10 s), says so
-    (event ``spawn_abandoned``), and the job ends on its own, with the results saved."""
-    plan = f"2:kill:estep_before:{ITS - 1},2:kill:spawn"
+    (event ``spawn_abandoned``), and the job ends on its own, with the results saved. The
+    replacement here is stopped, not killed: a dead one is given up at once by its birth
+    record, and it is a process stuck alive that the exit must not wait for."""
+    plan = f"2:kill:estep_before:{ITS - 1},2:stop:spawn"
     job, records = chaos_job(OMPI_PYTHON, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan)
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
     abandoned = [e for e in job.events if e["event"] == "spawn_abandoned"]
     assert len(abandoned) == 1 and abandoned[0]["workers"] == [2], job.describe()
-    assert "killing the job" not in job.stderr, job.describe()  # it ended within the launcher's grace
+    # the driver ended within the launcher's grace; the stopped replacement is the launcher's to
+    # kill (policy/jobwatch.py: every remaining rank stopped)
+    assert "are still running: killing the job" not in job.stderr, job.describe()
     assert no_leftover_processes(str(tmp_path)) == []
 
 

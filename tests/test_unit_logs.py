@@ -112,6 +112,27 @@ def test_status_says_whether_the_driver_printed_its_message(tmp_path, monkeypatc
                                             "reported": True}
 
 
+@pytest.mark.parametrize("held", [False, True])
+def test_a_failing_driver_tells_the_workers_unless_its_mpi_is_held(held, tmp_path, monkeypatch):
+    """An abandoned Spawn under MPICH holds the driver's MPI: telling the workers would only
+    wait out ABORT_DEADLINE (10 s), so the driver exits at once and they see its process gone."""
+    from mixle_mpi.core.errors import ReconfigurationTimeout
+
+    told, ended = [], []
+
+    class Handle:
+        def abort_workers(self, code, why):
+            told.append(code)
+
+    monkeypatch.setenv(exiting.STATUS_ENV, str(tmp_path / "status.json"))
+    monkeypatch.setitem(exiting._state, "status_written", False)
+    monkeypatch.setitem(exiting._state, "handle", Handle())
+    monkeypatch.setattr(exiting.os, "_exit", ended.append)
+    error = ReconfigurationTimeout("spawn given up", mpi_held=held)
+    exiting._driver_excepthook(type(error), error, None)
+    assert ended == [exitcodes.RERUN_TO_RESUME] and told == ([] if held else [exitcodes.RERUN_TO_RESUME])
+
+
 def test_event_echo_to_a_stream_keeps_its_prefix():
     from mixle_mpi.storage.events import EventLog
 

@@ -29,6 +29,28 @@ def _background(fn):
     return Background(fn, "spawn")
 
 
+def _underway(call, since, birth=None):
+    from mixle_mpi.runtime.spawner import Underway
+
+    return Underway(call, since, birth)
+
+
+def _dead_record(tmp_path) -> str:
+    """A birth record of a process that has ended (a real one, started and waited for)."""
+    import socket
+    import subprocess
+
+    from mixle_mpi.core.reaper import identity
+
+    proc = subprocess.Popen(["sleep", "30"])
+    ident = identity(proc.pid)
+    proc.kill()
+    proc.wait()
+    path = tmp_path / "birth"
+    path.write_text(f"{socket.gethostname()} {ident[0]} {ident[1]}\n")
+    return str(path)
+
+
 def test_where_spawning_cannot_work_nothing_is_started_and_the_reason_is_given():
     from mixle_mpi.runtime.spawner import SpawnUnavailable
 
@@ -49,7 +71,7 @@ def test_a_failed_background_spawn_is_handed_over_with_its_error_and_a_running_o
 
     failed, running = _background(refused), _background(lambda: release.wait(30))
     failed.thread.join(5)
-    spawner.running = {2: (failed, time.monotonic()), 3: (running, time.monotonic())}
+    spawner.running = {2: _underway(failed, time.monotonic()), 3: _underway(running, time.monotonic())}
     ended = spawner.finished(time.monotonic())
     assert [w for w, _ in ended] == [2] and isinstance(ended[0][1], str) and ended[0][1], ended
     assert list(spawner.running) == [3]
@@ -65,7 +87,7 @@ def test_a_background_spawn_past_its_deadline_is_given_up_once_mpi_is_checked(mo
     spawner = _spawner(reconfigure_timeout=2.0)
     release = threading.Event()
     stuck = _background(lambda: release.wait(30))
-    spawner.running = {4: (stuck, time.monotonic() - 3.0)}
+    spawner.running = {4: _underway(stuck, time.monotonic() - 3.0)}
     assert spawner.finished(time.monotonic()) == [(4, "spawn did not finish within 2 s")]
     assert spawner.running == {} and checked == ["spawn did not finish within 2 s"]
     release.set()
@@ -76,7 +98,7 @@ def test_at_exit_a_spawn_under_way_gets_the_rest_of_its_deadline_and_no_more():
     spawner = _spawner(reconfigure_timeout=1.0)
     release = threading.Event()
     soon, stuck = _background(lambda: time.sleep(0.2)), _background(lambda: release.wait(30))
-    spawner.running = {2: (soon, time.monotonic()), 3: (stuck, time.monotonic())}
+    spawner.running = {2: _underway(soon, time.monotonic()), 3: _underway(stuck, time.monotonic())}
     t0 = time.monotonic()
     spawner.settle()
     assert soon.done() and not stuck.done()
@@ -94,9 +116,84 @@ def test_at_exit_a_spawn_gets_at_most_exit_wait_which_ends_before_the_launcher_k
     spawner = _spawner(reconfigure_timeout=60.0)
     release = threading.Event()
     stuck = _background(lambda: release.wait(30))
-    spawner.running = {2: (stuck, time.monotonic())}
+    spawner.running = {2: _underway(stuck, time.monotonic())}
     t0 = time.monotonic()
     spawner.settle()
     assert time.monotonic() - t0 < 5.0 and not stuck.done() and list(spawner.running) == [2]
     release.set()
     stuck.thread.join(5)
+
+
+def test_a_background_spawn_whose_process_died_is_given_up_at_once(monkeypatch, tmp_path):
+    """Its birth record names a process that is gone: the Spawn can never end (Open MPI and
+    MPICH alike), so the place is handed back long before reconfigure_timeout."""
+    from mixle_mpi.runtime import spawner as module
+
+    checked: list = []
+    monkeypatch.setattr(module, "check_mpi_answers", checked.append)
+    spawner = _spawner(reconfigure_timeout=60.0)
+    release = threading.Event()
+    stuck, record = _background(lambda: release.wait(30)), _dead_record(tmp_path)
+    spawner.running = {2: _underway(stuck, time.monotonic(), record)}
+    ((worker, why),) = spawner.finished(time.monotonic())
+    assert worker == 2 and why.startswith("spawn given up: its process (pid ") and "died before it had joined MPI" in why
+    assert spawner.running == {} and checked == [why]
+    assert not (tmp_path / "birth").exists()  # the record is cleaned up with the Spawn
+    release.set()
+    stuck.thread.join(5)
+
+
+def test_a_background_spawn_whose_process_runs_or_has_not_written_yet_goes_on(tmp_path):
+    import os
+    import socket
+
+    from mixle_mpi.core.reaper import identity
+
+    spawner = _spawner(reconfigure_timeout=60.0)
+    release = threading.Event()
+    alive = tmp_path / "alive"
+    alive.write_text(f"{socket.gethostname()} {os.getpid()} {identity(os.getpid())[1]}\n")
+    a, b = _background(lambda: release.wait(30)), _background(lambda: release.wait(30))
+    spawner.running = {2: _underway(a, time.monotonic(), str(alive)),
+                       3: _underway(b, time.monotonic(), str(tmp_path / "not-yet"))}
+    assert spawner.finished(time.monotonic()) == [] and sorted(spawner.running) == [2, 3]
+    release.set()
+    a.thread.join(5)
+    b.thread.join(5)
+
+
+def test_at_exit_a_spawn_whose_process_died_is_not_waited_for(tmp_path):
+    spawner = _spawner(reconfigure_timeout=60.0)
+    release = threading.Event()
+    stuck, record = _background(lambda: release.wait(30)), _dead_record(tmp_path)
+    spawner.running = {2: _underway(stuck, time.monotonic(), record)}
+    t0 = time.monotonic()
+    spawner.settle()
+    assert time.monotonic() - t0 < 1.0 and list(spawner.running) == [2]  # still there: the driver reports it
+    assert not (tmp_path / "birth").exists()
+    release.set()
+    stuck.thread.join(5)
+
+
+def test_the_fast_entry_is_told_where_to_write_its_birth_record_and_the_script_is_not(monkeypatch):
+    """Only mixle_mpi's own entry takes ``--birth``; the user's script gets its own arguments."""
+    from mixle_mpi.runtime import birth
+    from mixle_mpi.runtime import spawner as module
+
+    calls: list = []
+
+    def spawn_on(host, exe, args):
+        calls.append([exe, *args])
+        raise RuntimeError("no MPI here")
+
+    monkeypatch.setattr(module, "spawn_on", spawn_on)
+    fast = ["python", "-m", "mixle_mpi.runtime.spawned"]
+    spawner = module.Spawner(Settings(), ["python", "script.py", "--its", "3"], fast, None)
+    spawner.background = True
+    spawner.start(2, None, (b"enc", b"model"))
+    spawner.start(3, None, (b"enc", b"a __main__ class"))  # only the script can unpickle it
+    for underway in spawner.running.values():
+        underway.call.thread.join(5)
+    record = spawner.running[2].birth
+    assert record and spawner.running[3].birth is None
+    assert calls == [fast + [birth.ARG, record], ["python", "script.py", "--its", "3"]]

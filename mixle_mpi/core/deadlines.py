@@ -5,6 +5,13 @@ Disconnect, Finalize): it runs in a helper thread and the caller stops waiting a
 from __future__ import annotations
 
 import threading
+import time
+
+GIVE_UP_POLL = 0.05  # seconds between the caller's looks at whether the call can still end
+
+
+class GaveUp(TimeoutError):
+    """The caller stopped waiting before the deadline: it learnt the call can never end."""
 
 
 class Background:
@@ -33,15 +40,25 @@ class Background:
         return self.box["value"]
 
 
-def run_with_deadline(fn, timeout: float, what: str):
+def run_with_deadline(fn, timeout: float, what: str, give_up=None):
     """Run a blocking MPI call in a helper thread; raise TimeoutError past the deadline.
 
     A collective that never returns (a member died inside it on a library without ULFM)
     must become a clear error, not a hung job. The stuck thread is abandoned; the caller
-    ends the process.
+    ends the process. ``give_up()``, if given, is asked while waiting: a reason (text) ends
+    the wait at once with ``GaveUp`` (a Spawn whose process died).
     """
     call = Background(fn, what)
-    call.thread.join(timeout)
-    if not call.done():
-        raise TimeoutError(f"{what} did not finish within {timeout:g} s")
+    end = time.monotonic() + timeout
+    while not call.done():
+        left = end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"{what} did not finish within {timeout:g} s")
+        if give_up is None:
+            call.thread.join(left)
+            continue
+        reason = give_up()
+        if reason:
+            raise GaveUp(f"{what} given up: {reason}")
+        call.thread.join(min(left, GIVE_UP_POLL))
     return call.result()

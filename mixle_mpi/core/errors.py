@@ -36,7 +36,13 @@ class WorkerError(MixleMPIError):
 
 
 class ReconfigurationTimeout(MixleMPIError):
-    """A shrink or respawn did not finish within its deadline; the job cannot recover."""
+    """A shrink or respawn did not finish within its deadline; the job cannot recover.
+    ``mpi_held``: an abandoned call holds this process's MPI, so no MPI call can tell the
+    workers to end (they see the driver's process gone and end on their own)."""
+
+    def __init__(self, message: str, mpi_held: bool = False) -> None:
+        super().__init__(message)
+        self.mpi_held = mpi_held
 
 
 class Preempted(MixleMPIError):

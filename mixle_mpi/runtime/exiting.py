@@ -111,7 +111,7 @@ def _driver_excepthook(tp, value, tb) -> None:
     except OSError:
         pass
     handle = _state["handle"]
-    if handle is not None:
+    if handle is not None and not getattr(value, "mpi_held", False):  # held: the call would only wait
         _bounded(lambda: handle.abort_workers(code, f"{tp.__name__}: {value}"))
     _flush()
     os._exit(code)

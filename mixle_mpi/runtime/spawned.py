@@ -5,23 +5,40 @@ the user's whole script, a replacement first re-runs the script's imports and da
 (seconds); started here, it initialises MPI at once and imports mixle only when the
 driver's ``Setup`` arrives, while the fit goes on (policy/joining.py). The driver uses the
 script instead when its pickles name ``__main__`` (classes defined in the script itself).
+Before MPI it writes its birth record (runtime/birth.py), so that a death inside the Spawn
+is seen at once.
 
-    python -m mixle_mpi.runtime.spawned [--path DIR]   # DIR: the script's folder, for its imports
+    python -m mixle_mpi.runtime.spawned [--path DIR] [--birth FILE]   # DIR: the script's folder
 """
 
 from __future__ import annotations
 
 import sys
 
+from mixle_mpi.runtime import birth
+
+
+def options(argv: list[str]) -> dict[str, str]:
+    """``--path DIR`` and ``--birth FILE``, each optional, in any order; others are ignored."""
+    found = {}
+    for i, arg in enumerate(argv[:-1]):
+        if arg in ("--path", birth.ARG):
+            found[arg] = argv[i + 1]
+    return found
+
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 2 and argv[0] == "--path" and argv[1] not in sys.path:
-        sys.path.insert(0, argv[1])
+    found = options(sys.argv[1:] if argv is None else argv)
+    if birth.ARG in found:
+        birth.write(found[birth.ARG])
+    if "--path" in found and found["--path"] not in sys.path:
+        sys.path.insert(0, found["--path"])
     from mixle_mpi.runtime import exiting, startup
 
     MPI = startup.init_mpi()
     exiting.install("worker")
+    if birth.ARG in found:
+        birth.remove(found[birth.ARG])  # joined: nothing left to tell
     from mixle_mpi.runtime.worker import serve_spawned
 
     serve_spawned(MPI.Comm.Get_parent())

@@ -9,7 +9,11 @@ caller (its global lock: a stuck Spawn must stay bounded there).
 
 from __future__ import annotations
 
+import itertools
+import os
+import tempfile
 import time
+from typing import NamedTuple
 
 from mpi4py import MPI
 
@@ -18,6 +22,7 @@ from mixle_mpi.core.errors import RERUN_ADVICE, ReconfigurationTimeout
 from mixle_mpi.core.reaper import not_reaped
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.policy.reconfig import replacement_command, spawn_timeout_is_fatal
+from mixle_mpi.runtime import birth
 from mixle_mpi.runtime.rankwrapper import wrapper_of
 from mixle_mpi.runtime.transport import Link
 
@@ -30,6 +35,15 @@ FENCE_SETTLE = 0.25        # then seconds for Hydra to act on that death before 
 # launcher killed the job); and the launcher kills ranks still running 30 s after the
 # driver's verdict (policy/jobwatch.py, FINISH_GRACE).
 EXIT_WAIT = 10.0
+
+
+class Underway(NamedTuple):
+    """A background Spawn: the call, when it began, and where its process writes its birth
+    record (runtime/birth.py; None when it runs the user's script, which writes none)."""
+
+    call: Background
+    since: float
+    birth: str | None = None
 
 
 class SpawnUnavailable(Exception):
@@ -60,7 +74,7 @@ def check_mpi_answers(what: str) -> None:
     except TimeoutError:
         raise ReconfigurationTimeout(
             f"{what}, and MPI no longer answers (the abandoned call holds it); this run cannot go on. "
-            f"{RERUN_ADVICE}") from None
+            f"{RERUN_ADVICE}", mpi_held=True) from None
     except MPI.Exception:
         pass  # it answered
 
@@ -73,8 +87,9 @@ class Spawner:
         self.timeout = settings.reconfigure_timeout
         self.vendor = MPI.get_vendor()[0]
         self.background = not settings.respawn_wait and not spawn_timeout_is_fatal(self.vendor)
-        self.running: dict[int, tuple[Background, float]] = {}  # place -> its background Spawn, when it began
+        self.running: dict[int, Underway] = {}                  # place -> its background Spawn
         self.fenced_wrappers: dict[int, tuple] = {}             # worker -> its MPICH rank wrapper, when fenced
+        self._births = itertools.count()
 
     def fenced(self, worker: int, pid: int) -> None:
         """``worker``'s process (``pid``, on this host) is being killed: remember its MPICH
@@ -89,7 +104,9 @@ class Spawner:
         (``finished`` hands it over). Raises ``SpawnUnavailable`` where it cannot be done."""
         if self.unavailable:  # never tried where it cannot work (srun)
             raise SpawnUnavailable(self.unavailable)
-        exe, *args = replacement_command(self.command, self.fast_command, pickled)
+        command = replacement_command(self.command, self.fast_command, pickled)
+        record = self._birth_path(worker) if command is self.fast_command else None
+        exe, *args = command + ([birth.ARG, record] if record else [])
         self._wait_fenced_gone()
 
         def spawn() -> Link:
@@ -98,37 +115,46 @@ class Spawner:
             return Link(pair, pair.Dup(), 1, inter=inter)
 
         if self.background:
-            self.running[worker] = (Background(spawn, "spawn"), time.monotonic())
+            self.running[worker] = Underway(Background(spawn, "spawn"), time.monotonic(), record)
             return None
         try:
-            return run_with_deadline(spawn, self.timeout, "spawn")
-        except TimeoutError as exc:
+            return run_with_deadline(spawn, self.timeout, "spawn", (lambda: birth.died(record)) if record else None)
+        except TimeoutError as exc:  # or GaveUp: its process died
             if spawn_timeout_is_fatal(self.vendor):
                 raise ReconfigurationTimeout(
                     f"respawning rank {worker} failed: {exc}; under {self.vendor} the abandoned spawn holds MPI, "
-                    f"so this run cannot go on. {RERUN_ADVICE}") from None
+                    f"so this run cannot go on. {RERUN_ADVICE}", mpi_held=True) from None
             check_mpi_answers(str(exc))
             raise SpawnUnavailable(str(exc)) from None
         except (MPI.Exception, NotImplementedError) as exc:
             raise SpawnUnavailable(str(exc)) from None
+        finally:
+            if record:
+                birth.remove(record)
 
     def finished(self, now: float) -> list[tuple[int, Link | str]]:
         """The background Spawns that ended: each place with its replacement's link, or with
-        why it failed (an error, or no end within ``reconfigure_timeout``)."""
+        why it failed: an error, its process died (runtime/birth.py), or no end within
+        ``reconfigure_timeout``."""
         ended: list[tuple[int, Link | str]] = []
         for w in list(self.running):
-            call, since = self.running[w]
-            if call.done():
-                del self.running[w]
+            call, since, record = self.running[w]
+            done = call.done()
+            died = None if done or not record else birth.died(record)
+            if done:
                 try:
                     ended.append((w, call.result()))
                 except (MPI.Exception, NotImplementedError) as exc:
                     ended.append((w, str(exc)))
-            elif now - since > self.timeout:
-                del self.running[w]
-                why = f"spawn did not finish within {self.timeout:g} s"
+            elif died or now - since > self.timeout:
+                why = f"spawn given up: {died}" if died else f"spawn did not finish within {self.timeout:g} s"
                 check_mpi_answers(why)
                 ended.append((w, why))
+            else:
+                continue
+            del self.running[w]
+            if record:
+                birth.remove(record)
         return ended
 
     def settle(self) -> None:
@@ -136,8 +162,17 @@ class Spawner:
         to end, so that its process can be stopped too (``finished`` then hands it over).
         One still under way after that is abandoned with this process."""
         end = time.monotonic() + EXIT_WAIT
-        for call, since in list(self.running.values()):
-            call.thread.join(max(0.0, min(since + self.timeout, end) - time.monotonic()))
+        for call, since, record in list(self.running.values()):
+            if not (record and birth.died(record)):  # one whose process died never ends
+                call.thread.join(max(0.0, min(since + self.timeout, end) - time.monotonic()))
+        for underway in self.running.values():
+            if underway.birth and not underway.call.done():
+                birth.remove(underway.birth)  # abandoned with this process: nobody reads it now
+
+    def _birth_path(self, worker: int) -> str:
+        """Where this Spawn's replacement writes its birth record: a name of its own (a file
+        the replacement removes once joined, the driver once the Spawn ended)."""
+        return os.path.join(tempfile.gettempdir(), f"mixle_mpi_birth_{os.getpid()}_{worker}_{next(self._births)}")
 
     def _wait_fenced_gone(self) -> None:
         """Under MPICH, before forking a replacement: let Hydra see the fenced workers die

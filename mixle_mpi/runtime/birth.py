@@ -1,0 +1,65 @@
+"""A replacement's birth record: which process it is, written as it starts, before its MPI
+initialisation.
+
+A replacement that dies while the driver's ``MPI_Comm_spawn`` starts it leaves that Spawn
+stuck for good, under Open MPI and MPICH alike. Without this record the driver learns it only
+at ``reconfigure_timeout`` (60 s by default): a minute with one worker fewer under Open MPI,
+a minute before exit 74 under MPICH. With it the driver sees the process is gone and gives
+up on the Spawn at once. A record it cannot read (another host, no /proc) only costs that.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from mixle_mpi.core.atomicfile import write_text
+from mixle_mpi.core.reaper import identity, not_reaped, process_state
+
+ARG = "--birth"  # the replacement's argument naming where it writes the record
+
+
+def write(path: str) -> None:
+    """In the replacement, first thing: this host, pid and start time (the pid's identity)."""
+    ident = identity(os.getpid())
+    if ident is None:
+        return
+    try:
+        write_text(path, f"{socket.gethostname()} {ident[0]} {ident[1]}\n")
+    except OSError:
+        pass  # the driver falls back on its deadline
+
+
+def read(path: str) -> tuple[str, tuple[int, str]] | None:
+    """(host, identity) from a record, or None while there is none (or it is not one)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            host, pid, start = fh.read().split()
+        return host, (int(pid), start)
+    except (OSError, ValueError):
+        return None
+
+
+def verdict(record: tuple[str, tuple[int, str]] | None, here: str, still_there) -> str | None:
+    """Why the replacement is known dead, or None: no record yet, a process on another host
+    (its death is not visible from here), or one ``still_there(identity)`` says runs."""
+    if record is None or record[0] != here or still_there(record[1]):
+        return None
+    return f"its process (pid {record[1][0]}) died before it had joined MPI"
+
+
+def running(ident: tuple[int, str]) -> bool:
+    """The process ``ident`` names is there and not a zombie."""
+    return not_reaped(ident) and process_state(ident[0]) not in (None, "Z", "X")
+
+
+def died(path: str) -> str | None:
+    """``verdict`` on the record at ``path``, for a process of this host."""
+    return verdict(read(path), socket.gethostname(), running)
+
+
+def remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -1,0 +1,79 @@
+"""A replacement's birth record (runtime/birth.py) and its entry's arguments (runtime/spawned.py):
+what lets the driver give up at once on a Spawn whose process died. The Spawner's use of it
+is in tests/test_unit_spawner.py, real deaths inside a Spawn in tests/test_chaos.py."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+
+from mixle_mpi.core.reaper import identity, process_state
+from mixle_mpi.runtime import birth
+from mixle_mpi.runtime.spawned import options
+
+HERE = socket.gethostname()
+
+
+def test_a_record_names_this_process_and_says_nothing_while_it_runs(tmp_path):
+    path = str(tmp_path / "b")
+    birth.write(path)
+    assert birth.read(path) == (HERE, identity(os.getpid()))
+    assert birth.died(path) is None
+    birth.remove(path)
+    assert not os.path.exists(path)
+    birth.remove(path)  # twice is harmless: the replacement and the driver both clean up
+
+
+def test_a_process_that_ended_is_reported_with_its_pid(tmp_path):
+    proc = subprocess.Popen(["sleep", "30"])
+    ident = identity(proc.pid)
+    path = tmp_path / "b"
+    path.write_text(f"{HERE} {ident[0]} {ident[1]}\n")
+    assert birth.died(str(path)) is None  # still running
+    proc.kill()
+    proc.wait()
+    assert birth.died(str(path)) == f"its process (pid {proc.pid}) died before it had joined MPI"
+
+
+def test_a_zombie_counts_as_dead_and_a_stopped_process_as_alive(tmp_path):
+    proc = subprocess.Popen(["sleep", "30"])
+    ident = identity(proc.pid)
+    try:
+        proc.send_signal(19)  # SIGSTOP: stuck, not dead (the Spawn's deadline decides)
+        assert birth.running(ident)
+        proc.kill()
+        end = time.monotonic() + 10
+        while birth.running(ident) and time.monotonic() < end:  # not waited for yet: a zombie
+            time.sleep(0.01)
+        assert process_state(proc.pid) == "Z" and not birth.running(ident)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_verdict_needs_a_record_of_this_host_and_a_process_that_is_gone():
+    gone, there = (lambda ident: False), (lambda ident: True)
+    assert birth.verdict(None, HERE, gone) is None                    # not written yet
+    assert birth.verdict(("other", (12, "99")), HERE, gone) is None  # another host: not visible here
+    assert birth.verdict((HERE, (12, "99")), HERE, there) is None
+    assert birth.verdict((HERE, (12, "99")), HERE, gone) == "its process (pid 12) died before it had joined MPI"
+
+
+def test_a_torn_or_missing_record_reads_as_none(tmp_path):
+    assert birth.read(str(tmp_path / "none")) is None
+    (tmp_path / "torn").write_text("host 12")
+    assert birth.read(str(tmp_path / "torn")) is None
+    (tmp_path / "bad").write_text("host twelve 99")
+    assert birth.read(str(tmp_path / "bad")) is None
+
+
+def test_a_record_that_cannot_be_written_is_left_out(tmp_path):
+    birth.write(str(tmp_path / "no" / "such" / "dir"))  # no error: the driver falls back on its deadline
+
+
+def test_the_entry_takes_its_folder_and_record_in_any_order():
+    assert options(["--path", "/s", "--birth", "/t/b"]) == {"--path": "/s", "--birth": "/t/b"}
+    assert options(["--birth", "/t/b", "--path", "/s"]) == {"--path": "/s", "--birth": "/t/b"}
+    assert options([]) == {} and options(["--path"]) == {}
