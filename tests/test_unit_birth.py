@@ -34,7 +34,7 @@ def test_a_process_that_ended_is_reported_with_its_pid(tmp_path):
     assert birth.died(str(path)) is None  # still running
     proc.kill()
     proc.wait()
-    assert birth.died(str(path)) == f"its process (pid {proc.pid}) died before it had joined MPI"
+    assert birth.died(str(path)) == (proc.pid, f"its process (pid {proc.pid}) died before it had joined MPI")
 
 
 def test_a_zombie_counts_as_dead_and_a_stopped_process_as_alive(tmp_path):

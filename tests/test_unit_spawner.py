@@ -73,7 +73,7 @@ def test_a_failed_background_spawn_is_handed_over_with_its_error_and_a_running_o
     failed.thread.join(5)
     spawner.running = {2: _underway(failed, time.monotonic()), 3: _underway(running, time.monotonic())}
     ended = spawner.finished(time.monotonic())
-    assert [w for w, _ in ended] == [2] and isinstance(ended[0][1], str) and ended[0][1], ended
+    assert [w for w, _ in ended] == [2] and ended[0][1].why and ended[0][1].pid is None, ended  # spawning failed
     assert list(spawner.running) == [3]
     release.set()
     running.thread.join(5)
@@ -88,7 +88,7 @@ def test_a_background_spawn_past_its_deadline_is_given_up_once_mpi_is_checked(mo
     release = threading.Event()
     stuck = _background(lambda: release.wait(30))
     spawner.running = {4: _underway(stuck, time.monotonic() - 3.0)}
-    assert spawner.finished(time.monotonic()) == [(4, "spawn did not finish within 2 s")]
+    assert spawner.finished(time.monotonic()) == [(4, module.SpawnFailed("spawn did not finish within 2 s"))]
     assert spawner.running == {} and checked == ["spawn did not finish within 2 s"]
     release.set()
     stuck.thread.join(5)
@@ -135,9 +135,9 @@ def test_a_background_spawn_whose_process_died_is_given_up_at_once(monkeypatch, 
     release = threading.Event()
     stuck, record = _background(lambda: release.wait(30)), _dead_record(tmp_path)
     spawner.running = {2: _underway(stuck, time.monotonic(), record)}
-    ((worker, why),) = spawner.finished(time.monotonic())
-    assert worker == 2 and why.startswith("spawn given up: its process (pid ") and "died before it had joined MPI" in why
-    assert spawner.running == {} and checked == [why]
+    ((worker, failed),) = spawner.finished(time.monotonic())
+    assert worker == 2 and failed.why == f"spawn given up: its process (pid {failed.pid}) died before it had joined MPI"
+    assert spawner.running == {} and checked == [failed.why]  # MPI answers: the place may get another Spawn
     assert not (tmp_path / "birth").exists()  # the record is cleaned up with the Spawn
     release.set()
     stuck.thread.join(5)
@@ -197,3 +197,21 @@ def test_the_fast_entry_is_told_where_to_write_its_birth_record_and_the_script_i
     record = spawner.running[2].birth
     assert record and spawner.running[3].birth is None
     assert calls == [fast + [birth.ARG, record], ["python", "script.py", "--its", "3"]]
+
+
+def test_a_spawn_that_connected_leaves_its_process_pid_for_the_driver_to_watch(tmp_path):
+    """Its birth record names a process of this host: the driver sees its end while it
+    joins (its heartbeats have a grace then). The record itself is removed."""
+    import os
+    import socket
+
+    from mixle_mpi.core.reaper import identity
+
+    spawner = _spawner(reconfigure_timeout=60.0)
+    record = tmp_path / "born"
+    record.write_text(f"{socket.gethostname()} {os.getpid()} {identity(os.getpid())[1]}\n")
+    connected = _background(lambda: "link")
+    connected.thread.join(5)
+    spawner.running = {2: _underway(connected, time.monotonic(), str(record))}
+    assert spawner.finished(time.monotonic()) == [(2, "link")]
+    assert spawner.born == {2: os.getpid()} and not record.exists()

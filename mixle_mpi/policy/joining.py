@@ -26,6 +26,7 @@ class Join:
     parts: list = field(default_factory=list)
     loading: set = field(default_factory=set)
     since: float = 0.0                   # monotonic time of its last step forward
+    pid: int | None = None               # its process, when on the driver's host (its end is seen at once)
 
     def __post_init__(self) -> None:
         self.since = self.since or self.started

@@ -48,14 +48,24 @@ def verdict(record: tuple[str, tuple[int, str]] | None, here: str, still_there) 
     return f"its process (pid {record[1][0]}) died before it had joined MPI"
 
 
+def pid_here(path: str) -> int | None:
+    """The pid the record at ``path`` names, if it is a process of this host (whose end
+    the driver can then see while the replacement joins), else None."""
+    record = read(path)
+    return record[1][0] if record and record[0] == socket.gethostname() else None
+
+
 def running(ident: tuple[int, str]) -> bool:
     """The process ``ident`` names is there and not a zombie."""
     return not_reaped(ident) and process_state(ident[0]) not in (None, "Z", "X")
 
 
-def died(path: str) -> str | None:
-    """``verdict`` on the record at ``path``, for a process of this host."""
-    return verdict(read(path), socket.gethostname(), running)
+def died(path: str) -> tuple[int, str] | None:
+    """(pid, why) when the record at ``path`` names a process of this host that is gone
+    (``verdict``), else None."""
+    record = read(path)
+    why = verdict(record, socket.gethostname(), running)
+    return (record[1][0], why) if record and why else None
 
 
 def remove(path: str) -> None:

@@ -41,6 +41,7 @@ from mixle_mpi.policy import reconfig
 from mixle_mpi.policy.reconfig import EMULATED, Adopt, Blacklist, KeepComm, Respawn, ShrinkComm, renumber, shrink_method
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.core.deadlines import run_with_deadline
+from mixle_mpi.core.reaper import process_gone
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.runtime.spawner import Spawner, SpawnUnavailable
 from mixle_mpi.storage.store import ShardStore, rows_from_packed
@@ -690,6 +691,7 @@ class Driver:
             return False
         self.respawn_hosts[worker] = host
         if link is not None and self.settings.respawn_wait:
+            self._replacement_pid(worker)
             self.grank.pop(worker, None)
             self._bring_up(worker, link, "respawned", t0)
             return True
@@ -717,20 +719,34 @@ class Driver:
         """The replacement's process is connected: set it up (it imports before it beats)."""
         self.mail.connect(worker, link)
         self.joining[worker].since = time.monotonic()
+        self.joining[worker].pid = self._replacement_pid(worker)
         self.monitor.grace(worker, self.settings.reconfigure_timeout)
         if self.mail.post(worker, self._setup_message(worker)):
             self.monitor.watch(worker, link)
 
+    def _replacement_pid(self, worker: int) -> int | None:
+        """The pid of ``worker``'s just-connected replacement, if on this host (its birth
+        record): the place's process from now on, to fence and to watch while it joins."""
+        pid = self.spawner.born.pop(worker, None)
+        if pid is not None:
+            self.info[worker] = (self.host, pid)
+        return pid
+
     def _advance_spawns(self, now: float) -> bool:
-        """Background Spawns: connect the ones that finished; one that failed or overran
-        reconfigure_timeout leaves its place to be blacklisted (its shards migrate)."""
+        """Background Spawns: connect the ones that finished. One whose process died is one
+        more failure of its place (it may get another replacement); one that failed
+        otherwise or overran reconfigure_timeout leaves its place to be blacklisted (its
+        shards migrate)."""
         progressed = False
         for w, got in self.spawner.finished(now):
-            if isinstance(got, str):
-                self._spawn_failed(w, got)
-            else:
+            if isinstance(got, Link):
                 self._begin_join(w, got)
                 progressed = True
+            elif got.pid is not None:
+                self.info[w] = (self.host, got.pid)  # the dead replacement (a birth record is of this host)
+                self._fail(w, got.why)
+            else:
+                self._spawn_failed(w, got.why)
         return progressed
 
     def _spawn_failed(self, worker: int, cause: str) -> None:
@@ -748,6 +764,9 @@ class Driver:
             if w in self.spawner.running:
                 continue
             join = self.joining[w]
+            if join.pid is not None and process_gone(join.pid):  # no heartbeat verdict yet: it has a grace
+                self._fail(w, f"its process (pid {join.pid}) ended while it joined")
+                continue
             for msg in self.mail.drain(w):
                 if isinstance(msg, Ready) and not join.ready:
                     self._note_ready(w, msg)

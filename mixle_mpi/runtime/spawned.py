@@ -37,11 +37,9 @@ def main(argv: list[str] | None = None) -> None:
 
     MPI = startup.init_mpi()
     exiting.install("worker")
-    if birth.ARG in found:
-        birth.remove(found[birth.ARG])  # joined: nothing left to tell
     from mixle_mpi.runtime.worker import serve_spawned
 
-    serve_spawned(MPI.Comm.Get_parent())
+    serve_spawned(MPI.Comm.Get_parent(), found.get(birth.ARG))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,15 @@ class Underway(NamedTuple):
     birth: str | None = None
 
 
+class SpawnFailed(NamedTuple):
+    """Why a background Spawn ended without a replacement. ``pid``: its process died before
+    joining (runtime/birth.py); spawning itself still works then, so the place may get
+    another replacement. Otherwise (an error, an overrun) spawning is not tried again."""
+
+    why: str
+    pid: int | None = None
+
+
 class SpawnUnavailable(Exception):
     """Spawning cannot work here, or just failed: the place's shards migrate. Its text is why."""
 
@@ -79,6 +88,11 @@ def check_mpi_answers(what: str) -> None:
         pass  # it answered
 
 
+def _why_dead(record: str) -> str | None:
+    died = birth.died(record)
+    return died[1] if died else None
+
+
 class Spawner:
     def __init__(self, settings: Settings, command: list[str] | None, fast_command: list[str] | None,
                  unavailable: str | None) -> None:
@@ -90,6 +104,7 @@ class Spawner:
         self.running: dict[int, Underway] = {}                  # place -> its background Spawn
         self.fenced_wrappers: dict[int, tuple] = {}             # worker -> its MPICH rank wrapper, when fenced
         self._births = itertools.count()
+        self.born: dict[int, int] = {}  # place -> its connected replacement's pid, from its birth record (this host)
 
     def fenced(self, worker: int, pid: int) -> None:
         """``worker``'s process (``pid``, on this host) is being killed: remember its MPICH
@@ -118,7 +133,9 @@ class Spawner:
             self.running[worker] = Underway(Background(spawn, "spawn"), time.monotonic(), record)
             return None
         try:
-            return run_with_deadline(spawn, self.timeout, "spawn", (lambda: birth.died(record)) if record else None)
+            link = run_with_deadline(spawn, self.timeout, "spawn", (lambda: _why_dead(record)) if record else None)
+            self._note_born(worker, record)
+            return link
         except TimeoutError as exc:  # or GaveUp: its process died
             if spawn_timeout_is_fatal(self.vendor):
                 raise ReconfigurationTimeout(
@@ -132,11 +149,11 @@ class Spawner:
             if record:
                 birth.remove(record)
 
-    def finished(self, now: float) -> list[tuple[int, Link | str]]:
+    def finished(self, now: float) -> list[tuple[int, Link | SpawnFailed]]:
         """The background Spawns that ended: each place with its replacement's link, or with
         why it failed: an error, its process died (runtime/birth.py), or no end within
         ``reconfigure_timeout``."""
-        ended: list[tuple[int, Link | str]] = []
+        ended: list[tuple[int, Link | SpawnFailed]] = []
         for w in list(self.running):
             call, since, record = self.running[w]
             done = call.done()
@@ -144,12 +161,13 @@ class Spawner:
             if done:
                 try:
                     ended.append((w, call.result()))
+                    self._note_born(w, record)
                 except (MPI.Exception, NotImplementedError) as exc:
-                    ended.append((w, str(exc)))
+                    ended.append((w, SpawnFailed(str(exc))))
             elif died or now - since > self.timeout:
-                why = f"spawn given up: {died}" if died else f"spawn did not finish within {self.timeout:g} s"
-                check_mpi_answers(why)
-                ended.append((w, why))
+                why = f"spawn given up: {died[1]}" if died else f"spawn did not finish within {self.timeout:g} s"
+                check_mpi_answers(why)  # the abandoned call must not hold MPI
+                ended.append((w, SpawnFailed(why, died[0] if died else None)))
             else:
                 continue
             del self.running[w]
@@ -163,15 +181,24 @@ class Spawner:
         One still under way after that is abandoned with this process."""
         end = time.monotonic() + EXIT_WAIT
         for call, since, record in list(self.running.values()):
-            if not (record and birth.died(record)):  # one whose process died never ends
+            if not (record and _why_dead(record)):  # one whose process died never ends
                 call.thread.join(max(0.0, min(since + self.timeout, end) - time.monotonic()))
         for underway in self.running.values():
             if underway.birth and not underway.call.done():
                 birth.remove(underway.birth)  # abandoned with this process: nobody reads it now
 
+    def _note_born(self, worker: int, record: str | None) -> None:
+        """A Spawn returned: its process's pid, if its record is of this host (``born``)."""
+        pid = birth.pid_here(record) if record else None
+        if pid is not None:
+            self.born[worker] = pid
+        else:
+            self.born.pop(worker, None)
+
     def _birth_path(self, worker: int) -> str:
-        """Where this Spawn's replacement writes its birth record: a name of its own (a file
-        the replacement removes once joined, the driver once the Spawn ended)."""
+        """Where this Spawn's replacement writes its birth record: a name of its own. The
+        driver removes it when the Spawn ends (having read the pid), the replacement at its
+        Setup (the driver cannot, on another host)."""
         return os.path.join(tempfile.gettempdir(), f"mixle_mpi_birth_{os.getpid()}_{worker}_{next(self._births)}")
 
     def _wait_fenced_gone(self) -> None:

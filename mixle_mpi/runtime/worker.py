@@ -38,7 +38,7 @@ from mixle_mpi.runtime.beatrelay import BeatRelay
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.runtime.takeover import NoAgreement, agree, announce, driver_in, peer_says_driver_dead
 from mixle_mpi.storage.store import ShardStore, opens_store, rows_from_packed
-from mixle_mpi.runtime import doorbell
+from mixle_mpi.runtime import birth, doorbell
 from mixle_mpi.runtime.transport import Backoff, Link, PeerFailed, host_and_pid
 
 
@@ -59,9 +59,10 @@ def die(code: int, why: str) -> None:
 
 
 class Worker:
-    def __init__(self, link: Link, spawned: bool) -> None:
+    def __init__(self, link: Link, spawned: bool, birth_record: str | None = None) -> None:
         self.link = link
         self.spawned = spawned
+        self.birth_record = birth_record  # a replacement's (runtime/birth.py), until the driver has read it
         self.lock = threading.Lock()
         self.worker_id = -1
         self.incarnation = 0
@@ -220,6 +221,9 @@ class Worker:
             self._beater.start()
 
     def setup(self, cfg: Setup) -> None:
+        if self.birth_record:  # the driver read it when its Spawn returned, before this Setup
+            birth.remove(self.birth_record)
+            self.birth_record = None
         self.worker_id = _who["rank"] = cfg.worker
         self.incarnation = cfg.incarnation
         self.encoder = pickle.loads(cfg.encoder)  # nosec B301 - IPC from this job's own driver
@@ -545,8 +549,9 @@ def _startup_faults(rank: int) -> FaultInjector:
     return FaultInjector(pending_from_env(STARTUP_PHASES), rank, 0)
 
 
-def serve_spawned(parent) -> None:
-    """A respawned worker: merge with the driver (under a deadline), then serve."""
+def serve_spawned(parent, birth_record: str | None = None) -> None:
+    """A respawned worker: merge with the driver (under a deadline), then serve.
+    ``birth_record``: where it wrote its birth record, removed once the driver has read it."""
     from mixle_mpi.runtime import startup
 
     timeout = startup.startup_timeout()
@@ -555,4 +560,5 @@ def serve_spawned(parent) -> None:
         hb = run_with_deadline(pair.Dup, timeout, "heartbeat communicator")
     except (TimeoutError, MPI.Exception) as exc:
         die(NEVER_STARTED, f"a respawned worker could not join the driver: {exc}")
-    serve_forever(Link(pair, hb, 0, inter=parent), spawned=True)
+    link = Link(pair, hb, 0, inter=parent)
+    serve_forever(link, spawned=True, worker=Worker(link, True, birth_record))
