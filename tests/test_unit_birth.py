@@ -77,3 +77,37 @@ def test_the_entry_takes_its_folder_and_record_in_any_order():
     assert options(["--path", "/s", "--birth", "/t/b"]) == {"--path": "/s", "--birth": "/t/b"}
     assert options(["--birth", "/t/b", "--path", "/s"]) == {"--path": "/s", "--birth": "/t/b"}
     assert options([]) == {} and options(["--path"]) == {}
+
+
+def test_before_its_record_a_replacement_is_found_by_its_command_line_and_its_death_seen(tmp_path):
+    """The interpreter's first 0.1 s come before the record: the watch finds the process by
+    the record's path in its arguments (a process older than the watch is never read)."""
+    import sys
+
+    path = str(tmp_path / "never-written")
+    older = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", path])
+    try:
+        watch = birth.Watch(path)
+        assert watch.dead() is None and watch.seen == set()  # the older one is left out
+        young = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", path])
+        end = time.monotonic() + 10
+        while not watch.seen and time.monotonic() < end:
+            time.sleep(birth.SCAN_EVERY)
+            assert watch.dead() is None
+        assert watch.seen == {identity(young.pid)}
+        young.kill()
+        young.wait()
+        assert watch.dead() == (young.pid, f"its process (pid {young.pid}) died before it had joined MPI")
+    finally:
+        older.kill()
+        older.wait()
+
+
+def test_once_written_the_record_decides(tmp_path):
+    path = tmp_path / "b"
+    watch = birth.Watch(str(path))
+    assert watch.dead() is None  # nothing names it yet: nothing is known
+    birth.write(str(path))
+    assert watch.dead() is None  # this process, running
+    path.write_text(f"{HERE} 1 0\n")  # pid 1 with another start time: not that process
+    assert watch.dead() == (1, "its process (pid 1) died before it had joined MPI")

@@ -29,10 +29,12 @@ def _background(fn):
     return Background(fn, "spawn")
 
 
-def _underway(call, since, birth=None):
+def _underway(call, since, record=None):
+    """A background Spawn, watched through the birth record at ``record`` (a path) if given."""
+    from mixle_mpi.runtime.birth import Watch
     from mixle_mpi.runtime.spawner import Underway
 
-    return Underway(call, since, birth)
+    return Underway(call, since, Watch(record) if record else None)
 
 
 def _dead_record(tmp_path) -> str:
@@ -194,8 +196,8 @@ def test_the_fast_entry_is_told_where_to_write_its_birth_record_and_the_script_i
     spawner.start(3, None, (b"enc", b"a __main__ class"))  # only the script can unpickle it
     for underway in spawner.running.values():
         underway.call.thread.join(5)
-    record = spawner.running[2].birth
-    assert record and spawner.running[3].birth is None
+    record = spawner.running[2].watch.path
+    assert record and spawner.running[3].watch is None
     assert calls == [fast + [birth.ARG, record], ["python", "script.py", "--its", "3"]]
 
 

@@ -5,13 +5,16 @@ A replacement that dies while the driver's ``MPI_Comm_spawn`` starts it leaves t
 stuck for good, under Open MPI and MPICH alike. Without this record the driver learns it only
 at ``reconfigure_timeout`` (60 s by default): a minute with one worker fewer under Open MPI,
 a minute before exit 74 under MPICH. With it the driver sees the process is gone and gives
-up on the Spawn at once. A record it cannot read (another host, no /proc) only costs that.
+up on the Spawn at once. Before the record is written (the interpreter's first 0.1 s) the
+driver finds the process by its command line, which names the record (``Watch``). A record
+it cannot read (another host, no /proc) only costs that.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 
 from mixle_mpi.core.atomicfile import write_text
 from mixle_mpi.core.reaper import identity, not_reaped, process_state
@@ -73,3 +76,57 @@ def remove(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+SCAN_EVERY = 0.02  # seconds between looks for the processes that name a record not written yet
+
+
+def pids(proc: str = "/proc") -> frozenset[str]:
+    """This host's process ids, as /proc names them (one directory listing)."""
+    try:
+        return frozenset(e for e in os.listdir(proc) if e.isdigit())
+    except OSError:
+        return frozenset()
+
+
+def named(path: str, proc: str = "/proc", skip: frozenset[str] = frozenset()) -> list[tuple[int, str]]:
+    """Identities of this host's processes whose command line holds ``path``: the replacement
+    from its exec on (and under MPICH its rank wrapper, which ends with it). ``skip``: pids
+    older than the Spawn, whose command lines need no reading."""
+    needle = path.encode()
+    found = []
+    for entry in pids(proc) - skip:
+        try:
+            with open(os.path.join(proc, entry, "cmdline"), "rb") as fh:
+                if needle not in fh.read():
+                    continue
+        except OSError:
+            continue
+        ident = identity(int(entry), proc)
+        if ident is not None:
+            found.append(ident)
+    return found
+
+
+class Watch:
+    """One replacement's process while its Spawn runs: by its record once written; until then
+    by the processes whose command line names the record (looked for every ``SCAN_EVERY``)."""
+
+    def __init__(self, path: str, clock=time.monotonic, proc: str = "/proc") -> None:
+        self.path, self.clock, self.proc = path, clock, proc
+        self.seen: set[tuple[int, str]] = set()
+        self.older = pids(proc)  # before the Spawn: a scan then reads a few new command lines, not all
+        self._next_scan = 0.0
+
+    def dead(self) -> tuple[int, str] | None:
+        """(pid, why) once the process is known gone, else None."""
+        if os.path.exists(self.path):
+            return died(self.path)
+        now = self.clock()
+        if now >= self._next_scan:
+            self._next_scan = now + SCAN_EVERY
+            self.seen.update(named(self.path, self.proc, self.older))
+        if self.seen and not any(running(i) for i in self.seen):
+            pid = min(self.seen)[0]
+            return pid, f"its process (pid {pid}) died before it had joined MPI"
+        return None

@@ -38,12 +38,12 @@ EXIT_WAIT = 10.0
 
 
 class Underway(NamedTuple):
-    """A background Spawn: the call, when it began, and where its process writes its birth
-    record (runtime/birth.py; None when it runs the user's script, which writes none)."""
+    """A background Spawn: the call, when it began, and the watch on its process
+    (runtime/birth.py; None when it runs the user's script, which writes no birth record)."""
 
     call: Background
     since: float
-    birth: str | None = None
+    watch: birth.Watch | None = None
 
 
 class SpawnFailed(NamedTuple):
@@ -88,8 +88,8 @@ def check_mpi_answers(what: str) -> None:
         pass  # it answered
 
 
-def _why_dead(record: str) -> str | None:
-    died = birth.died(record)
+def _why_dead(watch: birth.Watch) -> str | None:
+    died = watch.dead()
     return died[1] if died else None
 
 
@@ -123,6 +123,7 @@ class Spawner:
         record = self._birth_path(worker) if command is self.fast_command else None
         exe, *args = command + ([birth.ARG, record] if record else [])
         self._wait_fenced_gone()
+        watch = birth.Watch(record) if record else None  # before the Spawn: it knows the older processes
 
         def spawn() -> Link:
             inter = spawn_on(host, exe, args)
@@ -130,11 +131,11 @@ class Spawner:
             return Link(pair, pair.Dup(), 1, inter=inter)
 
         if self.background:
-            self.running[worker] = Underway(Background(spawn, "spawn"), time.monotonic(), record)
+            self.running[worker] = Underway(Background(spawn, "spawn"), time.monotonic(), watch)
             return None
         try:
-            link = run_with_deadline(spawn, self.timeout, "spawn", (lambda: _why_dead(record)) if record else None)
-            self._note_born(worker, record)
+            link = run_with_deadline(spawn, self.timeout, "spawn", (lambda: _why_dead(watch)) if watch else None)
+            self._note_born(worker, watch)
             return link
         except TimeoutError as exc:  # or GaveUp: its process died
             if spawn_timeout_is_fatal(self.vendor):
@@ -155,13 +156,13 @@ class Spawner:
         ``reconfigure_timeout``."""
         ended: list[tuple[int, Link | SpawnFailed]] = []
         for w in list(self.running):
-            call, since, record = self.running[w]
+            call, since, watch = self.running[w]
             done = call.done()
-            died = None if done or not record else birth.died(record)
+            died = None if done or not watch else watch.dead()
             if done:
                 try:
                     ended.append((w, call.result()))
-                    self._note_born(w, record)
+                    self._note_born(w, watch)
                 except (MPI.Exception, NotImplementedError) as exc:
                     ended.append((w, SpawnFailed(str(exc))))
             elif died or now - since > self.timeout:
@@ -171,8 +172,8 @@ class Spawner:
             else:
                 continue
             del self.running[w]
-            if record:
-                birth.remove(record)
+            if watch:
+                birth.remove(watch.path)
         return ended
 
     def settle(self) -> None:
@@ -180,16 +181,16 @@ class Spawner:
         to end, so that its process can be stopped too (``finished`` then hands it over).
         One still under way after that is abandoned with this process."""
         end = time.monotonic() + EXIT_WAIT
-        for call, since, record in list(self.running.values()):
-            if not (record and _why_dead(record)):  # one whose process died never ends
+        for call, since, watch in list(self.running.values()):
+            if not (watch and watch.dead()):  # one whose process died never ends
                 call.thread.join(max(0.0, min(since + self.timeout, end) - time.monotonic()))
         for underway in self.running.values():
-            if underway.birth and not underway.call.done():
-                birth.remove(underway.birth)  # abandoned with this process: nobody reads it now
+            if underway.watch and not underway.call.done():
+                birth.remove(underway.watch.path)  # abandoned with this process: nobody reads it now
 
-    def _note_born(self, worker: int, record: str | None) -> None:
+    def _note_born(self, worker: int, watch: birth.Watch | None) -> None:
         """A Spawn returned: its process's pid, if its record is of this host (``born``)."""
-        pid = birth.pid_here(record) if record else None
+        pid = birth.pid_here(watch.path) if watch else None
         if pid is not None:
             self.born[worker] = pid
         else:
