@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-GIVE_UP_POLL = 0.05  # seconds between the caller's looks at whether the call can still end
+GIVE_UP_POLL = 0.02  # seconds between the caller's looks at whether the call can still end (birth.SCAN_EVERY)
 
 
 class GaveUp(TimeoutError):
