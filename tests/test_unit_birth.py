@@ -111,3 +111,26 @@ def test_once_written_the_record_decides(tmp_path):
     assert watch.dead() is None  # this process, running
     path.write_text(f"{HERE} 1 0\n")  # pid 1 with another start time: not that process
     assert watch.dead() == (1, "its process (pid 1) died before it had joined MPI")
+
+
+def test_a_process_seen_once_is_never_judged_by_its_appearance(tmp_path):
+    """The appearance deadline is only for a process never seen: one seen and running, or a
+    written record, decides instead however late it is."""
+    path = tmp_path / "b"
+    clock = [0.0]
+    watch = birth.Watch(str(path), here=True, clock=lambda: clock[0])
+    birth.write(str(path))  # this process, running
+    clock[0] += birth.APPEAR_WITHIN * 10
+    assert watch.dead() is None
+
+
+def test_a_process_never_seen_here_is_dead_after_its_time_and_only_where_it_starts_here(tmp_path):
+    clock = [0.0]
+    here = birth.Watch(str(tmp_path / "x"), here=True, clock=lambda: clock[0])
+    there = birth.Watch(str(tmp_path / "y"), clock=lambda: clock[0])
+    clock[0] = birth.APPEAR_WITHIN
+    assert here.dead() is None and there.dead() is None
+    clock[0] += birth.SCAN_EVERY * 2
+    pid, why = here.dead()
+    assert pid is None and why.startswith(f"its process was not seen on this host within {birth.APPEAR_WITHIN:g} s")
+    assert there.dead() is None  # on another host: its Spawn's deadline decides

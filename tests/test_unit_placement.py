@@ -279,3 +279,15 @@ def test_initial_placement_skips_the_drivers_share_and_deals_the_rest_evenly(S, 
     assert max(counts) - min(counts) <= 1
     assert len(here) <= min(counts) + 1  # the driver computes no more than a worker
     assert initial_placement(S, range(1, W + 1), skip=()) == initial_placement(S, range(1, W + 1))
+
+
+def test_a_replacement_is_known_to_start_here_only_when_named_here_or_everything_is_on_one_host():
+    from mixle_mpi.policy.placement import replacement_here
+
+    assert replacement_here("a", ["b"], "a", {})                 # asked for on the driver's host
+    assert not replacement_here("b", ["a"], "a", {})             # asked for on another
+    assert replacement_here(None, ["a", "a"], "a", {})           # one host: MPI maps it there
+    assert not replacement_here(None, ["a", "b"], "a", {})       # MPI may map it on b
+    assert not replacement_here(None, ["a"], "a", {"SLURM_JOB_NUM_NODES": "2"})  # a host not used yet
+    assert replacement_here(None, ["a"], "a", {"SLURM_JOB_NUM_NODES": "1"})
+    assert not replacement_here(None, ["a"], "a", {"PBS_NUM_NODES": "x"})        # unreadable: not sure

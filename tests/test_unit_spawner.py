@@ -75,7 +75,7 @@ def test_a_failed_background_spawn_is_handed_over_with_its_error_and_a_running_o
     failed.thread.join(5)
     spawner.running = {2: _underway(failed, time.monotonic()), 3: _underway(running, time.monotonic())}
     ended = spawner.finished(time.monotonic())
-    assert [w for w, _ in ended] == [2] and ended[0][1].why and ended[0][1].pid is None, ended  # spawning failed
+    assert [w for w, _ in ended] == [2] and ended[0][1].why and not ended[0][1].died, ended  # spawning failed
     assert list(spawner.running) == [3]
     release.set()
     running.thread.join(5)
@@ -138,9 +138,34 @@ def test_a_background_spawn_whose_process_died_is_given_up_at_once(monkeypatch, 
     stuck, record = _background(lambda: release.wait(30)), _dead_record(tmp_path)
     spawner.running = {2: _underway(stuck, time.monotonic(), record)}
     ((worker, failed),) = spawner.finished(time.monotonic())
-    assert worker == 2 and failed.why == f"spawn given up: its process (pid {failed.pid}) died before it had joined MPI"
+    assert worker == 2 and failed.died and failed.why == f"spawn given up: its process (pid {failed.pid}) died before it had joined MPI"
     assert spawner.running == {} and checked == [failed.why]  # MPI answers: the place may get another Spawn
     assert not (tmp_path / "birth").exists()  # the record is cleaned up with the Spawn
+    release.set()
+    stuck.thread.join(5)
+
+
+def test_a_background_spawn_whose_process_never_showed_on_this_host_is_given_up_as_a_death(monkeypatch, tmp_path):
+    """Killed before any look found it (external campaign, MPICH seed 906: 16 ms after it
+    appeared): where it surely starts on this host, not seen within APPEAR_WITHIN is a death."""
+    from mixle_mpi.runtime import birth, spawner as module
+    from mixle_mpi.runtime.spawner import Underway
+
+    checked: list = []
+    monkeypatch.setattr(module, "check_mpi_answers", checked.append)
+    spawner = _spawner(reconfigure_timeout=60.0)
+    release = threading.Event()
+    stuck = _background(lambda: release.wait(30))
+    clock = [100.0]
+    here = birth.Watch(str(tmp_path / "never-here"), here=True, clock=lambda: clock[0])
+    elsewhere = birth.Watch(str(tmp_path / "never-there"), here=False, clock=lambda: clock[0])
+    spawner.running = {2: Underway(stuck, time.monotonic(), here), 3: Underway(stuck, time.monotonic(), elsewhere)}
+    clock[0] += birth.APPEAR_WITHIN - 0.5
+    assert spawner.finished(time.monotonic()) == []  # within its time: it may still show
+    clock[0] += 1.0
+    ((worker, failed),) = spawner.finished(time.monotonic())
+    assert worker == 2 and failed.died and failed.pid is None and "was not seen on this host within" in failed.why
+    assert list(spawner.running) == [3] and checked == [failed.why]  # the one on another host waits its deadline
     release.set()
     stuck.thread.join(5)
 

@@ -76,6 +76,29 @@ def own_readers(loads: Mapping[int, int], can_read: Iterable[int], min_bytes: in
     return {w for w, size in loads.items() if w in readers and size >= min_bytes}
 
 
+# Variables by which a batch system says how many hosts the job was given (any more than
+# one: MPI may place a replacement on one this job's ranks do not use yet).
+ALLOCATION_HOSTS = ("SLURM_JOB_NUM_NODES", "SLURM_NNODES", "PBS_NUM_NODES", "NHOSTS")
+
+
+def replacement_here(host: str | None, live_hosts: Iterable[str], driver_host: str,
+                     env: Mapping[str, str]) -> bool:
+    """Whether a replacement spawned for ``host`` (``respawn_host``) surely starts on the
+    driver's host, where the driver sees its process appear (runtime/birth.py): named so, or
+    left to MPI in a job whose ranks and allocation are all on that one host."""
+    if host is not None:
+        return host == driver_host
+    if any(h != driver_host for h in live_hosts):
+        return False
+    for name in ALLOCATION_HOSTS:
+        try:
+            if int(env.get(name, "1")) > 1:
+                return False
+        except ValueError:
+            return False
+    return True
+
+
 def respawn_host(failed_host: str | None, live_hosts: Iterable[str], driver_host: str) -> str | None:
     """Where a failed worker's replacement starts, when the job spans several hosts: back on
     its own host while that host still runs a live worker (it is up: the process died, not

@@ -6,8 +6,10 @@ stuck for good, under Open MPI and MPICH alike. Without this record the driver l
 at ``reconfigure_timeout`` (60 s by default): a minute with one worker fewer under Open MPI,
 a minute before exit 74 under MPICH. With it the driver sees the process is gone and gives
 up on the Spawn at once. Before the record is written (the interpreter's first 0.1 s) the
-driver finds the process by its command line, which names the record (``Watch``). A record
-it cannot read (another host, no /proc) only costs that.
+driver finds the process by its command line, which names the record (``Watch``); one
+killed before any look found it (an external campaign killed replacements 16 ms after they
+appeared) is given up once it has not been seen within ``APPEAR_WITHIN``, where it surely
+starts on this host. A record it cannot read (another host, no /proc) only costs that.
 """
 
 from __future__ import annotations
@@ -79,6 +81,9 @@ def remove(path: str) -> None:
 
 
 SCAN_EVERY = 0.02  # seconds between looks for the processes that name a record not written yet
+# Seconds after the Spawn began by which its process has shown itself on this host (a fork and
+# an exec take milliseconds; the record follows 0.1 s later) unless it died as it started.
+APPEAR_WITHIN = 5.0
 
 
 def pids(proc: str = "/proc") -> frozenset[str]:
@@ -110,16 +115,19 @@ def named(path: str, proc: str = "/proc", skip: frozenset[str] = frozenset()) ->
 
 class Watch:
     """One replacement's process while its Spawn runs: by its record once written; until then
-    by the processes whose command line names the record (looked for every ``SCAN_EVERY``)."""
+    by the processes whose command line names the record (looked for every ``SCAN_EVERY``).
+    ``here``: the process surely starts on this host, so one never seen within
+    ``APPEAR_WITHIN`` died as it started (or never started)."""
 
-    def __init__(self, path: str, clock=time.monotonic, proc: str = "/proc") -> None:
-        self.path, self.clock, self.proc = path, clock, proc
+    def __init__(self, path: str, here: bool = False, clock=time.monotonic, proc: str = "/proc") -> None:
+        self.path, self.here, self.clock, self.proc = path, here, clock, proc
         self.seen: set[tuple[int, str]] = set()
         self.older = pids(proc)  # before the Spawn: a scan then reads a few new command lines, not all
+        self.began = clock()
         self._next_scan = 0.0
 
-    def dead(self) -> tuple[int, str] | None:
-        """(pid, why) once the process is known gone, else None."""
+    def dead(self) -> tuple[int | None, str] | None:
+        """(pid, why) once the process is known gone (pid None: it was never seen), else None."""
         if os.path.exists(self.path):
             return died(self.path)
         now = self.clock()
@@ -129,4 +137,7 @@ class Watch:
         if self.seen and not any(running(i) for i in self.seen):
             pid = min(self.seen)[0]
             return pid, f"its process (pid {pid}) died before it had joined MPI"
+        if self.here and not self.seen and now - self.began > APPEAR_WITHIN:
+            return None, (f"its process was not seen on this host within {APPEAR_WITHIN:g} s of the Spawn "
+                          "(it died as it started, or never started)")
         return None

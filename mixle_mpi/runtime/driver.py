@@ -36,7 +36,7 @@ from mixle_mpi.runtime import doorbell
 from mixle_mpi.runtime.mailroom import Mailroom
 from mixle_mpi.runtime.monitor import Monitor
 from mixle_mpi.policy.joining import Join, release_plan, work_of
-from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers, respawn_host
+from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers, replacement_here, respawn_host
 from mixle_mpi.policy import reconfig
 from mixle_mpi.policy.reconfig import EMULATED, Adopt, Blacklist, KeepComm, Respawn, ShrinkComm, renumber, shrink_method
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
@@ -682,10 +682,12 @@ class Driver:
         itself runs beside the fit where it may (``spawner.Spawner``). With ``respawn_wait``
         the fit waits until the replacement is set up and loaded."""
         t0 = time.perf_counter()
-        host = respawn_host(self.info.get(worker, (None, None))[0],
-                            [self.info[w][0] for w in self._live() if w != worker and w in self.info], self.host)
+        failed_host = self.info.get(worker, (None, None))[0]
+        live_hosts = [self.info[w][0] for w in self._live() if w != worker and w in self.info]
+        host = respawn_host(failed_host, live_hosts, self.host)
+        here = replacement_here(host, [*live_hosts, *([failed_host] if failed_host else [])], self.host, os.environ)
         try:
-            link = self.spawner.start(worker, host, (self.encoder_b, self.body_b))
+            link = self.spawner.start(worker, host, (self.encoder_b, self.body_b), here)
         except SpawnUnavailable as exc:  # the shards migrate
             self._spawn_unavailable(worker, str(exc))
             return False
@@ -742,8 +744,8 @@ class Driver:
             if isinstance(got, Link):
                 self._begin_join(w, got)
                 progressed = True
-            elif got.pid is not None:
-                self.info[w] = (self.host, got.pid)  # the dead replacement (a birth record is of this host)
+            elif got.died:
+                self.info[w] = (self.host, got.pid)  # the dead replacement (watched on this host)
                 self._fail(w, got.why)
             else:
                 self._spawn_failed(w, got.why)

@@ -47,11 +47,13 @@ class Underway(NamedTuple):
 
 
 class SpawnFailed(NamedTuple):
-    """Why a background Spawn ended without a replacement. ``pid``: its process died before
-    joining (runtime/birth.py); spawning itself still works then, so the place may get
-    another replacement. Otherwise (an error, an overrun) spawning is not tried again."""
+    """Why a background Spawn ended without a replacement. ``died``: its process died before
+    joining (runtime/birth.py; ``pid`` if it was seen); spawning itself still works then, so
+    the place may get another replacement. Otherwise (an error, an overrun) spawning is not
+    tried again."""
 
     why: str
+    died: bool = False
     pid: int | None = None
 
 
@@ -113,8 +115,9 @@ class Spawner:
         if wrapper is not None:
             self.fenced_wrappers[worker] = wrapper
 
-    def start(self, worker: int, host: str | None, pickled: tuple[bytes, ...]) -> Link | None:
-        """Start ``worker``'s replacement on ``host`` (``pickled``: what it will unpickle).
+    def start(self, worker: int, host: str | None, pickled: tuple[bytes, ...], here: bool = False) -> Link | None:
+        """Start ``worker``'s replacement on ``host`` (``pickled``: what it will unpickle;
+        ``here``: it surely starts on this host, ``placement.replacement_here``).
         Returns its link once connected, or None while the Spawn runs in the background
         (``finished`` hands it over). Raises ``SpawnUnavailable`` where it cannot be done."""
         if self.unavailable:  # never tried where it cannot work (srun)
@@ -123,7 +126,7 @@ class Spawner:
         record = self._birth_path(worker) if command is self.fast_command else None
         exe, *args = command + ([birth.ARG, record] if record else [])
         self._wait_fenced_gone()
-        watch = birth.Watch(record) if record else None  # before the Spawn: it knows the older processes
+        watch = birth.Watch(record, here) if record else None  # before the Spawn: it knows the older processes
 
         def spawn() -> Link:
             inter = spawn_on(host, exe, args)
@@ -168,7 +171,7 @@ class Spawner:
             elif died or now - since > self.timeout:
                 why = f"spawn given up: {died[1]}" if died else f"spawn did not finish within {self.timeout:g} s"
                 check_mpi_answers(why)  # the abandoned call must not hold MPI
-                ended.append((w, SpawnFailed(why, died[0] if died else None)))
+                ended.append((w, SpawnFailed(why, True, died[0]) if died else SpawnFailed(why)))
             else:
                 continue
             del self.running[w]
