@@ -62,7 +62,7 @@ MODEL_NAMES = ("gmm1d", "diag", "hmm")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", choices=["resilient", "mixle"], required=True)
+    p.add_argument("--backend", choices=["resilient", "mixle", "bare"], required=True)
     p.add_argument("--model", choices=MODEL_NAMES, default="gmm1d")
     p.add_argument("--n", type=int, default=100000)
     p.add_argument("--its", type=int, default=6, help="EM iterations (delta=None: exactly this many)")
@@ -347,6 +347,20 @@ def _instrument_workers(timing_dir: str):
             return result
         return stamped
 
+    def modules_listed(fn):
+        """At a worker's first E-step: the modules it has imported by then, for the startup
+        item (bench/memory_startup.py times importing them in a fresh interpreter)."""
+        listed = []
+
+        @functools.wraps(fn)
+        def first_lists(*a, **k):
+            if not listed and rank != 0:
+                listed.append(True)
+                with open(os.path.join(timing_dir, f"modules_{rank}.json"), "w", encoding="utf-8") as fh:
+                    json.dump(sorted(sys.modules), fh)
+            return fn(*a, **k)
+        return first_lists
+
     def flush() -> None:
         if lines:
             with open(path, "a", encoding="utf-8") as fh:
@@ -360,7 +374,7 @@ def _instrument_workers(timing_dir: str):
             return recv(self)
         return flushed_first
 
-    estep.estep_shard = wrap("worker_estep", estep.estep_shard)
+    estep.estep_shard = modules_listed(wrap("worker_estep", estep.estep_shard))
     estep.score_shard = wrap("worker_llsum", estep.score_shard)
     # when a worker has its task (the end of recv) and the task's model unpickled: the start
     # of a round on the worker's side (rounds_beyond_compute)
@@ -509,6 +523,10 @@ def run_resilient(args) -> None:
                   iteration_stamps=st, launched_at=args.launched_at, payload=payload,
                   rung_workers=rung, estep_work_calls=estep_work_calls(events, estep_rounds))
     startup["first_round_started_at"] = rounds[0]["started_at"] if rounds else None
+    listed = sorted(glob.glob(os.path.join(timing_dir, "modules_*.json")))
+    if listed:
+        with open(listed[0], encoding="utf-8") as fh:
+            startup["worker_modules"] = json.load(fh)
     startup["vmhwm_end"] = vm_hwm()
     record["startup"] = startup
     record["worker_page_faults_per_estep"] = med([ev[6] for ev in wev if ev[0] == "worker_estep" and len(ev) > 6])
@@ -523,6 +541,20 @@ def run_resilient(args) -> None:
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     # the driver's atexit hook closes up, writes the launcher's status file and exits 0
+
+
+def run_bare(args) -> None:
+    """The floor under any startup figure: the same launcher and interpreters, numpy and
+    MPI initialised, every rank at one barrier; no mixle, no data, no handle."""
+    from mpi4py import MPI
+
+    MPI.COMM_WORLD.Barrier()
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        write_json(args.out, {"launched_at": args.launched_at, "script_started_at": args.script_started_at,
+                              "barrier_done_at": time.time()})
+        from mixle_mpi.runtime.exiting import write_status
+
+        write_status(0, "finished (bare MPI startup benchmark job)")
 
 
 def vm_hwm() -> int | None:
@@ -653,6 +685,8 @@ def main(argv=None) -> None:
     _blas = threadpool_limits(limits=1)  # noqa: F841 - keep alive: BLAS pinned to 1 thread on every rank
     if args.backend == "resilient":
         run_resilient(args)
+    elif args.backend == "bare":
+        run_bare(args)
     else:
         run_mixle(args)
 
