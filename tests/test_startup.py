@@ -8,7 +8,9 @@ whole job with it. Real jobs under mpiexec, real deaths, deadlines on everything
   the fit goes on, or the job ends as "never started" (exit 73) and the launcher starts
   it again; either way the same bits.
 - MPI init: a rank that dies before MPI_Init finished leaves the others blocked inside it;
-  their alarm ends them at the startup deadline and the job exits 73.
+  the launcher ends the job as soon as it has seen that rank's process gone (or, for one
+  that died before the launcher's first look, their alarm at the startup deadline does) and
+  the job exits 73.
 - The launcher SIGKILLed with its process group: no process of the job survives it.
 """
 
@@ -77,6 +79,39 @@ def test_rank_dying_in_mpi_init_ends_the_job_as_never_started(library, tmp_path)
     assert "the job never started" in proc.stderr and "MIXLE_MPI_STARTUP_TIMEOUT=8" in proc.stderr
     assert "UNEXPECTED" not in proc.stdout
     assert took < 100, f"ended only after {took:.0f} s"  # a hang would have run into the timeout
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+LATE_INIT_DEATH = """
+import os, signal, sys, time
+rank = os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMI_RANK")
+if rank == "2":
+    time.sleep(3)                          # seen running by the launcher while the others wait in MPI_Init
+    os.kill(os.getpid(), signal.SIGKILL)
+from mixle_mpi import is_driver
+is_driver()
+print("UNEXPECTED: MPI came up without rank 2", flush=True)
+"""
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_rank_lost_before_mpi_is_up_ends_the_start_at_once_not_at_the_startup_deadline(library, tmp_path):
+    """The others would wait inside MPI_Init until MIXLE_MPI_STARTUP_TIMEOUT (60 s here, 120 s
+    by default): the launcher sees the rank process gone and ends the attempt within seconds."""
+    _, python = library
+    script = tmp_path / "late_init_death.py"
+    script.write_text(LATE_INIT_DEATH)
+    env = dict(os.environ, MIXLE_MPI_STARTUP_TIMEOUT="60", PYTHONWARNINGS="ignore")
+    t0 = time.monotonic()
+    proc = subprocess.run([python, "-m", "mixle_mpi", "run", "-n", "4", "--start-retries", "0", "--", python,
+                           str(script)], capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=env)
+    took = time.monotonic() - t0
+    assert proc.returncode == exitcodes.NEVER_STARTED, proc.stderr[-3000:]
+    assert "the job never started: rank process " in proc.stderr, proc.stderr[-3000:]
+    assert "ended before MPI was up on every rank (before its MPI initialisation)" in proc.stderr
+    assert "instead of at MIXLE_MPI_STARTUP_TIMEOUT=60 s" in proc.stderr
+    assert "UNEXPECTED" not in proc.stdout
+    assert took < 40, f"ended only after {took:.0f} s"  # not at the ranks' 60 s alarm
     assert no_leftover_processes(str(tmp_path)) == []
 
 

@@ -259,3 +259,47 @@ def test_a_fenced_workers_mpich_wrapper_is_found_and_seen_reaped(tmp_path):
         assert reaper.identity(999_999_999) is None
     finally:
         wrapper.kill()
+
+
+# -- a rank lost before MPI is up ------------------------------------------------------------
+from mixle_mpi.policy.jobwatch import StartWatch  # noqa: E402
+
+
+def test_a_rank_lost_before_mpi_is_up_ends_the_start_at_the_second_look():
+    watch = StartWatch()
+    assert watch.observe(False, [], {11: "S", 12: "R"}) is None           # nobody began MPI init yet
+    assert watch.observe(False, [11], {11: "S", 12: "R", 13: "R"}) is None
+    assert watch.observe(False, [11], {11: "S", 13: "R"}) is None          # 12 missing once: look again
+    why = watch.observe(False, [11], {11: "S", 13: "R"})
+    assert why.startswith("rank process 12 ended before MPI was up on every rank (before its MPI initialisation)")
+
+
+def test_a_rank_that_began_mpi_init_and_died_is_named_so_and_a_zombie_counts_as_gone():
+    watch = StartWatch()
+    watch.observe(False, [11, 12], {11: "S", 12: "Z"})
+    assert "rank process 12 ended before MPI was up on every rank (inside MPI initialisation)" in \
+        watch.observe(False, [11, 12], {11: "S"})
+
+
+def test_a_rank_missing_once_or_after_mpi_is_up_is_no_verdict():
+    watch = StartWatch()
+    watch.observe(False, [11], {11: "S", 12: "S"})
+    assert watch.observe(False, [11], {11: "S"}) is None                  # a look that missed it
+    assert watch.observe(False, [11], {11: "S", 12: "S"}) is None         # there again
+    assert watch.observe(False, [11], {11: "S"}) is None
+    assert watch.observe(True, [11], {11: "S"}) is None                   # MPI is up: the driver handles deaths
+
+
+def test_never_started_names_the_lost_rank_and_how_much_sooner_it_ended():
+    why = launcher.never_started(mpi_up=False, started=False, seconds=4.2, limit=120, init_begun=True,
+                                 lost="rank process 12 ended before MPI was up on every rank")
+    assert why == ("rank process 12 ended before MPI was up on every rank; ended after 4.2 s instead of at "
+                   "MIXLE_MPI_STARTUP_TIMEOUT=120 s")
+
+
+def test_init_begun_pids_are_read_back_as_written(tmp_path, monkeypatch):
+    path = tmp_path / "begun"
+    monkeypatch.setenv(startup.INIT_BEGUN_ENV, str(path))
+    startup.mark_init_begun()
+    assert startup.init_begun_pids(str(path)) == [os.getpid()]
+    assert startup.init_begun_pids(str(tmp_path / "none")) == []

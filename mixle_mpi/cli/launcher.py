@@ -41,10 +41,11 @@ import uuid
 from mixle_mpi.core import exitcodes, logs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.runtime.exiting import DRIVER_PID_ENV, STATUS_ENV
-from mixle_mpi.policy.jobwatch import JobWatch
+from mixle_mpi.policy.jobwatch import JobWatch, StartWatch
 from mixle_mpi.core.reaper import DONE, TAG_ENV, rank_states, sweep
 from mixle_mpi.runtime.rankwrapper import wrapper_path
-from mixle_mpi.runtime.startup import INIT_BEGUN_ENV, MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV, startup_timeout
+from mixle_mpi.runtime.startup import (INIT_BEGUN_ENV, MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV, init_begun_pids,
+                                       startup_timeout)
 
 OPENMPI, MPICH, SRUN = "openmpi", "mpich", "srun"
 FLAVORS = (OPENMPI, MPICH, SRUN)
@@ -369,25 +370,30 @@ WATCH_EVERY = 1.0  # seconds between looks at the job's rank processes
 
 
 def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | None,
-          files: "RunFiles", tag: str) -> tuple[int | None, str | None]:
-    """Wait for mpiexec, delivering held signals. (exit code, None), or (None, why) when
-    ``timeout`` passed or the job is stuck on ranks that will never end (see jobwatch)."""
+          files: "RunFiles", tag: str) -> tuple[int | None, str | None, bool]:
+    """Wait for mpiexec, delivering held signals. (exit code, None, False), or (None, why,
+    lost) when ``timeout`` passed, the job is stuck on ranks that will never end, or
+    (``lost``) it lost a rank before MPI was up and can no longer start (see jobwatch)."""
     end = None if timeout is None else time.monotonic() + timeout
-    watch, next_look = JobWatch(), time.monotonic() + WATCH_EVERY
+    watch, starting, next_look = JobWatch(), StartWatch(), time.monotonic() + WATCH_EVERY
     with ExitWatch(proc) as exited:
         while True:
             rc = exited.within(0.05)
             if rc is not None:
-                return rc, None
+                return rc, None, False
             forwarder.deliver()
             now = time.monotonic()
             if end is not None and now >= end:
-                return None, f"the job ran past --timeout {timeout:g} s"
+                return None, f"the job ran past --timeout {timeout:g} s", False
             if now >= next_look:
                 next_look = now + WATCH_EVERY
-                stuck = watch.observe(os.path.exists(files.status), rank_states(tag))
+                ranks = rank_states(tag)
+                lost = starting.observe(os.path.exists(files.mpi_up), init_begun_pids(files.init_begun), ranks)
+                if lost:
+                    return None, lost, True
+                stuck = watch.observe(os.path.exists(files.status), ranks)
                 if stuck:
-                    return None, stuck
+                    return None, stuck, False
 
 
 class ExitWatch:
@@ -508,12 +514,12 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
                             started_file=files.started, tag=tag, init_begun_file=files.init_begun),
                 **(env or {})}
     reaper = _start_reaper(tag)
-    rc, why, t0 = None, None, time.monotonic()
+    rc, why, lost, t0 = None, None, False, time.monotonic()
     try:
         log.info("launching: " + " ".join(argv))  # a batch log says what ran
         proc = subprocess.Popen(argv, env=full_env, start_new_session=True)
         started.append(proc)
-        rc, why = _wait(proc, forwarder, timeout, files, tag)
+        rc, why, lost = _wait(proc, forwarder, timeout, files, tag)
         if rc is None:
             log.warning(f"{why}: killing the job")
             os.killpg(proc.pid, signal.SIGKILL)
@@ -538,21 +544,24 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
     timed_out = rc is None and why is not None and why.startswith("the job ran past")
     never = None if status is not None or timed_out else never_started(
         os.path.exists(files.mpi_up), os.path.exists(files.started), time.monotonic() - t0, limit,
-        init_begun=os.path.exists(files.init_begun), own_job=own_job, mpiexec_rc=rc)
+        init_begun=os.path.exists(files.init_begun), own_job=own_job, mpiexec_rc=rc, lost=why if lost else None)
     files.remove()
     code, note = judge(rc, status, forwarder.terminated, never, forwarder.interrupted)
     return code, note, verdict_level(code, status)
 
 
 def never_started(mpi_up: bool, started: bool, seconds: float, limit: float, init_begun: bool = False,
-                  own_job: bool = False, mpiexec_rc: int | None = None) -> str | None:
+                  own_job: bool = False, mpiexec_rc: int | None = None, lost: str | None = None) -> str | None:
     """Why a job that ended without a status never started, or None if it did (pure).
     ``init_begun``: some rank began MPI initialisation (startup.init_mpi marks it), so a
     job that ended before MPI was up lost a rank while starting; ``own_job``: every rank of
     ``cmd`` would have marked that, so mpiexec ending nonzero before any did is a launch
-    failure. A command of the user's that fails on its own is neither."""
+    failure. A command of the user's that fails on its own is neither. ``lost``: the
+    launcher ended the job on seeing a rank lost before MPI was up (jobwatch.StartWatch)."""
     if started:
         return None
+    if lost:
+        return f"{lost}; ended after {seconds:.1f} s instead of at {STARTUP_TIMEOUT_ENV}={limit:g} s"
     if mpi_up:
         return "the ranks died while the job started (a rank failed in the startup handshake)"
     if seconds >= limit:  # the ranks' own alarm ended them inside MPI_Init (see startup.py)

@@ -9,7 +9,7 @@ state of the job's rank processes every second; :class:`JobWatch` says when to k
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 FINISH_GRACE = 30.0  # seconds the ranks get to end after the driver wrote its verdict
 STUCK_GRACE = 10.0   # seconds every remaining rank may stay stopped before the job is killed
@@ -46,3 +46,32 @@ class JobWatch:
         else:
             self.stuck_at = None
         return None
+
+
+class StartWatch:
+    """A rank process lost before MPI is up on every rank. The others then wait inside
+    MPI_Init until their alarm (``MIXLE_MPI_STARTUP_TIMEOUT``, 120 s by default) although the
+    job can no longer start: the launcher ends it as soon as it sees the loss, and starts it
+    again. Judged only once some rank of mixle_mpi's began MPI initialisation (the job is
+    one of ours), and only for a rank missing from two looks in a row."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+        self.missing: set[int] = set()
+
+    def observe(self, mpi_up: bool, began: Collection[int], ranks: Mapping[int, str]) -> str | None:
+        """``began``: the pids that began MPI initialisation; ``ranks``: each rank process's
+        state letter. Why the job can no longer start, or None."""
+        if mpi_up:
+            return None
+        alive = {pid for pid, st in ranks.items() if st not in GONE}
+        self.seen |= alive
+        missing = (self.seen | set(began)) - alive if began else set()
+        lost = sorted(missing & self.missing)
+        self.missing = missing
+        if not lost:
+            return None
+        pid = lost[0]
+        return (f"rank process {pid} ended before MPI was up on every rank ("
+                + ("inside MPI initialisation" if pid in began else "before its MPI initialisation")
+                + "): the other ranks could only wait inside MPI_Init for it")

@@ -120,6 +120,15 @@ def mark_init_begun() -> None:
         pass
 
 
+def init_begun_pids(path: str) -> list[int]:
+    """The pids ``mark_init_begun`` wrote to ``path`` (the launcher reads them)."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            return [int(line) for line in fh.read().split() if line.isdigit()]
+    except OSError:
+        return []
+
+
 def mark_started() -> None:
     """Driver: every live worker is set up and holds its shards; from now on a failure is
     recovered, or ends the job as a failure, never as "never started"."""
