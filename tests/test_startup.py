@@ -107,7 +107,7 @@ def test_a_rank_lost_before_mpi_is_up_ends_the_start_at_once_not_at_the_startup_
                            str(script)], capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=env)
     took = time.monotonic() - t0
     assert proc.returncode == exitcodes.NEVER_STARTED, proc.stderr[-3000:]
-    assert "the job never started: rank process " in proc.stderr, proc.stderr[-3000:]
+    assert "the job never started: rank 2 (pid " in proc.stderr, proc.stderr[-3000:]
     assert "ended before MPI was up on every rank (before its MPI initialisation)" in proc.stderr
     assert "instead of at MIXLE_MPI_STARTUP_TIMEOUT=60 s" in proc.stderr
     assert "UNEXPECTED" not in proc.stdout

@@ -277,8 +277,21 @@ def test_a_rank_lost_before_mpi_is_up_ends_the_start_at_the_second_look():
 def test_a_rank_that_began_mpi_init_and_died_is_named_so_and_a_zombie_counts_as_gone():
     watch = StartWatch()
     watch.observe(False, [11, 12], {11: "S", 12: "Z"})
-    assert "rank process 12 ended before MPI was up on every rank (inside MPI initialisation)" in \
-        watch.observe(False, [11, 12], {11: "S"})
+    assert "rank 2 (pid 12) ended before MPI was up on every rank (inside MPI initialisation)" in \
+        watch.observe(False, [11, 12], {11: "S"}, {11: 1, 12: 2})
+
+
+def test_a_rank_processs_mpi_rank_is_read_from_its_environment():
+    env = dict(os.environ, PMI_RANK="3")
+    env.pop("OMPI_COMM_WORLD_RANK", None)
+    env.pop("PMIX_RANK", None)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    try:
+        assert reaper.rank_number(proc.pid) == 3
+    finally:
+        proc.kill()
+        proc.wait()
+    assert reaper.rank_number(proc.pid) is None  # gone
 
 
 def test_a_rank_missing_once_or_after_mpi_is_up_is_no_verdict():

@@ -42,7 +42,7 @@ from mixle_mpi.core import exitcodes, logs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.runtime.exiting import DRIVER_PID_ENV, STATUS_ENV
 from mixle_mpi.policy.jobwatch import JobWatch, StartWatch
-from mixle_mpi.core.reaper import DONE, TAG_ENV, rank_states, sweep
+from mixle_mpi.core.reaper import DONE, TAG_ENV, rank_number, rank_states, sweep
 from mixle_mpi.runtime.rankwrapper import wrapper_path
 from mixle_mpi.runtime.startup import (INIT_BEGUN_ENV, MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV, init_begun_pids,
                                        startup_timeout)
@@ -376,6 +376,7 @@ def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | N
     (``lost``) it lost a rank before MPI was up and can no longer start (see jobwatch)."""
     end = None if timeout is None else time.monotonic() + timeout
     watch, starting, next_look = JobWatch(), StartWatch(), time.monotonic() + WATCH_EVERY
+    rank_of: dict[int, int] = {}  # pid -> its MPI rank, read once while it runs (for the log)
     with ExitWatch(proc) as exited:
         while True:
             rc = exited.within(0.05)
@@ -388,7 +389,13 @@ def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | N
             if now >= next_look:
                 next_look = now + WATCH_EVERY
                 ranks = rank_states(tag)
-                lost = starting.observe(os.path.exists(files.mpi_up), init_begun_pids(files.init_begun), ranks)
+                mpi_up = os.path.exists(files.mpi_up)
+                if not mpi_up:
+                    for pid in ranks.keys() - rank_of.keys():
+                        rank = rank_number(pid)
+                        if rank is not None:
+                            rank_of[pid] = rank
+                lost = starting.observe(mpi_up, init_begun_pids(files.init_begun), ranks, rank_of)
                 if lost:
                     return None, lost, True
                 stuck = watch.observe(os.path.exists(files.status), ranks)

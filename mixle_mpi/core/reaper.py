@@ -101,6 +101,20 @@ def rank_states(tag: str, proc: str = "/proc") -> dict[int, str]:
     return out
 
 
+def rank_number(pid: int, proc: str = "/proc") -> int | None:
+    """The MPI rank a rank process was started as (from its environment), if readable."""
+    try:
+        with open(os.path.join(proc, str(pid), "environ"), "rb") as fh:
+            env = fh.read().split(b"\0")
+    except OSError:
+        return None
+    for entry in env:
+        for var in RANK_ENV:
+            if entry.startswith(var) and entry[len(var):].isdigit():
+                return int(entry[len(var):])
+    return None
+
+
 def kill_tagged(tag: str, sig: int = signal.SIGKILL) -> list[int]:
     """Send ``sig`` to every process carrying ``tag``; returns the pids signalled."""
     hit = []

@@ -59,9 +59,11 @@ class StartWatch:
         self.seen: set[int] = set()
         self.missing: set[int] = set()
 
-    def observe(self, mpi_up: bool, began: Collection[int], ranks: Mapping[int, str]) -> str | None:
+    def observe(self, mpi_up: bool, began: Collection[int], ranks: Mapping[int, str],
+                rank_of: Mapping[int, int] | None = None) -> str | None:
         """``began``: the pids that began MPI initialisation; ``ranks``: each rank process's
-        state letter. Why the job can no longer start, or None."""
+        state letter; ``rank_of``: the MPI rank of the pids known. Why the job can no longer
+        start, or None."""
         if mpi_up:
             return None
         alive = {pid for pid, st in ranks.items() if st not in GONE}
@@ -72,6 +74,8 @@ class StartWatch:
         if not lost:
             return None
         pid = lost[0]
-        return (f"rank process {pid} ended before MPI was up on every rank ("
+        rank = (rank_of or {}).get(pid)
+        who = f"rank {rank} (pid {pid})" if rank is not None else f"rank process {pid}"
+        return (f"{who} ended before MPI was up on every rank ("
                 + ("inside MPI initialisation" if pid in began else "before its MPI initialisation")
                 + "): the other ranks could only wait inside MPI_Init for it")
