@@ -8,9 +8,10 @@ whole job with it. Real jobs under mpiexec, real deaths, deadlines on everything
   the fit goes on, or the job ends as "never started" (exit 73) and the launcher starts
   it again; either way the same bits.
 - MPI init: a rank that dies before MPI_Init finished leaves the others blocked inside it;
-  the launcher ends the job as soon as it has seen that rank's process gone (or, for one
-  that died before the launcher's first look, their alarm at the startup deadline does) and
-  the job exits 73.
+  the launcher ends the job as soon as it has seen that rank's process gone, or, for one
+  of our fit's ranks on one host that died before the launcher's first look, once it has
+  not appeared 5 s after another began MPI init (elsewhere their alarm at the startup
+  deadline does), and the job exits 73.
 - The launcher SIGKILLed with its process group: no process of the job survives it.
 """
 
@@ -111,6 +112,34 @@ def test_a_rank_lost_before_mpi_is_up_ends_the_start_at_once_not_at_the_startup_
     assert "ended before MPI was up on every rank (before its MPI initialisation)" in proc.stderr
     assert "instead of at MIXLE_MPI_STARTUP_TIMEOUT=60 s" in proc.stderr
     assert "UNEXPECTED" not in proc.stdout
+    assert took < 40, f"ended only after {took:.0f} s"  # not at the ranks' 60 s alarm
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+# Rank 2 SIGKILLs itself as it starts, before it is a Python process (a real signal death of
+# a real rank, earlier than any look of the launcher); the others exec our fit.
+DIES_AT_BIRTH = 'r="${OMPI_COMM_WORLD_RANK:-$PMI_RANK}"; if [ "$r" = 2 ]; then kill -9 $$; fi; exec "$@"'
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_rank_killed_before_any_look_saw_it_ends_the_start_once_it_has_not_appeared(library, tmp_path):
+    """An external campaign killed ranks 0.3 s after the launch: no look had seen them, so
+    the others waited for their 20 s alarm. On one host the launcher knows how many ranks
+    must appear, and ends the attempt 5 s after another began MPI init."""
+    _, python = library
+    env = dict(os.environ, MIXLE_MPI_STARTUP_TIMEOUT="60", PYTHONWARNINGS="ignore")
+    fit = [python, "-m", "mixle_mpi", "fit", "--data", "builtin:iris", "--columns", "0:4", "--model", "gmm:k=3",
+           "--max-its", "5", "--out-dir", str(tmp_path / "out"), "--no-plot", "--progress", "off"]
+    t0 = time.monotonic()
+    proc = subprocess.run([python, "-m", "mixle_mpi", "run", "-n", "4", "--start-retries", "0", "--",
+                           "sh", "-c", DIES_AT_BIRTH, "sh", *fit],
+                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=env)
+    took = time.monotonic() - t0
+    assert proc.returncode == exitcodes.NEVER_STARTED, proc.stderr[-3000:]
+    assert "the job never started: rank 2 never appeared on this host, 5 s after another rank began MPI " \
+           "initialisation" in proc.stderr, proc.stderr[-3000:]
+    assert "instead of at MIXLE_MPI_STARTUP_TIMEOUT=60 s" in proc.stderr
+    assert not (tmp_path / "out" / "model.json").exists()
     assert took < 40, f"ended only after {took:.0f} s"  # not at the ranks' 60 s alarm
     assert no_leftover_processes(str(tmp_path)) == []
 

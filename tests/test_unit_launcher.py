@@ -271,6 +271,19 @@ def test_rank_wrapper_keeps_the_rank_stderr_but_not_its_own_killed_report():
     assert driver.returncode == 2  # the driver's own code passes through
 
 
+@pytest.mark.parametrize("extra, environ, here", [
+    ([], {}, True),
+    (None, {"SLURM_JOB_NUM_NODES": "1"}, True),
+    (["--host", "a,b"], {}, False),
+    (["--hostfile=hosts"], {}, False),
+    ([], {"SLURM_JOB_NUM_NODES": "2"}, False),
+    ([], {"SLURM_NNODES": "x"}, False),
+    ([], {"PBS_NODEFILE": "/var/spool/nodes"}, False),
+])
+def test_a_launch_is_one_host_only_with_no_hosts_named_and_no_multi_node_allocation(extra, environ, here):
+    assert launcher.one_host(extra, environ) is here
+
+
 def test_one_host_launch_leaves_out_the_between_host_transports():
     assert launcher.one_host_transports([], {}) == {"OMPI_MCA_btl": launcher.ONE_HOST_BTL}
     assert launcher.one_host_transports(None, {"SLURM_JOB_NUM_NODES": "1"}) == {"OMPI_MCA_btl": launcher.ONE_HOST_BTL}

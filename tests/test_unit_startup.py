@@ -285,8 +285,10 @@ def test_a_rank_processs_mpi_rank_is_read_from_its_environment():
     env = dict(os.environ, PMI_RANK="3")
     env.pop("OMPI_COMM_WORLD_RANK", None)
     env.pop("PMIX_RANK", None)
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
+                            env=env, stdout=subprocess.PIPE)
     try:
+        assert proc.stdout.readline() == b"up\n"  # exec'd: /proc shows its own environment now
         assert reaper.rank_number(proc.pid) == 3
     finally:
         proc.kill()
@@ -301,6 +303,37 @@ def test_a_rank_missing_once_or_after_mpi_is_up_is_no_verdict():
     assert watch.observe(False, [11], {11: "S", 12: "S"}) is None         # there again
     assert watch.observe(False, [11], {11: "S"}) is None
     assert watch.observe(True, [11], {11: "S"}) is None                   # MPI is up: the driver handles deaths
+
+
+def test_a_rank_no_look_ever_saw_is_lost_once_another_began_mpi_init_long_enough_ago():
+    """Killed before the launcher's first look (an external campaign killed ranks 0.3 s after
+    the launch): on a one-host launch of our fit, the rank numbers never seen are lost."""
+    clock = [0.0]
+    watch = StartWatch(expect_here=4, appear_within=5.0, clock=lambda: clock[0])
+    seen = {11: 0, 12: 2}
+    assert watch.observe(False, [], {11: "R", 12: "R"}, seen) is None       # no MPI init begun yet
+    clock[0] = 1.0
+    assert watch.observe(False, [11], {11: "S", 12: "R"}, seen) is None     # the window starts here
+    clock[0] = 5.9
+    assert watch.observe(False, [11, 12], {11: "S", 12: "S"}, seen) is None
+    clock[0] = 6.0
+    why = watch.observe(False, [11, 12], {11: "S", 12: "S"}, seen)
+    assert why.startswith("ranks 1, 3 never appeared on this host, 5 s after another rank began MPI initialisation")
+    assert watch.observe(True, [11, 12], {11: "S", 12: "S"}, seen) is None  # MPI up: no verdict
+
+
+@pytest.mark.parametrize("expect_here, rank_of", [
+    (None, {11: 0}),   # ranks on other hosts too, or not our fit: nothing to count
+    (2, {}),           # no rank recognised at all: the looks cannot see this job's ranks
+    (2, {11: 0, 12: 1}),
+])
+def test_ranks_not_seen_are_no_verdict_unless_counted_and_some_were_seen(expect_here, rank_of):
+    clock = [0.0]
+    watch = StartWatch(expect_here=expect_here, appear_within=5.0, clock=lambda: clock[0])
+    ranks = {11: "S", 12: "S"}
+    watch.observe(False, [11], ranks, rank_of)
+    clock[0] = 100.0
+    assert watch.observe(False, [11], ranks, rank_of) is None
 
 
 def test_never_started_names_the_lost_rank_and_how_much_sooner_it_ended():

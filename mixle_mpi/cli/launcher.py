@@ -162,19 +162,23 @@ HOST_LIST_ARGS = ("--host", "-H", "-host", "--hostfile", "-hostfile", "--machine
 ALLOCATION_VARS = ("PBS_NODEFILE", "LSB_HOSTS", "LSB_MCPU_HOSTS", "PE_HOSTFILE", "FLUX_JOB_ID")
 
 
+def one_host(extra: list[str] | None, environ) -> bool:
+    """Whether every rank of the launch starts on this host (pure): no host named among
+    mpiexec's ``extra`` arguments, no allocation of several nodes or of a batch system's
+    host list."""
+    if any(a.split("=")[0] in HOST_LIST_ARGS for a in extra or []):
+        return False
+    nodes = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or "1"
+    return nodes.isdigit() and int(nodes) <= 1 and not any(environ.get(v) for v in ALLOCATION_VARS)
+
+
 def one_host_transports(extra: list[str] | None, environ) -> dict:
     """Environment for a launch that stays on this host (pure; unit-tested): Open MPI's
     between-host transports left out, as shared memory carries everything. Not when the
     user chose transports, names hosts, or runs inside a multi-node allocation."""
-    extra = list(extra or [])
-    if environ.get("OMPI_MCA_btl") is not None or any("btl" in a for a in extra):
+    if environ.get("OMPI_MCA_btl") is not None or any("btl" in a for a in extra or []):
         return {}
-    if any(a.split("=")[0] in HOST_LIST_ARGS for a in extra):
-        return {}
-    nodes = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or "1"
-    if not nodes.isdigit() or int(nodes) > 1 or any(environ.get(v) for v in ALLOCATION_VARS):
-        return {}
-    return {"OMPI_MCA_btl": ONE_HOST_BTL}
+    return {"OMPI_MCA_btl": ONE_HOST_BTL} if one_host(extra, environ) else {}
 
 
 def launch_env(blas_threads: int, status_file: str, base=None, pid_file: str | None = None,
@@ -370,12 +374,13 @@ WATCH_EVERY = 1.0  # seconds between looks at the job's rank processes
 
 
 def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | None,
-          files: "RunFiles", tag: str) -> tuple[int | None, str | None, bool]:
+          files: "RunFiles", tag: str, expect_here: int | None = None) -> tuple[int | None, str | None, bool]:
     """Wait for mpiexec, delivering held signals. (exit code, None, False), or (None, why,
     lost) when ``timeout`` passed, the job is stuck on ranks that will never end, or
-    (``lost``) it lost a rank before MPI was up and can no longer start (see jobwatch)."""
+    (``lost``) it lost a rank before MPI was up and can no longer start (see jobwatch;
+    ``expect_here``: how many ranks start on this host, where known)."""
     end = None if timeout is None else time.monotonic() + timeout
-    watch, starting, next_look = JobWatch(), StartWatch(), time.monotonic() + WATCH_EVERY
+    watch, starting, next_look = JobWatch(), StartWatch(expect_here), time.monotonic() + WATCH_EVERY
     rank_of: dict[int, int] = {}  # pid -> its MPI rank, read once while it runs (for the log)
     with ExitWatch(proc) as exited:
         while True:
@@ -480,9 +485,10 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
                  "take about 1 s to start; set OMPI_MCA_btl to choose them yourself)")
         env = {**transports, **(env or {})}
     left = {exitcodes.NEVER_STARTED: max(0, int(start_retries)), exitcodes.RERUN_TO_RESUME: max(0, int(resume_retries))}
+    expect_here = n if own_job and one_host(extra, full) else None  # every rank marks its MPI init
     attempt = 1
     while True:
-        code, note, level = _launch_once(argv, timeout, blas_threads, env, limit, own_job)
+        code, note, level = _launch_once(argv, timeout, blas_threads, env, limit, own_job, expect_here)
         again = relaunch_note(code, left)
         if again is None:
             break
@@ -511,7 +517,7 @@ def relaunch_note(code: int, left: dict) -> str | None:
 
 
 def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env: dict | None,
-                 limit: float, own_job: bool = False) -> tuple[int, str, int]:
+                 limit: float, own_job: bool = False, expect_here: int | None = None) -> tuple[int, str, int]:
     files = RunFiles()
     tag = uuid.uuid4().hex
     started: list[subprocess.Popen] = []
@@ -526,7 +532,7 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
         log.info("launching: " + " ".join(argv))  # a batch log says what ran
         proc = subprocess.Popen(argv, env=full_env, start_new_session=True)
         started.append(proc)
-        rc, why, lost = _wait(proc, forwarder, timeout, files, tag)
+        rc, why, lost = _wait(proc, forwarder, timeout, files, tag, expect_here)
         if rc is None:
             log.warning(f"{why}: killing the job")
             os.killpg(proc.pid, signal.SIGKILL)

@@ -18,6 +18,9 @@ import time
 
 TAG_ENV = "MIXLE_MPI_JOB_TAG"
 DONE = b"done"
+# Seconds by which a process started on this host has shown itself in /proc (a fork and an
+# exec take milliseconds, even on a loaded host) unless it died as it started.
+APPEAR_WITHIN = 5.0
 
 
 def tagged_pids(tag: str, proc: str = "/proc") -> list[int]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Mapping
 
+from mixle_mpi.core.reaper import APPEAR_WITHIN
+
 FINISH_GRACE = 30.0  # seconds the ranks get to end after the driver wrote its verdict
 STUCK_GRACE = 10.0   # seconds every remaining rank may stay stopped before the job is killed
 STOPPED = ("T", "t")
@@ -53,29 +55,54 @@ class StartWatch:
     MPI_Init until their alarm (``MIXLE_MPI_STARTUP_TIMEOUT``, 120 s by default) although the
     job can no longer start: the launcher ends it as soon as it sees the loss, and starts it
     again. Judged only once some rank of mixle_mpi's began MPI initialisation (the job is
-    one of ours), and only for a rank missing from two looks in a row."""
+    one of ours), and only for a rank missing from two looks in a row. ``expect_here``: the
+    number of ranks that start on this host (a one-host launch of our own fit), so that a
+    rank killed before any look saw it is lost too once it has not appeared ``appear_within``
+    seconds after another rank began MPI initialisation."""
 
-    def __init__(self) -> None:
+    def __init__(self, expect_here: int | None = None, appear_within: float = APPEAR_WITHIN,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.expect_here, self.appear_within, self.clock = expect_here, appear_within, clock
         self.seen: set[int] = set()
         self.missing: set[int] = set()
+        self.began_at: float | None = None
 
     def observe(self, mpi_up: bool, began: Collection[int], ranks: Mapping[int, str],
                 rank_of: Mapping[int, int] | None = None) -> str | None:
         """``began``: the pids that began MPI initialisation; ``ranks``: each rank process's
-        state letter; ``rank_of``: the MPI rank of the pids known. Why the job can no longer
-        start, or None."""
+        state letter; ``rank_of``: the MPI rank of each pid seen so far. Why the job can no
+        longer start, or None."""
         if mpi_up:
             return None
+        rank_of = rank_of or {}
+        if began and self.began_at is None:
+            self.began_at = self.clock()
         alive = {pid for pid, st in ranks.items() if st not in GONE}
         self.seen |= alive
         missing = (self.seen | set(began)) - alive if began else set()
         lost = sorted(missing & self.missing)
         self.missing = missing
-        if not lost:
+        if lost:
+            pid = lost[0]
+            who = f"rank {rank_of[pid]} (pid {pid})" if pid in rank_of else f"rank process {pid}"
+            return (f"{who} ended before MPI was up on every rank ("
+                    + ("inside MPI initialisation" if pid in began else "before its MPI initialisation")
+                    + "): the other ranks could only wait inside MPI_Init for it")
+        return self._never_appeared(rank_of)
+
+    def _never_appeared(self, rank_of: Mapping[int, int]) -> str | None:
+        """Ranks of this host that no look ever saw, well after another began MPI init.
+        Only once some rank was seen: a rank process this host's looks cannot recognise
+        (see reaper.rank_states) is not one that never appeared."""
+        if self.expect_here is None or self.began_at is None or not rank_of:
             return None
-        pid = lost[0]
-        rank = (rank_of or {}).get(pid)
-        who = f"rank {rank} (pid {pid})" if rank is not None else f"rank process {pid}"
-        return (f"{who} ended before MPI was up on every rank ("
-                + ("inside MPI initialisation" if pid in began else "before its MPI initialisation")
-                + "): the other ranks could only wait inside MPI_Init for it")
+        if self.clock() - self.began_at < self.appear_within:
+            return None
+        absent = sorted(set(range(self.expect_here)) - set(rank_of.values()))
+        if not absent:
+            return None
+        names = ", ".join(map(str, absent))
+        return (f"rank{'s' if len(absent) > 1 else ''} {names} never appeared on this host, "
+                f"{self.appear_within:g} s after another rank began MPI initialisation (killed or dead "
+                "as it started): the other ranks could only wait inside MPI_Init for "
+                + ("them" if len(absent) > 1 else "it"))

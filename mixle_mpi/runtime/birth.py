@@ -19,7 +19,7 @@ import socket
 import time
 
 from mixle_mpi.core.atomicfile import write_text
-from mixle_mpi.core.reaper import identity, not_reaped, process_state
+from mixle_mpi.core.reaper import APPEAR_WITHIN, identity, not_reaped, process_state
 
 ARG = "--birth"  # the replacement's argument naming where it writes the record
 
@@ -81,9 +81,6 @@ def remove(path: str) -> None:
 
 
 SCAN_EVERY = 0.02  # seconds between looks for the processes that name a record not written yet
-# Seconds after the Spawn began by which its process has shown itself on this host (a fork and
-# an exec take milliseconds; the record follows 0.1 s later) unless it died as it started.
-APPEAR_WITHIN = 5.0
 
 
 def pids(proc: str = "/proc") -> frozenset[str]:
