@@ -598,7 +598,7 @@ def _instrument_driver_startup(startup: dict) -> None:
 
     store.ShardStore.create = classmethod(timed(store.ShardStore.create.__func__, add("store_write")))
     driver.Driver._setup = timed(driver.Driver._setup, add("worker_setup"))
-    driver.Driver._load = timed(driver.Driver._load, add("shard_load"))
+    driver.Driver.load = timed(driver.Driver.load, add("shard_load"))
 
 
 def _count_bytes(events: list) -> None:

@@ -1,11 +1,12 @@
 """Rank 0: places shards, runs rounds, detects failures and recovers exactly.
 
 Decisions come from the pure modules (membership, placement); this class carries them out
-over MPI, its messages through its mailroom (``mailroom.Mailroom``), its replacements' Spawns
-through ``spawner.Spawner``. A round dispatches one task per live worker over its resident shards, accepts a
-shard's result only from the worker it is currently assigned to, and recomputes the
-shards of any worker that fails on survivors from the HDF5 shard store. Reconfiguration
-(shrink, respawn, blacklist, migration) happens between rounds, when every worker is idle.
+over MPI, its messages through its mailroom (``mailroom.Mailroom``), the arrival of
+replacements and adopted spares in its part ``arrivals.Arrivals``. A round dispatches one
+task per live worker over its resident shards, accepts a shard's result only from the
+worker it is currently assigned to, and recomputes the shards of any worker that fails on
+survivors from the HDF5 shard store. Reconfiguration (shrink, respawn, blacklist,
+migration) happens between rounds, when every worker is idle.
 """
 
 from __future__ import annotations
@@ -33,17 +34,16 @@ from mixle_mpi.policy.faults import FaultInjector, plan_to_json
 from mixle_mpi.policy.membership import Membership
 from mixle_mpi.policy.pacing import round_window
 from mixle_mpi.runtime import doorbell
+from mixle_mpi.runtime.arrivals import Arrivals
 from mixle_mpi.runtime.mailroom import Mailroom
 from mixle_mpi.runtime.monitor import Monitor
-from mixle_mpi.policy.joining import Join, release_plan, work_of
-from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers, replacement_here, respawn_host
+from mixle_mpi.policy.joining import release_plan, work_of
+from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers
 from mixle_mpi.policy import reconfig
 from mixle_mpi.policy.reconfig import EMULATED, Adopt, Blacklist, KeepComm, Respawn, ShrinkComm, renumber, shrink_method
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.core.deadlines import run_with_deadline
-from mixle_mpi.core.reaper import process_gone
 from mixle_mpi.runtime.shrink import shrink
-from mixle_mpi.runtime.spawner import Spawner, SpawnUnavailable
 from mixle_mpi.storage.store import ShardStore, rows_from_packed
 from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, Link
 
@@ -53,7 +53,7 @@ DISCONNECT_TIMEOUT = 10.0  # seconds for one respawned worker's Disconnect at ex
 ULFM_CHECK_WAIT, ULFM_CHECK_POLL = 1.0, 0.01  # seconds ULFM gets to report excluded ranks failed
 
 
-class Driver:
+class Driver(Arrivals):
     def __init__(
         self,
         gcomm,
@@ -87,9 +87,8 @@ class Driver:
         self.fault_plan_json = plan_to_json(fault_plan)
         self.faults = FaultInjector(fault_plan, 0, 0)   # the driver's own chaos (rank 0)
         self.shrink_method = shrink_method
-        self.spawner = Spawner(settings, spawn_command, fast_spawn_command, spawn_unavailable)
         self.body_b = b""                               # the last round's pickled body
-        self.can_spawn = settings.respawn and spawn_command is not None
+        self.init_arrivals(settings, spawn_command, fast_spawn_command, spawn_unavailable)
         self.host = MPI.Get_processor_name()
 
         self.gcomm = gcomm
@@ -101,20 +100,17 @@ class Driver:
         self.membership = Membership(ids, max_retries)
         self.grank = dict(ranks)                      # original-group members: rank in gcomm
         self.mail = Mailroom({w: Link(gcomm, ghb, r) for w, r in ranks.items()},
-                             doorbell.own() if settings.doorbells else None, self._fail)
+                             doorbell.own() if settings.doorbells else None, self.fail)
         self.info: dict[int, tuple[str, int]] = {}    # worker -> (host, pid)
         self.reads_store: set[int] = set()            # workers that read their own shards (Ready.reads_store)
         self.started_at: dict[int, str] = {}          # worker -> its process's start time (Ready.started)
         self.read_own: set[int] = set()               # the workers that read their own shards at the last load
-        self.respawn_hosts: dict[int, str | None] = {}  # place -> the host its last replacement was asked on
         self.here = self._driver_share(len(holders))  # the shards this process computes itself
         self.here_chunks: dict[int, Any] | None = None  # encoded at the first round
         self.owners = {**initial_placement(self.num_shards, holders, skip=self.here),
                        **{s: [] for s in ids[len(holders):]}}
         self.pending: set[int] = set()                # failed since the last reconfiguration
         self.kept: dict[int, int] = {}                # shard -> the live worker keeping it encoded for its place
-        self.joining: dict[int, Join] = {}            # replacements on their way in (policy/joining.py)
-        self.spawn_failed: list[int] = []             # places whose background Spawn failed
         self.epoch = 0
         self.calls = {"estep": 0, "init": 0, "llsum": 0}
         self.monitor = monitor                        # started by the handle at the handshake
@@ -124,7 +120,7 @@ class Driver:
         self.closed = False
 
     # -- failure handling ------------------------------------------------------
-    def _fail(self, worker: int, cause: str, detected_at: float | None = None) -> None:
+    def fail(self, worker: int, cause: str, detected_at: float | None = None) -> None:
         """Fence a failed worker: stop listening, kill it if it is ours to kill, queue recovery."""
         if worker not in self.membership.records or not self.membership.mark_failed(worker):
             return  # a retired spare's old id, or a duplicate report
@@ -158,24 +154,24 @@ class Driver:
             **({"fenced_by": fenced_by} if fenced_by is not None else {}),
         )
 
-    def _check_failures(self) -> None:
+    def check_failures(self) -> None:
         for worker, (cause, when) in sorted(self.monitor.take_suspects().items()):
-            self._fail(worker, cause, when)
+            self.fail(worker, cause, when)
 
-    def _live(self) -> list[int]:
+    def live(self) -> list[int]:
         """The workers that compute this round (a replacement still joining does not)."""
         return [w for w in self.membership.live() if w in self.mail.links and w not in self.joining]
 
     def _reachable(self) -> list[int]:
         """Every worker process to stop at the end: the live ones and those still joining."""
-        return sorted(set(self._live()) | {w for w in self.joining if w in self.mail.links})
+        return sorted(set(self.live()) | {w for w in self.joining if w in self.mail.links})
 
     def _live_processes(self) -> dict[int, int]:
         """Each live worker's current incarnation: which process may answer for it."""
-        return {w: self.membership.records[w].incarnation for w in self._live()}
+        return {w: self.membership.records[w].incarnation for w in self.live()}
 
     # -- waiting for replies -----------------------------------------------------
-    def _collect(self, expect: dict[int, set], what: str) -> dict[int, list]:
+    def collect(self, expect: dict[int, set], what: str) -> dict[int, list]:
         """Wait until each expected worker sent the replies whose ``key`` is expected (for
         example ``(Ready, worker)``), or failed. Returns the replies per worker; failed
         workers are simply absent.
@@ -191,7 +187,7 @@ class Driver:
                 return None
             if time.monotonic() > deadline[0]:
                 for w in sorted(waiting):
-                    self._fail(w, f"no {what!r} reply within reconfigure_timeout="
+                    self.fail(w, f"no {what!r} reply within reconfigure_timeout="
                                   f"{self.settings.reconfigure_timeout:g} s (hung)")
                 deadline[0] = float("inf")
             progressed = False
@@ -204,7 +200,7 @@ class Driver:
                         progressed = True
                 if not waiting.get(w):
                     waiting.pop(w, None)
-            self._check_failures()
+            self.check_failures()
             for w in list(waiting):
                 if not self.membership.is_live(w) or w not in self.mail.links:
                     waiting.pop(w)
@@ -220,18 +216,18 @@ class Driver:
         why) fail now and are respawned or have their shards migrated like any failure."""
         t0 = time.perf_counter()
         for w, why in sorted((excluded or {}).items()):
-            self._fail(w, f"startup: {why}")
-        self._setup(self._live())
+            self.fail(w, f"startup: {why}")
+        self._setup(self.live())
         t_setup = time.perf_counter()
-        self._load({w: list(self.owners[w]) for w in self._live()})
-        self.events.emit("loaded", workers=len(self._live()), shards=self.num_shards,
-                         read_by_workers=sorted(self.read_own & set(self._live())),
-                         hosts={w: self.info[w][0] for w in self._live() if w in self.info},
+        self.load({w: list(self.owners[w]) for w in self.live()})
+        self.events.emit("loaded", workers=len(self.live()), shards=self.num_shards,
+                         read_by_workers=sorted(self.read_own & set(self.live())),
+                         hosts={w: self.info[w][0] for w in self.live() if w in self.info},
                          setup_seconds=round(t_setup - t0, 6), load_seconds=round(time.perf_counter() - t_setup, 6))
         self.reconfigure()
         self.started = True
 
-    def _setup_message(self, worker: int) -> Setup:
+    def setup_message(self, worker: int) -> Setup:
         own = self.store.store_id if self.settings.workers_read_store else ""
         s = self.settings
         return Setup(worker=worker, incarnation=self.membership.records[worker].incarnation,
@@ -243,7 +239,7 @@ class Driver:
                      own_store=own, armed=self.armed and worker not in self.unreached,
                      driver_bell=self.mail.bell.address if self.mail.bell is not None else "")
 
-    def _note_ready(self, worker: int, ready: Ready) -> None:
+    def note_ready(self, worker: int, ready: Ready) -> None:
         self.info[worker] = (ready.host, ready.pid)
         self.started_at[worker] = ready.started
         (self.reads_store.add if ready.reads_store else self.reads_store.discard)(worker)
@@ -255,20 +251,20 @@ class Driver:
 
     def _setup(self, workers: list[int]) -> None:
         for w in workers:
-            if self.mail.post(w, self._setup_message(w)):
+            if self.mail.post(w, self.setup_message(w)):
                 self.monitor.watch(w, self.mail.links[w])
-        ready = self._collect({w: {(Ready, w)} for w in workers if w in self.mail.links}, "ready")
+        ready = self.collect({w: {(Ready, w)} for w in workers if w in self.mail.links}, "ready")
         for w, msgs in ready.items():
-            self._note_ready(w, msgs[0])
+            self.note_ready(w, msgs[0])
 
     def reach(self, path: str, what: str) -> dict[int, str]:
         """Failover: arm every live worker that reads ``path`` (and the store); the others stay
         out (logged, as at setup). From now on a worker set up is armed at once. Returns the
         workers that stay out, with why."""
-        workers = [w for w in self._live() if w in self.mail.links]
+        workers = [w for w in self.live() if w in self.mail.links]
         for w in workers:
             self.mail.post(w, Reach(path, what))
-        got = self._collect({w: {(Reached, w)} for w in workers if w in self.mail.links}, "reached")
+        got = self.collect({w: {(Reached, w)} for w in workers if w in self.mail.links}, "reached")
         lost = {w: msgs[0].no_failover for w, msgs in got.items() if msgs[0].no_failover}
         self.unreached &= set(lost)  # each fit asks afresh
         for w, why in lost.items():
@@ -284,7 +280,7 @@ class Driver:
             self.events.emit("failover_unavailable", worker=worker, pid=pid, host=host, reason=why)
         self.unreached.add(worker)
 
-    def _load_parts(self, sids: list[int]) -> list[tuple[int, int, int, bool]]:
+    def load_parts(self, sids: list[int]) -> list[tuple[int, int, int, bool]]:
         """(shard, start, stop, is its last block) for every block of ``sids``, in order."""
         parts = []
         for sid in sids:
@@ -292,7 +288,7 @@ class Driver:
             parts += [(sid, a, b, k == len(blocks) - 1) for k, (a, b) in enumerate(blocks)]
         return parts
 
-    def _load(self, plan: dict[int, list[int]]) -> None:
+    def load(self, plan: dict[int, list[int]]) -> None:
         """Make shards resident on workers: a worker that opens the store and has enough to
         load reads its own, in parallel with the others (``ReadOwn``, ``placement.own_readers``);
         the driver streams the rest (``_stream``), and any shard a worker could not read."""
@@ -308,7 +304,7 @@ class Driver:
         expect = self._stream(streamed)
         for w, sids in own.items():
             expect.setdefault(w, set()).update((Loaded, sid) for sid in sids)
-        got = self._collect({w: keys for w, keys in expect.items() if w in self.mail.links}, "loaded")
+        got = self.collect({w: keys for w, keys in expect.items() if w in self.mail.links}, "loaded")
         unread: dict[int, list[int]] = {}
         for w, msgs in got.items():
             for m in msgs:
@@ -318,7 +314,7 @@ class Driver:
                     self.events.emit("store_unread", worker=w, shard=m.shard, why=m.unread)
         self.read_own = set(own) - set(unread)
         if unread:
-            self._collect({w: keys for w, keys in self._stream(unread).items() if w in self.mail.links}, "loaded")
+            self.collect({w: keys for w, keys in self._stream(unread).items() if w in self.mail.links}, "loaded")
         for w in plan:
             self.monitor.grace(w, 0.0)
 
@@ -330,7 +326,7 @@ class Driver:
         its previous one was delivered, so the driver holds at most one block per worker
         whatever the size of the data."""
         expect: dict[int, set] = {}
-        parts = {w: self._load_parts(sids) for w, sids in plan.items() if sids}
+        parts = {w: self.load_parts(sids) for w, sids in plan.items() if sids}
         last_progress = {w: time.monotonic() for w in parts}
 
         def step() -> bool | None:
@@ -344,7 +340,7 @@ class Driver:
                     continue
                 if not done:
                     if time.monotonic() - last_progress[w] > self.settings.reconfigure_timeout:
-                        self._fail(w, f"no progress receiving its shards within reconfigure_timeout="
+                        self.fail(w, f"no progress receiving its shards within reconfigure_timeout="
                                       f"{self.settings.reconfigure_timeout:g} s (hung)")
                         parts.pop(w)
                     continue
@@ -358,7 +354,7 @@ class Driver:
                 progressed = True
                 if not parts[w]:
                     parts.pop(w)
-            self._check_failures()
+            self.check_failures()
             for w in list(parts):
                 if not self.membership.is_live(w) or w not in self.mail.links:
                     parts.pop(w)
@@ -389,7 +385,7 @@ class Driver:
             self.faults.check("llsum", score_call)
         if kind in ("estep", "llsum"):  # the driver's own chaos: before it sends the round out
             self.faults.check("estep_before" if kind == "estep" else "llsum", call)
-        self._finish_joins()
+        self.finish_joins()
         task_id = next(_TASK_IDS)
         body_b = self.body_b = pickle.dumps(body, protocol=PROTO) if body_b is None else body_b
         extras = extras or {}
@@ -450,7 +446,7 @@ class Driver:
             """One poll, O(W) while nothing changes: drain the workers the round waits for,
             then ask the round what to do only if membership changed or a task went out
             since the last Wait (otherwise only Done is possible; see RoundState.next_step)."""
-            progressed = self._advance_joins()
+            progressed = self.advance_joins()
             live = self._live_processes()
             for w, msgs in self.mail.gather(state.waiting_on()).items():
                 incarnation = self.membership.records[w].incarnation
@@ -466,7 +462,7 @@ class Driver:
                         if state.accept(w, incarnation, shard, live):
                             take(shard, payload)
                             progressed = True
-            self._check_failures()
+            self.check_failures()
             if state.done():
                 return None
             live = self._live_processes()
@@ -477,7 +473,7 @@ class Driver:
                 return None
             if isinstance(action, NeedWorkers):
                 self.reconfigure()  # respawns whom it can; the next step recovers onto them
-                self._await_a_worker()
+                self.await_a_worker()
                 progressed = True
             elif isinstance(action, Recover):
                 for target, sids in action.plan.items():
@@ -536,7 +532,7 @@ class Driver:
                          share_bytes=sum(sizes.values()), max_bytes=cap)
         return share
 
-    def _no_workers_error(self) -> NoWorkersLeft:
+    def no_workers_error(self) -> NoWorkersLeft:
         fails = ", ".join(f"rank {w}: {n} failure(s)" for w, n in self.membership.failures().items())
         return NoWorkersLeft(
             f"every worker rank is dead or blacklisted ({fails}); max_retries={self.membership.max_retries}"
@@ -551,7 +547,7 @@ class Driver:
         while self.pending or self.spawn_failed:
             failed = sorted(self.pending)
             self.pending.clear()
-            spares = reconfig.idle_places(self.owners, self._live())
+            spares = reconfig.idle_places(self.owners, self.live())
             actions = reconfig.plan(failed, self.grank, self.membership, self.can_spawn, self.settings.respawn,
                                     self.owners, spares, self.shrink_method) if failed else []
             actions += [reconfig.respawn_failed(self.membership, w, self.settings.respawn) for w in self.spawn_failed]
@@ -563,10 +559,10 @@ class Driver:
                 elif isinstance(action, KeepComm):
                     self._keep(action.dropped)
                 elif isinstance(action, Adopt):
-                    if not self._adopt(action.worker, action.spare):
+                    if not self.adopt(action.worker, action.spare):
                         self.pending.add(action.worker)  # the spare died meanwhile: decide again
                 elif isinstance(action, Respawn):
-                    if not self._respawn(action.worker):
+                    if not self.respawn(action.worker):
                         actions.append(reconfig.respawn_failed(self.membership, action.worker, self.settings.respawn))
                 elif isinstance(action, Blacklist):
                     w = action.worker
@@ -583,12 +579,12 @@ class Driver:
         blacklisted = self.membership.blacklisted()
         if not any(self.owners.get(w) for w in blacklisted):
             return
-        live = self._live()
+        live = self.live()
         if not live:
             if self.pending:
                 return  # the next loop of reconfigure() respawns someone first
-            self._await_a_worker()
-            live = self._live()
+            self.await_a_worker()
+            live = self.live()
         move = reconfig.migrate(self.owners, blacklisted, live)
         self.owners = move.owners
         load = {}
@@ -598,8 +594,8 @@ class Driver:
             for s in have:
                 del self.kept[s]
             load[w] = [s for s in sids if s not in have]
-        self._release([s for sids in move.plan.values() for s in sids])  # copies kept elsewhere
-        self._load(load)
+        self.release([s for sids in move.plan.values() for s in sids])  # copies kept elsewhere
+        self.load(load)
 
     def _shrink(self) -> None:
         """Agree on the surviving original ranks, then shrink the group communicator."""
@@ -614,7 +610,7 @@ class Driver:
                 self.events.emit("shrink_fallback", ranks=sorted(set(self.grank) - set(survivors)), cause=fallback)
             for w in survivors:
                 self.mail.post(w, Shrink(epoch, ranks, method))
-            ready = self._collect({w: {(ShrinkReady, epoch)} for w in survivors}, "shrink_ready")
+            ready = self.collect({w: {(ShrinkReady, epoch)} for w in survivors}, "shrink_ready")
             if sorted(ready) != survivors:
                 continue  # someone died before the collective: agree again without them
             for w in survivors:
@@ -641,13 +637,13 @@ class Driver:
             for w in survivors:
                 self.mail.connect(w, Link(comm, hb, self.grank[w]))
                 self.monitor.watch(w, self.mail.links[w])
-            self._collect({w: {(Shrunk, epoch)} for w in survivors}, "shrunk")
+            self.collect({w: {(Shrunk, epoch)} for w in survivors}, "shrunk")
             self.events.emit("shrink", method=method, epoch=epoch, survivors=survivors, seconds=round(seconds, 6))
             return
 
     def _keep(self, dropped: tuple) -> None:
         """KEEP: no collective, no handshake. The dead original ranks leave ``grank``; their
-        links and heartbeats went when they failed (``_fail``), so nothing addresses them
+        links and heartbeats went when they failed (``fail``), so nothing addresses them
         again. ``gcomm`` stays, and every survivor keeps its rank."""
         for w in dropped:
             self.grank.pop(w, None)
@@ -676,203 +672,12 @@ class Driver:
             time.sleep(ULFM_CHECK_POLL)
         return not pending
 
-    def _respawn(self, worker: int) -> bool:
-        """Start a replacement process for ``worker``; it gets the same shards back. It joins
-        in the background (policy/joining.py) while the survivors carry its shards; the Spawn
-        itself runs beside the fit where it may (``spawner.Spawner``). With ``respawn_wait``
-        the fit waits until the replacement is set up and loaded."""
-        t0 = time.perf_counter()
-        failed_host = self.info.get(worker, (None, None))[0]
-        live_hosts = [self.info[w][0] for w in self._live() if w != worker and w in self.info]
-        host = respawn_host(failed_host, live_hosts, self.host)
-        here = replacement_here(host, [*live_hosts, *([failed_host] if failed_host else [])], self.host, os.environ)
-        try:
-            link = self.spawner.start(worker, host, (self.encoder_b, self.body_b), here)
-        except SpawnUnavailable as exc:  # the shards migrate
-            self._spawn_unavailable(worker, str(exc))
-            return False
-        self.respawn_hosts[worker] = host
-        if link is not None and self.settings.respawn_wait:
-            self._replacement_pid(worker)
-            self.grank.pop(worker, None)
-            self._bring_up(worker, link, "respawned", t0)
-            return True
-        self._start_join(worker, t0)
-        if link is not None:
-            self._begin_join(worker, link)
-        return True
-
-    def _start_join(self, worker: int, t0: float) -> None:
-        """A replacement for ``worker`` is on its way (spawned, or being spawned): it joins in
-        the background, as incarnation + 1 of the place."""
-        self.grank.pop(worker, None)
-        incarnation = self.membership.revive(worker)
-        self.joining[worker] = Join(worker, time.monotonic())
-        self.events.emit("respawn_started", worker=worker, incarnation=incarnation,
-                         shards=list(self.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6),
-                         **({"on_host": self.respawn_hosts[worker]} if self.respawn_hosts.get(worker) else {}))
-        self.faults.check("respawn")  # the driver's own chaos, while a replacement is on its way
-
-    def _spawn_unavailable(self, worker: int, cause: str) -> None:
-        self.can_spawn = False
-        self.events.emit("spawn_unavailable", worker=worker, cause=cause, action="shards migrate to survivors")
-
-    def _begin_join(self, worker: int, link: Link) -> None:
-        """The replacement's process is connected: set it up (it imports before it beats)."""
-        self.mail.connect(worker, link)
-        self.joining[worker].since = time.monotonic()
-        self.joining[worker].pid = self._replacement_pid(worker)
-        self.monitor.grace(worker, self.settings.reconfigure_timeout)
-        if self.mail.post(worker, self._setup_message(worker)):
-            self.monitor.watch(worker, link)
-
-    def _replacement_pid(self, worker: int) -> int | None:
-        """The pid of ``worker``'s just-connected replacement, if on this host (its birth
-        record): the place's process from now on, to fence and to watch while it joins."""
-        pid = self.spawner.born.pop(worker, None)
-        if pid is not None:
-            self.info[worker] = (self.host, pid)
-        return pid
-
-    def _advance_spawns(self, now: float) -> bool:
-        """Background Spawns: connect the ones that finished. One whose process died is one
-        more failure of its place (it may get another replacement); one that failed
-        otherwise or overran reconfigure_timeout leaves its place to be blacklisted (its
-        shards migrate)."""
-        progressed = False
-        for w, got in self.spawner.finished(now):
-            if isinstance(got, Link):
-                self._begin_join(w, got)
-                progressed = True
-            elif got.died:
-                self.info[w] = (self.host, got.pid)  # the dead replacement (watched on this host)
-                self._fail(w, got.why)
-            else:
-                self._spawn_failed(w, got.why)
-        return progressed
-
-    def _spawn_failed(self, worker: int, cause: str) -> None:
-        self.joining.pop(worker, None)
-        self._spawn_unavailable(worker, cause)
-        self.spawn_failed.append(worker)  # blacklisted by the next reconfigure()
-
-    def _advance_joins(self) -> bool:
-        """One poll of each replacement on its way in: take its Ready and Loaded replies and
-        send its next shard block once the last one was delivered (never blocks; a hung
-        one is failed after reconfigure_timeout without a step forward). True if any moved."""
-        now = time.monotonic()
-        progressed = self._advance_spawns(now)
-        for w in list(self.joining):
-            if w in self.spawner.running:
-                continue
-            join = self.joining[w]
-            if join.pid is not None and process_gone(join.pid):  # no heartbeat verdict yet: it has a grace
-                self._fail(w, f"its process (pid {join.pid}) ended while it joined")
-                continue
-            for msg in self.mail.drain(w):
-                if isinstance(msg, Ready) and not join.ready:
-                    self._note_ready(w, msg)
-                    join.got_ready(self._load_parts(self.owners.get(w, [])), now)
-                    self.events.emit("respawn_ready", worker=w, host=msg.host, pid=msg.pid,
-                                     incarnation=self.membership.records[w].incarnation)
-                    progressed = True
-                elif isinstance(msg, Loaded):
-                    join.got_loaded(msg.shard, now)
-                    progressed = True
-            if w not in self.joining:
-                continue  # it failed meanwhile
-            if join.parts and self.mail.sent(w):
-                sid, a, b, last = join.next_part(now)
-                progressed = self.mail.post(w, Load(sid, self.store.read_packed(sid, a, b), last)) or progressed
-            elif w in self.joining and join.stalled(now, self.settings.reconfigure_timeout):
-                self._fail(w, f"no progress joining within reconfigure_timeout={self.settings.reconfigure_timeout:g} s (hung)")
-        return progressed
-
-    def _finish_joins(self) -> None:
-        """At a round boundary: every replacement that holds its shards takes them back, and
-        the survivors that carried them drop their copies."""
-        for w in sorted(self.joining):
-            join = self.joining[w]
-            if not join.joined():
-                continue
-            del self.joining[w]
-            self.monitor.grace(w, 0.0)
-            shards = list(self.owners.get(w, []))
-            self._release(shards)
-            host, pid = self.info[w]
-            self.events.emit("respawned", worker=w, host=host, pid=pid,
-                             incarnation=self.membership.records[w].incarnation, shards=shards,
-                             seconds=round(time.monotonic() - join.started, 6), background=True)
-
-    def _release(self, shards) -> None:
+    def release(self, shards) -> None:
         """The kept copies of ``shards`` are not needed any more: their holders drop them."""
         for holder, sids in release_plan(self.kept, shards).items():
             self.mail.post(holder, Release(tuple(sids)))
         for s in shards:
             self.kept.pop(s, None)
-
-    def _await_a_worker(self) -> None:
-        """No worker computes, but replacements are joining: wait for one (bounded by its own
-        join deadline), since nobody else can take the orphans. Fails if none comes."""
-        def step() -> bool | None:
-            self._check_failures()
-            self._finish_joins()
-            return None if self._live() or not self.joining else self._advance_joins()
-
-        if not self._live() and self.joining:
-            self.mail.wait(step)
-        if not self._live():
-            raise self._no_workers_error()
-
-    def _adopt(self, worker: int, spare: int) -> bool:
-        """The idle spare's process takes ``worker``'s place: it is told its new identity and
-        loads the place's shards (no Spawn: it was set up and beating already). False if the
-        spare died meanwhile (then it is a failure of its own, and ``worker`` waits)."""
-        t0 = time.perf_counter()
-        link = self.mail.links.get(spare)
-        if link is None or not self.membership.is_live(spare):
-            return False
-        self.monitor.forget(spare)
-        self.mail.rename(spare, worker)
-        if spare in self.grank:
-            self.grank[worker] = self.grank.pop(spare)
-        self.owners.pop(spare, None)
-        self.membership.retire(spare)
-        if spare in self.info:
-            self.info[worker] = self.info.pop(spare)  # fencing must aim at the spare's process now
-        else:
-            self.info.pop(worker, None)
-        warm = {s for s, h in self.kept.items() if h == spare}
-        place = set(self.owners.get(worker, []))
-        for s in warm:  # the spare's copies: its own shards now, or still kept (under its new id)
-            if s in place:
-                del self.kept[s]
-            else:
-                self.kept[s] = worker
-        self._bring_up(worker, link, "spare_adopted", t0, held=warm, spare=spare, warm=sorted(warm & place))
-        return True
-
-    def _bring_up(self, worker: int, link: Link, event: str, t0: float, held=frozenset(), **fields) -> None:
-        """The process now on ``link`` takes ``worker``'s place (a replacement or a spare):
-        set it up, wait for it to be ready, send it the place's shards less those it
-        ``held`` already, then log ``event`` with ``fields``. A failure on the way is one of
-        its own, handled like any other (the place then waits for the next recovery)."""
-        self.mail.connect(worker, link)
-        incarnation = self.membership.revive(worker)
-        self.monitor.grace(worker, self.settings.reconfigure_timeout)  # a replacement imports before it beats
-        if self.mail.post(worker, self._setup_message(worker)):
-            self.monitor.watch(worker, link)
-        ready = self._collect({worker: {(Ready, worker)}}, "ready")
-        if worker in ready:
-            self._note_ready(worker, ready[worker][0])
-            self._load({worker: [s for s in self.owners.get(worker, []) if s not in held]})
-        self.monitor.grace(worker, 0.0)
-        if self.membership.is_live(worker):
-            self._release(list(self.owners.get(worker, [])))  # survivors' copies from the recovery
-            host, pid = self.info[worker]
-            self.events.emit(event, worker=worker, host=host, pid=pid, incarnation=incarnation,
-                             shards=list(self.owners.get(worker, [])), **fields,
-                             seconds=round(time.perf_counter() - t0, 6))
 
     # -- ending ------------------------------------------------------------------------
     def close(self) -> None:
@@ -882,7 +687,7 @@ class Driver:
         if self.closed:
             return
         self.closed = True
-        live = self._live()
+        live = self.live()
         self._stop([w for w in live if self.mail.links[w].inter is None])
         self.events.emit("closed", live=live, blacklisted=self.membership.blacklisted(),
                          failures=self.membership.failures())
@@ -893,7 +698,7 @@ class Driver:
         stopped too), stop the monitor."""
         t0 = time.monotonic()
         self.spawner.settle()
-        self._advance_spawns(time.monotonic())
+        self.advance_spawns(time.monotonic())
         if self.spawner.running:  # its process died as it started: under Open MPI that Spawn never returns
             self.events.emit("spawn_abandoned", workers=sorted(self.spawner.running),
                              waited=round(time.monotonic() - t0, 3),

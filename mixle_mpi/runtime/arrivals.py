@@ -1,0 +1,228 @@
+"""A new process takes a failed place: a replacement, or an idle spare adopted at once.
+
+Part of the driver (``driver.Driver`` inherits it): it carries out ``reconfig``'s Respawn
+and Adopt decisions. A replacement's Spawn runs beside the fit where it may
+(``spawner.Spawner``); the replacement then joins in the background (``policy/joining.py``)
+while the survivors carry its shards, and takes them back at a round boundary. Set apart
+from the rounds and the reconfiguration because its steps interleave with both: a round
+polls ``advance_joins`` while it waits for results. It uses the driver's mailroom, monitor,
+membership, placement (``owners``, ``kept``) and its ``fail``, ``live``, ``collect``, ``load``,
+``load_parts``, ``release``, ``setup_message`` and ``note_ready``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from mixle_mpi.core.protocol import Load, Loaded, Ready
+from mixle_mpi.core.reaper import process_gone
+from mixle_mpi.policy.joining import Join
+from mixle_mpi.policy.placement import replacement_here, respawn_host
+from mixle_mpi.policy.config import Settings
+from mixle_mpi.runtime.spawner import Spawner, SpawnUnavailable
+from mixle_mpi.runtime.transport import Link
+
+
+class Arrivals:
+    """The driver's part that brings new processes into failed places."""
+
+    def init_arrivals(self, settings: Settings, spawn_command: list[str] | None,
+                      fast_spawn_command: list[str] | None, spawn_unavailable: str | None) -> None:
+        """The state of the places' new processes (the driver's constructor calls this once)."""
+        self.spawner = Spawner(settings, spawn_command, fast_spawn_command, spawn_unavailable)
+        self.can_spawn = settings.respawn and spawn_command is not None
+        self.respawn_hosts: dict[int, str | None] = {}  # place -> the host its last replacement was asked on
+        self.joining: dict[int, Join] = {}             # replacements on their way in (policy/joining.py)
+        self.spawn_failed: list[int] = []              # places whose background Spawn failed
+
+    def respawn(self, worker: int) -> bool:
+        """Start a replacement process for ``worker``; it gets the same shards back. It joins
+        in the background (policy/joining.py) while the survivors carry its shards; the Spawn
+        itself runs beside the fit where it may (``spawner.Spawner``). With ``respawn_wait``
+        the fit waits until the replacement is set up and loaded."""
+        t0 = time.perf_counter()
+        failed_host = self.info.get(worker, (None, None))[0]
+        live_hosts = [self.info[w][0] for w in self.live() if w != worker and w in self.info]
+        host = respawn_host(failed_host, live_hosts, self.host)
+        here = replacement_here(host, [*live_hosts, *([failed_host] if failed_host else [])], self.host, os.environ)
+        try:
+            link = self.spawner.start(worker, host, (self.encoder_b, self.body_b), here)
+        except SpawnUnavailable as exc:  # the shards migrate
+            self._spawn_unavailable(worker, str(exc))
+            return False
+        self.respawn_hosts[worker] = host
+        if link is not None and self.settings.respawn_wait:
+            self._replacement_pid(worker)
+            self.grank.pop(worker, None)
+            self._bring_up(worker, link, "respawned", t0)
+            return True
+        self._start_join(worker, t0)
+        if link is not None:
+            self._begin_join(worker, link)
+        return True
+
+    def _start_join(self, worker: int, t0: float) -> None:
+        """A replacement for ``worker`` is on its way (spawned, or being spawned): it joins in
+        the background, as incarnation + 1 of the place."""
+        self.grank.pop(worker, None)
+        incarnation = self.membership.revive(worker)
+        self.joining[worker] = Join(worker, time.monotonic())
+        self.events.emit("respawn_started", worker=worker, incarnation=incarnation,
+                         shards=list(self.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6),
+                         **({"on_host": self.respawn_hosts[worker]} if self.respawn_hosts.get(worker) else {}))
+        self.faults.check("respawn")  # the driver's own chaos, while a replacement is on its way
+
+    def _spawn_unavailable(self, worker: int, cause: str) -> None:
+        self.can_spawn = False
+        self.events.emit("spawn_unavailable", worker=worker, cause=cause, action="shards migrate to survivors")
+
+    def _begin_join(self, worker: int, link: Link) -> None:
+        """The replacement's process is connected: set it up (it imports before it beats)."""
+        self.mail.connect(worker, link)
+        self.joining[worker].since = time.monotonic()
+        self.joining[worker].pid = self._replacement_pid(worker)
+        self.monitor.grace(worker, self.settings.reconfigure_timeout)
+        if self.mail.post(worker, self.setup_message(worker)):
+            self.monitor.watch(worker, link)
+
+    def _replacement_pid(self, worker: int) -> int | None:
+        """The pid of ``worker``'s just-connected replacement, if on this host (its birth
+        record): the place's process from now on, to fence and to watch while it joins."""
+        pid = self.spawner.born.pop(worker, None)
+        if pid is not None:
+            self.info[worker] = (self.host, pid)
+        return pid
+
+    def advance_spawns(self, now: float) -> bool:
+        """Background Spawns: connect the ones that finished. One whose process died is one
+        more failure of its place (it may get another replacement); one that failed
+        otherwise or overran reconfigure_timeout leaves its place to be blacklisted (its
+        shards migrate)."""
+        progressed = False
+        for w, got in self.spawner.finished(now):
+            if isinstance(got, Link):
+                self._begin_join(w, got)
+                progressed = True
+            elif got.died:
+                self.info[w] = (self.host, got.pid)  # the dead replacement (watched on this host)
+                self.fail(w, got.why)
+            else:
+                self._spawn_failed(w, got.why)
+        return progressed
+
+    def _spawn_failed(self, worker: int, cause: str) -> None:
+        self.joining.pop(worker, None)
+        self._spawn_unavailable(worker, cause)
+        self.spawn_failed.append(worker)  # blacklisted by the next reconfigure()
+
+    def advance_joins(self) -> bool:
+        """One poll of each replacement on its way in: take its Ready and Loaded replies and
+        send its next shard block once the last one was delivered (never blocks; a hung
+        one is failed after reconfigure_timeout without a step forward). True if any moved."""
+        now = time.monotonic()
+        progressed = self.advance_spawns(now)
+        for w in list(self.joining):
+            if w in self.spawner.running:
+                continue
+            join = self.joining[w]
+            if join.pid is not None and process_gone(join.pid):  # no heartbeat verdict yet: it has a grace
+                self.fail(w, f"its process (pid {join.pid}) ended while it joined")
+                continue
+            for msg in self.mail.drain(w):
+                if isinstance(msg, Ready) and not join.ready:
+                    self.note_ready(w, msg)
+                    join.got_ready(self.load_parts(self.owners.get(w, [])), now)
+                    self.events.emit("respawn_ready", worker=w, host=msg.host, pid=msg.pid,
+                                     incarnation=self.membership.records[w].incarnation)
+                    progressed = True
+                elif isinstance(msg, Loaded):
+                    join.got_loaded(msg.shard, now)
+                    progressed = True
+            if w not in self.joining:
+                continue  # it failed meanwhile
+            if join.parts and self.mail.sent(w):
+                sid, a, b, last = join.next_part(now)
+                progressed = self.mail.post(w, Load(sid, self.store.read_packed(sid, a, b), last)) or progressed
+            elif w in self.joining and join.stalled(now, self.settings.reconfigure_timeout):
+                self.fail(w, f"no progress joining within reconfigure_timeout={self.settings.reconfigure_timeout:g} s (hung)")
+        return progressed
+
+    def finish_joins(self) -> None:
+        """At a round boundary: every replacement that holds its shards takes them back, and
+        the survivors that carried them drop their copies."""
+        for w in sorted(self.joining):
+            join = self.joining[w]
+            if not join.joined():
+                continue
+            del self.joining[w]
+            self.monitor.grace(w, 0.0)
+            shards = list(self.owners.get(w, []))
+            self.release(shards)
+            host, pid = self.info[w]
+            self.events.emit("respawned", worker=w, host=host, pid=pid,
+                             incarnation=self.membership.records[w].incarnation, shards=shards,
+                             seconds=round(time.monotonic() - join.started, 6), background=True)
+
+    def await_a_worker(self) -> None:
+        """No worker computes, but replacements are joining: wait for one (bounded by its own
+        join deadline), since nobody else can take the orphans. Fails if none comes."""
+        def step() -> bool | None:
+            self.check_failures()
+            self.finish_joins()
+            return None if self.live() or not self.joining else self.advance_joins()
+
+        if not self.live() and self.joining:
+            self.mail.wait(step)
+        if not self.live():
+            raise self.no_workers_error()
+
+    def adopt(self, worker: int, spare: int) -> bool:
+        """The idle spare's process takes ``worker``'s place: it is told its new identity and
+        loads the place's shards (no Spawn: it was set up and beating already). False if the
+        spare died meanwhile (then it is a failure of its own, and ``worker`` waits)."""
+        t0 = time.perf_counter()
+        link = self.mail.links.get(spare)
+        if link is None or not self.membership.is_live(spare):
+            return False
+        self.monitor.forget(spare)
+        self.mail.rename(spare, worker)
+        if spare in self.grank:
+            self.grank[worker] = self.grank.pop(spare)
+        self.owners.pop(spare, None)
+        self.membership.retire(spare)
+        if spare in self.info:
+            self.info[worker] = self.info.pop(spare)  # fencing must aim at the spare's process now
+        else:
+            self.info.pop(worker, None)
+        warm = {s for s, h in self.kept.items() if h == spare}
+        place = set(self.owners.get(worker, []))
+        for s in warm:  # the spare's copies: its own shards now, or still kept (under its new id)
+            if s in place:
+                del self.kept[s]
+            else:
+                self.kept[s] = worker
+        self._bring_up(worker, link, "spare_adopted", t0, held=warm, spare=spare, warm=sorted(warm & place))
+        return True
+
+    def _bring_up(self, worker: int, link: Link, event: str, t0: float, held=frozenset(), **fields) -> None:
+        """The process now on ``link`` takes ``worker``'s place (a replacement or a spare):
+        set it up, wait for it to be ready, send it the place's shards less those it
+        ``held`` already, then log ``event`` with ``fields``. A failure on the way is one of
+        its own, handled like any other (the place then waits for the next recovery)."""
+        self.mail.connect(worker, link)
+        incarnation = self.membership.revive(worker)
+        self.monitor.grace(worker, self.settings.reconfigure_timeout)  # a replacement imports before it beats
+        if self.mail.post(worker, self.setup_message(worker)):
+            self.monitor.watch(worker, link)
+        ready = self.collect({worker: {(Ready, worker)}}, "ready")
+        if worker in ready:
+            self.note_ready(worker, ready[worker][0])
+            self.load({worker: [s for s in self.owners.get(worker, []) if s not in held]})
+        self.monitor.grace(worker, 0.0)
+        if self.membership.is_live(worker):
+            self.release(list(self.owners.get(worker, [])))  # survivors' copies from the recovery
+            host, pid = self.info[worker]
+            self.events.emit(event, worker=worker, host=host, pid=pid, incarnation=incarnation,
+                             shards=list(self.owners.get(worker, [])), **fields,
+                             seconds=round(time.perf_counter() - t0, 6))
