@@ -66,16 +66,22 @@ print("UNEXPECTED: MPI came up without rank 2", flush=True)
 """
 
 
+def _start_losing_a_rank(python: str, tmp_path, cmd: list[str], alarm: int) -> tuple[subprocess.CompletedProcess, float]:
+    """``mixle-mpi run -n 4 -- cmd`` with no second attempt and the ranks' alarm at
+    ``alarm`` s; the finished launcher and how long it took."""
+    env = dict(os.environ, MIXLE_MPI_STARTUP_TIMEOUT=str(alarm), PYTHONWARNINGS="ignore")
+    t0 = time.monotonic()
+    proc = subprocess.run([python, "-m", "mixle_mpi", "run", "-n", "4", "--start-retries", "0", "--", *cmd],
+                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=env)
+    return proc, time.monotonic() - t0
+
+
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_rank_dying_in_mpi_init_ends_the_job_as_never_started(library, tmp_path):
     _, python = library
     script = tmp_path / "init_death.py"
     script.write_text(INIT_DEATH)
-    env = dict(os.environ, MIXLE_MPI_STARTUP_TIMEOUT="8", PYTHONWARNINGS="ignore")
-    t0 = time.monotonic()
-    proc = subprocess.run([python, "-m", "mixle_mpi", "run", "-n", "4", "--start-retries", "0", "--", python,
-                           str(script)], capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=env)
-    took = time.monotonic() - t0
+    proc, took = _start_losing_a_rank(python, tmp_path, [python, str(script)], alarm=8)
     assert proc.returncode == exitcodes.NEVER_STARTED, proc.stderr[-3000:]
     assert "the job never started" in proc.stderr and "MIXLE_MPI_STARTUP_TIMEOUT=8" in proc.stderr
     assert "UNEXPECTED" not in proc.stdout
@@ -102,11 +108,7 @@ def test_a_rank_lost_before_mpi_is_up_ends_the_start_at_once_not_at_the_startup_
     _, python = library
     script = tmp_path / "late_init_death.py"
     script.write_text(LATE_INIT_DEATH)
-    env = dict(os.environ, MIXLE_MPI_STARTUP_TIMEOUT="60", PYTHONWARNINGS="ignore")
-    t0 = time.monotonic()
-    proc = subprocess.run([python, "-m", "mixle_mpi", "run", "-n", "4", "--start-retries", "0", "--", python,
-                           str(script)], capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=env)
-    took = time.monotonic() - t0
+    proc, took = _start_losing_a_rank(python, tmp_path, [python, str(script)], alarm=60)
     assert proc.returncode == exitcodes.NEVER_STARTED, proc.stderr[-3000:]
     assert "the job never started: rank 2 (pid " in proc.stderr, proc.stderr[-3000:]
     assert "ended before MPI was up on every rank (before its MPI initialisation)" in proc.stderr
@@ -127,14 +129,9 @@ def test_a_rank_killed_before_any_look_saw_it_ends_the_start_once_it_has_not_app
     the others waited for their 20 s alarm. On one host the launcher knows how many ranks
     must appear, and ends the attempt 5 s after another began MPI init."""
     _, python = library
-    env = dict(os.environ, MIXLE_MPI_STARTUP_TIMEOUT="60", PYTHONWARNINGS="ignore")
     fit = [python, "-m", "mixle_mpi", "fit", "--data", "builtin:iris", "--columns", "0:4", "--model", "gmm:k=3",
            "--max-its", "5", "--out-dir", str(tmp_path / "out"), "--no-plot", "--progress", "off"]
-    t0 = time.monotonic()
-    proc = subprocess.run([python, "-m", "mixle_mpi", "run", "-n", "4", "--start-retries", "0", "--",
-                           "sh", "-c", DIES_AT_BIRTH, "sh", *fit],
-                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=env)
-    took = time.monotonic() - t0
+    proc, took = _start_losing_a_rank(python, tmp_path, ["sh", "-c", DIES_AT_BIRTH, "sh", *fit], alarm=60)
     assert proc.returncode == exitcodes.NEVER_STARTED, proc.stderr[-3000:]
     assert "the job never started: rank 2 never appeared on this host, 5 s after another rank began MPI " \
            "initialisation" in proc.stderr, proc.stderr[-3000:]
