@@ -1,14 +1,14 @@
 """Rank 0: places shards, runs rounds, detects failures and recovers exactly.
 
 Decisions come from the pure modules (membership, placement); this class carries them out
-over MPI, its messages through its mailroom (``mailroom.Mailroom``), the arrival of
-replacements and adopted spares in its part ``arrivals.Arrivals``. A round dispatches one
-task per live worker over its resident shards, accepts a shard's result only from the
-worker it is currently assigned to, and recomputes the shards of any worker that fails on
-survivors from the HDF5 shard store. Reconfiguration (shrink, respawn, blacklist,
-migration) happens between rounds, when every worker is idle.
+over MPI, its messages through its mailroom (``mailroom.Mailroom``). Two parts of it live
+in modules of their own: the arrival of replacements and adopted spares
+(``arrivals.Arrivals``) and the reshaping after failures (``reconfiguring.Reconfiguring``).
+A round dispatches one task per live worker over its resident shards, accepts a shard's
+result only from the worker it is currently assigned to, and recomputes the shards of any
+worker that fails on survivors from the HDF5 shard store. Reconfiguration (shrink,
+respawn, blacklist, migration) happens between rounds, when every worker is idle.
 """
-
 from __future__ import annotations
 
 import itertools
@@ -23,12 +23,12 @@ from mpi4py import MPI
 
 from mixle_mpi.core import logs
 from mixle_mpi.policy.config import Settings
-from mixle_mpi.core.errors import RERUN_ADVICE, NoWorkersLeft, ReconfigurationTimeout, WorkerError
+from mixle_mpi.core.errors import NoWorkersLeft, WorkerError
 from mixle_mpi.core import estep
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.malloc import retain_freed_memory
-from mixle_mpi.core.protocol import (TAG_REPLY, Abort, Fence, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Result, Setup,
-                                     Shrink, ShrinkGo, ShrinkReady, Shrunk, Stats, Stop, Task)
+from mixle_mpi.core.protocol import (Abort, Fence, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Result, Setup, Stats,
+                                     Stop, Task)
 from mixle_mpi.storage.events import EventLog
 from mixle_mpi.policy.faults import FaultInjector, plan_to_json
 from mixle_mpi.policy.membership import Membership
@@ -36,24 +36,21 @@ from mixle_mpi.policy.pacing import round_window
 from mixle_mpi.runtime import doorbell
 from mixle_mpi.runtime.arrivals import Arrivals
 from mixle_mpi.runtime.mailroom import Mailroom
+from mixle_mpi.runtime.reconfiguring import Reconfiguring
 from mixle_mpi.runtime.monitor import Monitor
 from mixle_mpi.policy.joining import release_plan, work_of
 from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers
-from mixle_mpi.policy import reconfig
-from mixle_mpi.policy.reconfig import EMULATED, Adopt, Blacklist, KeepComm, Respawn, ShrinkComm, renumber, shrink_method
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.core.deadlines import run_with_deadline
-from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.storage.store import ShardStore, rows_from_packed
 from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, Link
 
 _TASK_IDS = itertools.count(1)
 STOP_SEND_WAIT = 5.0       # seconds for "stop" messages to leave at the end
 DISCONNECT_TIMEOUT = 10.0  # seconds for one respawned worker's Disconnect at exit
-ULFM_CHECK_WAIT, ULFM_CHECK_POLL = 1.0, 0.01  # seconds ULFM gets to report excluded ranks failed
 
 
-class Driver(Arrivals):
+class Driver(Arrivals, Reconfiguring):
     def __init__(
         self,
         gcomm,
@@ -538,139 +535,6 @@ class Driver(Arrivals):
             f"every worker rank is dead or blacklisted ({fails}); max_retries={self.membership.max_retries}"
             f"{'' if self.can_spawn else ', respawn unavailable'}. The fit cannot continue."
         )
-
-    # -- reconfiguration -----------------------------------------------------------
-    def reconfigure(self) -> list[int]:
-        """Between rounds: shrink, respawn or blacklist, and re-place orphaned shards.
-        Returns the workers blacklisted now. Loops until no failure is pending."""
-        blacklisted: list[int] = []
-        while self.pending or self.spawn_failed:
-            failed = sorted(self.pending)
-            self.pending.clear()
-            spares = reconfig.idle_places(self.owners, self.live())
-            actions = reconfig.plan(failed, self.grank, self.membership, self.can_spawn, self.settings.respawn,
-                                    self.owners, spares, self.shrink_method) if failed else []
-            actions += [reconfig.respawn_failed(self.membership, w, self.settings.respawn) for w in self.spawn_failed]
-            self.spawn_failed.clear()
-            while actions:
-                action = actions.pop(0)
-                if isinstance(action, ShrinkComm):
-                    self._shrink()
-                elif isinstance(action, KeepComm):
-                    self._keep(action.dropped)
-                elif isinstance(action, Adopt):
-                    if not self.adopt(action.worker, action.spare):
-                        self.pending.add(action.worker)  # the spare died meanwhile: decide again
-                elif isinstance(action, Respawn):
-                    if not self.respawn(action.worker):
-                        actions.append(reconfig.respawn_failed(self.membership, action.worker, self.settings.respawn))
-                elif isinstance(action, Blacklist):
-                    w = action.worker
-                    self.membership.blacklist(w)
-                    blacklisted.append(w)
-                    host, pid = self.info.get(w, (None, None))
-                    self.events.emit("blacklisted", worker=w, host=host, pid=pid,
-                                     failures=self.membership.records[w].failures, cause=action.cause)
-            self._migrate()
-        return blacklisted
-
-    def _migrate(self) -> None:
-        """Shards of blacklisted places move for good onto the least-loaded live workers."""
-        blacklisted = self.membership.blacklisted()
-        if not any(self.owners.get(w) for w in blacklisted):
-            return
-        live = self.live()
-        if not live:
-            if self.pending:
-                return  # the next loop of reconfigure() respawns someone first
-            self.await_a_worker()
-            live = self.live()
-        move = reconfig.migrate(self.owners, blacklisted, live)
-        self.owners = move.owners
-        load = {}
-        for w, sids in move.plan.items():
-            self.events.emit("migrated", worker=w, shards=sids)
-            have = [s for s in sids if self.kept.get(s) == w]  # encoded there already by a recovery
-            for s in have:
-                del self.kept[s]
-            load[w] = [s for s in sids if s not in have]
-        self.release([s for sids in move.plan.values() for s in sids])  # copies kept elsewhere
-        self.load(load)
-
-    def _shrink(self) -> None:
-        """Agree on the surviving original ranks, then shrink the group communicator."""
-        while True:
-            self.epoch += 1
-            epoch = self.epoch
-            survivors = sorted(w for w in self.grank if self.membership.is_live(w) and w in self.mail.links)
-            ranks = [0] + [self.grank[w] for w in survivors]
-            reported = self.shrink_method == EMULATED or not self.started or self._ulfm_knows_failed(survivors)
-            method, fallback = shrink_method(self.shrink_method, self.started, reported)
-            if fallback:
-                self.events.emit("shrink_fallback", ranks=sorted(set(self.grank) - set(survivors)), cause=fallback)
-            for w in survivors:
-                self.mail.post(w, Shrink(epoch, ranks, method))
-            ready = self.collect({w: {(ShrinkReady, epoch)} for w in survivors}, "shrink_ready")
-            if sorted(ready) != survivors:
-                continue  # someone died before the collective: agree again without them
-            for w in survivors:
-                self.mail.post(w, ShrinkGo(epoch))
-                self.mail.sent(w)
-            self.faults.check("shrink", epoch)  # the driver's own chaos: the survivors shrink without it
-            if any(w not in self.mail.links for w in survivors):
-                continue  # one died before the collective: agree again without it
-            t0 = time.perf_counter()
-            try:
-                comm = run_with_deadline(lambda: shrink(self.gcomm, ranks, method, epoch),
-                                         self.settings.reconfigure_timeout, "shrink")
-                hb = run_with_deadline(comm.Dup, self.settings.reconfigure_timeout, "heartbeat dup")
-            except TimeoutError as exc:
-                raise ReconfigurationTimeout(
-                    f"shrinking to ranks {ranks} ({method}) failed: {exc}; a rank probably died inside "
-                    f"the collective on an MPI without ULFM. {RERUN_ADVICE}"
-                ) from None
-            if comm.Get_size() != len(ranks):
-                raise ReconfigurationTimeout(f"shrink returned {comm.Get_size()} ranks, expected {len(ranks)}")
-            seconds = time.perf_counter() - t0
-            self.gcomm = comm
-            self.grank = renumber(self.grank, survivors)
-            for w in survivors:
-                self.mail.connect(w, Link(comm, hb, self.grank[w]))
-                self.monitor.watch(w, self.mail.links[w])
-            self.collect({w: {(Shrunk, epoch)} for w in survivors}, "shrunk")
-            self.events.emit("shrink", method=method, epoch=epoch, survivors=survivors, seconds=round(seconds, 6))
-            return
-
-    def _keep(self, dropped: tuple) -> None:
-        """KEEP: no collective, no handshake. The dead original ranks leave ``grank``; their
-        links and heartbeats went when they failed (``fail``), so nothing addresses them
-        again. ``gcomm`` stays, and every survivor keeps its rank."""
-        for w in dropped:
-            self.grank.pop(w, None)
-            self.mail.forget(w)
-            self.monitor.forget(w)
-        survivors = sorted(w for w in self.grank if self.membership.is_live(w) and w in self.mail.links)
-        self.events.emit("kept", method="keep", dropped=list(dropped), survivors=survivors,
-                         ranks={w: self.grank[w] for w in survivors})
-
-    def _ulfm_knows_failed(self, survivors: list[int], wait: float = ULFM_CHECK_WAIT) -> bool:
-        """ULFM's Shrink waits forever for a member the library does not know to be dead
-        (one that was fenced but is alive elsewhere, or that exited without a signal), so
-        it is used only once the library itself reports every excluded rank failed."""
-        excluded = [r for w, r in self.grank.items() if w not in survivors]
-        deadline = time.monotonic() + wait
-        pending = set(excluded)
-        while pending:
-            for rank in sorted(pending):
-                try:
-                    self.gcomm.Iprobe(source=rank, tag=TAG_REPLY)
-                except MPI.Exception as exc:
-                    if exc.Get_error_class() == MPI.ERR_PROC_FAILED:
-                        pending.discard(rank)
-            if not pending or time.monotonic() > deadline:
-                break
-            time.sleep(ULFM_CHECK_POLL)
-        return not pending
 
     def release(self, shards) -> None:
         """The kept copies of ``shards`` are not needed any more: their holders drop them."""
