@@ -4,6 +4,7 @@ the launcher's verdict on a job that never started, the job tag and the reaper's
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -51,11 +52,42 @@ def test_a_job_that_ended_fast_inside_mpi_init_never_started():
 def test_every_rank_marks_the_start_of_its_mpi_init(tmp_path, monkeypatch):
     marker = tmp_path / "init_begun.txt"
     monkeypatch.setenv(startup.INIT_BEGUN_ENV, str(marker))
+    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PMI_RANK", "3")
     startup.mark_init_begun()
-    startup.mark_init_begun()
-    assert marker.read_text().split() == [str(os.getpid())] * 2
+    monkeypatch.delenv("PMI_RANK")
+    startup.mark_init_begun()  # no rank in its environment (not started by a launcher)
+    host = socket.gethostname()
+    assert marker.read_text().splitlines() == [f"{os.getpid()} 3 {host}", f"{os.getpid()} - {host}"]
+    assert startup.init_begun_pids(str(marker)) == [os.getpid()] * 2
+    assert startup.init_begun_here(str(marker), host) == {3: os.getpid()}
     monkeypatch.setenv(startup.INIT_BEGUN_ENV, str(tmp_path / "missing" / "x"))
     startup.mark_init_begun()  # cannot be written: the launcher only loses that knowledge
+
+
+def test_a_rank_whose_process_ended_on_this_host_is_named_at_once_and_others_are_not(tmp_path):
+    """The handshake leaves out (or gives up a collective waiting for) a rank whose process
+    is gone, from the records of this host only: a pid of another host means nothing here."""
+    records = tmp_path / "init_begun.txt"
+    records.write_text("101 0 here\n102 1 here\n103 2 there\n104 - here\nnonsense\n105 3 here\n")
+    clock = [0.0]
+    dead = {102, 103, 104}
+    gone = startup.RanksGone(str(records), "here", gone=lambda pid: pid in dead, every=0.25, clock=lambda: clock[0])
+    assert gone([1, 2, 3]) == {1: "its process (pid 102) ended on here while the job started"}
+    assert gone.give_up((0, 1, 2)) == "rank 1: its process (pid 102) ended on here while the job started"
+    assert gone.give_up((0, 2, 3)) is None   # rank 2's pid is of another host; 3 lives
+    dead.add(105)
+    assert gone([3]) == {}                    # the file is read again only after `every`
+    clock[0] = 0.3
+    assert gone([3]) == {3: "its process (pid 105) ended on here while the job started"}
+    assert gone.give_up((0, 1, 3)) == ("rank 1: its process (pid 102) ended on here while the job started; "
+                                       "rank 3: its process (pid 105) ended on here while the job started")
+
+
+def test_without_the_launchers_records_no_rank_is_called_gone(tmp_path):
+    assert startup.RanksGone("", "here", gone=lambda pid: True)([1, 2]) == {}
+    assert startup.RanksGone(str(tmp_path / "none"), "here", gone=lambda pid: True)([1, 2]) == {}
 
 
 def test_the_launcher_runs_a_job_again_for_73_and_74_within_their_budgets():

@@ -44,7 +44,17 @@ def tagged_pids(tag: str, proc: str = "/proc") -> list[int]:
     return sorted(found)
 
 
-RANK_ENV = (b"OMPI_COMM_WORLD_RANK=", b"PMI_RANK=", b"PMIX_RANK=")
+RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")  # a rank's world rank, set by its launcher
+RANK_ENV = tuple(f"{v}=".encode() for v in RANK_VARS)
+
+
+def world_rank(env) -> int | None:
+    """The world rank a launcher gave the process whose environment is ``env``, if any."""
+    for var in RANK_VARS:
+        value = env.get(var)
+        if value is not None and str(value).strip().lstrip("-").isdigit():
+            return int(value)
+    return None
 
 
 def stat_fields(pid: int, proc: str = "/proc") -> list[str] | None:
@@ -108,14 +118,11 @@ def rank_number(pid: int, proc: str = "/proc") -> int | None:
     """The MPI rank a rank process was started as (from its environment), if readable."""
     try:
         with open(os.path.join(proc, str(pid), "environ"), "rb") as fh:
-            env = fh.read().split(b"\0")
+            entries = fh.read().split(b"\0")
     except OSError:
         return None
-    for entry in env:
-        for var in RANK_ENV:
-            if entry.startswith(var) and entry[len(var):].isdigit():
-                return int(entry[len(var):])
-    return None
+    env = dict(e.decode(errors="replace").split("=", 1) for e in entries if b"=" in e)
+    return world_rank(env)
 
 
 def kill_tagged(tag: str, sig: int = signal.SIGKILL) -> list[int]:

@@ -194,11 +194,14 @@ class ResilientMPIEncodedData(EncodedDataHandle):
 
         # The handshake: from here on the workers wait on heartbeats, not on a fixed deadline.
         timeout = startup.startup_timeout()
-        members, excluded = startup.gather_workers(world, timeout)
+        # ranks of this host that die while the job starts (their records name world ranks:
+        # not after a takeover, whose communicator numbers the survivors anew)
+        gone = startup.RanksGone() if self.took_over is None else None
+        members, excluded = startup.gather_workers(world, timeout, gone=gone)
         if self.warm_serialization:  # the input is valid and the workers are up: a fit follows
             _warm_serialization()
         startup.send_go(world, members, self.settings.heartbeat_period, self.settings.driver_timeout)
-        gcomm, ghb = startup.build_comms(world, tuple([0] + members), timeout)
+        gcomm, ghb = startup.build_comms(world, tuple([0] + members), timeout, gone)
         self._gcomm = gcomm
         # How to continue after a failure: probed now, while PMIx is still there to answer.
         method, reason = probe_continuation()

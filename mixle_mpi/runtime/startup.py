@@ -13,10 +13,12 @@ Three phases, each bounded by ``startup_timeout`` (``MIXLE_MPI_STARTUP_TIMEOUT``
    Open MPI ULFM jobs at 4+ ranks stuck in ``world.Dup()``). While the driver prepares, a
    beacon thread (started by ``is_driver()``) tells the workers it is alive.
 3. **The handshake**. Every worker says :class:`Hello`; the driver waits for them (a rank
-   that ULFM reports dead, or that is silent until the deadline, is left out), sends
-   :class:`Go` with the members, and the members build the job's communicators over
-   themselves only (``Create_from_group``), under a deadline. A rank left out is then
-   treated as a failed worker: its shards are placed as if it lived, then recovered.
+   that ULFM reports dead, whose process :class:`RanksGone` saw end on the driver's host,
+   or that is silent until the deadline, is left out), sends :class:`Go` with the members,
+   and the members build the job's communicators over themselves only
+   (``Create_from_group``), under a deadline that a member's death on the same host ends
+   at once. A rank left out is then treated as a failed worker: its shards are placed as
+   if it lived, then recovered.
 
 A failure that cannot be gone around (the driver's handshake collective fails or overruns)
 ends the job with :data:`~mixle_mpi.core.exitcodes.NEVER_STARTED`, which says "nothing was
@@ -29,6 +31,7 @@ import math
 import os
 import pickle
 import signal
+import socket
 import sys
 import threading
 import time
@@ -36,6 +39,7 @@ from typing import Any
 
 from mixle_mpi.core.errors import ConfigError, MixleMPIError
 from mixle_mpi.core.protocol import PROTOCOL, TAG_START, Abort, Beacon, Go, Hello
+from mixle_mpi.core.reaper import process_gone, world_rank
 
 STARTUP_TIMEOUT_ENV = "MIXLE_MPI_STARTUP_TIMEOUT"
 MPI_UP_ENV = "MIXLE_MPI_MPI_UP_FILE"
@@ -105,28 +109,72 @@ def _mark_mpi_up() -> None:
 def mark_init_begun() -> None:
     """Tell the launcher that this rank's process runs and begins MPI initialisation: a job
     that then ends without MPI up lost a rank while starting (it never started), unlike a
-    command that failed on its own. Every rank appends its pid to one file (no rename: ranks
-    write at once); a marker that cannot be written only costs the launcher that knowledge."""
+    command that failed on its own. Every rank appends a line "pid rank host" to one file
+    (no rename: ranks write at once); the ranks on the driver's host read it back during the
+    handshake (:class:`RanksGone`). A marker that cannot be written only costs that knowledge."""
     path = os.environ.get(INIT_BEGUN_ENV)
     if not path:
         return
+    rank = world_rank(os.environ)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            os.write(fd, f"{os.getpid()}\n".encode())
+            os.write(fd, f"{os.getpid()} {'-' if rank is None else rank} {socket.gethostname()}\n".encode())
         finally:
             os.close(fd)
     except OSError:
         pass
 
 
-def init_begun_pids(path: str) -> list[int]:
-    """The pids ``mark_init_begun`` wrote to ``path`` (the launcher reads them)."""
+def _init_begun_lines(path: str) -> list[list[str]]:
     try:
-        with open(path, encoding="ascii") as fh:
-            return [int(line) for line in fh.read().split() if line.isdigit()]
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return [line.split() for line in fh if line.split() and line.split()[0].isdigit()]
     except OSError:
         return []
+
+
+def init_begun_pids(path: str) -> list[int]:
+    """The pids ``mark_init_begun`` wrote to ``path`` (the launcher reads them)."""
+    return [int(fields[0]) for fields in _init_begun_lines(path)]
+
+
+def init_begun_here(path: str, host: str) -> dict[int, int]:
+    """World rank -> pid of the ranks of ``host`` that marked the start of their MPI init."""
+    return {int(f[1]): int(f[0]) for f in _init_begun_lines(path)
+            if len(f) >= 3 and f[1].isdigit() and f[2] == host}
+
+
+class RanksGone:
+    """Which ranks of the starting job died on this host, from their init records and
+    their processes: the handshake then leaves them out (or gives up a collective that
+    waits for them) at once, instead of at ``startup_timeout``. MPICH says nothing of a
+    rank that died before its Hello or inside ``Create_from_group``; ULFM does, and then
+    this only agrees. Without the launcher's record file (a plain mpiexec) it knows
+    nothing, and the deadlines decide as before. Reads the file at most every ``every``
+    seconds."""
+
+    def __init__(self, path: str | None = None, host: str | None = None, gone=process_gone,
+                 every: float = 0.25, clock=time.monotonic) -> None:
+        self.path = os.environ.get(INIT_BEGUN_ENV) if path is None else path
+        self.host = host or socket.gethostname()
+        self.gone, self.every, self.clock = gone, every, clock
+        self.next_look = 0.0
+        self.found: dict[int, str] = {}
+
+    def __call__(self, ranks) -> dict[int, str]:
+        """Of world ``ranks``, those whose process ended: rank -> why."""
+        if self.path and self.clock() >= self.next_look:
+            self.next_look = self.clock() + self.every
+            for rank, pid in init_begun_here(self.path, self.host).items():
+                if rank not in self.found and self.gone(pid):
+                    self.found[rank] = f"its process (pid {pid}) ended on {self.host} while the job started"
+        return {r: self.found[r] for r in sorted(ranks) if r in self.found}
+
+    def give_up(self, ranks):
+        """For ``run_with_deadline``: why a collective over ``ranks`` can no longer end, or
+        None. Names every rank found gone: the first to die made the others give up too."""
+        return "; ".join(f"rank {r}: {why}" for r, why in self(ranks).items()) or None
 
 
 def mark_started() -> None:
@@ -209,10 +257,11 @@ def abort_startup(world, code: int, message: str) -> None:
 STARTUP_POLL = (0.0005, 0.05)  # backoff bounds (s) of the startup waits: they can last minutes
 
 
-def gather_workers(world, timeout: float, log=None) -> tuple[list[int], dict[int, str]]:
+def gather_workers(world, timeout: float, log=None, gone: RanksGone | None = None) -> tuple[list[int], dict[int, str]]:
     """Driver: wait for every worker's Hello. Returns (members, excluded rank -> why).
 
-    A rank ULFM reports dead is left out at once; a silent one when ``timeout`` passes."""
+    A rank ULFM reports dead, or whose process ``gone`` saw end on this host, is left out
+    at once; a silent one when ``timeout`` passes."""
     from mpi4py import MPI
 
     from mixle_mpi.runtime.transport import Backoff
@@ -246,6 +295,9 @@ def gather_workers(world, timeout: float, log=None) -> tuple[list[int], dict[int
                 members.append(rank)
                 waiting.discard(rank)
                 progressed = True
+        for rank, why in (gone(waiting) if gone and waiting else {}).items():
+            excluded[rank] = why
+            waiting.discard(rank)
         if waiting and time.monotonic() > deadline:
             for rank in sorted(waiting):
                 excluded[rank] = f"did not report within startup_timeout={timeout:g} s (dead or stuck while starting)"
@@ -270,12 +322,13 @@ def send_go(world, members: list[int], heartbeat_period: float, driver_timeout: 
             pass
 
 
-def build_comms(world, members: tuple, timeout: float):
+def build_comms(world, members: tuple, timeout: float, gone: RanksGone | None = None):
     """Collective over ``members`` only: (data communicator, heartbeat communicator).
 
     Ranks keep their order, so world rank ``members[i]`` is rank ``i`` of both. When every
     rank is a member this is ``world.Dup()``, which srun-launched Open MPI supports and
-    ``Create_from_group`` is not."""
+    ``Create_from_group`` is not. ``gone`` (the startup world only): a member whose process
+    ended on this host ends the wait at once; the collective could never finish."""
     from mpi4py import MPI
 
     from mixle_mpi.core.deadlines import run_with_deadline
@@ -294,7 +347,8 @@ def build_comms(world, members: tuple, timeout: float):
         return comm, comm.Dup()
 
     try:
-        return run_with_deadline(create, timeout, "startup communicator")
+        return run_with_deadline(create, timeout, "startup communicator",
+                                 give_up=None if gone is None else (lambda: gone.give_up(members)))
     except (TimeoutError, MPI.Exception) as exc:
         raise StartupFailed(
             f"building the job's communicator over ranks {list(members)} failed ({exc}); a rank probably "

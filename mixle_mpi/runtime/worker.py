@@ -506,7 +506,8 @@ def serve_original(world, following: bool = False):
                f"{timeout:g} s; the job goes on without it")
     faults.check("handshake")
     try:
-        comm, hb = startup.build_comms(world, answer.members, timeout)
+        comm, hb = startup.build_comms(world, answer.members, timeout,
+                                       None if following else startup.RanksGone())  # world ranks at the start only
     except startup.StartupFailed as exc:
         die(NEVER_STARTED, str(exc))
     detached = startup.detach_from_slurm_pmix()  # srun --mpi=pmix: a later death must not end the step
