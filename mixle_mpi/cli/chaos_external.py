@@ -43,13 +43,13 @@ from mixle_mpi.cli.chaos import (FAULT_LOG, compare, fit_command, fit_env, prepa
 from mixle_mpi.core.exitcodes import NEVER_STARTED
 from mixle_mpi.policy.faults import read_fired
 from mixle_mpi.cli.jobconfig import FitConfig
-from mixle_mpi.core.reaper import TAG_ENV
+from mixle_mpi.core.reaper import RANK_VARS, TAG_ENV
 from mixle_mpi.runtime.startup import MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV
 
 kinds_from_text = cp.kinds_from_text
 
 CAMPAIGN_ENV = {STARTUP_TIMEOUT_ENV: "20"}  # a startup death resolves in 20 s, not 120 (unless set)
-ENV_KEYS = (*cp.RANK_ENV, *cp.RESPAWN_ENV, TAG_ENV, "PMIX_NAMESPACE", MPI_UP_ENV, STARTED_ENV)
+ENV_KEYS = (*RANK_VARS, *cp.RESPAWN_ENV, TAG_ENV, "PMIX_NAMESPACE", MPI_UP_ENV, STARTED_ENV)
 POLL = 0.02               # seconds between looks at the launcher while a kill is due
 SCAN = 0.5                # seconds between looks at the process tree otherwise (job tags, ranks)
 FIRST_KILL_GRACE = 5.0    # a first kill waits this long for a candidate (ranks still starting)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.exitcodes import NEVER_STARTED
-from mixle_mpi.core.reaper import RANK_VARS, world_rank
+from mixle_mpi.core.reaper import world_rank
 from mixle_mpi.policy.faults import SPAWNED_ENV
 
 # kind: what is killed. "worker": SIGKILL of one worker at a random time (see external_plan); "two_workers": a second worker SIGKILLed 0-300 ms after the first;
@@ -61,7 +61,6 @@ DIVERGED, HUNG, LEFTOVER, FAILED = "DIVERGED", "HUNG", "LEFTOVER", "FAILED"
 TAKEN_OVER_OK = "taken-over"  # the driver died and a survivor took over in the same job (failover)
 PASSING = (OK, RESUMED_OK, RETRIED_OK, RELAUNCHED_OK, TAKEN_OVER_OK)
 
-RANK_ENV = RANK_VARS  # the variables a rank process is told its world rank in
 RESPAWN_ENV = SPAWNED_ENV  # Open MPI / MPICH: started by MPI_Comm_spawn
 DEAD_STATES = ("Z", "X", "x")
 STOPPED_STATES = ("T", "t")

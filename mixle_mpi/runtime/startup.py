@@ -129,7 +129,7 @@ def mark_init_begun() -> None:
 def _init_begun_lines(path: str) -> list[list[str]]:
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            return [line.split() for line in fh if line.split() and line.split()[0].isdigit()]
+            return [fields for fields in map(str.split, fh) if fields and fields[0].isdigit()]
     except OSError:
         return []
 
