@@ -303,3 +303,36 @@ def test_keep_goes_on_with_the_original_communicator(library, tmp_path, referenc
         assert job.result["blacklist"] == [3], job.describe()
         assert sorted(s for e in job.events if e["event"] == "migrated" for s in e["shards"]) == [2], job.describe()
     assert no_leftover_processes(str(tmp_path)) == []
+
+
+# A worker killed while it loads its shards (the ``load`` fault phase), issue 37: MPICH froze
+# the job for the whole reconfigure_timeout, and its silence made the healthy workers leave.
+LOAD_SCENARIOS = {
+    # name: (fault plan, extra environment)
+    "alone": ("3:kill:load", {}),
+    "after_a_handshake_death": ("1:kill:handshake,3:kill:load", {}),
+    "replacement": ("2:kill:estep_before:1,2:kill:load:0:1", {"MIXLE_MPI_RESPAWN_WAIT": "1"}),
+}
+
+
+@pytest.mark.parametrize("library, scenario", with_libraries([(s,) for s in LOAD_SCENARIOS], lambda lib, row: True))
+def test_a_death_while_a_worker_loads_is_found_by_heartbeats_and_nobody_else_fails(library, scenario, tmp_path,
+                                                                                    reference):
+    """Heartbeats cover a worker while it loads, as at any other moment: its death is found
+    within the heartbeat timeout (1 s here), not at reconfigure_timeout (20 s here), and the
+    driver's own beats go on meanwhile, so no live worker leaves: the job fails exactly the
+    places whose processes were killed, and ends with the reference's bits."""
+    _, python = library
+    plan, env = LOAD_SCENARIOS[scenario]
+    job, records = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan, env=env)
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    load = next(r for r in records if r["phase"] == "load")
+    detected = [e for e in job.events if e["event"] == "failure_detected"]
+    found = [e for e in detected if e["pid"] == load["pid"]]
+    assert len(found) == 1, job.describe()
+    assert found[0]["detected_at"] - load["time"] < 3.0, job.describe()  # heartbeat_timeout 1 s, not 20 s
+    killed_in_the_fit = [r for r in records if r["phase"] != "handshake"]  # a handshake death restarts the start
+    assert len(detected) == len(killed_in_the_fit), job.describe()  # no live worker taken for dead
+    assert "heard nothing from the driver" not in job.stderr, job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []

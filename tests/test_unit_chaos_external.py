@@ -250,6 +250,11 @@ def L(code, *, diffs=(), result=True, hung=False, leftovers=(), retried=False, r
     ("during_recovery", L(74, result=False), {}, "FAILED(74)"),  # the launcher's rerun failed too
     ("driver", L(0, taken_over=True), {}, "taken-over"),  # failover: a survivor drove on, same job
     ("driver", L(0, taken_over=True, diffs=["x"]), {}, "DIVERGED"),
+    # a live worker taken for dead (issue 37: two killed, four places failed) fails the run
+    ("two_workers", L(0), {"failed_places": 4, "killed": 2}, "EXTRA-FAILURES"),
+    ("two_workers", L(0), {"failed_places": 2, "killed": 2}, "ok"),
+    ("worker", L(0, retried=True), {"failed_places": 0, "killed": 1}, "never-started-retried"),
+    ("worker", L(0, diffs=["x"]), {"failed_places": 3, "killed": 1}, "DIVERGED"),
 ])
 def test_judge(kind, first, kw, expected):
     kw = {"missed": False, "explained_73": False, **kw}
@@ -630,3 +635,15 @@ def test_only_a_campaign_that_kills_the_driver_writes_checkpoints():
     assert cp.checkpoints(cp.KINDS)
     assert cp.checkpoints(("worker", "driver"))
     assert not cp.checkpoints(("worker", "two_workers", "during_recovery", "stop", "host"))
+
+
+def test_the_start_window_reaches_just_past_the_references_started_marker():
+    assert cp.window_from_text("start") == cp.START_WINDOW == cp.window_from_text(" Start ")
+    assert cp.window_from_text("0.5") == 0.5
+    for bad in ("0", "-1", "nan", "inf", "soon"):
+        with pytest.raises(ConfigError, match="--kill-window must be a factor > 0 .* or 'start'"):
+            cp.window_from_text(bad)
+    assert cp.start_span(4.0) == 4.0 + cp.START_PAST
+    with pytest.raises(ConfigError, match="started marker.*--kill-window-seconds"):
+        cp.start_span(None)
+    cp.check_campaign(4, 40, cp.START_WINDOW, ("worker", "two_workers"))  # accepted as a window

@@ -561,3 +561,15 @@ def test_a_plan_acting_in_a_replacements_rounds_needs_the_fit_to_wait_for_it():
     assert not faults.needs_replacement_rounds("3:kill:estep_mid:3:0,2:stop:llsum:1")
     assert not faults.needs_replacement_rounds("2:kill:estep_before:1,2:kill:spawn")
     assert not faults.needs_replacement_rounds("")
+
+
+def test_the_load_phase_names_a_workers_nth_load_in_one_process():
+    (first,) = parse_plan("3:kill:load")
+    assert (first.phase, first.call, first.incarnation) == ("load", 0, 0)
+    assert first.matches(3, 0, "load", 0, False)
+    assert not first.matches(3, 0, "load", 1, False)      # its second load (a migration, say)
+    assert not first.matches(3, 1, "load", 0, False)      # its replacement's first load
+    (replacement,) = parse_plan("3:kill:load:0:1")
+    assert replacement.matches(3, 1, "load", 0, False)
+    with pytest.raises(ConfigError, match="driver .* can only fault at"):
+        parse_plan("0:kill:load")

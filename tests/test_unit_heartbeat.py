@@ -267,3 +267,19 @@ def test_the_watchdog_ends_the_driver_when_no_heartbeat_pass_completes_and_not_b
         d.stop()
     assert len(ended) == 1 and ended[0].startswith("the driver's MPI library made no progress for"), ended
     assert "run the same command again to resume" in ended[0]
+
+
+def test_the_driver_answers_only_a_worker_it_heard_so_a_dead_one_is_sent_nothing_more():
+    from mixle_mpi.policy.heartbeat import answer_due
+
+    assert answer_due(1, False) and answer_due(3, False)
+    assert not answer_due(0, False)  # silent (maybe dead): under MPICH each send would keep a cell for good
+    assert answer_due(0, True)       # a role or a note still goes out
+
+
+def test_a_quiet_driver_is_waited_for_as_long_as_it_said_beyond_the_usual_limit():
+    from mixle_mpi.policy.heartbeat import driver_silence_limit
+
+    assert driver_silence_limit(60.0, last_heard=100.0, quiet_until=0.0) == 60.0  # never told
+    assert driver_silence_limit(60.0, last_heard=100.0, quiet_until=160.0) == 120.0  # 60 s of quiet announced
+    assert driver_silence_limit(60.0, last_heard=200.0, quiet_until=160.0) == 60.0  # heard since: back to normal

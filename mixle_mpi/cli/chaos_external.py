@@ -389,7 +389,10 @@ def run_one(ctx: Context, plan: cp.ExternalPlan) -> dict:
         fired += fired2
         later = _events(rdir)[before:]
         resumed = next((e.get("iteration") for e in later if e.get("event") == "resumed"), None)
-    verdict = cp.judge(plan.kind, first, missed=missed, explained_73=explained, rerun=rerun)
+    failed_places = sum(1 for e in events if e.get("event") == "failure_detected")
+    killed = sum(1 for k in seen.kills if k.get("delivered"))
+    verdict = cp.judge(plan.kind, first, missed=missed, explained_73=explained, rerun=rerun,
+                       failed_places=failed_places, killed=killed)
     if fired:  # no fault plan was given: a hook that fired means the run was not external only
         verdict = verdict if not cp.passed(verdict) else f"{cp.FAILED}(hook fired)"
     _annotate_kills(seen.kills, events, ctx.checkpoints)
@@ -399,6 +402,7 @@ def run_one(ctx: Context, plan: cp.ExternalPlan) -> dict:
         "kills": seen.kills, "outcome": verdict, "exit_code": first.code, "wall_seconds": round(first.seconds, 3),
         "identical": final.identical, "diffs": final.diffs, "recovery_seconds": recovery_seconds(events),
         "attempts": attempts, "launcher_retried": first.retried,
+        "failed_places": failed_places, "processes_killed": killed,
         "never_started_explained": explained if first.code == NEVER_STARTED else None,
         "leftovers": first.leftovers, "job_tags": seen.tags,
         "rerun": None if rerun is None else {"exit_code": rerun.code, "wall_seconds": round(rerun.seconds, 3),
@@ -496,6 +500,8 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
     reference_out, t_ref, t_started = ref
     timeout = run_timeout or (10 * t_ref + 60)
     ctx = Context(cfg, n, out_dir, reference_out, timeout, launch, extra, leftover_seconds, checkpoints=saving)
+    if window == cp.START_WINDOW and window_seconds is None:  # every first kill in the start and shard load
+        window_seconds, fit_share = cp.start_span(t_started), 0.0
     span = t_ref * window if window_seconds is None else window_seconds
     fit_span = fit_window_seconds if fit_window_seconds is not None else (
         max(0.0, span - t_started) if t_started is not None else None)

@@ -13,6 +13,7 @@ import sys
 
 from mixle_mpi.cli.cmdrun import run_command
 from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.policy.chaos_plan import window_from_text
 
 
 CONTINUATION_HELP = (
@@ -25,6 +26,14 @@ CONTINUATION_HELP = (
     "the survivors. MIXLE_MPI_CONTINUATION="
     "auto|ulfm|emulated|keep forces a method where it works.")
 
+
+
+def _kill_window(text: str):
+    """argparse's reading of ``--kill-window`` (a bad value is a usage error that says why)."""
+    try:
+        return window_from_text(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 def _add_launch_options(p: argparse.ArgumentParser, required_n: bool = False) -> None:
     p.add_argument("-n", type=int, required=required_n, default=None,
@@ -188,9 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: worker,two_workers,during_recovery,stop,driver); also host: every worker of "
                         "one simulated host SIGKILLed at once (a host is 2 consecutive world ranks here, the "
                         "driver alone on its own; needs -n 4 or more)")
-    c.add_argument("--kill-window", type=float, default=1.0,
+    c.add_argument("--kill-window", type=_kill_window, default=1.0,
                    help="with --external: kill times not drawn over the fit are uniform over [0, this x the "
-                        "reference run's wall time]")
+                        "reference run's wall time]; 'start': every first kill over the job's start and "
+                        "shard load (from the launch to just past the reference's started marker)")
     c.add_argument("--kill-window-seconds", type=float, default=None,
                    help="with --external: kill times are uniform over [0, this many seconds] instead "
                         "(default: none: --kill-window x the reference run)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-PROTOCOL = 5
+PROTOCOL = 6
 
 # tags: the startup handshake on COMM_WORLD; then commands, replies and heartbeats on the
 # job's communicators (heartbeats on their own duplicate, so they never queue behind data)
@@ -74,6 +74,13 @@ class Fence(NamedTuple):
     pid: int
     started: str
     worker: int
+
+
+class Quiet(NamedTuple):
+    """Driver -> a worker, on the heartbeat channel: my heartbeats may stop for up to
+    ``seconds`` (a blocking call holds the MPI library, as MPICH's Spawn does); wait that
+    much longer before taking me for gone (``heartbeat.driver_silence_limit``)."""
+    seconds: float
 
 
 class ReadOwn(NamedTuple):

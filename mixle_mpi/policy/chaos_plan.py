@@ -58,6 +58,7 @@ FIT_SHARE = 0.75
 OK, RESUMED_OK, RETRIED_OK, MISSED = "ok", "resumed-ok", "never-started-retried", "missed"
 RELAUNCHED_OK = "relaunched-resumed"  # the driver could not reconfigure (exit 74); the launcher's rerun resumed
 DIVERGED, HUNG, LEFTOVER, FAILED = "DIVERGED", "HUNG", "LEFTOVER", "FAILED"
+EXTRA = "EXTRA-FAILURES"  # the job failed more places than the kills took processes (a live one taken for dead)
 TAKEN_OVER_OK = "taken-over"  # the driver died and a survivor took over in the same job (failover)
 PASSING = (OK, RESUMED_OK, RETRIED_OK, RELAUNCHED_OK, TAKEN_OVER_OK)
 
@@ -117,13 +118,41 @@ def kinds_from_text(text: str | None) -> tuple[str, ...]:
     return kinds
 
 
+START_WINDOW = "start"  # --kill-window start: first kills over the job's start and shard load
+START_PAST = 0.5         # seconds past the reference's started marker that window reaches (the first round)
+
+
+def window_from_text(text: str) -> float | str:
+    """``--kill-window``: a factor > 0 of the reference run's wall time, or ``start``."""
+    if text.strip().lower() == START_WINDOW:
+        return START_WINDOW
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"--kill-window must be a factor > 0 of the reference run's wall time, or "
+                          f"'{START_WINDOW}' (the job's start and shard load); found {text!r}")
+    return value
+
+
+def start_span(t_started: float | None) -> float:
+    """The kill window of ``--kill-window start``: from the launch to just past the moment
+    the reference run's started marker appeared (every worker held its shards), so that
+    first kills land in process start, MPI init, the handshake and the shard load (pure)."""
+    if t_started is None:
+        raise ConfigError("--kill-window start needs the reference run's started marker, and it was not seen; "
+                          "give --kill-window-seconds instead")
+    return t_started + START_PAST
+
+
 def check_campaign(workers: int, runs: int, window: float, kinds: tuple, fit_share: float = FIT_SHARE) -> None:
     """Refuse a campaign that cannot run as asked, saying what was found and what is needed."""
     if not 0.0 <= fit_share <= 1.0:
         raise ConfigError(f"--fit-share must be a fraction in [0, 1] of the first kills; found {fit_share}")
     if runs < 1:
         raise ConfigError(f"--runs must be >= 1; found {runs}")
-    if not (window > 0 and math.isfinite(window)):
+    if window != START_WINDOW and not (window > 0 and math.isfinite(window)):
         raise ConfigError(f"--kill-window must be a factor > 0 of the reference run's wall time; found {window}")
     need = 3 if any(k in TWO_KILL_KINDS for k in kinds) else 2
     if "host" in kinds:  # a whole host lost, and a worker on another one left
@@ -376,7 +405,8 @@ class Launch:
         return self.code == 0 and self.has_result and not self.diffs
 
 
-def judge(kind: str, first: Launch, *, missed: bool, explained_73: bool, rerun: Launch | None = None) -> str:
+def judge(kind: str, first: Launch, *, missed: bool, explained_73: bool, rerun: Launch | None = None,
+          failed_places: int = 0, killed: int = 0) -> str:
     """One run's outcome (pure). Failing outcomes win over passing ones, so a run whose kill
     missed but whose job went wrong still fails the campaign:
 
@@ -385,6 +415,8 @@ def judge(kind: str, first: Launch, *, missed: bool, explained_73: bool, rerun: 
       never-started exit whose every attempt lost a rank, are explained: both are run again
       and the rerun must give the reference's bits), or exit 0 without a result;
     - ``LEFTOVER``: a process of the job outlived the launcher by the grace period;
+    - ``EXTRA-FAILURES``: the job counted more failed places (``failed_places``) than the
+      kills took processes (``killed``): a live worker was taken for dead;
     - ``missed``: a planned kill found no victim (the job had ended): not a run of its kind;
     - ``resumed-ok`` (driver killed, the rerun resumed to the same bits),
       ``never-started-retried`` (a startup death, and the launcher or the campaign started it
@@ -408,6 +440,8 @@ def judge(kind: str, first: Launch, *, missed: bool, explained_73: bool, rerun: 
         return f"{FAILED}({final.code})"
     if any(x.leftovers for x in launches):
         return LEFTOVER
+    if failed_places > killed:
+        return EXTRA
     return MISSED if missed else verdict
 
 

@@ -32,7 +32,7 @@ from mixle_mpi.core.exitcodes import FAULT_EXIT
 ACTIONS = ("kill", "stop", "exit", "hang", "delay")  # hang: the main thread blocks for good, heartbeats go on
 DELAY_SECONDS = 10.0  # "delay": a straggler, whose main thread sleeps this long once (heartbeats go on)
 PHASES = ("init", "estep_before", "estep_mid", "stats_sent", "estep_after_reply", "llsum", "respawn", "checkpoint_write",
-          "startup", "handshake", "spawn", "shrink")
+          "startup", "handshake", "spawn", "shrink", "load")
 STARTUP_PHASES = ("startup", "handshake")  # an original worker, before setup: read from the environment
 SPAWN_PHASE = "spawn"  # a replacement, as its process starts: read from the environment
 SPAWNED_ENV = ("OMPI_PARENT_PORT", "PMI_SPAWNED")  # Open MPI / MPICH: this process was started by MPI_Comm_spawn
@@ -65,6 +65,11 @@ class Fault:
     failure to shrink, before it joins them), for checkpoint, resume and failover tests.
     ``incarnation`` picks the process: 0 is the original, 1 its first replacement, ...
     ``scope`` limits task phases to the worker's own shards or to recovery work.
+    ``load`` fires in a worker while it loads shards it is to keep (streamed from the driver
+    or read from the store: at the start, in a replacement, after a migration, in a spare
+    adopting a place), once the first shard of that load is in: ``call`` counts this
+    process's loads from 0, so ``w:kill:load:0:1`` kills worker ``w``'s first replacement
+    as it loads its shards.
     ``stats_sent`` fires in an E-step task that also scores (policy/lookahead.py), once a
     shard's E-step payload went to the driver ahead of its result (protocol.Stats), before
     the worker scores that shard: the driver has folded what the worker will never answer for.

@@ -108,6 +108,22 @@ class StallTracker:
         return {w: now - self._seen[w][1] for w in late}
 
 
+def answer_due(beats_heard: int, note_pending: bool) -> bool:
+    """Whether the driver beats back to a worker in this pass: only when it heard the worker
+    since its last answer (or has something to tell it). A dead worker is then sent nothing
+    more: under MPICH every message to a dead local rank keeps one of the sender's
+    shared-memory cells for good, and with all of them gone (64 by default) the driver can
+    send to nobody (``bench/results/mpich_cells.md``)."""
+    return beats_heard > 0 or note_pending
+
+
+def driver_silence_limit(driver_timeout: float, last_heard: float, quiet_until: float) -> float:
+    """Seconds of silence after which a worker takes its driver for gone: ``driver_timeout``,
+    plus the stretch of silence the driver announced (``protocol.Quiet``) beyond the moment
+    it was last heard."""
+    return driver_timeout + max(0.0, quiet_until - last_heard)
+
+
 WATCHDOG_MARGIN = 30.0  # seconds past reconfigure_timeout: the driver's own deadlines always act first
 
 

@@ -46,6 +46,8 @@ class Arrivals:
         live_hosts = [self.info[w][0] for w in self.live() if w != worker and w in self.info]
         host = respawn_host(failed_host, live_hosts, self.host)
         here = replacement_here(host, [*live_hosts, *([failed_host] if failed_host else [])], self.host, os.environ)
+        if not self.spawner.background and not self.spawner.unavailable:
+            self.monitor.quiet(self.spawner.timeout)  # a Spawn in this thread may hold MPI, and the beats (MPICH)
         try:
             link = self.spawner.start(worker, host, (self.encoder_b, self.body_b), here)
         except SpawnUnavailable as exc:  # the shards migrate

@@ -13,6 +13,7 @@ from mpi4py import MPI
 
 from mixle_mpi.core.protocol import TAG_HB, Beat
 from mixle_mpi.policy.fanin import DIRECT, MemberBook, Relayed, RelayBack, Role
+from mixle_mpi.policy.heartbeat import answer_due
 from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, Link
 
 
@@ -63,13 +64,15 @@ class BeatRelay:
                     age = back.driver_age if age is None else min(age, back.driver_age)
         for rank in list(self.book.members):
             try:
-                for beat in self._drain(link, rank, quiet=False):
-                    if isinstance(beat, Beat):
-                        self.book.heard(rank, beat.progress, beat.busy)
+                beats = self._drain(link, rank, quiet=False)
             except MPI.Exception as exc:  # ULFM: that member is dead
                 self.book.failed(rank, str(exc))
                 continue
-            self._send(link, rank, RelayBack(driver_age))
+            for beat in beats:
+                if isinstance(beat, Beat):
+                    self.book.heard(rank, beat.progress, beat.busy)
+            if answer_due(len(beats), False):  # a dead member is sent nothing more
+                self._send(link, rank, RelayBack(driver_age))
         return age
 
     @staticmethod

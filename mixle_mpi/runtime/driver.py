@@ -237,6 +237,9 @@ class Driver(Arrivals, Reconfiguring):
                      driver_bell=self.mail.bell.address if self.mail.bell is not None else "")
 
     def note_ready(self, worker: int, ready: Ready) -> None:
+        """``worker`` is set up: it beats from now on, so a replacement's grace for its
+        imports ends here (its loading is covered by heartbeats like everything after)."""
+        self.monitor.grace(worker, 0.0)
         self.info[worker] = (ready.host, ready.pid)
         self.started_at[worker] = ready.started
         (self.reads_store.add if ready.reads_store else self.reads_store.discard)(worker)
@@ -288,9 +291,9 @@ class Driver(Arrivals, Reconfiguring):
     def load(self, plan: dict[int, list[int]]) -> None:
         """Make shards resident on workers: a worker that opens the store and has enough to
         load reads its own, in parallel with the others (``ReadOwn``, ``placement.own_readers``);
-        the driver streams the rest (``_stream``), and any shard a worker could not read."""
-        for w in plan:
-            self.monitor.grace(w, self.settings.reconfigure_timeout)
+        the driver streams the rest (``_stream``), and any shard a worker could not read.
+        Heartbeats cover a loading worker as at any other moment (it is set up: it beats), so
+        a death while it loads is found within heartbeat_timeout."""
         readers = own_readers({w: sum(self.store.shard_bytes(s) for s in sids) for w, sids in plan.items()},
                               self.reads_store, self.settings.own_read_min_bytes)
         own = {w: sids for w, sids in plan.items() if sids and w in readers}
@@ -312,8 +315,6 @@ class Driver(Arrivals, Reconfiguring):
         self.read_own = set(own) - set(unread)
         if unread:
             self.collect({w: keys for w, keys in self._stream(unread).items() if w in self.mail.links}, "loaded")
-        for w in plan:
-            self.monitor.grace(w, 0.0)
 
     def _stream(self, plan: dict[int, list[int]]) -> dict[int, set]:
         """Send raw shards (read from the store) for workers to encode and keep resident;

@@ -14,9 +14,9 @@ import time
 
 from mpi4py import MPI
 
-from mixle_mpi.core.protocol import TAG_HB, Beat
+from mixle_mpi.core.protocol import TAG_HB, Beat, Quiet
 from mixle_mpi.policy.fanin import DEFAULT_MAX_DIRECT, DIRECT, Role, named_silent, plan, roles
-from mixle_mpi.policy.heartbeat import HeartbeatTracker, StallTracker
+from mixle_mpi.policy.heartbeat import HeartbeatTracker, StallTracker, answer_due
 from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, Link, PeerFailed
 
 
@@ -82,6 +82,29 @@ class Monitor:
         with self.lock:
             self._notes.setdefault(worker, []).append(msg)
 
+    def quiet(self, seconds: float) -> None:
+        """Tell every watched worker, from the caller's thread and at once, that this thread
+        may not beat for up to ``seconds``: the caller is about to block the MPI library (a
+        Spawn under MPICH holds its lock). A worker told so waits that much longer before
+        taking the driver for gone. Bounded: a send that does not complete within a
+        heartbeat period is left (its worker is dead or will be found so)."""
+        with self.lock:
+            links = list(self._links.values())
+        sends = []
+        for link in links:
+            try:
+                sends.append(link.hb.isend(Quiet(float(seconds)), dest=link.peer, tag=TAG_HB))
+            except MPI.Exception:
+                continue  # ULFM: that worker is dead; the monitor will say so
+        end = time.monotonic() + self.period
+        while sends and time.monotonic() < end:
+            try:
+                sends = [r for r in sends if not r.Test()]
+            except MPI.Exception:
+                break
+            if sends:
+                time.sleep(0.001)
+
     def relays(self) -> dict[int, int]:
         """Each worker heard through a relay, with its relay, as last planned."""
         with self.lock:
@@ -100,15 +123,16 @@ class Monitor:
     @staticmethod
     def _exchange(link: Link, role: Role | None, relayed: bool, notes: list) -> list:
         """MPI only, outside the lock: the beats waiting from ``link``'s worker, and one back
-        (its new ``role`` if it has one). A relayed worker only gets its new role; ``notes``
-        go to either."""
+        when it was heard (``heartbeat.answer_due``: a dead worker is sent nothing more), or
+        its new ``role`` if it has one. A relayed worker only gets its new role; ``notes`` go
+        to either."""
         beats = [] if relayed else link.drain(TAG_HB, comm=link.hb)
         link.hb_sends = [r for r in link.hb_sends if not r.Test()]
         for note in notes:
             link.hb_sends.append(link.hb.isend(note, dest=link.peer, tag=TAG_HB))
         if role is not None:  # never dropped: the worker would beat to the wrong place
             link.hb_sends.append(link.hb.isend(role, dest=link.peer, tag=TAG_HB))
-        elif not relayed and len(link.hb_sends) < MAX_PENDING_BEATS:
+        elif not relayed and answer_due(len(beats), False) and len(link.hb_sends) < MAX_PENDING_BEATS:
             link.hb_sends.append(link.hb.isend(None, dest=link.peer, tag=TAG_HB))
         return beats
 

@@ -17,7 +17,7 @@ from mpi4py import MPI
 from mixle_mpi.core.protocol import TAG_CMD, Abort
 from mixle_mpi.policy.pacing import Pacing
 
-MAX_PENDING_BEATS = 64  # per link: a dead peer's heartbeats may never complete (MPICH)
+MAX_PENDING_BEATS = 8  # per link: a dead peer's heartbeats never complete, and each keeps an MPICH cell
 
 
 class PeerFailed(Exception):

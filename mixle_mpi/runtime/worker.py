@@ -24,12 +24,13 @@ from mixle_mpi.core import estep, logs
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.blas import pin_blas_threads
 from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT
+from mixle_mpi.policy.heartbeat import driver_silence_limit
 from mixle_mpi.policy.failover import agrees_by_messages, can_take_over, election_window, successor, takes_over_on
 from mixle_mpi.policy.faults import FaultInjector, parse_plan
 from mixle_mpi.policy.pacing import NEVER, next_task_window
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
 from mixle_mpi.core.reaper import identity, process_gone
-from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Fence, Load, Loaded,
+from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Fence, Load, Loaded, Quiet,
                                      Reach, Reached,
                                      ReadOwn, Ready, Release, Result, Setup,
                                      STATS_AHEAD_MAX_BYTES, Shrink, ShrinkGo, ShrinkReady, Shrunk, Stats, Stop, Task,
@@ -71,10 +72,13 @@ class Worker:
         self.sub_chunks = 1
         self.resident: dict[int, estep.Chunks] = {}
         self._loading: dict[int, list] = {}  # rows of shards still arriving in parts
+        self.loads = 0                       # loads begun by this process (the ``load`` fault phase's call)
+        self._in_load = False                # a load is under way: its first shard is in
         self.faults = FaultInjector((), -1, 0)
         self.period, self.driver_timeout, self.reconfigure_timeout = 0.1, 60.0, 60.0
         self.deadline: float | None = None  # set while inside a collective
         self.last_driver = time.monotonic()
+        self.quiet_until = 0.0               # the driver said it may not beat until then (protocol.Quiet)
         self.driver_proc: tuple[str, int] = ("", 0)  # (host, pid) of the driver, once set up
         self.failover = ""                   # how survivors agree on a dead driver's successor, once armed (Reach)
         self.failover_how = ""               # the same, as the driver asked for it (Setup.failover)
@@ -166,6 +170,8 @@ class Worker:
                         self.last_driver = time.monotonic()
                         if isinstance(msg, Fence):
                             fence(msg)
+                        elif isinstance(msg, Quiet):
+                            self.quiet_until = max(self.quiet_until, time.monotonic() + msg.seconds)
                         else:
                             fanin.take(msg)
                     relayed = fanin.exchange(link, time.monotonic() - self.last_driver)
@@ -179,7 +185,7 @@ class Worker:
                         return
             seq += 1
             silent = time.monotonic() - self.last_driver
-            if silent > self.driver_timeout:
+            if silent > driver_silence_limit(self.driver_timeout, self.last_driver, self.quiet_until):
                 self._lost_driver("silent", f"heard nothing from the driver for {silent:.1f} s")
             if silent > DRIVER_GONE_AFTER_BEATS * self.period and self._driver_gone():
                 if self._lost_driver("gone", f"the driver process (pid {self.driver_proc[1]}) is gone; "
@@ -277,9 +283,17 @@ class Worker:
                 except Exception as exc:  # noqa: BLE001
                     self.reply(Loaded(sid, 0, f"{type(exc).__name__}: {exc}"))
                     continue
+                self.load_started()
                 self.progress += 1
                 self.resident[sid] = estep.encode_shard(self.encoder, rows, self.sub_chunks)
                 self.reply(Loaded(sid, len(rows)))
+
+    def load_started(self) -> None:
+        """The first shard of a load is in: the ``load`` fault phase fires here once per load."""
+        if not self._in_load:
+            self._in_load = True
+            self.faults.check("load", self.loads)
+            self.loads += 1
 
     def _body(self, task_id: int, body_b: bytes) -> Any:
         if self._body_cache[0] != task_id:
@@ -410,12 +424,15 @@ class Worker:
         while True:
             msg = self.recv()
             self.progress += 1
+            if not isinstance(msg, (Load, ReadOwn)):
+                self._in_load = False  # any other command ends a load
             try:
                 if isinstance(msg, Setup):
                     self.setup(msg)
                 elif isinstance(msg, Load):  # a shard arrives in parts; encode it once complete
                     rows = self._loading.setdefault(msg.shard, [])
                     rows.extend(rows_from_packed(msg.packed))
+                    self.load_started()
                     if msg.last:
                         del self._loading[msg.shard]
                         self.resident[msg.shard] = estep.encode_shard(self.encoder, rows, self.sub_chunks)
