@@ -312,6 +312,10 @@ LOAD_SCENARIOS = {
     "alone": ("3:kill:load", {}),
     "after_a_handshake_death": ("1:kill:handshake,3:kill:load", {}),
     "replacement": ("2:kill:estep_before:1,2:kill:load:0:1", {"MIXLE_MPI_RESPAWN_WAIT": "1"}),
+    # respawn off: worker 3's shard migrates to worker 1 (its second load), which dies loading it
+    "migration": ("3:kill:load,1:kill:load:1", {"MIXLE_MPI_RESPAWN": "0"}),
+    # a hot spare (rank 3) adopts place 1 as incarnation 1 and dies loading its shards
+    "adoption": ("1:kill:load,1:kill:load:0:1", {"MIXLE_MPI_RESPAWN": "0", "MIXLE_MPI_SPARES": "1"}),
 }
 
 

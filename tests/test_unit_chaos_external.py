@@ -643,7 +643,16 @@ def test_the_start_window_reaches_just_past_the_references_started_marker():
     for bad in ("0", "-1", "nan", "inf", "soon"):
         with pytest.raises(ConfigError, match="--kill-window must be a factor > 0 .* or 'start'"):
             cp.window_from_text(bad)
-    assert cp.start_span(4.0) == 4.0 + cp.START_PAST
+    assert cp.start_span(4.0) == (4.0 - cp.START_BEFORE, 4.0 + cp.START_PAST)
+    assert cp.start_span(1.0) == (0.0, 1.0 + cp.START_PAST)
     with pytest.raises(ConfigError, match="started marker.*--kill-window-seconds"):
         cp.start_span(None)
     cp.check_campaign(4, 40, cp.START_WINDOW, ("worker", "two_workers"))  # accepted as a window
+
+
+def test_a_window_that_starts_later_keeps_every_first_kill_inside_it_and_replays():
+    plans = cp.campaign_plans(9, 30, 5.0, ("worker", "during_recovery"), None, 0.0, window_from=3.0)
+    assert all(3.0 <= p.kills[0].delay <= 5.0 and p.kills[0].after == cp.LAUNCH for p in plans)
+    assert cp.replay_plans(9, [(7, 0)], 5.0, ("worker", "during_recovery"), None, 0.0, 3.0) == [plans[6]]
+    # a campaign without it draws as it always did
+    assert cp.campaign_plans(9, 5, 5.0) == cp.campaign_plans(9, 5, 5.0, window_from=0.0)

@@ -32,7 +32,7 @@ from mixle_mpi.policy.faults import FIRED_ENV, Fault, needs_replacement_rounds, 
 from mixle_mpi.cli.jobconfig import FitConfig, to_argv
 from mixle_mpi.policy.placement import initial_placement, plan_recovery
 
-SINGLE_PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum")
+SINGLE_PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "load")  # load: its first, at the start
 ACTIONS = ("kill", "stop")
 KINDS = ("single", "repeat", "respawn", "recovery", "double")  # the last two need 3+ workers, 2 holding shards
 RECONFIG_EVENTS = ("recovery", "shrink", "shrink_fallback", "kept", "respawn_started", "respawned", "spare_adopted",
@@ -85,7 +85,7 @@ def random_plans(rng: random.Random, runs: int, workers: int, rounds: int,
         act = rng.choice(ACTIONS)
         if kind == "single":
             phase = rng.choice(SINGLE_PHASES)
-            items = [f"{a}:{act}:{phase}:{0 if phase in ('init', 'llsum') else c}"]
+            items = [f"{a}:{act}:{phase}:{0 if phase in ('init', 'llsum', 'load') else c}"]
         elif kind == "repeat":  # the replacement dies in a later round
             c = rng.randrange(max(1, rounds - 1))
             later = c + 1 + rng.randrange(max(1, rounds - c - 1))
@@ -133,6 +133,17 @@ def recovery_seconds(events: list[dict]) -> float | None:
     after = [e["time"] for e in events if e.get("event") in ends and e["time"] >= fails[0]
              and not e.get("background")]
     return (max(after) if after else fails[-1]) - fails[0]
+
+
+def seconds_from_kill(events: list[dict], kill_wall: float | None) -> float | None:
+    """From a kill (its wall-clock time) to the last reconfiguration event after it (pure):
+    the whole price of the kill, detection included, which ``recovery_seconds`` leaves out.
+    None when the job logged no failure after it (a death before the start is relaunched)."""
+    if kill_wall is None or not any(e.get("event") == "failure_detected" and e["time"] >= kill_wall for e in events):
+        return None
+    after = [e["time"] for e in events if e.get("event") in RECONFIG_EVENTS and e["time"] >= kill_wall
+             and not e.get("background")]
+    return max(after) - kill_wall if after else None
 
 
 def read_output(out_dir: str) -> dict | None:

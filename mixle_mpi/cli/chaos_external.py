@@ -39,6 +39,7 @@ from mixle_mpi.storage.events import TOOK_OVER
 from mixle_mpi.policy import chaos_plan as cp
 from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.cli.chaos import (FAULT_LOG, compare, fit_command, fit_env, prepare_run_dir, read_output, recovery_seconds,
+                                 seconds_from_kill,
                                  reference_problem)
 from mixle_mpi.core.exitcodes import NEVER_STARTED
 from mixle_mpi.policy.faults import read_fired
@@ -401,6 +402,8 @@ def run_one(ctx: Context, plan: cp.ExternalPlan) -> dict:
         "index": plan.index, "draw": plan.draw, "kind": plan.kind, "plan": plan.describe(),
         "kills": seen.kills, "outcome": verdict, "exit_code": first.code, "wall_seconds": round(first.seconds, 3),
         "identical": final.identical, "diffs": final.diffs, "recovery_seconds": recovery_seconds(events),
+        "seconds_from_kill": seconds_from_kill(events, next((k["wall_time"] for k in seen.kills if k.get("delivered")),
+                                                            None)),
         "attempts": attempts, "launcher_retried": first.retried,
         "failed_places": failed_places, "processes_killed": killed,
         "never_started_explained": explained if first.code == NEVER_STARTED else None,
@@ -469,14 +472,15 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
                       launch: list[str] | None = None, kinds: tuple = cp.KINDS, window: float = 1.0,
                       leftover_seconds: float = 10.0, env: dict | None = None, window_seconds: float | None = None,
                       fit_share: float = cp.FIT_SHARE, fit_window_seconds: float | None = None,
-                      replay: list[tuple[int, int]] | None = None, stream=sys.stdout) -> int:
+                      window_from: float = 0.0, replay: list[tuple[int, int]] | None = None, stream=sys.stdout) -> int:
     """Run the external campaign; print the table; write ``campaign.json`` (after every run,
     marked ``partial`` until the last); 0 when every counted run passed and none failed, else 1.
 
     First kills: ``fit_share`` of the draws are uniform over [0, F] seconds after the run's
     own started marker, where F is ``fit_window_seconds`` or, by default, the reference's span
     minus the moment its started marker appeared (its fit); the rest are uniform over [0, T_ref
-    x ``window``] seconds after the launch, or over [0, ``window_seconds``] when given.
+    x ``window``] seconds after the launch, or over [``window_from``, ``window_seconds``] when
+    given (``window="start"``: the reference's handshake and shard load, ``chaos_plan.start_span``).
     ``replay`` runs only those (run, draw) slots, with the kills they had in the campaign of
     the same seed, kinds, windows and share (see each failed run's ``replay`` in the report)."""
     cp.check_campaign(n - 1, runs if not replay else len(replay), window if window_seconds is None else window_seconds,
@@ -501,7 +505,7 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
     timeout = run_timeout or (10 * t_ref + 60)
     ctx = Context(cfg, n, out_dir, reference_out, timeout, launch, extra, leftover_seconds, checkpoints=saving)
     if window == cp.START_WINDOW and window_seconds is None:  # every first kill in the start and shard load
-        window_seconds, fit_share = cp.start_span(t_started), 0.0
+        (window_from, window_seconds), fit_share = cp.start_span(t_started), 0.0
     span = t_ref * window if window_seconds is None else window_seconds
     fit_span = fit_window_seconds if fit_window_seconds is not None else (
         max(0.0, span - t_started) if t_started is not None else None)
@@ -509,7 +513,8 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
     fit_text = (f"{fit_share:g} of the first kills uniform over [0, {fit_span:.6g}] s after the run's started marker "
                 f"(the reference's fit: its marker came {'-' if t_started is None else f'{t_started:.1f}'} s after the "
                 f"launch), the others over [0, {span:.6g}] s after the launch"
-                if fit_span and fit_share > 0 else f"kills at uniform times over [0, {span:.6g}] s after the launch"
+                if fit_span and fit_share > 0 else
+                f"kills at uniform times over [{window_from:.6g}, {span:.6g}] s after the launch"
                 + ("" if t_started is not None else " (the reference's started marker was not seen)"))
     w(f"chaos --external: reference took {t_ref:.1f}s, {reference_out['summary']['iterations']} iterations; {what} "
       f"(seed {seed}; kinds {', '.join(kinds)}; {fit_text}; "
@@ -519,17 +524,19 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
     stream.flush()
     rows = []
     replay_args = (f"--campaign-seed {seed} --kinds {','.join(kinds)} --kill-window-seconds {span:.6g} "
-                   f"--fit-share {fit_share:g}" + (f" --fit-window-seconds {fit_span:.6g}" if fit_span else ""))
-    slots = [[p] for p in cp.replay_plans(seed, replay, span, kinds, fit_span, fit_share)] if replay else \
-        [[p] + [cp.external_plan(seed, p.index, d, p.kind, span, fit_span, fit_share) for d in range(1, MAX_DRAWS)]
-         for p in cp.campaign_plans(seed, runs, span, kinds, fit_span, fit_share)]
+                   f"--fit-share {fit_share:g}" + (f" --fit-window-seconds {fit_span:.6g}" if fit_span else "")
+                   + (f" --kill-window-from {window_from:.6g}" if window_from else ""))
+    slots = [[p] for p in cp.replay_plans(seed, replay, span, kinds, fit_span, fit_share, window_from)] if replay else \
+        [[p] + [cp.external_plan(seed, p.index, d, p.kind, span, fit_span, fit_share, window_from)
+                for d in range(1, MAX_DRAWS)]
+         for p in cp.campaign_plans(seed, runs, span, kinds, fit_span, fit_share, window_from)]
 
     def report(partial: bool) -> dict:
         summary = cp.summarize(rows, kinds)
         out = {"external": True, "n": n, "seed": seed, "kinds": list(kinds), "window": window,
                "reference_seconds": t_ref, "reference_started_seconds": t_started,
                "reference_iterations": reference_out["summary"]["iterations"],
-               "kill_window_seconds": span, "fit_share": fit_share, "fit_window_seconds": fit_span,
+               "kill_window_seconds": span, "kill_window_from": window_from, "fit_share": fit_share, "fit_window_seconds": fit_span,
                "run_timeout": timeout, "replay": replay or None,
                "leftover_seconds": leftover_seconds, "env": extra,
                "command": [sys.executable, *sys.argv] if sys.argv else [], "config": asdict(cfg),
@@ -558,6 +565,7 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
       + ("" if not failing else "; FAILED: " + ", ".join(f"{k} {v}" for k, v in failing.items())
          + "; see job.log in their folders")
       + (f"; recovery s p50 {rec['p50']:.2f} p90 {rec['p90']:.2f} max {rec['max']:.2f}" if rec["n"] else "")
+      + (f"; kill to recovered s max {summary['seconds_from_kill']['max']:.2f}" if summary["seconds_from_kill"]["n"] else "")
       + f"; report in {out_dir}/campaign.json\n")
     for row in rows:
         if not cp.passed(row["outcome"]):
@@ -577,4 +585,5 @@ def campaign_from_args(args) -> int:
                              run_timeout=args.run_timeout, launch=launch, kinds=kinds_from_text(args.kinds),
                              window=args.kill_window, leftover_seconds=args.leftover_seconds,
                              window_seconds=args.kill_window_seconds, fit_share=args.fit_share,
-                             fit_window_seconds=args.fit_window_seconds, replay=cp.parse_replay(args.replay))
+                             fit_window_seconds=args.fit_window_seconds, window_from=args.kill_window_from,
+                             replay=cp.parse_replay(args.replay))

@@ -204,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--kill-window-seconds", type=float, default=None,
                    help="with --external: kill times are uniform over [0, this many seconds] instead "
                         "(default: none: --kill-window x the reference run)")
+    c.add_argument("--kill-window-from", type=float, default=0.0,
+                   help="with --external and --kill-window-seconds: kill times not drawn over the fit start this "
+                        "many seconds after the launch (default: 0; a replay of a --kill-window start campaign)")
     c.add_argument("--fit-share", type=float, default=0.75,
                    help="with --external: this fraction of the first kills (drawn by the seeded rng) comes at a "
                         "time uniform over the reference's fit, counted from the run's own started marker; the "

@@ -118,7 +118,8 @@ def kinds_from_text(text: str | None) -> tuple[str, ...]:
     return kinds
 
 
-START_WINDOW = "start"  # --kill-window start: first kills over the job's start and shard load
+START_WINDOW = "start"  # --kill-window start: first kills over the job's handshake and shard load
+START_BEFORE = 1.5       # seconds before the reference's started marker that window begins (the handshake)
 START_PAST = 0.5         # seconds past the reference's started marker that window reaches (the first round)
 
 
@@ -136,14 +137,15 @@ def window_from_text(text: str) -> float | str:
     return value
 
 
-def start_span(t_started: float | None) -> float:
-    """The kill window of ``--kill-window start``: from the launch to just past the moment
-    the reference run's started marker appeared (every worker held its shards), so that
-    first kills land in process start, MPI init, the handshake and the shard load (pure)."""
+def start_span(t_started: float | None) -> tuple[float, float]:
+    """The kill window of ``--kill-window start``, in seconds after the launch: from
+    ``START_BEFORE`` before the moment the reference run's started marker appeared (every
+    worker held its shards) to ``START_PAST`` after it, so that first kills land in the end
+    of MPI init, the handshake, the setup and the shard load, and the first round (pure)."""
     if t_started is None:
         raise ConfigError("--kill-window start needs the reference run's started marker, and it was not seen; "
                           "give --kill-window-seconds instead")
-    return t_started + START_PAST
+    return max(0.0, t_started - START_BEFORE), t_started + START_PAST
 
 
 def check_campaign(workers: int, runs: int, window: float, kinds: tuple, fit_share: float = FIT_SHARE) -> None:
@@ -163,7 +165,7 @@ def check_campaign(workers: int, runs: int, window: float, kinds: tuple, fit_sha
 
 
 def external_plan(seed: int, index: int, draw: int, kind: str, window: float, fit_window: float | None = None,
-                  fit_share: float = FIT_SHARE) -> ExternalPlan:
+                  fit_share: float = FIT_SHARE, window_from: float = 0.0) -> ExternalPlan:
     """Run ``index``'s plan (its ``draw``-th draw) of kind ``kind`` (pure; one run is replayed
     from ``(seed, index, draw)`` and the windows alone, whatever the other runs did).
 
@@ -171,13 +173,13 @@ def external_plan(seed: int, index: int, draw: int, kind: str, window: float, fi
     its end) and ``fit_share`` > 0, the rng first decides whether this draw is a fit draw
     (probability ``fit_share``); a fit draw comes at a time uniform over [0, fit_window]
     seconds after this run's started marker (``after="started"``), any other at a time
-    uniform over [0, window] seconds after the launch. Without a fit window (or with
-    ``fit_share`` 0) no choice is drawn and every first kill is uniform over [0, window]."""
+    uniform over [``window_from``, window] seconds after the launch. Without a fit window (or
+    with ``fit_share`` 0) no choice is drawn and every first kill is uniform over that."""
     if kind not in ALL_KINDS:
         raise ConfigError(f"unknown external kind {kind!r}; valid kinds are {', '.join(ALL_KINDS)}")
     rng = random.Random(f"mixle-mpi chaos --external/{seed}/{index}/{draw}")
     in_fit = fit_window is not None and fit_window > 0 and fit_share > 0 and rng.random() < fit_share
-    first = rng.uniform(0.0, fit_window) if in_fit else rng.uniform(0.0, window)
+    first = rng.uniform(0.0, fit_window) if in_fit else rng.uniform(window_from, window)
     after = STARTED if in_fit else LAUNCH
     if kind == "driver":
         kills = (KillSpec(first, "SIGKILL", "driver", 0.0, after=after),)
@@ -196,9 +198,10 @@ def external_plan(seed: int, index: int, draw: int, kind: str, window: float, fi
 
 
 def campaign_plans(seed: int, runs: int, window: float, kinds: tuple = KINDS, fit_window: float | None = None,
-                   fit_share: float = FIT_SHARE) -> list[ExternalPlan]:
+                   fit_share: float = FIT_SHARE, window_from: float = 0.0) -> list[ExternalPlan]:
     """The first draw of every run slot; kinds cycle so that every kind appears early (pure)."""
-    return [external_plan(seed, i + 1, 0, kinds[i % len(kinds)], window, fit_window, fit_share) for i in range(runs)]
+    return [external_plan(seed, i + 1, 0, kinds[i % len(kinds)], window, fit_window, fit_share, window_from)
+            for i in range(runs)]
 
 
 def parse_replay(text: str | None) -> list[tuple[int, int]]:
@@ -217,10 +220,11 @@ def parse_replay(text: str | None) -> list[tuple[int, int]]:
 
 
 def replay_plans(seed: int, slots: list[tuple[int, int]], window: float, kinds: tuple = KINDS,
-                 fit_window: float | None = None, fit_share: float = FIT_SHARE) -> list[ExternalPlan]:
+                 fit_window: float | None = None, fit_share: float = FIT_SHARE,
+                 window_from: float = 0.0) -> list[ExternalPlan]:
     """The plans of the given (run, draw) slots of a campaign with this seed, windows, share
     and kinds: the same kills as in that campaign (pure)."""
-    return [external_plan(seed, run, draw, kinds[(run - 1) % len(kinds)], window, fit_window, fit_share)
+    return [external_plan(seed, run, draw, kinds[(run - 1) % len(kinds)], window, fit_window, fit_share, window_from)
             for run, draw in slots]
 
 
@@ -504,6 +508,7 @@ def summarize(rows: list[dict], kinds: tuple = KINDS) -> dict:
         "failures": len(failures),
         "kills_per_phase": dict(sorted(phases.items())),
         "recovery_seconds": distribution(rec),
+        "seconds_from_kill": distribution([r.get("seconds_from_kill") for r in counted]),
         "recovery_seconds_per_kind": {k: distribution([r.get("recovery_seconds") for r in counted if r["kind"] == k])
                                       for k in per_kind},
         "ok": not failures and len(counted) > 0,
