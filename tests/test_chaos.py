@@ -340,3 +340,22 @@ def test_a_death_while_a_worker_loads_is_found_by_heartbeats_and_nobody_else_fai
     assert len(detected) == len(killed_in_the_fit), job.describe()  # no live worker taken for dead
     assert "heard nothing from the driver" not in job.stderr, job.describe()
     assert no_leftover_processes(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("library", [p for p in LIBRARIES if p.id == "mpich"])
+def test_a_driver_whose_spawn_holds_mpi_tells_the_workers_how_long_to_wait(library, tmp_path, reference):
+    """Under MPICH a Spawn runs in the driver's own thread and holds the library, so the
+    driver's heartbeat thread cannot beat until it returns (here never: the replacement is
+    stopped as it starts, so the Spawn waits out reconfigure_timeout, 10 s, and the run is
+    resumed). Before the Spawn the driver tells every worker how long it may be silent
+    (``protocol.Quiet``); without that notice they left after driver_timeout (4 s here):
+    "heard nothing from the driver for 4.1 s", measured."""
+    _, python = library
+    plan = "2:kill:estep_before:1,2:stop:spawn"
+    job, _ = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan,
+                       env={**IDLE, "MIXLE_MPI_DRIVER_TIMEOUT": "4", "MIXLE_MPI_RECONFIGURE_TIMEOUT": "10"})
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    assert "spawn did not finish within 10 s" in job.stderr, job.describe()  # the driver was silent that long
+    assert "heard nothing from the driver" not in job.stderr, job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
