@@ -359,3 +359,64 @@ def test_a_driver_whose_spawn_holds_mpi_tells_the_workers_how_long_to_wait(libra
     assert "spawn did not finish within 10 s" in job.stderr, job.describe()  # the driver was silent that long
     assert "heard nothing from the driver" not in job.stderr, job.describe()
     assert no_leftover_processes(str(tmp_path)) == []
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="planting as another user needs root")
+def test_birth_records_planted_under_the_old_names_by_another_user_steer_nothing(tmp_path, reference):
+    """Issue 33's attack, as another local user would make it: while worker 2 is respawned,
+    records under the old predictable names (``<temp>/mixle_mpi_birth_<driver pid>_2_<n>``)
+    name one of that user's processes with another start time, and the writer's temp name is
+    taken. Before, the driver took the record for the replacement's, judged it died before it
+    joined MPI, and SIGKILLed that pid (this test failed so: the planted process was killed). Records now live in the job's private run
+    folder under random names, and only this user's are read: the planted process lives,
+    and the job fails exactly the places the plan killed."""
+    import json
+    import os
+    import subprocess
+    import tempfile
+    import threading
+
+    victim = subprocess.Popen(["sleep", "300"], preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)))
+    try:
+        ident = __import__("mixle_mpi.core.reaper", fromlist=["identity"]).identity(victim.pid)
+        planted, stop = [], threading.Event()
+
+        def plant() -> None:
+            events = tmp_path / "events.jsonl"
+            while not stop.wait(0.05):
+                lines = events.read_text().splitlines() if events.exists() else []
+                start = next((json.loads(x) for x in lines if '"start"' in x), None)
+                if start is None:
+                    continue
+                for n in range(4):
+                    path = os.path.join(tempfile.gettempdir(), f"mixle_mpi_birth_{start['driver_pid']}_2_{n}")
+                    with open(path, "w") as fh:
+                        # its pid with another start time: taken for a replacement that died (then killed by pid)
+                        fh.write(f"{__import__('socket').gethostname()} {ident[0]} 1\n")
+                    os.chown(path, 65534, 65534)
+                    os.mkdir(path + ".tmp")  # and the writer's temp name taken, so its own record never replaces it
+                    planted.extend([path, path + ".tmp"])
+                return
+
+        planter = threading.Thread(target=plant, daemon=True)
+        planter.start()
+        plan = "2:kill:estep_before:1,1:delay:estep_before:3"  # the delay gives the replacement time to join
+        job, _ = chaos_job(OMPI_PYTHON, fit_args(MODEL, N, SHARDS, SUB, ITS, max_retries=3), tmp_path, plan, env=IDLE)
+        stop.set()
+        planter.join(5)
+        assert planted, "the records were never planted: the attack did not happen"
+        assert job.rc == 0, job.describe()
+        assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+        assert victim.poll() is None, "the planted process was killed"
+        assert {int(k): v for k, v in job.result["failures"].items() if v} == {2: 1}, job.describe()
+        assert job.result["blacklist"] == [] and "died before it had joined MPI" not in job.stderr, job.describe()
+        assert "respawned" in [e["event"] for e in job.events], job.describe()
+        assert no_leftover_processes(str(tmp_path)) == []
+    finally:
+        victim.kill()
+        victim.wait()
+        for path in planted if "planted" in dir() else []:
+            if os.path.isdir(path):
+                os.rmdir(path)
+            elif os.path.exists(path):
+                os.unlink(path)

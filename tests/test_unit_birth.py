@@ -9,11 +9,12 @@ import socket
 import subprocess
 import time
 
-from mixle_mpi.core.reaper import identity, process_state
+from mixle_mpi.core.reaper import identity, pid_space, process_state
 from mixle_mpi.runtime import birth
 from mixle_mpi.runtime.spawned import options
 
 HERE = socket.gethostname()
+SPACE = pid_space()
 
 
 def test_a_record_names_this_process_and_says_nothing_while_it_runs(tmp_path):
@@ -30,7 +31,7 @@ def test_a_process_that_ended_is_reported_with_its_pid(tmp_path):
     proc = subprocess.Popen(["sleep", "30"])
     ident = identity(proc.pid)
     path = tmp_path / "b"
-    path.write_text(f"{HERE} {ident[0]} {ident[1]}\n")
+    path.write_text(f"{HERE} {ident[0]} {ident[1]} {SPACE}\n")
     assert birth.died(str(path)) is None  # still running
     proc.kill()
     proc.wait()
@@ -109,7 +110,7 @@ def test_once_written_the_record_decides(tmp_path):
     assert watch.dead() is None  # nothing names it yet: nothing is known
     birth.write(str(path))
     assert watch.dead() is None  # this process, running
-    path.write_text(f"{HERE} 1 0\n")  # pid 1 with another start time: not that process
+    path.write_text(f"{HERE} 1 0 {SPACE}\n")  # pid 1 with another start time: not that process
     assert watch.dead() == (1, "its process (pid 1) died before it had joined MPI")
 
 

@@ -38,6 +38,7 @@ import threading
 import time
 import uuid
 
+from mixle_mpi.core.rundir import RUN_DIR_ENV
 from mixle_mpi.core import exitcodes, logs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.runtime.exiting import DRIVER_PID_ENV, STATUS_ENV
@@ -183,10 +184,10 @@ def one_host_transports(extra: list[str] | None, environ) -> dict:
 
 def launch_env(blas_threads: int, status_file: str, base=None, pid_file: str | None = None,
                mpi_up_file: str | None = None, started_file: str | None = None, tag: str | None = None,
-               init_begun_file: str | None = None) -> dict:
+               init_begun_file: str | None = None, run_dir: str | None = None) -> dict:
     env = dict(os.environ if base is None else base)
     for var, value in ((MPI_UP_ENV, mpi_up_file), (STARTED_ENV, started_file), (TAG_ENV, tag),
-                       (INIT_BEGUN_ENV, init_begun_file)):
+                       (INIT_BEGUN_ENV, init_begun_file), (RUN_DIR_ENV, run_dir)):
         if value is None:
             env.pop(var, None)  # never an outer launcher's
         else:
@@ -524,7 +525,8 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
     forwarder = SignalForwarder(files.driver, terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started])
     previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
     full_env = {**launch_env(blas_threads, files.status, pid_file=files.driver, mpi_up_file=files.mpi_up,
-                            started_file=files.started, tag=tag, init_begun_file=files.init_begun),
+                            started_file=files.started, tag=tag, init_begun_file=files.init_begun,
+                            run_dir=files.dir),
                 **(env or {})}
     reaper = _start_reaper(tag)
     rc, why, lost, t0 = None, None, False, time.monotonic()

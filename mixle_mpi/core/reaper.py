@@ -85,6 +85,38 @@ def not_reaped(ident: tuple[int, str], proc: str = "/proc") -> bool:
     return identity(ident[0], proc) == ident
 
 
+def pid_space(proc: str = "/proc") -> str:
+    """Which process-id space this process lives in: the kernel's boot id and its pid
+    namespace. Two processes may look at each other's pids only when theirs are equal: two
+    containers (or two machines) can share a host name, never a pid space. "" where it
+    cannot be read (then only the host name tells)."""
+    try:
+        with open(os.path.join(proc, "sys", "kernel", "random", "boot_id"), encoding="ascii") as fh:
+            boot = fh.read().strip()
+        return f"{boot}:{os.stat(os.path.join(proc, 'self', 'ns', 'pid')).st_ino}"
+    except OSError:
+        return ""
+
+
+def kill_same(ident: tuple[int, str], sig: int = signal.SIGKILL, proc: str = "/proc") -> bool | None:
+    """Send ``sig`` to the process ``ident`` (pid, start time) names, only if that pid still
+    names it: a pid reused by another process is never signalled. True: sent; None: that
+    process is gone already; False: refused (the pid names another process now, or it is
+    not ours to signal)."""
+    now = identity(ident[0], proc)
+    if now is None:
+        return None
+    if now != ident:
+        return False
+    try:
+        os.kill(ident[0], sig)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return False
+    return True
+
+
 def process_gone(pid: int, proc: str = "/proc") -> bool:
     """True if ``pid`` has ended on this host (no such process, or a zombie not yet reaped).
     Without /proc (not Linux) it says False: the caller's own deadline then decides."""

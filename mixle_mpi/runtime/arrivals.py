@@ -91,10 +91,13 @@ class Arrivals:
     def _replacement_pid(self, worker: int) -> int | None:
         """The pid of ``worker``'s just-connected replacement, if on this host (its birth
         record): the place's process from now on, to fence and to watch while it joins."""
-        pid = self.spawner.born.pop(worker, None)
-        if pid is not None:
-            self.info[worker] = (self.host, pid)
-        return pid
+        ident = self.spawner.born.pop(worker, None)
+        if ident is None:
+            return None
+        self.info[worker] = (self.host, ident[0])
+        self.started_at[worker] = ident[1]  # its identity: only that process is ever fenced
+        self.spaces[worker] = self.space    # its record is of this host and pid space (birth.identity_here)
+        return ident[0]
 
     def advance_spawns(self, now: float) -> bool:
         """Background Spawns: connect the ones that finished. One whose process died is one

@@ -10,16 +10,19 @@ driver finds the process by its command line, which names the record (``Watch``)
 killed before any look found it (an external campaign killed replacements 16 ms after they
 appeared) is given up once it has not been seen within ``APPEAR_WITHIN``, where it surely
 starts on this host. A record it cannot read (another host, no /proc) only costs that.
+Records live in the job's private run folder (``core/rundir.py``) under a random name, and
+one is believed only if it is a regular file of this user: a planted record names no process.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 
-from mixle_mpi.core.atomicfile import write_text
-from mixle_mpi.core.reaper import APPEAR_WITHIN, identity, not_reaped, process_state
+from mixle_mpi.core import rundir
+from mixle_mpi.core.reaper import APPEAR_WITHIN, identity, not_reaped, pid_space, process_state
 
 ARG = "--birth"  # the replacement's argument naming where it writes the record
 
@@ -30,19 +33,23 @@ def write(path: str) -> None:
     if ident is None:
         return
     try:
-        write_text(path, f"{socket.gethostname()} {ident[0]} {ident[1]}\n")
-    except OSError:
-        pass  # the driver falls back on its deadline
+        rundir.create_new(path, f"{socket.gethostname()} {ident[0]} {ident[1]} {pid_space() or '-'}\n")
+    except OSError as exc:  # another host, which cannot see the driver's run folder
+        sys.stderr.write(f"[mixle_mpi] replacement pid {os.getpid()}: no birth record at {path} "
+                         f"({exc.strerror}); the driver falls back on the Spawn's deadline\n")
 
 
 def read(path: str) -> tuple[str, tuple[int, str]] | None:
-    """(host, identity) from a record, or None while there is none (or it is not one)."""
+    """(host, identity) from a record, or None while there is none (or it is not one). The
+    host is "" when the record's process lives in another pid space than this one (another
+    container that shares the host name): its pid means nothing here."""
+    text = rundir.read_trusted(path)  # a regular file of this user, or nothing
     try:
-        with open(path, encoding="utf-8") as fh:
-            host, pid, start = fh.read().split()
-        return host, (int(pid), start)
-    except (OSError, ValueError):
-        return None
+        host, pid, start, space = (text or "").split()
+        ident = (int(pid), start)
+    except ValueError:
+        return None  # none yet, half written, or not one
+    return (host if space == (pid_space() or "-") else ""), ident
 
 
 def verdict(record: tuple[str, tuple[int, str]] | None, here: str, still_there) -> str | None:
@@ -53,11 +60,11 @@ def verdict(record: tuple[str, tuple[int, str]] | None, here: str, still_there) 
     return f"its process (pid {record[1][0]}) died before it had joined MPI"
 
 
-def pid_here(path: str) -> int | None:
-    """The pid the record at ``path`` names, if it is a process of this host (whose end
-    the driver can then see while the replacement joins), else None."""
+def identity_here(path: str) -> tuple[int, str] | None:
+    """The (pid, start time) the record at ``path`` names, if it is a process of this host
+    (whose end the driver can then see while the replacement joins), else None."""
     record = read(path)
-    return record[1][0] if record and record[0] == socket.gethostname() else None
+    return record[1] if record and record[0] == socket.gethostname() else None
 
 
 def running(ident: tuple[int, str]) -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import os
 import pickle
-import signal
 import traceback
 import time
 from typing import Any
@@ -27,6 +26,7 @@ from mixle_mpi.core.errors import NoWorkersLeft, WorkerError
 from mixle_mpi.core import estep
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.malloc import retain_freed_memory
+from mixle_mpi.core.reaper import kill_same, pid_space, process_gone
 from mixle_mpi.core.protocol import (Abort, Fence, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Result, Setup, Stats,
                                      Stop, Task)
 from mixle_mpi.storage.events import EventLog
@@ -87,6 +87,8 @@ class Driver(Arrivals, Reconfiguring):
         self.body_b = b""                               # the last round's pickled body
         self.init_arrivals(settings, spawn_command, fast_spawn_command, spawn_unavailable)
         self.host = MPI.Get_processor_name()
+        self.space = pid_space()                      # this process's pid space: a worker's pid is ours to signal only in it
+        self.spaces: dict[int, str] = {}              # worker -> its pid space (Ready.space, a birth record)
 
         self.gcomm = gcomm
         # Worker ids are the world ranks 1..workers, whoever came up: a rank left out at
@@ -127,21 +129,16 @@ class Driver(Arrivals, Reconfiguring):
         self.kept = {s: h for s, h in self.kept.items() if h != worker}
         host, pid = self.info.get(worker, (None, None))
         fenced, fenced_by = False, None
-        if pid is not None and host != self.host and self.started_at.get(worker):
+        here = pid is not None and host == self.host and self.spaces.get(worker) == self.space != ""
+        if pid is not None and not here and self.started_at.get(worker):
             fenced_by = self.membership.fencer(host, worker)  # a signal reaches only its own host
             if fenced_by is not None and fenced_by in self.mail.links:
                 self.monitor.send(fenced_by, Fence(pid, self.started_at[worker], worker))
             else:
                 fenced_by = None
-        if pid is not None and host == self.host:
+        if here:
             self.spawner.fenced(worker, pid)
-            try:
-                os.kill(pid, signal.SIGKILL)
-                fenced = True
-            except ProcessLookupError:
-                fenced = True
-            except PermissionError:
-                pass
+            fenced = self._fence_here(worker, pid)
         self.pending.add(worker)
         rec = self.membership.records[worker]
         self.events.emit(
@@ -150,6 +147,17 @@ class Driver(Arrivals, Reconfiguring):
             detected_at=detected_at or time.time(), fenced=fenced,
             **({"fenced_by": fenced_by} if fenced_by is not None else {}),
         )
+
+    def _fence_here(self, worker: int, pid: int) -> bool:
+        """SIGKILL ``worker``'s process on this host, only if ``pid`` still names the process
+        that started at the time it reported (``reaper.kill_same``): a reused pid is refused,
+        with a line that says so. True once that process is surely gone."""
+        started = self.started_at.get(worker)
+        outcome = kill_same((pid, started)) if started else (None if process_gone(pid) else False)
+        if outcome is False:
+            logs.get("driver").warning(f"not fencing worker {worker}: pid {pid} no longer names its process "
+                                       f"(started {started or 'unknown'}); nothing was signalled")
+        return outcome is not False
 
     def check_failures(self) -> None:
         for worker, (cause, when) in sorted(self.monitor.take_suspects().items()):
@@ -234,7 +242,8 @@ class Driver(Arrivals, Reconfiguring):
                      driver_host=self.host, driver_pid=os.getpid(), failover=self.failover,
                      store_path=os.path.abspath(self.store.path) if self.failover or own else "",
                      own_store=own, armed=self.armed and worker not in self.unreached,
-                     driver_bell=self.mail.bell.address if self.mail.bell is not None else "")
+                     driver_bell=self.mail.bell.address if self.mail.bell is not None else "",
+                     driver_space=self.space)
 
     def note_ready(self, worker: int, ready: Ready) -> None:
         """``worker`` is set up: it beats from now on, so a replacement's grace for its
@@ -242,6 +251,7 @@ class Driver(Arrivals, Reconfiguring):
         self.monitor.grace(worker, 0.0)
         self.info[worker] = (ready.host, ready.pid)
         self.started_at[worker] = ready.started
+        self.spaces[worker] = ready.space
         (self.reads_store.add if ready.reads_store else self.reads_store.discard)(worker)
         rec = self.membership.records[worker]
         rec.host, rec.pid = ready.host, ready.pid

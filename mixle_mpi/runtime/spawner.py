@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import tempfile
+import secrets
 import time
 from typing import NamedTuple
 
 from mpi4py import MPI
 
+from mixle_mpi.core import rundir
 from mixle_mpi.core.deadlines import Background, run_with_deadline
 from mixle_mpi.core.errors import RERUN_ADVICE, ReconfigurationTimeout
 from mixle_mpi.core.reaper import not_reaped
@@ -106,7 +107,7 @@ class Spawner:
         self.running: dict[int, Underway] = {}                  # place -> its background Spawn
         self.fenced_wrappers: dict[int, tuple] = {}             # worker -> its MPICH rank wrapper, when fenced
         self._births = itertools.count()
-        self.born: dict[int, int] = {}  # place -> its connected replacement's pid, from its birth record (this host)
+        self.born: dict[int, tuple[int, str]] = {}  # place -> its connected replacement's (pid, start), from its birth record (this host)
 
     def fenced(self, worker: int, pid: int) -> None:
         """``worker``'s process (``pid``, on this host) is being killed: remember its MPICH
@@ -193,17 +194,18 @@ class Spawner:
 
     def _note_born(self, worker: int, watch: birth.Watch | None) -> None:
         """A Spawn returned: its process's pid, if its record is of this host (``born``)."""
-        pid = birth.pid_here(watch.path) if watch else None
-        if pid is not None:
-            self.born[worker] = pid
+        ident = birth.identity_here(watch.path) if watch else None
+        if ident is not None:
+            self.born[worker] = ident
         else:
             self.born.pop(worker, None)
 
     def _birth_path(self, worker: int) -> str:
-        """Where this Spawn's replacement writes its birth record: a name of its own. The
-        driver removes it when the Spawn ends (having read the pid), the replacement at its
-        Setup (the driver cannot, on another host)."""
-        return os.path.join(tempfile.gettempdir(), f"mixle_mpi_birth_{os.getpid()}_{worker}_{next(self._births)}")
+        """Where this Spawn's replacement writes its birth record: a name of its own, random,
+        in the job's private run folder (``core/rundir.py``). The driver removes it when the
+        Spawn ends (having read the pid), the replacement at its Setup (the driver cannot, on
+        another host)."""
+        return os.path.join(rundir.own(), f"birth_{worker}_{next(self._births)}_{secrets.token_hex(8)}")
 
     def _wait_fenced_gone(self) -> None:
         """Under MPICH, before forking a replacement: let Hydra see the fenced workers die

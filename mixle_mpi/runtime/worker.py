@@ -29,7 +29,7 @@ from mixle_mpi.policy.failover import agrees_by_messages, can_take_over, electio
 from mixle_mpi.policy.faults import FaultInjector, parse_plan
 from mixle_mpi.policy.pacing import NEVER, next_task_window
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
-from mixle_mpi.core.reaper import identity, process_gone
+from mixle_mpi.core.reaper import identity, kill_same, pid_space, process_gone
 from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Fence, Load, Loaded, Quiet,
                                      Reach, Reached,
                                      ReadOwn, Ready, Release, Result, Setup,
@@ -80,6 +80,7 @@ class Worker:
         self.last_driver = time.monotonic()
         self.quiet_until = 0.0               # the driver said it may not beat until then (protocol.Quiet)
         self.driver_proc: tuple[str, int] = ("", 0)  # (host, pid) of the driver, once set up
+        self.driver_space = ""               # the driver's pid space: its pid is looked at only if it is ours
         self.failover = ""                   # how survivors agree on a dead driver's successor, once armed (Reach)
         self.failover_how = ""               # the same, as the driver asked for it (Setup.failover)
         self.store_unreadable = ""           # why this worker cannot read the shard store (failover asked for)
@@ -212,9 +213,10 @@ class Worker:
             self._beater.join(wait)
 
     def _driver_gone(self) -> bool:
-        """The driver's process has ended (same host only: elsewhere only driver_timeout tells)."""
+        """The driver's process has ended (in this pid space only: elsewhere, a container that
+        shares this host name included, only driver_timeout tells)."""
         host, pid = self.driver_proc
-        return bool(pid) and host == self.host and process_gone(pid)
+        return bool(pid) and host == self.host and self.driver_space == pid_space() != "" and process_gone(pid)
 
     # -- commands ----------------------------------------------------------------
     def start_heartbeats(self, period: float, driver_timeout: float) -> None:
@@ -241,6 +243,7 @@ class Worker:
         retain_freed_memory()  # E-step temporaries reuse heap pages instead of faulting fresh ones
         self.faults = FaultInjector(parse_plan(cfg.fault_plan), self.worker_id, self.incarnation)
         self.driver_proc = (cfg.driver_host, cfg.driver_pid)
+        self.driver_space = cfg.driver_space
         # a replacement is not in the survivors' communicator: it never follows a dead driver
         how = cfg.failover if not self.spawned else ""
         no_failover = self.store_unreadable = \
@@ -258,7 +261,7 @@ class Worker:
         host, pid = host_and_pid()
         me = identity(pid)
         self.reply(Ready(self.worker_id, host, pid, no_failover, bool(self.own_store), me[1] if me else "",
-                         self.bell.address if self.bell is not None else ""))
+                         self.bell.address if self.bell is not None else "", pid_space()))
 
     def _opens_store(self, path: str, store_id: str) -> bool:
         """``storage.opens_store``, asked once per store: opening the HDF5 file takes
@@ -469,12 +472,8 @@ class Worker:
 def fence(msg: Fence) -> None:
     """Heartbeat thread: kill a failed worker's process on this host for the driver, if it is
     still that process (its start time matches: the pid was not reused)."""
-    if identity(msg.pid) != (msg.pid, msg.started):
-        return
-    try:
-        os.kill(msg.pid, signal.SIGKILL)
-    except OSError:
-        return
+    if not kill_same((msg.pid, msg.started)):
+        return  # gone already, or the pid names another process now: nothing is signalled
     logs.get("worker").warning(f"worker rank {_who['rank']} (pid {os.getpid()}): fenced failed worker "
                                f"{msg.worker} (pid {msg.pid}) on this host for the driver")
 
