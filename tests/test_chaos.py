@@ -420,3 +420,20 @@ def test_birth_records_planted_under_the_old_names_by_another_user_steer_nothing
                 os.rmdir(path)
             elif os.path.exists(path):
                 os.unlink(path)
+
+
+@pytest.mark.parametrize("library", with_libraries([()], lambda lib, row: True, id_of=lambda row: "stopped"))
+def test_a_rank_stopped_before_its_hello_is_fenced_within_seconds(library, tmp_path, reference):
+    """A rank SIGSTOPped as the job starts has no heartbeats yet: the handshake waited for it
+    the whole startup_timeout (external campaign, MPICH seed 3711 run 28: 21.7 s). On the
+    driver's host, a rank whose process stays stopped for over a second is now fenced and
+    left out, then recovered like any failed worker (measured: 1.7-1.8 s on both MPIs)."""
+    _, python = library
+    job, records = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, "2:stop:startup",
+                             env={"MIXLE_MPI_STARTUP_TIMEOUT": "60"})
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    failed = [e for e in job.events if e["event"] == "failure_detected"]
+    assert [e["worker"] for e in failed] == [2] and "stayed stopped" in failed[0]["cause"], job.describe()
+    assert failed[0]["time"] - records[0]["time"] < 10.0, job.describe()  # not the 60 s startup_timeout
+    assert no_leftover_processes(str(tmp_path)) == []

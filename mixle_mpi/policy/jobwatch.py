@@ -106,3 +106,26 @@ class StartWatch:
                 f"{self.appear_within:g} s after another rank began MPI initialisation (killed or dead "
                 "as it started): the other ranks could only wait inside MPI_Init for "
                 + ("them" if len(absent) > 1 else "it"))
+
+
+STOPPED_AT_START = 1.0  # seconds a starting rank may stay stopped before it counts as lost (heartbeat_timeout's default)
+
+
+class StoppedWatch:
+    """Which starting ranks stay stopped (SIGSTOP, state T) for longer than ``limit``: before
+    its hello a rank has no heartbeats, and a stopped one would hold the handshake for the
+    whole ``startup_timeout`` (an external campaign stopped one there: 21.7 s). A rank seen
+    running again starts over."""
+
+    def __init__(self, limit: float = STOPPED_AT_START, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit, self.clock = limit, clock
+        self.since: dict[int, float] = {}
+
+    def too_long(self, rank: int, state: str | None) -> bool:
+        """Feed one look at ``rank``'s process state; True once it was stopped at every look
+        for over ``limit`` seconds."""
+        if state != "T":  # "t" is a tracer's stop (a debugger): never ours to judge
+            self.since.pop(rank, None)
+            return False
+        now = self.clock()
+        return now - self.since.setdefault(rank, now) > self.limit

@@ -39,7 +39,8 @@ from typing import Any
 
 from mixle_mpi.core.errors import ConfigError, MixleMPIError
 from mixle_mpi.core.protocol import PROTOCOL, TAG_START, Abort, Beacon, Go, Hello
-from mixle_mpi.core.reaper import process_gone, world_rank
+from mixle_mpi.core.reaper import identity, kill_same, process_gone, process_state, world_rank
+from mixle_mpi.policy.jobwatch import StoppedWatch
 
 STARTUP_TIMEOUT_ENV = "MIXLE_MPI_STARTUP_TIMEOUT"
 MPI_UP_ENV = "MIXLE_MPI_MPI_UP_FILE"
@@ -155,26 +156,42 @@ class RanksGone:
     seconds."""
 
     def __init__(self, path: str | None = None, host: str | None = None, gone=process_gone,
-                 every: float = 0.25, clock=time.monotonic) -> None:
+                 every: float = 0.25, clock=time.monotonic, state=process_state, fence=None) -> None:
         self.path = os.environ.get(INIT_BEGUN_ENV) if path is None else path
         self.host = host or socket.gethostname()
-        self.gone, self.every, self.clock = gone, every, clock
+        self.gone, self.every, self.clock, self.state = gone, every, clock, state
+        self.fence = fence or _fence_stopped
+        self.stopped = StoppedWatch(clock=clock)
         self.next_look = 0.0
         self.found: dict[int, str] = {}
 
     def __call__(self, ranks) -> dict[int, str]:
-        """Of world ``ranks``, those whose process ended: rank -> why."""
+        """Of world ``ranks``, those whose process ended, or stayed stopped too long (then it
+        is SIGKILLed, as the driver fences a stopped worker): rank -> why."""
         if self.path and self.clock() >= self.next_look:
             self.next_look = self.clock() + self.every
             for rank, pid in init_begun_here(self.path, self.host).items():
-                if rank not in self.found and self.gone(pid):
+                if rank in self.found:
+                    continue
+                if self.gone(pid):
                     self.found[rank] = f"its process (pid {pid}) ended on {self.host} while the job started"
+                elif self.stopped.too_long(rank, self.state(pid)) and self.fence(pid):
+                    self.found[rank] = (f"its process (pid {pid}) on {self.host} stayed stopped for over "
+                                        f"{self.stopped.limit:g} s while the job started; fenced")
         return {r: self.found[r] for r in sorted(ranks) if r in self.found}
 
     def give_up(self, ranks):
         """For ``run_with_deadline``: why a collective over ``ranks`` can no longer end, or
         None. Names every rank found gone: the first to die made the others give up too."""
         return "; ".join(f"rank {r}: {why}" for r, why in self(ranks).items()) or None
+
+
+def _fence_stopped(pid: int) -> bool:
+    """SIGKILL a starting rank found stopped, if ``pid`` still names a stopped process (never
+    one that started since: its identity is read and checked in one go). True once it is gone
+    or killed."""
+    ident = identity(pid)
+    return ident is not None and process_state(pid) == "T" and kill_same(ident) is not False
 
 
 def mark_started() -> None:
