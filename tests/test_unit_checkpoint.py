@@ -25,7 +25,7 @@ def test_round_trip_and_previous_kept(tmp_path):
     ckpt.write(p, _state(2))
     assert ckpt.read(p) == _state(2)
     assert ckpt.read(p + ".prev") == _state(1)
-    assert not os.path.exists(p + ".tmp")
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
 
 
 def _flip_byte_in_state(path: str) -> None:
@@ -188,3 +188,44 @@ def test_segments_add_the_earlier_ones_from_the_checkpoint():
     seg.resumed(_state(3, wall_seconds=30.0, segments=2))      # restart 0's checkpoint
     seg.resumed(_state(1, wall_seconds=20.0, segments=1))      # an earlier one does not lower it
     assert seg.total(now=104.0) == 34.0 and seg.this_segment(now=104.0) == 4.0 and seg.count == 3
+
+
+def test_a_damaged_checkpoint_never_replaces_a_good_prev(tmp_path):
+    """Issue 33: after a resume fell back to ``.prev`` (the newest file was damaged), the next
+    checkpoint rotated the damaged file over the good ``.prev``. Now the damaged one is
+    dropped, and ``.prev`` stays the last good state."""
+    p = str(tmp_path / "ck.h5")
+    ckpt.write(p, _state(1))
+    ckpt.write(p, _state(2))
+    os.truncate(p, os.path.getsize(p) // 2)  # damaged on disk (a torn copy, a full disk)
+    fell = []
+    assert ckpt.read(p, on_fallback=lambda path, why: fell.append(path)) == _state(1) and fell == [p + ".prev"]
+    ckpt.write(p, _state(3))
+    assert ckpt.read_file(p) == _state(3)
+    assert ckpt.read_file(p + ".prev") == _state(1)  # not the damaged file
+    ckpt.write(p, _state(4))
+    assert ckpt.read_file(p + ".prev") == _state(3)  # a good one rotates as before
+
+
+def test_every_output_is_written_through_a_name_of_its_own_never_through_a_link(tmp_path):
+    """Two writers of one file never share a temp name, and a link planted at the target or
+    at an old fixed temp name is replaced or ignored, never written through."""
+    from mixle_mpi.core.atomicfile import temp_path, write_json, write_text
+
+    target = tmp_path / "model.json"
+    assert temp_path(str(target)) != temp_path(str(target))
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    (tmp_path / "model.json.tmp").symlink_to(outside)  # the old fixed temp name
+    target.symlink_to(outside)
+    write_json(str(target), {"a": 1})
+    assert outside.read_text() == "keep me"
+    assert not target.is_symlink() and target.read_text() == '{"a": 1}\n'
+    write_text(str(target), "x" * (3 << 20))  # a large one is written whole
+    assert target.stat().st_size == 3 << 20
+    assert sorted(n for n in os.listdir(tmp_path) if n.endswith(".tmp")) == ["model.json.tmp"]  # only the planted one
+    ck = tmp_path / "ck.h5"
+    ck.symlink_to(outside)
+    ckpt.write(str(ck), _state(1))
+    assert outside.read_text() == "keep me" and not ck.is_symlink() and ckpt.read_file(str(ck)) == _state(1)
+    assert not os.path.exists(str(ck) + ".prev")  # a link is no good checkpoint to keep

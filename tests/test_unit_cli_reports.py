@@ -160,6 +160,9 @@ def test_inspector_tells_a_background_join_step_by_step():
 def test_best_restart_and_restart_checkpoints():
     runs = [{"ll": [1.0, 5.0]}, {"ll": [2.0, 7.0]}, {"ll": [7.0]}]
     assert fitcmd.best_restart(runs) == 1  # ties go to the earliest
+    nan = float("nan")
+    assert fitcmd.best_restart([{"ll": [1.0, nan]}, {"ll": [-5.0]}, {"ll": [float("inf")]}]) == 1  # never NaN or inf
+    assert fitcmd.best_restart([{"ll": [nan]}, {"ll": []}]) == 0  # none finite: the first
     assert fitcmd.restart_checkpoint("c/ck.h5", 2, 3) == "c/ck.r2.h5"
     assert fitcmd.restart_checkpoint("c/ck.h5", 0, 1) == "c/ck.h5"
     assert fitcmd.restart_checkpoint(None, 0, 3) is None

@@ -13,6 +13,7 @@ every restart exactly.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -87,9 +88,10 @@ def run(cfg: FitConfig) -> int:
                   + ", ".join(restart_checkpoints(cfg.checkpoint, cfg.restarts)), flush=True)
         results, timeline = _fit_restarts(enc, est, cfg, segments)
         summary = _summary(enc, cfg, results, segments)
-    best = results[summary["best_restart"]]
-    write_json(os.path.join(cfg.out_dir, "model.json"), json.loads(best["model"].to_json()), indent=1)
-    write_json(os.path.join(cfg.out_dir, "summary.json"), summary, indent=1)
+        # on disk before the handle's close removes the shard store
+        best = results[summary["best_restart"]]
+        write_json(os.path.join(cfg.out_dir, "model.json"), json.loads(best["model"].to_json()), indent=1)
+        write_json(os.path.join(cfg.out_dir, "summary.json"), summary, indent=1)
     if cfg.plot:
         from mixle_mpi.cli.plot import plot_fit
 
@@ -151,8 +153,9 @@ def _fit_restarts(enc, est, cfg: FitConfig, segments):
 
 
 def best_restart(results: list[dict]) -> int:
-    """Highest final log-likelihood; the earliest restart wins a tie (pure)."""
-    finals = [r["ll"][-1] if r["ll"] else float("-inf") for r in results]
+    """Highest final log-likelihood; the earliest restart wins a tie; a NaN or infinite one
+    never wins (NaN compares false both ways, so the first restart won when its was NaN) (pure)."""
+    finals = [r["ll"][-1] if r["ll"] and math.isfinite(r["ll"][-1]) else float("-inf") for r in results]
     return max(range(len(finals)), key=lambda i: (finals[i], -i))
 
 

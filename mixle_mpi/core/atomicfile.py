@@ -1,26 +1,81 @@
-"""Write a file so that a reader never sees half of it: to ``path.tmp``, then rename.
+"""Write a file so that a reader never sees half of it, and nobody can aim the write elsewhere.
 
-Status files, fit results, summaries, reports and generated job scripts are read by other
-processes (the launcher, tests, ``mixle-mpi collect``, sbatch) that may look while a job is
-being killed. Every text or JSON file mixle_mpi writes goes through here.
+Status files, fit results, summaries, reports, generated job scripts, checkpoints and the
+shard store are read by other processes (the launcher, tests, ``mixle-mpi collect``, sbatch,
+a rerun) that may look while a job is being killed. Every file mixle_mpi writes goes
+through here: to a temporary name of its own in the same folder (created with
+``O_EXCL | O_NOFOLLOW``, so neither another job's file nor a planted link is written
+through), fsynced, renamed over the target (a rename replaces a link, never follows it),
+and the folder fsynced, so that after a crash the file is the old one or the new one.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+
+NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
-def write_text(path: str, text: str) -> None:
-    tmp = path + ".tmp"
+def temp_path(path: str) -> str:
+    """A name no other writer uses, beside ``path`` (the same file system, for the rename)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+
+
+def open_new(path: str, mode: int = 0o666) -> int:
+    """A descriptor on a new file at ``path`` (``mode`` less the umask); never an existing
+    file, never through a link."""
+    return os.open(path, NEW, mode)
+
+
+def fsync_dir(folder: str) -> None:
+    """Make a rename in ``folder`` durable (best effort where folders cannot be opened)."""
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        fd = os.open(folder or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def commit(tmp: str, path: str) -> None:
+    """Rename the finished ``tmp`` over ``path`` and make it durable."""
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def discard(tmp: str) -> None:
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+
+
+def write_text(path: str, text: str, mode: int = 0o666) -> None:
+    tmp = temp_path(path)
+    fd = open_new(tmp, mode)
+    try:
+        try:
+            _write_all(fd, text.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        commit(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        discard(tmp)
         raise
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def write_json(path: str, obj, indent: int | None = None) -> None:

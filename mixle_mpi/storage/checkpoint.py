@@ -17,7 +17,8 @@ import h5py
 import numpy as np
 
 from mixle_mpi.core.errors import ConfigError, MixleMPIError
-from mixle_mpi.core.privatefile import create_private
+from mixle_mpi.core.atomicfile import commit, discard
+from mixle_mpi.core.privatefile import new_private_temp
 from mixle_mpi.core.validate import sha256_text
 
 FORMAT, VERSION = "mixle_mpi.checkpoint", 1
@@ -48,17 +49,6 @@ class FitState:
     stopped: str = ""                   # once finished: converged, max_its or unchanged (progress.stop_reason)
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def check_writable(path: str) -> None:
     """Fail before any work if the checkpoint's directory is missing or not writable."""
     parent = os.path.dirname(os.path.abspath(path)) or "."
@@ -69,23 +59,38 @@ def check_writable(path: str) -> None:
 
 
 def write(path: str, state: FitState, before_rename=None) -> None:
-    """Atomically replace the checkpoint at ``path``, keeping the previous one as ``.prev``."""
+    """Atomically replace the checkpoint at ``path``, keeping the previous one as ``.prev``
+    only if it is good: a damaged file (the reason a resume fell back to ``.prev``) never
+    replaces a good ``.prev``, it is dropped instead."""
     text = json.dumps(asdict(state), sort_keys=True)
-    tmp = path + ".tmp"
-    create_private(tmp)
-    with h5py.File(tmp, "w") as f:
-        f.attrs["format"] = FORMAT
-        f.attrs["version"] = VERSION
-        f.attrs["sha256"] = sha256_text(text)
-        f.create_dataset("state", data=np.frombuffer(text.encode("utf-8"), dtype=np.uint8))
-        f.flush()
-        os.fsync(f.id.get_vfd_handle())
-    if before_rename is not None:
-        before_rename(tmp)
-    if os.path.exists(path):
+    tmp = new_private_temp(path)  # a name of its own: never another writer's file
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["format"] = FORMAT
+            f.attrs["version"] = VERSION
+            f.attrs["sha256"] = sha256_text(text)
+            f.create_dataset("state", data=np.frombuffer(text.encode("utf-8"), dtype=np.uint8))
+            f.flush()
+            os.fsync(f.id.get_vfd_handle())
+        if before_rename is not None:
+            before_rename(tmp)
+    except BaseException:
+        discard(tmp)
+        raise
+    if _good(path):
         os.replace(path, path + ".prev")
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(os.path.abspath(path)))
+    commit(tmp, path)
+
+
+def _good(path: str) -> bool:
+    """A checkpoint at ``path`` that reads back whole (a link is never one)."""
+    if os.path.islink(path) or not os.path.exists(path):
+        return False
+    try:
+        read_file(path)
+    except CheckpointError:
+        return False
+    return True
 
 
 def read_file(path: str) -> FitState:

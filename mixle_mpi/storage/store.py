@@ -26,7 +26,8 @@ import numpy as np
 from mixle_mpi.core.codec import decode_row, encode_row
 from mixle_mpi.core.errors import ConfigError, DataError
 from mixle_mpi.core.layout import default_num_shards
-from mixle_mpi.core.privatefile import create_private
+from mixle_mpi.core.atomicfile import commit, discard
+from mixle_mpi.core.privatefile import new_private_temp
 from mixle_mpi.core.validate import check_int
 
 __all__ = ["ShardStore", "FORMAT", "VERSION"]
@@ -219,22 +220,20 @@ class ShardStore:
         if n < s:
             raise DataError(f"found {n} observations but num_shards={s} needs at least {s}")
         path = os.fspath(path)
-        tmp = path + ".tmp"
         if os.path.isdir(path):
             raise ConfigError(f"cannot write shard store at {path!r}: it is a directory, a file path is needed")
         try:
-            create_private(tmp)  # a full copy of the user's data: owner-only
+            tmp = new_private_temp(path)  # a full copy of the user's data: owner-only, a name of its own
         except OSError as exc:
-            raise ConfigError(f"cannot write shard store at {path!r}: {exc.strerror} (creating {tmp!r})") from None
+            raise ConfigError(f"cannot write shard store at {path!r}: {exc.strerror} (creating a file beside it)") from None
         try:
             with h5py.File(tmp, "w") as f:
                 f.attrs.update({"format": FORMAT, "version": VERSION, "num_shards": s,
                                 "num_rows": n, "row_kind": kind, "store_id": uuid.uuid4().hex})
                 _write(f, n, s, dtype, row_shape, block, block_rows, source_name(data))
-            os.replace(tmp, path)
+            commit(tmp, path)
         except BaseException as exc:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            discard(tmp)
             if isinstance(exc, OSError):
                 raise ConfigError(f"cannot write shard store at {path!r}: {exc}") from exc
             raise
