@@ -43,15 +43,17 @@ def restart_checkpoints(path: str, restarts: int) -> list[str]:
     return [restart_checkpoint(path, r, restarts) for r in range(restarts)]
 
 
-def prepare(cfg: FitConfig):
-    """Driver-side checks and inputs, before any worker is busy: (spec, loaded data, estimator)."""
+def prepare(cfg: FitConfig, successor: bool = False):
+    """Driver-side checks and inputs, before any worker is busy: (spec, loaded data, estimator).
+    ``successor``: this process took over from a dead driver (the folder lock is not strict)."""
     from mixle_mpi.storage.checkpoint import check_writable
-    from mixle_mpi.runtime.handle import ensure_dir
+    from mixle_mpi.runtime.handle import ensure_dir, hold_folder
 
     spec = modelspec.parse_spec(cfg.model)
     source = datainput.parse_source(cfg.data)
     columns = datainput.parse_columns(cfg.columns)
     ensure_dir(cfg.out_dir, "output")
+    hold_folder(cfg.out_dir, "output", strict=not successor)  # one fit per output folder: a second one exits 2
     if cfg.plot:
         from mixle_mpi.cli.plot import require_matplotlib
 
@@ -78,7 +80,7 @@ def run(cfg: FitConfig) -> int:
     # A worker serves inside this call until the driver is done and never returns, unless
     # the driver dies with failover on: then the successor returns here, as the driver.
     successor = None if is_driver() else ResilientMPIEncodedData(None, **where)
-    spec, loaded, est = prepare(cfg)
+    spec, loaded, est = prepare(cfg, successor is not None)
     with successor or ResilientMPIEncodedData(loaded.data, estimator=est, **where) as enc:
         loaded.close()
         print(f"[fit] {spec.text} on {loaded.describe}; {enc.num_shards} shards over "

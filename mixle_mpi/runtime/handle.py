@@ -18,7 +18,7 @@ import numpy as np
 from mixle.utils.parallel.planner import EncodedDataHandle
 from mixle.utils.vector import validate_initialization_probability, validated_initialized_observations
 
-from mixle_mpi.core import logs
+from mixle_mpi.core import joblock, logs
 from mixle_mpi.runtime import exiting
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import ConfigError, DataError, ReconfigurationTimeout
@@ -191,6 +191,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         store_path = store_path or os.path.join(workdir, "shards.h5")
         event_log = event_log or os.environ.get("MIXLE_MPI_EVENT_LOG") or os.path.join(workdir, "events.jsonl")
         ensure_dir(os.path.dirname(os.path.abspath(store_path)), "shard store")
+        hold_folder(os.path.dirname(os.path.abspath(store_path)), "work", strict=self.took_over is None)
 
         # The handshake: from here on the workers wait on heartbeats, not on a fixed deadline.
         timeout = startup.startup_timeout()
@@ -471,6 +472,23 @@ class ResilientMPIEncodedData(EncodedDataHandle):
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.close()
+
+
+def hold_folder(folder: str, what: str, strict: bool = True) -> None:
+    """One job per folder (``joblock.hold``): another live job's folder is refused with
+    exit 2; a dead job's lock is taken over, with a line that says so. A survivor taking over
+    from a dead driver (``strict`` False) goes on whatever the lock says: on a network file
+    system the dead driver's lock may outlive it for a while, and ending the fit then loses
+    more than the lock protects."""
+    try:
+        note = joblock.hold(folder, what)
+    except ConfigError as exc:
+        if strict:
+            raise
+        logs.get("driver").warning(f"{exc}; going on: this process took over from the dead driver")
+        return
+    if note:
+        logs.get("driver").warning(note)
 
 
 def ensure_dir(path: str, what: str) -> None:
