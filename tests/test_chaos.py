@@ -437,3 +437,20 @@ def test_a_rank_stopped_before_its_hello_is_fenced_within_seconds(library, tmp_p
     assert [e["worker"] for e in failed] == [2] and "stayed stopped" in failed[0]["cause"], job.describe()
     assert failed[0]["time"] - records[0]["time"] < 10.0, job.describe()  # not the 60 s startup_timeout
     assert no_leftover_processes(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("library", [p for p in LIBRARIES if p.id == "mpich"])
+def test_a_replacement_whose_driver_dies_before_its_setup_ends_at_once(library, tmp_path):
+    """Issue 33: a replacement has no heartbeats before its Setup, and waited for it without
+    a deadline; under MPICH one whose driver died in that window lived on. It now watches the
+    driver's process (its identity, given at the Spawn) and ends with it, and in any case at
+    startup_timeout. The driver dies here right after the Spawn returned, before the Setup
+    (no checkpoint: the job fails, and nothing of it is left behind)."""
+    _, python = library
+    t0 = __import__("time").monotonic()
+    job, _ = chaos_job(python, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, "2:kill:estep_before:1,0:kill:respawn",
+                       env=IDLE, timeout=120)
+    assert job.rc != 0, job.describe()
+    assert "died before it set this replacement up" in job.stderr, job.describe()
+    assert __import__("time").monotonic() - t0 < 60, job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []

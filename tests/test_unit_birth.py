@@ -135,3 +135,12 @@ def test_a_process_never_seen_here_is_dead_after_its_time_and_only_where_it_star
     pid, why = here.dead()
     assert pid is None and why.startswith(f"its process was not seen on this host within {birth.APPEAR_WITHIN:g} s")
     assert there.dead() is None  # on another host: its Spawn's deadline decides
+
+
+def test_a_replacement_is_told_its_drivers_identity_and_believes_it_only_in_its_own_pid_space():
+    text = birth.driver_arg()
+    assert birth.parse_driver(text) == identity(os.getpid())
+    pid, start, _ = text.split(",")
+    assert birth.parse_driver(f"{pid},{start},another-boot:1") is None  # another container or host
+    assert birth.parse_driver(None) is None and birth.parse_driver("nonsense") is None
+    assert options(["--birth", "b", birth.DRIVER_ARG, text])[birth.DRIVER_ARG] == text

@@ -167,3 +167,35 @@ def test_sent_says_done_pending_or_failed():
     room, failed = mailroom({1: FakeLink(1), 2: FakeLink(2, pending_sends=1), 3: FakeLink(3, dead=True)})
     assert room.sent(1) is True and room.sent(2) is False and room.sent(3) is None and room.sent(4) is None
     assert [w for w, _ in failed] == [3]
+
+
+def test_a_matched_message_that_never_arrives_whole_fails_its_peer_instead_of_blocking():
+    """transport.receive: a large message whose sender died while sending it never completes
+    (MPICH); a blocking receive stopped the thread for good. Now its peer is failed."""
+    import time
+
+    import pytest as _pytest
+
+    from mixle_mpi.runtime.transport import PeerFailed, receive
+
+    class Request:
+        def __init__(self, after):
+            self.after, self.tests = after, 0
+
+        def test(self):
+            self.tests += 1
+            return (self.tests > self.after, "payload" if self.tests > self.after else None)
+
+    class Message:
+        def __init__(self, after):
+            self.req = Request(after)
+
+        def irecv(self):
+            return self.req
+
+    assert receive(Message(0)) == "payload"          # a whole message: at once
+    assert receive(Message(3), within=5.0) == "payload"  # arriving: waited for
+    t0 = time.monotonic()
+    with _pytest.raises(PeerFailed, match="did not arrive whole within 0.2 s"):
+        receive(Message(10**9), within=0.2)
+    assert time.monotonic() - t0 < 2.0

@@ -223,7 +223,7 @@ def test_the_fast_entry_is_told_where_to_write_its_birth_record_and_the_script_i
         underway.call.thread.join(5)
     record = spawner.running[2].watch.path
     assert record and spawner.running[3].watch is None
-    assert calls == [fast + [birth.ARG, record], ["python", "script.py", "--its", "3"]]
+    assert calls == [fast + [birth.ARG, record, birth.DRIVER_ARG, birth.driver_arg()], ["python", "script.py", "--its", "3"]]
 
 
 def test_a_spawn_that_connected_leaves_its_process_pid_for_the_driver_to_watch(tmp_path):

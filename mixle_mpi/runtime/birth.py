@@ -25,6 +25,24 @@ from mixle_mpi.core import rundir
 from mixle_mpi.core.reaper import APPEAR_WITHIN, identity, not_reaped, pid_space, process_state
 
 ARG = "--birth"  # the replacement's argument naming where it writes the record
+DRIVER_ARG = "--driver"  # the replacement's argument naming the driver's process: PID,START,SPACE
+
+
+def driver_arg() -> str:
+    """This process (the driver), as a replacement is told it: ``PID,START,SPACE``."""
+    ident = identity(os.getpid())
+    return f"{os.getpid()},{ident[1] if ident else ''},{pid_space()}"
+
+
+def parse_driver(text: str | None) -> tuple[int, str] | None:
+    """The driver's identity from ``driver_arg``'s text, if its pid means something here (the
+    same pid space); else None."""
+    try:
+        pid, start, space = (text or "").split(",")
+        ident = (int(pid), start)
+    except ValueError:
+        return None
+    return ident if start and space and space == pid_space() else None
 
 
 def write(path: str) -> None:

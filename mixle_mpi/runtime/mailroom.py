@@ -19,7 +19,7 @@ from mpi4py import MPI
 from mixle_mpi.core.errors import WorkerError
 from mixle_mpi.core.protocol import TAG_CMD, TAG_REPLY, Result, TaskError
 from mixle_mpi.policy.pacing import NEVER
-from mixle_mpi.runtime.transport import Backoff, Link, PeerFailed, matched_probe
+from mixle_mpi.runtime.transport import Backoff, Link, PeerFailed, matched_probe, receive
 
 Fail = Callable[[int, str], None]  # (worker, cause): the driver fences it
 Step = Callable[[], "bool | None"]  # one pass of a wait: True progress, False nothing yet, None done
@@ -166,7 +166,12 @@ class Mailroom:
         while True:
             try:
                 msg = matched_probe(comm, MPI.ANY_SOURCE, TAG_REPLY, status)
-                payload = None if msg is None else msg.recv()
+                payload = None if msg is None else receive(msg)
+            except PeerFailed as exc:  # its sender died while sending it
+                w = by_peer.get(status.Get_source())
+                if w is not None and w in self.links:
+                    self.fail(w, str(exc))
+                continue
             except MPI.Exception:  # ULFM: a failure not acknowledged yet; the links will say whose
                 self.per_link[id(comm)] = comm
                 for w, ms in got.items():

@@ -8,7 +8,10 @@ script instead when its pickles name ``__main__`` (classes defined in the script
 Before MPI it writes its birth record (runtime/birth.py), so that a death inside the Spawn
 is seen at once.
 
-    python -m mixle_mpi.runtime.spawned [--path DIR] [--birth FILE]   # DIR: the script's folder
+    python -m mixle_mpi.runtime.spawned [--path DIR] [--birth FILE] [--driver PID,START,SPACE]
+
+DIR: the script's folder. The driver's identity (``reaper.identity`` and ``pid_space``) lets a
+replacement on the driver's host end at once if the driver dies before it sets it up.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from mixle_mpi.runtime import birth
 
 
 def options(argv: list[str]) -> dict[str, str]:
-    """``--path DIR`` and ``--birth FILE``, each optional, in any order; others are ignored."""
+    """``--path DIR``, ``--birth FILE`` and ``--driver PID,START,SPACE``, each optional, in any
+    order; others are ignored."""
     found = {}
     for i, arg in enumerate(argv[:-1]):
-        if arg in ("--path", birth.ARG):
+        if arg in ("--path", birth.ARG, birth.DRIVER_ARG):
             found[arg] = argv[i + 1]
     return found
 
@@ -39,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     exiting.install("worker")
     from mixle_mpi.runtime.worker import serve_spawned
 
-    serve_spawned(MPI.Comm.Get_parent(), found.get(birth.ARG))
+    serve_spawned(MPI.Comm.Get_parent(), found.get(birth.ARG), birth.parse_driver(found.get(birth.DRIVER_ARG)))
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ class Spawner:
             raise SpawnUnavailable(self.unavailable)
         command = replacement_command(self.command, self.fast_command, pickled)
         record = self._birth_path(worker) if command is self.fast_command else None
-        exe, *args = command + ([birth.ARG, record] if record else [])
+        exe, *args = command + ([birth.ARG, record, birth.DRIVER_ARG, birth.driver_arg()] if record else [])
         self._wait_fenced_gone()
         watch = birth.Watch(record, here) if record else None  # before the Spawn: it knows the older processes
 

@@ -17,6 +17,7 @@ from mpi4py import MPI
 from mixle_mpi.core.protocol import TAG_CMD, Abort
 from mixle_mpi.policy.pacing import Pacing
 
+RECV_WITHIN = 30.0  # seconds a matched message may take to arrive whole (one whose sender died sending it: never)
 MAX_PENDING_BEATS = 8  # per link: a dead peer's heartbeats never complete, and each keeps an MPICH cell
 
 
@@ -34,6 +35,29 @@ def matched_probe(comm: Any, source: int, tag: int, status: Any = None) -> Any:
     matches (Open MPI). A message a doorbell announced is then taken on the first pass."""
     msg = comm.improbe(source=source, tag=tag, status=status)
     return msg if msg is not None else comm.improbe(source=source, tag=tag, status=status)
+
+
+_abandoned: list = []  # receives of messages that never arrived whole: kept, never freed while active
+
+
+def receive(msg: Any, within: float = RECV_WITHIN) -> Any:
+    """The object of a matched message (``improbe``), never waited for without end: a large
+    message whose sender died while sending it never arrives whole (MPICH), and a blocking
+    receive would stop this thread for good (and, under MPICH's global lock, every other).
+    Raises PeerFailed past ``within`` seconds."""
+    req = msg.irecv()
+    done, obj = req.test()
+    if done:
+        return obj
+    end, backoff = time.monotonic() + within, Backoff()
+    while time.monotonic() < end:
+        backoff.sleep()
+        done, obj = req.test()
+        if done:
+            return obj
+    _abandoned.append(req)
+    raise PeerFailed(0, f"a message from this peer did not arrive whole within {within:g} s "
+                        "(its sender died while sending it)")
 
 
 @dataclass
@@ -72,7 +96,7 @@ class Link:
         comm = self.comm if comm is None else comm
         try:
             msg = matched_probe(comm, self.peer, tag)
-            return None if msg is None else msg.recv()
+            return None if msg is None else receive(msg)
         except MPI.Exception as exc:
             raise PeerFailed(exc.Get_error_class(), str(exc)) from None
 
@@ -84,7 +108,7 @@ class Link:
         got = []
         try:
             while (msg := matched_probe(comm, self.peer, tag)) is not None:
-                got.append(msg.recv())
+                got.append(receive(msg))
         except MPI.Exception as exc:
             raise PeerFailed(exc.Get_error_class(), str(exc)) from None
         return got

@@ -60,8 +60,13 @@ def die(code: int, why: str) -> None:
 
 
 class Worker:
-    def __init__(self, link: Link, spawned: bool, birth_record: str | None = None) -> None:
+    def __init__(self, link: Link, spawned: bool, birth_record: str | None = None,
+                 setup_within: float | None = None, driver: tuple[int, str] | None = None) -> None:
         self.link = link
+        self.parent = driver  # a replacement's driver (pid, start time), when on this host: watched until Setup
+        self._parent_look = 0.0
+        # a replacement has no heartbeats before its Setup: it waits for it this long at most
+        self.setup_by = None if setup_within is None else time.monotonic() + setup_within
         self.spawned = spawned
         self.birth_record = birth_record  # a replacement's (runtime/birth.py), until the driver has read it
         self.lock = threading.Lock()
@@ -120,6 +125,8 @@ class Worker:
         while True:
             if self.lost is not None:
                 self.driver_dead(self.lost)
+            if self.setup_by is not None:
+                self._check_setup_due()
             try:
                 msg = self.link.poll(TAG_CMD)
             except PeerFailed as exc:
@@ -130,6 +137,18 @@ class Worker:
                     self.last_gap, self.replied_at = self.last_driver - self.replied_at, None
                 return msg
             backoff.sleep()
+
+    def _check_setup_due(self) -> None:
+        """A replacement before its Setup (no heartbeats yet): end it once its driver's
+        process is gone (looked at every 0.2 s, on the driver's host), or at its deadline."""
+        now = time.monotonic()
+        if self.parent is not None and now >= self._parent_look:
+            self._parent_look = now + 0.2
+            if not birth.running(self.parent):
+                die(DRIVER_LOST, f"the driver (pid {self.parent[0]}) died before it set this replacement up")
+        if now > self.setup_by:
+            die(NEVER_STARTED, "a replacement heard nothing from the driver since it joined, within "
+                               "startup_timeout (its driver died, or lost it): it ends")
 
     def send_ahead(self, obj: Any) -> None:
         """Post ``obj`` to the driver and ring it, without waiting for the send to complete
@@ -229,6 +248,7 @@ class Worker:
             self._beater.start()
 
     def setup(self, cfg: Setup) -> None:
+        self.setup_by = None  # heartbeats from now on
         if self.birth_record:  # the driver read it when its Spawn returned, before this Setup
             birth.remove(self.birth_record)
             self.birth_record = None
@@ -566,7 +586,7 @@ def _startup_faults(rank: int) -> FaultInjector:
     return FaultInjector(pending_from_env(STARTUP_PHASES), rank, 0)
 
 
-def serve_spawned(parent, birth_record: str | None = None) -> None:
+def serve_spawned(parent, birth_record: str | None = None, driver: tuple[int, str] | None = None) -> None:
     """A respawned worker: merge with the driver (under a deadline), then serve.
     ``birth_record``: where it wrote its birth record, removed once the driver has read it."""
     from mixle_mpi.runtime import startup
@@ -578,4 +598,4 @@ def serve_spawned(parent, birth_record: str | None = None) -> None:
     except (TimeoutError, MPI.Exception) as exc:
         die(NEVER_STARTED, f"a respawned worker could not join the driver: {exc}")
     link = Link(pair, hb, 0, inter=parent)
-    serve_forever(link, spawned=True, worker=Worker(link, True, birth_record))
+    serve_forever(link, spawned=True, worker=Worker(link, True, birth_record, setup_within=timeout, driver=driver))
