@@ -229,3 +229,21 @@ def test_every_output_is_written_through_a_name_of_its_own_never_through_a_link(
     ckpt.write(str(ck), _state(1))
     assert outside.read_text() == "keep me" and not ck.is_symlink() and ckpt.read_file(str(ck)) == _state(1)
     assert not os.path.exists(str(ck) + ".prev")  # a link is no good checkpoint to keep
+
+
+def test_a_checkpoint_write_that_hangs_ends_the_fit_with_an_error_not_a_silent_hang(tmp_path, monkeypatch):
+    """Issue 33: a write on a hung file system stopped the driver's main thread for good while
+    its heartbeat thread went on, so nothing ended the job. It is now waited for within a
+    deadline, and the error says what happened and that the previous checkpoint is intact."""
+    import threading
+    import time
+
+    from mixle_mpi.fitting import fitloop
+
+    stuck = threading.Event()
+    monkeypatch.setattr(ckpt, "write", lambda *a, **k: stuck.wait(30))  # the file system never answers
+    t0 = time.monotonic()
+    with pytest.raises(ckpt.CheckpointError, match="did not finish within 0.3 s .*file system may hang.*intact"):
+        fitloop.write_within(str(tmp_path / "ck.h5"), _state(1), None, 0.3)
+    assert time.monotonic() - t0 < 5
+    stuck.set()

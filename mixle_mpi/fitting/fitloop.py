@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from mixle_mpi.storage import checkpoint as ckpt
+from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.errors import Interrupted, Preempted  # noqa: F401 - public here too (fitloop.Preempted)
 from mixle_mpi.fitting.progress import may_end_em, stop_reason
 from mixle_mpi.core.validate import sha256_text
@@ -72,6 +73,19 @@ class _StopFlag:
     def _handler(self, signum, frame) -> None:
         self.signal = signum
 
+
+
+def write_within(path: str, state, before_rename, seconds: float) -> None:
+    """``checkpoint.write`` in a helper thread, waited for at most ``seconds``: a write to a
+    hung file system would stop the driver's main thread for good while its heartbeat
+    thread went on, so nothing would ever end the job. Past the deadline the fit ends with
+    an error that says so; the previous checkpoint is intact (the write goes to a temporary
+    name first)."""
+    try:
+        run_with_deadline(lambda: ckpt.write(path, state, before_rename=before_rename), seconds, "the checkpoint write")
+    except TimeoutError as exc:
+        raise ckpt.CheckpointError(f"{exc} (checkpoint {path}): its file system may hang; the previous checkpoint "
+                              f"is intact, and a rerun resumes from it") from None
 
 def versions(blas_threads: int) -> dict:
     """The versions that the fitted bits depend on."""
@@ -189,7 +203,8 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
                               "failures": {str(k): v for k, v in enc.failures.items()},
                               "blacklist": enc.blacklist,
                               "wall_seconds": segments.total(), "segments": segments.count})
-        ckpt.write(checkpoint, s, before_rename=lambda tmp: enc.fault_point("checkpoint_write", iteration))
+        write_within(checkpoint, s, lambda tmp: enc.fault_point("checkpoint_write", iteration),
+                     enc.settings.reconfigure_timeout)
         last_write[0] = time.monotonic()
         enc.events.emit("checkpoint", path=checkpoint, iteration=iteration, finished=finished,
                         seconds=round(time.perf_counter() - t0, 6))
