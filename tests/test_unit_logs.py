@@ -93,6 +93,9 @@ def test_one_line_per_ending_and_the_right_exit_code():
     assert exiting.failure_line(ctrl_c)[1].startswith("interrupted (Ctrl-C, SIGINT) after iteration 4; no checkpoint")
     assert exiting.exit_code_for(stopped(signal.SIGUSR1, 1, "c.h5")) == exitcodes.CHECKPOINTED
     assert isinstance(stopped(signal.SIGUSR1, 1, "c.h5"), Preempted)
+    unsaved = stopped(signal.SIGTERM, 3, None)  # no checkpoint: never claims one (issue 33)
+    assert exiting.exit_code_for(unsaved) == exitcodes.PREEMPTED_UNSAVED == 76
+    assert "nothing was saved" in str(unsaved) and "checkpoint written" not in str(unsaved) and "starts over" in str(unsaved)
     assert exiting.exit_code_for(KeyboardInterrupt()) == 130
     assert exiting.failure_line(NoWorkersLeft("every worker rank is dead")) == (
         logging.ERROR, "NoWorkersLeft: every worker rank is dead")

@@ -246,7 +246,7 @@ def verdict_level(code: int, status: dict | None) -> int:
     repeats = status is not None and status.get("reported") and str(status.get("exit_code")) == str(code)
     if code == exitcodes.OK or repeats:
         return logging.DEBUG
-    if code in (exitcodes.CHECKPOINTED, exitcodes.INTERRUPTED):
+    if code in (exitcodes.CHECKPOINTED, exitcodes.INTERRUPTED, exitcodes.PREEMPTED_UNSAVED):
         return logging.WARNING
     return logging.ERROR
 

@@ -49,5 +49,9 @@ class Preempted(MixleMPIError):
     """The driver was asked to stop (SIGTERM/SIGUSR1); a checkpoint was written. Rerun to resume."""
 
 
+class PreemptedUnsaved(Preempted):
+    """Preempted, with no checkpoint configured: nothing was saved, and a rerun starts over."""
+
+
 class Interrupted(Preempted):
     """Ctrl-C: the driver stopped after the current iteration (and checkpointed, if it can)."""

@@ -10,4 +10,5 @@ WORKER_ABORTED = 72   # a worker ended because the driver aborted the job
 NEVER_STARTED = 73    # a rank died or hung while the job started; nothing was computed: safe to rerun
 RERUN_TO_RESUME = 74  # the driver could not reconfigure (e.g. a spawn stuck in MPI); the checkpoint is intact: rerun
 CHECKPOINTED = 75     # preempted (SIGTERM/SIGUSR1): checkpointed, please requeue (EX_TEMPFAIL)
+PREEMPTED_UNSAVED = 76  # preempted with no checkpoint configured: nothing was saved, a rerun starts over
 INTERRUPTED = 130     # Ctrl-C (SIGINT): every rank ended, checkpointed if a checkpoint was configured (128 + 2)

@@ -27,7 +27,8 @@ import numpy as np
 
 from mixle_mpi.storage import checkpoint as ckpt
 from mixle_mpi.core.deadlines import run_with_deadline
-from mixle_mpi.core.errors import Interrupted, Preempted  # noqa: F401 - public here too (fitloop.Preempted)
+from mixle_mpi.core import exitcodes
+from mixle_mpi.core.errors import Interrupted, Preempted, PreemptedUnsaved  # noqa: F401 - public here too (fitloop.Preempted)
 from mixle_mpi.fitting.progress import may_end_em, stop_reason
 from mixle_mpi.core.validate import sha256_text
 
@@ -112,6 +113,9 @@ def stopped(signum: int, iteration: int, checkpoint: str | None) -> Preempted:
              "command to resume" if checkpoint else "no checkpoint path was given (--checkpoint), so nothing was saved")
     if interrupted:
         return Interrupted(f"interrupted (Ctrl-C, {name}) after iteration {iteration}; {saved}")
+    if not checkpoint:  # never claim a checkpoint: exit 76, which the SLURM templates do not requeue
+        return PreemptedUnsaved(f"preempted: received {name} after iteration {iteration}; {saved}; a rerun starts "
+                                f"over (exit {exitcodes.PREEMPTED_UNSAVED}, not requeued)")
     return Preempted(f"preempted: received {name} after iteration {iteration}; {saved}")
 
 

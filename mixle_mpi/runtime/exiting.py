@@ -22,7 +22,7 @@ import traceback
 
 from mixle_mpi.core import exitcodes, logs
 from mixle_mpi.core.atomicfile import write_json
-from mixle_mpi.core.errors import ConfigError, DataError, Interrupted, Preempted, ReconfigurationTimeout
+from mixle_mpi.core.errors import ConfigError, DataError, Interrupted, Preempted, PreemptedUnsaved, ReconfigurationTimeout
 
 STATUS_ENV = "MIXLE_MPI_STATUS_FILE"
 DRIVER_PID_ENV = "MIXLE_MPI_DRIVER_PID_FILE"
@@ -64,6 +64,8 @@ def exit_code_for(exc: BaseException) -> int:
 
     if isinstance(exc, (Interrupted, KeyboardInterrupt)):
         return exitcodes.INTERRUPTED
+    if isinstance(exc, PreemptedUnsaved):
+        return exitcodes.PREEMPTED_UNSAVED
     if isinstance(exc, Preempted):
         return exitcodes.CHECKPOINTED
     if isinstance(exc, StartupFailed):
