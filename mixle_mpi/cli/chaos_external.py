@@ -44,7 +44,7 @@ from mixle_mpi.cli.chaos import (FAULT_LOG, compare, fit_command, fit_env, prepa
 from mixle_mpi.core.exitcodes import NEVER_STARTED
 from mixle_mpi.policy.faults import read_fired
 from mixle_mpi.cli.jobconfig import FitConfig
-from mixle_mpi.core.reaper import RANK_VARS, TAG_ENV
+from mixle_mpi.core.reaper import RANK_VARS, TAG_ENV, identity, kill_same, process_state
 from mixle_mpi.runtime.startup import MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV
 
 kinds_from_text = cp.kinds_from_text
@@ -103,12 +103,15 @@ def proc_table(root: int | None = None, proc: str = "/proc") -> dict[int, cp.Pro
     return rows
 
 
-def job_processes(tags, dirs, exclude=()) -> list[dict]:
-    """Live processes of a job: its folder(s) ``dirs`` in their command line, one of its
-    ``tags`` in their command line (the reaper) or in their ``MIXLE_MPI_JOB_TAG``."""
-    tags, dirs = [t for t in tags if t], [d.rstrip("/") for d in dirs]
+def job_processes(tags, exclude=()) -> list[dict]:
+    """Live processes of a job: one of its ``tags`` in their ``MIXLE_MPI_JOB_TAG`` or in their
+    command line (the reaper), each with its identity (pid, start time). A process that only
+    names the job's folder (a user's ``tail -f`` of its log) is not the job's."""
+    tags = [t for t in tags if t]
     skip = {os.getpid(), *exclude}
     found = []
+    if not tags:
+        return found
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in skip:
             continue
@@ -117,14 +120,11 @@ def job_processes(tags, dirs, exclude=()) -> list[dict]:
         if not cmd:
             continue  # gone, a zombie or a kernel thread
         argv = [a.decode(errors="replace") for a in cmd.split(b"\0") if a]
-        hit = any(a == d or a.startswith(d + "/") for a in argv for d in dirs) or any(t in a for a in argv for t in tags)
-        if not hit and tags:
-            hit = _env_of(pid, (TAG_ENV,)).get(TAG_ENV) in tags
-        if hit:
-            stat = _read(f"/proc/{pid}/stat") or b") ?"
-            state = stat.rsplit(b")", 1)[1].split()[0].decode() if b")" in stat else "?"
-            if state not in cp.DEAD_STATES:
-                found.append({"pid": pid, "state": state, "argv": " ".join(argv)[:300]})
+        if not (any(t in a for a in argv for t in tags) or _env_of(pid, (TAG_ENV,)).get(TAG_ENV) in tags):
+            continue
+        ident, state = identity(pid), process_state(pid)
+        if ident is not None and state not in cp.DEAD_STATES:
+            found.append({"pid": pid, "start": ident[1], "state": state, "argv": " ".join(argv)[:300]})
     return found
 
 
@@ -139,21 +139,19 @@ def _ancestors() -> set[int]:
     return out
 
 
-def wait_gone(tags, dirs, seconds: float) -> list[dict]:
+def wait_gone(tags, seconds: float) -> list[dict]:
     """Wait up to ``seconds`` for the job's processes to end; those still alive then are
-    leftovers: they are returned, then SIGKILLed (they are this campaign's own jobs)."""
+    leftovers: they are returned, then SIGKILLed, each only if its pid still names that
+    process (``reaper.kill_same``)."""
     end = time.monotonic() + seconds
     skip = _ancestors()
     while True:
-        alive = job_processes(tags, dirs, skip)
+        alive = job_processes(tags, skip)
         if not alive or time.monotonic() >= end:
             break
         time.sleep(0.25)
     for p in alive:
-        try:
-            os.kill(p["pid"], signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_same((p["pid"], p["start"]))
     return alive
 
 
@@ -198,12 +196,12 @@ def _kill(victim: cp.RankProc, spec: cp.KillSpec, planned: float, t0: float, env
               "pid": victim.pid,
               "role": victim.role, "rank": victim.rank, "respawned": victim.respawned, "tag": victim.tag,
               "state_before": victim.state, **_markers(env)}
-    try:
-        os.kill(victim.pid, sig)
-        record["delivered"] = True
-    except (ProcessLookupError, PermissionError) as exc:
-        record["delivered"] = False
-        record["error"] = type(exc).__name__
+    ident = identity(victim.pid)  # only a process of this job (its tag), and only that process
+    ours = ident is not None and _env_of(victim.pid, (TAG_ENV,)).get(TAG_ENV) == victim.tag
+    sent = kill_same(ident, sig) if ours else None
+    record["delivered"] = bool(sent)
+    if not sent:
+        record["error"] = "gone, or no longer this job's process" if sent is None else "refused (pid reused)"
     record["at"] = round(time.monotonic() - t0, 4)
     record["wall_time"] = time.time()
     return record
@@ -328,7 +326,7 @@ def _launch(ctx: Context, rdir: str, log_name: str, kills: tuple) -> tuple[Watch
     env = fit_env("", fault_log, ctx.env)
     log_path = os.path.join(rdir, log_name)
     seen = watch(cmd, env, log_path, kills, ctx.timeout, ctx.attempts)
-    seen.leftovers = wait_gone(seen.tags, [rdir], ctx.leftover_seconds)
+    seen.leftovers = wait_gone(seen.tags, ctx.leftover_seconds)
     result = read_output(rdir)
     diffs = compare(ctx.reference, result) if (seen.code == 0 and result is not None) else []
     text = _text(log_path)
