@@ -81,6 +81,8 @@ def test_fit_on_hdf5_equals_mixle_through_a_kill(library, diag_h5, reference, tm
     its = ref["iterations"]  # converged (delta 1e-9) before the cap
     assert summary["failures_survived"] == 1 and summary["iterations"] == its and summary["recovered_shards"] >= 1
     assert summary["final_ll"] == ref["ll"][-1] and summary["converged"]
+    assert [(f["worker"], f["phase"]) for f in summary["fault_plan"]] == [(2, "estep_mid")]  # a run under chaos says so
+    assert "planned fault(s) from MIXLE_MPI_FAULT_PLAN will kill or stop" in proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("[fit] it ")]
     assert len(lines) == its and f"it {its}/8" in lines[-1] and "3 workers (1 failed, 0 blacklisted)" in lines[-1]
     assert all(ln.endswith(" checkpointed") for ln in lines), lines  # no stderr line per checkpoint

@@ -187,6 +187,7 @@ def _summary(enc, cfg: FitConfig, results: list[dict], segments) -> dict:
         "restarts": [{"seed": r["seed"], "final_ll": r["ll"][-1] if r["ll"] else None, "iterations": len(r["ll"]),
                       "converged": r["converged"], "stopped": r["stopped"], "ll": r["ll"]} for r in results],
         "failures_survived": sum(failures.values()),
+        "fault_plan": getattr(enc, "fault_plan", []),  # a run under chaos (MIXLE_MPI_FAULT_PLAN) says so
         "driver_takeovers": _takeovers(os.path.join(cfg.out_dir, "events.jsonl")),
         "failures": {str(k): v for k, v in failures.items()},
         "blacklisted": enc.blacklist,

@@ -26,7 +26,7 @@ from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.prefixfold import PrefixFold
 from mixle_mpi.policy.lookahead import Lookahead
 from mixle_mpi.storage.events import EventLog
-from mixle_mpi.policy.faults import FIRED_ENV, parse_plan, plan_from_env, read_fired, unfired
+from mixle_mpi.policy.faults import ENV_VAR as FAULT_ENV, FIRED_ENV, parse_plan, plan_from_env, read_fired, unfired
 from mixle_mpi.core.validate import check_int
 
 DEFAULT_WORKDIR = "mixle_mpi_run"
@@ -175,6 +175,10 @@ class ResilientMPIEncodedData(EncodedDataHandle):
                 f"found {world_size} MPI ranks but spares={spares} needs at least {spares + 2}: 1 driver, at least "
                 f"1 worker and {spares} spare(s) (with -n N, mixle-mpi fit launches N + spares ranks)")
         plan = parse_plan(fault_plan) if fault_plan is not None else plan_from_env()
+        self.fault_plan = [dict(f.__dict__) for f in plan]  # summary.json says a run was under chaos
+        if plan and fault_plan is None:  # a test setting left in the environment must never act unseen
+            logs.get("driver").warning(f"chaos: {len(plan)} planned fault(s) from {FAULT_ENV} will kill or stop "
+                                       f"processes of this job; unset it for a real fit")
         # A fault fires once per job: one the fault log records (under an earlier driver, or
         # before the launcher ran the job again) is spent.
         plan = tuple(unfired(plan, read_fired(os.environ.get(FIRED_ENV))))
