@@ -11,6 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
+from mixle_mpi.core.errors import DataError
 from mixle_mpi.storage.store import ShardStore
 
 
@@ -422,3 +423,35 @@ def test_each_store_has_its_own_id_and_a_worker_tells_another_file_at_the_same_p
     assert not opens_store(str(tmp_path / "absent.h5"), first_id)
     (tmp_path / "junk.h5").write_bytes(b"not hdf5")
     assert not opens_store(str(tmp_path / "junk.h5"), first_id)
+
+
+def test_blocks_have_a_byte_budget_at_any_width(tmp_path):
+    """Issue 33: the writer read 65,536 rows a block whatever their width (10,000 float64
+    columns: 5 GB a block). Blocks now hold at most WRITE_BLOCK_BYTES, and the store is the same."""
+    from mixle_mpi.cli.datainput import BLOCK_CELLS, block_rows
+    from mixle_mpi.storage.store import WRITE_BLOCK_BYTES, write_block_rows
+
+    assert write_block_rows("ndarray", np.float64, (10_000,), 65536) == WRITE_BLOCK_BYTES // 80_000 == 838
+    assert write_block_rows("scalars", np.float64, (), 65536) == 65536
+    assert write_block_rows("general", object, (), 8192) == 8192
+    assert block_rows(10_000) == BLOCK_CELLS // 10_000 and block_rows(1) == 4096 and block_rows(10**9) == 1
+    wide = np.arange(3 * 10_000, dtype=np.float64).reshape(3, 10_000)
+    with ShardStore.create(tmp_path / "wide.h5", wide, 2, block_rows=1) as store:
+        assert np.array_equal(np.asarray(store.read_shard(0)), wide[0::2])
+
+
+def test_a_damaged_hdf5_input_is_named_as_the_input_not_the_store(tmp_path):
+    """Issue 33: reading a damaged input said "cannot write shard store"."""
+    import h5py
+
+    src = tmp_path / "in.h5"
+    with h5py.File(src, "w") as f:
+        f.create_dataset("x", data=np.arange(400_000, dtype=np.float64), chunks=(10_000,), compression="gzip")
+    size = os.path.getsize(src)
+    with open(src, "r+b") as fh:  # damaged in the middle (a bad copy): its chunks no longer decompress
+        fh.seek(size // 2)
+        fh.write(b"\xff" * (size // 4))
+    with h5py.File(src, "r") as f:
+        with pytest.raises(DataError, match=r"cannot read rows .* of the input .*truncated or damaged"):
+            ShardStore.create(tmp_path / "s.h5", f["x"], 2)
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]

@@ -230,3 +230,17 @@ def test_to_argv_reproduces_the_config_exactly():
     args = build_parser().parse_args(["fit", *to_argv(cfg)])
     assert from_args(args) == cfg
     assert isinstance(FitConfig().max_its, int)
+
+
+def test_negative_poisson_counts_from_hdf5_and_npy_are_refused_naming_the_row(tmp_path):
+    """Issue 33: CSV refused them, HDF5 and .npy did not."""
+    counts = np.array([3, 0, 7, -2, 5], dtype=np.int64)
+    np.save(tmp_path / "c.npy", counts)
+    with h5py.File(tmp_path / "c.h5", "w") as f:
+        f["n"] = counts
+        f["ok"] = np.abs(counts).astype(np.uint16)
+    for text in (f"{tmp_path}/c.npy", f"{tmp_path}/c.h5:/n"):
+        with pytest.raises(DataError, match="row 3 is -2; a Poisson mixture needs non-negative integer counts"):
+            datainput.load(datainput.parse_source(text), "integers")
+    loaded = datainput.load(datainput.parse_source(f"{tmp_path}/c.h5:/ok"), "integers")
+    loaded.close()

@@ -232,6 +232,8 @@ def _from_h5_dataset(ds, need: str, where: str) -> Loaded:
         raise DataError(f"{where} has dtype {ds.dtype} and shape {ds.shape}; needs a numeric dataset "
                         "with one row per observation (1-D, or 2-D with one column per variable)")
     _check_need(need, ds.dtype, ds.ndim, where)
+    if need == "integers":
+        _check_counts(ds, where)
     return Loaded(ds, ds.shape[1] if ds.ndim == 2 else None, f"{where}: shape {ds.shape}, {ds.dtype}")
 
 
@@ -266,7 +268,24 @@ def _load_npy(source: DataSource, need: str) -> Loaded:
         raise DataError(f"{source.path} has dtype {arr.dtype} and shape {arr.shape}; .npy input must be a numeric "
                         "1-D or 2-D array (sequences and mixed tables: use HDF5 or CSV)")
     _check_need(need, arr.dtype, arr.ndim, source.path)
+    if need == "integers":
+        _check_counts(arr, source.path)
     return Loaded(np.asarray(arr), arr.shape[1] if arr.ndim == 2 else None, f"{source.path}: shape {arr.shape}, {arr.dtype}")
+
+
+def _check_counts(values, where: str) -> None:
+    """A Poisson mixture's counts are never negative: the first negative one is named (its
+    0-based row), read block by block so that a large file is never loaded whole."""
+    if values.dtype.kind == "u":
+        return
+    step = 1 << 20
+    for a in range(0, values.shape[0], step):
+        block = np.asarray(values[a:a + step])
+        bad = np.flatnonzero(block < 0)
+        if bad.size:
+            row = a + int(bad[0])
+            raise DataError(f"{where}: row {row} is {block[bad[0]]}; a Poisson mixture needs non-negative integer "
+                            "counts")
 
 
 def _check_need(need: str, dtype, ndim: int, where: str) -> None:
@@ -282,6 +301,12 @@ def _check_need(need: str, dtype, ndim: int, where: str) -> None:
 # memory does not grow with the data at all. Errors name the file and its 1-based line
 # number, as an editor shows it.
 BLOCK_ROWS = 4096
+BLOCK_CELLS = 1 << 18  # cells per parsed block, at most: a byte budget at any width (10,000 columns: 26 rows)
+
+
+def block_rows(width: int) -> int:
+    """Records per parsed block for ``width`` cells a record: BLOCK_ROWS, fewer when wide (pure)."""
+    return max(1, min(BLOCK_ROWS, BLOCK_CELLS // max(1, width)))
 SPILL_BYTES = 8 << 20  # a numeric CSV bigger than this as numbers is parsed to a temporary HDF5 file
 
 
@@ -424,12 +449,13 @@ def _block_values(block, index: list[int], head: CsvHead, kind: str, path: str) 
 
 
 def _blocks(records, head: CsvHead, path: str):
-    """Lists of at most BLOCK_ROWS (line, cells) records, each checked for its width."""
-    block = []
+    """Lists of at most ``block_rows`` (line, cells) records, each checked for its width."""
+    block, size = [], None
     for line, cells in records:
         _check_width(cells, line, head, path)
         block.append((line, cells))
-        if len(block) == BLOCK_ROWS:
+        size = size or block_rows(len(cells))
+        if len(block) == size:
             yield block
             block = []
     if block:
@@ -469,8 +495,9 @@ def _trim(out, n: int, spill):
         out.resize((n,) + out.shape[1:], refcheck=False)  # shrinks in place: no second copy
         return out
     rows = spill.create_dataset("rows", shape=(n,) + out.shape[1:], dtype=out.dtype)
-    for a in range(0, n, BLOCK_ROWS):
-        rows[a:a + BLOCK_ROWS] = out[a:min(a + BLOCK_ROWS, n)]
+    step = block_rows(int(np.prod(out.shape[1:], dtype=np.int64)))
+    for a in range(0, n, step):
+        rows[a:a + step] = out[a:min(a + step, n)]
     return rows
 
 

@@ -33,6 +33,7 @@ from mixle_mpi.core.validate import check_int
 __all__ = ["ShardStore", "FORMAT", "VERSION"]
 
 FORMAT = "mixle_mpi.shards"
+WRITE_BLOCK_BYTES = 64 << 20  # input rows read per block while the store is written, at most
 LOAD_BLOCK_BYTES = 1 << 20  # rows per load message: the driver holds at most one such block per worker
 VERSION = 1
 ROW_KINDS = ("ndarray", "scalars", "arrays", "general")
@@ -154,7 +155,7 @@ def _write(f: h5py.File, n: int, s: int, dtype, row_shape: tuple, block: Callabl
     except TypeError as exc:
         raise DataError(f"dtype {dtype} cannot be stored in HDF5: {exc}") from None
     for a in range(0, n, block_rows):
-        rows = block(a, min(a + block_rows, n))
+        rows = _read_block(block, a, min(a + block_rows, n), source)
         bad = _first_nonfinite(rows)
         if bad is not None:
             raise nonfinite_row(source, a + bad)
@@ -164,6 +165,26 @@ def _write(f: h5py.File, n: int, s: int, dtype, row_shape: tuple, block: Callabl
                 part = rows[start::s]
                 offset = (a + start - i) // s
                 dsets[i][offset:offset + len(part)] = part
+
+
+def write_block_rows(kind: str, dtype, row_shape: tuple, cap: int) -> int:
+    """Input rows per block while a store is written: ``cap``, fewer for wide rows, so that a
+    block holds at most WRITE_BLOCK_BYTES at any width (65,536 rows of 10,000 float64
+    columns were 5 GB) (pure)."""
+    if kind == "general":
+        return cap
+    row_bytes = np.dtype(dtype).itemsize * int(np.prod(row_shape, dtype=np.int64))
+    return max(1, min(cap, WRITE_BLOCK_BYTES // max(1, row_bytes)))
+
+
+def _read_block(block: Callable, a: int, b: int, source: str | None):
+    """Rows ``a:b`` of the input. A read error is the input's (a truncated or damaged HDF5
+    file), not the shard store's: exit 2, naming the input."""
+    try:
+        return block(a, b)
+    except OSError as exc:
+        raise DataError(f"cannot read rows {a}..{b - 1} of the input {source or 'data'}: {exc}; the file is "
+                        "probably truncated or damaged") from None
 
 
 class ShardStore:
@@ -213,6 +234,7 @@ class ShardStore:
         s = None if num_shards is None else check_int("num_shards", num_shards)
         block_rows = check_int("block_rows", block_rows)
         kind, n, dtype, row_shape, block = _classify(data)
+        block_rows = write_block_rows(kind, dtype, row_shape, block_rows)
         if s is None:
             s = max(1, default_num_shards(n))
         if n == 0:
