@@ -116,3 +116,22 @@ def test_a_signal_reaches_only_the_process_that_was_named(tmp_path):
     assert kill_same(ident, signal.SIGKILL) is True
     proc.wait()
     assert kill_same(ident, signal.SIGKILL) is None
+
+
+def test_the_launchers_files_are_written_only_into_a_trusted_run_folder(tmp_path):
+    """A rank on another host than the launcher's cannot see the launcher's folder (the
+    README's cross-host recipe crashed at MPI init, and a failover successor when the fit
+    began): it says so once and goes on. A folder others can enter is never written into."""
+    good = tmp_path / "run"
+    good.mkdir(mode=0o700)
+    assert rundir.write_marker(str(good / "status.json"), {"exit_code": 0})
+    assert (good / "status.json").read_text() == '{"exit_code": 0}\n'
+    assert rundir.append_line(str(good / "init_begun.txt"), "1 0 h\n") and rundir.append_line(str(good / "init_begun.txt"), "2 1 h\n")
+    assert (good / "init_begun.txt").read_text() == "1 0 h\n2 1 h\n"
+    assert not rundir.write_marker(str(tmp_path / "elsewhere" / "status.json"), {"exit_code": 0})  # another host's
+    assert not rundir.append_line(str(tmp_path / "elsewhere" / "init_begun.txt"), "x\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert not rundir.write_marker(str(shared / "driver.json"), {"pid": 1}) and not (shared / "driver.json").exists()
+    assert not rundir.write_marker(None, {}) and not rundir.append_line("", "x\n")

@@ -77,3 +77,53 @@ def read_trusted(path: str) -> str | None:
         return os.read(fd, 1 << 16).decode("utf-8", "replace")
     finally:
         os.close(fd)
+
+
+def _usable(path: str) -> bool:
+    """Whether a file the launcher named may be written: its folder is a run folder this user
+    owns and nobody else can enter. A rank on another host than the launcher's cannot see
+    it (the README's cross-host recipe): that is said once, and the job goes on without it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    why = problem(folder)
+    if why is not None and folder not in _refused:
+        _refused.add(folder)
+        from mixle_mpi.core import logs
+
+        logs.get("rundir").info(f"not writing the launcher's {os.path.basename(path)}: its folder {folder}: {why} "
+                                "(a rank on another host than the launcher's); going on without it")
+    return why is None
+
+
+_refused: set[str] = set()
+
+
+def write_marker(path: str | None, record: dict) -> bool:
+    """Write one of the files the launcher reads (``driver.json``, ``status.json``, a
+    marker) atomically, only into a trusted run folder. True if written."""
+    if not path or not _usable(path):
+        return False
+    from mixle_mpi.core.atomicfile import write_json
+
+    try:
+        write_json(path, record)
+    except OSError:
+        return False
+    return True
+
+
+def append_line(path: str | None, line: str) -> bool:
+    """Append one line (one ``write``, so that ranks writing at once never mix their lines)
+    to a file the launcher reads, only in a trusted run folder, never through a link."""
+    if not path or not _usable(path):
+        return False
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return False
+    try:
+        os.write(fd, line.encode())
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True

@@ -20,8 +20,7 @@ import os
 import sys
 import traceback
 
-from mixle_mpi.core import exitcodes, logs
-from mixle_mpi.core.atomicfile import write_json
+from mixle_mpi.core import exitcodes, logs, rundir
 from mixle_mpi.core.errors import ConfigError, DataError, Interrupted, Preempted, PreemptedUnsaved, ReconfigurationTimeout
 
 STATUS_ENV = "MIXLE_MPI_STATUS_FILE"
@@ -37,17 +36,15 @@ def write_status(code: int, message: str = "", extra: dict | None = None, report
     _state["status_written"] = True
     record = {"exit_code": int(code), "status": "ok" if code == 0 else "error", "message": message,
               "reported": bool(reported), **(extra or {})}
-    write_json(path, record)
+    rundir.write_marker(path, record)
 
 
 def write_driver_pid() -> None:
     """Tell the launcher where to forward SIGTERM/SIGUSR1: call once the driver's handlers
     are installed, so a forwarded signal is never taken by a default action."""
-    path = os.environ.get(DRIVER_PID_ENV)
-    if path:
-        import socket
+    import socket
 
-        write_json(path, {"pid": os.getpid(), "host": socket.gethostname()})
+    rundir.write_marker(os.environ.get(DRIVER_PID_ENV), {"pid": os.getpid(), "host": socket.gethostname()})
 
 
 def _flush() -> None:

@@ -37,6 +37,7 @@ import threading
 import time
 from typing import Any
 
+from mixle_mpi.core import rundir
 from mixle_mpi.core.errors import ConfigError, MixleMPIError
 from mixle_mpi.core.protocol import PROTOCOL, TAG_START, Abort, Beacon, Go, Hello
 from mixle_mpi.core.reaper import identity, kill_same, process_gone, process_state, world_rank
@@ -113,18 +114,9 @@ def mark_init_begun() -> None:
     command that failed on its own. Every rank appends a line "pid rank host" to one file
     (no rename: ranks write at once); the ranks on the driver's host read it back during the
     handshake (:class:`RanksGone`). A marker that cannot be written only costs that knowledge."""
-    path = os.environ.get(INIT_BEGUN_ENV)
-    if not path:
-        return
     rank = world_rank(os.environ)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            os.write(fd, f"{os.getpid()} {'-' if rank is None else rank} {socket.gethostname()}\n".encode())
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+    rundir.append_line(os.environ.get(INIT_BEGUN_ENV),
+                       f"{os.getpid()} {'-' if rank is None else rank} {socket.gethostname()}\n")
 
 
 def _init_begun_lines(path: str) -> list[list[str]]:
@@ -204,9 +196,7 @@ def _mark(env: str) -> None:
     """Leave the launcher a marker file (named by ``env``), once."""
     path = os.environ.get(env)
     if path and not os.path.exists(path):
-        from mixle_mpi.core.atomicfile import write_json
-
-        write_json(path, {"pid": os.getpid(), "time": time.time()})
+        rundir.write_marker(path, {"pid": os.getpid(), "time": time.time()})
 
 
 # -- phase 2: the driver prepares ------------------------------------------------------------
