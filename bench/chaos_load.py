@@ -68,9 +68,11 @@ def render(reports: dict, smoke: bool) -> str:
                      f"{', '.join(f'{o} {n}' for o, n in s['outcomes'].items())} | "
                      f"{', '.join(f'{p} {n}' for p, n in s['kills_per_phase'].items())} | {extra} | "
                      f"{fmt(k['p50'])} / {fmt(k['p90'])} / {fmt(k['max'])} (n={k['n']}) | {over} |")
-    lines += ["", "Commands (the data file is made by the script, seed 11):", ""]
+    lines += ["", "Commands (W: the work folder; the data file is made by the script, seed 11):", ""]
     for lib, rep in reports.items():
-        lines.append(f"- {lib}: `{' '.join(os.path.basename(c) if i == 0 else c for i, c in enumerate(rep['command']))}`")
+        args = rep["command"][rep["command"].index("chaos"):] if "chaos" in rep["command"] else rep["command"]
+        text = " ".join(args).replace(os.path.dirname(rep["command"][-1]) if rep["command"] else "", "W")
+        lines.append(f"- {lib} (`.venv{'-mpich' if lib == 'mpich' else ''}`): `mixle-mpi {text}`")
     lines.append("")
     return "\n".join(lines)
 
