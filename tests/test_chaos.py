@@ -378,7 +378,7 @@ def test_birth_records_planted_under_the_old_names_by_another_user_steer_nothing
 
     victim = subprocess.Popen(["sleep", "300"], preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)))
     try:
-        ident = __import__("mixle_mpi.core.reaper", fromlist=["identity"]).identity(victim.pid)
+        ident = __import__("mixle_mpi.core.procs", fromlist=["identity"]).identity(victim.pid)
         planted, stop = [], threading.Event()
 
         def plant() -> None:

@@ -9,18 +9,18 @@ import socket
 import subprocess
 import time
 
-from mixle_mpi.core.reaper import identity, pid_space, process_state
+from mixle_mpi.core import procs
 from mixle_mpi.runtime import birth
 from mixle_mpi.runtime.spawned import options
 
 HERE = socket.gethostname()
-SPACE = pid_space()
+SPACE = procs.pid_space()
 
 
 def test_a_record_names_this_process_and_says_nothing_while_it_runs(tmp_path):
     path = str(tmp_path / "b")
     birth.write(path)
-    assert birth.read(path) == (HERE, identity(os.getpid()))
+    assert birth.read(path) == (HERE, procs.identity(os.getpid()))
     assert birth.died(path) is None
     birth.remove(path)
     assert not os.path.exists(path)
@@ -29,7 +29,7 @@ def test_a_record_names_this_process_and_says_nothing_while_it_runs(tmp_path):
 
 def test_a_process_that_ended_is_reported_with_its_pid(tmp_path):
     proc = subprocess.Popen(["sleep", "30"])
-    ident = identity(proc.pid)
+    ident = procs.identity(proc.pid)
     path = tmp_path / "b"
     path.write_text(f"{HERE} {ident[0]} {ident[1]} {SPACE}\n")
     assert birth.died(str(path)) is None  # still running
@@ -40,15 +40,15 @@ def test_a_process_that_ended_is_reported_with_its_pid(tmp_path):
 
 def test_a_zombie_counts_as_dead_and_a_stopped_process_as_alive(tmp_path):
     proc = subprocess.Popen(["sleep", "30"])
-    ident = identity(proc.pid)
+    ident = procs.identity(proc.pid)
     try:
         proc.send_signal(19)  # SIGSTOP: stuck, not dead (the Spawn's deadline decides)
-        assert birth.running(ident)
+        assert procs.running(ident)
         proc.kill()
         end = time.monotonic() + 10
-        while birth.running(ident) and time.monotonic() < end:  # not waited for yet: a zombie
+        while procs.running(ident) and time.monotonic() < end:  # not waited for yet: a zombie
             time.sleep(0.01)
-        assert process_state(proc.pid) == "Z" and not birth.running(ident)
+        assert procs.state(proc.pid) == "Z" and not procs.running(ident)
     finally:
         proc.kill()
         proc.wait()
@@ -95,7 +95,7 @@ def test_before_its_record_a_replacement_is_found_by_its_command_line_and_its_de
         while not watch.seen and time.monotonic() < end:
             time.sleep(birth.SCAN_EVERY)
             assert watch.dead() is None
-        assert watch.seen == {identity(young.pid)}
+        assert watch.seen == {procs.identity(young.pid)}
         young.kill()
         young.wait()
         assert watch.dead() == (young.pid, f"its process (pid {young.pid}) died before it had joined MPI")
@@ -139,7 +139,7 @@ def test_a_process_never_seen_here_is_dead_after_its_time_and_only_where_it_star
 
 def test_a_replacement_is_told_its_drivers_identity_and_believes_it_only_in_its_own_pid_space():
     text = birth.driver_arg()
-    assert birth.parse_driver(text) == identity(os.getpid())
+    assert birth.parse_driver(text) == procs.identity(os.getpid())
     pid, start, _ = text.split(",")
     assert birth.parse_driver(f"{pid},{start},another-boot:1") is None  # another container or host
     assert birth.parse_driver(None) is None and birth.parse_driver("nonsense") is None

@@ -469,7 +469,7 @@ def test_cli_refuses_an_external_campaign_it_cannot_run(tmp_path, capsys):
 
 def test_kill_records_the_launchers_startup_markers_as_they_were(tmp_path):
     from mixle_mpi.cli.chaos_external import _markers
-    from mixle_mpi.runtime.startup import MPI_UP_ENV, STARTED_ENV
+    from mixle_mpi.core.jobfiles import MPI_UP_ENV, STARTED_ENV
 
     up, started = tmp_path / "mpi_up.json", tmp_path / "started.json"
     up.write_text("{}")

@@ -210,7 +210,7 @@ BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def test_launch_env_sets_blas_and_status():
-    env = launch_env(3, "/tmp/status.json", base={"PATH": "/bin"})
+    env = launch_env(3, {"MIXLE_MPI_STATUS_FILE": "/tmp/status.json"}, base={"PATH": "/bin"})
     for var in BLAS_VARS:
         assert env[var] == "3"
     assert env["MIXLE_MPI_BLAS_THREADS"] == "3"
@@ -229,7 +229,7 @@ def test_launch_env_keeps_existing_values_but_not_status_file():
         "PYTHONUNBUFFERED": "0",
     }
     snapshot = dict(base)
-    env = launch_env(1, "/new/status.json", base=base)
+    env = launch_env(1, {"MIXLE_MPI_STATUS_FILE": "/new/status.json"}, base=base)
     assert env["OMP_NUM_THREADS"] == "8"
     assert env["MKL_NUM_THREADS"] == "2"
     assert env["OPENBLAS_NUM_THREADS"] == "1"  # the one not set is filled in
@@ -243,7 +243,7 @@ def test_launch_env_defaults_to_os_environ(monkeypatch):
     monkeypatch.setenv("MIXLE_UNIT_MARKER", "yes")
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     monkeypatch.delenv("MIXLE_MPI_STATUS_FILE", raising=False)
-    env = launch_env(2, "/s.json")
+    env = launch_env(2, {"MIXLE_MPI_STATUS_FILE": "/s.json"})
     assert env["MIXLE_UNIT_MARKER"] == "yes"
     assert env["OPENBLAS_NUM_THREADS"] == "2"
     assert env["MIXLE_MPI_STATUS_FILE"] == "/s.json"

@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from mixle_mpi.core import rundir
-from mixle_mpi.core.reaper import identity, pid_space
+from mixle_mpi.core import procs
 from mixle_mpi.runtime import birth
 
 NOBODY = 65534
@@ -78,9 +78,9 @@ def test_a_birth_record_planted_by_another_user_names_no_process(tmp_path):
     """The attack of issue 33: a record that names a process of the planter's choosing. Even
     inside the run folder (which another user cannot enter), a record not of this user is
     not read, so the driver never takes that process for its replacement nor signals it."""
-    ident = identity(os.getpid())
+    ident = procs.identity(os.getpid())
     path = tmp_path / "birth_2_0_planted"
-    path.write_text(f"{socket.gethostname()} {ident[0]} {ident[1]} {pid_space()}\n")
+    path.write_text(f"{socket.gethostname()} {ident[0]} {ident[1]} {procs.pid_space()}\n")
     assert birth.read(str(path)) is not None  # this user's own: believed
     os.chown(path, NOBODY, NOBODY)
     assert birth.read(str(path)) is None and birth.identity_here(str(path)) is None and birth.died(str(path)) is None
@@ -89,7 +89,7 @@ def test_a_birth_record_planted_by_another_user_names_no_process(tmp_path):
 def test_a_record_from_another_pid_space_names_no_process_here(tmp_path):
     """Two containers may share a host name, never a pid space: a pid from another one is
     never looked at here (nor signalled)."""
-    ident = identity(os.getpid())
+    ident = procs.identity(os.getpid())
     path = tmp_path / "b"
     path.write_text(f"{socket.gethostname()} {ident[0]} {ident[1]} another-boot:4026531836\n")
     assert birth.read(str(path)) == ("", ident)
@@ -97,25 +97,25 @@ def test_a_record_from_another_pid_space_names_no_process_here(tmp_path):
 
 
 def test_pid_space_is_this_kernels_boot_and_pid_namespace():
-    space = pid_space()
-    assert space and space == pid_space() and space.count(":") == 1
-    assert pid_space("/nonexistent") == ""
+    space = procs.pid_space()
+    assert space and space == procs.pid_space() and space.count(":") == 1
+    assert procs.pid_space("/nonexistent") == ""
 
 
 def test_a_signal_reaches_only_the_process_that_was_named(tmp_path):
-    """``reaper.kill_same``: a pid reused by another process is refused, a gone one is None."""
+    """``procs.kill_same``: a pid reused by another process is refused, a gone one is None."""
     import signal
     import subprocess
 
-    from mixle_mpi.core.reaper import kill_same
+    from mixle_mpi.core import procs
 
     proc = subprocess.Popen(["sleep", "30"])
-    ident = identity(proc.pid)
-    assert kill_same((proc.pid, "1"), signal.SIGKILL) is False  # another start time: another process
+    ident = procs.identity(proc.pid)
+    assert procs.kill_same((proc.pid, "1"), signal.SIGKILL) is False  # another start time: another process
     assert proc.poll() is None  # untouched
-    assert kill_same(ident, signal.SIGKILL) is True
+    assert procs.kill_same(ident, signal.SIGKILL) is True
     proc.wait()
-    assert kill_same(ident, signal.SIGKILL) is None
+    assert procs.kill_same(ident, signal.SIGKILL) is None
 
 
 def test_the_launchers_files_are_written_only_into_a_trusted_run_folder(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mixle_mpi.cli import commands as cli, collect, slurm
-from mixle_mpi.core import exitcodes
+from mixle_mpi.core import exitcodes, jobfiles, procs
 from mixle_mpi.runtime import exiting
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.cli.launcher import SRUN, SignalForwarder, build_command, judge, launch_env
@@ -251,8 +251,9 @@ class Recorder:
     def __init__(self):
         self.kills, self.logs, self.terminated = [], [], 0
 
-    def kill(self, pid, sig):
-        self.kills.append((pid, sig))
+    def kill(self, ident, sig):
+        self.kills.append((ident[0], sig))
+        return True
 
     def terminate(self):
         self.terminated += 1
@@ -265,8 +266,9 @@ def _forwarder(tmp_path, host="h1"):
     return fw, rec
 
 
-def _ready(tmp_path, pid=4242, host="h1"):
-    (tmp_path / "driver.json").write_text(json.dumps({"pid": pid, "host": host}))
+def _ready(tmp_path, pid=4242, host="h1", start="12.34"):
+    (tmp_path / "driver.json").write_text(json.dumps({"pid": pid, "host": host, "start": start,
+                                                      "space": procs.pid_space()}))
 
 
 def test_forwarder_sends_to_the_driver_only(tmp_path):
@@ -299,16 +301,20 @@ def test_forwarder_ends_the_job_on_an_early_sigterm(tmp_path):
 def test_forwarder_ignores_a_half_written_or_foreign_pid_file(tmp_path):
     fw, rec = _forwarder(tmp_path)
     (tmp_path / "driver.json").write_text('{"pid": ')
-    assert fw.driver_pid() is None
+    assert fw.driver() is None
+    (tmp_path / "driver.json").write_text('{"pid": 4242, "host": "h1"}')  # no start time: no identity
+    assert fw.driver() is None
     _ready(tmp_path, host="elsewhere")
-    assert fw.driver_pid() is None and "not on this host h1" in rec.logs[-1]
+    assert fw.driver() is None and "not on this host h1" in rec.logs[-1]
+    (tmp_path / "driver.json").write_text(json.dumps({"pid": 4242, "host": "h1", "start": "1.00", "space": "x:1"}))
+    assert fw.driver() is None and "another pid space" in rec.logs[-1]
 
 
 def test_forwarder_survives_a_vanished_driver(tmp_path):
     rec = Recorder()
 
-    def gone(pid, sig):
-        raise ProcessLookupError
+    def gone(ident, sig):
+        return None
 
     fw = SignalForwarder(str(tmp_path / "driver.json"), kill=gone, host="h1", log=rec.logs.append)
     _ready(tmp_path)
@@ -321,10 +327,10 @@ def test_forwarder_survives_a_vanished_driver(tmp_path):
 def test_a_signal_for_a_dead_driver_goes_to_the_one_that_takes_over(tmp_path):
     rec = Recorder()
 
-    def kill(pid, sig):
-        if pid == 4242:
-            raise ProcessLookupError
-        rec.kill(pid, sig)
+    def kill(ident, sig):
+        if ident[0] == 4242:
+            return None
+        return rec.kill(ident, sig)
 
     fw = SignalForwarder(str(tmp_path / "driver.json"), kill=kill, host="h1", log=rec.logs.append,
                          terminate=rec.terminate)
@@ -365,12 +371,6 @@ def test_judge_early_sigterm_asks_for_requeue():
     assert judge(0, {"status": "ok", "exit_code": 0}, terminated=True)[0] == 0  # the driver's word wins
 
 
-def test_launch_env_sets_and_clears_the_driver_pid_file():
-    env = launch_env(1, "/s.json", base={exiting.DRIVER_PID_ENV: "/outer.json"}, pid_file="/p.json")
-    assert env[exiting.DRIVER_PID_ENV] == "/p.json"
-    assert exiting.DRIVER_PID_ENV not in launch_env(1, "/s.json", base={exiting.DRIVER_PID_ENV: "/outer.json"})
-
-
 def test_srun_flavor_command():
     argv = build_command("/usr/bin/srun", SRUN, 4, ["python", "job.py"], extra=["--cpu-bind=none"])
     # -K0 against a site's KillOnBadExit=1, --wait=0 against its WaitTime: the survivors live on
@@ -392,12 +392,12 @@ def test_srun_plugin_follows_the_mpi_beside_the_python(tmp_path):
 
 def test_driver_writes_its_pid_where_the_launcher_said(tmp_path, monkeypatch):
     path = tmp_path / "driver.json"
-    monkeypatch.setenv(exiting.DRIVER_PID_ENV, str(path))
+    monkeypatch.setenv(jobfiles.DRIVER_PID_ENV, str(path))
     exiting.write_driver_pid()
     record = json.loads(path.read_text())
-    assert record["pid"] == os.getpid() and record["host"]
+    assert record["pid"] == os.getpid() and record["host"] and record["space"] == procs.pid_space()
     fw = SignalForwarder(str(path), kill=lambda p, s: None)
-    assert fw.driver_pid() == os.getpid()
+    assert fw.driver() == procs.identity(os.getpid())
 
 
 def test_default_fit_is_mixle_mpi_fit_with_a_job_file():

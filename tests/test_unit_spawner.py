@@ -42,14 +42,14 @@ def _dead_record(tmp_path) -> str:
     import socket
     import subprocess
 
-    from mixle_mpi.core.reaper import identity, pid_space
+    from mixle_mpi.core import procs
 
     proc = subprocess.Popen(["sleep", "30"])
-    ident = identity(proc.pid)
+    ident = procs.identity(proc.pid)
     proc.kill()
     proc.wait()
     path = tmp_path / "birth"
-    path.write_text(f"{socket.gethostname()} {ident[0]} {ident[1]} {pid_space()}\n")
+    path.write_text(f"{socket.gethostname()} {ident[0]} {ident[1]} {procs.pid_space()}\n")
     return str(path)
 
 
@@ -174,12 +174,12 @@ def test_a_background_spawn_whose_process_runs_or_has_not_written_yet_goes_on(tm
     import os
     import socket
 
-    from mixle_mpi.core.reaper import identity, pid_space
+    from mixle_mpi.core import procs
 
     spawner = _spawner(reconfigure_timeout=60.0)
     release = threading.Event()
     alive = tmp_path / "alive"
-    alive.write_text(f"{socket.gethostname()} {os.getpid()} {identity(os.getpid())[1]} {pid_space()}\n")
+    alive.write_text(f"{socket.gethostname()} {os.getpid()} {procs.identity(os.getpid())[1]} {procs.pid_space()}\n")
     a, b = _background(lambda: release.wait(30)), _background(lambda: release.wait(30))
     spawner.running = {2: _underway(a, time.monotonic(), str(alive)),
                        3: _underway(b, time.monotonic(), str(tmp_path / "not-yet"))}
@@ -232,13 +232,13 @@ def test_a_spawn_that_connected_leaves_its_process_pid_for_the_driver_to_watch(t
     import os
     import socket
 
-    from mixle_mpi.core.reaper import identity, pid_space
+    from mixle_mpi.core import procs
 
     spawner = _spawner(reconfigure_timeout=60.0)
     record = tmp_path / "born"
-    record.write_text(f"{socket.gethostname()} {os.getpid()} {identity(os.getpid())[1]} {pid_space()}\n")
+    record.write_text(f"{socket.gethostname()} {os.getpid()} {procs.identity(os.getpid())[1]} {procs.pid_space()}\n")
     connected = _background(lambda: "link")
     connected.thread.join(5)
     spawner.running = {2: _underway(connected, time.monotonic(), str(record))}
     assert spawner.finished(time.monotonic()) == [(2, "link")]
-    assert spawner.born == {2: identity(os.getpid())} and not record.exists()
+    assert spawner.born == {2: procs.identity(os.getpid())} and not record.exists()

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from mixle_mpi.cli import launcher
-from mixle_mpi.core import exitcodes, reaper
+from mixle_mpi.core import exitcodes, jobfiles, procs, reaper
 from mixle_mpi.runtime import startup
 from mixle_mpi.core.errors import ConfigError
 
@@ -51,19 +51,19 @@ def test_a_job_that_ended_fast_inside_mpi_init_never_started():
 
 def test_every_rank_marks_the_start_of_its_mpi_init(tmp_path, monkeypatch):
     marker = tmp_path / "init_begun.txt"
-    monkeypatch.setenv(startup.INIT_BEGUN_ENV, str(marker))
+    monkeypatch.setenv(jobfiles.INIT_BEGUN_ENV, str(marker))
     for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("PMI_RANK", "3")
-    startup.mark_init_begun()
+    jobfiles.mark_init_begun()
     monkeypatch.delenv("PMI_RANK")
-    startup.mark_init_begun()  # no rank in its environment (not started by a launcher)
+    jobfiles.mark_init_begun()  # no rank in its environment (not started by a launcher)
     host = socket.gethostname()
     assert marker.read_text().splitlines() == [f"{os.getpid()} 3 {host}", f"{os.getpid()} - {host}"]
-    assert startup.init_begun_pids(str(marker)) == [os.getpid()] * 2
-    assert startup.init_begun_here(str(marker), host) == {3: os.getpid()}
-    monkeypatch.setenv(startup.INIT_BEGUN_ENV, str(tmp_path / "missing" / "x"))
-    startup.mark_init_begun()  # cannot be written: the launcher only loses that knowledge
+    assert jobfiles.init_begun_pids(str(marker)) == [os.getpid()] * 2
+    assert jobfiles.init_begun_here(str(marker), host) == {3: os.getpid()}
+    monkeypatch.setenv(jobfiles.INIT_BEGUN_ENV, str(tmp_path / "missing" / "x"))
+    jobfiles.mark_init_begun()  # cannot be written: the launcher only loses that knowledge
 
 
 def test_a_rank_whose_process_ended_on_this_host_is_named_at_once_and_others_are_not(tmp_path):
@@ -125,15 +125,23 @@ def test_judge_never_started():
 
 
 def test_launch_env_sets_this_launch_markers_and_drops_an_outer_launchers():
-    outer = {startup.MPI_UP_ENV: "/outer/up", startup.STARTED_ENV: "/outer/s", reaper.TAG_ENV: "outer"}
-    env = launcher.launch_env(1, "/s.json", base=outer, mpi_up_file="/r/up", started_file="/r/st", tag="t1")
-    assert (env[startup.MPI_UP_ENV], env[startup.STARTED_ENV], env[reaper.TAG_ENV]) == ("/r/up", "/r/st", "t1")
-    bare = launcher.launch_env(1, "/s.json", base=outer)
-    assert not {startup.MPI_UP_ENV, startup.STARTED_ENV, reaper.TAG_ENV} & set(bare)
+    outer = {jobfiles.MPI_UP_ENV: "/outer/up", jobfiles.STARTED_ENV: "/outer/s", jobfiles.TAG_ENV: "outer",
+             jobfiles.STATUS_ENV: "/outer/status", jobfiles.DRIVER_PID_ENV: "/outer/d", "MIXLE_MPI_RUN_DIR": "/outer"}
+    files = jobfiles.RunFiles()
+    try:
+        env = launcher.launch_env(1, files.env("t1"), base=outer)
+        assert (env[jobfiles.MPI_UP_ENV], env[jobfiles.STARTED_ENV], env[jobfiles.TAG_ENV]) == (files.mpi_up, files.started, "t1")
+        assert env["MIXLE_MPI_RUN_DIR"] == files.dir and env[jobfiles.DRIVER_PID_ENV] == files.driver
+        assert all(os.path.dirname(env[v]) == files.dir for v in jobfiles.FILE_VARS)
+        assert jobfiles.DRIVER_PID_ENV not in launcher.launch_env(1, files.env("t1", signals=False), base=outer)
+    finally:
+        files.remove()
+    bare = launcher.launch_env(1, base=outer)
+    assert not {*jobfiles.FILE_VARS, jobfiles.TAG_ENV, "MIXLE_MPI_RUN_DIR"} & set(bare)  # never an outer launcher's
 
 
 def test_run_files_are_private_and_removed():
-    files = launcher.RunFiles()
+    files = jobfiles.RunFiles()
     try:
         assert os.stat(files.dir).st_mode & 0o777 == 0o700
         assert os.path.dirname(files.status) == files.dir
@@ -143,10 +151,10 @@ def test_run_files_are_private_and_removed():
 
 
 def test_reaper_finds_processes_by_their_tag_only(tmp_path):
-    env = dict(os.environ, **{reaper.TAG_ENV: "tag-under-test"})
+    env = dict(os.environ, **{jobfiles.TAG_ENV: "tag-under-test"})
     tagged = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                             env=dict(os.environ, **{reaper.TAG_ENV: "tag-under-test-2"}))
+                             env=dict(os.environ, **{jobfiles.TAG_ENV: "tag-under-test-2"}))
     try:
         assert reaper.tagged_pids("tag-under-test") == [tagged.pid]
         assert reaper.sweep("tag-under-test", grace=0.2) == [tagged.pid]
@@ -159,7 +167,7 @@ def test_reaper_finds_processes_by_their_tag_only(tmp_path):
 
 
 def test_reaper_leaves_the_job_alone_when_the_launcher_says_done():
-    env = dict(os.environ, **{reaper.TAG_ENV: "tag-done"})
+    env = dict(os.environ, **{jobfiles.TAG_ENV: "tag-done"})
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     try:
         r = subprocess.run([sys.executable, "-m", "mixle_mpi.core.reaper", "tag-done"], input=reaper.DONE, timeout=30)
@@ -217,10 +225,10 @@ def test_rank_states_sees_a_stopped_python_rank_of_the_job(tmp_path):
     import signal
     import time
 
-    env = dict(os.environ, **{reaper.TAG_ENV: "tag-states", "PMI_RANK": "1"})
+    env = dict(os.environ, **{jobfiles.TAG_ENV: "tag-states", "PMI_RANK": "1"})
     rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                             env=dict(os.environ, **{reaper.TAG_ENV: "tag-states"}))  # tagged, no rank: not a rank
+                             env=dict(os.environ, **{jobfiles.TAG_ENV: "tag-states"}))  # tagged, no rank: not a rank
     try:
         time.sleep(0.3)
         assert reaper.rank_states("tag-states") == {rank.pid: "S"}
@@ -239,16 +247,16 @@ def test_process_gone_sees_exited_and_zombie_processes():
     import os
     import time
 
-    assert not reaper.process_gone(os.getpid())
+    assert not procs.gone(os.getpid())
     pid = os.fork()
     if pid == 0:
         os._exit(0)
     deadline = time.monotonic() + 10
-    while reaper.process_state(pid) not in ("Z", None) and time.monotonic() < deadline:
+    while procs.state(pid) not in ("Z", None) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert reaper.process_gone(pid)  # a zombie: ended, not yet reaped
+    assert procs.gone(pid)  # a zombie: ended, not yet reaped
     os.waitpid(pid, 0)
-    assert reaper.process_gone(pid) and reaper.process_state(pid) is None
+    assert procs.gone(pid) and procs.state(pid) is None
 
 
 def test_mpich_shm_names_are_read_from_the_maps_of_the_process():
@@ -277,18 +285,17 @@ def test_a_fenced_workers_mpich_wrapper_is_found_and_seen_reaped(tmp_path):
         deadline = time.monotonic() + 30
         child = None
         while child is None and time.monotonic() < deadline:
-            kids = [int(p) for p in os.listdir("/proc") if p.isdigit()
-                    and (reaper.stat_fields(int(p)) or ["", "0"])[1] == str(wrapper.pid)]
-            child = next((k for k in kids if b"time.sleep" in open(f"/proc/{k}/cmdline", "rb").read()), None)
+            kids = [pid for pid in procs.pids() if procs.parent(pid) == wrapper.pid]
+            child = next((k for k in kids if "time.sleep" in " ".join(procs.cmdline(k) or ())), None)
             time.sleep(0.01)
         assert child is not None, "the wrapper's Python child did not start"
         ident = wrapper_of(child)
-        assert ident is not None and ident[0] == wrapper.pid and reaper.not_reaped(ident)
+        assert ident is not None and ident[0] == wrapper.pid and procs.not_reaped(ident)
         assert wrapper_of(wrapper.pid) is None  # the wrapper's own parent is no wrapper
         os.kill(child, signal.SIGKILL)  # the fence
         assert wrapper.wait(timeout=30) == 0  # a worker's signal death ends its wrapper with 0
-        assert not reaper.not_reaped(ident)  # reaped: Hydra has seen it go
-        assert reaper.identity(999_999_999) is None
+        assert not procs.not_reaped(ident)  # reaped: Hydra has seen it go
+        assert procs.identity(999_999_999) is None
     finally:
         wrapper.kill()
 
@@ -377,10 +384,10 @@ def test_never_started_names_the_lost_rank_and_how_much_sooner_it_ended():
 
 def test_init_begun_pids_are_read_back_as_written(tmp_path, monkeypatch):
     path = tmp_path / "begun"
-    monkeypatch.setenv(startup.INIT_BEGUN_ENV, str(path))
-    startup.mark_init_begun()
-    assert startup.init_begun_pids(str(path)) == [os.getpid()]
-    assert startup.init_begun_pids(str(tmp_path / "none")) == []
+    monkeypatch.setenv(jobfiles.INIT_BEGUN_ENV, str(path))
+    jobfiles.mark_init_begun()
+    assert jobfiles.init_begun_pids(str(path)) == [os.getpid()]
+    assert jobfiles.init_begun_pids(str(tmp_path / "none")) == []
 
 
 def test_a_rank_stopped_while_the_job_starts_is_fenced_and_left_out_after_a_second(tmp_path):

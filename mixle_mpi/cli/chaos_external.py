@@ -44,8 +44,10 @@ from mixle_mpi.cli.chaos import (FAULT_LOG, compare, fit_command, fit_env, prepa
 from mixle_mpi.core.exitcodes import NEVER_STARTED
 from mixle_mpi.policy.faults import read_fired
 from mixle_mpi.cli.jobconfig import FitConfig
-from mixle_mpi.core.reaper import RANK_VARS, TAG_ENV, identity, kill_same, process_state
-from mixle_mpi.runtime.startup import MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV
+from mixle_mpi.core import procs
+from mixle_mpi.core.procs import RANK_VARS
+from mixle_mpi.core.jobfiles import MPI_UP_ENV, STARTED_ENV, TAG_ENV
+from mixle_mpi.runtime.startup import STARTUP_TIMEOUT_ENV
 
 kinds_from_text = cp.kinds_from_text
 
@@ -59,48 +61,15 @@ KILL_GRACE = 30.0         # seconds past the launcher's own --timeout before the
 MAX_DRAWS = 3             # draws per run slot when kills keep missing (the job had ended)
 
 
-# -- /proc -----------------------------------------------------------------------------------
-def _read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except OSError:
-        return None
+# -- the process table (core/procs) -------------------------------------------------------------
+def _keys(env: dict | None, keys=ENV_KEYS) -> dict:
+    return {k: v for k, v in (env or {}).items() if k in keys}
 
 
-def _env_of(pid: int, keys=ENV_KEYS) -> dict:
-    raw = _read(f"/proc/{pid}/environ")
-    out = {}
-    for item in (raw or b"").split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep and key.decode(errors="replace") in keys:
-            out[key.decode(errors="replace")] = value.decode(errors="replace")
-    return out
-
-
-def proc_table(root: int | None = None, proc: str = "/proc") -> dict[int, cp.Proc]:
-    """This host's processes as ``pid -> Proc``; the environment (only the keys that tell
-    ranks apart) is read for ``root``'s descendants and for every Python process."""
-    rows = {}
-    for entry in os.listdir(proc):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        stat, cmd = _read(f"{proc}/{entry}/stat"), _read(f"{proc}/{entry}/cmdline")
-        if stat is None:
-            continue
-        try:
-            rest = stat.rsplit(b")", 1)[1].split()
-            state, ppid = rest[0].decode(), int(rest[1])
-        except (IndexError, ValueError):
-            continue
-        argv = tuple(a.decode(errors="replace") for a in (cmd or b"").split(b"\0") if a)
-        rows[pid] = cp.Proc(pid, ppid, state, argv)
-    wanted = set(cp.descendants(rows, root)) if root is not None else set()
-    for pid, p in rows.items():
-        if pid in wanted or cp.is_python(p.argv):
-            rows[pid] = replace(p, env=_env_of(pid))
-    return rows
+def proc_table() -> dict[int, cp.Proc]:
+    """This host's processes as ``pid -> Proc``, with the environment keys that tell ranks
+    apart (only this user's processes have one to read)."""
+    return {pid: cp.Proc(pid, r.ppid, r.state, r.argv, _keys(r.env)) for pid, r in procs.table().items()}
 
 
 def job_processes(tags, exclude=()) -> list[dict]:
@@ -112,29 +81,18 @@ def job_processes(tags, exclude=()) -> list[dict]:
     found = []
     if not tags:
         return found
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in skip:
+    for pid, r in procs.table().items():
+        if pid in skip or not r.argv or r.state in procs.GONE or r.start is None:
             continue
-        pid = int(entry)
-        cmd = _read(f"/proc/{pid}/cmdline")
-        if not cmd:
-            continue  # gone, a zombie or a kernel thread
-        argv = [a.decode(errors="replace") for a in cmd.split(b"\0") if a]
-        if not (any(t in a for a in argv for t in tags) or _env_of(pid, (TAG_ENV,)).get(TAG_ENV) in tags):
-            continue
-        ident, state = identity(pid), process_state(pid)
-        if ident is not None and state not in cp.DEAD_STATES:
-            found.append({"pid": pid, "start": ident[1], "state": state, "argv": " ".join(argv)[:300]})
+        if any(t in a for a in r.argv for t in tags) or r.env.get(TAG_ENV) in tags:
+            found.append({"pid": pid, "start": r.start, "state": r.state, "argv": " ".join(r.argv)[:300]})
     return found
 
 
 def _ancestors() -> set[int]:
     out, pid = set(), os.getpid()
     while pid > 1:
-        stat = _read(f"/proc/{pid}/stat")
-        if not stat:
-            break
-        pid = int(stat.rsplit(b")", 1)[1].split()[1])
+        pid = procs.parent(pid) or 0
         out.add(pid)
     return out
 
@@ -142,7 +100,7 @@ def _ancestors() -> set[int]:
 def wait_gone(tags, seconds: float) -> list[dict]:
     """Wait up to ``seconds`` for the job's processes to end; those still alive then are
     leftovers: they are returned, then SIGKILLed, each only if its pid still names that
-    process (``reaper.kill_same``)."""
+    process (``procs.kill_same``)."""
     end = time.monotonic() + seconds
     skip = _ancestors()
     while True:
@@ -151,7 +109,7 @@ def wait_gone(tags, seconds: float) -> list[dict]:
             break
         time.sleep(0.25)
     for p in alive:
-        kill_same((p["pid"], p["start"]))
+        procs.kill_same((p["pid"], p["start"]), why="a leftover of the campaign's job")
     return alive
 
 
@@ -196,9 +154,9 @@ def _kill(victim: cp.RankProc, spec: cp.KillSpec, planned: float, t0: float, env
               "pid": victim.pid,
               "role": victim.role, "rank": victim.rank, "respawned": victim.respawned, "tag": victim.tag,
               "state_before": victim.state, **_markers(env)}
-    ident = identity(victim.pid)  # only a process of this job (its tag), and only that process
-    ours = ident is not None and _env_of(victim.pid, (TAG_ENV,)).get(TAG_ENV) == victim.tag
-    sent = kill_same(ident, sig) if ours else None
+    ident = procs.identity(victim.pid)  # only a process of this job (its tag), and only that process
+    ours = ident is not None and (procs.environ(victim.pid) or {}).get(TAG_ENV) == victim.tag
+    sent = procs.kill_same(ident, sig, why="the campaign's planned fault") if ours else None
     record["delivered"] = bool(sent)
     if not sent:
         record["error"] = "gone, or no longer this job's process" if sent is None else "refused (pid reused)"
@@ -235,7 +193,7 @@ def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float
                         due = now + pending[0].delay
                 if due is not None and now >= due:
                     spec = pending[0]
-                    table = proc_table(proc.pid)
+                    table = proc_table()
                     ranks = _note_tree(seen, table, proc.pid)
                     last_scan = now
                     # a kill that targets the replacement waits for it until the end of the recovery window
@@ -258,7 +216,7 @@ def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float
                         pending.pop(0)
                         due = now + pending[0].delay if pending else None
                 elif now - last_scan >= SCAN:
-                    _note_tree(seen, proc_table(proc.pid), proc.pid)
+                    _note_tree(seen, proc_table(), proc.pid)
                     last_scan = now
                 wait = POLL if due is None else min(max(due - (time.monotonic() - t0), 0.0), POLL)
                 try:

@@ -24,7 +24,6 @@ status file's ``reported``): an error is printed once.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -33,20 +32,16 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 
-from mixle_mpi.core.rundir import RUN_DIR_ENV
-from mixle_mpi.core import exitcodes, logs
+from mixle_mpi.core import exitcodes, jobfiles, logs, procs
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.runtime.exiting import DRIVER_PID_ENV, STATUS_ENV
 from mixle_mpi.policy.jobwatch import JobWatch, StartWatch
-from mixle_mpi.core.reaper import DONE, TAG_ENV, rank_number, rank_states, sweep
+from mixle_mpi.core.reaper import DONE, rank_number, rank_states, sweep
 from mixle_mpi.runtime.rankwrapper import wrapper_path
-from mixle_mpi.runtime.startup import (INIT_BEGUN_ENV, MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV, init_begun_pids,
-                                       startup_timeout)
+from mixle_mpi.runtime.startup import STARTUP_TIMEOUT_ENV, startup_timeout
 
 OPENMPI, MPICH, SRUN = "openmpi", "mpich", "srun"
 FLAVORS = (OPENMPI, MPICH, SRUN)
@@ -182,24 +177,14 @@ def one_host_transports(extra: list[str] | None, environ) -> dict:
     return {"OMPI_MCA_btl": ONE_HOST_BTL} if one_host(extra, environ) else {}
 
 
-def launch_env(blas_threads: int, status_file: str, base=None, pid_file: str | None = None,
-               mpi_up_file: str | None = None, started_file: str | None = None, tag: str | None = None,
-               init_begun_file: str | None = None, run_dir: str | None = None) -> dict:
-    env = dict(os.environ if base is None else base)
-    for var, value in ((MPI_UP_ENV, mpi_up_file), (STARTED_ENV, started_file), (TAG_ENV, tag),
-                       (INIT_BEGUN_ENV, init_begun_file), (RUN_DIR_ENV, run_dir)):
-        if value is None:
-            env.pop(var, None)  # never an outer launcher's
-        else:
-            env[var] = value
+def launch_env(blas_threads: int, contract: dict | None = None, base=None) -> dict:
+    """The ranks' environment (pure but for ``os.environ`` as the default ``base``): BLAS
+    threads pinned, and this launch's own files (``RunFiles.env``, the launcher<->rank
+    contract), never an outer launcher's."""
+    env = {**jobfiles.outer_vars_removed(dict(os.environ if base is None else base)), **(contract or {})}
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, str(blas_threads))
     env.setdefault("MIXLE_MPI_BLAS_THREADS", str(blas_threads))
-    env[STATUS_ENV] = status_file
-    if pid_file is not None:
-        env[DRIVER_PID_ENV] = pid_file
-    else:
-        env.pop(DRIVER_PID_ENV, None)  # never an outer launcher's file
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -255,11 +240,13 @@ class SignalForwarder:
     """Forwards the signals the launcher receives to the driver only (pure but for ``kill``).
 
     ``receive`` is called from the signal handler, ``deliver`` again from the wait loop: a
-    SIGUSR1 that arrives before the driver has written its pid file is held until it has; a
-    SIGTERM then calls ``terminate`` (the job is ended: there is nothing to checkpoint yet).
+    SIGUSR1 that arrives before the driver has written its identity (``driver.json``) is held
+    until it has; a SIGTERM then calls ``terminate`` (the job is ended: there is nothing to
+    checkpoint yet). A signal goes to the driver's process by its identity (``kill``:
+    ``procs.kill_same``): True sent, None that process is gone, False refused.
     """
 
-    def __init__(self, pid_file: str, kill=os.kill, host: str | None = None, log=None, terminate=None) -> None:
+    def __init__(self, pid_file: str, kill=procs.kill_same, host: str | None = None, log=None, terminate=None) -> None:
         self.pid_file = pid_file
         self.pending: list[int] = []
         self.terminated = False
@@ -270,6 +257,7 @@ class SignalForwarder:
         self._host = host or socket.gethostname()
         self._log = log          # a test's recorder of messages; None: the launcher's log, with levels
         self._gone: set[int] = set()  # driver pids found dead (said once each)
+        self._said: set[str] = set()
 
     def _say(self, msg: str, level: int = logging.INFO) -> None:
         if self._log is not None:
@@ -277,19 +265,13 @@ class SignalForwarder:
         else:
             log.log(level, msg)
 
-    def driver_pid(self) -> int | None:
-        """The driver's pid once it can take a signal; None before (or if unreadable)."""
-        try:
-            with open(self.pid_file, encoding="utf-8") as fh:
-                record = json.load(fh)
-            pid = int(record["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        if record.get("host") not in (None, self._host):
-            self._say(f"the driver runs on {record.get('host')}, not on this host {self._host}: "
-                      "cannot forward signals to it")
-            return None
-        return pid
+    def driver(self) -> procs.Ident | None:
+        """The driver's identity once it can take a signal; None before (or if unusable)."""
+        ident, why = jobfiles.read_driver(self.pid_file, self._host)
+        if why is not None and why not in self._said:
+            self._said.add(why)
+            self._say(why)
+        return ident
 
     @property
     def interrupted(self) -> bool:
@@ -322,15 +304,14 @@ class SignalForwarder:
         driver found dead stays held, for the survivor that takes over with failover on)."""
         if not self.pending:
             return []
-        pid = self.driver_pid()
-        if pid is None:
+        ident = self.driver()
+        if ident is None:
             return []
+        pid = ident[0]
         sent, self.pending = self.pending, []
         for signum in sent:
-            try:
-                self._kill(pid, signum)
-            except ProcessLookupError:  # held for a successor's pid (failover), or reported at the end
-                self.pending.append(signum)
+            if not self._kill(ident, signum):  # gone, or its pid names another process now
+                self.pending.append(signum)  # held for a successor (failover), or reported at the end
                 if pid not in self._gone:
                     self._gone.add(pid)
                     self._say(f"the driver (pid {pid}) is gone; holding {signal.Signals(signum).name} for a "
@@ -353,29 +334,11 @@ class SignalForwarder:
 LEFTOVER_GRACE = 5.0    # seconds the job's processes get to end by themselves after mpiexec
 
 
-class RunFiles:
-    """The files one launch shares with its driver, in a private directory (mode 0700)."""
-
-    def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="mixle_mpi_run_")
-        self.status = os.path.join(self.dir, "status.json")
-        self.driver = os.path.join(self.dir, "driver.json")
-        self.mpi_up = os.path.join(self.dir, "mpi_up.json")
-        self.started = os.path.join(self.dir, "started.json")
-        self.init_begun = os.path.join(self.dir, "init_begun.txt")
-
-    def read_status(self) -> dict | None:
-        return _read_json(self.status)
-
-    def remove(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 WATCH_EVERY = 1.0  # seconds between looks at the job's rank processes
 
 
 def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | None,
-          files: "RunFiles", tag: str, expect_here: int | None = None) -> tuple[int | None, str | None, bool]:
+          files: jobfiles.RunFiles, tag: str, expect_here: int | None = None) -> tuple[int | None, str | None, bool]:
     """Wait for mpiexec, delivering held signals. (exit code, None, False), or (None, why,
     lost) when ``timeout`` passed, the job is stuck on ranks that will never end, or
     (``lost``) it lost a rank before MPI was up and can no longer start (see jobwatch;
@@ -395,13 +358,13 @@ def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | N
             if now >= next_look:
                 next_look = now + WATCH_EVERY
                 ranks = rank_states(tag)
-                mpi_up = os.path.exists(files.mpi_up)
+                mpi_up = files.mpi_is_up()
                 if not mpi_up:
                     for pid in ranks.keys() - rank_of.keys():
                         rank = rank_number(pid)
                         if rank is not None:
                             rank_of[pid] = rank
-                lost = starting.observe(mpi_up, init_begun_pids(files.init_begun), ranks, rank_of)
+                lost = starting.observe(mpi_up, files.init_begun_pids(), ranks, rank_of)
                 if lost:
                     return None, lost, True
                 stuck = watch.observe(os.path.exists(files.status), ranks)
@@ -439,13 +402,6 @@ class ExitWatch:
                 return None
         ready, _, _ = select.select([self.fd], [], [], seconds)
         return self.proc.wait() if ready else self.proc.poll()
-
-
-def _read_json(path: str) -> dict | None:
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
 
 
 def _start_reaper(tag: str) -> subprocess.Popen:
@@ -519,15 +475,12 @@ def relaunch_note(code: int, left: dict) -> str | None:
 
 def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env: dict | None,
                  limit: float, own_job: bool = False, expect_here: int | None = None) -> tuple[int, str, int]:
-    files = RunFiles()
+    files = jobfiles.RunFiles()
     tag = uuid.uuid4().hex
     started: list[subprocess.Popen] = []
     forwarder = SignalForwarder(files.driver, terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started])
     previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
-    full_env = {**launch_env(blas_threads, files.status, pid_file=files.driver, mpi_up_file=files.mpi_up,
-                            started_file=files.started, tag=tag, init_begun_file=files.init_begun,
-                            run_dir=files.dir),
-                **(env or {})}
+    full_env = {**launch_env(blas_threads, files.env(tag)), **(env or {})}
     reaper = _start_reaper(tag)
     rc, why, lost, t0 = None, None, False, time.monotonic()
     try:
@@ -558,7 +511,7 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
     status = files.read_status()
     timed_out = rc is None and why is not None and why.startswith("the job ran past")
     never = None if status is not None or timed_out else never_started(
-        os.path.exists(files.mpi_up), os.path.exists(files.started), time.monotonic() - t0, limit,
+        files.mpi_is_up(), files.fit_started(), time.monotonic() - t0, limit,
         init_begun=os.path.exists(files.init_begun), own_job=own_job, mpiexec_rc=rc, lost=why if lost else None)
     files.remove()
     code, note = judge(rc, status, forwarder.terminated, never, forwarder.interrupted)

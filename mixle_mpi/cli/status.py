@@ -17,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from mixle_mpi.core import procs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.storage.events import describe
 from mixle_mpi.core.logs import clock
@@ -87,16 +88,16 @@ def read_fit_files(out_dir: str) -> FitFiles:
 
 
 def driver_alive(progress: dict, host: str | None = None) -> bool | None:
-    """Whether the driver process still exists: None when it runs on another host."""
+    """Whether the driver process still exists (by its identity: a pid reused since is not
+    it): None when it runs on another host or in another pid space."""
     if progress.get("host") != (host or socket.gethostname()) or not progress.get("pid"):
         return None
-    try:
-        os.kill(int(progress["pid"]), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    if progress.get("space") and progress["space"] != procs.pid_space():
+        return None
+    pid = int(progress["pid"])
+    if progress.get("start"):
+        return procs.running((pid, str(progress["start"])))
+    return not procs.gone(pid)
 
 
 def state(files: FitFiles, alive: bool | None) -> str:

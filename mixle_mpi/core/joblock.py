@@ -19,7 +19,7 @@ import socket
 import time
 
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.core.reaper import identity
+from mixle_mpi.core import procs
 
 LOCK_NAME = ".mixle_mpi.lock"
 _held: dict[str, int] = {}  # folder (real path) -> the open descriptor that holds its lock
@@ -104,7 +104,7 @@ def _read(fd: int) -> dict | None:
 
 
 def _write(fd: int) -> None:
-    ident = identity(os.getpid())
+    ident = procs.identity(os.getpid())
     record = {"host": socket.gethostname(), "pid": os.getpid(), "start": ident[1] if ident else "", "time": time.time()}
     data = (json.dumps(record) + "\n").encode()
     os.ftruncate(fd, 0)

@@ -58,7 +58,7 @@ class Setup(NamedTuple):
     own_store: str = ""      # the store's id (with ``store_path``): a worker that opens the same store reads its shards itself
     armed: bool = False      # failover is on already (a checkpoint is being written), not only asked for
     driver_bell: str = ""    # the driver's doorbell (runtime/doorbell.py), "" if it rings no one
-    driver_space: str = ""   # the driver's pid space (reaper.pid_space): its pid means something here only if equal
+    driver_space: str = ""   # the driver's pid space (procs.pid_space): its pid means something here only if equal
 
 
 class Load(NamedTuple):
@@ -147,7 +147,7 @@ class Ready(NamedTuple):
     reads_store: bool = False  # it opened the driver's store (Setup.own_store): it can ReadOwn
     started: str = ""          # its process's start time: with ``pid``, names it for good (a fence)
     bell: str = ""             # its doorbell, given only on the driver's host: ring it after each command
-    space: str = ""            # its pid space (reaper.pid_space): the driver signals it only if equal to its own
+    space: str = ""            # its pid space (procs.pid_space): the driver signals it only if equal to its own
 
     @property
     def key(self) -> tuple:

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import IO
 
+from mixle_mpi.core import procs
 from mixle_mpi.core.atomicfile import write_json
 
 
@@ -147,7 +148,9 @@ class Progress:
     def __init__(self, stream: IO[str] | None = None, mode: str = "auto", window: int = 5,
                  record: str | None = None, meta: dict | None = None) -> None:
         self.record_path = record
-        self.meta = {"pid": os.getpid(), "host": socket.gethostname(), **(meta or {})}
+        ident = procs.identity(os.getpid())  # who writes: ``status`` tells a live driver by it, not by a pid
+        self.meta = {"pid": os.getpid(), "start": ident[1] if ident else "", "space": procs.pid_space(),
+                     "host": socket.gethostname(), **(meta or {})}
         self.stream = stream or sys.stdout
         if mode == "auto":
             mode = "live" if os.environ.get(LIVE_ENV) == "1" else "line"

@@ -3,7 +3,7 @@
 An external campaign kills real processes of a running job from outside, with no hook, at
 seeded random times: most first kills (``FIT_SHARE``, 3 in 4) land in the fit, the others
 anywhere in the whole run, startup included (see :func:`external_plan`). Everything that decides is here and is tested
-without MPI or processes (:mod:`mixle_mpi.cli.chaos_external` only reads ``/proc``, sends the
+without MPI or processes (:mod:`mixle_mpi.cli.chaos_external` only reads the process table, sends the
 signals and launches the jobs):
 
 - :func:`external_plan`: what one run does (which kind, when, which signal, how the victim is
@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.exitcodes import NEVER_STARTED
-from mixle_mpi.core.reaper import world_rank
+from mixle_mpi.core import procs
+from mixle_mpi.core.jobfiles import TAG_ENV
 from mixle_mpi.policy.faults import SPAWNED_ENV
 
 # kind: what is killed. "worker": SIGKILL of one worker at a random time (see external_plan); "two_workers": a second worker SIGKILLed 0-300 ms after the first;
@@ -63,7 +64,6 @@ TAKEN_OVER_OK = "taken-over"  # the driver died and a survivor took over in the 
 PASSING = (OK, RESUMED_OK, RETRIED_OK, RELAUNCHED_OK, TAKEN_OVER_OK)
 
 RESPAWN_ENV = SPAWNED_ENV  # Open MPI / MPICH: started by MPI_Comm_spawn
-DEAD_STATES = ("Z", "X", "x")
 STOPPED_STATES = ("T", "t")
 
 
@@ -253,20 +253,11 @@ class RankProc:
 
     @property
     def alive(self) -> bool:
-        return self.state not in DEAD_STATES
+        return self.state not in procs.GONE
 
     def label(self) -> str:
         who = "driver" if self.role == "driver" else ("respawned worker" if self.respawned else f"worker {self.rank}")
         return f"{who} pid {self.pid}"
-
-
-def is_python(argv) -> bool:
-    return bool(argv) and os.path.basename(str(argv[0])).startswith("python")
-
-
-def is_wrapper(argv) -> bool:
-    return len(argv) >= 2 and os.path.basename(str(argv[0])) in ("sh", "dash", "bash") and \
-        os.path.basename(str(argv[1])) == "rankwrap.sh"
 
 
 def descendants(table: dict, root: int) -> list[int]:
@@ -283,32 +274,26 @@ def descendants(table: dict, root: int) -> list[int]:
 
 
 def classify(table: dict, root: int, tags: frozenset | set = frozenset()) -> list[RankProc]:
-    """The job's rank processes in ``table`` (pid -> Proc): Python processes under ``root``
-    (the launcher), or anywhere when they carry one of the job's ``tags``, that have an MPI
-    rank in their environment. A rank started by ``MPI_Comm_spawn`` (Open MPI sets
+    """The job's rank processes in ``table`` (pid -> Proc): processes under ``root`` (the
+    launcher), or anywhere when they carry one of the job's ``tags``, that have an MPI rank
+    in their environment and wrap no other process of the same rank
+    (``procs.rank_processes``, whatever the interpreter is called). A rank started by ``MPI_Comm_spawn`` (Open MPI sets
     ``OMPI_PARENT_PORT``, MPICH ``PMI_SPAWNED=1``; our MPICH wrapper gets ``--worker``) is a
     respawned worker; the driver is world rank 0 of an original job. Under MPICH the rank
     is the wrapper's Python child, never the ``sh`` wrapper itself (pure)."""
-    from mixle_mpi.core.reaper import TAG_ENV
-
     under = set(descendants(table, root))
+    candidates = [pid for pid, p in table.items()
+                  if pid != root and (pid in under or (p.env.get(TAG_ENV) is not None and p.env.get(TAG_ENV) in tags))]
     out = []
-    for pid in sorted(table):
+    for pid in procs.rank_processes(table, candidates):
         p = table[pid]
-        tag = p.env.get(TAG_ENV)
-        if pid == root or not (pid in under or (tag is not None and tag in tags)):
-            continue
-        if not is_python(p.argv):
-            continue
-        rank = world_rank(p.env)
-        if rank is None:
-            continue  # the reaper, or a Python that is no rank
+        rank = procs.world_rank(p.env)
         parent = table.get(p.ppid)
-        wrapper = parent.pid if parent is not None and is_wrapper(parent.argv) else None
+        wrapper = parent.pid if parent is not None and procs.is_rank_wrapper(parent.argv) else None
         respawned = (any(var in p.env for var in RESPAWN_ENV) or
                      (wrapper is not None and "--worker" in parent.argv[2:3]))
         role = "driver" if rank == 0 and not respawned else "worker"
-        out.append(RankProc(pid, role, rank, respawned, p.state, tag, wrapper))
+        out.append(RankProc(pid, role, rank, respawned, p.state, p.env.get(TAG_ENV), wrapper))
     return out
 
 

@@ -16,7 +16,7 @@ import os
 import time
 
 from mixle_mpi.core.protocol import Load, Loaded, Ready
-from mixle_mpi.core.reaper import process_gone
+from mixle_mpi.core import procs
 from mixle_mpi.policy.joining import Join
 from mixle_mpi.policy.placement import replacement_here, respawn_host
 from mixle_mpi.policy.config import Settings
@@ -131,7 +131,7 @@ class Arrivals:
             if w in self.spawner.running:
                 continue
             join = self.joining[w]
-            if join.pid is not None and process_gone(join.pid):  # no heartbeat verdict yet: it has a grace
+            if join.pid is not None and procs.gone(join.pid):  # no heartbeat verdict yet: it has a grace
                 self.fail(w, f"its process (pid {join.pid}) ended while it joined")
                 continue
             for msg in self.mail.drain(w):

@@ -22,7 +22,8 @@ import sys
 import time
 
 from mixle_mpi.core import rundir
-from mixle_mpi.core.reaper import APPEAR_WITHIN, identity, not_reaped, pid_space, process_state
+from mixle_mpi.core import procs
+from mixle_mpi.core.reaper import APPEAR_WITHIN
 
 ARG = "--birth"  # the replacement's argument naming where it writes the record
 DRIVER_ARG = "--driver"  # the replacement's argument naming the driver's process: PID,START,SPACE
@@ -30,8 +31,8 @@ DRIVER_ARG = "--driver"  # the replacement's argument naming the driver's proces
 
 def driver_arg() -> str:
     """This process (the driver), as a replacement is told it: ``PID,START,SPACE``."""
-    ident = identity(os.getpid())
-    return f"{os.getpid()},{ident[1] if ident else ''},{pid_space()}"
+    ident = procs.identity(os.getpid())
+    return f"{os.getpid()},{ident[1] if ident else ''},{procs.pid_space()}"
 
 
 def parse_driver(text: str | None) -> tuple[int, str] | None:
@@ -42,16 +43,16 @@ def parse_driver(text: str | None) -> tuple[int, str] | None:
         ident = (int(pid), start)
     except ValueError:
         return None
-    return ident if start and space and space == pid_space() else None
+    return ident if start and space and space == procs.pid_space() else None
 
 
 def write(path: str) -> None:
     """In the replacement, first thing: this host, pid and start time (the pid's identity)."""
-    ident = identity(os.getpid())
+    ident = procs.identity(os.getpid())
     if ident is None:
         return
     try:
-        rundir.create_new(path, f"{socket.gethostname()} {ident[0]} {ident[1]} {pid_space() or '-'}\n")
+        rundir.create_new(path, f"{socket.gethostname()} {ident[0]} {ident[1]} {procs.pid_space() or '-'}\n")
     except OSError as exc:  # another host, which cannot see the driver's run folder
         sys.stderr.write(f"[mixle_mpi] replacement pid {os.getpid()}: no birth record at {path} "
                          f"({exc.strerror}); the driver falls back on the Spawn's deadline\n")
@@ -67,7 +68,7 @@ def read(path: str) -> tuple[str, tuple[int, str]] | None:
         ident = (int(pid), start)
     except ValueError:
         return None  # none yet, half written, or not one
-    return (host if space == (pid_space() or "-") else ""), ident
+    return (host if space == (procs.pid_space() or "-") else ""), ident
 
 
 def verdict(record: tuple[str, tuple[int, str]] | None, here: str, still_there) -> str | None:
@@ -85,16 +86,11 @@ def identity_here(path: str) -> tuple[int, str] | None:
     return record[1] if record and record[0] == socket.gethostname() else None
 
 
-def running(ident: tuple[int, str]) -> bool:
-    """The process ``ident`` names is there and not a zombie."""
-    return not_reaped(ident) and process_state(ident[0]) not in (None, "Z", "X")
-
-
 def died(path: str) -> tuple[int, str] | None:
     """(pid, why) when the record at ``path`` names a process of this host that is gone
     (``verdict``), else None."""
     record = read(path)
-    why = verdict(record, socket.gethostname(), running)
+    why = verdict(record, socket.gethostname(), procs.running)
     return (record[1][0], why) if record and why else None
 
 
@@ -108,28 +104,16 @@ def remove(path: str) -> None:
 SCAN_EVERY = 0.02  # seconds between looks for the processes that name a record not written yet
 
 
-def pids(proc: str = "/proc") -> frozenset[str]:
-    """This host's process ids, as /proc names them (one directory listing)."""
-    try:
-        return frozenset(e for e in os.listdir(proc) if e.isdigit())
-    except OSError:
-        return frozenset()
-
-
-def named(path: str, proc: str = "/proc", skip: frozenset[str] = frozenset()) -> list[tuple[int, str]]:
+def named(path: str, skip: frozenset[int] = frozenset()) -> list[tuple[int, str]]:
     """Identities of this host's processes whose command line holds ``path``: the replacement
     from its exec on (and under MPICH its rank wrapper, which ends with it). ``skip``: pids
     older than the Spawn, whose command lines need no reading."""
-    needle = path.encode()
     found = []
-    for entry in pids(proc) - skip:
-        try:
-            with open(os.path.join(proc, entry, "cmdline"), "rb") as fh:
-                if needle not in fh.read():
-                    continue
-        except OSError:
+    for pid in procs.pids() - skip:
+        argv = procs.cmdline(pid)
+        if not argv or not any(path in a for a in argv):
             continue
-        ident = identity(int(entry), proc)
+        ident = procs.identity(pid)
         if ident is not None:
             found.append(ident)
     return found
@@ -141,10 +125,10 @@ class Watch:
     ``here``: the process surely starts on this host, so one never seen within
     ``APPEAR_WITHIN`` died as it started (or never started)."""
 
-    def __init__(self, path: str, here: bool = False, clock=time.monotonic, proc: str = "/proc") -> None:
-        self.path, self.here, self.clock, self.proc = path, here, clock, proc
+    def __init__(self, path: str, here: bool = False, clock=time.monotonic) -> None:
+        self.path, self.here, self.clock = path, here, clock
         self.seen: set[tuple[int, str]] = set()
-        self.older = pids(proc)  # before the Spawn: a scan then reads a few new command lines, not all
+        self.older = procs.pids()  # before the Spawn: a scan then reads a few new command lines, not all
         self.began = clock()
         self._next_scan = 0.0
 
@@ -155,8 +139,8 @@ class Watch:
         now = self.clock()
         if now >= self._next_scan:
             self._next_scan = now + SCAN_EVERY
-            self.seen.update(named(self.path, self.proc, self.older))
-        if self.seen and not any(running(i) for i in self.seen):
+            self.seen.update(named(self.path, self.older))
+        if self.seen and not any(procs.running(i) for i in self.seen):
             pid = min(self.seen)[0]
             return pid, f"its process (pid {pid}) died before it had joined MPI"
         if self.here and not self.seen and now - self.began > APPEAR_WITHIN:

@@ -26,7 +26,7 @@ from mixle_mpi.core.errors import NoWorkersLeft, WorkerError
 from mixle_mpi.core import estep
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.malloc import retain_freed_memory
-from mixle_mpi.core.reaper import kill_same, pid_space, process_gone
+from mixle_mpi.core import procs
 from mixle_mpi.core.protocol import (Abort, Fence, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Result, Setup, Stats,
                                      Stop, Task)
 from mixle_mpi.storage.events import EventLog
@@ -87,7 +87,7 @@ class Driver(Arrivals, Reconfiguring):
         self.body_b = b""                               # the last round's pickled body
         self.init_arrivals(settings, spawn_command, fast_spawn_command, spawn_unavailable)
         self.host = MPI.Get_processor_name()
-        self.space = pid_space()                      # this process's pid space: a worker's pid is ours to signal only in it
+        self.space = procs.pid_space()                      # this process's pid space: a worker's pid is ours to signal only in it
         self.spaces: dict[int, str] = {}              # worker -> its pid space (Ready.space, a birth record)
 
         self.gcomm = gcomm
@@ -150,10 +150,10 @@ class Driver(Arrivals, Reconfiguring):
 
     def _fence_here(self, worker: int, pid: int) -> bool:
         """SIGKILL ``worker``'s process on this host, only if ``pid`` still names the process
-        that started at the time it reported (``reaper.kill_same``): a reused pid is refused,
+        that started at the time it reported (``procs.kill_same``): a reused pid is refused,
         with a line that says so. True once that process is surely gone."""
         started = self.started_at.get(worker)
-        outcome = kill_same((pid, started)) if started else (None if process_gone(pid) else False)
+        outcome = procs.kill_same((pid, started)) if started else (None if procs.gone(pid) else False)
         if outcome is False:
             logs.get("driver").warning(f"not fencing worker {worker}: pid {pid} no longer names its process "
                                        f"(started {started or 'unknown'}); nothing was signalled")

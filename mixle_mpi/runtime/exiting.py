@@ -20,31 +20,25 @@ import os
 import sys
 import traceback
 
-from mixle_mpi.core import exitcodes, logs, rundir
+from mixle_mpi.core import exitcodes, jobfiles, logs
 from mixle_mpi.core.errors import ConfigError, DataError, Interrupted, Preempted, PreemptedUnsaved, ReconfigurationTimeout
 
-STATUS_ENV = "MIXLE_MPI_STATUS_FILE"
-DRIVER_PID_ENV = "MIXLE_MPI_DRIVER_PID_FILE"
 _state: dict = {"role": None, "handle": None, "status_written": False}
 
 
 def write_status(code: int, message: str = "", extra: dict | None = None, reported: bool = False) -> None:
     """The driver's verdict for the launcher; ``reported``: ``message`` is on stderr already."""
-    path = os.environ.get(STATUS_ENV)
-    if not path or _state["status_written"]:
+    if not jobfiles.status_wanted() or _state["status_written"]:
         return
     _state["status_written"] = True
-    record = {"exit_code": int(code), "status": "ok" if code == 0 else "error", "message": message,
-              "reported": bool(reported), **(extra or {})}
-    rundir.write_marker(path, record)
+    jobfiles.write_status({"exit_code": int(code), "status": "ok" if code == 0 else "error", "message": message,
+                           "reported": bool(reported), **(extra or {})})
 
 
 def write_driver_pid() -> None:
     """Tell the launcher where to forward SIGTERM/SIGUSR1: call once the driver's handlers
     are installed, so a forwarded signal is never taken by a default action."""
-    import socket
-
-    rundir.write_marker(os.environ.get(DRIVER_PID_ENV), {"pid": os.getpid(), "host": socket.gethostname()})
+    jobfiles.write_driver()
 
 
 def _flush() -> None:

@@ -18,7 +18,7 @@ import numpy as np
 from mixle.utils.parallel.planner import EncodedDataHandle
 from mixle.utils.vector import validate_initialization_probability, validated_initialized_observations
 
-from mixle_mpi.core import joblock, logs
+from mixle_mpi.core import jobfiles, joblock, logs
 from mixle_mpi.runtime import exiting
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import ConfigError, DataError, ReconfigurationTimeout
@@ -260,7 +260,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         self._driver.start(excluded)
         self._estimator = None  # the last E-step's or initialization's: a scoring round computes ahead with it
         self._ahead = Lookahead(self.settings.estep_ahead)
-        startup.mark_started()
+        jobfiles.mark_started()
 
     def abort_workers(self, code: int = 1, message: str = "") -> None:
         """Tell every worker to end now with ``code`` (the driver is failing); bounded, once."""

@@ -13,17 +13,10 @@ def wrapper_path() -> str:
 def wrapper_of(pid: int) -> tuple[int, str] | None:
     """The identity (pid, start time) of the rank wrapper that is ``pid``'s parent, or None
     (no wrapper: Open MPI, srun; another host; or already gone)."""
-    from mixle_mpi.core.reaper import identity, stat_fields
+    from mixle_mpi.core import procs
 
-    fields = stat_fields(pid)
-    if not fields:
+    ppid = procs.parent(pid)
+    argv = procs.cmdline(ppid) if ppid else None
+    if not argv or not procs.is_rank_wrapper(argv):
         return None
-    ppid = int(fields[1])
-    try:
-        with open(f"/proc/{ppid}/cmdline", "rb") as fh:
-            argv = fh.read().split(b"\0")
-    except OSError:
-        return None
-    if len(argv) < 2 or not argv[1].endswith(b"rankwrap.sh"):
-        return None
-    return identity(ppid)
+    return procs.identity(ppid)

@@ -10,7 +10,7 @@ is seen at once.
 
     python -m mixle_mpi.runtime.spawned [--path DIR] [--birth FILE] [--driver PID,START,SPACE]
 
-DIR: the script's folder. The driver's identity (``reaper.identity`` and ``pid_space``) lets a
+DIR: the script's folder. The driver's identity (``procs.identity`` and ``pid_space``) lets a
 replacement on the driver's host end at once if the driver dies before it sets it up.
 """
 

@@ -20,7 +20,7 @@ from mpi4py import MPI
 from mixle_mpi.core import rundir
 from mixle_mpi.core.deadlines import Background, run_with_deadline
 from mixle_mpi.core.errors import RERUN_ADVICE, ReconfigurationTimeout
-from mixle_mpi.core.reaper import not_reaped
+from mixle_mpi.core import procs
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.policy.reconfig import replacement_command, spawn_timeout_is_fatal
 from mixle_mpi.runtime import birth
@@ -219,7 +219,7 @@ class Spawner:
             return
         deadline = time.monotonic() + FENCE_GONE_WAIT
         for wrapper in self.fenced_wrappers.values():
-            while not_reaped(wrapper) and time.monotonic() < deadline:
+            while procs.not_reaped(wrapper) and time.monotonic() < deadline:
                 time.sleep(0.005)
         self.fenced_wrappers.clear()
         time.sleep(FENCE_SETTLE)

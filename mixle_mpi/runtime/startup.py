@@ -37,16 +37,13 @@ import threading
 import time
 from typing import Any
 
-from mixle_mpi.core import rundir
+from mixle_mpi.core import jobfiles
 from mixle_mpi.core.errors import ConfigError, MixleMPIError
 from mixle_mpi.core.protocol import PROTOCOL, TAG_START, Abort, Beacon, Go, Hello
-from mixle_mpi.core.reaper import identity, kill_same, process_gone, process_state, world_rank
+from mixle_mpi.core import procs
 from mixle_mpi.policy.jobwatch import StoppedWatch
 
 STARTUP_TIMEOUT_ENV = "MIXLE_MPI_STARTUP_TIMEOUT"
-MPI_UP_ENV = "MIXLE_MPI_MPI_UP_FILE"
-INIT_BEGUN_ENV = "MIXLE_MPI_INIT_BEGUN_FILE"
-STARTED_ENV = "MIXLE_MPI_STARTED_FILE"
 DEFAULT_STARTUP_TIMEOUT = 120.0
 BEACON_PERIOD = 1.0          # seconds between the driver's "still preparing" beacons
 MAX_PENDING_BEACONS = 8      # per worker: a dead rank's beacons never complete under MPICH
@@ -87,7 +84,7 @@ def init_mpi():
         from mixle_mpi.policy.faults import spawn_fault_check
 
         spawn_fault_check()  # a test's replacement that dies inside the driver's MPI_Comm_spawn
-        mark_init_begun()
+        jobfiles.mark_init_begun()
     armed = ("mpi4py.MPI" not in sys.modules and threading.current_thread() is threading.main_thread()
              and hasattr(signal, "SIGALRM"))
     if armed:
@@ -100,42 +97,8 @@ def init_mpi():
             signal.alarm(0)
             signal.signal(signal.SIGALRM, previous)
     if MPI.COMM_WORLD.Get_rank() == 0 and MPI.Comm.Get_parent() == MPI.COMM_NULL:
-        _mark_mpi_up()
+        jobfiles.mark_mpi_up()
     return MPI
-
-
-def _mark_mpi_up() -> None:
-    _mark(MPI_UP_ENV)
-
-
-def mark_init_begun() -> None:
-    """Tell the launcher that this rank's process runs and begins MPI initialisation: a job
-    that then ends without MPI up lost a rank while starting (it never started), unlike a
-    command that failed on its own. Every rank appends a line "pid rank host" to one file
-    (no rename: ranks write at once); the ranks on the driver's host read it back during the
-    handshake (:class:`RanksGone`). A marker that cannot be written only costs that knowledge."""
-    rank = world_rank(os.environ)
-    rundir.append_line(os.environ.get(INIT_BEGUN_ENV),
-                       f"{os.getpid()} {'-' if rank is None else rank} {socket.gethostname()}\n")
-
-
-def _init_begun_lines(path: str) -> list[list[str]]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return [fields for fields in map(str.split, fh) if fields and fields[0].isdigit()]
-    except OSError:
-        return []
-
-
-def init_begun_pids(path: str) -> list[int]:
-    """The pids ``mark_init_begun`` wrote to ``path`` (the launcher reads them)."""
-    return [int(fields[0]) for fields in _init_begun_lines(path)]
-
-
-def init_begun_here(path: str, host: str) -> dict[int, int]:
-    """World rank -> pid of the ranks of ``host`` that marked the start of their MPI init."""
-    return {int(f[1]): int(f[0]) for f in _init_begun_lines(path)
-            if len(f) >= 3 and f[1].isdigit() and f[2] == host}
 
 
 class RanksGone:
@@ -147,9 +110,9 @@ class RanksGone:
     nothing, and the deadlines decide as before. Reads the file at most every ``every``
     seconds."""
 
-    def __init__(self, path: str | None = None, host: str | None = None, gone=process_gone,
-                 every: float = 0.25, clock=time.monotonic, state=process_state, fence=None) -> None:
-        self.path = os.environ.get(INIT_BEGUN_ENV) if path is None else path
+    def __init__(self, path: str | None = None, host: str | None = None, gone=procs.gone,
+                 every: float = 0.25, clock=time.monotonic, state=procs.state, fence=None) -> None:
+        self.path = jobfiles.init_begun_path() if path is None else path
         self.host = host or socket.gethostname()
         self.gone, self.every, self.clock, self.state = gone, every, clock, state
         self.fence = fence or _fence_stopped
@@ -162,7 +125,7 @@ class RanksGone:
         is SIGKILLed, as the driver fences a stopped worker): rank -> why."""
         if self.path and self.clock() >= self.next_look:
             self.next_look = self.clock() + self.every
-            for rank, pid in init_begun_here(self.path, self.host).items():
+            for rank, pid in jobfiles.init_begun_here(self.path, self.host).items():
                 if rank in self.found:
                     continue
                 if self.gone(pid):
@@ -182,21 +145,8 @@ def _fence_stopped(pid: int) -> bool:
     """SIGKILL a starting rank found stopped, if ``pid`` still names a stopped process (never
     one that started since: its identity is read and checked in one go). True once it is gone
     or killed."""
-    ident = identity(pid)
-    return ident is not None and process_state(pid) == "T" and kill_same(ident) is not False
-
-
-def mark_started() -> None:
-    """Driver: every live worker is set up and holds its shards; from now on a failure is
-    recovered, or ends the job as a failure, never as "never started"."""
-    _mark(STARTED_ENV)
-
-
-def _mark(env: str) -> None:
-    """Leave the launcher a marker file (named by ``env``), once."""
-    path = os.environ.get(env)
-    if path and not os.path.exists(path):
-        rundir.write_marker(path, {"pid": os.getpid(), "time": time.time()})
+    ident = procs.identity(pid)
+    return ident is not None and procs.state(pid) == "T" and procs.kill_same(ident) is not False
 
 
 # -- phase 2: the driver prepares ------------------------------------------------------------

@@ -29,7 +29,7 @@ from mixle_mpi.policy.failover import agrees_by_messages, can_take_over, electio
 from mixle_mpi.policy.faults import FaultInjector, parse_plan
 from mixle_mpi.policy.pacing import NEVER, next_task_window
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
-from mixle_mpi.core.reaper import identity, kill_same, pid_space, process_gone
+from mixle_mpi.core import procs
 from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Fence, Load, Loaded, Quiet,
                                      Reach, Reached,
                                      ReadOwn, Ready, Release, Result, Setup,
@@ -235,7 +235,7 @@ class Worker:
         """The driver's process has ended (in this pid space only: elsewhere, a container that
         shares this host name included, only driver_timeout tells)."""
         host, pid = self.driver_proc
-        return bool(pid) and host == self.host and self.driver_space == pid_space() != "" and process_gone(pid)
+        return bool(pid) and host == self.host and self.driver_space == procs.pid_space() != "" and procs.gone(pid)
 
     # -- commands ----------------------------------------------------------------
     def start_heartbeats(self, period: float, driver_timeout: float) -> None:
@@ -279,9 +279,9 @@ class Worker:
             self.faults.check("respawn")
         self.own_store = cfg.store_path if cfg.own_store and self._opens_store(cfg.store_path, cfg.own_store) else ""
         host, pid = host_and_pid()
-        me = identity(pid)
+        me = procs.identity(pid)
         self.reply(Ready(self.worker_id, host, pid, no_failover, bool(self.own_store), me[1] if me else "",
-                         self.bell.address if self.bell is not None else "", pid_space()))
+                         self.bell.address if self.bell is not None else "", procs.pid_space()))
 
     def _opens_store(self, path: str, store_id: str) -> bool:
         """``storage.opens_store``, asked once per store: opening the HDF5 file takes
@@ -492,7 +492,7 @@ class Worker:
 def fence(msg: Fence) -> None:
     """Heartbeat thread: kill a failed worker's process on this host for the driver, if it is
     still that process (its start time matches: the pid was not reused)."""
-    if not kill_same((msg.pid, msg.started)):
+    if not procs.kill_same((msg.pid, msg.started)):
         return  # gone already, or the pid names another process now: nothing is signalled
     logs.get("worker").warning(f"worker rank {_who['rank']} (pid {os.getpid()}): fenced failed worker "
                                f"{msg.worker} (pid {msg.pid}) on this host for the driver")

@@ -1,0 +1,180 @@
+"""The contract between ``mixle-mpi run`` (the launcher) and the ranks it starts: which
+environment variable names which file, who writes it and who reads it. Both sides use this
+module only, so the two ends of each file cannot drift apart.
+
+=======================  ==================  ==========================  =========================
+variable                 file                written by                  read by
+=======================  ==================  ==========================  =========================
+MIXLE_MPI_RUN_DIR        the run folder      launcher (mkdtemp, 0700)    every rank (core/rundir)
+MIXLE_MPI_JOB_TAG        (a random text)     launcher                    reaper, job watch, chaos
+MIXLE_MPI_INIT_BEGUN_    init_begun.txt      each rank, a line as its    launcher (never started?),
+FILE                                         MPI init begins             driver (ranks gone)
+MIXLE_MPI_MPI_UP_FILE    mpi_up.json         driver, MPI up              launcher
+MIXLE_MPI_STARTED_FILE   started.json        driver, fit started         launcher, chaos
+MIXLE_MPI_DRIVER_PID_    driver.json         driver (pid, start, space)  launcher's signal forwarder
+FILE
+MIXLE_MPI_STATUS_FILE    status.json         driver, its verdict         launcher (over mpiexec's)
+=======================  ==================  ==========================  =========================
+
+Every file lives in the run folder and is written only while that folder can be trusted
+(``rundir``); a rank on a host that cannot see it goes on without it. Every reader treats a
+missing or half-written file as "not yet".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import time
+
+from mixle_mpi.core import procs, rundir
+
+TAG_ENV = "MIXLE_MPI_JOB_TAG"
+INIT_BEGUN_ENV = "MIXLE_MPI_INIT_BEGUN_FILE"
+MPI_UP_ENV = "MIXLE_MPI_MPI_UP_FILE"
+STARTED_ENV = "MIXLE_MPI_STARTED_FILE"
+DRIVER_PID_ENV = "MIXLE_MPI_DRIVER_PID_FILE"
+STATUS_ENV = "MIXLE_MPI_STATUS_FILE"
+FILE_VARS = (INIT_BEGUN_ENV, MPI_UP_ENV, STARTED_ENV, DRIVER_PID_ENV, STATUS_ENV)
+
+
+# -- the launcher's side ------------------------------------------------------------------------
+class RunFiles:
+    """The files one launch shares with its ranks, in a private folder (mode 0700)."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="mixle_mpi_run_")
+        self.status = os.path.join(self.dir, "status.json")
+        self.driver = os.path.join(self.dir, "driver.json")
+        self.mpi_up = os.path.join(self.dir, "mpi_up.json")
+        self.started = os.path.join(self.dir, "started.json")
+        self.init_begun = os.path.join(self.dir, "init_begun.txt")
+
+    def env(self, tag: str, signals: bool = True) -> dict[str, str]:
+        """The variables that hand these files to the ranks (``signals``: the driver writes
+        its identity, so the launcher can forward SIGTERM/SIGUSR1/SIGINT to it)."""
+        env = {rundir.RUN_DIR_ENV: self.dir, TAG_ENV: tag, INIT_BEGUN_ENV: self.init_begun,
+               MPI_UP_ENV: self.mpi_up, STARTED_ENV: self.started, STATUS_ENV: self.status}
+        if signals:
+            env[DRIVER_PID_ENV] = self.driver
+        return env
+
+    def read_status(self) -> dict | None:
+        return _read_json(self.status)
+
+    def mpi_is_up(self) -> bool:
+        return os.path.exists(self.mpi_up)
+
+    def fit_started(self) -> bool:
+        return os.path.exists(self.started)
+
+    def init_begun_pids(self) -> list[int]:
+        return init_begun_pids(self.init_begun)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def outer_vars_removed(env: dict) -> dict:
+    """``env`` without an outer launcher's contract (a ``run`` inside a ``run``): a rank must
+    never write into a folder its own launcher did not hand it (pure)."""
+    return {k: v for k, v in env.items() if k not in (*FILE_VARS, TAG_ENV, rundir.RUN_DIR_ENV)}
+
+
+def _read_json(path: str) -> dict | None:
+    text = rundir.read_trusted(path)
+    try:
+        record = json.loads(text) if text else None
+    except ValueError:
+        return None  # half written: not yet
+    return record if isinstance(record, dict) else None
+
+
+def read_driver(path: str, host: str | None = None) -> tuple[procs.Ident | None, str | None]:
+    """The driver's identity from ``driver.json``: ``(ident, None)``, or ``(None, why)`` when
+    there is none to signal (``why`` None: not written yet)."""
+    record = _read_json(path)
+    if record is None:
+        return None, None
+    try:
+        ident = (int(record["pid"]), str(record["start"]))
+    except (KeyError, TypeError, ValueError):
+        return None, None
+    host = host or socket.gethostname()
+    if record.get("host") != host:
+        return None, f"the driver runs on {record.get('host')}, not on this host {host}: cannot forward signals to it"
+    if record.get("space") and procs.pid_space() and record["space"] != procs.pid_space():
+        return None, "the driver runs in another pid space (another container) than the launcher: cannot signal it"
+    return ident, None
+
+
+def init_begun_pids(path: str) -> list[int]:
+    """The pids ``mark_init_begun`` wrote to ``path``."""
+    return [int(fields[0]) for fields in _init_begun_lines(path)]
+
+
+def init_begun_here(path: str | None, host: str) -> dict[int, int]:
+    """World rank -> pid of the ranks of ``host`` that marked the start of their MPI init."""
+    return {int(f[1]): int(f[0]) for f in _init_begun_lines(path)
+            if len(f) >= 3 and f[1].isdigit() and f[2] == host}
+
+
+def _init_begun_lines(path: str | None) -> list[list[str]]:
+    if not path:
+        return []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return [fields for fields in map(str.split, fh) if fields and fields[0].isdigit()]
+    except OSError:
+        return []
+
+
+# -- the ranks' side ----------------------------------------------------------------------------
+def init_begun_path() -> str | None:
+    return os.environ.get(INIT_BEGUN_ENV)
+
+
+def mark_init_begun() -> None:
+    """This rank's process runs and begins MPI initialisation: a job that then ends without
+    MPI up lost a rank while starting (it never started), unlike a command that failed on its
+    own. Every rank appends a line "pid rank host" to one file (one ``write``: ranks write at
+    once). A line that cannot be written only costs that knowledge."""
+    rank = procs.world_rank(os.environ)
+    rundir.append_line(init_begun_path(), f"{os.getpid()} {'-' if rank is None else rank} {socket.gethostname()}\n")
+
+
+def mark_mpi_up() -> None:
+    _mark(MPI_UP_ENV)
+
+
+def mark_started() -> None:
+    """Every live worker is set up and holds its shards: from now on a failure is recovered,
+    or ends the job as a failure, never as "never started"."""
+    _mark(STARTED_ENV)
+
+
+def _mark(env: str) -> None:
+    path = os.environ.get(env)
+    if path and not os.path.exists(path):
+        rundir.write_marker(path, {"pid": os.getpid(), "time": time.time()})
+
+
+def write_driver() -> None:
+    """The driver's identity, for the launcher's signal forwarder (its pid, start time and pid
+    space: a pid reused by another process is never signalled)."""
+    ident = procs.identity(os.getpid())
+    rundir.write_marker(os.environ.get(DRIVER_PID_ENV), {
+        "pid": os.getpid(), "start": ident[1] if ident else "", "space": procs.pid_space(),
+        "host": socket.gethostname()})
+
+
+def write_status(record: dict) -> bool:
+    """The driver's verdict for the launcher, which trusts it over mpiexec's exit code."""
+    return rundir.write_marker(os.environ.get(STATUS_ENV), record)
+
+
+def status_wanted() -> bool:
+    return bool(os.environ.get(STATUS_ENV))
