@@ -153,3 +153,22 @@ def test_fit_input_errors_end_the_job_at_any_rank_count(library, name, ranks, tm
                           timeout=150, cwd=str(tmp_path), env=dict(os.environ, PYTHONWARNINGS="ignore"))
     assert_ended_cleanly(proc, 2, needle, str(out))
     assert "Traceback" not in proc.stderr
+
+
+def test_a_model_too_large_for_memory_is_refused_with_the_estimate(tmp_path):
+    """10,000 float64 columns and 40 full covariance matrices (29.8 GiB of parameters): exit 2
+    before the data is read, with the estimate that ``--dry-run`` prints too; nothing is left
+    running and no output is written."""
+    import numpy as np
+
+    np.save(tmp_path / "wide.npy", np.random.default_rng(0).normal(size=(40, 10_000)))
+    args = ["--data", "wide.npy", "--model", "gmm:k=40,cov=full", "--num-shards", "2", "--out-dir", "out"]
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    dry = subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "fit", "-n", "3", "--dry-run", *args], capture_output=True,
+                         text=True, timeout=120, cwd=str(tmp_path), env=env)
+    assert dry.returncode == 2 and "the driver would need about" in dry.stderr and "model 29.8 GB" in dry.stderr, dry.stderr
+    proc = subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "fit", "-n", "3", "--timeout", "90", *args],
+                          capture_output=True, text=True, timeout=150, cwd=str(tmp_path), env=env)
+    assert_ended_cleanly(proc, 2, "the driver would need about", str(tmp_path / "out"))
+    assert "model 29.8 GB" in proc.stderr and "--no-memory-check" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "model.json").exists() and not (tmp_path / "out" / "work" / "shards.h5").exists()

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from mixle_mpi.cli import datainput, dryrun
+from mixle_mpi.cli import modelspec, datainput, dryrun
 from mixle_mpi.cli.commands import main
 from mixle_mpi.core.errors import ConfigError
 
@@ -44,14 +44,36 @@ def test_layout_and_memory_per_rank():
     assert dryrun.layout(rows=1000, num_shards=5, ranks=4).per_worker == (1, 2)
     shape = datainput.DataShape(1_000_000, 4, 8, False, "x", 4)
     mem = dryrun.memory(shape, lay)
-    assert mem["worker"] == 4 * 62_500 * 4 * 8 and mem["total"] == 32_000_000
-    assert mem["driver"] == dryrun.STORE_BLOCK_ROWS * 4 * 8  # HDF5 is streamed
+    assert mem["worker"] == 4 * 62_500 * 4 * 8 + 62_500 * 8 and mem["total"] == 32_000_000
+    assert mem["driver"] == 32_000_000  # HDF5 is streamed in 64 MiB blocks: here the whole data is one block
+    wide = dryrun.memory(datainput.DataShape(1_000_000, 10_000, 8, False, "x", 10_000), lay)
+    assert wide["driver"] == (64 << 20) // 80_000 * 80_000  # 10,000 columns: a block is 64 MiB, not 65,536 rows
     csv = dryrun.memory(datainput.DataShape(1_000_000, 4, 8, True, "x", 4), lay)
     assert csv["driver"] == 32_000_000  # a CSV is read whole on the driver
+    full = dryrun.memory(shape, lay, modelspec.model_bytes(modelspec.parse_spec("gmm:k=3,cov=full"), 4))
+    assert full["model"] == 8 * 3 * (16 + 4 + 1) and full["worker"] == 4 * 62_500 * 32 + 3 * full["model"] + 62_500 * 3 * 8
     with pytest.raises(ConfigError, match="found 10 observations but num_shards=16 needs at least 16"):
         dryrun.layout(rows=10, num_shards=16, ranks=3)
     with pytest.raises(ConfigError, match="found 1 rank"):
         dryrun.layout(rows=10, num_shards=None, ranks=1)
+
+
+def test_a_fit_too_large_for_memory_is_refused_with_the_estimate():
+    """A model or a row too large for memory: exit 2 before any rank works, saying how much
+    was needed and how much there is (pure: the host's memory is given)."""
+    lay = dryrun.layout(rows=1_000_000, num_shards=16, ranks=5)
+    shape = datainput.DataShape(1_000_000, 10_000, 8, False, "x", 10_000)
+    huge = modelspec.model_bytes(modelspec.parse_spec("gmm:k=50,cov=full"), 10_000)  # 50 matrices of 10,000^2
+    assert huge[0] > 39e9
+    why = dryrun.memory_problem(dryrun.memory(shape, lay, huge), available=20e9, total=24e9)
+    assert "the driver would need about" in why and "GB" in why and "free on this host" in why
+    why = dryrun.memory_problem(dryrun.memory(shape, lay, huge), available=1e15, total=24e9)
+    assert "each worker would need about" in why and "more ranks" in why
+    row = dryrun.memory(datainput.DataShape(10, 1e10, 8, False, "x", 1), dryrun.layout(10, 2, 3))
+    assert "one row is about" in dryrun.memory_problem(row, available=20e9, total=24e9)
+    small = dryrun.memory(shape, lay, modelspec.model_bytes(modelspec.parse_spec("gmm:k=3,cov=diag"), 10_000))
+    assert dryrun.memory_problem(small, available=20e9, total=24e9) is None
+    assert modelspec.model_bytes(modelspec.parse_spec("json:x.json"), 3) == (0, 1)  # not sized
 
 
 def test_rank_count_from_n_or_slurm():
@@ -68,7 +90,7 @@ def test_dry_run_prints_everything_and_launches_nothing(h5data, tmp_path, capsys
     for needle in ("dry run: nothing was launched", "shape (10000, 4), float64",
                    "layout: 5 ranks (-n) = 1 driver + 4 workers; S = 16 shards of about 625 rows; 3-4 shards per worker, "
                    "3 computed by the driver (driver_computes)",
-                   "each worker about 78 KB", "streams the data into the shard store", "MPI library (mpi4py): ",
+                   "each worker about 119 KB", "streams the data into the shard store", "MPI library (mpi4py): ",
                    "mpiexec: ", "launch: ", " -n 5 ", f"{sys.executable} -m mixle_mpi fit --data {h5data}:/run1/X",
                    "--num-shards 16", "checkpoint ", "none yet", "will be created"):
         assert needle in out, (needle, out)

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from mixle_mpi.core.errors import ConfigError, MixleMPIError
 from mixle_mpi.core.malloc import peak_rss_mb
 
-STORE_BLOCK_ROWS = 65536  # rows the driver copies into the shard store at a time (ShardStore.create)
 MB = 1 << 20
+MODEL_COPIES = 3  # a rank holds the model, one shard's statistics and the running fold of them
 
 
 @dataclass(frozen=True)
@@ -65,14 +65,54 @@ def layout(rows: int, num_shards: int | None, ranks: int | None, driver_computes
     return Layout(workers, s, per, -(-rows // s), len(here), refused)
 
 
-def memory(shape, lay: Layout) -> dict[str, float]:
-    """Rough bytes (``shape``: a :class:`mixle_mpi.cli.datainput.DataShape`) of data per rank (pure): a worker holds its shards; the driver holds the
-    whole data when it reads it into memory (CSV, sequences), else one block at a time."""
+def memory(shape, lay: Layout, model: tuple[int, int] = (0, 1)) -> dict[str, float]:
+    """Rough bytes per rank (pure): ``shape`` (a :class:`mixle_mpi.cli.datainput.DataShape`)
+    and ``model`` (``modelspec.model_bytes``: parameter bytes, components). A worker holds its
+    shards, the model a few times over and a shard's responsibilities; the driver holds the
+    whole data when it reads it into memory (CSV, sequences), else one store block at a time,
+    and the model once per worker whose statistics may wait for their turn in the fold."""
+    from mixle_mpi.storage.store import WRITE_BLOCK_BYTES
+
     row = shape.values * shape.value_bytes
+    params, k = model
     most = lay.per_worker[1] if lay.per_worker else 1
-    driver_rows = shape.rows if shape.driver_reads_all else min(shape.rows, STORE_BLOCK_ROWS)
-    return {"worker": most * lay.rows_per_shard * row, "driver": (driver_rows + lay.driver * lay.rows_per_shard) * row,
-            "total": shape.rows * row}
+    block_rows = max(1, int(WRITE_BLOCK_BYTES // max(1, row)))
+    driver_rows = shape.rows if shape.driver_reads_all else min(shape.rows, block_rows)
+    workers = lay.workers or 1
+    return {"worker": most * lay.rows_per_shard * row + MODEL_COPIES * params + lay.rows_per_shard * k * 8,
+            "driver": (driver_rows + lay.driver * lay.rows_per_shard) * row + (MODEL_COPIES + workers) * params,
+            "total": shape.rows * row, "row": row, "model": params}
+
+
+def memory_problem(mem: dict, available: float, total: float) -> str | None:
+    """Why the fit cannot fit in this host's memory, or None (pure): the driver's need against
+    what is free now, a worker's against the whole memory of a host like this one."""
+    if mem["row"] > available:
+        return (f"one row is about {_fmt(mem['row'])}, more than the {_fmt(available)} free on this host: "
+                "it cannot be held at all")
+    if mem["driver"] > available:
+        return (f"the driver would need about {_fmt(mem['driver'])} (model {_fmt(mem['model'])}), more than the "
+                f"{_fmt(available)} free on this host")
+    if mem["worker"] > total:
+        return (f"each worker would need about {_fmt(mem['worker'])} (model {_fmt(mem['model'])}), more than "
+                f"this host's {_fmt(total)} of memory: use more ranks (fewer shards each) or a smaller model")
+    return None
+
+
+def host_memory() -> tuple[float, float]:
+    """(bytes free now, bytes in all) on this host."""
+    import psutil
+
+    vm = psutil.virtual_memory()
+    return float(vm.available), float(vm.total)
+
+
+def check_memory(shape, lay: Layout, model: tuple[int, int]) -> None:
+    """Refuse (exit 2) a fit whose rough estimate does not fit this host, with the estimate."""
+    problem = memory_problem(memory(shape, lay, model), *host_memory())
+    if problem:
+        raise ConfigError(f"{problem}. The estimate is rough (see `mixle-mpi fit --dry-run`); "
+                          "--no-memory-check starts the fit anyway")
 
 
 def _mpiexec_line(exe: str) -> str:
@@ -189,13 +229,16 @@ def _layout_line(lay: Layout, ranks: int | None, origin: str) -> str:
     return f"layout: {who}; S = {lay.num_shards} shards of about {lay.rows_per_shard} rows{per}"
 
 
-def _memory_lines(shape, lay: Layout) -> list[str]:
-    mem = memory(shape, lay)
+def _memory_lines(shape, lay: Layout, model: tuple[int, int], problems: list[str]) -> list[str]:
+    mem = memory(shape, lay, model)
+    problem = memory_problem(mem, *host_memory())
+    if problem:
+        problems.append(problem)
     how = ("it reads the whole data before writing the shard store" if shape.driver_reads_all
            else "it streams the data into the shard store block by block")
     runtime = peak_rss_mb() * MB
-    return [f"memory (rough, data only): each worker about {_fmt(mem['worker'])}, the driver about "
-            f"{_fmt(mem['driver'])} ({how}); all the data {_fmt(mem['total'])}",
+    return [f"memory (rough, data and model): each worker about {_fmt(mem['worker'])}, the driver about "
+            f"{_fmt(mem['driver'])} ({how}); all the data {_fmt(mem['total'])}, the model {_fmt(mem['model'])}",
             f"memory per rank for Python, numpy, h5py and mixle: about {_fmt(runtime)} (measured in this process)"]
 
 
@@ -223,7 +266,7 @@ def report(args, lines: list[str], problems: list[str]) -> None:
     lay = layout(shape.rows, cfg.num_shards, ranks, settings.driver_computes, shape.values * shape.value_bytes,
                  settings.driver_share_max_bytes)
     lines.append(_layout_line(lay, ranks, origin))
-    lines += _memory_lines(shape, lay)
+    lines += _memory_lines(shape, lay, modelspec.model_bytes(spec, shape.ncols), problems)
     lines += _report_mpi(args, cfg, ranks, problems)
     lines += _report_checkpoint(cfg, lay, problems)
     lines.append(_outputs_line(cfg))

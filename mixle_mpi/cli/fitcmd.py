@@ -60,11 +60,32 @@ def prepare(cfg: FitConfig, successor: bool = False):
         require_matplotlib()
     if cfg.checkpoint:
         check_writable(cfg.checkpoint)
+    if cfg.memory_check and not successor:
+        check_memory(cfg, spec, source, columns)
     loaded = datainput.load(source, modelspec.row_shape_needed(spec), columns, spill_dir=cfg.out_dir)
     if spec.family == "composite":
         loaded.data = datainput.convert_table(loaded.data, spec.parts, source.path, loaded.lines)
     estimator = modelspec.build_estimator(spec, loaded.ncols)
     return spec, loaded, estimator
+
+
+def check_memory(cfg: FitConfig, spec, source, columns) -> None:
+    """Refuse a fit that cannot fit in memory before its data is read (exit 2 with the
+    estimate): from the data's headers, the world's size and the model's parameters."""
+    from mixle_mpi.cli import dryrun
+    from mixle_mpi.cli.jobconfig import resolved_settings
+
+    shape = datainput.probe(source, modelspec.row_shape_needed(spec), columns)
+    settings = resolved_settings(cfg)
+    lay = dryrun.layout(shape.rows, cfg.num_shards, world_size(), bool(settings.driver_computes),
+                        int(shape.values * shape.value_bytes), settings.driver_share_max_bytes)
+    dryrun.check_memory(shape, lay, modelspec.model_bytes(spec, shape.ncols))
+
+
+def world_size() -> int | None:
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD.Get_size() if MPI.Is_initialized() else None
 
 
 def run(cfg: FitConfig) -> int:

@@ -43,6 +43,7 @@ class FitConfig:
     plot: bool = False
     progress: str = "auto"
     keep_store: bool = False
+    memory_check: bool = True
 
 
 # The built-in default job: `mixle-mpi demo`, and `mixle-mpi chaos` without --data.
@@ -86,6 +87,8 @@ HELP = {
     "plot": "write fit.png: log-likelihood per iteration with failures and recoveries marked",
     "progress": "auto (live in a terminal, one line per iteration otherwise), line, live or off",
     "keep_store": "keep out_dir/work/shards.h5 (a full copy of the data) after a finished fit",
+    "memory_check": "refuse (exit 2) a fit whose rough memory estimate (as --dry-run prints it) exceeds this "
+                    "host's memory: the driver's need against what is free, a worker's against the whole",
 }
 CHOICES = {"resume": ("auto", "yes", "no"), "progress": ("auto", "line", "live", "off")}
 POSITIVE_INT = ("sub_chunks", "max_its", "restarts", "max_retries", "checkpoint_every")

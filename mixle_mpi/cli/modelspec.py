@@ -102,6 +102,20 @@ def row_shape_needed(spec: ModelSpec) -> str:
     return {"gmm": "matrix", "poisson": "integers", "hmm": "sequences", "composite": "table"}.get(spec.family, "any")
 
 
+def model_bytes(spec: ModelSpec, ncols: int | None) -> tuple[int, int]:
+    """(bytes of the model's parameters, components) for the memory estimate (pure, rough):
+    a full-covariance Gaussian mixture is k d-by-d matrices; a ``json:`` model is not sized (0)."""
+    p, d = spec.params, ncols or 1
+    if spec.family == "gmm":
+        per = d * d + d + 1 if p["cov"] == "full" and ncols is not None else 2 * d + 1
+        return 8 * p["k"] * per, p["k"]
+    if spec.family == "hmm":
+        return 8 * (p["states"] ** 2 + 3 * p["states"]), p["states"]
+    if spec.family in ("poisson", "composite"):
+        return 8 * p["k"] * (2 + 2 * len(spec.parts)), p["k"]
+    return 0, 1
+
+
 def build_estimator(spec: ModelSpec, ncols: int | None):
     """The mixle estimator for ``spec``; ``ncols`` is the data's number of columns (None: 1-D rows)."""
     import mixle.stats as st

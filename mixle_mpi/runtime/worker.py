@@ -144,7 +144,7 @@ class Worker:
         now = time.monotonic()
         if self.parent is not None and now >= self._parent_look:
             self._parent_look = now + 0.2
-            if not birth.running(self.parent):
+            if not procs.running(self.parent):
                 die(DRIVER_LOST, f"the driver (pid {self.parent[0]}) died before it set this replacement up")
         if now > self.setup_by:
             die(NEVER_STARTED, "a replacement heard nothing from the driver since it joined, within "
