@@ -55,3 +55,39 @@ def test_a_long_healthy_estep_is_not_taken_for_a_stall(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     per_it = summary["wall_seconds"] / summary["iterations"]
     assert per_it > 1.2 * stall, f"the E-step took {per_it:.2f} s per iteration: too short to prove anything"
+
+
+def test_a_driver_blocked_for_good_outside_mpi_ends_with_74_and_the_launcher_resumes_it(tmp_path):
+    """The driver's main thread blocks in a callback that never returns (as on a hung file
+    system) while its heartbeat thread beats on: the watchdog sees the main thread neither
+    passing its loops nor computing, and ends the attempt with 74 within its limit
+    (reconfigure_timeout + 30 s); the launcher runs it again, which resumes from the
+    checkpoint (the block was at iteration 3, before its resumption point) to the bits of a
+    run that never blocked; nothing is left running."""
+    import time
+
+    from mpiharness import REPO
+
+    job = str(REPO / "tests" / "jobs" / "blocked_callback.py")
+    env = dict(os.environ, PYTHONWARNINGS="ignore", MIXLE_MPI_RECONFIGURE_TIMEOUT="4")
+    env.pop("MIXLE_MPI_FAULT_PLAN", None)
+
+    def launch(ck, mode):
+        return subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "run", "-n", "3", "--timeout", "150", "--", OMPI_PYTHON,
+                               job, str(tmp_path / ck), str(tmp_path / f"work-{ck}"), mode], capture_output=True,
+                              text=True, timeout=200, cwd=str(tmp_path), env=env)
+
+    t0 = time.monotonic()
+    blocked = launch("ck.h5", "block")
+    took = time.monotonic() - t0
+    text = blocked.stdout[-2000:] + blocked.stderr[-4000:]
+    assert blocked.returncode == 0, text
+    assert "BLOCKING at iteration 3" in blocked.stdout
+    assert "(exit 74): the driver's main thread made no progress for" in blocked.stderr, text
+    assert "computed nothing meanwhile" in blocked.stderr and "running it again to resume" in blocked.stderr, text
+    assert "resumed" in blocked.stderr and took < 120, (took, text)  # the watchdog ended it, not --timeout
+    assert no_leftover_processes(str(tmp_path)) == []
+    clean = launch("clean.h5", "go")
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    done = [line for line in blocked.stdout.splitlines() if line.startswith("DONE")]
+    assert done and done == [line for line in clean.stdout.splitlines() if line.startswith("DONE")]

@@ -283,3 +283,52 @@ def test_a_quiet_driver_is_waited_for_as_long_as_it_said_beyond_the_usual_limit(
     assert driver_silence_limit(60.0, last_heard=100.0, quiet_until=0.0) == 60.0  # never told
     assert driver_silence_limit(60.0, last_heard=100.0, quiet_until=160.0) == 120.0  # 60 s of quiet announced
     assert driver_silence_limit(60.0, last_heard=200.0, quiet_until=160.0) == 60.0  # heard since: back to normal
+
+
+def test_a_main_thread_is_stuck_only_when_silent_past_the_limit_and_not_computing():
+    from mixle_mpi.policy.heartbeat import main_thread_stuck
+
+    assert main_thread_stuck(marked_at=100.0, now=150.0, cpu_since_mark=0.0, limit=90.0) is None   # within the limit
+    assert main_thread_stuck(marked_at=100.0, now=200.0, cpu_since_mark=0.0, limit=90.0) == 100.0  # blocked
+    assert main_thread_stuck(marked_at=100.0, now=200.0, cpu_since_mark=60.0, limit=90.0) is None  # an M-step
+    assert main_thread_stuck(marked_at=100.0, now=200.0, cpu_since_mark=9.0, limit=90.0) == 100.0  # 9 % of a core
+
+
+def test_the_watchdog_ends_a_fit_whose_main_thread_blocks_outside_mpi_and_spares_one_that_computes():
+    """Real threads: this test's own thread is the main thread. Blocked in a wait (a hung file
+    system) inside a fit: ended; computing as long: spared; blocked outside a fit: spared."""
+    import threading
+    import time
+
+    from mixle_mpi.core import liveness
+    from mixle_mpi.runtime.watchdog import Watchdog
+
+    class Listener:
+        passed_at = float("inf")  # its heartbeat thread is fine throughout
+
+    def run(body, armed=True) -> list[str]:
+        ended: list[str] = []
+        dog = Watchdog(Listener(), limit=0.5, check_every=0.05, end=ended.append)
+        dog.start()
+        try:
+            if armed:
+                with liveness.watched():
+                    body()
+            else:
+                liveness.mark()
+                body()
+        finally:
+            dog.stop()
+        return ended
+
+    blocked = run(lambda: threading.Event().wait(1.5))
+    assert len(blocked) == 1 and blocked[0].startswith("the driver's main thread made no progress for"), blocked
+    assert "computed nothing meanwhile" in blocked[0] and "run the same command again to resume" in blocked[0]
+
+    def compute():
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            sum(i * i for i in range(10_000))
+
+    assert run(compute) == []
+    assert run(lambda: threading.Event().wait(1.5), armed=False) == []  # between fits: the caller's time

@@ -7,6 +7,9 @@ from __future__ import annotations
 import threading
 import time
 
+from mixle_mpi.core import liveness
+
+MARK_EVERY = 1.0  # seconds: a caller waiting on a call marks its own liveness this often
 GIVE_UP_POLL = 0.02  # seconds between the caller's looks at whether the call can still end (birth.SCAN_EVERY)
 
 
@@ -54,8 +57,9 @@ def run_with_deadline(fn, timeout: float, what: str, give_up=None):
         left = end - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"{what} did not finish within {timeout:g} s")
+        liveness.mark()  # waiting here, with a deadline, is progress (core/liveness)
         if give_up is None:
-            call.thread.join(left)
+            call.thread.join(min(left, MARK_EVERY))
             continue
         reason = give_up()
         if reason:

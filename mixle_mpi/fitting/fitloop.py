@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_mpi.core import liveness
 from mixle_mpi.storage import checkpoint as ckpt
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core import exitcodes
@@ -239,21 +240,22 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
             raise stopped(stop.signal, i, checkpoint)
 
     print_iter = 1 if out is not None else None  # mixle prints to stdout when out is None
-    with warnings.catch_warnings():
-        for note in MIXLE_STOP_NOTES:
-            warnings.filterwarnings("ignore", message=note)
-        if state is None:
-            model = optimize(None, estimator, enc_data=enc, max_its=max_its, delta=delta, init_p=init_p,
-                             rng=np.random.RandomState(seed), on_step=on_step, out=out, print_iter=print_iter)
-        else:
-            model = optimize(None, estimator, enc_data=enc, prev_estimate=from_json(state.model),
-                             max_its=max(0, max_its - start), delta=delta, on_step=on_step, out=out, print_iter=print_iter)
-    if state is not None:
-        _whole_fit_provenance(model, len(history), max_its)
-    reason = stop_reason(history, max_its, delta)
-    if checkpoint:
-        save(model, len(history), finished=True, stopped=reason)
-    report(checkpoint)
-    if on_finish is not None:
-        on_finish(reason)
-    return model, history
+    with liveness.watched():  # a main thread blocked for good ends the fit (runtime/watchdog)
+        with warnings.catch_warnings():
+            for note in MIXLE_STOP_NOTES:
+                warnings.filterwarnings("ignore", message=note)
+            if state is None:
+                model = optimize(None, estimator, enc_data=enc, max_its=max_its, delta=delta, init_p=init_p,
+                                 rng=np.random.RandomState(seed), on_step=on_step, out=out, print_iter=print_iter)
+            else:
+                model = optimize(None, estimator, enc_data=enc, prev_estimate=from_json(state.model),
+                                 max_its=max(0, max_its - start), delta=delta, on_step=on_step, out=out, print_iter=print_iter)
+        if state is not None:
+            _whole_fit_provenance(model, len(history), max_its)
+        reason = stop_reason(history, max_its, delta)
+        if checkpoint:
+            save(model, len(history), finished=True, stopped=reason)
+        report(checkpoint)
+        if on_finish is not None:
+            on_finish(reason)
+        return model, history

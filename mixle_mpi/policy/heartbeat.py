@@ -133,3 +133,20 @@ def listener_stuck(passed_at: float, now: float, limit: float) -> float | None:
     while it is fine."""
     silent = now - passed_at
     return silent if silent > limit else None
+
+
+MAIN_BUSY_SHARE = 0.1  # of one core: a main thread that used more than this while silent is computing, not stuck
+
+
+def main_thread_stuck(marked_at: float, now: float, cpu_since_mark: float, limit: float,
+                      busy_share: float = MAIN_BUSY_SHARE) -> float | None:
+    """Seconds the driver's main thread has been stuck, when it is (pure): it passed none of
+    its wait loops' marks (``core/liveness``) for over ``limit`` and used less than
+    ``busy_share`` of a core meanwhile, so it is not computing (an M-step of a large model
+    may take minutes) but blocked outside MPI: a write to a hung file system, a read of the
+    shard store, a user's callback. Its heartbeat thread goes on, so nothing else would
+    ever end the job."""
+    silent = now - marked_at
+    if silent <= limit or cpu_since_mark > busy_share * silent:
+        return None
+    return silent

@@ -16,6 +16,7 @@ from typing import Any
 
 from mpi4py import MPI
 
+from mixle_mpi.core import liveness
 from mixle_mpi.core.errors import WorkerError
 from mixle_mpi.core.protocol import TAG_CMD, TAG_REPLY, Result, TaskError
 from mixle_mpi.policy.pacing import NEVER
@@ -199,6 +200,7 @@ class Mailroom:
         every reply comes with a ring of the driver's doorbell)."""
         backoff = Backoff(window=window, bell=self.bell)
         while True:
+            liveness.mark()
             t = time.thread_time()  # the pass's own CPU: time descheduled is not its cost
             progressed = step()
             if progressed is None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from mpi4py import MPI
 
+from mixle_mpi.core import liveness
 from mixle_mpi.core.protocol import TAG_CMD, Abort
 from mixle_mpi.policy.pacing import Pacing
 
@@ -127,6 +128,7 @@ class Backoff(Pacing):
     bell: Any = None
 
     def sleep(self, pass_seconds: float = 0.0) -> None:
+        liveness.mark()
         delay = self.next_delay(time.monotonic(), pass_seconds)
         if self.bell is None:
             time.sleep(delay)

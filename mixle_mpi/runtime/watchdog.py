@@ -1,4 +1,5 @@
-"""The driver's last guard against a hang inside the MPI library itself.
+"""The driver's last guard against a hang inside the MPI library itself, or anywhere else in
+its main thread.
 
 Every wait of ours has a deadline, but one call into MPI can block inside the library: seen
 with MPICH over libfabric's tcp provider after a worker on another host died, where a call
@@ -7,6 +8,12 @@ too, and no deadline of ours is ever looked at. The heartbeat thread then comple
 pass. This thread makes no MPI call: when no pass has completed for longer than the limit
 (``policy/heartbeat.listener_stuck``), it ends the driver with exit 74 and one line that
 says why. The checkpoint is intact (it is replaced atomically), so a rerun resumes.
+
+It also watches the main thread: a main thread blocked outside MPI (a write to a hung file
+system, a user's callback that never returns) leaves the heartbeat thread beating, so the
+workers would wait for good. When the main thread passed no mark of its wait loops
+(``core/liveness``) for longer than the limit and did not compute meanwhile
+(``policy/heartbeat.main_thread_stuck``), it ends the driver the same way.
 """
 
 from __future__ import annotations
@@ -15,8 +22,8 @@ import os
 import threading
 import time
 
-from mixle_mpi.core import exitcodes, logs
-from mixle_mpi.policy.heartbeat import listener_stuck
+from mixle_mpi.core import exitcodes, liveness, logs
+from mixle_mpi.policy.heartbeat import listener_stuck, main_thread_stuck
 
 
 class Watchdog:
@@ -35,14 +42,41 @@ class Watchdog:
         self._stop.set()
 
     def _run(self) -> None:
+        cpu = _MainCPU()
         while not self._stop.wait(self.check_every):
-            stuck = listener_stuck(self.monitor.passed_at, time.monotonic(), self.limit)
-            if stuck is not None and not self._stop.is_set():
-                self._end(f"the driver's MPI library made no progress for {stuck:.0f} s (a call into it "
-                          f"blocked: its heartbeat thread completed no pass; limit {self.limit:g} s, "
-                          "reconfigure_timeout + 30 s). The checkpoint is intact: run the same command "
-                          "again to resume")
+            why = self._verdict(cpu)
+            if why is not None and not self._stop.is_set():
+                self._end(why + ". The checkpoint is intact: run the same command again to resume")
                 return
+
+    def _verdict(self, cpu: "_MainCPU") -> str | None:
+        now = time.monotonic()
+        stuck = listener_stuck(self.monitor.passed_at, now, self.limit)
+        if stuck is not None:
+            return (f"the driver's MPI library made no progress for {stuck:.0f} s (a call into it blocked: its "
+                    f"heartbeat thread completed no pass; limit {self.limit:g} s, reconfigure_timeout + 30 s)")
+        marked = liveness.marked_at()
+        stuck = main_thread_stuck(marked, now, cpu.since(marked), self.limit) if liveness.armed() else None
+        if stuck is not None:
+            return (f"the driver's main thread made no progress for {stuck:.0f} s and computed nothing meanwhile "
+                    f"(blocked outside MPI: a file system that hangs, or a callback that never returns; limit "
+                    f"{self.limit:g} s, reconfigure_timeout + 30 s)")
+        return None
+
+
+class _MainCPU:
+    """The main thread's CPU seconds since its last liveness mark (sampled at each look)."""
+
+    def __init__(self) -> None:
+        self.mark, self.at_mark = None, liveness.main_cpu_seconds()
+
+    def since(self, marked: float) -> float:
+        now = liveness.main_cpu_seconds()
+        if now is None:
+            return float("inf")  # cannot tell: never call it stuck
+        if marked != self.mark:
+            self.mark, self.at_mark = marked, now
+        return now - (self.at_mark if self.at_mark is not None else now)
 
 
 def _end_driver(message: str) -> None:
