@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from mixle_mpi.cli import chaos, fitcmd, inspector
+from mixle_mpi.cli import chaos, fitcmd, inspector, restartpaths
 from mixle_mpi.fitting import progress
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.policy.faults import parse_plan
@@ -163,9 +163,9 @@ def test_best_restart_and_restart_checkpoints():
     nan = float("nan")
     assert fitcmd.best_restart([{"ll": [1.0, nan]}, {"ll": [-5.0]}, {"ll": [float("inf")]}]) == 1  # never NaN or inf
     assert fitcmd.best_restart([{"ll": [nan]}, {"ll": []}]) == 0  # none finite: the first
-    assert fitcmd.restart_checkpoint("c/ck.h5", 2, 3) == "c/ck.r2.h5"
-    assert fitcmd.restart_checkpoint("c/ck.h5", 0, 1) == "c/ck.h5"
-    assert fitcmd.restart_checkpoint(None, 0, 3) is None
+    assert restartpaths.restart_checkpoint("c/ck.h5", 2, 3) == "c/ck.r2.h5"
+    assert restartpaths.restart_checkpoint("c/ck.h5", 0, 1) == "c/ck.h5"
+    assert restartpaths.restart_checkpoint(None, 0, 3) is None
     assert fitcmd.under_mpi_launcher({"OMPI_COMM_WORLD_SIZE": "3"})
     assert not fitcmd.under_mpi_launcher({})
 

@@ -207,7 +207,7 @@ def _checkpoint_line(path: str, cfg, lay: Layout | None, problems: list[str]) ->
 
 
 def _report_checkpoint(cfg, lay: Layout | None, problems: list[str]) -> list[str]:
-    from mixle_mpi.cli.fitcmd import restart_checkpoints
+    from mixle_mpi.cli.restartpaths import restart_checkpoints
 
     if not cfg.checkpoint:
         return ["checkpoint: none (--checkpoint not given)"]

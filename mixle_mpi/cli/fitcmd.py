@@ -21,6 +21,7 @@ import time
 from mixle_mpi.cli import datainput, modelspec
 from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.cli.jobconfig import FitConfig, settings_overrides
+from mixle_mpi.cli.restartpaths import restart_checkpoint, restart_checkpoints
 
 MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS")
 
@@ -28,19 +29,6 @@ MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOC
 def under_mpi_launcher(environ=os.environ) -> bool:
     """True when an MPI launcher started this process (so it must not launch itself)."""
     return any(v in environ for v in MPI_ENV) or "MIXLE_MPI_STATUS_FILE" in environ
-
-
-def restart_checkpoint(path: str | None, restart: int, restarts: int) -> str | None:
-    """Restart r of R > 1 keeps its own checkpoint, ``ckpt.r<r>.h5`` beside ``ckpt.h5``."""
-    if not path or restarts == 1:
-        return path
-    root, ext = os.path.splitext(path)
-    return f"{root}.r{restart}{ext or '.h5'}"
-
-
-def restart_checkpoints(path: str, restarts: int) -> list[str]:
-    """Every restart's checkpoint path, in restart order."""
-    return [restart_checkpoint(path, r, restarts) for r in range(restarts)]
 
 
 def prepare(cfg: FitConfig, successor: bool = False):

@@ -25,7 +25,7 @@ HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 def restart_siblings(path: str) -> list[str]:
     """``ck.r0.h5``, ``ck.r1.h5``, ... that exist for a base checkpoint name ``ck.h5``."""
-    from mixle_mpi.cli.fitcmd import restart_checkpoint
+    from mixle_mpi.cli.restartpaths import restart_checkpoint
 
     found: list[str] = []
     # restart r's name does not depend on the number of restarts, as long as it is above 1
