@@ -5,7 +5,7 @@ their own address and hostname, Open MPI's launcher reaching them through a stan
 ssh), puts the driver on A and two workers each on B and C, and runs ``mixle-mpi chaos
 --external`` over them: real ranks SIGKILLed or SIGSTOPped from outside at seeded random
 moments, including a whole host's workers at once, each run checked against a failure-free
-reference for bit-identity and leftover processes. Open MPI only (see README, "Across hosts").
+reference for bit-identity and leftover processes. Open MPI only (see docs/user-guide.md, "Across hosts").
 
     python bench/chaos_hosts.py [--runs 10] [--seed 23] [--kinds worker,two_workers,stop,host]
 """

@@ -12,8 +12,7 @@ import os
 import sys
 
 import mixle.stats as st
-from mixle_mpi import ResilientMPIEncodedData, is_driver
-from mixle_mpi.fitting.fitloop import fit
+from mixle_mpi import ResilientMPIEncodedData, fit, is_driver
 
 # (1) the model
 estimator = st.MixtureEstimator([st.GaussianEstimator()] * 3)

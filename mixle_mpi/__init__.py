@@ -14,6 +14,10 @@ def __getattr__(name):
         from mixle_mpi.runtime import handle
 
         return getattr(handle, name)
+    if name == "fit":
+        from mixle_mpi.fitting.fitloop import fit
+
+        return fit
     if name == "checkpointed_fold":
         from mixle.utils.parallel.resilient_em import checkpointed_fold
 
@@ -24,6 +28,7 @@ def __getattr__(name):
 __all__ = [
     "ResilientMPIEncodedData",
     "is_driver",
+    "fit",
     "checkpointed_fold",
     "Fault",
     "MixleMPIError",

@@ -22,7 +22,8 @@ def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPa
 
 
 PARSER = build_parser()
-ALL = {"mixle-mpi": PARSER, **subparsers(PARSER)}
+FULL = build_parser(full_help=True)
+ALL = {"mixle-mpi": PARSER, **subparsers(PARSER), **{f"{k} (--help-all)": v for k, v in subparsers(FULL).items()}}
 
 
 def test_version_comes_from_the_package_metadata(capsys):
@@ -44,7 +45,8 @@ def test_every_option_shows_its_default(name):
     formatter = parser._get_formatter()
     missing = []
     for action in parser._actions:
-        if not action.option_strings or isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+        if (not action.option_strings or isinstance(action, (argparse._HelpAction, argparse._VersionAction))
+                or action.help == argparse.SUPPRESS):
             continue
         text = formatter._format_action(action)  # the option's lines, exactly as --help prints them
         if action.required or "(required)" in text:
@@ -60,14 +62,35 @@ def test_help_has_no_docstring_markup(name):
     assert "``" not in text and not re.search(r":[a-z]+:`", text), text
 
 
-def test_slurm_help_is_plain_text_with_its_paragraphs():
-    text = ALL["slurm"].format_help()
-    assert "- ft: a fault-tolerant single job." in text  # the list keeps its lines
-    assert "(mixle_mpi.cli.launcher.SignalForwarder)" in text
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_help_speaks_to_users_not_developers(name):
+    text = " ".join(ALL[name].format_help().split())
+    for word in ("mixle_mpi.cli", "mixle_mpi.runtime", "golden", "SignalForwarder", "SUMMARY_FILES",
+                 "unit-tested", "pure function"):
+        assert word not in text, f"{name} --help says {word!r}"
+
+
+def test_every_subcommand_says_what_it_is_for():
+    for name, parser in subparsers(PARSER).items():
+        assert parser.description and len(parser.description) > 40, name
+
+
+def test_fit_help_fits_on_a_screen_and_help_all_has_the_rest(capsys):
+    env = {**os.environ, "COLUMNS": "80"}
+    short = subprocess.run([sys.executable, "-m", "mixle_mpi", "fit", "--help"], capture_output=True, text=True,
+                           timeout=60, env=env)
+    full = subprocess.run([sys.executable, "-m", "mixle_mpi", "fit", "--help-all"], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert short.returncode == 0 and full.returncode == 0
+    assert len(short.stdout.splitlines()) <= 60, short.stdout
+    for group in ("launch:", "data and model:", "EM:", "resilience:", "output:"):
+        assert group in short.stdout and group in full.stdout
+    assert "--help-all" in short.stdout
+    assert "--heartbeat-timeout" not in short.stdout and "--heartbeat-timeout" in full.stdout
 
 
 def test_fit_defaults_are_the_real_ones_not_none():
-    text = ALL["fit"].format_help()
+    text = ALL["fit (--help-all)"].format_help()
     flat = " ".join(text.split())
     for needle in ("EM iterations at most (default: 100)", "(default: 1e-09)", "(default: 0.4, or MIXLE_MPI_HEARTBEAT_PERIOD)",
                    "(default: all columns)", "--dry-run", "ck.r0.h5, ck.r1.h5"):

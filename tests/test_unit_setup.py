@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _readme_commands() -> list[str]:
-    block = re.search(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.S).group(1)
+    block = re.search(r"```bash ci\n(.*?)```", (REPO / "README.md").read_text(), re.S).group(1)
     return [line for line in block.splitlines() if line and not line.startswith("#")]
 
 

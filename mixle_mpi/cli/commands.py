@@ -35,39 +35,40 @@ def _kill_window(text: str):
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
-def _add_launch_options(p: argparse.ArgumentParser, required_n: bool = False) -> None:
+def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> None:
+    """How the ranks are launched. ``full_help`` False: only -n and --mpi are described."""
+    more = (lambda text: text) if full_help else (lambda text: argparse.SUPPRESS)
     p.add_argument("-n", type=int, required=required_n, default=None,
                    help="number of ranks (1 driver + n-1 workers)" if required_n else
-                   "launch N ranks (1 driver + N-1 workers) through `mixle-mpi run`; omit under mpiexec/srun")
+                   "launch N ranks: 1 driver + N-1 workers (default: none: under mpiexec/srun)")
     p.add_argument("--mpi", choices=["openmpi", "mpich", "srun"], default=None,
                    help="default: detected from --mpiexec; srun launches with srun --mpi=pmix (Open MPI) or "
                         "--mpi=pmi2 (MPICH), --kill-on-bad-exit=0 --wait=0: no ULFM, and a worker death is "
-                        "survived without respawn (see below)")
-    p.add_argument("--mpiexec", default=None, help="default: the one beside this Python, else PATH")
+                        "survived without respawn" if full_help else "default: detected from the mpiexec found")
+    p.add_argument("--mpiexec", default=None, help=more("default: the one beside this Python, else PATH"))
     p.add_argument("--mpiexec-args", default=None, metavar="FLAGS",
-                   help="more flags for mpiexec (or srun), one shell-quoted string, put before -n: e.g. "
-                        "'--hostfile hosts --map-by slot' to place ranks on several hosts (or "
-                        "MIXLE_MPI_MPIEXEC_ARGS)")
-    p.add_argument("--timeout", type=float, default=None, help="kill the job after this many seconds")
+                   help=more("more flags for mpiexec (or srun), one shell-quoted string, put before -n: e.g. "
+                             "'--hostfile hosts --map-by slot' to place ranks on several hosts (or "
+                             "MIXLE_MPI_MPIEXEC_ARGS)"))
+    p.add_argument("--timeout", type=float, default=None, help=more("kill the job after this many seconds"))
     p.add_argument("--start-retries", type=int, default=1,
-                   help="launch again, up to this many times, a job that never started (exit 73: a rank "
-                        "died or hung while starting; nothing was computed)")
+                   help=more("launch again, up to this many times, a job that never started (exit 73: a rank "
+                             "died or hung while starting; nothing was computed)"))
     p.add_argument("--resume-retries", type=int, default=1,
-                   help="launch again, up to this many times, a job whose driver could not reconfigure after a "
-                        "failure (exit 74, e.g. a replacement that died inside MPI_Comm_spawn under MPICH): it "
-                        "resumes from its checkpoint")
+                   help=more("launch again, up to this many times, a job whose driver could not reconfigure "
+                             "after a failure (exit 74, e.g. a replacement that died inside MPI_Comm_spawn under "
+                             "MPICH): it resumes from its checkpoint"))
     p.add_argument("--allow-many-ranks", action="store_true",
-                   help="launch -n N even when N is more than 4 ranks per core of this machine (refused by "
-                        "default as a likely typo; or set MIXLE_MPI_ALLOW_MANY_RANKS=1) (default: off)")
+                   help=more("launch -n N even when N is more than 4 ranks per core of this machine (refused by "
+                             "default as a likely typo; or set MIXLE_MPI_ALLOW_MANY_RANKS=1) (default: off)"))
 
 
-def _add_log_options(p: argparse.ArgumentParser) -> None:
+def _add_log_options(p) -> None:
     p.add_argument("-q", "--quiet", action="store_true",
-                   help="log only warnings and errors on stderr, on every rank (progress lines are --progress) "
-                        "(default: off; or MIXLE_MPI_LOG_LEVEL=warning)")
+                   help="log only warnings and errors (default: off; MIXLE_MPI_LOG_LEVEL=warning)")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="log everything on stderr, on every rank: also each checkpoint and the launcher's "
-                        "verdict (default: off; or MIXLE_MPI_LOG_LEVEL=debug)")
+                   help="log everything, also each checkpoint and the launch details "
+                        "(default: off; MIXLE_MPI_LOG_LEVEL=debug)")
 
 
 def _flag_level(args) -> int | None:
@@ -149,7 +150,8 @@ def _demo(args) -> int:
     return demo(ranks=args.ranks, timeout=args.timeout, out_dir=args.out_dir)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
+    """The whole command. ``full_help``: ``fit --help`` describes every option (``--help-all``)."""
     from mixle_mpi.cli.jobconfig import add_fit_options
     from mixle_mpi.cli import helptext, inspector, status
     from mixle_mpi.cli.dryrun import dry_run
@@ -158,23 +160,25 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     f = sub.add_parser("fit", help="fit a model to HDF5/.npy/CSV data on MPI ranks (survives rank failures)",
-                       description="Fit a model by EM on MPI ranks. Under mpiexec/srun every rank runs this "
-                                   "command; with -n N it launches itself. Options may come from a TOML job "
+                       usage=None if full_help else "mixle-mpi fit [-n N] --data DATA --model MODEL [options]",
+                       description="Fit a model by EM on MPI ranks. With -n N it launches itself; under "
+                                   "mpiexec/srun every rank runs this command. Options may come from a TOML job "
                                    "file (--config); flags override it.",
-                       epilog=CONTINUATION_HELP)
-    _add_launch_options(f)
-    _add_log_options(f)
-    add_fit_options(f)
+                       epilog=CONTINUATION_HELP if full_help else
+                       "--help-all shows every option; docs/user-guide.md explains them.")
+    launch = f.add_argument_group("launch")
+    _add_launch_options(launch, full_help=full_help)
+    launch.add_argument("--dry-run", dest="func", action="store_const", const=dry_run, default=argparse.SUPPRESS,
+                        help="check data, model and layout, print the launch, exit (default: off)")
+    _add_log_options(launch)
+    add_fit_options(f, full_help=full_help)
     f.set_defaults(func=_fit)
-    f.add_argument("--dry-run", dest="func", action="store_const", const=dry_run, default=argparse.SUPPRESS,
-                   help="print the layout (shards, shards per worker), the memory per rank, the MPI found and "
-                        "the launch command, then exit without launching (default: off)")
 
     r = sub.add_parser("run", help="launch a command under mpiexec with the flags each MPI needs",
                        epilog=CONTINUATION_HELP)
     _add_launch_options(r, required_n=True)
     _add_log_options(r)
-    r.add_argument("--blas-threads", type=int, default=1)
+    r.add_argument("--blas-threads", type=int, default=1, help="BLAS threads on every rank (the bits depend on it)")
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python script.py [args]")
     r.set_defaults(func=_run)
 
@@ -230,11 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="summarize a shard store, checkpoint, event log or fit output folder")
     i.add_argument("paths", nargs="+", help="shards.h5, a checkpoint .h5, events.jsonl, summary.json or an out_dir")
     i.set_defaults(func=_inspect)
-    i.description = inspector.__doc__
 
     d = sub.add_parser("demo", help="fit the built-in Iris data, kill a worker mid-fit, check the bits")
-    d.add_argument("--ranks", type=int, default=4)
-    d.add_argument("--timeout", type=float, default=600)
+    d.add_argument("--ranks", type=int, default=4, help="MPI ranks: 1 driver + the workers")
+    d.add_argument("--timeout", type=float, default=600, help="seconds before each of the two fits is ended")
     d.add_argument("--out-dir", default=None, help="default: a new temporary folder")
     d.set_defaults(func=_demo)
 
@@ -242,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
         register(sub)
     status.add_subcommand(sub)
     p.add_argument("--version", action="version", version=f"%(prog)s {helptext.version()}")
+    for name, text in helptext.DESCRIPTIONS.items():
+        sub.choices[name].description = text
     for parser in (p, *sub.choices.values()):
         helptext.polish(parser)  # defaults shown, docstring markup gone
     return p
@@ -257,7 +262,11 @@ def _extensions():
 def main(argv=None) -> int:
     from mixle_mpi.core import logs
 
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    full_help = "--help-all" in argv
+    if full_help:
+        argv = ["--help" if a == "--help-all" else a for a in argv]
+    args = build_parser(full_help=full_help).parse_args(argv)
     logs.setup(_flag_level(args))
     return run_command(args, args.command)
 

@@ -122,20 +122,65 @@ def default_text(name: str) -> str:
     return _show(value)
 
 
-def add_fit_options(p: argparse.ArgumentParser) -> None:
-    """Flags for every FitConfig field; defaults are None so unset flags don't override a file.
-    The help text shows the real default (FitConfig's), not argparse's None."""
-    p.add_argument("--config", help="a TOML job file holding any of the options below (flags override it) "
-                                    "(default: none)")
-    for f in fields(FitConfig):
-        flag = "--" + f.name.replace("_", "-")
-        text = HELP[f.name]
-        if "default" not in text and "(required)" not in text:
-            text += f" (default: {default_text(f.name)})"
-        if f.type.startswith("bool"):
-            p.add_argument(flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction, help=text)
-        else:
-            p.add_argument(flag, dest=f.name, default=None, help=text, metavar=f.name.upper())
+# How `fit --help` groups the options; the ones in SHORT_HELP show there, with that text, and
+# every option shows with its full text under --help-all (and in docs/reference.md).
+GROUPS = {
+    "data and model": ("data", "model", "columns", "num_shards", "sub_chunks", "seed", "restarts"),
+    "EM": ("max_its", "delta", "init_p"),
+    "resilience": ("checkpoint", "checkpoint_every", "checkpoint_seconds", "resume", "failover", "spares",
+                   "max_retries", "respawn", "respawn_wait", "heartbeat_period", "heartbeat_timeout",
+                   "stall_timeout", "driver_computes", "memory_check"),
+    "output": ("out_dir", "plot", "progress", "keep_store"),
+}
+SHORT_HELP = {
+    "data": "PATH.h5:/dataset, PATH.npy, PATH.csv or builtin:iris (required)",
+    "model": "gmm:k=K[,cov=diag|full], poisson:k=K, hmm:states=S, composite:..., json:FILE (required)",
+    "columns": "CSV columns, e.g. 0:4 or x,y",
+    "num_shards": "shards S (default: from the rows alone); S fixes the bits, the rank count does not",
+    "seed": "seed of the random initialization",
+    "restarts": "random restarts (seed + r); the best one wins",
+    "max_its": "EM iterations at most",
+    "delta": "stop when the log-likelihood gains less (none: run max_its)",
+    "checkpoint": "HDF5 checkpoint path; an existing one is resumed",
+    "resume": "auto, yes (require a checkpoint) or no (afresh)",
+    "failover": "a survivor takes over from a dead driver",
+    "spares": "idle ranks that take a failed worker's place",
+    "max_retries": "failures before a worker's place is blacklisted",
+    "out_dir": "where model.json, summary.json and the logs go",
+    "plot": "write fit.png: log-likelihood, failures marked",
+}
+METAVAR = {"model": "SPEC", "columns": "COLS", "num_shards": "S", "sub_chunks": "K", "restarts": "R",
+           "max_its": "N", "delta": "D", "init_p": "P", "checkpoint": "PATH", "checkpoint_every": "N",
+           "checkpoint_seconds": "SEC", "resume": "MODE", "spares": "N", "max_retries": "N",
+           "heartbeat_period": "SEC", "heartbeat_timeout": "SEC", "stall_timeout": "SEC", "out_dir": "DIR",
+           "progress": "MODE"}
+
+
+def add_fit_options(p: argparse.ArgumentParser, full_help: bool = True) -> None:
+    """Flags for every FitConfig field, grouped; defaults are None so unset flags don't
+    override a file. The help text shows the real default (FitConfig's), not argparse's None.
+    ``full_help`` False: only the options of SHORT_HELP are described (``fit --help``)."""
+    grouped = {name for names in GROUPS.values() for name in names}
+    missing = sorted({f.name for f in fields(FitConfig)} - grouped)
+    assert not missing, f"FitConfig fields in no help group: {missing}"
+    kinds = {f.name: f.type for f in fields(FitConfig)}
+    for title, names in GROUPS.items():
+        group = p.add_argument_group(title)
+        if title == "data and model":
+            group.add_argument("--config", metavar="FILE", help="a TOML job file holding any of these options (flags override it) "
+                                                "(default: none)")
+        for name in names:
+            flag = "--" + name.replace("_", "-")
+            if full_help or name in SHORT_HELP:
+                text = HELP[name] if full_help else SHORT_HELP[name]
+                if "default" not in text and "(required)" not in text:
+                    text += f" (default: {default_text(name)})"
+            else:
+                text = argparse.SUPPRESS
+            if kinds[name].startswith("bool"):
+                group.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction, help=text)
+            else:
+                group.add_argument(flag, dest=name, default=None, help=text, metavar=METAVAR.get(name, name.upper()))
 
 
 def _coerce(name: str, value, where: str):

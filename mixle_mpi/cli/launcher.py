@@ -16,7 +16,7 @@ the current iteration and every rank ends (exit 130); a second Ctrl-C, or one be
 driver is ready, ends the job at once. The ``srun`` flavor launches the ranks with
 ``srun --mpi=pmix`` (Open MPI) or ``--mpi=pmi2`` (MPICH), ``--kill-on-bad-exit=0 --wait=0``,
 for sites that require srun: heartbeat detection only, and after a failure the job keeps its
-communicator (README "Three ways to continue").
+communicator (docs/user-guide.md "Three ways to continue").
 
 The launcher says one thing at the end only when the driver has not said it already (the
 status file's ``reported``): an error is printed once.

@@ -295,7 +295,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", nargs="?", help=f"one of: {', '.join(KINDS)}")
     p.add_argument("-o", "--output", default=None, help="write the script here (default: stdout)")
     p.add_argument("--write", metavar="DIR", default=None,
-                   help="write every kind with the defaults to DIR (regenerates the golden files)")
+                   help="write every kind, with the defaults, into DIR (as slurm/*.sbatch in the source)")
     d = DEFAULTS
     p.add_argument("--job-name", dest="job_name", help=f"default {d['job_name']}")
     p.add_argument("--ntasks", help=f"MPI ranks (driver + workers, at least 2); default {d['ntasks']}")

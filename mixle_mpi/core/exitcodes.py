@@ -1,4 +1,4 @@
-"""Process exit codes with one meaning each (documented in README.md)."""
+"""Process exit codes with one meaning each (documented in docs/reference.md, generated from this file)."""
 
 OK = 0
 FAILED = 1            # the fit could not finish: the cause is on stderr

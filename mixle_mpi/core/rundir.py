@@ -82,7 +82,7 @@ def read_trusted(path: str) -> str | None:
 def _usable(path: str) -> bool:
     """Whether a file the launcher named may be written: its folder is a run folder this user
     owns and nobody else can enter. A rank on another host than the launcher's cannot see
-    it (the README's cross-host recipe): that is said once, and the job goes on without it."""
+    it (the user guide's cross-host recipe): that is said once, and the job goes on without it."""
     folder = os.path.dirname(os.path.abspath(path))
     why = problem(folder)
     if why is not None and folder not in _refused:

@@ -6,7 +6,7 @@ how, how survivors are renumbered, why a place is blacklisted, and where a black
 place's shards go for good. The simulation (:mod:`mixle_mpi.policy.simulation`) asks the
 same functions.
 
-Three ways to continue once an original rank failed (README "Three ways to continue"):
+Three ways to continue once an original rank failed (docs/user-guide.md "Three ways to continue"):
 
 - ``ULFM``: Open MPI's real ``Comm.Shrink`` (``mpiexec --with-ft ulfm``);
 - ``EMULATED``: ``Intracomm.Create_from_group`` over the agreed survivors (MPICH, or Open

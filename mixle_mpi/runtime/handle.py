@@ -2,7 +2,7 @@
 
 On rank 0 it is an ordinary mixle encoded-data handle driving the fit. On every other rank
 (and in a respawned process) the constructor serves the driver and never returns: the
-process ends when the driver closes the handle. See README.md for the script pattern.
+process ends when the driver closes the handle. See docs/user-guide.md ("The Python API") for the script pattern.
 """
 
 from __future__ import annotations

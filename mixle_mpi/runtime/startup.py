@@ -1,7 +1,7 @@
 """Starting a job so that no rank waits forever, and a dead rank does not stop the others.
 
 Three phases, each bounded by ``startup_timeout`` (``MIXLE_MPI_STARTUP_TIMEOUT``, default
-120 s, see README "Deadlines"):
+120 s, see docs/user-guide.md "Deadlines"):
 
 1. **MPI initialisation** (:func:`init_mpi`). If a rank dies before it finished ``MPI_Init``,
    the others block inside it with the GIL held, so no Python thread can help: an alarm

@@ -1,0 +1,214 @@
+"""``docs/reference.md``, generated from the code so that it cannot drift from it.
+
+Every command's options come from its own parser, the settings from ``Settings`` (their
+defaults and the comments beside them), the exit codes from ``core/exitcodes.py``, the
+launcher's variables from ``core/jobfiles.py`` and the fault grammar from
+``policy/faults.py``. Only two tables are written by hand here, the events and the
+variables read outside ``Settings``; a unit test checks that each names exactly what the
+package emits and reads. Regenerate with ``python -m mixle_mpi.cli.reference --write``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import io
+import os
+import re
+import sys
+from contextlib import redirect_stdout
+from dataclasses import fields
+
+REFERENCE_PATH = os.path.join("docs", "reference.md")
+
+# Variables a user may set that are not settings of the handle (those are generated).
+ENVIRONMENT = {
+    "MIXLE_MPI_LOG_LEVEL": "log level of every rank: debug, info (default), warning or error; "
+                           "`-q`/`-v` set it for the ranks they launch",
+    "MIXLE_MPI_WORKDIR": "the handle's folder for the shard store and the event log "
+                         "(default `./mixle_mpi_run`; `mixle-mpi fit` uses `<out-dir>/work`)",
+    "MIXLE_MPI_EVENT_LOG": "the event log's path (default `<workdir>/events.jsonl`)",
+    "MIXLE_MPI_MPIEXEC_ARGS": "more flags for mpiexec or srun, one shell-quoted string (as `--mpiexec-args`)",
+    "MIXLE_MPI_ALLOW_MANY_RANKS": "1: launch `-n N` even above 4 ranks per core (as `--allow-many-ranks`)",
+    "MIXLE_MPI_STARTUP_TIMEOUT": "seconds a rank may take to start (MPI init and the handshake) before "
+                                 "the job counts as never started (exit 73)",
+    "MIXLE_MPI_CONTINUATION": "auto, ulfm, emulated or keep: force how the job continues after a failure "
+                              "where that method works (see the user guide)",
+    "MIXLE_MPI_SRUN_MPI": "the srun MPI plugin (`pmix` or `pmi2`) when the one detected is not right",
+    "MIXLE_MPI_FAULT_PLAN": "a fault plan (below): for tests and chaos campaigns only",
+    "MIXLE_MPI_FAULT_LOG": "a file where each fault of an environment plan is recorded as it fires, "
+                           "so that it fires once per job even when the launcher runs the job again",
+    "MIXLE_MPI_LIVE_PROGRESS": "set by the launcher: the progress line is rewritten in place (a terminal)",
+}
+
+# Every event of events.jsonl, in the order a fit meets them.
+EVENTS = {
+    "start": "the driver is set up: workers, shards, settings, MPI and BLAS in use",
+    "continuation": "how the job will continue after a failure (ulfm, emulated or keep) and why",
+    "driver_shards": "the shards the driver computes itself (driver_computes)",
+    "loaded": "the workers hold their shards; how long the load took",
+    "store_unread": "a worker could not open the shard store; the driver streams its shards",
+    "failover_armed": "driver failover is on: which workers may take over",
+    "failover_unavailable": "a worker that cannot take over (it cannot read the store or the checkpoint folder)",
+    "estep_ahead_off": "the E-step computed ahead was given up for this fit (its guesses missed)",
+    "resumed": "the fit resumed from a checkpoint (which file, which iteration)",
+    "checkpoint_fallback": "a damaged checkpoint; the previous one (.prev) is read instead",
+    "journal_reused": "shard results of an interrupted round read back from the fold journal",
+    "checkpoint": "a checkpoint was written (path, iteration, seconds)",
+    "failure_detected": "a rank failed: rank, pid, host, how it was seen (ULFM, heartbeat, process gone, stall)",
+    "recovery": "a failed rank's shards are recomputed on survivors",
+    "shrink": "the communicator was rebuilt without the dead ranks (method, survivors, seconds)",
+    "shrink_fallback": "the ULFM shrink did not apply; the emulated one was used",
+    "kept": "the communicator is kept as it is; the dead rank is never addressed again",
+    "respawn_started": "a replacement process is starting for a failed worker",
+    "respawn_ready": "the replacement is set up and holds its shards",
+    "respawned": "the replacement took its shards back",
+    "spare_adopted": "a hot spare took a failed worker's place",
+    "spawn_unavailable": "no replacement could be started; the shards move to the survivors",
+    "spawn_abandoned": "a replacement's Spawn still under way at the end was abandoned",
+    "migrated": "a place's shards moved to other ranks for good",
+    "blacklisted": "a place failed max_retries times and gets no more replacements",
+    "driver_failed": "the driver died (who saw it, how)",
+    "driver_elected": "a surviving rank drives now",
+    "driver_resumed": "the new driver resumed the fit (iteration, seconds since the death)",
+    "preempted": "SIGTERM or SIGUSR1: the fit checkpointed and stops (exit 75)",
+    "closed": "the driver ended the job (failures survived, wall time)",
+}
+
+
+def launcher_set() -> tuple[str, ...]:
+    """The variables of the launcher and rank contract (``core/jobfiles.py``)."""
+    from mixle_mpi.core import jobfiles, rundir
+
+    return (rundir.RUN_DIR_ENV, jobfiles.TAG_ENV, *jobfiles.FILE_VARS)
+
+
+def _settings_rows() -> list[tuple[str, str, str]]:
+    """(name, default, meaning) of every Settings field, the meaning from its comments."""
+    from mixle_mpi.policy import config
+
+    source = inspect.getsource(config)
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Settings")
+    rows = []
+    for node in cls.body:
+        if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
+            continue
+        line = lines[node.lineno - 1]
+        comment = [line.split("#", 1)[1].strip()] if "#" in line else []
+        above = node.lineno - 2
+        block: list[str] = []
+        while above >= 0 and lines[above].strip().startswith("#"):
+            block.insert(0, lines[above].strip()[1:].strip())
+            above -= 1
+        text = " ".join(block + comment)
+        if text.startswith("..."):  # a comment that goes on from the field above
+            text = text[3:].strip()
+        default = getattr(config.Settings, node.target.id)
+        rows.append((node.target.id, _show(default), text))
+    return rows
+
+
+def _show(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _exit_rows() -> list[tuple[int, str, str]]:
+    from mixle_mpi.core import exitcodes
+
+    rows = []
+    for line in inspect.getsource(exitcodes).splitlines():
+        m = re.match(r"([A-Z_]+) = (\d+)\s*(?:#\s*(.*))?$", line)
+        if m:
+            rows.append((int(m.group(2)), m.group(1), m.group(3) or ""))
+    return sorted(rows)
+
+
+def _command_help(parser: argparse.ArgumentParser, name: str) -> str:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001 (argparse's API)
+    out = io.StringIO()
+    width = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"  # the same text whatever terminal generates it
+    try:
+        with redirect_stdout(out):
+            sub.choices[name].print_help()
+    finally:
+        if width is None:
+            os.environ.pop("COLUMNS")
+        else:
+            os.environ["COLUMNS"] = width
+    return out.getvalue().rstrip()
+
+
+def _table(header: tuple[str, ...], rows) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |")
+    return out
+
+
+def render() -> str:
+    """The whole reference, as Markdown (pure: the same code gives the same text)."""
+    from mixle_mpi.cli import helptext
+    from mixle_mpi.cli.commands import build_parser
+    from mixle_mpi.policy import faults
+    from mixle_mpi.policy.config import ENV_PREFIX
+
+    parser = build_parser(full_help=True)
+    out = ["# Reference", "",
+           "Generated from the code by `python -m mixle_mpi.cli.reference --write`; do not edit by hand",
+           "(a test fails when this file and the code disagree). The user guide explains; this lists.", "",
+           "## Commands", ""]
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+    for name in sub.choices:
+        out += [f"### `mixle-mpi {name}`", "", "```text", _command_help(parser, name), "```", ""]
+    out += ["## Settings", "",
+            "Arguments of `ResilientMPIEncodedData(...)`; each one also reads `MIXLE_MPI_<NAME>` when it",
+            "is not passed (argument > environment variable > default). `mixle-mpi fit` passes those of",
+            "its options that name a setting.", ""]
+    out += _table(("setting", "default", "variable", "meaning"),
+                  [(f"`{n}`", d, f"`{ENV_PREFIX}{n.upper()}`", m) for n, d, m in _settings_rows()])
+    out += ["", "## Other environment variables", ""]
+    out += _table(("variable", "meaning"), [(f"`{k}`", v) for k, v in ENVIRONMENT.items()])
+    out += ["", "Set by `mixle-mpi run` for the ranks it starts (the launcher and rank contract,",
+            "`core/jobfiles.py`); never set them yourself:", ""]
+    out += [", ".join(f"`{v}`" for v in launcher_set()), ""]
+    out += ["## Exit codes", ""]
+    out += _table(("code", "name", "meaning"), [(c, f"`{n}`", m) for c, n, m in _exit_rows()])
+    out += ["", "## Events", "",
+            "One JSON line each in `events.jsonl`, with the time, and the rank, pid and host concerned.", ""]
+    out += _table(("event", "what happened"), [(f"`{k}`", v) for k, v in EVENTS.items()])
+    out += ["", "## Fault plans", "",
+            f"`{faults.ENV_VAR}=\"worker:action:phase[:call[:incarnation[:scope]]],...\"` (or `fault_plan=`)",
+            "makes a chosen rank act at a fixed point, for tests. Worker 0 is the driver.", "",
+            f"- actions: {', '.join(f'`{a}`' for a in faults.ACTIONS)}",
+            f"- phases: {', '.join(f'`{p}`' for p in faults.PHASES)}",
+            f"- phases while the job starts (from the environment): {', '.join(f'`{p}`' for p in faults.STARTUP_PHASES)}"
+            f", and `{faults.SPAWN_PHASE}` in a replacement as its process starts",
+            f"- the driver's phases: {', '.join(f'`{p}`' for p in faults.DRIVER_PHASES)}",
+            f"- scopes: {', '.join(f'`{s}`' for s in faults.SCOPES)}", "",
+            f"Version {helptext.version()}.", ""]
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mixle_mpi.cli.reference", description=__doc__.split("\n\n")[0])
+    p.add_argument("--write", nargs="?", const=REFERENCE_PATH, default=None, metavar="PATH",
+                   help=f"write the reference to PATH (default: {REFERENCE_PATH}) instead of stdout")
+    args = p.parse_args(argv)
+    text = render()
+    if args.write is None:
+        sys.stdout.write(text)
+        return 0
+    with open(args.write, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    print(f"wrote {args.write}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
