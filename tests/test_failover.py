@@ -201,38 +201,42 @@ def test_a_driver_with_no_worker_left_to_follow_it_is_run_again(tmp_path, uninte
     assert same_fit(job.result, uninterrupted), job.describe()
 
 
-def _iris_fit(max_its: int) -> list[str]:
-    return [sys.executable, "-m", "mixle_mpi", "fit", "-n", "4", "--timeout", "200", "--data", "builtin:iris",
+def _iris_fit(max_its: int, python: str = sys.executable) -> list[str]:
+    return [python, "-m", "mixle_mpi", "fit", "-n", "4", "--timeout", "200", "--data", "builtin:iris",
             "--model", "gmm:k=3,cov=full", "--columns", "0:4", "--num-shards", "6", "--max-its", str(max_its),
             "--seed", "3", "--init-p", "0.5", "--progress", "off"]
 
 
-def _running_driver(out: Path, proc: subprocess.Popen) -> int:
+def _running_driver(out: Path, proc: subprocess.Popen, checkpoint: str = "ck.h5") -> int:
     """Once the fit in ``out`` has checkpointed: its driver's pid, from its start event."""
-    wait_for_checkpoint(out / "ck.h5", 1, proc)
+    wait_for_checkpoint(out / checkpoint, 1, proc)
     start = next(e for e in read_events(str(out / "events.jsonl")) if e["event"] == "start")
     return start["driver_pid"]
 
 
-def test_fit_survives_its_driver_killed_from_outside(tmp_path):
-    """`mixle-mpi fit --failover`, rank 0 SIGKILLed from outside once the fit runs: the
-    job ends 0 with the failure-free outputs, written once, by the successor."""
-    base = _iris_fit(120)
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_fit_survives_its_driver_killed_from_outside_with_no_flag_set(library, tmp_path):
+    """`mixle-mpi fit` with no resilience flag: it checkpoints into its out-dir and failover is
+    armed by default, so rank 0 SIGKILLed from outside once the fit runs ends in exit 0, no
+    rerun, and the failure-free outputs, written once, by the successor."""
+    _, python = library
+    base = _iris_fit(120, python)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MIXLE_MPI_")} | {"PYTHONWARNINGS": "ignore"}
     ref = subprocess.run(base + ["--out-dir", str(tmp_path / "ref")], capture_output=True, text=True, timeout=300,
                          env=env, cwd=str(tmp_path))
     assert ref.returncode == 0, ref.stderr[-3000:]
     out = tmp_path / "killed"
-    proc = subprocess.Popen(base + ["--out-dir", str(out), "--checkpoint", str(out / "ck.h5"), "--failover"],
+    proc = subprocess.Popen(base + ["--out-dir", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(tmp_path))
     try:
-        pid = _running_driver(out, proc)
+        pid = _running_driver(out, proc, "checkpoint.h5")
         os.kill(pid, signal.SIGKILL)
         text, _ = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, text[-4000:]
+    assert "running it again" not in text, text[-4000:]           # no rerun: the survivors carried on
     assert (out / "model.json").read_text() == (tmp_path / "ref" / "model.json").read_text()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ll"] == json.loads((tmp_path / "ref" / "summary.json").read_text())["ll"]

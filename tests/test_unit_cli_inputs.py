@@ -202,7 +202,7 @@ def test_flags_override_the_job_file(tmp_path):
     ({"heartbeat_timeout": -1}, "heartbeat_timeout must be a number > 0"),
     ({"init_p": 2}, "init_p must be in (0, 1]"),
     ({"resume": "maybe"}, "resume must be one of ['auto', 'yes', 'no']"),
-    ({"resume": "yes"}, "resume=yes needs a checkpoint path"),
+    ({"resume": "yes", "checkpoint": "none"}, "resume=yes needs a checkpoint"),
     ({"data": ""}, "no data given"),
 ])
 def test_bad_job_values_say_what_was_needed(values, needle):

@@ -400,10 +400,16 @@ def test_driver_writes_its_pid_where_the_launcher_said(tmp_path, monkeypatch):
     assert fw.driver() == procs.identity(os.getpid())
 
 
-def test_default_fit_is_mixle_mpi_fit_with_a_job_file():
+def test_default_fit_takes_out_dir_and_checkpoint_from_the_job_file():
     text = slurm.render("ft")
-    assert '-- "$PY" -m mixle_mpi fit --config job.toml --out-dir "$OUT_DIR" --checkpoint "$OUT_DIR/checkpoint.h5" &' in text
-    assert slurm.render("array").count('--seed "$SEED"') == 1
+    assert '-- "$PY" -m mixle_mpi fit --config job.toml &' in text  # the job file's out_dir and checkpoint win
+    assert "OUT_DIR" not in text.split("set -u", 1)[1]
+    given = slurm.render("srun", out_dir="runs/a b")
+    assert "OUT_DIR='runs/a b'" in given and '--config job.toml --out-dir "$OUT_DIR" &' in given  # asked for: passed
+    array = slurm.render("array")
+    assert array.count('--seed "$SEED"') == 1
+    assert '--out-dir "$OUT_DIR" --checkpoint "$OUT_DIR/checkpoint.h5"' in array  # each task its own folder
+    assert "OUT_DIR=mixle-out/task-$SLURM_ARRAY_TASK_ID" in array
 
 
 def test_collect_reads_mixle_mpi_fit_summaries(tmp_path):

@@ -40,7 +40,7 @@ def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> 
     more = (lambda text: text) if full_help else (lambda text: argparse.SUPPRESS)
     p.add_argument("-n", type=int, required=required_n, default=None,
                    help="number of ranks (1 driver + n-1 workers)" if required_n else
-                   "launch N ranks: 1 driver + N-1 workers (default: none: under mpiexec/srun)")
+                   "launch N ranks, 1 driver + N-1 workers (default: none)")
     p.add_argument("--mpi", choices=["openmpi", "mpich", "srun"], default=None,
                    help="default: detected from --mpiexec; srun launches with srun --mpi=pmix (Open MPI) or "
                         "--mpi=pmi2 (MPICH), --kill-on-bad-exit=0 --wait=0: no ULFM, and a worker death is "
@@ -65,7 +65,7 @@ def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> 
 
 def _add_log_options(p) -> None:
     p.add_argument("-q", "--quiet", action="store_true",
-                   help="log only warnings and errors (default: off; MIXLE_MPI_LOG_LEVEL=warning)")
+                   help="log only warnings and errors (default: off)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="log everything, also each checkpoint and the launch details "
                         "(default: off; MIXLE_MPI_LOG_LEVEL=debug)")
@@ -169,7 +169,7 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     launch = f.add_argument_group("launch")
     _add_launch_options(launch, full_help=full_help)
     launch.add_argument("--dry-run", dest="func", action="store_const", const=dry_run, default=argparse.SUPPRESS,
-                        help="check data, model and layout, print the launch, exit (default: off)")
+                        help="check data, model, layout; print the launch (default: off)")
     _add_log_options(launch)
     add_fit_options(f, full_help=full_help)
     f.set_defaults(func=_fit)

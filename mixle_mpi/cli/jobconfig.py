@@ -8,10 +8,15 @@ what was needed. Pure: no MPI, no data access.
 from __future__ import annotations
 
 import argparse
+import os
 import tomllib
 from dataclasses import asdict, dataclass, fields
 
 from mixle_mpi.core.errors import ConfigError
+
+
+AUTO_CHECKPOINT = "auto"   # out_dir/checkpoint.h5: checkpoints are on unless --no-checkpoint
+CHECKPOINT_NAME = "checkpoint.h5"
 
 
 @dataclass
@@ -36,8 +41,8 @@ class FitConfig:
     spares: int | None = None
     failover: bool | None = None
     driver_computes: bool | None = None
-    checkpoint: str | None = None
-    checkpoint_every: int = 1
+    checkpoint: str | None = AUTO_CHECKPOINT
+    checkpoint_every: int | None = None
     checkpoint_seconds: float | None = None
     resume: str = "auto"
     plot: bool = False
@@ -75,14 +80,15 @@ HELP = {
     "spares": "extra ranks started idle; a spare takes a failed worker's place at once, without Spawn "
               "(with -n N, N + spares ranks are launched)",
     "failover": "if the driver (rank 0) dies, the lowest surviving rank takes over and resumes from the "
-                "checkpoint, in the same job (under mpiexec and srun)",
+                "checkpoint, in the same job (under mpiexec and srun); on whenever a checkpoint is written, "
+                "unless --no-failover or MIXLE_MPI_FAILOVER=0",
     "driver_computes": "the driver (rank 0) computes a worker's share of the shards itself: every rank "
                        "computes, as in mixle's own MPI handle; a failure seen in a round is acted on once "
                        "the driver's current shard is done. Only while that share is at most "
                        "MIXLE_MPI_DRIVER_SHARE_MAX_BYTES (1 MiB) stored: above, the driver holds no data",
-    "checkpoint": "HDF5 checkpoint path; an existing one is resumed",
-    "checkpoint_every": "iterations between checkpoints",
-    "checkpoint_seconds": "seconds between checkpoints",
+    "checkpoint": "HDF5 checkpoint path; an existing one is resumed (none, or --no-checkpoint: no checkpoints)",
+    "checkpoint_every": "also a checkpoint every this many iterations (given, the cadence is exactly as asked)",
+    "checkpoint_seconds": "a checkpoint every this many seconds (given, the cadence is exactly as asked)",
     "resume": "auto (resume if a checkpoint exists), yes (require one) or no (start afresh)",
     "plot": "write fit.png: log-likelihood per iteration with failures and recoveries marked",
     "progress": "auto (live in a terminal, one line per iteration otherwise), line, live or off",
@@ -98,7 +104,10 @@ POSITIVE_FLOAT = ("heartbeat_period", "heartbeat_timeout", "stall_timeout", "che
 TYPES = {f.name: str(f.type) for f in fields(FitConfig)}  # annotations as text ("int | None")
 
 
-DEFAULT_TEXT = {"columns": "all columns", "checkpoint": "none: no checkpoints"}
+DEFAULT_TEXT = {"columns": "all columns", "checkpoint": f"OUT_DIR/{CHECKPOINT_NAME}",
+                "checkpoint_every": "none", "checkpoint_seconds": "after the first iteration, then every 60 s, "
+                                                                  "at most 2 percent of the time",
+                "failover": "on with a checkpoint, or MIXLE_MPI_FAILOVER"}
 
 
 def _show(value) -> str:
@@ -141,7 +150,7 @@ SHORT_HELP = {
     "restarts": "random restarts (seed + r); the best one wins",
     "max_its": "EM iterations at most",
     "delta": "stop when the log-likelihood gains less (none: run max_its)",
-    "checkpoint": "HDF5 checkpoint path; an existing one is resumed",
+    "checkpoint": "where the checkpoint goes; an existing one is resumed",
     "resume": "auto, yes (require a checkpoint) or no (afresh)",
     "failover": "a survivor takes over from a dead driver",
     "spares": "idle ranks that take a failed worker's place",
@@ -167,8 +176,8 @@ def add_fit_options(p: argparse.ArgumentParser, full_help: bool = True) -> None:
     for title, names in GROUPS.items():
         group = p.add_argument_group(title)
         if title == "data and model":
-            group.add_argument("--config", metavar="FILE", help="a TOML job file holding any of these options (flags override it) "
-                                                "(default: none)")
+            group.add_argument("--config", metavar="FILE", help="a TOML job file of these options; flags "
+                                                                "override it (default: none)")
         for name in names:
             flag = "--" + name.replace("_", "-")
             if full_help or name in SHORT_HELP:
@@ -181,6 +190,9 @@ def add_fit_options(p: argparse.ArgumentParser, full_help: bool = True) -> None:
                 group.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction, help=text)
             else:
                 group.add_argument(flag, dest=name, default=None, help=text, metavar=METAVAR.get(name, name.upper()))
+            if name == "checkpoint":
+                group.add_argument("--no-checkpoint", dest=name, action="store_const", const="none",
+                                   help="write no checkpoint: a dead driver loses the fit (default: off)")
 
 
 def _coerce(name: str, value, where: str):
@@ -248,8 +260,10 @@ def validate(cfg: FitConfig) -> None:
         raise ConfigError("no data given: use --data PATH (PATH.h5:/dataset, PATH.npy, PATH.csv or builtin:iris)")
     if not cfg.model:
         raise ConfigError("no model given: use --model, e.g. gmm:k=3,cov=diag")
+    if cfg.checkpoint == AUTO_CHECKPOINT:
+        cfg.checkpoint = os.path.join(cfg.out_dir, CHECKPOINT_NAME)
     for name in POSITIVE_INT:
-        if getattr(cfg, name) < 1:
+        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
             raise ConfigError(f"{name} must be an integer >= 1; found {getattr(cfg, name)}")
     for name in POSITIVE_FLOAT:
         value = getattr(cfg, name)
@@ -269,7 +283,7 @@ def validate(cfg: FitConfig) -> None:
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"{name} must be one of {list(choices)}; found {getattr(cfg, name)!r}")
     if cfg.resume == "yes" and not cfg.checkpoint:
-        raise ConfigError("resume=yes needs a checkpoint path (--checkpoint)")
+        raise ConfigError("resume=yes needs a checkpoint: drop --no-checkpoint (checkpoint = none)")
 
 
 def from_args(args: argparse.Namespace) -> FitConfig:
@@ -294,13 +308,25 @@ def to_argv(cfg: FitConfig) -> list[str]:
     return out
 
 
+def failover_of(cfg: FitConfig, environ=None) -> bool | None:
+    """Failover as this fit asks for it: as given, else on whenever a checkpoint is written
+    (a successor resumes from it), unless MIXLE_MPI_FAILOVER says otherwise (None: leave it
+    to the environment)."""
+    environ = os.environ if environ is None else environ
+    if cfg.failover is not None:
+        return cfg.failover
+    if environ.get("MIXLE_MPI_FAILOVER", "") != "":
+        return None
+    return bool(cfg.checkpoint)
+
+
 def settings_overrides(cfg: FitConfig) -> dict:
     """The handle's settings this fit sets explicitly (the rest come from MIXLE_MPI_* or the
     defaults, see ``policy.config.Settings.resolve``)."""
     return {k: v for k, v in (("heartbeat_period", cfg.heartbeat_period), ("heartbeat_timeout", cfg.heartbeat_timeout),
                               ("stall_timeout", cfg.stall_timeout), ("respawn", cfg.respawn),
                               ("respawn_wait", cfg.respawn_wait), ("spares", cfg.spares),
-                              ("failover", cfg.failover), ("driver_computes", cfg.driver_computes)) if v is not None}
+                              ("failover", failover_of(cfg)), ("driver_computes", cfg.driver_computes)) if v is not None}
 
 
 def resolved_settings(cfg: FitConfig):

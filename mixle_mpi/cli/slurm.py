@@ -50,10 +50,13 @@ KINDS = ("ft", "srun", "array")
 GOLDEN = {"ft": "fit-ft.sbatch", "srun": "fit-srun.sbatch", "array": "best-of-array.sbatch"}
 
 # The fit each task runs when no fit command is given: `mixle-mpi fit` with the job file
-# job.toml (in the folder sbatch is run from), writing model.json, summary.json, events.jsonl
-# and its checkpoint to $OUT_DIR; an array task also gets its own seed, $SEED.
-DEFAULT_FIT = '"$PY" -m mixle_mpi fit --config job.toml --out-dir "$OUT_DIR" --checkpoint "$OUT_DIR/checkpoint.h5"'
-DEFAULT_ARRAY_FIT = DEFAULT_FIT + ' --seed "$SEED"'
+# job.toml (in the folder sbatch is run from). Its out_dir and checkpoint come from the job
+# file (checkpoints are on by default, in out_dir); --out-dir given here overrides the file's.
+# An array task gets its own seed, $SEED, output folder and checkpoint, $OUT_DIR.
+DEFAULT_FIT = '"$PY" -m mixle_mpi fit --config job.toml'
+OUT_DIR_FLAG = ' --out-dir "$OUT_DIR"'
+DEFAULT_ARRAY_FIT = DEFAULT_FIT + ' --out-dir "$OUT_DIR" --checkpoint "$OUT_DIR/checkpoint.h5" --seed "$SEED"'
+ARRAY_OUT_DIR = "mixle-out"
 
 DEFAULTS = {
     "job_name": "mixle-fit",
@@ -61,7 +64,7 @@ DEFAULTS = {
     "time": "01:00:00",
     "signal_margin": 300,
     "max_restarts": 3,
-    "out_dir": "mixle-out",
+    "out_dir": None,      # None: the job file's (ft, srun), ARRAY_OUT_DIR (array)
     "python": "python3",
     "array": "0-7",
     "base_seed": 1,
@@ -118,10 +121,14 @@ def validate(kind: str, opts: dict) -> dict:
     o["base_seed"] = check_int("base_seed", o["base_seed"], 0, text=True)
     if not _ARRAY.match(str(o["array"])):
         raise ConfigError(f"array must be a SLURM index list such as '0-7', '0-15%4' or '1,3,5'; found {o['array']!r}")
+    if o["out_dir"] is None and (kind == "array" or "OUT_DIR" in (o["fit_cmd"] or "")):
+        o["out_dir"] = ARRAY_OUT_DIR
     for name in ("out_dir", "python"):
-        _one_line(name, o[name])
+        if o[name] is not None:
+            _one_line(name, o[name])
     if o["fit_cmd"] is None:
-        o["fit_cmd"] = DEFAULT_ARRAY_FIT if kind == "array" else DEFAULT_FIT
+        o["fit_cmd"] = DEFAULT_ARRAY_FIT if kind == "array" else \
+            DEFAULT_FIT + (OUT_DIR_FLAG if o["out_dir"] is not None else "")
     _one_line("fit_cmd", o["fit_cmd"])
     if kind == "array":
         for var in ("SEED", "OUT_DIR"):
@@ -191,8 +198,7 @@ set -u
 PY={python}
 MAX_RESTARTS={max_restarts}
 RESTARTS=${{SLURM_RESTART_COUNT:-0}}
-{setup}mkdir -p "$OUT_DIR"
-
+{setup}
 echo "[mixle_mpi] job $SLURM_JOB_ID on $(hostname -s): start $((RESTARTS + 1)), restart count $RESTARTS of at most $MAX_RESTARTS"{announce}
 
 # Forward USR1/TERM to `mixle-mpi run`, which passes them to the driver only. The launcher
@@ -239,13 +245,16 @@ def render(kind: str, **opts) -> str:
     if array:
         sbatch.append(f"--array={o['array']}")
     lines += [f"#SBATCH {s}" for s in (*sbatch, *o["sbatch"])]
-    out = shlex.quote(o["out_dir"])
+    out = shlex.quote(o["out_dir"]) if o["out_dir"] is not None else None
     if array:
         setup = (f"BASE_SEED={o['base_seed']}\n"
                  "SEED=$((BASE_SEED + SLURM_ARRAY_TASK_ID))\n"
-                 f"OUT_DIR={out}/task-$SLURM_ARRAY_TASK_ID\n")
+                 f"OUT_DIR={out}/task-$SLURM_ARRAY_TASK_ID\n"
+                 'mkdir -p "$OUT_DIR"\n')
+    elif out is not None:
+        setup = f'OUT_DIR={out}\nmkdir -p "$OUT_DIR"\n'
     else:
-        setup = f"OUT_DIR={out}\n"
+        setup = ""
     lines.append("")
     lines.append(_BODY.format(python=shlex.quote(o["python"]), max_restarts=o["max_restarts"], setup=setup,
                               launch=" --mpi srun" if kind == "srun" else "", ntasks=o["ntasks"],
@@ -304,7 +313,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"seconds before the limit at which the fit checkpoints and exits 75; default {d['signal_margin']}")
     p.add_argument("--max-restarts", dest="max_restarts",
                    help=f"requeue at most this many times; default {d['max_restarts']}")
-    p.add_argument("--out-dir", dest="out_dir", help=f"output folder ($OUT_DIR); default {d['out_dir']}")
+    p.add_argument("--out-dir", dest="out_dir",
+                   help=f"output folder ($OUT_DIR), overriding the job file's out_dir; default: the job file's "
+                        f"(ft, srun), {ARRAY_OUT_DIR} (array: one task-<id> folder each)")
     p.add_argument("--python", help=f"the Python that has mixle_mpi; default {d['python']}")
     p.add_argument("--array", help=f"array indices (kind array); default {d['array']}")
     p.add_argument("--base-seed", dest="base_seed", help=f"seed of task 0 (kind array); default {d['base_seed']}")

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from mixle_mpi.core import liveness
+from mixle_mpi.fitting.cadence import Cadence
 from mixle_mpi.storage import checkpoint as ckpt
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core import exitcodes
@@ -136,14 +137,17 @@ def _resume_state(checkpoint: str, resume: str, current: ckpt.FitState, allow_ve
 
 
 def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_p: float = 0.1, seed: int = 1,
-        checkpoint: str | None = None, every: int = 1, seconds: float | None = None, resume: str = "auto",
+        checkpoint: str | None = None, every: int | None = None, seconds: float | None = None, resume: str = "auto",
         allow_version_change: bool = False, journal: bool = False, out=None,
         on_iteration=None, segments: Segments | None = None, on_finish=None) -> tuple[Any, list[float]]:
     """Fit with ``optimize`` on the driver; returns (model, log-likelihood per iteration).
 
     ``checkpoint`` is an HDF5 path; a checkpoint is written every ``every`` iterations
     and/or every ``seconds`` seconds, and once at the end (the step that ends EM gets only
-    that one, see :func:`~mixle_mpi.fitting.progress.may_end_em`). ``resume``: "auto" resumes
+    that one, see :func:`~mixle_mpi.fitting.progress.may_end_em`). Neither given: after the
+    first iteration, then every 60 s, at most 2 % of the wall time
+    (:mod:`mixle_mpi.fitting.cadence`). The scoring round of an iteration whose checkpoint
+    is due computes no E-step ahead (policy/lookahead.py); the others do. ``resume``: "auto" resumes
     when a checkpoint exists, "yes" requires one, "no" starts afresh (overwriting).
     ``journal`` also persists each E-step round's received shard payloads to
     ``<checkpoint>.round.h5``, so a driver killed mid-round recomputes only the missing
@@ -189,17 +193,18 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
                     on_finish(state.stopped or ("converged" if state.converged else "max_its"))
                 return from_json(state.model), list(state.ll)
 
-    enc.checkpointing = bool(checkpoint)
     if checkpoint and journal:
         from mixle_mpi.storage.journal import FoldJournal
 
         enc.journal = FoldJournal(checkpoint + ".round.h5")
     history = list(state.ll) if state else []
     start = state.iteration if state else 0
+    cadence = Cadence(every, seconds, written=state is not None)
+    if checkpoint:  # the scoring round of an iteration whose checkpoint is due computes no E-step ahead
+        enc.checkpoint_due = lambda: cadence.due(len(history) + 1)
     enc.note_resumed(start)  # after a takeover only
     stop = _StopFlag()
     stop.install()
-    last_write = [time.monotonic()]
 
     def save(model, iteration: int, finished: bool = False, stopped: str = "") -> None:
         t0 = time.perf_counter()
@@ -210,7 +215,7 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
                               "wall_seconds": segments.total(), "segments": segments.count})
         write_within(checkpoint, s, lambda tmp: enc.fault_point("checkpoint_write", iteration),
                      enc.settings.reconfigure_timeout)
-        last_write[0] = time.monotonic()
+        cadence.wrote(time.perf_counter() - t0)
         enc.events.emit("checkpoint", path=checkpoint, iteration=iteration, finished=finished,
                         seconds=round(time.perf_counter() - t0, 6))
 
@@ -229,8 +234,7 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
         if last:
             held.append((i, history[-1]))
             return
-        due = (every and i % every == 0) or (seconds is not None and time.monotonic() - last_write[0] >= seconds)
-        saved = checkpoint if checkpoint and (due or stop.signal is not None) else None
+        saved = checkpoint if checkpoint and (cadence.due(i) or stop.signal is not None) else None
         if saved:
             save(step.model, i)
         if on_iteration is not None:

@@ -31,11 +31,11 @@ class Lookahead:
 
     def wanted(self, have_estimator: bool, saving: bool) -> bool:
         """Whether a scoring round should compute the E-step too: there is an estimator to
-        compute it with, and the fit is not ``saving`` checkpoints (or a fold journal). A
-        checkpoint of iteration k is written after its scoring: computed ahead, E-step k+1
-        would run before it is on disk, and a driver death then would cost one more E-step
-        on resume. And a checkpoint's write costs more than the round this saves
-        (``bench/results/checkpoint_cost.md``)."""
+        compute it with, and no checkpoint is ``saving`` after this scoring (nor a fold
+        journal after every round). A checkpoint of iteration k is written after its
+        scoring: computed ahead, E-step k+1 would run before it is on disk, and a driver
+        death then would cost one more E-step on resume. Checkpoints come every minute by
+        default (fitting/cadence.py), so all other iterations keep the round this saves."""
         return self.on and have_estimator and not saving
 
     def computed(self, key: bytes, value: Any) -> None:

@@ -86,7 +86,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
     """
 
     journal = None  # a FoldJournal while fitloop.fit(journal=True) runs
-    checkpointing = False  # fitloop.fit writes checkpoints: no E-step computed ahead (policy/lookahead.py)
+    checkpoint_due = None  # fitloop.fit: is the checkpoint after the next scoring due? (policy/lookahead.py)
 
     def __init__(
         self,
@@ -431,7 +431,8 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         """(count, log density) summed per shard in shard-id order. The round also computes
         the E-step of ``estimate`` where the next call is likely to ask for it
         (policy/lookahead.py)."""
-        if self._ahead.wanted(self._estimator is not None, self.checkpointing or self.journal is not None):
+        saving = self.journal is not None or (self.checkpoint_due is not None and self.checkpoint_due())
+        if self._ahead.wanted(self._estimator is not None, saving):
             body = (self._estimator, estimate)
             body_b = pickle.dumps(body, protocol=PROTO)
             fold, results = PrefixFold(self._estimator, self.num_shards), {}
