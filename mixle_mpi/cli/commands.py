@@ -115,9 +115,11 @@ def _fit(args) -> int:
 
     cfg = from_args(args)
     if args.n is not None and not fitcmd.under_mpi_launcher():
+        from mixle_mpi.cli import preflight
         from mixle_mpi.cli.launcher import run
         from mixle_mpi.core.joblock import check_free
 
+        preflight.check(cfg).raise_any()  # every problem of the data and model: exit 2 before MPI starts
         check_free(cfg.out_dir, "output")  # another fit there: exit 2 before MPI starts
         return run(args.n + (cfg.spares or 0), [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)],
                    mpiexec=args.mpiexec, extra=_mpiexec_args(args),

@@ -89,9 +89,23 @@ def parse_columns(text: str | None) -> list[str] | None:
     return out
 
 
+def _close_names(path: str) -> list[str]:
+    """Files beside ``path`` whose names are close to its name: what a typo meant."""
+    import difflib
+
+    folder = os.path.dirname(path) or "."
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return [os.path.join(os.path.dirname(path), n) for n in difflib.get_close_matches(os.path.basename(path), names, 3, 0.6)]
+
+
 def _check_source(source: DataSource, columns: list[str] | None) -> None:
     if not os.path.exists(source.path):
-        raise ConfigError(f"no such data file {source.path!r} (from --data {source.text!r}); needs one of {FORMS}")
+        close = _close_names(source.path)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else f"; needs one of {FORMS}"
+        raise ConfigError(f"no such data file {source.path!r} (from --data {source.text!r}){hint}")
     if columns and source.kind != "csv":
         raise ConfigError(f"--columns selects CSV columns only; {source.path!r} is {source.kind}")
 
@@ -444,8 +458,38 @@ def _block_values(block, index: list[int], head: CsvHead, kind: str, path: str) 
     if not ok:
         r, j = _bad_cell(cells, values, kind)
         raise DataError(f"{path} line {block[r][0]}, {_column_name(head, index[j])}: found {cells[r][j]!r}, "
-                        f"needs {NEEDS[kind]}")
+                        f"needs {NEEDS[kind]}{_text_advice(head, block, cells[r][j])}")
     return values
+
+
+def _text_advice(head: CsvHead, block, cell: str) -> str:
+    """For a cell of text (not a bad number): the --columns that keeps the numeric columns."""
+    if _is_number(cell) or cell == "":
+        return ""
+    numeric = [i for i in range(len(head.first)) if all(_is_number(cells[i]) for _, cells in block)]
+    if not numeric:
+        return "; no column of these rows holds numbers only"
+    if numeric == list(range(numeric[0], numeric[-1] + 1)):
+        pick = f"{numeric[0]}:{numeric[-1] + 1}" if len(numeric) > 1 else str(numeric[0])
+    else:
+        pick = ",".join(str(i) for i in numeric)
+    return f"; that column holds text: keep the numeric columns with --columns {pick}"
+
+
+FIRST_ROWS = 100
+
+
+def check_first_rows(source: DataSource, need: str, columns: list[str] | None = None) -> None:
+    """The first rows of a CSV convert as the model needs them (a check before launch; the
+    load checks every row)."""
+    if source.kind != "csv" or need not in ("matrix", "integers"):
+        return
+    head, records = _open_csv(source.path)
+    index = _column_index(head, columns, source.path)
+    block = list(itertools.islice(records, FIRST_ROWS))
+    for line, cells in block:
+        _check_width(cells, line, head, source.path)
+    _block_values(block, index, head, "poisson" if need == "integers" else "gaussian", source.path)
 
 
 def _blocks(records, head: CsvHead, path: str):

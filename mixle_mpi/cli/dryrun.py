@@ -251,16 +251,19 @@ def _outputs_line(cfg) -> str:
 def report(args, lines: list[str], problems: list[str]) -> None:
     """Append the report to ``lines`` step by step (so that what was found before an error
     is still shown) and what would stop the fit to ``problems``; errors raise."""
-    from mixle_mpi.cli import datainput, modelspec
+    from mixle_mpi.cli import modelspec, preflight
     from mixle_mpi.cli.jobconfig import from_args, resolved_settings
 
     cfg = from_args(args)
-    spec = modelspec.parse_spec(cfg.model)
-    lines.append(f"fit: {spec.text}, max_its {cfg.max_its}, seed {cfg.seed}, restarts {cfg.restarts}")
-    source = datainput.parse_source(cfg.data)
-    shape = datainput.probe(source, modelspec.row_shape_needed(spec), datainput.parse_columns(cfg.columns))
-    lines.append(f"data: {shape.describe}")
-    modelspec.build_estimator(spec, shape.ncols)
+    found = preflight.check(cfg)
+    if found.spec is not None:
+        lines.append(f"fit: {found.spec.text}, max_its {cfg.max_its}, seed {cfg.seed}, restarts {cfg.restarts}")
+    if found.shape is not None:
+        lines.append(f"data: {found.shape.describe}")
+    if found.errors:
+        problems.extend(found.problems)
+        return
+    spec, shape = found.spec, found.shape
     ranks, origin = rank_count(args)
     settings = resolved_settings(cfg)
     lay = layout(shape.rows, cfg.num_shards, ranks, settings.driver_computes, shape.values * shape.value_bytes,

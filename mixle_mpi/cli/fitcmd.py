@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from mixle_mpi.cli import datainput, modelspec
+from mixle_mpi.cli import datainput, modelspec, preflight
 from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.cli.jobconfig import FitConfig, settings_overrides
 from mixle_mpi.cli.restartpaths import restart_checkpoint, restart_checkpoints
@@ -37,8 +37,9 @@ def prepare(cfg: FitConfig, successor: bool = False):
     from mixle_mpi.storage.checkpoint import check_writable
     from mixle_mpi.runtime.handle import ensure_dir, hold_folder
 
-    spec = modelspec.parse_spec(cfg.model)
-    source = datainput.parse_source(cfg.data)
+    found = preflight.check(cfg)  # every problem at once, before any folder is made
+    found.raise_any()
+    spec, source = found.spec, found.source
     columns = datainput.parse_columns(cfg.columns)
     ensure_dir(cfg.out_dir, "output")
     hold_folder(cfg.out_dir, "output", strict=not successor)  # one fit per output folder: a second one exits 2
@@ -49,7 +50,7 @@ def prepare(cfg: FitConfig, successor: bool = False):
     if cfg.checkpoint:
         check_writable(cfg.checkpoint)
     if cfg.memory_check and not successor:
-        check_memory(cfg, spec, source, columns)
+        check_memory(cfg, spec, found.shape)
     loaded = datainput.load(source, modelspec.row_shape_needed(spec), columns, spill_dir=cfg.out_dir)
     if spec.family == "composite":
         loaded.data = datainput.convert_table(loaded.data, spec.parts, source.path, loaded.lines)
@@ -57,13 +58,12 @@ def prepare(cfg: FitConfig, successor: bool = False):
     return spec, loaded, estimator
 
 
-def check_memory(cfg: FitConfig, spec, source, columns) -> None:
+def check_memory(cfg: FitConfig, spec, shape) -> None:
     """Refuse a fit that cannot fit in memory before its data is read (exit 2 with the
     estimate): from the data's headers, the world's size and the model's parameters."""
     from mixle_mpi.cli import dryrun
     from mixle_mpi.cli.jobconfig import resolved_settings
 
-    shape = datainput.probe(source, modelspec.row_shape_needed(spec), columns)
     settings = resolved_settings(cfg)
     lay = dryrun.layout(shape.rows, cfg.num_shards, world_size(), bool(settings.driver_computes),
                         int(shape.values * shape.value_bytes), settings.driver_share_max_bytes)
