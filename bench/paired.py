@@ -34,7 +34,7 @@ def quartiles(xs: list[float]) -> tuple[float, float, float]:
     return (q[0], statistics.median(xs), q[2])
 
 
-def measure(python: str, models: list[str], jobs: int, its: int, ranks: int = 2) -> list[dict]:
+def measure(python: str, models: list[str], jobs: int, its: int, ranks: int = 2, defaults: bool = False) -> list[dict]:
     """``jobs`` jobs per model (models interleaved); per model: the median ratio over jobs, its
     quartiles, each job's ratio and record, and the command of one job."""
     recs: dict = {m: [] for m in models}
@@ -44,7 +44,8 @@ def measure(python: str, models: list[str], jobs: int, its: int, ranks: int = 2)
             for model in models:
                 out = os.path.join(tmp, f"{model}-{job}.json")
                 cmd = common.launcher(python, ranks, [python, JOB, "--model", model, "--n", str(QUICK_N[model]),
-                                                      "--its", str(its), "--out", out])
+                                                      "--its", str(its), "--out", out,
+                                                      *(["--defaults"] if defaults else [])])
                 rec = common.run_record(cmd, out, f"{model} job {job + 1}")
                 if rec is None:
                     continue
@@ -63,6 +64,7 @@ def measure(python: str, models: list[str], jobs: int, its: int, ranks: int = 2)
         rows.append({"model": model, "n": QUICK_N[model], "jobs": len(rs), "ratio_median": med,
                      "ratio_quartiles": [q1, q3], "ratios": [r["ratio"] for r in rs], "ours_ms": ours,
                      "mixle_ms": mixle, "same_final_ll": all(r.get("same_final_ll") for r in rs),
+                     "checkpoint_share_max": max((r.get("checkpoint_share") or 0.0) for r in rs),
                      "command": cmds[model], "records": rs})
     return rows
 
@@ -75,14 +77,17 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="gmm1d,diag,hmm")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--out", default=None, help="write every job's record and the figures here (JSON)")
+    ap.add_argument("--defaults", action="store_true",
+                    help="ours as mixle-mpi fit runs by default (mixle_mpi.fit: checkpoints on the default cadence, "
+                         "failover armed), with the checkpoints' share of its wall time")
     args = ap.parse_args(argv)
-    rows = measure(args.python, args.models.split(","), args.jobs, args.its, args.ranks)
-    print("| model | N | jobs | ours / mixle, median (quartiles) | ours ms/it | mixle ms/it |")
-    print("|---|---:|---:|---|---:|---:|")
+    rows = measure(args.python, args.models.split(","), args.jobs, args.its, args.ranks, args.defaults)
+    print("| model | N | jobs | ours / mixle, median (quartiles) | ours ms/it | mixle ms/it | checkpoints' share (max) |")
+    print("|---|---:|---:|---|---:|---:|---:|")
     for row in rows:
         q1, q3 = row["ratio_quartiles"]
         print(f"| {row['model']} | {row['n']:,} | {row['jobs']} | **{row['ratio_median']:.3f}** ({q1:.3f}-{q3:.3f}) "
-              f"| {row['ours_ms']:.2f} | {row['mixle_ms']:.2f} |")
+              f"| {row['ours_ms']:.2f} | {row['mixle_ms']:.2f} | {row['checkpoint_share_max']:.2%} |")
     common.write_rows(args.out, rows)
     return 0
 

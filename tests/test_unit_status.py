@@ -33,7 +33,8 @@ def test_membership_becomes_ranks_by_state():
     m.revive(2)
     m.mark_failed(4)
     m.blacklist(4)
-    assert progress.ranks_of(m) == {"live": [1, 2, 3], "failures": {"2": 1, "4": 1}, "blacklisted": [4]}
+    assert progress.ranks_of(m) == {"live": [1, 2, 3], "failures": {"2": 1, "4": 1}, "blacklisted": [4],
+                                    "driver_takeovers": 0}
 
 
 def test_each_iteration_replaces_progress_json(tmp_path):

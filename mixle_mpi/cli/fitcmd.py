@@ -92,8 +92,9 @@ def run(cfg: FitConfig) -> int:
     spec, loaded, est = prepare(cfg, successor is not None)
     with successor or ResilientMPIEncodedData(loaded.data, estimator=est, **where) as enc:
         loaded.close()
-        print(f"[fit] {spec.text} on {loaded.describe}; {enc.num_shards} shards over "
-              f"{len(enc.membership.live())} workers; out_dir {cfg.out_dir}", flush=True)
+        workers = len(enc.membership.live())
+        print(f"[fit] {spec.text} on {loaded.describe}; {enc.num_shards} shard{'s' * (enc.num_shards != 1)} over "
+              f"{workers} worker{'s' * (workers != 1)}; out_dir {cfg.out_dir}", flush=True)
         if cfg.checkpoint and cfg.restarts > 1:
             print(f"[fit] {cfg.restarts} restarts, each with its own checkpoint: "
                   + ", ".join(restart_checkpoints(cfg.checkpoint, cfg.restarts)), flush=True)
@@ -101,7 +102,8 @@ def run(cfg: FitConfig) -> int:
         summary = _summary(enc, cfg, results, segments)
         # on disk before the handle's close removes the shard store
         best = results[summary["best_restart"]]
-        write_json(os.path.join(cfg.out_dir, "model.json"), json.loads(best["model"].to_json()), indent=1)
+        write_json(os.path.join(cfg.out_dir, "model.json"), json.loads(_told_as_summary(best["model"], summary, cfg)
+                                                                       .to_json()), indent=1)
         write_json(os.path.join(cfg.out_dir, "summary.json"), summary, indent=1)
     if cfg.plot:
         from mixle_mpi.cli.plot import plot_fit
@@ -121,8 +123,25 @@ def done_line(summary: dict, model_path: str) -> str:
             f"{summary_wall_text(summary)}; model in {model_path}")
 
 
+def _told_as_summary(model, summary: dict, cfg: FitConfig):
+    """The model whose fit receipt (its JSON's provenance) says what summary.json says: the
+    restart's seed, whether it converged, its iterations and cap. mixle's receipt knows no
+    seed (it is given an rng); the model itself is unchanged."""
+    import copy
+    import dataclasses
+
+    prov = model.fit_provenance() if hasattr(model, "fit_provenance") else None
+    if prov is None:
+        return model
+    told = copy.copy(model)
+    run = summary["restarts"][summary["best_restart"]]
+    return told.with_fit_provenance(dataclasses.replace(prov, seed=run["seed"], converged=run["converged"],
+                                                        iterations=run["iterations"], max_iterations=cfg.max_its))
+
+
 def _takeover_text(n: int) -> str:
-    return f" (and the driver's death {n} time(s): a survivor took over)" if n else ""
+    return (f" (the driver's death {'once' if n == 1 else f'{n} times'} among them: a survivor took over)"
+            if n else "")
 
 
 def _recovered(enc) -> int:
@@ -136,6 +155,7 @@ def _fit_restarts(enc, est, cfg: FitConfig, segments):
     progress = Progress(sys.stdout, cfg.progress, record=os.path.join(cfg.out_dir, PROGRESS_FILE),
                         meta={"model": cfg.model, "data": cfg.data})
     membership = enc.membership
+    takeovers = _takeovers(os.path.join(cfg.out_dir, "events.jsonl"))  # a successor's: the deaths so far
     results, timeline = [], []  # timeline: (restart, iteration, wall time) per accepted iteration
     for r in range(cfg.restarts):
         label = f"{r + 1}/{cfg.restarts}" if cfg.restarts > 1 else ""
@@ -146,8 +166,8 @@ def _fit_restarts(enc, est, cfg: FitConfig, segments):
             timeline.append((r, i, time.time()))
             progress.step(iteration=i, max_its=cfg.max_its, ll=ll, prev_ll=trace[-1] if trace else None,
                           live=len(membership.live()), blacklisted=len(membership.blacklisted()),
-                          recovered=_recovered(enc), restart=label, ranks=ranks_of(membership),
-                          failed=sum(membership.failures().values()), checkpointed=saved is not None)
+                          recovered=_recovered(enc), restart=label, ranks=ranks_of(membership, takeovers),
+                          failed=sum(membership.failures().values()) + takeovers, checkpointed=saved is not None)
             trace.append(ll)
 
         stopped: list[str] = []
@@ -185,6 +205,7 @@ def _summary(enc, cfg: FitConfig, results: list[dict], segments) -> dict:
 
     b = best_restart(results)
     failures = enc.failures
+    takeovers = _takeovers(os.path.join(cfg.out_dir, "events.jsonl"))
     peak_rss = enc.peak_rss_mb
     return {
         "final_ll": results[b]["ll"][-1] if results[b]["ll"] else None,
@@ -195,9 +216,9 @@ def _summary(enc, cfg: FitConfig, results: list[dict], segments) -> dict:
         "best_restart": b,
         "restarts": [{"seed": r["seed"], "final_ll": r["ll"][-1] if r["ll"] else None, "iterations": len(r["ll"]),
                       "converged": r["converged"], "stopped": r["stopped"], "ll": r["ll"]} for r in results],
-        "failures_survived": sum(failures.values()),
+        "failures_survived": sum(failures.values()) + takeovers,  # the driver's deaths count too
         "fault_plan": getattr(enc, "fault_plan", []),  # a run under chaos (MIXLE_MPI_FAULT_PLAN) says so
-        "driver_takeovers": _takeovers(os.path.join(cfg.out_dir, "events.jsonl")),
+        "driver_takeovers": takeovers,
         "failures": {str(k): v for k, v in failures.items()},
         "blacklisted": enc.blacklist,
         "recovered_shards": _recovered(enc),

@@ -134,6 +134,20 @@ def rank_stories(events: list[dict]) -> dict[int, list[str]]:
     return dict(stories)
 
 
+def driver_story(events: list[dict], t0: float) -> list[str]:
+    """What happened to the driver: each death, who saw it, who took over and resumed (pure)."""
+    out = []
+    for e in events:
+        ev, t = e.get("event"), e.get("time", t0) - t0
+        if ev == "driver_failed":
+            out.append(f"t+{t:.2f}s the driver (pid {e.get('pid')} on {e.get('host')}) died: {e.get('cause')}")
+        elif ev == "driver_elected":
+            out.append(f"t+{t:.2f}s {describe(e)}")
+        elif ev == "driver_resumed":
+            out.append(f"t+{t:.2f}s {describe(e)}")
+    return out
+
+
 def summarize_events(events: list[dict]) -> list[str]:
     if not events:
         return ["empty event log"]
@@ -154,8 +168,12 @@ def summarize_events(events: list[dict]) -> list[str]:
         lines.append(f"shrinks: {len(shrinks)}, {sum(e.get('seconds', 0) for e in shrinks):.3f}s in all "
                      f"({', '.join(str(e.get('method')) for e in shrinks)})")
     stories = rank_stories(events)
-    if not stories:
+    driver = driver_story(events, t0)
+    if not stories and not driver:
         lines.append("no rank failed")
+    if driver:
+        lines.append("driver:")
+        lines.extend("  " + s for s in driver)
     for w in sorted(stories):
         lines.append(f"rank {w}:")
         lines.extend("  " + s for s in stories[w])

@@ -438,7 +438,7 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
     if typo:
         raise ConfigError(typo)
     if flavor in (OPENMPI, SRUN) and (transports := one_host_transports(extra, full)):
-        log.info(f"one host: OMPI_MCA_btl={transports['OMPI_MCA_btl']} (Open MPI's between-host transports "
+        log.debug(f"one host: OMPI_MCA_btl={transports['OMPI_MCA_btl']} (Open MPI's between-host transports "
                  "take about 1 s to start; set OMPI_MCA_btl to choose them yourself)")
         env = {**transports, **(env or {})}
     left = {exitcodes.NEVER_STARTED: max(0, int(start_retries)), exitcodes.RERUN_TO_RESUME: max(0, int(resume_retries))}
@@ -484,7 +484,8 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
     reaper = _start_reaper(tag)
     rc, why, lost, t0 = None, None, False, time.monotonic()
     try:
-        log.info("launching: " + " ".join(argv))  # a batch log says what ran
+        log.info(f"launching: {os.path.basename(argv[0])} ({flavor}); -v shows the whole command")  # a batch log says what ran
+        log.debug("launch command: " + " ".join(argv))
         proc = subprocess.Popen(argv, env=full_env, start_new_session=True)
         started.append(proc)
         rc, why, lost = _wait(proc, forwarder, timeout, files, tag, expect_here)

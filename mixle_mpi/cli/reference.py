@@ -45,6 +45,7 @@ ENVIRONMENT = {
 # Every event of events.jsonl, in the order a fit meets them.
 EVENTS = {
     "start": "the driver is set up: workers, shards, settings, MPI and BLAS in use",
+    "ranks": "where each rank runs: rank -> host:pid (the driver is rank 0)",
     "continuation": "how the job will continue after a failure (ulfm, emulated or keep) and why",
     "driver_shards": "the shards the driver computes itself (driver_computes)",
     "loaded": "the workers hold their shards; how long the load took",

@@ -115,9 +115,12 @@ def state(files: FitFiles, alive: bool | None) -> str:
     return "running"
 
 
-def _ranks_line(live, failures: dict, blacklisted, recovered) -> str:
-    failed = ", ".join(f"rank {w} x{n}" for w, n in sorted(failures.items(), key=lambda kv: int(kv[0])))
-    return (f"ranks: {len(live)} live {list(live)}; {len(failures)} failed" + (f" ({failed})" if failed else "")
+def _ranks_line(live, failures: dict, blacklisted, recovered, driver_takeovers: int = 0) -> str:
+    failed = [f"rank {w} x{n}" for w, n in sorted(failures.items(), key=lambda kv: int(kv[0]))]
+    if driver_takeovers:
+        failed.append(f"the driver x{driver_takeovers}, a survivor took over")
+    return (f"ranks: {len(live)} live {list(live)}; {len(failures) + bool(driver_takeovers)} failed"
+            + (f" ({', '.join(failed)})" if failed else "")
             + f"; {len(blacklisted)} blacklisted {list(blacklisted)}; shards recomputed {recovered}")
 
 
@@ -132,7 +135,7 @@ def _progress_lines(p: dict, now: float) -> list[str]:
     ranks = p.get("ranks") or {}
     if "live" in ranks:
         lines.append(_ranks_line(ranks["live"], ranks.get("failures", {}), ranks.get("blacklisted", []),
-                                 p.get("recovered_shards", 0)))
+                                 p.get("recovered_shards", 0), ranks.get("driver_takeovers", 0)))
     return lines
 
 
@@ -142,7 +145,8 @@ def _summary_lines(s: dict) -> list[str]:
     return [f"{s.get('iterations')} iterations ({summary_stop_text(s)}), final ll "
             f"{'-' if ll is None else f'{ll:.10g}'}, {summary_wall_text(s)}; model in model.json",
             f"ranks: {s.get('workers')} workers; failures survived {s.get('failures_survived')}"
-            + (f" ({', '.join(f'rank {w} x{n}' for w, n in failed.items())})" if failed else "")
+            + (f" ({', '.join([*(f'rank {w} x{n}' for w, n in failed.items()), *([f'the driver x{t}'] if (t := s.get('driver_takeovers')) else [])])})"
+               if failed or s.get("driver_takeovers") else "")
             + f"; blacklisted {s.get('blacklisted')}; shards recomputed {s.get('recovered_shards')}"]
 
 
@@ -163,6 +167,9 @@ def report(files: FitFiles, alive: bool | None, now: float, n_events: int = 5) -
     lines = [f"{files.out_dir}: {phase}{where}"]
     if spec:
         lines.append(f"fit: {spec} on {what.get('data')}")
+    places = next((e for e in reversed(files.events) if e.get("event") == "ranks"), None)
+    if places is not None:
+        lines.append(describe(places))
     if phase == "finished":
         lines += _summary_lines(s)
     elif p is not None:

@@ -121,12 +121,13 @@ def format_line(s: Status) -> str:
             + (" checkpointed" if s.checkpointed else ""))
 
 
-def ranks_of(membership) -> dict:
+def ranks_of(membership, driver_takeovers: int = 0) -> dict:
     """The worker ranks by state, from a :class:`~mixle_mpi.policy.membership.Membership` (pure):
-    live ones, the failure count of each rank that ever failed, blacklisted ones."""
+    live ones, the failure count of each rank that ever failed, blacklisted ones, and how
+    many times the driver died and a survivor took over."""
     return {"live": membership.live(),
             "failures": {str(w): n for w, n in membership.failures().items() if n},
-            "blacklisted": membership.blacklisted()}
+            "blacklisted": membership.blacklisted(), "driver_takeovers": driver_takeovers}
 
 
 def record(s: Status, ranks: dict | None, meta: dict, now: float) -> dict:

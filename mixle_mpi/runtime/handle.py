@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
 import sys
 import time
 import warnings
@@ -258,6 +259,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             spawn_unavailable=no_spawn, fast_spawn_command=_spawn_command(fast=True), failover=failover,
         )
         self._driver.start(excluded)
+        self.events.emit("ranks", ranks=rank_places(self._driver.membership))
         self._estimator = None  # the last E-step's or initialization's: a scoring round computes ahead with it
         self._ahead = Lookahead(self.settings.estep_ahead)
         jobfiles.mark_started()
@@ -523,6 +525,15 @@ def _spawn_command(fast: bool = False) -> list[str]:
     if MPI.get_vendor()[0] == "MPICH":
         return ["sh", wrapper_path(), "--worker"] + command
     return command
+
+
+def rank_places(membership) -> dict[str, str]:
+    """Where each rank runs, "host:pid", the driver as "0" (for the log and ``status``)."""
+    places = {"0": f"{socket.gethostname()}:{os.getpid()}"}
+    for w, rec in sorted(membership.records.items()):
+        if rec.pid is not None:
+            places[str(w)] = f"{rec.host}:{rec.pid}"
+    return places
 
 
 def _check_estimator_matches(store, estimator, encoder) -> None:

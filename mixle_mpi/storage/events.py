@@ -158,7 +158,13 @@ def _driver_shards_text(rec: dict[str, Any]) -> str:
             f"driver_share_max_bytes ({rec.get('max_bytes', 0) / 2**20:.1f} MiB); it holds no data, so its memory stays flat")
 
 
-SPECIAL = {"start": ("workers", _start_text), "driver_shards": ("shards", _driver_shards_text), "resumed": ("iteration", _resumed_text),
+def _ranks_text(rec: dict[str, Any]) -> str:
+    """Where each rank runs: rank -> host:pid, the driver first."""
+    places = rec.get("ranks") or {}
+    return "ranks: " + ", ".join(f"{r}{' (driver)' if r == '0' else ''} {where}" for r, where in places.items())
+
+
+SPECIAL = {"start": ("workers", _start_text), "ranks": ("ranks", _ranks_text), "driver_shards": ("shards", _driver_shards_text), "resumed": ("iteration", _resumed_text),
            "continuation": ("method", _continuation_text), "driver_failed": ("cause", _driver_failed_text),
            "driver_elected": ("survivors", _driver_elected_text), "driver_resumed": ("since_death", _driver_resumed_text)}
 
