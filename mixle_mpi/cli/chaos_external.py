@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field, replace
 from mixle_mpi.storage.events import TOOK_OVER
 from mixle_mpi.policy import chaos_plan as cp
 from mixle_mpi.core.atomicfile import write_json
-from mixle_mpi.cli.chaos import (FAULT_LOG, compare, fit_command, fit_env, prepare_run_dir, read_output, recovery_seconds,
+from mixle_mpi.cli.chaos import (compare, fit_command, fit_env, prepare_run_dir, read_output, recovery_seconds,
                                  seconds_from_kill,
                                  reference_problem)
 from mixle_mpi.core.exitcodes import NEVER_STARTED

@@ -155,7 +155,7 @@ def _demo(args) -> int:
 def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     """The whole command. ``full_help``: ``fit --help`` describes every option (``--help-all``)."""
     from mixle_mpi.cli.jobconfig import add_fit_options
-    from mixle_mpi.cli import helptext, inspector, status
+    from mixle_mpi.cli import helptext, status
     from mixle_mpi.cli.dryrun import dry_run
 
     p = argparse.ArgumentParser(prog="mixle-mpi", description="Resilient MPI EM for mixle.")

@@ -484,7 +484,7 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
     reaper = _start_reaper(tag)
     rc, why, lost, t0 = None, None, False, time.monotonic()
     try:
-        log.info(f"launching: {os.path.basename(argv[0])} ({flavor}); -v shows the whole command")  # a batch log says what ran
+        log.info(f"launching: {os.path.basename(argv[0])} ({len(argv)} arguments; -v shows the whole command)")  # a batch log says what ran
         log.debug("launch command: " + " ".join(argv))
         proc = subprocess.Popen(argv, env=full_env, start_new_session=True)
         started.append(proc)

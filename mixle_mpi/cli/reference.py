@@ -18,7 +18,6 @@ import os
 import re
 import sys
 from contextlib import redirect_stdout
-from dataclasses import fields
 
 REFERENCE_PATH = os.path.join("docs", "reference.md")
 

@@ -18,7 +18,6 @@ signals and launches the jobs):
 from __future__ import annotations
 
 import math
-import os
 import random
 from dataclasses import dataclass, field
 
