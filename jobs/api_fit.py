@@ -3,9 +3,9 @@ copy this file and edit the three marked places.
 
 Run:  .venv/bin/mixle-mpi run -n 5 -- .venv/bin/python jobs/api_fit.py [data.h5 [dataset]]
 With no arguments it fits synthetic data, so it runs as it is. It prints one line per EM
-iteration and writes a checkpoint after each one (CHECKPOINT, default api_fit.ckpt.h5 in
-the current folder): run the same command again after a crash or a preemption and the fit
-resumes from it, to the same bits.
+iteration and checkpoints (CHECKPOINT, default api_fit.ckpt.h5 in the current folder) after
+the first iteration, then every 60 s, and at the end: run the same command again after a
+crash or a preemption and the fit resumes from it, to the same bits.
 """
 
 import os

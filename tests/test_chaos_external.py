@@ -2,7 +2,8 @@
 MPI library: real rank processes killed from outside with no hook, at the campaign's seeded
 random times, against a failure-free reference. The full campaign (200 runs per library) is
 ``bench/chaos_campaign.py``; this slice runs three: a worker SIGKILLed late in the run, the
-driver SIGKILLed late in the run (then the same command must resume to the same bits), and a
+driver SIGKILLed late in the run (failover is on by default: a survivor takes over in the same
+job; were it off, the same command must resume to the same bits), and a
 worker SIGKILLed right after the launch (in process start or MPI initialisation)."""
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def test_external_kills_recover_or_resume_to_the_same_bits(library, tmp_path):
         assert r["identical"], r
         if r["outcome"] == "resumed-ok":  # the driver died mid-fit: the rerun resumed to the reference's bits
             assert r["kind"] == "driver" and r["exit_code"] != 0 and r["rerun"]["exit_code"] == 0, r
+        elif r["outcome"] == "taken-over":  # the default: failover armed, a survivor took over in the same job
+            assert r["kind"] == "driver" and r["exit_code"] == 0 and r["rerun"] is None, r
         elif r["outcome"] == "never-started-retried":  # a rank died while starting; the launcher started again
             assert r["exit_code"] == 0 and r["launcher_retried"] and r["attempts"] == 2, r
         else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from mixle_mpi.cli.jobconfig import FitConfig, failover_of, resolve, to_argv
+from mixle_mpi.cli.jobconfig import FitConfig, failover_of, moved_to, resolve, to_argv
 from mixle_mpi.fitting.cadence import DEFAULT_SECONDS, MAX_SHARE, Cadence
 
 
@@ -66,6 +66,15 @@ def test_the_cli_checkpoints_into_its_out_dir_and_arms_failover_by_default():
     assert cfg.checkpoint == os.path.join("runs/a", "checkpoint.h5")
     assert failover_of(cfg, environ={}) is True
     assert "--checkpoint" in to_argv(cfg) and os.path.join("runs/a", "checkpoint.h5") in to_argv(cfg)
+
+
+def test_a_fit_moved_to_another_folder_takes_its_default_checkpoint_along():
+    """The demo and the campaigns run one job config in many folders: none resumes another's fit."""
+    moved = moved_to(_cfg(out_dir="runs/a"), "runs/b")
+    assert moved.out_dir == "runs/b" and moved.checkpoint == os.path.join("runs/b", "checkpoint.h5")
+    chosen = moved_to(_cfg(out_dir="runs/a", checkpoint="/scratch/ck.h5"), "runs/b")
+    assert chosen.checkpoint == "/scratch/ck.h5"          # a path the user chose stays
+    assert moved_to(_cfg(checkpoint="none"), "runs/b").checkpoint is None
 
 
 def test_no_checkpoint_and_no_failover_opt_out():

@@ -29,7 +29,7 @@ from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.storage.events import read_events
 from mixle_mpi.policy.faults import FIRED_ENV, Fault, needs_replacement_rounds, read_fired, unfired
-from mixle_mpi.cli.jobconfig import FitConfig, to_argv
+from mixle_mpi.cli.jobconfig import FitConfig, moved_to, to_argv
 from mixle_mpi.policy.placement import initial_placement, plan_recovery
 
 SINGLE_PHASES = ("init", "estep_before", "estep_mid", "estep_after_reply", "llsum", "load")  # load: its first, at the start
@@ -193,7 +193,7 @@ def launch_fit(cfg: FitConfig, n: int, out_dir: str, plan: str, timeout: float, 
     (exit code, seconds, hung). Victims record their faults in ``out_dir/faults.jsonl``
     (read it with :func:`read_fired`). ``env``: extra environment variables."""
     fault_log = prepare_run_dir(out_dir)
-    cmd = fit_command(replace(cfg, out_dir=out_dir), n, timeout, launch)
+    cmd = fit_command(moved_to(cfg, out_dir), n, timeout, launch)
     t0 = time.perf_counter()
     with open(os.path.join(out_dir, "job.log"), "w", encoding="utf-8") as log:
         try:

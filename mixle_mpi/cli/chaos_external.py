@@ -43,7 +43,7 @@ from mixle_mpi.cli.chaos import (compare, fit_command, fit_env, prepare_run_dir,
                                  reference_problem)
 from mixle_mpi.core.exitcodes import NEVER_STARTED
 from mixle_mpi.policy.faults import read_fired
-from mixle_mpi.cli.jobconfig import FitConfig
+from mixle_mpi.cli.jobconfig import FitConfig, moved_to
 from mixle_mpi.core import procs
 from mixle_mpi.core.procs import RANK_VARS
 from mixle_mpi.core.jobfiles import MPI_UP_ENV, STARTED_ENV, TAG_ENV
@@ -413,7 +413,7 @@ def watched_reference(cfg: FitConfig, n: int, ref_dir: str, timeout: float, laun
     output, its wall seconds, the seconds after the launch when its started marker appeared,
     None if it was not seen), or None after saying on ``stream`` why it cannot serve."""
     fault_log = prepare_run_dir(ref_dir)
-    cmd = fit_command(replace(cfg, out_dir=ref_dir), n, timeout, launch)
+    cmd = fit_command(moved_to(cfg, ref_dir), n, timeout, launch)
     log_path = os.path.join(ref_dir, "job.log")
     seen = watch(cmd, fit_env("", fault_log, env), log_path, (), timeout, 2)
     result = read_output(ref_dir)

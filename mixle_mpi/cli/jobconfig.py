@@ -308,6 +308,17 @@ def to_argv(cfg: FitConfig) -> list[str]:
     return out
 
 
+def moved_to(cfg: FitConfig, out_dir: str) -> FitConfig:
+    """``cfg`` writing into ``out_dir`` instead; the default checkpoint (the old folder's
+    checkpoint.h5) moves with it, so runs in different folders never resume each other."""
+    from dataclasses import replace
+
+    checkpoint = cfg.checkpoint
+    if checkpoint is not None and os.path.abspath(checkpoint) == os.path.abspath(os.path.join(cfg.out_dir, CHECKPOINT_NAME)):
+        checkpoint = os.path.join(out_dir, CHECKPOINT_NAME)
+    return replace(cfg, out_dir=out_dir, checkpoint=checkpoint)
+
+
 def failover_of(cfg: FitConfig, environ=None) -> bool | None:
     """Failover as this fit asks for it: as given, else on whenever a checkpoint is written
     (a successor resumes from it), unless MIXLE_MPI_FAILOVER says otherwise (None: leave it

@@ -164,7 +164,16 @@ def _ranks_text(rec: dict[str, Any]) -> str:
     return "ranks: " + ", ".join(f"{r}{' (driver)' if r == '0' else ''} {where}" for r, where in places.items())
 
 
-SPECIAL = {"start": ("workers", _start_text), "ranks": ("ranks", _ranks_text), "driver_shards": ("shards", _driver_shards_text), "resumed": ("iteration", _resumed_text),
+def _failover_armed_text(rec: dict[str, Any]) -> str:
+    """Which ranks may take over should the driver die (a checkpoint exists to resume from)."""
+    ranks = ", ".join(str(w) for w in rec.get("workers") or []) or "none"
+    out = rec.get("out") or []
+    return f"driver failover armed: rank(s) {ranks} may take over" + (f" (not rank(s) {', '.join(map(str, out))}: lost)"
+                                                                        if out else "")
+
+
+SPECIAL = {"start": ("workers", _start_text), "ranks": ("ranks", _ranks_text),
+           "failover_armed": ("workers", _failover_armed_text), "driver_shards": ("shards", _driver_shards_text), "resumed": ("iteration", _resumed_text),
            "continuation": ("method", _continuation_text), "driver_failed": ("cause", _driver_failed_text),
            "driver_elected": ("survivors", _driver_elected_text), "driver_resumed": ("since_death", _driver_resumed_text)}
 
