@@ -81,3 +81,36 @@ def test_api_example_runs_prints_each_iteration_and_resumes_from_its_checkpoint(
     assert f"resumed {ck} after iteration 4" in again.stderr, again.stderr
     final = [ln for ln in first.stdout.splitlines() if "final log-likelihood" in ln]
     assert final and final[0] in again.stdout  # the same bits from the checkpoint
+
+
+DEFAULT_FIT = '''
+import numpy as np
+import mixle.stats as st
+from mixle_mpi import ResilientMPIEncodedData, fit, is_driver
+
+est = st.MixtureEstimator([st.DiagonalGaussianEstimator(dim=2)] * 2)
+data = np.random.default_rng(0).normal(size=(2000, 2)) if is_driver() else None
+with ResilientMPIEncodedData(data, estimator=est, num_shards=4) as enc:
+    model, lls = fit(enc, est, max_its=5, delta=None, seed=1)   # no checkpoint argument
+    print("LLS", repr(lls), flush=True)
+'''
+
+
+def test_the_python_fit_checkpoints_into_its_work_folder_by_default_and_resumes(tmp_path):
+    """``fit`` with no checkpoint argument writes ``mixle_mpi_run/checkpoint.h5`` (the handle's
+    work folder); the same script run again resumes the finished fit, to the same bits."""
+    script = tmp_path / "my_fit.py"
+    script.write_text(DEFAULT_FIT)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    for name in ("MIXLE_MPI_FAULT_PLAN", "MIXLE_MPI_WORKDIR", "MIXLE_MPI_EVENT_LOG"):
+        env.pop(name, None)
+    cmd = [OMPI_PYTHON, "-m", "mixle_mpi", "run", "-n", "3", "--timeout", "150", "--", OMPI_PYTHON, str(script)]
+    first, again = [subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=200)
+                    for _ in range(2)]
+    assert first.returncode == 0 and again.returncode == 0, first.stderr[-3000:] + again.stderr[-3000:]
+    ck = tmp_path / "mixle_mpi_run" / "checkpoint.h5"
+    state = ckpt.read(str(ck))
+    assert state.finished and state.iteration == 5
+    assert "resumed" not in first.stderr and f"resumed {ck}" in again.stderr, again.stderr[-3000:]
+    lls = [ln for ln in first.stdout.splitlines() if ln.startswith("LLS")]
+    assert len(lls) == 1 and lls == [ln for ln in again.stdout.splitlines() if ln.startswith("LLS")]

@@ -13,10 +13,7 @@ import tomllib
 from dataclasses import asdict, dataclass, fields
 
 from mixle_mpi.core.errors import ConfigError
-
-
-AUTO_CHECKPOINT = "auto"   # out_dir/checkpoint.h5: checkpoints are on unless --no-checkpoint
-CHECKPOINT_NAME = "checkpoint.h5"
+from mixle_mpi.fitting.cadence import AUTO as AUTO_CHECKPOINT, CHECKPOINT_NAME  # out_dir/checkpoint.h5 unless --no-checkpoint
 
 
 @dataclass

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import json
+import os
 import signal
 import time
 import warnings
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from mixle_mpi.core import liveness
-from mixle_mpi.fitting.cadence import Cadence
+from mixle_mpi.fitting.cadence import AUTO, CHECKPOINT_NAME, Cadence
 from mixle_mpi.storage import checkpoint as ckpt
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core import exitcodes
@@ -137,12 +138,13 @@ def _resume_state(checkpoint: str, resume: str, current: ckpt.FitState, allow_ve
 
 
 def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_p: float = 0.1, seed: int = 1,
-        checkpoint: str | None = None, every: int | None = None, seconds: float | None = None, resume: str = "auto",
+        checkpoint: str | None = "auto", every: int | None = None, seconds: float | None = None, resume: str = "auto",
         allow_version_change: bool = False, journal: bool = False, out=None,
         on_iteration=None, segments: Segments | None = None, on_finish=None) -> tuple[Any, list[float]]:
     """Fit with ``optimize`` on the driver; returns (model, log-likelihood per iteration).
 
-    ``checkpoint`` is an HDF5 path; a checkpoint is written every ``every`` iterations
+    ``checkpoint`` is an HDF5 path ("auto", the default: ``checkpoint.h5`` in the handle's
+    work folder, so the same script run again resumes; None: no checkpoint); a checkpoint is written every ``every`` iterations
     and/or every ``seconds`` seconds, and once at the end (the step that ends EM gets only
     that one, see :func:`~mixle_mpi.fitting.progress.may_end_em`). Neither given: after the
     first iteration, then every 60 s, at most 2 % of the wall time
@@ -174,6 +176,8 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
         versions=versions(enc.settings.blas_threads), config=config,
     )
     state = None
+    if checkpoint == AUTO:
+        checkpoint = os.path.join(enc.workdir, CHECKPOINT_NAME)
     if checkpoint:
         ckpt.check_writable(checkpoint)
     enc.check_failover_reach(checkpoint)  # failover arms now, if asked for and there is a checkpoint

@@ -197,6 +197,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         event_log = event_log or os.environ.get("MIXLE_MPI_EVENT_LOG") or os.path.join(workdir, "events.jsonl")
         ensure_dir(os.path.dirname(os.path.abspath(store_path)), "shard store")
         hold_folder(os.path.dirname(os.path.abspath(store_path)), "work", strict=self.took_over is None)
+        self.workdir = os.path.dirname(os.path.abspath(store_path))  # this job's folder: fit's default checkpoint
 
         # The handshake: from here on the workers wait on heartbeats, not on a fixed deadline.
         timeout = startup.startup_timeout()
