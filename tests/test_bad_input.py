@@ -20,6 +20,8 @@ CASES = {
     "nan": "NaN",
     "ragged": "has shape (2,), expected (3,)",
     "mismatch": "does not match the data",
+    "columns_1d": "do not flatten the rows (that would mix the variables up); use a multivariate estimator instead, "
+                  "such as DiagonalGaussianEstimator(dim=3)",
     "num_shards": "num_shards must be an integer >= 1; found 0",
     "max_retries": "max_retries must be an integer >= 1; found 0",
     "unwritable": "/proc/mixle_mpi_cannot_write_here",
@@ -55,7 +57,7 @@ MPICH_CI = {("num_shards", 3), ("empty", 4), ("unwritable", 4), ("nan", 8), ("lo
 
 # Under Open MPI in CI: these and the MPICH rows; every case at 4 ranks runs in the full matrix
 # (each message is also checked without MPI, in the unit tests of the handle's validation).
-OPENMPI_CI = MPICH_CI | {("too_few", 4), ("mismatch", 4), ("load_raises", 4)}
+OPENMPI_CI = MPICH_CI | {("too_few", 4), ("mismatch", 4), ("columns_1d", 4), ("load_raises", 4)}
 
 
 # At 8 ranks one case in CI (nan, under MPICH); the user's code at 8 ranks in the full matrix

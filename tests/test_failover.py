@@ -242,6 +242,18 @@ def test_fit_survives_its_driver_killed_from_outside_with_no_flag_set(library, t
     assert summary["ll"] == json.loads((tmp_path / "ref" / "summary.json").read_text())["ll"]
     assert summary["driver_takeovers"] == 1 and "a survivor took over" in text, text[-3000:]
     assert f"the driver (pid {pid} on" in text and "drives now, over 3 surviving rank(s)" in text, text[-3000:]
+    # one story: the summary, the model's receipt, status and inspect all tell of the driver's death
+    assert summary["failures_survived"] >= 1
+    receipt = json.loads((out / "model.json").read_text())["fit_provenance"]
+    best = summary["restarts"][summary["best_restart"]]
+    assert (receipt["seed"], receipt["converged"], receipt["iterations"]) == (best["seed"], best["converged"],
+                                                                             best["iterations"])
+    status = subprocess.run([python, "-m", "mixle_mpi", "status", str(out)], capture_output=True, text=True,
+                            timeout=60, env=env)
+    assert "the driver x1" in status.stdout and "(driver) " in status.stdout, status.stdout
+    seen = subprocess.run([python, "-m", "mixle_mpi", "inspect", str(out)], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert f"the driver (pid {pid} on" in seen.stdout and "no rank failed" not in seen.stdout, seen.stdout
     assert no_leftover_processes(str(out)) == []
 
 

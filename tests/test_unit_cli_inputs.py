@@ -244,3 +244,14 @@ def test_negative_poisson_counts_from_hdf5_and_npy_are_refused_naming_the_row(tm
             datainput.load(datainput.parse_source(text), "integers")
     loaded = datainput.load(datainput.parse_source(f"{tmp_path}/c.h5:/ok"), "integers")
     loaded.close()
+
+
+def test_rows_of_several_values_name_the_multivariate_estimators_never_flattening():
+    import numpy as np
+
+    from mixle_mpi.runtime.handle import several_values_hint
+
+    hint = several_values_hint(np.zeros(3))
+    assert "DiagonalGaussianEstimator(dim=3)" in hint and "MultivariateGaussianEstimator(dim=3)" in hint
+    assert "do not flatten" in hint and "numpy.ravel" not in hint
+    assert several_values_hint(1.5) == "" and several_values_hint(np.zeros(1)) == ""

@@ -552,4 +552,17 @@ def _check_estimator_matches(store, estimator, encoder) -> None:
         raise DataError(
             f"the estimator {name} does not match the data: encoding and initializing the first "
             f"rows failed with {type(exc).__name__}: {exc}. First row found: {rows[0]!r:.200}"
+            + several_values_hint(rows[0])
         ) from None
+
+
+def several_values_hint(row) -> str:
+    """When each row holds several numbers, a 1-D estimator is the likely mistake: name the
+    multivariate ones (mixle's own advice to flatten would silently mix the columns up)."""
+    size = np.size(row) if isinstance(row, (np.ndarray, list, tuple)) else 1
+    if size <= 1:
+        return ""
+    return (f". Each row holds {size} values, one per variable: do not flatten the rows (that would mix the "
+            f"variables up); use a multivariate estimator instead, such as "
+            f"DiagonalGaussianEstimator(dim={size}) or MultivariateGaussianEstimator(dim={size}) "
+            "(see the user guide's table of models)")

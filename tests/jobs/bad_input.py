@@ -24,6 +24,8 @@ elif case == "ragged":
     data = [np.ones(3)] * 10 + [np.ones(2)] + [np.ones(3)] * 10
 elif case == "mismatch":
     data = [("a", 1), ("b", 2)] * 20
+elif case == "columns_1d":  # a scalar Gaussian on 3 columns: name the multivariate estimators, never "flatten"
+    data = np.random.RandomState(0).normal(size=(100, 3))
 elif case == "num_shards":
     kwargs["num_shards"] = 0
 elif case == "max_retries":
