@@ -484,8 +484,11 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
     reaper = _start_reaper(tag)
     rc, why, lost, t0 = None, None, False, time.monotonic()
     try:
-        log.info(f"launching: {os.path.basename(argv[0])} ({len(argv)} arguments; -v shows the whole command)")  # a batch log says what ran
-        log.debug("launch command: " + " ".join(argv))
+        if os.environ.get("SLURM_JOB_ID"):  # a batch log is the only record of what ran: the whole command
+            log.info("launching: " + " ".join(argv))
+        else:
+            log.info(f"launching: {os.path.basename(argv[0])} ({len(argv)} arguments; -v shows the whole command)")
+            log.debug("launch command: " + " ".join(argv))
         proc = subprocess.Popen(argv, env=full_env, start_new_session=True)
         started.append(proc)
         rc, why, lost = _wait(proc, forwarder, timeout, files, tag, expect_here)
