@@ -50,6 +50,8 @@ def job(python: str, tmp: str, tag: str, model: str, n: int, its: int, workers: 
         rec = json.load(fh)
     kills = read_fired(fired)  # the victim records the fault (with its time) just before it acts
     rec["ok"] = bool(kills) or kill_call is None
+    if not rec["ok"]:
+        rec["log_tail"] = log[-3000:]
     rec["kill_time"] = kills[0]["time"] if kills else None
     return rec, command
 
@@ -114,7 +116,8 @@ def measure(python: str, quick: bool, workers: int = 3, shards_per_worker: int =
                     common.log(f"failure cost {label} rep {rep + 1}: failed call {s['failed_call']:.3f} s, "
                                f"normal {s['normal_call']:.3f} s, detection {s['parts']['detection'] * 1e3:.0f} ms")
                 else:
-                    common.log(f"failure cost {label} rep {rep + 1}: job FAILED (rc {rec.get('rc')})")
+                    why = "its planned kill did not fire" if rec.get("rc") is None else f"rc {rec.get('rc')}"
+                    common.log(f"failure cost {label} rep {rep + 1}: job FAILED ({why})\n{rec.get('log_tail', '')[-1500:]}")
                     raw.append({"mode": label, "failed_job": rec})
         for label, respawn, k, spares in modes:
             got = per_mode[label]
