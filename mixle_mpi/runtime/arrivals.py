@@ -55,9 +55,9 @@ class Arrivals:
             return False
         self.respawn_hosts[worker] = host
         if link is not None and self.settings.respawn_wait:
-            self._replacement_pid(worker)
+            pid = self._replacement_pid(worker)
             self.grank.pop(worker, None)
-            self._bring_up(worker, link, "respawned", t0)
+            self._bring_up(worker, link, "respawned", t0, watch=pid)
             return True
         self._start_join(worker, t0)
         if link is not None:
@@ -210,17 +210,21 @@ class Arrivals:
         self._bring_up(worker, link, "spare_adopted", t0, held=warm, spare=spare, warm=sorted(warm & place))
         return True
 
-    def _bring_up(self, worker: int, link: Link, event: str, t0: float, held=frozenset(), **fields) -> None:
+    def _bring_up(self, worker: int, link: Link, event: str, t0: float, held=frozenset(), watch: int | None = None,
+                  **fields) -> None:
         """The process now on ``link`` takes ``worker``'s place (a replacement or a spare):
         set it up, wait for it to be ready, send it the place's shards less those it
         ``held`` already, then log ``event`` with ``fields``. A failure on the way is one of
-        its own, handled like any other (the place then waits for the next recovery)."""
+        its own, handled like any other (the place then waits for the next recovery).
+        ``watch``: the replacement's pid on this host (its birth record), whose end is seen at
+        once while it has no heartbeat verdict yet (MPICH has no ULFM to report it)."""
         self.mail.connect(worker, link)
         incarnation = self.membership.revive(worker)
         self.monitor.grace(worker, self.settings.reconfigure_timeout)  # a replacement imports before it beats
         if self.mail.post(worker, self.setup_message(worker)):
             self.monitor.watch(worker, link)
-        ready = self.collect({worker: {(Ready, worker)}}, "ready")
+        ready = self.collect({worker: {(Ready, worker)}}, "ready",
+                             watch={worker: (watch, self.started_at[worker])} if watch is not None else None)
         if worker in ready:
             self.note_ready(worker, ready[worker][0])
             self.load({worker: [s for s in self.owners.get(worker, []) if s not in held]})

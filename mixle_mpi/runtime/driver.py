@@ -176,20 +176,27 @@ class Driver(Arrivals, Reconfiguring):
         return {w: self.membership.records[w].incarnation for w in self.live()}
 
     # -- waiting for replies -----------------------------------------------------
-    def collect(self, expect: dict[int, set], what: str) -> dict[int, list]:
+    def collect(self, expect: dict[int, set], what: str, watch: dict | None = None) -> dict[int, list]:
         """Wait until each expected worker sent the replies whose ``key`` is expected (for
         example ``(Ready, worker)``), or failed. Returns the replies per worker; failed
         workers are simply absent.
 
         Control replies have a deadline (``reconfigure_timeout``): a worker whose heartbeat
-        thread lives on while its main thread never answers is hung, and is failed."""
+        thread lives on while its main thread never answers is hung, and is failed.
+        ``watch``: worker -> the identity (pid, start) of its process on this host, failed as
+        soon as that process has ended (a replacement with no heartbeat verdict yet)."""
         got: dict[int, list] = {w: [] for w in expect}
         waiting = {w: set(keys) for w, keys in expect.items() if keys}
         deadline = [time.monotonic() + self.settings.reconfigure_timeout]
+        watch = dict(watch or {})
 
         def step() -> bool | None:
             if not waiting:
                 return None
+            for w, ident in list(watch.items()):
+                if w in waiting and not procs.running(ident):
+                    watch.pop(w)
+                    self.fail(w, f"its process (pid {ident[0]}) ended before its {what!r} reply")
             if time.monotonic() > deadline[0]:
                 for w in sorted(waiting):
                     self.fail(w, f"no {what!r} reply within reconfigure_timeout="
