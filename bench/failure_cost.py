@@ -106,6 +106,9 @@ def measure(python: str, quick: bool, workers: int = 3, shards_per_worker: int =
                 commands[f"clean spares={spares}"] = command
                 if rec.get("ok"):
                     idle[spares].append(statistics.median(rec["estep_work_calls"][1:]))
+                else:
+                    common.log(f"failure cost clean spares={spares} rep {rep + 1}: job FAILED (exit {rec.get('rc')})\n"
+                               f"{rec.get('log_tail', '')[-1500:]}")
             for label, respawn, k, spares in modes:  # interleaved over repetitions
                 rec, command = job(python, tmp, f"{label}-{rep}".replace(" ", "_").replace(",", "").replace("=", ""),
                                    model, n, its, workers, k * workers, kill_call, respawn, spares)
