@@ -19,6 +19,9 @@ import time
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 JOB = os.path.join(BENCH, "_job.py")
+# The sizes of report item 1: the full ones, and the quick ones the paired and smoke runs use.
+FULL_N = {"gmm1d": 1_000_000, "diag": 200_000, "hmm": 20_000}
+QUICK_N = {"gmm1d": 50_000, "diag": 10_000, "hmm": 2_000}
 _HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 

@@ -33,12 +33,11 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench.common import (BENCH, JOB, ROOT, children_cpu_seconds, host_busy_seconds,  # noqa: E402
+from bench.common import (BENCH, FULL_N, JOB, QUICK_N, ROOT, children_cpu_seconds, host_busy_seconds,  # noqa: E402
                           job_env, wait_for_quiet)
 
 MODELS = ("gmm1d", "diag", "hmm")
-DEFAULT_N = {"gmm1d": 1_000_000, "diag": 200_000, "hmm": 20_000}
-QUICK_N = {"gmm1d": 50_000, "diag": 10_000, "hmm": 2_000}
+DEFAULT_N = FULL_N
 BACKENDS = ("resilient", "mixle")
 LABEL = {"resilient": "ours", "mixle": "mixle"}
 CLEAN = 0.3  # foreign cores below which a rep counts as undisturbed

@@ -9,7 +9,7 @@ Why: ``bench/polling.py`` pairs back-to-back jobs, and this machine moves by up 
 from one job to the next, so its ratios scatter from 0.8 to 1.5 (``results/polling.md``).
 Within one job the processes, their cores and the data are the same for both fits.
 
-    python bench/paired.py [--jobs 10] [--its 30] [--models gmm1d,diag,hmm] [--out results/paired.json]
+    python bench/paired.py [--jobs 10] [--its 30] [--models gmm1d,diag,hmm] [--defaults] [--full] [--out results/paired.json]
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import common  # noqa: E402
 
-QUICK_N = {"gmm1d": 50_000, "diag": 10_000, "hmm": 2_000}
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_paired_job.py")
 
 
@@ -34,16 +33,18 @@ def quartiles(xs: list[float]) -> tuple[float, float, float]:
     return (q[0], statistics.median(xs), q[2])
 
 
-def measure(python: str, models: list[str], jobs: int, its: int, ranks: int = 2, defaults: bool = False) -> list[dict]:
+def measure(python: str, models: list[str], jobs: int, its: int, ranks: int = 2, defaults: bool = False,
+            sizes: dict | None = None) -> list[dict]:
     """``jobs`` jobs per model (models interleaved); per model: the median ratio over jobs, its
     quartiles, each job's ratio and record, and the command of one job."""
+    sizes = sizes or common.QUICK_N
     recs: dict = {m: [] for m in models}
     cmds: dict = {}
     with tempfile.TemporaryDirectory(prefix="mixle_mpi_paired_") as tmp:
         for job in range(jobs):
             for model in models:
                 out = os.path.join(tmp, f"{model}-{job}.json")
-                cmd = common.launcher(python, ranks, [python, JOB, "--model", model, "--n", str(QUICK_N[model]),
+                cmd = common.launcher(python, ranks, [python, JOB, "--model", model, "--n", str(sizes[model]),
                                                       "--its", str(its), "--out", out,
                                                       *(["--defaults"] if defaults else [])])
                 rec = common.run_record(cmd, out, f"{model} job {job + 1}")
@@ -61,7 +62,7 @@ def measure(python: str, models: list[str], jobs: int, its: int, ranks: int = 2,
         q1, med, q3 = quartiles([r["ratio"] for r in rs])
         ours = statistics.median(r["ours_ms_per_it"] for r in rs)
         mixle = statistics.median(statistics.median(r["mixle_ms_per_it"][1:] or r["mixle_ms_per_it"]) for r in rs)
-        rows.append({"model": model, "n": QUICK_N[model], "jobs": len(rs), "ratio_median": med,
+        rows.append({"model": model, "n": sizes[model], "jobs": len(rs), "ratio_median": med,
                      "ratio_quartiles": [q1, q3], "ratios": [r["ratio"] for r in rs], "ours_ms": ours,
                      "mixle_ms": mixle, "same_final_ll": all(r.get("same_final_ll") for r in rs),
                      "checkpoint_share_max": max((r.get("checkpoint_share") or 0.0) for r in rs),
@@ -80,8 +81,11 @@ def main(argv=None) -> int:
     ap.add_argument("--defaults", action="store_true",
                     help="ours as mixle-mpi fit runs by default (mixle_mpi.fit: checkpoints on the default cadence, "
                          "failover armed), with the checkpoints' share of its wall time")
+    ap.add_argument("--full", action="store_true", help=f"report item 1's full sizes {common.FULL_N} "
+                    f"instead of the quick {common.QUICK_N}")
     args = ap.parse_args(argv)
-    rows = measure(args.python, args.models.split(","), args.jobs, args.its, args.ranks, args.defaults)
+    rows = measure(args.python, args.models.split(","), args.jobs, args.its, args.ranks, args.defaults,
+                   common.FULL_N if args.full else common.QUICK_N)
     print("| model | N | jobs | ours / mixle, median (quartiles) | ours ms/it | mixle ms/it | checkpoints' share (max) |")
     print("|---|---:|---:|---|---:|---:|---:|")
     for row in rows:

@@ -26,7 +26,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import common  # noqa: E402
 
-QUICK_N = {"gmm1d": 50_000, "diag": 10_000, "hmm": 2_000}
+QUICK_N = common.QUICK_N
 OFF = {"MIXLE_MPI_DOORBELLS": "0", "MIXLE_MPI_ESTEP_AHEAD": "0"}
 IDLE = {"MIXLE_MPI_DRIVER_COMPUTES": "0"}
 VARIANTS = {  # label -> (backend, ranks beyond W, extra _job.py args, environment)
