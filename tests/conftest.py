@@ -1,5 +1,4 @@
 import functools
-import os
 import sys
 from pathlib import Path
 
@@ -60,25 +59,10 @@ def _libraries():
 
 LIBRARIES = _libraries()
 
-# CI runs every MPI-job case under Open MPI and, under MPICH, the cases whose path differs
-# there (emulated shrink, spawn, fencing, startup) plus one of each size; the rest of the
-# MPICH matrix repeats Open MPI's runs and keeps CI under 30 minutes on 2 cores.
-# MIXLE_MPI_FULL_MATRIX=1 runs every case under both libraries.
-FULL_MATRIX = os.environ.get("MIXLE_MPI_FULL_MATRIX", "") == "1"
-FULL_ONLY = pytest.mark.skipif(not FULL_MATRIX, reason="full matrix only (MIXLE_MPI_FULL_MATRIX=1)")
+# Every MPI-job case runs under both libraries, in CI too: no case waits behind a flag.
 
 
-def full_only(params, ids):
-    """``params`` with those whose id is in ``ids`` run only with MIXLE_MPI_FULL_MATRIX=1."""
-    return [pytest.param(*p.values, marks=[*p.marks, FULL_ONLY], id=p.id) if p.id in ids else p for p in params]
-
-
-def with_libraries(rows, in_ci, id_of=lambda row: "-".join(str(v) for v in row)):
-    """``pytest.param((library, python), *row)`` for every library and row; a case that
-    ``in_ci(library_id, row)`` says no to runs only with MIXLE_MPI_FULL_MATRIX=1."""
-    out = []
-    for row in rows:
-        for lib in LIBRARIES:
-            marks = [*lib.marks, *([] if lib.id == "openmpi" or in_ci(lib.id, row) else [FULL_ONLY])]
-            out.append(pytest.param(lib.values[0], *row, marks=marks, id=f"{id_of(row)}-{lib.id}"))
-    return out
+def with_libraries(rows, id_of=lambda row: "-".join(str(v) for v in row)):
+    """``pytest.param((library, python), *row)`` for every library and row."""
+    return [pytest.param(lib.values[0], *row, marks=lib.marks, id=f"{id_of(row)}-{lib.id}")
+            for row in rows for lib in LIBRARIES]

@@ -106,7 +106,7 @@ class FakeHosts:
         except BaseException:
             self.__exit__(None, None, None)
             raise
-        cases = "\n".join(f"  {addr}) ns={ns}; name={name} ;;" for addr, ns, name in
+        cases = "\n".join(f"  {addr}|{name}) ns={ns}; name={name} ;;" for addr, ns, name in
                           zip(self.addresses[1:], self.namespaces[1:], self.names[1:]))
         self.agent.write_text(AGENT.format(cases=cases, down=self.agent.parent))
         self.agent.chmod(0o755)

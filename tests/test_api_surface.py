@@ -8,7 +8,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import FULL_ONLY, with_libraries
+from conftest import with_libraries
 from mpiharness import REPO
 
 pytestmark = pytest.mark.mpijob
@@ -33,10 +33,8 @@ def _reference(model: str, n: int, shards: int) -> dict:
         return _load_exercise()(enc, est)
 
 
-# The entry points are Python over the same handle: under MPICH in the full matrix only
-@pytest.mark.parametrize("library", with_libraries([()], lambda lib, row: False, id_of=lambda row: "api"))
-# failure-free, only in the full matrix: the entry points are the same calls with or without failures
-@pytest.mark.parametrize("plan", [pytest.param(None, marks=FULL_ONLY), "2:kill:estep_mid:3,1:stop:llsum:2"],
+@pytest.mark.parametrize("library", with_libraries([()], id_of=lambda row: "api"))
+@pytest.mark.parametrize("plan", [None, "2:kill:estep_mid:3,1:stop:llsum:2"],
                          ids=["clean", "kill+stop"])
 def test_every_entry_point_is_bit_identical(library, plan, tmp_path):
     _, python = library

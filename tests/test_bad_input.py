@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FULL_ONLY, LIBRARIES, full_only, with_libraries
+from conftest import LIBRARIES, with_libraries
 from mpiharness import OMPI_PYTHON, REPO, no_leftover_processes
 
 pytestmark = pytest.mark.mpijob
@@ -50,25 +50,9 @@ def assert_ended_cleanly(proc, code: int, needle: str, marker: str) -> None:
     assert no_leftover_processes(marker) == []
 
 
-# Under MPICH in CI: one case of each kind of path (validation, the shard store, the user's own
-# code) and each rank count; every case with MIXLE_MPI_FULL_MATRIX=1.
-MPICH_CI = {("num_shards", 3), ("empty", 4), ("unwritable", 4), ("nan", 8), ("load_raises", 8)}
-
-
-# Under Open MPI in CI: these and the MPICH rows; every case at 4 ranks runs in the full matrix
-# (each message is also checked without MPI, in the unit tests of the handle's validation).
-OPENMPI_CI = MPICH_CI | {("too_few", 4), ("mismatch", 4), ("columns_1d", 4), ("load_raises", 4)}
-
-
-# At 8 ranks one case in CI (nan, under MPICH); the user's code at 8 ranks in the full matrix
-# (at 4 it runs in CI, and so does a worker's own exception at 8, below)
-EIGHT_FULL = {"nan-8-openmpi", "load_raises-8-mpich", "load_raises-8-openmpi"}
-
-
-@pytest.mark.parametrize("library, case, ranks", full_only([
-    p if p.id.endswith("-mpich") or (p.values[1], p.values[2]) in OPENMPI_CI
-    else pytest.param(*p.values, marks=[*p.marks, FULL_ONLY], id=p.id)
-    for p in with_libraries(MATRIX, lambda lib, row: row in MPICH_CI)], EIGHT_FULL))
+# Every case under both libraries (each message is also checked without MPI, in the unit tests
+# of the handle's validation).
+@pytest.mark.parametrize("library, case, ranks", with_libraries(MATRIX))
 def test_bad_input_is_a_clear_error(library, case, ranks, tmp_path):
     _, python = library
     proc = _launch(python, ranks, [case, str(tmp_path / "work")], tmp_path)
@@ -91,9 +75,8 @@ def test_launcher_refuses_one_rank(tmp_path):
     assert "found -n 1 but needs at least 2 ranks" in proc.stderr
 
 
-# 8 ranks under Open MPI in CI (4+ is where it used to hang); the rest in the full matrix
-@pytest.mark.parametrize("library, ranks", full_only(with_libraries([(4,), (8,)], lambda lib, row: False),
-                                                     {"4-openmpi"}))
+# 4 ranks and more is where it used to hang
+@pytest.mark.parametrize("library, ranks", with_libraries([(4,), (8,)]))
 def test_uncaught_exception_on_a_worker_aborts_the_job(library, ranks, tmp_path):
     _, python = library
     proc = _launch(python, ranks, ["worker_raises", str(tmp_path / "work")], tmp_path, timeout=60)
@@ -102,9 +85,7 @@ def test_uncaught_exception_on_a_worker_aborts_the_job(library, ranks, tmp_path)
     assert no_leftover_processes(str(tmp_path / "work")) == []
 
 
-# 4 ranks under Open MPI and 8 under MPICH in CI; the rest in the full matrix
-@pytest.mark.parametrize("library, ranks", full_only(with_libraries([(4,), (8,)], lambda lib, row: row[0] == 8),
-                                                     {"8-openmpi"}))
+@pytest.mark.parametrize("library, ranks", with_libraries([(4,), (8,)]))
 def test_uncaught_exception_on_the_driver_stops_every_rank(library, ranks, tmp_path):
     _, python = library
     proc = _launch(python, ranks, ["driver_raises", str(tmp_path / "work")], tmp_path, timeout=60)
@@ -124,7 +105,7 @@ CSV = {
 FIT_ERRORS = {
     # name: (--data, --model, extra args, what the message must say)
     "missing_file": ("nofile.csv", "gmm:k=2", [], "no such data file 'nofile.csv'"),
-    "k0": ("builtin:iris", "gmm:k=0", ["--columns", "0:4"], "k=0"),
+    "k0": ("builtin:iris", "gmm:k=0", ["--columns", "0:4"], "k must be an integer >= 1; found '0'"),
     "iris_no_columns": ("builtin:iris", "gmm:k=2", [], "Iris-setosa"),
     "text_cell": ("text.csv", "gmm:k=2", [], "abc"),
     "header_only": ("header_only.csv", "gmm:k=2", [], "header_only.csv"),
@@ -132,14 +113,12 @@ FIT_ERRORS = {
     "nan": ("nan.csv", "gmm:k=2", [], "nan.csv"),
     "blank_cell": ("blank.csv", "gmm:k=2", [], "blank.csv"),
 }
-# A missing file at 3, 4 and 8 ranks under both MPIs (in CI: Open MPI at 3 and 4, MPICH at 8); every other
-# mistake at 4 under Open MPI (in CI two of them: they take the same path, and each message is
-# checked without MPI in test_unit_csv and test_unit_cli_inputs).
-FIT_CI = {"text_cell", "nan"}
-FIT_MATRIX = [pytest.param(lib.values[0], "missing_file", ranks, id=f"{lib.id}-missing_file-{ranks}",
-                           marks=[*lib.marks, *([FULL_ONLY] if (lib.id == "openmpi") == (ranks == 8) else [])])
+# A missing file at 3, 4 and 8 ranks under both MPIs; every other mistake at 4 under Open MPI
+# (they take the same path, and each message is checked without MPI in test_unit_csv and
+# test_unit_cli_inputs).
+FIT_MATRIX = [pytest.param(lib.values[0], "missing_file", ranks, id=f"{lib.id}-missing_file-{ranks}", marks=lib.marks)
               for lib in LIBRARIES for ranks in (3, 4, 8)] + [
-    pytest.param(LIBRARIES[0].values[0], name, 4, id=f"openmpi-{name}-4", marks=[] if name in FIT_CI else [FULL_ONLY])
+    pytest.param(LIBRARIES[0].values[0], name, 4, id=f"openmpi-{name}-4")
     for name in sorted(FIT_ERRORS) if name != "missing_file"]
 
 

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import FULL_ONLY, LIBRARIES
+from conftest import LIBRARIES
 from mpiharness import no_leftover_processes
 
 pytestmark = pytest.mark.mpijob
@@ -35,10 +35,7 @@ def test_the_slice_replays_the_documented_plans():
     assert [round(p.kills[0].delay, 2) for p in plans] == [0.78, 0.86, 0.07]
 
 
-# Under MPICH in the full matrix only (CI time): its 200-run campaign is committed, and the
-# MPICH paths these kills take run in test_chaos, test_startup and test_checkpoint
-@pytest.mark.parametrize("library", [LIBRARIES[0], pytest.param(LIBRARIES[1].values[0],
-                                                                marks=[*LIBRARIES[1].marks, FULL_ONLY], id="mpich")])
+@pytest.mark.parametrize("library", LIBRARIES)
 def test_external_kills_recover_or_resume_to_the_same_bits(library, tmp_path):
     _, python = library
     out = tmp_path / "campaign"
@@ -94,7 +91,7 @@ def test_the_host_slice_replays_its_documented_plan():
 
 
 @pytest.mark.parametrize("library", [LIBRARIES[0], pytest.param(LIBRARIES[1].values[0],
-                                                                marks=[*LIBRARIES[1].marks, FULL_ONLY], id="mpich")])
+                                                                marks=LIBRARIES[1].marks, id="mpich")])
 def test_a_lost_host_recovers_to_the_same_bits(library, tmp_path):
     """Issue 13's "lose a host": both workers of one simulated host SIGKILLed from outside at
     the same moment, mid-fit; the fit ends with the reference's bits and nothing left over."""

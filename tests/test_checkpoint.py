@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FULL_ONLY, LIBRARIES
+from conftest import LIBRARIES
 from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit, wait_for_checkpoint
 
 from mixle_mpi.storage import checkpoint as ckpt
@@ -42,8 +42,8 @@ def uninterrupted(uninterrupted_fit):
     return uninterrupted_fit
 
 
-@pytest.mark.parametrize("model,n,call", [("gmm1d", 4000, 2), pytest.param("hmm", 600, 4, marks=FULL_ONLY),
-                                          pytest.param("gmm1d", 4000, 4, marks=FULL_ONLY)])
+@pytest.mark.parametrize("model,n,call", [("gmm1d", 4000, 2), ("hmm", 600, 4),
+                                          ("gmm1d", 4000, 4)])
 def test_driver_killed_mid_estep_resumes_exactly(model, n, call, tmp_path, uninterrupted):
     ck = tmp_path / "ck.h5"
     first = killed_job(4, _args(model, n, ck), tmp_path / "a", f"0:kill:estep_before:{call}")
@@ -67,7 +67,7 @@ def test_driver_killed_while_writing_a_checkpoint(tmp_path, uninterrupted):
     assert same_fit(second.result, uninterrupted("gmm1d", 4000))
 
 
-@pytest.mark.parametrize("its", [pytest.param(ITS, marks=FULL_ONLY), 500], ids=["iteration-cap", "converged"])
+@pytest.mark.parametrize("its", [ITS, 500], ids=["iteration-cap", "converged"])
 def test_a_driver_lost_before_the_finished_checkpoint_resumes_exactly(its, tmp_path):
     """The last EM step (at the cap, or converged) gets no checkpoint of its own, only the
     finished one: a driver lost between the two leaves the step before it, which resumes
@@ -110,7 +110,6 @@ def _resume_and_compare(tmp_path: Path, ck: Path, n: int) -> None:
     assert same_fit(again.result, ref.result)
 
 
-@FULL_ONLY  # CI time: a driver killed and resumed runs in CI (mid E-step, external slice); here every rank dies
 def test_every_rank_killed_resumes_exactly(tmp_path):
     ck, n = tmp_path / "ck.h5", 200000
     proc, _ = _start(tmp_path, ck, n)
@@ -122,8 +121,8 @@ def test_every_rank_killed_resumes_exactly(tmp_path):
     _resume_and_compare(tmp_path, ck, n)
 
 
-# one handler for both: SIGUSR1 (SLURM's time-limit signal) in CI, SIGTERM in the full matrix
-@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, marks=FULL_ONLY), signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
+# one handler for both: SIGUSR1 (SLURM's time-limit signal) and SIGTERM
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
 def test_signal_to_the_driver_checkpoints_and_asks_for_requeue(sig, tmp_path):
     ck, n = tmp_path / "ck.h5", 200000
     proc, events = _start(tmp_path, ck, n)
@@ -153,9 +152,9 @@ def killed_checkpoint(tmp_path_factory):
 
 @pytest.mark.parametrize("change,field", [
     (["--data-seed", "2"], "fingerprint.data"),
-    pytest.param(["--sub-chunks", "2"], "layout.sub_chunks", marks=FULL_ONLY),  # CI time: one of each kind
+    (["--sub-chunks", "2"], "layout.sub_chunks"),
     (["--num-shards", "3"], "layout.num_shards"),
-    pytest.param(["--seed", "8"], "fingerprint.config", marks=FULL_ONLY),
+    (["--seed", "8"], "fingerprint.config"),
 ])
 def test_checkpoint_of_another_fit_is_refused(change, field, tmp_path, killed_checkpoint):
     ck = tmp_path / "ck.h5"
@@ -221,8 +220,7 @@ def test_driver_killed_mid_fold_recomputes_only_missing_shards(tmp_path, uninter
     assert same_fit(second.result, uninterrupted("gmm1d", 4000))
 
 
-@pytest.mark.parametrize("library", [  # Open MPI's ULFM reports the death anyway: the pid check is MPICH's
-    pytest.param(LIBRARIES[0].values[0], marks=FULL_ONLY, id="openmpi"), LIBRARIES[1]])
+@pytest.mark.parametrize("library", LIBRARIES)  # Open MPI's ULFM reports the death anyway: the pid check is MPICH's
 def test_workers_see_a_dead_driver_on_their_host_at_once(library, tmp_path):
     """A SIGKILLed driver is noticed by the workers on its host within a few heartbeats (its
     pid is gone), not after driver_timeout (60 s here): the job ends quickly with the

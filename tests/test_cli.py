@@ -15,7 +15,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import FULL_ONLY, LIBRARIES
+from conftest import LIBRARIES
 from mpiharness import OMPI_PYTHON, no_leftover_processes, wait_for_checkpoint
 
 from mixle_mpi.storage import checkpoint as ckpt
@@ -63,9 +63,7 @@ def diag_h5(tmp_path_factory):
     return path
 
 
-# under MPICH in the full matrix only (CI time): reading the input is the driver's Python, whatever the MPI
-@pytest.mark.parametrize("library", [LIBRARIES[0], pytest.param(LIBRARIES[1].values[0],
-                                                                marks=[*LIBRARIES[1].marks, FULL_ONLY], id="mpich")])
+@pytest.mark.parametrize("library", LIBRARIES)
 def test_fit_on_hdf5_equals_mixle_through_a_kill(library, diag_h5, reference, tmp_path):
     name, python = library
     out = tmp_path / "out"
@@ -124,7 +122,7 @@ def test_fit_from_a_job_file_with_restarts_and_plot(tmp_path):
 
 @pytest.mark.parametrize("spec, data", [
     ("hmm:states=2", "seqs"), ("composite:k=2,parts=gaussian+categorical+poisson", "table"),
-    pytest.param("poisson:k=2", "counts", marks=FULL_ONLY),  # CI time: Poisson is a part of the composite
+    pytest.param("poisson:k=2", "counts"),
 ])
 def test_fit_other_families(spec, data, tmp_path):
     rng = np.random.RandomState(3)
@@ -155,8 +153,7 @@ def test_fit_other_families(spec, data, tmp_path):
 @pytest.mark.parametrize("args, needle, code", [
     (["--data", "{h5}:/run1/Y", "--model", "gmm:k=2"], "its datasets are: /run1/X (3000, 4) float64, /run1/notes (5,) int64", 2),
     (["--data", "builtin:iris", "--model", "gmm:k=2"], "found 'Iris-setosa', needs a finite number", 2),
-    pytest.param(["--data", "{h5}:/run1/X", "--model", "gmm:k=2", "--num-shards", "5000"], "num_shards=5000", 2,
-                 marks=FULL_ONLY),  # CI time: a layout error takes the first case's path (the driver's check)
+    pytest.param(["--data", "{h5}:/run1/X", "--model", "gmm:k=2", "--num-shards", "5000"], "num_shards=5000", 2),
 ])
 def test_fit_errors_under_mpi_end_the_job_fast_and_clearly(args, needle, code, diag_h5, tmp_path):
     args = [a.replace("{h5}", str(diag_h5)) for a in args]
@@ -183,11 +180,10 @@ def test_command_line_errors_before_launch(args, needle, tmp_path):
     assert needle in proc.stderr
 
 
-@pytest.mark.parametrize("library", [pytest.param(lib.values[0], marks=[*lib.marks, FULL_ONLY], id=f"campaign-{lib.id}")
+@pytest.mark.parametrize("library", [pytest.param(lib.values[0], marks=lib.marks, id=f"campaign-{lib.id}")
                                      for lib in LIBRARIES])
 def test_chaos_campaign_is_bit_identical(library, tmp_path):
-    """The fault-plan campaign of three runs, in the full matrix only: CI runs one through
-    jobs/chaos.sh (test_jobs), and every recovery path it takes runs in test_chaos."""
+    """The fault-plan campaign of three runs (jobs/chaos.sh runs one, in test_jobs)."""
     name, python = library
     out = tmp_path / "campaign"
     proc = cli(python, "chaos", "-n", "4", "--runs", "3", "--campaign-seed", "2", "--max-its", "6",

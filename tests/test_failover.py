@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FULL_ONLY, LIBRARIES, full_only, with_libraries
+from conftest import LIBRARIES, with_libraries
 from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit, wait_for_checkpoint
 
 from mixle_mpi.policy.faults import FIRED_ENV, read_fired, unfired
@@ -52,11 +52,9 @@ PHASES = [("0:kill:estep_before:3", (), 3), ("0:kill:estep_mid:4", ("--fold-jour
           ("0:kill:checkpoint_write:5", (), 4), ("0:kill:llsum:5", (), 3)]
 
 
-# CI: estep_before under MPICH (agreement by messages); under Open MPI the two-deaths and the
-# CLI tests take the ULFM path in CI already
 @pytest.mark.parametrize("library, plan, extra, resumed", [
-    pytest.param(lib.values[0], *row, marks=[*lib.marks, *([] if (row is PHASES[0] and lib.id == "mpich") else [FULL_ONLY])],
-                 id=f"{row[0].split(':')[2]}-{lib.id}") for row in PHASES for lib in LIBRARIES])
+    pytest.param(lib.values[0], *row, marks=lib.marks, id=f"{row[0].split(':')[2]}-{lib.id}")
+    for row in PHASES for lib in LIBRARIES])
 def test_a_dead_driver_is_followed_to_the_same_bits(library, plan, extra, resumed, tmp_path, uninterrupted):
     job = _followed(library[1], 4, plan, tmp_path / "job", extra)
     assert job.rc == 0, job.describe()
@@ -74,7 +72,7 @@ def test_a_dead_driver_is_followed_to_the_same_bits(library, plan, extra, resume
 
 
 @pytest.mark.parametrize("library, plan", [
-    pytest.param(lib.values[0], plan, marks=[*lib.marks, FULL_ONLY], id=f"{what}-{lib.id}")
+    pytest.param(lib.values[0], plan, marks=lib.marks, id=f"{what}-{lib.id}")
     for what, plan in (("recovery", "2:kill:estep_before:3,0:kill:estep_mid:3:0:recovery"),
                        ("respawn", "2:kill:estep_before:3,0:kill:respawn"))
     for lib in LIBRARIES])
@@ -90,7 +88,7 @@ def test_a_driver_dead_while_it_recovers_a_worker_is_followed(library, plan, tmp
     assert no_leftover_processes(str(tmp_path)) == []
 
 
-@pytest.mark.parametrize("library", full_only(LIBRARIES, {"mpich"}))
+@pytest.mark.parametrize("library", LIBRARIES)
 def test_without_a_checkpoint_a_dead_driver_ends_the_job_as_without_failover(library, tmp_path):
     """Failover asked for, but the fit writes no checkpoint: nothing to resume from, so the
     workers are never armed, the driver says so, and its death ends the job (exit 70 on the
@@ -104,7 +102,7 @@ def test_without_a_checkpoint_a_dead_driver_ends_the_job_as_without_failover(lib
     assert no_leftover_processes(str(tmp_path)) == []
 
 
-@pytest.mark.parametrize("library", [pytest.param(lib.values[0], marks=[*lib.marks, FULL_ONLY], id=lib.id)
+@pytest.mark.parametrize("library", [pytest.param(lib.values[0], marks=lib.marks, id=lib.id)
                                      for lib in LIBRARIES])
 def test_a_driver_dead_inside_a_shrink(library, tmp_path, uninterrupted):
     """Worker 2 dies in call 3; the driver tells the survivors to shrink and dies before it
@@ -135,8 +133,8 @@ def test_a_driver_dead_inside_a_shrink(library, tmp_path, uninterrupted):
 # "kept": the continuation srun gives Open MPI (no new communicator can be built), forced
 # under mpiexec: the survivors agree by messages and go on over views of the job's own
 # communicator (runtime/keptcomm.py); the same path runs under srun in test_slurm
-@pytest.mark.parametrize("library, continuation", full_only(with_libraries(
-    [("auto",), ("keep",)], lambda lib, row: False, id_of=lambda row: f"five-ranks-{row[0]}"), {"five-ranks-keep-openmpi"}))
+@pytest.mark.parametrize("library, continuation", with_libraries(
+    [("auto",), ("keep",)], id_of=lambda row: f"five-ranks-{row[0]}"))
 def test_two_driver_deaths_then_a_worker_death(library, continuation, tmp_path, uninterrupted):
     """The first driver dies before its E-step call 2 (after checkpoint 2), its successor
     while writing checkpoint 5 (its calls 0-2), and worker 2 of the third driver in that
@@ -156,7 +154,7 @@ def test_two_driver_deaths_then_a_worker_death(library, continuation, tmp_path, 
     assert no_leftover_processes(str(tmp_path)) == []
 
 
-@pytest.mark.parametrize("library", with_libraries([()], lambda lib, row: False, id_of=lambda row: "spare"))
+@pytest.mark.parametrize("library", with_libraries([()], id_of=lambda row: "spare"))
 def test_spares_and_blacklisting_go_on_after_a_takeover(library, tmp_path, uninterrupted):
     """Five ranks with one spare (max_retries=2, respawn off). The driver dies before its call 2; its
     successor drives two workers and keeps the spare (rank 3 of the survivors). Worker 1
@@ -177,7 +175,7 @@ def test_spares_and_blacklisting_go_on_after_a_takeover(library, tmp_path, unint
     assert no_leftover_processes(str(tmp_path)) == []
 
 
-@pytest.mark.parametrize("library", [pytest.param(lib.values[0], marks=[*lib.marks, FULL_ONLY], id=lib.id)
+@pytest.mark.parametrize("library", [pytest.param(lib.values[0], marks=lib.marks, id=lib.id)
                                      for lib in LIBRARIES])  # the silence path is the one without failover
 def test_a_stopped_driver_is_never_replaced(library, tmp_path):
     """SIGSTOP, not death: the driver may wake up and write, so no survivor takes over (there
@@ -190,7 +188,6 @@ def test_a_stopped_driver_is_never_replaced(library, tmp_path):
     assert no_leftover_processes(str(tmp_path)) == []
 
 
-@FULL_ONLY
 def test_a_driver_with_no_worker_left_to_follow_it_is_run_again(tmp_path, uninterrupted):
     """Two ranks: the one worker takes over but has no one to compute; it says so and exits
     74, and `mixle-mpi run` runs the job again, which resumes to the same bits."""
@@ -257,7 +254,6 @@ def test_fit_survives_its_driver_killed_from_outside_with_no_flag_set(library, t
     assert no_leftover_processes(str(out)) == []
 
 
-@FULL_ONLY
 def test_sigterm_after_a_takeover_reaches_the_new_driver(tmp_path):
     """The launcher forwards SIGTERM to whichever driver runs now: after a takeover the
     successor checkpoints and the job exits 75; the same command then resumes to the bits

@@ -4,7 +4,7 @@ reading their own shards from the store. Both must leave every bit as it was."""
 from __future__ import annotations
 
 import pytest
-from conftest import FULL_ONLY, LIBRARIES, full_only
+from conftest import LIBRARIES
 from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit
 
 from mixle_mpi.policy.faults import read_fired, unfired
@@ -33,8 +33,8 @@ def _loaded(job) -> dict:
     return loaded[0]
 
 
-@pytest.mark.parametrize("library", full_only(LIBRARIES, {"mpich"}))
-@pytest.mark.parametrize("action", ["stop", pytest.param("kill", marks=FULL_ONLY)])  # CI time: a stop is the relay's own case
+@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize("action", ["stop", "kill"])
 def test_a_relayed_worker_that_dies_or_hangs_is_recovered_to_the_same_bits(library, action, tmp_path, reference):
     """Worker 2 beats only to its relay (worker 1). SIGSTOPped, it is seen silent through
     the relay (one hop late); SIGKILLed, by the relay's MPI error (ULFM) or its silence."""
@@ -55,8 +55,8 @@ def test_a_dead_relays_members_beat_to_the_driver_and_the_fit_ends_with_the_same
     assert [e["worker"] for e in detected] == [1], job.describe()
 
 
-@pytest.mark.parametrize("library", full_only(LIBRARIES, {"mpich"}))
-@pytest.mark.parametrize("model,n,sub", [pytest.param("gmm1d", 5000, 1, marks=FULL_ONLY), ("hmm", 400, 2)])
+@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize("model,n,sub", [("gmm1d", 5000, 1), ("hmm", 400, 2)])
 def test_own_reads_and_streaming_give_the_same_bits(library, model, n, sub, tmp_path, reference):
     """Every worker reads its own shards (the store is on this host's file system; the size
     threshold set to 0); with ``workers_read_store`` off the driver streams them. Native and

@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import FULL_ONLY
 from mpiharness import OMPI_PYTHON, REPO
 
 from mixle_mpi.storage import checkpoint as ckpt
@@ -32,8 +31,7 @@ def run_job(script: str, tmp_path: Path, timeout: float = 300) -> subprocess.Com
     ("fit.sh", "fit", "no rank failed"),
     ("best_of.sh", "best_of", "best is restart"),
     ("large_data.sh", "large", "driver peak RSS"),
-    pytest.param("chaos.sh", "chaos", "1/1 runs passed (every planned fault fired, bits identical to the reference)",
-                 marks=FULL_ONLY),  # CI time: `mixle-mpi chaos` runs in CI in test_cli
+    pytest.param("chaos.sh", "chaos", "1/1 runs passed (every planned fault fired, bits identical to the reference)"),
 ])
 def test_job_runs_as_it_is(script, out, check, tmp_path):
     proc = run_job(script, tmp_path)

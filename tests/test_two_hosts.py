@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from conftest import FULL_ONLY, OMPI_PYTHON
+from conftest import OMPI_PYTHON
 from fakehosts import FakeHosts, available
 from mpiharness import fit_args, mpich_python, no_leftover_processes, run_job, same_fit
 
@@ -57,7 +57,6 @@ def _hosts_of(job) -> dict:
     return {int(w): h for w, h in loaded[0]["hosts"].items()}
 
 
-@FULL_ONLY  # CI time: the hung-worker test below runs over the same hosts, with a failure
 def test_a_fit_across_three_hosts_gives_the_same_bits(hosts, tmp_path, reference):
     job = _job(hosts, tmp_path)
     assert job.rc == 0, job.describe()
@@ -65,7 +64,7 @@ def test_a_fit_across_three_hosts_gives_the_same_bits(hosts, tmp_path, reference
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
 
 
-@pytest.mark.parametrize("action", ["stop", pytest.param("kill", marks=FULL_ONLY)])  # CI time: ULFM sees a kill anywhere
+@pytest.mark.parametrize("action", ["stop", "kill"])
 def test_a_worker_on_another_host_that_hangs_or_dies_is_fenced_there_and_recovered(action, hosts, tmp_path, reference):
     """Worker 2 on host B is SIGSTOPped (or SIGKILLed). The driver on host A cannot signal
     it; worker 1, also on host B, kills it for the driver (a stopped process is not dead to
@@ -82,7 +81,8 @@ def test_a_worker_on_another_host_that_hangs_or_dies_is_fenced_there_and_recover
         assert job.rc == 0, job.describe()
         assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
         assert _hosts_of(job) == {1: "hostb", 2: "hostb", 3: "hostc", 4: "hostc"}, job.describe()
-        assert "fenced failed worker 2" in job.stderr, job.describe()  # worker 1 killed it on host B
+        if action == "stop":  # worker 1 killed it on host B (a killed one is gone already: nothing to signal)
+            assert "fenced failed worker 2" in job.stderr, job.describe()
         assert [e["method"] for e in job.events if e["event"] == "shrink"] == ["ulfm"], job.describe()  # known dead
         detected = [e for e in job.events if e["event"] == "failure_detected"]
         assert [(e["worker"], e["host"]) for e in detected] == [(2, "hostb")], job.describe()
@@ -143,20 +143,26 @@ def test_a_lost_host_ends_the_job_clearly_and_a_rerun_without_it_resumes_to_the_
     assert no_leftover_processes(str(tmp_path)) == []
 
 
-@FULL_ONLY
 @pytest.mark.skipif(mpich_python() is None, reason="no MPICH environment (.venv-mpich)")
-def test_under_mpich_a_dead_worker_on_another_host_ends_the_job_in_bounded_time(hosts, tmp_path):
+def test_under_mpich_a_dead_worker_on_another_host_ends_the_job_in_bounded_time(hosts, tmp_path, reference):
     """MPICH over libfabric's tcp provider: after worker 2 on host B is SIGKILLed, a call into
-    the driver's MPI library blocks for good (holding MPICH's global lock, so the heartbeat
-    thread blocks too). The driver's watchdog ends it with exit 74 and says why, after
-    reconfigure_timeout + 30 s; the launcher's resume meets the same planned fault again."""
+    the driver's MPI library may block for good (holding MPICH's global lock, so the heartbeat
+    thread blocks too). The driver's watchdog then ends it with exit 74 and says why, after
+    reconfigure_timeout + 30 s, and the launcher's resume meets the same planned fault again:
+    seen there by heartbeats, it is recovered (its replacement starts on host B) to the
+    reference's bits; met blocked again, the command ends with exit 74. Either way it ends
+    within its bound and says what happened."""
     plan = "2:kill:estep_before:2"
     env = {"MIXLE_MPI_MPIEXEC_ARGS": hosts.mpich_args(), **hosts.mpich_env(),
            "MIXLE_MPI_RECONFIGURE_TIMEOUT": "10", "MIXLE_MPI_DRIVER_TIMEOUT": "30"}
     t0 = time.monotonic()
     job = run_job(mpich_python(), sum(SLOTS), fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan=plan,
                   env=env, timeout=600)
-    assert job.rc == 74, job.describe()
-    assert "the driver's MPI library made no progress for" in job.stderr, job.describe()
     assert time.monotonic() - t0 < 400, job.describe()
+    assert job.rc in (0, 74), job.describe()
+    assert "worker 2 kill at estep_before" in job.stderr, job.describe()  # the planned fault fired
+    if job.rc == 74 or "attempt 2" in job.stderr:  # a blocked library: the watchdog said why
+        assert "the driver's MPI library made no progress for" in job.stderr, job.describe()
+    if job.rc == 0:
+        assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
     assert no_leftover_processes(str(tmp_path)) == []

@@ -3,7 +3,6 @@ job's lock is taken over. Real processes hold the locks: fcntl locks are per pro
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time

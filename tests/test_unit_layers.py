@@ -139,3 +139,17 @@ def test_the_compatibility_names_still_import():
     assert mixle_mpi.fitloop.fit is fitloop.fit
     assert mixle_mpi.fitjob.main is fitjob.main
     assert mixle_mpi.slurm.main is slurm.main and mixle_mpi.collect.main is collect.main
+
+
+MAX_FUNCTION_LINES = 80  # a function a reader holds in view; longer ones are split into named steps
+
+
+def test_no_function_is_longer_than_a_reader_holds_in_view():
+    long = []
+    for mod, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{mod}.{node.name}: {lines} lines")
+    assert long == [], f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps): {long}"

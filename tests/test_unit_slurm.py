@@ -15,7 +15,7 @@ from mixle_mpi.cli import commands as cli, collect, slurm
 from mixle_mpi.core import exitcodes, jobfiles, procs
 from mixle_mpi.runtime import exiting
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.cli.launcher import SRUN, SignalForwarder, build_command, judge, launch_env
+from mixle_mpi.cli.launcher import SRUN, SignalForwarder, build_command, judge
 
 REPO = Path(__file__).resolve().parents[1]
 

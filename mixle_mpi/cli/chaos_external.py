@@ -466,19 +466,13 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
     fit_span = fit_window_seconds if fit_window_seconds is not None else (
         max(0.0, span - t_started) if t_started is not None else None)
     what = f"{runs} runs" if not replay else "replay of run(s) " + ", ".join(f"{r}.{d}" if d else str(r) for r, d in replay)
-    fit_text = (f"{fit_share:g} of the first kills uniform over [0, {fit_span:.6g}] s after the run's started marker "
-                f"(the reference's fit: its marker came {'-' if t_started is None else f'{t_started:.1f}'} s after the "
-                f"launch), the others over [0, {span:.6g}] s after the launch"
-                if fit_span and fit_share > 0 else
-                f"kills at uniform times over [{window_from:.6g}, {span:.6g}] s after the launch"
-                + ("" if t_started is not None else " (the reference's started marker was not seen)"))
     w(f"chaos --external: reference took {t_ref:.1f}s, {reference_out['summary']['iterations']} iterations; {what} "
-      f"(seed {seed}; kinds {', '.join(kinds)}; {fit_text}; "
+      f"(seed {seed}; kinds {', '.join(kinds)}; {_kill_times(fit_share, fit_span, span, window_from, t_started)}; "
       f"hang deadline {timeout:.0f}s; leftover check {leftover_seconds:g}s after the launcher exits; "
       f"{' '.join(f'{k}={v}' for k, v in extra.items())})\n")
     w(HEADER + "\n" + "-" * len(HEADER) + "\n")
     stream.flush()
-    rows = []
+    rows: list[dict] = []
     replay_args = (f"--campaign-seed {seed} --kinds {','.join(kinds)} --kill-window-seconds {span:.6g} "
                    f"--fit-share {fit_share:g}" + (f" --fit-window-seconds {fit_span:.6g}" if fit_span else "")
                    + (f" --kill-window-from {window_from:.6g}" if window_from else ""))
@@ -486,22 +480,14 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
         [[p] + [cp.external_plan(seed, p.index, d, p.kind, span, fit_span, fit_share, window_from)
                 for d in range(1, MAX_DRAWS)]
          for p in cp.campaign_plans(seed, runs, span, kinds, fit_span, fit_share, window_from)]
-
-    def report(partial: bool) -> dict:
-        summary = cp.summarize(rows, kinds)
-        out = {"external": True, "n": n, "seed": seed, "kinds": list(kinds), "window": window,
-               "reference_seconds": t_ref, "reference_started_seconds": t_started,
-               "reference_iterations": reference_out["summary"]["iterations"],
-               "kill_window_seconds": span, "kill_window_from": window_from, "fit_share": fit_share, "fit_window_seconds": fit_span,
-               "run_timeout": timeout, "replay": replay or None,
-               "leftover_seconds": leftover_seconds, "env": extra,
-               "command": [sys.executable, *sys.argv] if sys.argv else [], "config": asdict(cfg),
-               "partial": partial, "slots_planned": len(slots),
-               "slots_done": len({(r["index"]) for r in rows if r["outcome"] != cp.MISSED or r["draw"] == MAX_DRAWS - 1}),
-               "summary": summary, "runs": rows, "ok": summary["ok"] and not partial}
-        write_json(os.path.join(out_dir, "campaign.json"), out, indent=1)
-        return out
-
+    head = {"external": True, "n": n, "seed": seed, "kinds": list(kinds), "window": window,
+            "reference_seconds": t_ref, "reference_started_seconds": t_started,
+            "reference_iterations": reference_out["summary"]["iterations"],
+            "kill_window_seconds": span, "kill_window_from": window_from, "fit_share": fit_share,
+            "fit_window_seconds": fit_span, "run_timeout": timeout, "replay": replay or None,
+            "leftover_seconds": leftover_seconds, "env": extra,
+            "command": [sys.executable, *sys.argv] if sys.argv else [], "config": asdict(cfg),
+            "slots_planned": len(slots)}
     for draws in slots:
         for plan in draws:
             row = run_one(ctx, plan)
@@ -509,10 +495,38 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
             rows.append(row)
             w(table_row(row) + "\n")
             stream.flush()
-            report(partial=True)  # a campaign stopped midway still leaves every finished run's row
+            _write_report(out_dir, head, rows, kinds, partial=True)  # a campaign stopped midway keeps every finished row
             if row["outcome"] != cp.MISSED:
                 break
-    summary = report(partial=False)["summary"]
+    summary = _write_report(out_dir, head, rows, kinds, partial=False)["summary"]
+    _closing_lines(w, summary, rows, out_dir)
+    stream.flush()
+    return 0 if summary["ok"] else 1
+
+
+def _kill_times(fit_share: float, fit_span: float | None, span: float, window_from: float,
+                t_started: float | None) -> str:
+    """How the first kills' times are drawn, in words."""
+    if fit_span and fit_share > 0:
+        return (f"{fit_share:g} of the first kills uniform over [0, {fit_span:.6g}] s after the run's started marker "
+                f"(the reference's fit: its marker came {'-' if t_started is None else f'{t_started:.1f}'} s after the "
+                f"launch), the others over [0, {span:.6g}] s after the launch")
+    return (f"kills at uniform times over [{window_from:.6g}, {span:.6g}] s after the launch"
+            + ("" if t_started is not None else " (the reference's started marker was not seen)"))
+
+
+def _write_report(out_dir: str, head: dict, rows: list[dict], kinds: tuple, partial: bool) -> dict:
+    """``campaign.json``: the campaign's settings, its summary so far and every run's row."""
+    summary = cp.summarize(rows, kinds)
+    done = len({r["index"] for r in rows if r["outcome"] != cp.MISSED or r["draw"] == MAX_DRAWS - 1})
+    out = {**head, "partial": partial, "slots_done": done, "summary": summary, "runs": rows,
+           "ok": summary["ok"] and not partial}
+    write_json(os.path.join(out_dir, "campaign.json"), out, indent=1)
+    return out
+
+
+def _closing_lines(w, summary: dict, rows: list[dict], out_dir: str) -> None:
+    """The campaign's verdict in one line, then each failed run with how to replay it."""
     rec = summary["recovery_seconds"]
     failing = {k: v for k, v in summary["outcomes"].items() if not cp.passed(k)}
     w(f"chaos --external: {summary['runs'] - summary['failures']}/{summary['runs']} runs passed"
@@ -528,8 +542,6 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
             w(f"  run {row['index']}" + (f".{row['draw']}" if row["draw"] else "") + f" ({row['kind']}, "
               f"{row['outcome']}): {row['out_dir']}/job.log; replay its kills with the same job flags and "
               f"{row['replay']}\n")
-    stream.flush()
-    return 0 if summary["ok"] else 1
 
 
 def campaign_from_args(args) -> int:

@@ -184,6 +184,33 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python script.py [args]")
     r.set_defaults(func=_run)
 
+    _add_chaos_parser(sub)
+
+    i = sub.add_parser("inspect", help="summarize a shard store, checkpoint, event log or fit output folder")
+    i.add_argument("paths", nargs="+", help="shards.h5, a checkpoint .h5, events.jsonl, summary.json or an out_dir")
+    i.set_defaults(func=_inspect)
+
+    d = sub.add_parser("demo", help="fit the built-in Iris data, kill a worker mid-fit, check the bits")
+    d.add_argument("--ranks", type=int, default=4, help="MPI ranks: 1 driver + the workers")
+    d.add_argument("--timeout", type=float, default=600, help="seconds before each of the two fits is ended")
+    d.add_argument("--out-dir", default=None, help="default: a new temporary folder")
+    d.set_defaults(func=_demo)
+
+    for register in _extensions():
+        register(sub)
+    status.add_subcommand(sub)
+    p.add_argument("--version", action="version", version=f"%(prog)s {helptext.version()}")
+    for name, text in helptext.DESCRIPTIONS.items():
+        sub.choices[name].description = text
+    for parser in (p, *sub.choices.values()):
+        helptext.polish(parser)  # defaults shown, docstring markup gone
+    return p
+
+
+def _add_chaos_parser(sub) -> None:
+    """``mixle-mpi chaos``: the fault-plan campaign, and with --external kills from outside."""
+    from mixle_mpi.cli.jobconfig import add_fit_options
+
     c = sub.add_parser("chaos", help="randomized fault campaign: kill/stop real ranks, check the bits",
                        description="Runs the fit once without failures, then --runs times with random faults "
                                    "(kill or stop a worker at a random phase, deaths during recovery, repeated "
@@ -232,26 +259,6 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
                         "exited is a LEFTOVER")
     add_fit_options(c)
     c.set_defaults(func=_chaos)
-
-    i = sub.add_parser("inspect", help="summarize a shard store, checkpoint, event log or fit output folder")
-    i.add_argument("paths", nargs="+", help="shards.h5, a checkpoint .h5, events.jsonl, summary.json or an out_dir")
-    i.set_defaults(func=_inspect)
-
-    d = sub.add_parser("demo", help="fit the built-in Iris data, kill a worker mid-fit, check the bits")
-    d.add_argument("--ranks", type=int, default=4, help="MPI ranks: 1 driver + the workers")
-    d.add_argument("--timeout", type=float, default=600, help="seconds before each of the two fits is ended")
-    d.add_argument("--out-dir", default=None, help="default: a new temporary folder")
-    d.set_defaults(func=_demo)
-
-    for register in _extensions():
-        register(sub)
-    status.add_subcommand(sub)
-    p.add_argument("--version", action="version", version=f"%(prog)s {helptext.version()}")
-    for name, text in helptext.DESCRIPTIONS.items():
-        sub.choices[name].description = text
-    for parser in (p, *sub.choices.values()):
-        helptext.polish(parser)  # defaults shown, docstring markup gone
-    return p
 
 
 def _extensions():

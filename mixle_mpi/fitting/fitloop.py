@@ -161,109 +161,149 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
     see :func:`~mixle_mpi.fitting.progress.stop_reason`); for a checkpoint that holds a finished fit,
     as that fit stopped, whatever ``max_its`` is now.
     """
-    from mixle.inference.estimation import optimize
-    from mixle.utils.serialization import from_json, to_json
+    from mixle.utils.serialization import from_json
 
     if resume not in ("auto", "yes", "no"):
         raise ckpt.ConfigError(f"resume must be 'auto', 'yes' or 'no'; found {resume!r}")
     segments = segments or Segments()
     config = {"delta": delta, "init_p": init_p, "seed": seed}
-    current = ckpt.FitState(
+    current = _fresh_state(enc, estimator, config)
+    checkpoint = _checkpoint_path(enc, checkpoint)
+    state = _resumed(enc, checkpoint, resume, current, allow_version_change, segments)
+    if state is not None and state.finished:
+        if on_finish is not None:
+            on_finish(state.stopped or ("converged" if state.converged else "max_its"))
+        return from_json(state.model), list(state.ll)
+    if checkpoint and journal:
+        from mixle_mpi.storage.journal import FoldJournal
+
+        enc.journal = FoldJournal(checkpoint + ".round.h5")
+    stop = _StopFlag()
+    steps = _Steps(enc, checkpoint, current, state, segments, stop, max_its, delta, on_iteration,
+                   Cadence(every, seconds, written=state is not None))
+    if checkpoint:  # the scoring round of an iteration whose checkpoint is due computes no E-step ahead
+        enc.checkpoint_due = lambda: steps.cadence.due(len(steps.history) + 1)
+    enc.note_resumed(steps.start)  # after a takeover only
+    stop.install()
+    with liveness.watched():  # a main thread blocked for good ends the fit (runtime/watchdog)
+        model = _optimize(enc, estimator, state, steps, out, max_its, delta, init_p, seed)
+        if state is not None:
+            _whole_fit_provenance(model, len(steps.history), max_its)
+        reason = stop_reason(steps.history, max_its, delta)
+        if checkpoint:
+            steps.save(model, len(steps.history), finished=True, stopped=reason)
+        steps.report(checkpoint)
+        if on_finish is not None:
+            on_finish(reason)
+        return model, steps.history
+
+
+def _fresh_state(enc, estimator, config: dict) -> ckpt.FitState:
+    """What a checkpoint of this fit must match (data, estimator, configuration, layout,
+    versions), before any iteration."""
+    from mixle.utils.serialization import to_json
+
+    return ckpt.FitState(
         iteration=0, model="", ll=[],
         layout={"num_shards": enc.num_shards, "sub_chunks": enc.sub_chunks},
         fingerprint={"data": enc.store.fingerprint(), "estimator": sha256_text(to_json(estimator)),
                      "config": sha256_text(json.dumps(config))},
         versions=versions(enc.settings.blas_threads), config=config,
     )
-    state = None
+
+
+def _checkpoint_path(enc, checkpoint: str | None) -> str | None:
+    """The checkpoint's path ("auto": in the handle's work folder), checked writable; failover
+    arms now, if asked for and there is a checkpoint."""
     if checkpoint == AUTO:
         checkpoint = os.path.join(enc.workdir, CHECKPOINT_NAME)
     if checkpoint:
         ckpt.check_writable(checkpoint)
-    enc.check_failover_reach(checkpoint)  # failover arms now, if asked for and there is a checkpoint
-    if checkpoint:
-        if resume != "no":
-            state, fallback = _resume_state(checkpoint, resume, current, allow_version_change)
-            for path, why in fallback:
-                enc.events.emit("checkpoint_fallback", path=path, cause=why)
-        if state is not None:
-            segments.resumed(state)
-            where = {"source": fallback[0][0],
-                     "fallback": f"{checkpoint} is damaged ({fallback[0][1].removeprefix(checkpoint + ': ')})"} \
-                if fallback else {}
-            enc.events.emit("resumed", path=checkpoint, iteration=state.iteration, finished=state.finished, **where)
-            if state.finished:
-                if on_finish is not None:
-                    on_finish(state.stopped or ("converged" if state.converged else "max_its"))
-                return from_json(state.model), list(state.ll)
+    enc.check_failover_reach(checkpoint)
+    return checkpoint
 
-    if checkpoint and journal:
-        from mixle_mpi.storage.journal import FoldJournal
 
-        enc.journal = FoldJournal(checkpoint + ".round.h5")
-    history = list(state.ll) if state else []
-    start = state.iteration if state else 0
-    cadence = Cadence(every, seconds, written=state is not None)
-    if checkpoint:  # the scoring round of an iteration whose checkpoint is due computes no E-step ahead
-        enc.checkpoint_due = lambda: cadence.due(len(history) + 1)
-    enc.note_resumed(start)  # after a takeover only
-    stop = _StopFlag()
-    stop.install()
+def _resumed(enc, checkpoint: str | None, resume: str, current: ckpt.FitState, allow_version_change: bool,
+             segments: Segments) -> ckpt.FitState | None:
+    """The checkpoint this fit resumes from, if any, with its events (a fallback to ``.prev``
+    and the resume itself)."""
+    if not checkpoint or resume == "no":
+        return None
+    state, fallback = _resume_state(checkpoint, resume, current, allow_version_change)
+    for path, why in fallback:
+        enc.events.emit("checkpoint_fallback", path=path, cause=why)
+    if state is None:
+        return None
+    segments.resumed(state)
+    where = {"source": fallback[0][0],
+             "fallback": f"{checkpoint} is damaged ({fallback[0][1].removeprefix(checkpoint + ': ')})"} \
+        if fallback else {}
+    enc.events.emit("resumed", path=checkpoint, iteration=state.iteration, finished=state.finished, **where)
+    return state
 
-    def save(model, iteration: int, finished: bool = False, stopped: str = "") -> None:
-        t0 = time.perf_counter()
-        s = ckpt.FitState(**{**current.__dict__, "iteration": iteration, "model": model.to_json(), "ll": list(history),
-                              "finished": finished, "converged": stopped == "converged", "stopped": stopped,
-                              "failures": {str(k): v for k, v in enc.failures.items()},
-                              "blacklist": enc.blacklist,
-                              "wall_seconds": segments.total(), "segments": segments.count})
-        write_within(checkpoint, s, lambda tmp: enc.fault_point("checkpoint_write", iteration),
-                     enc.settings.reconfigure_timeout)
-        cadence.wrote(time.perf_counter() - t0)
-        enc.events.emit("checkpoint", path=checkpoint, iteration=iteration, finished=finished,
-                        seconds=round(time.perf_counter() - t0, 6))
 
-    held: list = []  # the step that may end EM: reported once the finished checkpoint is on disk
-
-    def report(saved: str | None) -> None:
-        if held and on_iteration is not None:
-            on_iteration(*held.pop(), saved)
-        held.clear()
-
-    def on_step(step) -> None:
-        report(None)  # a held step that did not end EM after all (delta none, a step that changed nothing)
-        history.append(float(step.log_density))
-        i = start + step.iter
-        last = may_end_em(i, float(step.delta), max_its, delta)  # the finished checkpoint follows at once
-        if last:
-            held.append((i, history[-1]))
-            return
-        saved = checkpoint if checkpoint and (cadence.due(i) or stop.signal is not None) else None
-        if saved:
-            save(step.model, i)
-        if on_iteration is not None:
-            on_iteration(i, history[-1], saved)
-        if stop.signal is not None:
-            enc.events.emit("preempted", signal=signal.Signals(stop.signal).name, iteration=i, checkpoint=checkpoint)
-            raise stopped(stop.signal, i, checkpoint)
+def _optimize(enc, estimator, state, steps: "_Steps", out, max_its: int, delta, init_p: float, seed: int):
+    """mixle's EM loop: from the seed, or from the resumed model for the iterations left."""
+    from mixle.inference.estimation import optimize
+    from mixle.utils.serialization import from_json
 
     print_iter = 1 if out is not None else None  # mixle prints to stdout when out is None
-    with liveness.watched():  # a main thread blocked for good ends the fit (runtime/watchdog)
-        with warnings.catch_warnings():
-            for note in MIXLE_STOP_NOTES:
-                warnings.filterwarnings("ignore", message=note)
-            if state is None:
-                model = optimize(None, estimator, enc_data=enc, max_its=max_its, delta=delta, init_p=init_p,
-                                 rng=np.random.RandomState(seed), on_step=on_step, out=out, print_iter=print_iter)
-            else:
-                model = optimize(None, estimator, enc_data=enc, prev_estimate=from_json(state.model),
-                                 max_its=max(0, max_its - start), delta=delta, on_step=on_step, out=out, print_iter=print_iter)
-        if state is not None:
-            _whole_fit_provenance(model, len(history), max_its)
-        reason = stop_reason(history, max_its, delta)
-        if checkpoint:
-            save(model, len(history), finished=True, stopped=reason)
-        report(checkpoint)
-        if on_finish is not None:
-            on_finish(reason)
-        return model, history
+    with warnings.catch_warnings():
+        for note in MIXLE_STOP_NOTES:
+            warnings.filterwarnings("ignore", message=note)
+        if state is None:
+            return optimize(None, estimator, enc_data=enc, max_its=max_its, delta=delta, init_p=init_p,
+                            rng=np.random.RandomState(seed), on_step=steps.on_step, out=out, print_iter=print_iter)
+        return optimize(None, estimator, enc_data=enc, prev_estimate=from_json(state.model),
+                        max_its=max(0, max_its - steps.start), delta=delta, on_step=steps.on_step, out=out,
+                        print_iter=print_iter)
+
+
+class _Steps:
+    """What happens after each accepted iteration: the history, a checkpoint when the cadence
+    (or a stop signal) asks for one, the caller's ``on_iteration``, and the stop itself."""
+
+    def __init__(self, enc, checkpoint: str | None, current: ckpt.FitState, state, segments: Segments,
+                 stop: _StopFlag, max_its: int, delta, on_iteration, cadence: Cadence) -> None:
+        self.enc, self.checkpoint, self.current, self.segments = enc, checkpoint, current, segments
+        self.stop, self.max_its, self.delta, self.on_iteration = stop, max_its, delta, on_iteration
+        self.history: list[float] = list(state.ll) if state else []
+        self.start = state.iteration if state else 0
+        self.cadence = cadence
+        self.held: list = []  # the step that may end EM: reported once the finished checkpoint is on disk
+
+    def save(self, model, iteration: int, finished: bool = False, stopped: str = "") -> None:
+        enc, t0 = self.enc, time.perf_counter()
+        s = ckpt.FitState(**{**self.current.__dict__, "iteration": iteration, "model": model.to_json(),
+                              "ll": list(self.history), "finished": finished, "converged": stopped == "converged",
+                              "stopped": stopped, "failures": {str(k): v for k, v in enc.failures.items()},
+                              "blacklist": enc.blacklist,
+                              "wall_seconds": self.segments.total(), "segments": self.segments.count})
+        write_within(self.checkpoint, s, lambda tmp: enc.fault_point("checkpoint_write", iteration),
+                     enc.settings.reconfigure_timeout)
+        self.cadence.wrote(time.perf_counter() - t0)
+        enc.events.emit("checkpoint", path=self.checkpoint, iteration=iteration, finished=finished,
+                        seconds=round(time.perf_counter() - t0, 6))
+
+    def report(self, saved: str | None) -> None:
+        if self.held and self.on_iteration is not None:
+            self.on_iteration(*self.held.pop(), saved)
+        self.held.clear()
+
+    def on_step(self, step) -> None:
+        self.report(None)  # a held step that did not end EM after all (delta none, a step that changed nothing)
+        self.history.append(float(step.log_density))
+        i = self.start + step.iter
+        if may_end_em(i, float(step.delta), self.max_its, self.delta):  # the finished checkpoint follows at once
+            self.held.append((i, self.history[-1]))
+            return
+        stop, checkpoint = self.stop, self.checkpoint
+        saved = checkpoint if checkpoint and (self.cadence.due(i) or stop.signal is not None) else None
+        if saved:
+            self.save(step.model, i)
+        if self.on_iteration is not None:
+            self.on_iteration(i, self.history[-1], saved)
+        if stop.signal is not None:
+            self.enc.events.emit("preempted", signal=signal.Signals(stop.signal).name, iteration=i,
+                                 checkpoint=checkpoint)
+            raise stopped(stop.signal, i, checkpoint)

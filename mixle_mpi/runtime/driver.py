@@ -11,10 +11,8 @@ respawn, blacklist, migration) happens between rounds, when every worker is idle
 """
 from __future__ import annotations
 
-import itertools
 import os
 import pickle
-import traceback
 import time
 from typing import Any
 
@@ -22,30 +20,26 @@ from mpi4py import MPI
 
 from mixle_mpi.core import logs
 from mixle_mpi.policy.config import Settings
-from mixle_mpi.core.errors import NoWorkersLeft, WorkerError
+from mixle_mpi.core.errors import NoWorkersLeft
 from mixle_mpi.core import estep
-from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.malloc import retain_freed_memory
 from mixle_mpi.core import procs
-from mixle_mpi.core.protocol import (Abort, Fence, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Result, Setup, Stats,
-                                     Stop, Task)
+from mixle_mpi.core.protocol import Abort, Fence, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Setup, Stop
 from mixle_mpi.storage.events import EventLog
 from mixle_mpi.policy.faults import FaultInjector, plan_to_json
 from mixle_mpi.policy.membership import Membership
-from mixle_mpi.policy.pacing import round_window
 from mixle_mpi.runtime import doorbell
 from mixle_mpi.runtime.arrivals import Arrivals
 from mixle_mpi.runtime.mailroom import Mailroom
 from mixle_mpi.runtime.reconfiguring import Reconfiguring
+from mixle_mpi.runtime.round import Round
 from mixle_mpi.runtime.monitor import Monitor
-from mixle_mpi.policy.joining import release_plan, work_of
+from mixle_mpi.policy.joining import release_plan
 from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers
-from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.storage.store import ShardStore, rows_from_packed
 from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, Link
 
-_TASK_IDS = itertools.count(1)
 STOP_SEND_WAIT = 5.0       # seconds for "stop" messages to leave at the end
 DISCONNECT_TIMEOUT = 10.0  # seconds for one respawned worker's Disconnect at exit
 
@@ -171,7 +165,7 @@ class Driver(Arrivals, Reconfiguring):
         """Every worker process to stop at the end: the live ones and those still joining."""
         return sorted(set(self.live()) | {w for w in self.joining if w in self.mail.links})
 
-    def _live_processes(self) -> dict[int, int]:
+    def live_processes(self) -> dict[int, int]:
         """Each live worker's current incarnation: which process may answer for it."""
         return {w: self.membership.records[w].incarnation for w in self.live()}
 
@@ -382,153 +376,11 @@ class Driver(Arrivals, Reconfiguring):
     def run_round(self, kind: str, body: Any, extras: dict[int, Any] | None = None,
                   preloaded: dict[int, Any] | None = None, record=None, fold=None,
                   body_b: bytes | None = None, scores: dict[int, Any] | None = None) -> dict[int, Any]:
-        """Compute every shard's result for one call; exact whatever fails meanwhile.
+        """Compute every shard's result for one call; exact whatever fails meanwhile
+        (``runtime.round.Round`` says how)."""
+        return Round(self, kind, body, extras, preloaded, record, fold, body_b, scores).run()
 
-        ``preloaded`` results (from a fold journal) are not recomputed; ``record(shard,
-        result)`` is called for each result as it arrives (the journal), and so is
-        ``fold(shard, result)`` (for every result, the preloaded ones first). ``body``: the
-        round's objects (the driver's own share computes with them); ``body_b``: ``body``
-        pickled already. ``scores``: an E-step round that also serves the next
-        scoring call (policy/lookahead.py); each shard's score lands there."""
-        t0, started_at, due = time.perf_counter(), time.time(), round_window(time.monotonic(), self.round_seconds.get(kind))
-        call = self.calls[kind]
-        self.calls[kind] += 1
-        score_call = -1
-        if scores is not None:
-            score_call = self.calls["llsum"]
-            self.calls["llsum"] += 1
-            self.faults.check("llsum", score_call)
-        if kind in ("estep", "llsum"):  # the driver's own chaos: before it sends the round out
-            self.faults.check("estep_before" if kind == "estep" else "llsum", call)
-        self.finish_joins()
-        task_id = next(_TASK_IDS)
-        body_b = self.body_b = pickle.dumps(body, protocol=PROTO) if body_b is None else body_b
-        extras = extras or {}
-        results: dict[int, Any] = dict(preloaded or {})
-        here = [s for s in self.here if s not in results]
-        state = RoundState(self.num_shards, frozenset(results), frozenset(here))
-        failed_before = set(self.pending)
-
-        def keep(shard: int, payload, folds: bool) -> None:
-            """``shard``'s E-step payload (or result), folded if the round says so: each
-            shard's first only (``RoundState.fold_once``, ``take_stats``)."""
-            results[shard] = payload
-            if folds and fold is not None:
-                fold(shard, payload)
-
-        for shard in sorted(results):
-            keep(shard, results[shard], state.fold_once(shard))
-
-        def take(shard: int, payload) -> None:
-            """An accepted result, from a worker or computed here."""
-            if scores is not None:
-                payload, scores[shard] = payload
-                if payload is None:  # its E-step payload came ahead (protocol.Stats) and is folded
-                    payload = results.get(shard)
-                    if payload is None or shard not in state.folded:
-                        raise RuntimeError(f"shard {shard}: a result without its E-step payload, and none came ahead")
-            keep(shard, payload, state.fold_once(shard))
-            if record is not None:
-                record(shard, payload)
-                if kind == "estep" and len(results) < self.num_shards:
-                    self.faults.check("estep_mid", call)
-
-        seen = {"live": None}  # the live processes at the last Wait; None: something was sent since
-
-        def dispatch(worker: int, sids: list[int], recovery: bool) -> None:
-            # A recovered shard stays encoded on its survivor: it computes it again next
-            # round while the place's replacement joins, or keeps it if it adopts or inherits it.
-            # The caller rings the workers sent to (_announce), all at once.
-            seen["live"] = None
-            items = [(s, self.store.read_packed(s) if recovery else None, extras.get(s)) for s in sids]
-            if self.mail.post(worker, Task(task_id, kind, call, body_b, items, recovery, score_call), announce=False):
-                if recovery:
-                    self.kept.update((s, worker) for s in sids)
-                state.sent(worker, self.membership.records[worker].incarnation, sids, recovery)
-                if recovery:
-                    self.events.emit("recovery", worker=worker, kind=kind, call=call, shards=sids)
-                    if kind == "estep":  # the driver's own chaos, while a worker's shards are recovered
-                        self.faults.check("estep_mid", call, True)
-
-        live = self._live_processes()
-        work = work_of(self.owners, self.kept, live)
-        own = state.own_work(work, live)
-        for w, sids in own.items():
-            dispatch(w, sids, False)
-        self.mail.announce(list(own))
-
-        def step() -> bool | None:
-            """One poll, O(W) while nothing changes: drain the workers the round waits for,
-            then ask the round what to do only if membership changed or a task went out
-            since the last Wait (otherwise only Done is possible; see RoundState.next_step)."""
-            progressed = self.advance_joins()
-            live = self._live_processes()
-            for w, msgs in self.mail.gather(state.waiting_on()).items():
-                incarnation = self.membership.records[w].incarnation
-                for msg in msgs:
-                    if isinstance(msg, Stats) and msg.task_id == task_id:
-                        if state.take_stats(w, incarnation, msg.shard, live):
-                            keep(msg.shard, msg.payload, True)
-                            progressed = True
-                        continue
-                    if not isinstance(msg, Result) or msg.task_id != task_id:
-                        continue
-                    for shard, payload in msg.results:
-                        if state.accept(w, incarnation, shard, live):
-                            take(shard, payload)
-                            progressed = True
-            self.check_failures()
-            if state.done():
-                return None
-            live = self._live_processes()
-            if live == seen["live"]:
-                return progressed
-            action = state.next_step(work_of(self.owners, self.kept, live), live)
-            if isinstance(action, Done):
-                return None
-            if isinstance(action, NeedWorkers):
-                self.reconfigure()  # respawns whom it can; the next step recovers onto them
-                self.await_a_worker()
-                progressed = True
-            elif isinstance(action, Recover):
-                for target, sids in action.plan.items():
-                    dispatch(target, sids, True)
-                self.mail.announce(list(action.plan))
-                progressed = True
-            else:  # Wait
-                seen["live"] = live
-            return progressed
-
-        if here:  # the driver's own share, while the workers compute theirs
-            # ``body`` itself, as rank 0 of mixle's own MPI handle computes with the objects: an
-            # E-step reads the model and makes fresh accumulators, and a pickle round trip
-            # keeps every float, so the bits are the workers' (an unpickle here cost up to 0.2 ms).
-            chunks = self._here_chunks()
-            for i, shard in enumerate(here):
-                if i:
-                    step()  # between shards: take replies, act on failures
-                try:  # its E-step payload is folded with its result: nothing waits for it here
-                    result = estep.shard_result(kind, body, chunks[shard], extras.get(shard), scores is not None)
-                except Exception as exc:  # as a worker's task error: the model's code raised, on any rank it would
-                    raise WorkerError(0, self.host, os.getpid(), traceback.format_exc()) from exc
-                take(shard, result)
-                state.done_here(shard)
-        self.mail.wait(step, due)
-        t_results = time.perf_counter()
-        failed_now = sorted(self.pending - failed_before)
-        if not failed_now and not state.recomputed:  # a normal round: when the next one's replies are due
-            self.round_seconds[kind] = t_results - t0
-        blacklisted = self.reconfigure() if (self.pending or self.spawn_failed) else []
-        self.rounds.append({
-            "kind": kind, "call": call, "seconds": time.perf_counter() - t0, "started_at": started_at,
-            "results_seconds": t_results - t0,  # the rest of "seconds" is the reconfiguration
-            "reused": state.reused, "recomputed": sorted(state.recomputed),
-            "journaled": sorted(preloaded or ()), "scored": score_call >= 0,
-            "failed": failed_now, "blacklisted": blacklisted,
-        })
-        return results
-
-    def _here_chunks(self) -> dict[int, Any]:
+    def encoded_here(self) -> dict[int, Any]:
         """The driver's own shards, encoded as a worker encodes its resident ones (once)."""
         if self.here_chunks is None:
             retain_freed_memory()  # as on a worker: E-step temporaries reuse heap pages (core/malloc.py)

@@ -140,20 +140,52 @@ class ResilientMPIEncodedData(EncodedDataHandle):
     # -- driver setup ------------------------------------------------------------
     def _start(self, data, estimator, encoder, num_shards, sub_chunks, max_retries,
                workdir, store_path, event_log, fault_plan, settings, world) -> None:
+        """Check the configuration, hold the work folder, meet the workers, write the shard
+        store and start the Driver; every problem of the user's input is found here."""
         from mixle_mpi.runtime import startup
         from mixle_mpi.runtime.driver import Driver
-        from mixle_mpi.runtime.monitor import Monitor
-        from mixle_mpi.runtime.watchdog import Watchdog
-        from mixle_mpi.policy.heartbeat import WATCHDOG_MARGIN
         from mixle_mpi.runtime.shrink import probe_continuation
         from mixle_mpi.policy.failover import failover_status
         from mixle_mpi.policy.reconfig import spawn_unavailable, srun_plugin
         from mpi4py import MPI
-        from mixle_mpi.storage.store import ShardStore
-        from mixle_mpi.core.blas import blas_description, pin_blas_threads
-        from mixle_mpi.runtime.transport import Link
+        from mixle_mpi.core.blas import pin_blas_threads
 
-        world_size = world.Get_size()
+        workers, spares, num_shards = self._check_config(world.Get_size(), num_shards, sub_chunks, max_retries,
+                                                         settings)
+        plan = self._fault_plan(fault_plan)
+        encoder = self._encoder(data, estimator, encoder)
+        store_path, event_log = self._work_paths(workdir, store_path, event_log)
+        members, excluded, gcomm, ghb = self._handshake(world)
+        # How to continue after a failure: probed now, while PMIx is still there to answer.
+        method, reason = probe_continuation()
+        detached = startup.detach_from_slurm_pmix()  # srun --mpi=pmix: a death must not end the step
+        startup.release_mpich_shm()  # MPICH: no /dev/shm segment outlives the job (no MPI_Finalize here)
+        no_spawn = spawn_unavailable(MPI.get_vendor()[0], srun_plugin(os.environ))
+        ranks = {w: i + 1 for i, w in enumerate(members)}  # worker id (world rank) -> rank in gcomm
+        monitor = self._monitor(gcomm, ghb, ranks)
+        self._blas = pin_blas_threads(self.settings.blas_threads)
+        self._open_store(data, num_shards, store_path, workers - spares, estimator, encoder)
+        self.events = EventLog(event_log)
+        self.shrink_method = method
+        self._emit_start(workers, spares, method, reason, plan)
+        failover, failover_why = failover_status(self.settings.failover, method)
+        self.events.emit("continuation", method=method, reason=reason, pmix=detached, failover=failover_why,
+                         respawn=("unavailable: " + no_spawn) if no_spawn else
+                         ("on" if self.settings.respawn else "off (respawn=False)"))
+        self._driver = Driver(
+            gcomm, ghb, ranks, workers, monitor, self.store, pickle.dumps(encoder, protocol=PROTO), self.sub_chunks,
+            self.max_retries, self.settings, self.events, plan, method, _spawn_command(), spares,
+            spawn_unavailable=no_spawn, fast_spawn_command=_spawn_command(fast=True), failover=failover,
+        )
+        self._driver.start(excluded)
+        self.events.emit("ranks", ranks=rank_places(self._driver.membership))
+        self._estimator = None  # the last E-step's or initialization's: a scoring round computes ahead with it
+        self._ahead = Lookahead(self.settings.estep_ahead)
+        jobfiles.mark_started()
+
+    def _check_config(self, world_size: int, num_shards, sub_chunks, max_retries, settings) -> tuple[int, int, int | None]:
+        """(workers, spares, num_shards) of this job, its settings resolved; a world too small
+        for them is a clear error."""
         if world_size < 2 and self.took_over is not None:
             raise ReconfigurationTimeout(
                 f"the driver died and rank {self.took_over.previous} took over, but no other rank survived to "
@@ -175,14 +207,22 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             raise ConfigError(
                 f"found {world_size} MPI ranks but spares={spares} needs at least {spares + 2}: 1 driver, at least "
                 f"1 worker and {spares} spare(s) (with -n N, mixle-mpi fit launches N + spares ranks)")
+        return workers, spares, num_shards
+
+    def _fault_plan(self, fault_plan) -> tuple:
+        """The faults still to fire: the ones given, or the environment's (said loudly). A fault
+        fires once per job: one the fault log records (under an earlier driver, or before the
+        launcher ran the job again) is spent."""
         plan = parse_plan(fault_plan) if fault_plan is not None else plan_from_env()
         self.fault_plan = [dict(f.__dict__) for f in plan]  # summary.json says a run was under chaos
         if plan and fault_plan is None:  # a test setting left in the environment must never act unseen
             logs.get("driver").warning(f"chaos: {len(plan)} planned fault(s) from {FAULT_ENV} will kill or stop "
                                        f"processes of this job; unset it for a real fit")
-        # A fault fires once per job: one the fault log records (under an earlier driver, or
-        # before the launcher ran the job again) is spent.
-        plan = tuple(unfired(plan, read_fired(os.environ.get(FIRED_ENV))))
+        return tuple(unfired(plan, read_fired(os.environ.get(FIRED_ENV))))
+
+    def _encoder(self, data, estimator, encoder):
+        """The encoder the workers use: given, the estimator's, or (after a takeover) the dead
+        driver's."""
         if encoder is None and estimator is None and self.took_over is not None:
             encoder = pickle.loads(self.took_over.encoder)  # nosec B301 - this job's own driver sent it
         if encoder is None:
@@ -191,15 +231,24 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             encoder = estimator.accumulator_factory().make().acc_to_encoder()
         if data is None and self.took_over is None:
             raise DataError("data is None on the driver (rank 0): the driver needs the data; workers may pass None")
+        return encoder
 
+    def _work_paths(self, workdir, store_path, event_log) -> tuple[str, str]:
+        """The shard store's and the event log's paths; the work folder made and held by this
+        job (a second job on it is refused)."""
         workdir = workdir or os.environ.get("MIXLE_MPI_WORKDIR") or DEFAULT_WORKDIR
         store_path = store_path or os.path.join(workdir, "shards.h5")
         event_log = event_log or os.environ.get("MIXLE_MPI_EVENT_LOG") or os.path.join(workdir, "events.jsonl")
         ensure_dir(os.path.dirname(os.path.abspath(store_path)), "shard store")
         hold_folder(os.path.dirname(os.path.abspath(store_path)), "work", strict=self.took_over is None)
         self.workdir = os.path.dirname(os.path.abspath(store_path))  # this job's folder: fit's default checkpoint
+        return store_path, event_log
 
-        # The handshake: from here on the workers wait on heartbeats, not on a fixed deadline.
+    def _handshake(self, world) -> tuple[list[int], list, Any, Any]:
+        """Meet the workers: from here on they wait on heartbeats, not on a fixed deadline.
+        Returns the members, the ranks left out, and the job's communicators."""
+        from mixle_mpi.runtime import startup
+
         timeout = startup.startup_timeout()
         # ranks of this host that die while the job starts (their records name world ranks:
         # not after a takeover, whose communicator numbers the survivors anew)
@@ -210,25 +259,32 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         startup.send_go(world, members, self.settings.heartbeat_period, self.settings.driver_timeout)
         gcomm, ghb = startup.build_comms(world, tuple([0] + members), timeout, gone)
         self._gcomm = gcomm
-        # How to continue after a failure: probed now, while PMIx is still there to answer.
-        method, reason = probe_continuation()
-        detached = startup.detach_from_slurm_pmix()  # srun --mpi=pmix: a death must not end the step
-        startup.release_mpich_shm()  # MPICH: no /dev/shm segment outlives the job (no MPI_Finalize here)
-        no_spawn = spawn_unavailable(MPI.get_vendor()[0], srun_plugin(os.environ))
-        ranks = {w: i + 1 for i, w in enumerate(members)}  # worker id (world rank) -> rank in gcomm
-        monitor = Monitor(self.settings.heartbeat_period, self.settings.heartbeat_timeout, self.settings.stall_timeout,
-                          self.settings.heartbeat_fanin)
-        monitor.watchdog = Watchdog(monitor, self.settings.reconfigure_timeout + WATCHDOG_MARGIN)
+        return members, excluded, gcomm, ghb
+
+    def _monitor(self, gcomm, ghb, ranks: dict[int, int]):
+        """Heartbeats and the main thread's watchdog, watching every worker from now on."""
+        from mixle_mpi.runtime.monitor import Monitor
+        from mixle_mpi.runtime.watchdog import Watchdog
+        from mixle_mpi.policy.heartbeat import WATCHDOG_MARGIN
+        from mixle_mpi.runtime.transport import Link
+
+        st = self.settings
+        monitor = Monitor(st.heartbeat_period, st.heartbeat_timeout, st.stall_timeout, st.heartbeat_fanin)
+        monitor.watchdog = Watchdog(monitor, st.reconfigure_timeout + WATCHDOG_MARGIN)
         for w, r in ranks.items():
             monitor.watch(w, Link(gcomm, ghb, r))
         monitor.start()
+        return monitor
 
-        self._blas = pin_blas_threads(self.settings.blas_threads)
+    def _open_store(self, data, num_shards, store_path: str, holders: int, estimator, encoder) -> None:
+        """The shard store: written from ``data``, or (after a takeover) the dead driver's, on
+        a path every rank reads."""
+        from mixle_mpi.storage.store import ShardStore
+
         self.store = ShardStore.create(store_path, data, num_shards) if self.took_over is None else \
-            ShardStore.open(store_path)  # the dead driver's store, on a path every rank reads
+            ShardStore.open(store_path)
         self.num_shards = self.store.num_shards
         self.size = self.store.num_rows
-        holders = workers - spares
         if self.num_shards < holders:
             logs.get("handle").warning(
                 f"{self.num_shards} shards for {holders} workers: {holders - self.num_shards} worker(s) hold no "
@@ -236,11 +292,15 @@ class ResilientMPIEncodedData(EncodedDataHandle):
                 "shards (S fixes the bits)")
         _check_estimator_matches(self.store, estimator, encoder)
 
-        self.events = EventLog(event_log)
-        self.shrink_method = method
+    def _emit_start(self, workers: int, spares: int, method: str, reason: str, plan: tuple) -> None:
+        """The start event, and after a takeover the dead driver and its successor."""
+        from mixle_mpi.runtime import startup
+        from mixle_mpi.core.blas import blas_description
+        from mpi4py import MPI
+
         self.events.emit(
-            "start", driver_pid=os.getpid(), workers=workers - spares, spares=spares, num_shards=self.num_shards, sub_chunks=self.sub_chunks,
-            max_retries=self.max_retries, shrink=method, shrink_reason=reason,
+            "start", driver_pid=os.getpid(), workers=workers - spares, spares=spares, num_shards=self.num_shards,
+            sub_chunks=self.sub_chunks, max_retries=self.max_retries, shrink=method, shrink_reason=reason,
             mpi=startup.mpi_text(), blas=blas_description(),
             settings=self.settings.__dict__, fault_plan=[f.__dict__ for f in plan],
         )
@@ -250,20 +310,6 @@ class ResilientMPIEncodedData(EncodedDataHandle):
                              seen_by=t.previous)
             self.events.emit("driver_elected", rank=t.previous, pid=os.getpid(), host=MPI.Get_processor_name(),
                              survivors=t.survivors, agreed_seconds=round(t.agreed_seconds, 4))
-        failover, failover_why = failover_status(self.settings.failover, method)
-        self.events.emit("continuation", method=method, reason=reason, pmix=detached, failover=failover_why,
-                         respawn=("unavailable: " + no_spawn) if no_spawn else
-                         ("on" if self.settings.respawn else "off (respawn=False)"))
-        self._driver = Driver(
-            gcomm, ghb, ranks, workers, monitor, self.store, pickle.dumps(encoder, protocol=PROTO), self.sub_chunks,
-            self.max_retries, self.settings, self.events, plan, method, _spawn_command(), spares,
-            spawn_unavailable=no_spawn, fast_spawn_command=_spawn_command(fast=True), failover=failover,
-        )
-        self._driver.start(excluded)
-        self.events.emit("ranks", ranks=rank_places(self._driver.membership))
-        self._estimator = None  # the last E-step's or initialization's: a scoring round computes ahead with it
-        self._ahead = Lookahead(self.settings.estep_ahead)
-        jobfiles.mark_started()
 
     def abort_workers(self, code: int = 1, message: str = "") -> None:
         """Tell every worker to end now with ``code`` (the driver is failing); bounded, once."""
