@@ -1,6 +1,6 @@
 """A new process takes a failed place: a replacement, or an idle spare adopted at once.
 
-Part of the driver (``driver.Driver`` inherits it): it carries out ``reconfig``'s Respawn
+A collaborator of the driver (``driver.Driver.arrivals``): it carries out ``reconfig``'s Respawn
 and Adopt decisions. A replacement's Spawn runs beside the fit where it may
 (``spawner.Spawner``); the replacement then joins in the background (``policy/joining.py``)
 while the survivors carry its shards, and takes them back at a round boundary. Set apart
@@ -25,11 +25,13 @@ from mixle_mpi.runtime.transport import Link
 
 
 class Arrivals:
-    """The driver's part that brings new processes into failed places."""
+    """The driver's collaborator that brings new processes into failed places. It owns the
+    places' new processes (the Spawner, the joins on their way, the failed Spawns); the
+    places themselves, the mailroom and the monitor are the driver's (``self.d``)."""
 
-    def init_arrivals(self, settings: Settings, spawn_command: list[str] | None,
-                      fast_spawn_command: list[str] | None, spawn_unavailable: str | None) -> None:
-        """The state of the places' new processes (the driver's constructor calls this once)."""
+    def __init__(self, driver, settings: Settings, spawn_command: list[str] | None,
+                 fast_spawn_command: list[str] | None, spawn_unavailable: str | None) -> None:
+        self.d = driver
         self.spawner = Spawner(settings, spawn_command, fast_spawn_command, spawn_unavailable)
         self.can_spawn = settings.respawn and spawn_command is not None
         self.respawn_hosts: dict[int, str | None] = {}  # place -> the host its last replacement was asked on
@@ -42,21 +44,21 @@ class Arrivals:
         itself runs beside the fit where it may (``spawner.Spawner``). With ``respawn_wait``
         the fit waits until the replacement is set up and loaded."""
         t0 = time.perf_counter()
-        failed_host = self.info.get(worker, (None, None))[0]
-        live_hosts = [self.info[w][0] for w in self.live() if w != worker and w in self.info]
-        host = respawn_host(failed_host, live_hosts, self.host)
-        here = replacement_here(host, [*live_hosts, *([failed_host] if failed_host else [])], self.host, os.environ)
+        failed_host = self.d.info.get(worker, (None, None))[0]
+        live_hosts = [self.d.info[w][0] for w in self.d.live() if w != worker and w in self.d.info]
+        host = respawn_host(failed_host, live_hosts, self.d.host)
+        here = replacement_here(host, [*live_hosts, *([failed_host] if failed_host else [])], self.d.host, os.environ)
         if not self.spawner.background and not self.spawner.unavailable:
-            self.monitor.quiet(self.spawner.timeout)  # a Spawn in this thread may hold MPI, and the beats (MPICH)
+            self.d.monitor.quiet(self.spawner.timeout)  # a Spawn in this thread may hold MPI, and the beats (MPICH)
         try:
-            link = self.spawner.start(worker, host, (self.encoder_b, self.body_b), here)
+            link = self.spawner.start(worker, host, (self.d.encoder_b, self.d.body_b), here)
         except SpawnUnavailable as exc:  # the shards migrate
             self._spawn_unavailable(worker, str(exc))
             return False
         self.respawn_hosts[worker] = host
-        if link is not None and self.settings.respawn_wait:
+        if link is not None and self.d.settings.respawn_wait:
             pid = self._replacement_pid(worker)
-            self.grank.pop(worker, None)
+            self.d.grank.pop(worker, None)
             self._bring_up(worker, link, "respawned", t0, watch=pid)
             return True
         self._start_join(worker, t0)
@@ -67,26 +69,26 @@ class Arrivals:
     def _start_join(self, worker: int, t0: float) -> None:
         """A replacement for ``worker`` is on its way (spawned, or being spawned): it joins in
         the background, as incarnation + 1 of the place."""
-        self.grank.pop(worker, None)
-        incarnation = self.membership.revive(worker)
+        self.d.grank.pop(worker, None)
+        incarnation = self.d.membership.revive(worker)
         self.joining[worker] = Join(worker, time.monotonic())
-        self.events.emit("respawn_started", worker=worker, incarnation=incarnation,
-                         shards=list(self.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6),
+        self.d.events.emit("respawn_started", worker=worker, incarnation=incarnation,
+                         shards=list(self.d.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6),
                          **({"on_host": self.respawn_hosts[worker]} if self.respawn_hosts.get(worker) else {}))
-        self.faults.check("respawn")  # the driver's own chaos, while a replacement is on its way
+        self.d.faults.check("respawn")  # the driver's own chaos, while a replacement is on its way
 
     def _spawn_unavailable(self, worker: int, cause: str) -> None:
         self.can_spawn = False
-        self.events.emit("spawn_unavailable", worker=worker, cause=cause, action="shards migrate to survivors")
+        self.d.events.emit("spawn_unavailable", worker=worker, cause=cause, action="shards migrate to survivors")
 
     def _begin_join(self, worker: int, link: Link) -> None:
         """The replacement's process is connected: set it up (it imports before it beats)."""
-        self.mail.connect(worker, link)
+        self.d.mail.connect(worker, link)
         self.joining[worker].since = time.monotonic()
         self.joining[worker].pid = self._replacement_pid(worker)
-        self.monitor.grace(worker, self.settings.reconfigure_timeout)
-        if self.mail.post(worker, self.setup_message(worker)):
-            self.monitor.watch(worker, link)
+        self.d.monitor.grace(worker, self.d.settings.reconfigure_timeout)
+        if self.d.mail.post(worker, self.d.setup_message(worker)):
+            self.d.monitor.watch(worker, link)
 
     def _replacement_pid(self, worker: int) -> int | None:
         """The pid of ``worker``'s just-connected replacement, if on this host (its birth
@@ -94,9 +96,9 @@ class Arrivals:
         ident = self.spawner.born.pop(worker, None)
         if ident is None:
             return None
-        self.info[worker] = (self.host, ident[0])
-        self.started_at[worker] = ident[1]  # its identity: only that process is ever fenced
-        self.spaces[worker] = self.space    # its record is of this host and pid space (birth.identity_here)
+        self.d.info[worker] = (self.d.host, ident[0])
+        self.d.started_at[worker] = ident[1]  # its identity: only that process is ever fenced
+        self.d.spaces[worker] = self.d.space    # its record is of this host and pid space (birth.identity_here)
         return ident[0]
 
     def advance_spawns(self, now: float) -> bool:
@@ -110,8 +112,8 @@ class Arrivals:
                 self._begin_join(w, got)
                 progressed = True
             elif got.died:
-                self.info[w] = (self.host, got.pid)  # the dead replacement (watched on this host)
-                self.fail(w, got.why)
+                self.d.info[w] = (self.d.host, got.pid)  # the dead replacement (watched on this host)
+                self.d.fail(w, got.why)
             else:
                 self._spawn_failed(w, got.why)
         return progressed
@@ -132,25 +134,25 @@ class Arrivals:
                 continue
             join = self.joining[w]
             if join.pid is not None and procs.gone(join.pid):  # no heartbeat verdict yet: it has a grace
-                self.fail(w, f"its process (pid {join.pid}) ended while it joined")
+                self.d.fail(w, f"its process (pid {join.pid}) ended while it joined")
                 continue
-            for msg in self.mail.drain(w):
+            for msg in self.d.mail.drain(w):
                 if isinstance(msg, Ready) and not join.ready:
-                    self.note_ready(w, msg)
-                    join.got_ready(self.load_parts(self.owners.get(w, [])), now)
-                    self.events.emit("respawn_ready", worker=w, host=msg.host, pid=msg.pid,
-                                     incarnation=self.membership.records[w].incarnation)
+                    self.d.note_ready(w, msg)
+                    join.got_ready(self.d.load_parts(self.d.owners.get(w, [])), now)
+                    self.d.events.emit("respawn_ready", worker=w, host=msg.host, pid=msg.pid,
+                                     incarnation=self.d.membership.records[w].incarnation)
                     progressed = True
                 elif isinstance(msg, Loaded):
                     join.got_loaded(msg.shard, now)
                     progressed = True
             if w not in self.joining:
                 continue  # it failed meanwhile
-            if join.parts and self.mail.sent(w):
+            if join.parts and self.d.mail.sent(w):
                 sid, a, b, last = join.next_part(now)
-                progressed = self.mail.post(w, Load(sid, self.store.read_packed(sid, a, b), last)) or progressed
-            elif w in self.joining and join.stalled(now, self.settings.reconfigure_timeout):
-                self.fail(w, f"no progress joining within reconfigure_timeout={self.settings.reconfigure_timeout:g} s (hung)")
+                progressed = self.d.mail.post(w, Load(sid, self.d.store.read_packed(sid, a, b), last)) or progressed
+            elif w in self.joining and join.stalled(now, self.d.settings.reconfigure_timeout):
+                self.d.fail(w, f"no progress joining within reconfigure_timeout={self.d.settings.reconfigure_timeout:g} s (hung)")
         return progressed
 
     def finish_joins(self) -> None:
@@ -161,52 +163,52 @@ class Arrivals:
             if not join.joined():
                 continue
             del self.joining[w]
-            self.monitor.grace(w, 0.0)
-            shards = list(self.owners.get(w, []))
-            self.release(shards)
-            host, pid = self.info[w]
-            self.events.emit("respawned", worker=w, host=host, pid=pid,
-                             incarnation=self.membership.records[w].incarnation, shards=shards,
+            self.d.monitor.grace(w, 0.0)
+            shards = list(self.d.owners.get(w, []))
+            self.d.release(shards)
+            host, pid = self.d.info[w]
+            self.d.events.emit("respawned", worker=w, host=host, pid=pid,
+                             incarnation=self.d.membership.records[w].incarnation, shards=shards,
                              seconds=round(time.monotonic() - join.started, 6), background=True)
 
     def await_a_worker(self) -> None:
         """No worker computes, but replacements are joining: wait for one (bounded by its own
         join deadline), since nobody else can take the orphans. Fails if none comes."""
         def step() -> bool | None:
-            self.check_failures()
+            self.d.check_failures()
             self.finish_joins()
-            return None if self.live() or not self.joining else self.advance_joins()
+            return None if self.d.live() or not self.joining else self.advance_joins()
 
-        if not self.live() and self.joining:
-            self.mail.wait(step)
-        if not self.live():
-            raise self.no_workers_error()
+        if not self.d.live() and self.joining:
+            self.d.mail.wait(step)
+        if not self.d.live():
+            raise self.d.no_workers_error()
 
     def adopt(self, worker: int, spare: int) -> bool:
         """The idle spare's process takes ``worker``'s place: it is told its new identity and
         loads the place's shards (no Spawn: it was set up and beating already). False if the
         spare died meanwhile (then it is a failure of its own, and ``worker`` waits)."""
         t0 = time.perf_counter()
-        link = self.mail.links.get(spare)
-        if link is None or not self.membership.is_live(spare):
+        link = self.d.mail.links.get(spare)
+        if link is None or not self.d.membership.is_live(spare):
             return False
-        self.monitor.forget(spare)
-        self.mail.rename(spare, worker)
-        if spare in self.grank:
-            self.grank[worker] = self.grank.pop(spare)
-        self.owners.pop(spare, None)
-        self.membership.retire(spare)
-        if spare in self.info:
-            self.info[worker] = self.info.pop(spare)  # fencing must aim at the spare's process now
+        self.d.monitor.forget(spare)
+        self.d.mail.rename(spare, worker)
+        if spare in self.d.grank:
+            self.d.grank[worker] = self.d.grank.pop(spare)
+        self.d.owners.pop(spare, None)
+        self.d.membership.retire(spare)
+        if spare in self.d.info:
+            self.d.info[worker] = self.d.info.pop(spare)  # fencing must aim at the spare's process now
         else:
-            self.info.pop(worker, None)
-        warm = {s for s, h in self.kept.items() if h == spare}
-        place = set(self.owners.get(worker, []))
+            self.d.info.pop(worker, None)
+        warm = {s for s, h in self.d.kept.items() if h == spare}
+        place = set(self.d.owners.get(worker, []))
         for s in warm:  # the spare's copies: its own shards now, or still kept (under its new id)
             if s in place:
-                del self.kept[s]
+                del self.d.kept[s]
             else:
-                self.kept[s] = worker
+                self.d.kept[s] = worker
         self._bring_up(worker, link, "spare_adopted", t0, held=warm, spare=spare, warm=sorted(warm & place))
         return True
 
@@ -218,20 +220,20 @@ class Arrivals:
         its own, handled like any other (the place then waits for the next recovery).
         ``watch``: the replacement's pid on this host (its birth record), whose end is seen at
         once while it has no heartbeat verdict yet (MPICH has no ULFM to report it)."""
-        self.mail.connect(worker, link)
-        incarnation = self.membership.revive(worker)
-        self.monitor.grace(worker, self.settings.reconfigure_timeout)  # a replacement imports before it beats
-        if self.mail.post(worker, self.setup_message(worker)):
-            self.monitor.watch(worker, link)
-        ready = self.collect({worker: {(Ready, worker)}}, "ready",
-                             watch={worker: (watch, self.started_at[worker])} if watch is not None else None)
+        self.d.mail.connect(worker, link)
+        incarnation = self.d.membership.revive(worker)
+        self.d.monitor.grace(worker, self.d.settings.reconfigure_timeout)  # a replacement imports before it beats
+        if self.d.mail.post(worker, self.d.setup_message(worker)):
+            self.d.monitor.watch(worker, link)
+        ready = self.d.collect({worker: {(Ready, worker)}}, "ready",
+                             watch={worker: (watch, self.d.started_at[worker])} if watch is not None else None)
         if worker in ready:
-            self.note_ready(worker, ready[worker][0])
-            self.load({worker: [s for s in self.owners.get(worker, []) if s not in held]})
-        self.monitor.grace(worker, 0.0)
-        if self.membership.is_live(worker):
-            self.release(list(self.owners.get(worker, [])))  # survivors' copies from the recovery
-            host, pid = self.info[worker]
-            self.events.emit(event, worker=worker, host=host, pid=pid, incarnation=incarnation,
-                             shards=list(self.owners.get(worker, [])), **fields,
+            self.d.note_ready(worker, ready[worker][0])
+            self.d.load({worker: [s for s in self.d.owners.get(worker, []) if s not in held]})
+        self.d.monitor.grace(worker, 0.0)
+        if self.d.membership.is_live(worker):
+            self.d.release(list(self.d.owners.get(worker, [])))  # survivors' copies from the recovery
+            host, pid = self.d.info[worker]
+            self.d.events.emit(event, worker=worker, host=host, pid=pid, incarnation=incarnation,
+                             shards=list(self.d.owners.get(worker, [])), **fields,
                              seconds=round(time.perf_counter() - t0, 6))

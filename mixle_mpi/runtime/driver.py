@@ -44,7 +44,7 @@ STOP_SEND_WAIT = 5.0       # seconds for "stop" messages to leave at the end
 DISCONNECT_TIMEOUT = 10.0  # seconds for one respawned worker's Disconnect at exit
 
 
-class Driver(Arrivals, Reconfiguring):
+class Driver:
     def __init__(
         self,
         gcomm,
@@ -79,7 +79,8 @@ class Driver(Arrivals, Reconfiguring):
         self.faults = FaultInjector(fault_plan, 0, 0)   # the driver's own chaos (rank 0)
         self.shrink_method = shrink_method
         self.body_b = b""                               # the last round's pickled body
-        self.init_arrivals(settings, spawn_command, fast_spawn_command, spawn_unavailable)
+        self.arrivals = Arrivals(self, settings, spawn_command, fast_spawn_command, spawn_unavailable)
+        self.reconfiguring = Reconfiguring(self)
         self.host = MPI.Get_processor_name()
         self.space = procs.pid_space()                      # this process's pid space: a worker's pid is ours to signal only in it
         self.spaces: dict[int, str] = {}              # worker -> its pid space (Ready.space, a birth record)
@@ -104,7 +105,6 @@ class Driver(Arrivals, Reconfiguring):
                        **{s: [] for s in ids[len(holders):]}}
         self.pending: set[int] = set()                # failed since the last reconfiguration
         self.kept: dict[int, int] = {}                # shard -> the live worker keeping it encoded for its place
-        self.epoch = 0
         self.calls = {"estep": 0, "init": 0, "llsum": 0}
         self.monitor = monitor                        # started by the handle at the handshake
         self.rounds: list[dict[str, Any]] = []
@@ -119,7 +119,7 @@ class Driver(Arrivals, Reconfiguring):
             return  # a retired spare's old id, or a duplicate report
         self.monitor.forget(worker)
         self.mail.forget(worker)
-        self.joining.pop(worker, None)
+        self.arrivals.joining.pop(worker, None)
         self.kept = {s: h for s, h in self.kept.items() if h != worker}
         host, pid = self.info.get(worker, (None, None))
         fenced, fenced_by = False, None
@@ -131,7 +131,7 @@ class Driver(Arrivals, Reconfiguring):
             else:
                 fenced_by = None
         if here:
-            self.spawner.fenced(worker, pid)
+            self.arrivals.spawner.fenced(worker, pid)
             fenced = self._fence_here(worker, pid)
         self.pending.add(worker)
         rec = self.membership.records[worker]
@@ -159,15 +159,20 @@ class Driver(Arrivals, Reconfiguring):
 
     def live(self) -> list[int]:
         """The workers that compute this round (a replacement still joining does not)."""
-        return [w for w in self.membership.live() if w in self.mail.links and w not in self.joining]
+        return [w for w in self.membership.live() if w in self.mail.links and w not in self.arrivals.joining]
 
     def _reachable(self) -> list[int]:
         """Every worker process to stop at the end: the live ones and those still joining."""
-        return sorted(set(self.live()) | {w for w in self.joining if w in self.mail.links})
+        return sorted(set(self.live()) | {w for w in self.arrivals.joining if w in self.mail.links})
 
     def live_processes(self) -> dict[int, int]:
         """Each live worker's current incarnation: which process may answer for it."""
         return {w: self.membership.records[w].incarnation for w in self.live()}
+
+    def reconfigure(self) -> list[int]:
+        """Between rounds: recover from the failures since the last time (``reconfiguring``);
+        returns the workers blacklisted now."""
+        return self.reconfiguring.reconfigure()
 
     # -- waiting for replies -----------------------------------------------------
     def collect(self, expect: dict[int, set], what: str, watch: dict | None = None) -> dict[int, list]:
@@ -403,7 +408,7 @@ class Driver(Arrivals, Reconfiguring):
         fails = ", ".join(f"rank {w}: {n} failure(s)" for w, n in self.membership.failures().items())
         return NoWorkersLeft(
             f"every worker rank is dead or blacklisted ({fails}); max_retries={self.membership.max_retries}"
-            f"{'' if self.can_spawn else ', respawn unavailable'}. The fit cannot continue."
+            f"{'' if self.arrivals.can_spawn else ', respawn unavailable'}. The fit cannot continue."
         )
 
     def release(self, shards) -> None:
@@ -431,10 +436,10 @@ class Driver(Arrivals, Reconfiguring):
         waited for, within its deadline and ``spawner.EXIT_WAIT``, so that its process is
         stopped too), stop the monitor."""
         t0 = time.monotonic()
-        self.spawner.settle()
-        self.advance_spawns(time.monotonic())
-        if self.spawner.running:  # its process died as it started: under Open MPI that Spawn never returns
-            self.events.emit("spawn_abandoned", workers=sorted(self.spawner.running),
+        self.arrivals.spawner.settle()
+        self.arrivals.advance_spawns(time.monotonic())
+        if self.arrivals.spawner.running:  # its process died as it started: under Open MPI that Spawn never returns
+            self.events.emit("spawn_abandoned", workers=sorted(self.arrivals.spawner.running),
                              waited=round(time.monotonic() - t0, 3),
                              cause="a replacement's Spawn had not finished at the fit's end; the results are saved")
         spawned = {w: self.mail.links[w].inter for w in self._reachable() if self.mail.links[w].inter is not None}

@@ -1,12 +1,12 @@
 """Between rounds: shrink or keep the communicator, respawn, adopt or blacklist, migrate.
 
-Part of the driver (``driver.Driver`` inherits it): it feeds the workers failed since the
+A collaborator of the driver (``driver.Driver.reconfiguring``): it feeds the workers failed since the
 last reconfiguration to ``reconfig.plan`` and carries out the actions it returns, in
 order, while every worker is idle: ``ShrinkComm`` (ULFM or emulated; ``shrink``),
 ``KeepComm``, ``Adopt`` and ``Respawn`` (through ``arrivals.Arrivals``), ``Blacklist``;
 then ``reconfig.migrate`` moves blacklisted places' shards for good. It uses the driver's
-mailroom, monitor, membership and placement, and its ``live``, ``collect``, ``load`` and
-``release``.
+mailroom, monitor, membership and placement, its ``live``, ``collect``, ``load`` and
+``release``, and its ``arrivals`` for new processes.
 """
 
 from __future__ import annotations
@@ -27,20 +27,26 @@ ULFM_CHECK_WAIT, ULFM_CHECK_POLL = 1.0, 0.01  # seconds ULFM gets to report excl
 
 
 class Reconfiguring:
-    """The driver's part that reshapes the job after failures, between rounds."""
+    """The driver's collaborator that reshapes the job after failures, between rounds. It
+    owns the shrink epoch; the communicator, the places and the membership it reshapes are
+    the driver's (``self.d``), and new processes come through the driver's ``arrivals``."""
+
+    def __init__(self, driver) -> None:
+        self.d = driver
+        self.epoch = 0
 
     def reconfigure(self) -> list[int]:
         """Between rounds: shrink, respawn or blacklist, and re-place orphaned shards.
         Returns the workers blacklisted now. Loops until no failure is pending."""
         blacklisted: list[int] = []
-        while self.pending or self.spawn_failed:
-            failed = sorted(self.pending)
-            self.pending.clear()
-            spares = reconfig.idle_places(self.owners, self.live())
-            actions = reconfig.plan(failed, self.grank, self.membership, self.can_spawn, self.settings.respawn,
-                                    self.owners, spares, self.shrink_method) if failed else []
-            actions += [reconfig.respawn_failed(self.membership, w, self.settings.respawn) for w in self.spawn_failed]
-            self.spawn_failed.clear()
+        while self.d.pending or self.d.arrivals.spawn_failed:
+            failed = sorted(self.d.pending)
+            self.d.pending.clear()
+            spares = reconfig.idle_places(self.d.owners, self.d.live())
+            actions = reconfig.plan(failed, self.d.grank, self.d.membership, self.d.arrivals.can_spawn, self.d.settings.respawn,
+                                    self.d.owners, spares, self.d.shrink_method) if failed else []
+            actions += [reconfig.respawn_failed(self.d.membership, w, self.d.settings.respawn) for w in self.d.arrivals.spawn_failed]
+            self.d.arrivals.spawn_failed.clear()
             while actions:
                 action = actions.pop(0)
                 if isinstance(action, ShrinkComm):
@@ -48,71 +54,71 @@ class Reconfiguring:
                 elif isinstance(action, KeepComm):
                     self._keep(action.dropped)
                 elif isinstance(action, Adopt):
-                    if not self.adopt(action.worker, action.spare):
-                        self.pending.add(action.worker)  # the spare died meanwhile: decide again
+                    if not self.d.arrivals.adopt(action.worker, action.spare):
+                        self.d.pending.add(action.worker)  # the spare died meanwhile: decide again
                 elif isinstance(action, Respawn):
-                    if not self.respawn(action.worker):
-                        actions.append(reconfig.respawn_failed(self.membership, action.worker, self.settings.respawn))
+                    if not self.d.arrivals.respawn(action.worker):
+                        actions.append(reconfig.respawn_failed(self.d.membership, action.worker, self.d.settings.respawn))
                 elif isinstance(action, Blacklist):
                     w = action.worker
-                    self.membership.blacklist(w)
+                    self.d.membership.blacklist(w)
                     blacklisted.append(w)
-                    host, pid = self.info.get(w, (None, None))
-                    self.events.emit("blacklisted", worker=w, host=host, pid=pid,
-                                     failures=self.membership.records[w].failures, cause=action.cause)
+                    host, pid = self.d.info.get(w, (None, None))
+                    self.d.events.emit("blacklisted", worker=w, host=host, pid=pid,
+                                     failures=self.d.membership.records[w].failures, cause=action.cause)
             self._migrate()
         return blacklisted
 
     def _migrate(self) -> None:
         """Shards of blacklisted places move for good onto the least-loaded live workers."""
-        blacklisted = self.membership.blacklisted()
-        if not any(self.owners.get(w) for w in blacklisted):
+        blacklisted = self.d.membership.blacklisted()
+        if not any(self.d.owners.get(w) for w in blacklisted):
             return
-        live = self.live()
+        live = self.d.live()
         if not live:
-            if self.pending:
+            if self.d.pending:
                 return  # the next loop of reconfigure() respawns someone first
-            self.await_a_worker()
-            live = self.live()
-        move = reconfig.migrate(self.owners, blacklisted, live)
-        self.owners = move.owners
+            self.d.arrivals.await_a_worker()
+            live = self.d.live()
+        move = reconfig.migrate(self.d.owners, blacklisted, live)
+        self.d.owners = move.owners
         load = {}
         for w, sids in move.plan.items():
-            self.events.emit("migrated", worker=w, shards=sids)
-            have = [s for s in sids if self.kept.get(s) == w]  # encoded there already by a recovery
+            self.d.events.emit("migrated", worker=w, shards=sids)
+            have = [s for s in sids if self.d.kept.get(s) == w]  # encoded there already by a recovery
             for s in have:
-                del self.kept[s]
+                del self.d.kept[s]
             load[w] = [s for s in sids if s not in have]
-        self.release([s for sids in move.plan.values() for s in sids])  # copies kept elsewhere
-        self.load(load)
+        self.d.release([s for sids in move.plan.values() for s in sids])  # copies kept elsewhere
+        self.d.load(load)
 
     def _shrink(self) -> None:
         """Agree on the surviving original ranks, then shrink the group communicator."""
         while True:
             self.epoch += 1
             epoch = self.epoch
-            survivors = sorted(w for w in self.grank if self.membership.is_live(w) and w in self.mail.links)
-            ranks = [0] + [self.grank[w] for w in survivors]
-            reported = self.shrink_method == EMULATED or not self.started or self._ulfm_knows_failed(survivors)
-            method, fallback = shrink_method(self.shrink_method, self.started, reported)
+            survivors = sorted(w for w in self.d.grank if self.d.membership.is_live(w) and w in self.d.mail.links)
+            ranks = [0] + [self.d.grank[w] for w in survivors]
+            reported = self.d.shrink_method == EMULATED or not self.d.started or self._ulfm_knows_failed(survivors)
+            method, fallback = shrink_method(self.d.shrink_method, self.d.started, reported)
             if fallback:
-                self.events.emit("shrink_fallback", ranks=sorted(set(self.grank) - set(survivors)), cause=fallback)
+                self.d.events.emit("shrink_fallback", ranks=sorted(set(self.d.grank) - set(survivors)), cause=fallback)
             for w in survivors:
-                self.mail.post(w, Shrink(epoch, ranks, method))
-            ready = self.collect({w: {(ShrinkReady, epoch)} for w in survivors}, "shrink_ready")
+                self.d.mail.post(w, Shrink(epoch, ranks, method))
+            ready = self.d.collect({w: {(ShrinkReady, epoch)} for w in survivors}, "shrink_ready")
             if sorted(ready) != survivors:
                 continue  # someone died before the collective: agree again without them
             for w in survivors:
-                self.mail.post(w, ShrinkGo(epoch))
-                self.mail.sent(w)
-            self.faults.check("shrink", epoch)  # the driver's own chaos: the survivors shrink without it
-            if any(w not in self.mail.links for w in survivors):
+                self.d.mail.post(w, ShrinkGo(epoch))
+                self.d.mail.sent(w)
+            self.d.faults.check("shrink", epoch)  # the driver's own chaos: the survivors shrink without it
+            if any(w not in self.d.mail.links for w in survivors):
                 continue  # one died before the collective: agree again without it
             t0 = time.perf_counter()
             try:
-                comm = run_with_deadline(lambda: shrink(self.gcomm, ranks, method, epoch),
-                                         self.settings.reconfigure_timeout, "shrink")
-                hb = run_with_deadline(comm.Dup, self.settings.reconfigure_timeout, "heartbeat dup")
+                comm = run_with_deadline(lambda: shrink(self.d.gcomm, ranks, method, epoch),
+                                         self.d.settings.reconfigure_timeout, "shrink")
+                hb = run_with_deadline(comm.Dup, self.d.settings.reconfigure_timeout, "heartbeat dup")
             except TimeoutError as exc:
                 raise ReconfigurationTimeout(
                     f"shrinking to ranks {ranks} ({method}) failed: {exc}; a rank probably died inside "
@@ -121,13 +127,13 @@ class Reconfiguring:
             if comm.Get_size() != len(ranks):
                 raise ReconfigurationTimeout(f"shrink returned {comm.Get_size()} ranks, expected {len(ranks)}")
             seconds = time.perf_counter() - t0
-            self.gcomm = comm
-            self.grank = renumber(self.grank, survivors)
+            self.d.gcomm = comm
+            self.d.grank = renumber(self.d.grank, survivors)
             for w in survivors:
-                self.mail.connect(w, Link(comm, hb, self.grank[w]))
-                self.monitor.watch(w, self.mail.links[w])
-            self.collect({w: {(Shrunk, epoch)} for w in survivors}, "shrunk")
-            self.events.emit("shrink", method=method, epoch=epoch, survivors=survivors, seconds=round(seconds, 6))
+                self.d.mail.connect(w, Link(comm, hb, self.d.grank[w]))
+                self.d.monitor.watch(w, self.d.mail.links[w])
+            self.d.collect({w: {(Shrunk, epoch)} for w in survivors}, "shrunk")
+            self.d.events.emit("shrink", method=method, epoch=epoch, survivors=survivors, seconds=round(seconds, 6))
             return
 
     def _keep(self, dropped: tuple) -> None:
@@ -135,24 +141,24 @@ class Reconfiguring:
         links and heartbeats went when they failed (``fail``), so nothing addresses them
         again. ``gcomm`` stays, and every survivor keeps its rank."""
         for w in dropped:
-            self.grank.pop(w, None)
-            self.mail.forget(w)
-            self.monitor.forget(w)
-        survivors = sorted(w for w in self.grank if self.membership.is_live(w) and w in self.mail.links)
-        self.events.emit("kept", method="keep", dropped=list(dropped), survivors=survivors,
-                         ranks={w: self.grank[w] for w in survivors})
+            self.d.grank.pop(w, None)
+            self.d.mail.forget(w)
+            self.d.monitor.forget(w)
+        survivors = sorted(w for w in self.d.grank if self.d.membership.is_live(w) and w in self.d.mail.links)
+        self.d.events.emit("kept", method="keep", dropped=list(dropped), survivors=survivors,
+                         ranks={w: self.d.grank[w] for w in survivors})
 
     def _ulfm_knows_failed(self, survivors: list[int], wait: float = ULFM_CHECK_WAIT) -> bool:
         """ULFM's Shrink waits forever for a member the library does not know to be dead
         (one that was fenced but is alive elsewhere, or that exited without a signal), so
         it is used only once the library itself reports every excluded rank failed."""
-        excluded = [r for w, r in self.grank.items() if w not in survivors]
+        excluded = [r for w, r in self.d.grank.items() if w not in survivors]
         deadline = time.monotonic() + wait
         pending = set(excluded)
         while pending:
             for rank in sorted(pending):
                 try:
-                    self.gcomm.Iprobe(source=rank, tag=TAG_REPLY)
+                    self.d.gcomm.Iprobe(source=rank, tag=TAG_REPLY)
                 except MPI.Exception as exc:
                     if exc.Get_error_class() == MPI.ERR_PROC_FAILED:
                         pending.discard(rank)

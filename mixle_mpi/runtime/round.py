@@ -56,7 +56,7 @@ class Round:
         t0, started_at = time.perf_counter(), time.time()
         due = round_window(time.monotonic(), d.round_seconds.get(kind))
         self._number()
-        d.finish_joins()
+        d.arrivals.finish_joins()
         self.here = [s for s in d.here if s not in self.results]
         self.state = RoundState(d.num_shards, frozenset(self.results), frozenset(self.here))
         self.task_id = next(_TASK_IDS)
@@ -73,7 +73,7 @@ class Round:
         failed_now = sorted(d.pending - failed_before)
         if not failed_now and not self.state.recomputed:  # a normal round: when the next one's replies are due
             d.round_seconds[kind] = t_results - t0
-        blacklisted = d.reconfigure() if (d.pending or d.spawn_failed) else []
+        blacklisted = d.reconfigure() if (d.pending or d.arrivals.spawn_failed) else []
         d.rounds.append({
             "kind": kind, "call": self.call, "seconds": time.perf_counter() - t0, "started_at": started_at,
             "results_seconds": t_results - t0,  # the rest of "seconds" is the reconfiguration
@@ -170,7 +170,7 @@ class Round:
         ask the round what to do only if membership changed or a task went out since the
         last Wait (otherwise only Done is possible; see RoundState.next_step)."""
         d = self.d
-        progressed = d.advance_joins()
+        progressed = d.arrivals.advance_joins()
         live = d.live_processes()
         for w, msgs in d.mail.gather(self.state.waiting_on()).items():
             progressed = self._take_replies(w, msgs, live) or progressed
@@ -185,7 +185,7 @@ class Round:
             return None
         if isinstance(action, NeedWorkers):
             d.reconfigure()  # respawns whom it can; the next step recovers onto them
-            d.await_a_worker()
+            d.arrivals.await_a_worker()
             return True
         if isinstance(action, Recover):
             for target, sids in action.plan.items():
