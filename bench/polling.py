@@ -26,7 +26,6 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import common  # noqa: E402
 
-QUICK_N = common.QUICK_N
 OFF = {"MIXLE_MPI_DOORBELLS": "0", "MIXLE_MPI_ESTEP_AHEAD": "0"}
 IDLE = {"MIXLE_MPI_DRIVER_COMPUTES": "0"}
 VARIANTS = {  # label -> (backend, ranks beyond W, extra _job.py args, environment)
@@ -48,7 +47,7 @@ VARIANTS = {  # label -> (backend, ranks beyond W, extra _job.py args, environme
 def one(python: str, tmp: str, model: str, variant: str, rep: int, its: int, workers: int) -> dict | None:
     backend, extra_ranks, extra, env = VARIANTS[variant]
     out = os.path.join(tmp, f"{model}-{variant.replace(' ', '_')}-{rep}.json")
-    job = [python, common.JOB, "--backend", backend, "--model", model, "--n", str(QUICK_N[model]),
+    job = [python, common.JOB, "--backend", backend, "--model", model, "--n", str(common.QUICK_N[model]),
            "--its", str(its), "--mixle-data", "root", "--out", out, *extra]
     ranks = workers + extra_ranks
     cmd = common.launcher(python, ranks, job) if ranks > 1 else job  # one rank: a singleton, no launcher
@@ -114,14 +113,14 @@ def main(argv=None) -> int:
             vals = [x for x in vals if x is not None]
             return statistics.median(vals) * 1e3 if vals else None
 
-        row = {"model": model, "n": QUICK_N[model], "reps": len(ok),
+        row = {"model": model, "n": common.QUICK_N[model], "reps": len(ok),
                "round_overhead_ms": {v: overhead(v) for v in ours},
                "ms": {v: med(v) for v in variants},
                "per_rep_vs_mixle": {v: paired(v, "mixle") for v in ours},
                "llsum_ms": {v: llsum(v) for v in variants},
                "commands": {v: r[v][ok[0]]["command"] for v in variants}}
         rows.append(row)
-        print(f"| {model} | {QUICK_N[model]:,} | " + " | ".join(f"{row['ms'][v]:.2f}" for v in variants) + " | "
+        print(f"| {model} | {common.QUICK_N[model]:,} | " + " | ".join(f"{row['ms'][v]:.2f}" for v in variants) + " | "
               + " | ".join(f"{statistics.median(row['per_rep_vs_mixle'][v]):.3f}" for v in ours) + " | "
               + " / ".join(f"{row['llsum_ms'][v]:.2f}" for v in variants) + " | "
               + " / ".join(common.fmt(row['round_overhead_ms'][v]) for v in ours) + " |")

@@ -46,7 +46,7 @@ class Round:
         self.body_b = body_b
         self.results: dict[int, Any] = dict(preloaded or {})
         self.here: list[int] = []  # the driver's own shards this round (known once its joins are finished)
-        self.state = RoundState(driver.num_shards, frozenset(self.results), frozenset())
+        self.state: RoundState  # made by run(), once the driver's share is known
         self.seen_live: dict[int, int] | None = None  # the live processes at the last Wait; None: sent since
         self.call = self.score_call = -1
         self.task_id = 0
