@@ -20,10 +20,12 @@ times each kind of decision with ``time.perf_counter`` (wall) and ``time.thread_
   ``heard`` + ``observe``, O(1));
 - the round's end: ``reused`` and the sorted ``recomputed`` list the driver records;
 
-and the memory of that state (tracemalloc, while it is built). Last, one whole round of
-:class:`~mixle_mpi.policy.simulation.Simulation` per size (every reply an event, the
-reconfiguration after it), without failures and with 1 % of the workers dying or hanging,
-divided by W + S: flat when the driver's per-round work is O(W + S). On a shared, loaded box the wall time also counts the time the
+and the memory of that state (tracemalloc, while it is built). Last, one whole round of the
+real driver code in the simulation (``mixle_mpi.sim``: the Driver, its Round and its
+reconfiguration against simulated links and a simulated clock), without failures and with
+1 % of the workers dying or hanging, divided by W + S, up to ``--sim-max-shards``: the
+simulated links are polled one by one (a real job's mailroom drains a shared communicator
+with one wildcard probe), so this part grows as W x (W + S) and is run at the smaller sizes. On a shared, loaded box the wall time also counts the time the
 scheduler gave to other processes (and a garbage collection may land in any event, as it
 would in the driver): the CPU time is the decision's own cost.
 """
@@ -46,7 +48,8 @@ from mixle_mpi.policy.heartbeat import HeartbeatTracker, StallTracker  # noqa: E
 from mixle_mpi.policy.membership import Membership  # noqa: E402
 from mixle_mpi.policy.placement import initial_placement  # noqa: E402
 from mixle_mpi.policy.rounds import Recover, RoundState, Wait  # noqa: E402
-from mixle_mpi.policy.simulation import Schedule, Simulation  # noqa: E402
+from mixle_mpi.sim.check import run  # noqa: E402
+from mixle_mpi.sim.schedule import Schedule  # noqa: E402
 
 TARGET_MS = 50.0
 ORDER = ("reply accepted (accept + next_step)", "failure + recovery plan", "lost host (1 % of W at once) + plan",
@@ -180,14 +183,14 @@ def measure(workers: int, shards: int, reps: int, seed: int = 1) -> dict[str, li
 
 
 def whole_round(workers: int, shards: int, failing: int, seed: int = 7) -> tuple[float, float, int]:
-    """One simulated round (``failing`` workers die or hang) and its reconfiguration:
-    wall ms, CPU ms, events."""
+    """One simulated round of the real driver code (mixle_mpi.sim: ``failing`` workers die
+    or hang) and its reconfiguration: wall ms, CPU ms, polls."""
     rng = random.Random(seed)
-    faults = sorted((0, rng.uniform(0.0, 2.0), w, rng.choice(["die", "die", "hang"]))
-                    for w in rng.sample(range(1, workers + 1), failing))
-    sim = Simulation(Schedule(seed, workers, shards, 1, 3, True, faults))
+    faults = sorted((rng.uniform(0.0, 0.2), w, kind, 5.0 if kind == "hang" else 0.0)
+                    for w in rng.sample(range(1, workers + 1), failing) for kind in [rng.choice(["die", "die", "hang"])])
+    schedule = Schedule(seed, workers, 0, shards, 1, 3, True, True, False, False, False, 0.0, False, {}, faults)
     c0, t0 = time.thread_time(), time.perf_counter()
-    out = sim.run()
+    out = run(schedule)
     return (time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3, out.events
 
 
@@ -199,7 +202,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="100:1000,1000:10000,10000:100000", help="W:S pairs, comma-separated")
     ap.add_argument("--reps", type=int, default=200, help="events per kind (replies: 10x)")
-    ap.add_argument("--sim-max-shards", type=int, default=100_000,
+    ap.add_argument("--sim-max-shards", type=int, default=10_000,
                     help="run the whole simulated round only up to this S")
     ap.add_argument("--no-gc", action="store_true",
                     help="measure with the garbage collector off (shows which tails are gen-2 collections)")
@@ -234,7 +237,7 @@ def main(argv=None) -> int:
     lines += ["", "State and whole rounds", "", head, rule]
     lines.append("| driver state memory, MB | " + " | ".join(f"{results[z][0]:.1f}" for z in sizes) + " |")
     for i, what in enumerate(("no failure", "1 % of W die or hang")):
-        lines.append(f"| one simulated round, {what}: wall ms / CPU ms (events) | " + " | ".join(
+        lines.append(f"| one simulated round, {what}: wall ms / CPU ms (polls) | " + " | ".join(
             f"{fmt(r[0])} / {fmt(r[1])} ({r[2]:,})" if (r := results[z][2][i]) else "not run" for z in sizes) + " |")
         lines.append(f"| one simulated round, {what}: CPU / (W + S), µs | " + " | ".join(
             f"{r[1] * 1e3 / sum(z):.1f}" if (r := results[z][2][i]) else "not run" for z in sizes) + " |")

@@ -12,7 +12,7 @@ PKG = Path(__file__).resolve().parents[1] / "mixle_mpi"
 
 # lowest first; a module may import modules of its own layer and of the layers before it.
 # "api" is the package root: mixle_mpi/__init__.py, __main__.py and the compatibility names.
-RANK = {"core": 0, "policy": 1, "storage": 1, "runtime": 2, "fitting": 3, "cli": 4, "api": 5}
+RANK = {"core": 0, "policy": 1, "storage": 1, "runtime": 2, "fitting": 3, "sim": 3, "cli": 4, "api": 5}
 SIDEWAYS = {"policy", "storage"}  # same rank, and they must not import each other
 
 

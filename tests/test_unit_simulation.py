@@ -1,64 +1,123 @@
-"""The driver policy under 10,000 random schedules of deaths, hangs, late replies, deaths
-during recovery and right after a respawn (pure: simulated clock and transport)."""
+"""The job's real driver code (runtime.driver, round, reconfiguring, arrivals, mailroom) in
+a simulated world: 10,000 seeded schedules of deaths, hangs, pauses, slow workers,
+duplicate and late replies, deaths during recovery and right after a respawn, failed
+Spawns, background joins, adopted spares and the driver's own share (mixle_mpi/sim)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from mixle_mpi.policy import rounds, simulation
-from mixle_mpi.policy.simulation import Schedule, Simulation, Violation, simulate
+from mixle_mpi.policy import rounds
+
+# The simulation imports the runtime, and mpi4py initializes MPI when imported: imported
+# inside the tests, so that collecting this file does not start MPI in the test process
+# (tests/test_unit_dryrun.py checks a dry run never does).
 
 
-def test_ten_thousand_random_schedules_fold_exactly_once_and_end():
-    outcomes = simulate(range(10_000))
-    assert all(o.events < simulation.MAX_EVENTS for o in outcomes)
-    # the schedules really exercise failures: late replies rejected, some jobs run out of workers
-    assert sum(o.rejected for o in outcomes) > 100
-    assert 0 < sum(o.no_workers for o in outcomes) < len(outcomes) // 2
+def _sim():
+    from mixle_mpi.sim import check, world
+
+    return check, world
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    return _sim()[0].simulate(range(10_000))
+
+
+def total(outcomes, what: str) -> int:
+    return sum(o.counts[what] for o in outcomes)
+
+
+def test_ten_thousand_schedules_fold_exactly_once_with_the_failure_free_bits_and_end(outcomes):
+    assert len(outcomes) == 10_000
+    check, _ = _sim()
+    assert all(o.events < check.EVENT_BOUND for o in outcomes)
+    finished = [o for o in outcomes if not o.no_workers]
+    from mixle_mpi.sim.schedule import Schedule
+
+    assert all(o.rounds_done == Schedule.draw(i).rounds for i, o in enumerate(outcomes) if not o.no_workers)
+    # a job runs out of workers only sometimes (every place past max_retries or unreplaceable)
+    assert 0 < len(outcomes) - len(finished) < len(outcomes) // 10
+
+
+def test_the_schedules_exercise_every_recovery_path(outcomes):
+    """A simulation that never fails anyone proves nothing: each path runs many times."""
+    assert total(outcomes, "failure_detected") > 2000
+    assert total(outcomes, "recovery") > 2000          # orphaned shards recomputed on survivors
+    assert total(outcomes, "respawned") > 300          # replacements that joined in the background
+    assert total(outcomes, "respawn_started") > total(outcomes, "respawned")  # some died on the way
+    assert total(outcomes, "spare_adopted") > 100
+    assert total(outcomes, "blacklisted") > 500 and total(outcomes, "migrated") > 500
+    assert total(outcomes, "store_unread") > 500       # a worker could not read its own shards
+    assert total(outcomes, "spawn_unavailable") > 20
+    assert sum(o.late for o in outcomes) > 100         # fenced processes answered late: never folded
+    assert sum(o.duplicates for o in outcomes) > 1000  # Results delivered twice: folded once
 
 
 def test_a_replay_of_a_seed_is_identical():
-    a, b = Simulation(Schedule.draw(4242)).run(), Simulation(Schedule.draw(4242)).run()
-    assert a == b
+    from mixle_mpi.sim.schedule import Schedule
+
+    check, _ = _sim()
+    assert check.run(Schedule.draw(4242)) == check.run(Schedule.draw(4242))
 
 
-class TrustsAnyReply(rounds.RoundState):
-    """A broken policy: it folds the first reply for a shard, from whoever sends it."""
+def test_a_seed_replays_from_the_command_line():
+    out = subprocess.run([sys.executable, "-m", "mixle_mpi.sim", "--seed", "65"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Schedule(seed=65" in out.stdout and "Outcome(rounds_done=" in out.stdout
+
+
+class FoldsEveryCopy(rounds.RoundState):
+    """A broken round: every accepted payload is folded, a copy sent ahead or twice too."""
 
     def accept(self, worker, incarnation, shard, live):
-        if shard in self.accepted:
-            return False
-        self.accepted.add(shard)
+        return self.assigned.get(shard, (None, None))[0] == worker
+
+    def fold_once(self, shard):
+        self.folded.add(shard)
         return True
 
 
-def test_the_simulation_catches_a_policy_that_folds_a_fenced_workers_reply(monkeypatch):
-    monkeypatch.setattr(simulation, "RoundState", TrustsAnyReply)
-    with pytest.raises(Violation, match="folded"):
-        simulate(range(10_000))
+def test_the_simulation_catches_a_round_that_folds_a_shard_twice(monkeypatch):
+    """The checker is alive: the real Round with a broken fold rule is caught, and the
+    violation says how to replay it."""
+    from mixle_mpi.runtime import round as round_module
+
+    check, world = _sim()
+    monkeypatch.setattr(round_module, "RoundState", FoldsEveryCopy)
+    with pytest.raises(world.Violation, match=r"(?s)folded twice.*replay: python -m mixle_mpi\.sim --seed \d+"):
+        check.simulate(range(3000))
 
 
-class Eager(Simulation):
-    EAGER = True
+def test_the_simulation_catches_a_driver_that_releases_the_copies_it_still_needs(monkeypatch):
+    """Release every kept copy at once (not only the shards whose place holds them again):
+    a survivor is then asked for a shard it dropped."""
+    from mixle_mpi.runtime import driver as driver_module
+
+    check, world = _sim()
+    monkeypatch.setattr(driver_module, "release_plan", lambda kept, shards: _everything(kept))
+    with pytest.raises(world.Violation, match="does not hold|raised"):
+        check.simulate(range(3000))
 
 
-def test_asking_next_step_only_after_a_membership_change_changes_nothing():
-    """Property test: the default loop (RoundState.done() after an event that changed no
-    membership) against asking next_step after every event: identical outcomes, seed for seed."""
-    for seed in range(3000):
-        sched = Schedule.draw(seed)
-        try:
-            want = Eager(sched).run()
-        except Violation as e:
-            want = str(e)
-        try:
-            got = Simulation(sched).run()
-        except Violation as e:
-            got = str(e)
-        assert got == want, seed
+def _everything(kept):
+    plan = {}
+    for shard, holder in kept.items():
+        plan.setdefault(holder, []).append(shard)
+    for shard in list(kept):
+        kept.pop(shard)
+    return plan
 
 
-def test_a_large_schedule_runs_one_round_with_deaths_and_hangs():
-    faults = [(0, 0.3, 7, "die"), (0, 0.5, 19, "hang"), (0, 1.0, 33, "die")]
-    out = Simulation(Schedule(1, 50, 20_000, 1, 3, True, faults)).run()
-    assert out.rounds_done == 1 and out.accepted >= 20_000 and out.events > simulation.MAX_EVENTS // 10
+def test_a_large_job_runs_one_round_with_deaths_and_hangs():
+    from mixle_mpi.sim.schedule import Schedule
+
+    check, _ = _sim()
+    faults = [(0.3, 7, "die", 0.0), (0.5, 19, "hang", 5.0), (1.0, 33, "die", 0.0)]
+    out = check.run(Schedule(1, 50, 0, 2000, 1, 3, True, True, False, False, False, 0.0, False, {}, faults))
+    assert out.rounds_done == 1 and out.counts["failure_detected"] >= 3 and out.counts["recovery"] >= 3

@@ -1,3 +1,3 @@
 """Decisions as plain Python over plain data, no MPI: membership, heartbeats and stalls,
-placement, rounds, reconfiguration, fault plans, settings, and the simulation that drives
-them. Imports only ``core``; never ``storage``, ``runtime``, ``fitting`` or ``cli``."""
+placement, rounds, reconfiguration, fault plans and settings (``mixle_mpi.sim`` runs the
+driver that carries them out in a simulated world). Imports only ``core``; never ``storage``, ``runtime``, ``fitting`` or ``cli``."""

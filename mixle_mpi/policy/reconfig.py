@@ -3,8 +3,8 @@
 The driver asks these and carries out the answers over MPI: how the job continues after a
 failure (:func:`choose_method`), whether the original ranks' communicator must shrink and
 how, how survivors are renumbered, why a place is blacklisted, and where a blacklisted
-place's shards go for good. The simulation (:mod:`mixle_mpi.policy.simulation`) asks the
-same functions.
+place's shards go for good. The simulation (:mod:`mixle_mpi.sim`) runs the driver that asks
+them.
 
 Three ways to continue once an original rank failed (docs/user-guide.md "Three ways to continue"):
 

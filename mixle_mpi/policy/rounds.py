@@ -4,7 +4,7 @@ is orphaned, and what the driver must do next.
 The driver feeds it what happened (a task was sent, a result arrived, a worker failed) and
 carries out what :meth:`RoundState.next_step` returns; no MPI here, so every order of
 events and every failure set can be tested (tests/test_unit_rounds.py) and simulated
-(:mod:`mixle_mpi.policy.simulation`). Exactness rests on three rules kept here:
+(:mod:`mixle_mpi.sim`, with the real driver). Exactness rests on three rules kept here:
 
 - a shard's result is accepted only from the process it is assigned to *now* (worker id
   and incarnation), and only once: a late reply of a fenced or replaced process is dropped;

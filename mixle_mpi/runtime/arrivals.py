@@ -16,11 +16,11 @@ import os
 import time
 
 from mixle_mpi.core.protocol import Load, Loaded, Ready
-from mixle_mpi.core import procs
+from mixle_mpi.core import clock, procs
 from mixle_mpi.policy.joining import Join
 from mixle_mpi.policy.placement import replacement_here, respawn_host
 from mixle_mpi.policy.config import Settings
-from mixle_mpi.runtime.spawner import Spawner, SpawnUnavailable
+from mixle_mpi.runtime.spawner import SpawnFailed, Spawner, SpawnUnavailable
 from mixle_mpi.runtime.transport import Link
 
 
@@ -29,11 +29,10 @@ class Arrivals:
     places' new processes (the Spawner, the joins on their way, the failed Spawns); the
     places themselves, the mailroom and the monitor are the driver's (``self.d``)."""
 
-    def __init__(self, driver, settings: Settings, spawn_command: list[str] | None,
-                 fast_spawn_command: list[str] | None, spawn_unavailable: str | None) -> None:
+    def __init__(self, driver, settings: Settings, spawner: Spawner) -> None:
         self.d = driver
-        self.spawner = Spawner(settings, spawn_command, fast_spawn_command, spawn_unavailable)
-        self.can_spawn = settings.respawn and spawn_command is not None
+        self.spawner = spawner
+        self.can_spawn = settings.respawn and spawner.command is not None
         self.respawn_hosts: dict[int, str | None] = {}  # place -> the host its last replacement was asked on
         self.joining: dict[int, Join] = {}             # replacements on their way in (policy/joining.py)
         self.spawn_failed: list[int] = []              # places whose background Spawn failed
@@ -71,7 +70,7 @@ class Arrivals:
         the background, as incarnation + 1 of the place."""
         self.d.grank.pop(worker, None)
         incarnation = self.d.membership.revive(worker)
-        self.joining[worker] = Join(worker, time.monotonic())
+        self.joining[worker] = Join(worker, clock.monotonic())
         self.d.events.emit("respawn_started", worker=worker, incarnation=incarnation,
                          shards=list(self.d.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6),
                          **({"on_host": self.respawn_hosts[worker]} if self.respawn_hosts.get(worker) else {}))
@@ -84,7 +83,7 @@ class Arrivals:
     def _begin_join(self, worker: int, link: Link) -> None:
         """The replacement's process is connected: set it up (it imports before it beats)."""
         self.d.mail.connect(worker, link)
-        self.joining[worker].since = time.monotonic()
+        self.joining[worker].since = clock.monotonic()
         self.joining[worker].pid = self._replacement_pid(worker)
         self.d.monitor.grace(worker, self.d.settings.reconfigure_timeout)
         if self.d.mail.post(worker, self.d.setup_message(worker)):
@@ -108,7 +107,7 @@ class Arrivals:
         shards migrate)."""
         progressed = False
         for w, got in self.spawner.finished(now):
-            if isinstance(got, Link):
+            if not isinstance(got, SpawnFailed):  # its link
                 self._begin_join(w, got)
                 progressed = True
             elif got.died:
@@ -127,7 +126,7 @@ class Arrivals:
         """One poll of each replacement on its way in: take its Ready and Loaded replies and
         send its next shard block once the last one was delivered (never blocks; a hung
         one is failed after reconfigure_timeout without a step forward). True if any moved."""
-        now = time.monotonic()
+        now = clock.monotonic()
         progressed = self.advance_spawns(now)
         for w in list(self.joining):
             if w in self.spawner.running:
@@ -169,7 +168,7 @@ class Arrivals:
             host, pid = self.d.info[w]
             self.d.events.emit("respawned", worker=w, host=host, pid=pid,
                              incarnation=self.d.membership.records[w].incarnation, shards=shards,
-                             seconds=round(time.monotonic() - join.started, 6), background=True)
+                             seconds=round(clock.monotonic() - join.started, 6), background=True)
 
     def await_a_worker(self) -> None:
         """No worker computes, but replacements are joining: wait for one (bounded by its own

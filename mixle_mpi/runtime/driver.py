@@ -18,7 +18,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from mixle_mpi.core import logs
+from mixle_mpi.core import clock, logs
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import NoWorkersLeft
 from mixle_mpi.core import estep
@@ -28,17 +28,17 @@ from mixle_mpi.core.protocol import Abort, Fence, Load, Loaded, Reach, Reached, 
 from mixle_mpi.storage.events import EventLog
 from mixle_mpi.policy.faults import FaultInjector, plan_to_json
 from mixle_mpi.policy.membership import Membership
-from mixle_mpi.runtime import doorbell
 from mixle_mpi.runtime.arrivals import Arrivals
 from mixle_mpi.runtime.mailroom import Mailroom
 from mixle_mpi.runtime.reconfiguring import Reconfiguring
 from mixle_mpi.runtime.round import Round
 from mixle_mpi.runtime.monitor import Monitor
+from mixle_mpi.runtime.wiring import Wiring
 from mixle_mpi.policy.joining import release_plan
 from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.storage.store import ShardStore, rows_from_packed
-from mixle_mpi.runtime.transport import ABORT_SEND_WAIT, Link
+from mixle_mpi.runtime.transport import ABORT_SEND_WAIT
 
 STOP_SEND_WAIT = 5.0       # seconds for "stop" messages to leave at the end
 DISCONNECT_TIMEOUT = 10.0  # seconds for one respawned worker's Disconnect at exit
@@ -48,7 +48,6 @@ class Driver:
     def __init__(
         self,
         gcomm,
-        ghb,
         ranks: dict[int, int],
         workers: int,
         monitor: Monitor,
@@ -60,10 +59,8 @@ class Driver:
         events: EventLog,
         fault_plan,
         shrink_method: str,
-        spawn_command: list[str] | None,
+        wiring: Wiring,
         spares: int = 0,
-        spawn_unavailable: str | None = None,
-        fast_spawn_command: list[str] | None = None,
         failover: str = "",
     ) -> None:
         self.store = store
@@ -79,9 +76,9 @@ class Driver:
         self.faults = FaultInjector(fault_plan, 0, 0)   # the driver's own chaos (rank 0)
         self.shrink_method = shrink_method
         self.body_b = b""                               # the last round's pickled body
-        self.arrivals = Arrivals(self, settings, spawn_command, fast_spawn_command, spawn_unavailable)
+        self.arrivals = Arrivals(self, settings, wiring.spawner)
         self.reconfiguring = Reconfiguring(self)
-        self.host = MPI.Get_processor_name()
+        self.host = wiring.host
         self.space = procs.pid_space()                      # this process's pid space: a worker's pid is ours to signal only in it
         self.spaces: dict[int, str] = {}              # worker -> its pid space (Ready.space, a birth record)
 
@@ -93,8 +90,7 @@ class Driver:
         holders = ids[:len(ids) - spares]
         self.membership = Membership(ids, max_retries)
         self.grank = dict(ranks)                      # original-group members: rank in gcomm
-        self.mail = Mailroom({w: Link(gcomm, ghb, r) for w, r in ranks.items()},
-                             doorbell.own() if settings.doorbells else None, self.fail)
+        self.mail = Mailroom(dict(wiring.links), wiring.bell, self.fail, wiring.idle)
         self.info: dict[int, tuple[str, int]] = {}    # worker -> (host, pid)
         self.reads_store: set[int] = set()            # workers that read their own shards (Ready.reads_store)
         self.started_at: dict[int, str] = {}          # worker -> its process's start time (Ready.started)
@@ -186,7 +182,7 @@ class Driver:
         soon as that process has ended (a replacement with no heartbeat verdict yet)."""
         got: dict[int, list] = {w: [] for w in expect}
         waiting = {w: set(keys) for w, keys in expect.items() if keys}
-        deadline = [time.monotonic() + self.settings.reconfigure_timeout]
+        deadline = [clock.monotonic() + self.settings.reconfigure_timeout]
         watch = dict(watch or {})
 
         def step() -> bool | None:
@@ -196,7 +192,7 @@ class Driver:
                 if w in waiting and not procs.running(ident):
                     watch.pop(w)
                     self.fail(w, f"its process (pid {ident[0]}) ended before its {what!r} reply")
-            if time.monotonic() > deadline[0]:
+            if clock.monotonic() > deadline[0]:
                 for w in sorted(waiting):
                     self.fail(w, f"no {what!r} reply within reconfigure_timeout="
                                   f"{self.settings.reconfigure_timeout:g} s (hung)")
@@ -313,8 +309,8 @@ class Driver:
         readers = own_readers({w: sum(self.store.shard_bytes(s) for s in sids) for w, sids in plan.items()},
                               self.reads_store, self.settings.own_read_min_bytes)
         own = {w: sids for w, sids in plan.items() if sids and w in readers}
-        for w, sids in own.items():
-            if not self.mail.post(w, ReadOwn(tuple(sids))):
+        for w, sids in list(own.items()):
+            if not self.mail.post(w, ReadOwn(tuple(sids))):  # it failed: streamed to nobody (it is recovered)
                 own.pop(w)
         streamed = {w: sids for w, sids in plan.items() if w not in own}
         expect = self._stream(streamed)
@@ -341,7 +337,7 @@ class Driver:
         whatever the size of the data."""
         expect: dict[int, set] = {}
         parts = {w: self.load_parts(sids) for w, sids in plan.items() if sids}
-        last_progress = {w: time.monotonic() for w in parts}
+        last_progress = {w: clock.monotonic() for w in parts}
 
         def step() -> bool | None:
             if not parts:
@@ -353,7 +349,7 @@ class Driver:
                     parts.pop(w)
                     continue
                 if not done:
-                    if time.monotonic() - last_progress[w] > self.settings.reconfigure_timeout:
+                    if clock.monotonic() - last_progress[w] > self.settings.reconfigure_timeout:
                         self.fail(w, f"no progress receiving its shards within reconfigure_timeout="
                                       f"{self.settings.reconfigure_timeout:g} s (hung)")
                         parts.pop(w)
@@ -364,7 +360,7 @@ class Driver:
                     continue
                 if last:
                     expect.setdefault(w, set()).add((Loaded, sid))
-                last_progress[w] = time.monotonic()
+                last_progress[w] = clock.monotonic()
                 progressed = True
                 if not parts[w]:
                     parts.pop(w)
@@ -435,12 +431,12 @@ class Driver:
         """At process exit: stop and disconnect respawned workers (a Spawn still under way is
         waited for, within its deadline and ``spawner.EXIT_WAIT``, so that its process is
         stopped too), stop the monitor."""
-        t0 = time.monotonic()
+        t0 = clock.monotonic()
         self.arrivals.spawner.settle()
-        self.arrivals.advance_spawns(time.monotonic())
+        self.arrivals.advance_spawns(clock.monotonic())
         if self.arrivals.spawner.running:  # its process died as it started: under Open MPI that Spawn never returns
             self.events.emit("spawn_abandoned", workers=sorted(self.arrivals.spawner.running),
-                             waited=round(time.monotonic() - t0, 3),
+                             waited=round(clock.monotonic() - t0, 3),
                              cause="a replacement's Spawn had not finished at the fit's end; the results are saved")
         spawned = {w: self.mail.links[w].inter for w in self._reachable() if self.mail.links[w].inter is not None}
         self._stop(list(spawned))
@@ -455,12 +451,12 @@ class Driver:
         """Send ``msg`` to ``workers`` and wait (bounded) until the sends have completed."""
         for w in workers:
             self.mail.post(w, msg)
-        deadline = time.monotonic() + wait
+        deadline = clock.monotonic() + wait
         pending = list(workers)
 
         def step() -> bool | None:
             pending[:] = [w for w in pending if self.mail.sent(w) is False]  # None: it failed meanwhile
-            return None if not pending or time.monotonic() >= deadline else False
+            return None if not pending or clock.monotonic() >= deadline else False
 
         self.mail.wait(step)
 

@@ -144,6 +144,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         store and start the Driver; every problem of the user's input is found here."""
         from mixle_mpi.runtime import startup
         from mixle_mpi.runtime.driver import Driver
+        from mixle_mpi.runtime.wiring import over_mpi
         from mixle_mpi.runtime.shrink import probe_continuation
         from mixle_mpi.policy.failover import failover_status
         from mixle_mpi.policy.reconfig import spawn_unavailable, srun_plugin
@@ -172,10 +173,10 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         self.events.emit("continuation", method=method, reason=reason, pmix=detached, failover=failover_why,
                          respawn=("unavailable: " + no_spawn) if no_spawn else
                          ("on" if self.settings.respawn else "off (respawn=False)"))
+        wiring = over_mpi(gcomm, ghb, ranks, self.settings, _spawn_command(), _spawn_command(fast=True), no_spawn)
         self._driver = Driver(
-            gcomm, ghb, ranks, workers, monitor, self.store, pickle.dumps(encoder, protocol=PROTO), self.sub_chunks,
-            self.max_retries, self.settings, self.events, plan, method, _spawn_command(), spares,
-            spawn_unavailable=no_spawn, fast_spawn_command=_spawn_command(fast=True), failover=failover,
+            gcomm, ranks, workers, monitor, self.store, pickle.dumps(encoder, protocol=PROTO), self.sub_chunks,
+            self.max_retries, self.settings, self.events, plan, method, wiring, spares, failover=failover,
         )
         self._driver.start(excluded)
         self.events.emit("ranks", ranks=rank_places(self._driver.membership))

@@ -27,7 +27,7 @@ Step = Callable[[], "bool | None"]  # one pass of a wait: True progress, False n
 
 
 class Mailroom:
-    def __init__(self, links: dict[int, Link], bell: Any, fail: Fail) -> None:
+    def __init__(self, links: dict[int, Link], bell: Any, fail: Fail, idle: Callable[[], None] | None = None) -> None:
         self.links = links                        # worker -> how to reach it (its current process)
         self.bell = bell                          # the driver's own doorbell, rung by its host's workers; or None
         self.bells: dict[int, str] = {}           # worker -> its doorbell (Ready.bell): rung after each command
@@ -35,6 +35,7 @@ class Mailroom:
         self.per_link: dict[int, Any] = {}        # communicators drained link by link (ULFM, after a failure)
         self.peak_rss_mb: dict[int, float] = {}   # worker -> highest peak RSS its processes reported
         self.fail = fail
+        self.idle = idle  # the pause between polls that made no progress; None: a Backoff's sleep
 
     # -- who is reachable ----------------------------------------------------------
     def connect(self, worker: int, link: Link) -> None:
@@ -198,6 +199,11 @@ class Mailroom:
         False (nothing yet: sleep a little, never spin) or None (done). Each caller's step
         carries its own deadline; ``window`` is when replies are due (polled finely, unless
         every reply comes with a ring of the driver's doorbell)."""
+        if self.idle is not None:  # a simulated world: its next event instead of a sleep
+            while (progressed := step()) is not None:
+                if not progressed:
+                    self.idle()
+            return
         backoff = Backoff(window=window, bell=self.bell)
         while True:
             liveness.mark()

@@ -15,7 +15,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from mixle_mpi.core import estep
+from mixle_mpi.core import clock, estep
 from mixle_mpi.core.errors import WorkerError
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.protocol import Result, Stats, Task
@@ -54,7 +54,7 @@ class Round:
     def run(self) -> dict[int, Any]:
         d, kind = self.d, self.kind
         t0, started_at = time.perf_counter(), time.time()
-        due = round_window(time.monotonic(), d.round_seconds.get(kind))
+        due = round_window(clock.monotonic(), d.round_seconds.get(kind))
         self._number()
         d.arrivals.finish_joins()
         self.here = [s for s in d.here if s not in self.results]

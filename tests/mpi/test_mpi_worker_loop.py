@@ -27,6 +27,7 @@ from mixle_mpi.runtime.driver import Driver
 from mixle_mpi.runtime.monitor import Monitor
 from mixle_mpi.runtime.startup import build_comms
 from mixle_mpi.runtime.transport import Link
+from mixle_mpi.runtime.wiring import over_mpi
 from mixle_mpi.runtime.worker import Worker
 from mixle_mpi.storage.events import EventLog
 from mixle_mpi.storage.store import ShardStore
@@ -79,8 +80,9 @@ def _with_driver(comm, body, failover: str = "", settings: Settings = SETTINGS) 
     events = EventLog(os.path.join(workdir, "events.jsonl"), echo=None)
     estimator = _estimator()
     encoder = estimator.accumulator_factory().make().acc_to_encoder()
-    driver = Driver(data, hb, ranks, size - 1, monitor, store, pickle.dumps(encoder, protocol=PROTO), SUB_CHUNKS,
-                    2, settings, events, (), EMULATED, None, failover=failover)
+    wiring = over_mpi(data, hb, ranks, settings, None, None, None)
+    driver = Driver(data, ranks, size - 1, monitor, store, pickle.dumps(encoder, protocol=PROTO), SUB_CHUNKS,
+                    2, settings, events, (), EMULATED, wiring, failover=failover)
     try:
         run_with_deadline(driver.start, ROUND, "Driver.start (setup and load)")
         body(driver, estimator, x)
