@@ -100,8 +100,8 @@ def test_fit_defaults_are_the_real_ones_not_none():
 
 @pytest.mark.parametrize("text, plain", [
     ("``mixle-mpi run`` starts", "mixle-mpi run starts"),
-    ("see :func:`mixle_mpi.policy.faults.record_fired`.", "see mixle_mpi.policy.faults.record_fired."),
-    ("(:class:`~mixle_mpi.cli.launcher.SignalForwarder`)", "(mixle_mpi.cli.launcher.SignalForwarder)"),
+    ("see :func:`mixle_mpi.chaos.faults.record_fired`.", "see mixle_mpi.chaos.faults.record_fired."),
+    ("(:class:`~mixle_mpi.launch.launcher.SignalForwarder`)", "(mixle_mpi.launch.launcher.SignalForwarder)"),
     ("no markup", "no markup"),
     (None, None),
 ])

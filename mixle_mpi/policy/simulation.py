@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from mixle_mpi.policy.membership import Membership
 from mixle_mpi.policy.placement import initial_placement
-from mixle_mpi.policy import reconfig
+from mixle_mpi.policy import reconfig_plan
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState, Wait
 
 MAX_EVENTS = 100_000  # per schedule, or 20 per shard and round when that is more
@@ -209,18 +209,18 @@ class Simulation:
     def _reconfigure(self) -> None:
         """The driver's reconfiguration: respawn below max_retries, else blacklist and migrate."""
         failed = [w for w, r in self.membership.records.items() if r.state == "dead"]
-        for action in reconfig.plan(failed, {}, self.membership, self.s.respawn, self.s.respawn):
-            if isinstance(action, reconfig.Respawn):
+        for action in reconfig_plan.plan(failed, {}, self.membership, self.s.respawn, self.s.respawn):
+            if isinstance(action, reconfig_plan.Respawn):
                 inc = self.membership.revive(action.worker)
                 self._changed()
                 self.state[(action.worker, inc)] = "up"
                 if self.rng.random() < 0.15:  # dies again right after the respawn
                     self._at(self.now + self.rng.uniform(0.0, 0.3), "fault", action.worker, "die")
-            elif isinstance(action, reconfig.Blacklist):
+            elif isinstance(action, reconfig_plan.Blacklist):
                 self.membership.blacklist(action.worker)
                 self._changed()
         live = self._live()
-        move = reconfig.migrate(self.owners, self.membership.blacklisted(), live) if live else None
+        move = reconfig_plan.migrate(self.owners, self.membership.blacklisted(), live) if live else None
         if move is not None:
             self.owners = move.owners
 

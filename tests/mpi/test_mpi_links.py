@@ -7,7 +7,7 @@ from mpi4py import MPI
 from mpitools import WAIT, recv
 
 from mixle_mpi.core.deadlines import run_with_deadline
-from mixle_mpi.policy.reconfig import EMULATED, ULFM, renumber
+from mixle_mpi.policy.reconfig_plan import EMULATED, ULFM, renumber
 from mixle_mpi.runtime.keptcomm import KeptComm
 from mixle_mpi.runtime.shrink import probe_shrink_method, shrink
 from mixle_mpi.runtime.startup import build_comms
