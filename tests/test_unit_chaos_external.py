@@ -103,7 +103,7 @@ def test_kinds_and_campaign_checks_say_what_is_wrong():
         cp.external_plan(0, 1, 0, "single", 1.0)
 
 
-# -- process tables, as measured (see the module doc of chaos_plan) ---------------------------
+# -- process tables, as measured (see the module doc of chaos/external_plan) ---------------------------
 PY = "/venv/bin/python"
 FIT = (PY, "-m", "mixle_mpi", "fit", "--out-dir", "/runs/run-001")
 

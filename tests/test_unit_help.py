@@ -65,7 +65,7 @@ def test_help_has_no_docstring_markup(name):
 @pytest.mark.parametrize("name", sorted(ALL))
 def test_help_speaks_to_users_not_developers(name):
     text = " ".join(ALL[name].format_help().split())
-    for word in ("mixle_mpi.cli", "mixle_mpi.runtime", "golden", "SignalForwarder", "SUMMARY_FILES",
+    for word in ("mixle_mpi.cli", "mixle_mpi.runtime", "mixle_mpi.launch", "mixle_mpi.chaos", "golden", "SignalForwarder", "SUMMARY_FILES",
                  "unit-tested", "pure function"):
         assert word not in text, f"{name} --help says {word!r}"
 

@@ -331,7 +331,7 @@ def resolve_args(args) -> tuple[FitConfig, int, str, list[str]]:
 
 
 def campaign_from_args(args) -> int:
-    """The fault-plan campaign of ``mixle-mpi chaos`` (``--external`` is chaos_external's)."""
+    """The fault-plan campaign of ``mixle-mpi chaos`` (``--external`` is chaos.external's)."""
     cfg, n, out_dir, launch = resolve_args(args)
     return campaign(cfg, n=n, runs=args.runs, seed=args.campaign_seed, out_dir=out_dir,
                     run_timeout=args.run_timeout, launch=launch)

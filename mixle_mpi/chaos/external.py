@@ -13,7 +13,7 @@ startup handshake, shard load, an E-step, a log-density pass, a recovery, a shri
 respawn, a checkpoint write or the close. Where a kind kills the driver, every run has a
 checkpoint in its own folder, so a killed driver is followed by the same command, which must
 resume to the reference's bits; a campaign of worker kills runs without checkpoints, as a
-fit does by default (``chaos_plan.checkpoints``).
+fit does by default (``external_plan.checkpoints``).
 
 Each run records its kills (victim pid, role, rank, whether respawned, planned and actual
 time after the launch), the exit code, the wall time, bit-identity of model and
@@ -274,7 +274,7 @@ class Context:
     env: dict
     leftover_seconds: float
     attempts: int = 3  # the launcher's first try, its one retry of a never-started job, its one resume
-    checkpoints: bool = True  # chaos_plan.checkpoints: the runs write checkpoints
+    checkpoints: bool = True  # external_plan.checkpoints: the runs write checkpoints
 
 
 def _launch(ctx: Context, rdir: str, log_name: str, kills: tuple) -> tuple[LaunchRecord, cp.Launch, list]:
@@ -436,7 +436,7 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
     own started marker, where F is ``fit_window_seconds`` or, by default, the reference's span
     minus the moment its started marker appeared (its fit); the rest are uniform over [0, T_ref
     x ``window``] seconds after the launch, or over [``window_from``, ``window_seconds``] when
-    given (``window="start"``: the reference's handshake and shard load, ``chaos_plan.start_span``).
+    given (``window="start"``: the reference's handshake and shard load, ``external_plan.start_span``).
     ``replay`` runs only those (run, draw) slots, with the kills they had in the campaign of
     the same seed, kinds, windows and share (see each failed run's ``replay`` in the report)."""
     cp.check_campaign(n - 1, runs if not replay else len(replay), window if window_seconds is None else window_seconds,

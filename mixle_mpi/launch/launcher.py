@@ -342,7 +342,7 @@ def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | N
           files: contract.RunFiles, tag: str, expect_here: int | None = None) -> tuple[int | None, str | None, bool]:
     """Wait for mpiexec, delivering held signals. (exit code, None, False), or (None, why,
     lost) when ``timeout`` passed, the job is stuck on ranks that will never end, or
-    (``lost``) it lost a rank before MPI was up and can no longer start (see jobwatch;
+    (``lost``) it lost a rank before MPI was up and can no longer start (see jobchecks;
     ``expect_here``: how many ranks start on this host, where known)."""
     end = None if timeout is None else time.monotonic() + timeout
     watch, starting, next_look = StuckJobCheck(), LostStartCheck(expect_here), time.monotonic() + WATCH_EVERY
@@ -530,7 +530,7 @@ def never_started(mpi_up: bool, started: bool, seconds: float, limit: float, ini
     job that ended before MPI was up lost a rank while starting; ``own_job``: every rank of
     ``cmd`` would have marked that, so mpiexec ending nonzero before any did is a launch
     failure. A command of the user's that fails on its own is neither. ``lost``: the
-    launcher ended the job on seeing a rank lost before MPI was up (jobwatch.LostStartCheck)."""
+    launcher ended the job on seeing a rank lost before MPI was up (jobchecks.LostStartCheck)."""
     if started:
         return None
     if lost:
