@@ -29,7 +29,7 @@ then reports both.
 
 Runs are sequential (one job at a time): a campaign of 200 external runs takes about 1-2
 hours per library on 2 cores. A run that fails can be replayed alone: its plan depends only
-on (seed, run, draw), see ``mixle_mpi/policy/chaos_plan.py``.
+on (seed, run, draw), see ``mixle_mpi/chaos/external_plan.py``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import common  # noqa: E402
-from mixle_mpi.policy import chaos_plan as cp  # noqa: E402
+from mixle_mpi.chaos import external_plan as cp  # noqa: E402
 
 RESULTS = os.path.join(common.BENCH, "results")
 LIBS = {"openmpi": os.path.join(common.ROOT, ".venv", "bin", "python"),

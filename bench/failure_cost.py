@@ -27,7 +27,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import common  # noqa: E402
-from mixle_mpi.policy.faults import read_fired  # noqa: E402
+from mixle_mpi.chaos.faults import read_fired  # noqa: E402
 
 
 
@@ -133,7 +133,7 @@ def measure(python: str, quick: bool, workers: int = 3, shards_per_worker: int =
             met = None if med is None else med <= bound
             why = ""
             if met is False and respawn:
-                why = ("the replacement joins in the background (policy/joining.py), but under MPICH its Spawn "
+                why = ("the replacement joins in the background (policy/join_plan.py), but under MPICH its Spawn "
                        "still blocks the driver (about a second: MPICH's global lock); under Open MPI the Spawn "
                        "runs beside the fit too, so the recomputation itself did not spread evenly enough")
             elif met is False and spares:

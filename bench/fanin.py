@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.detection import one_run  # noqa: E402
 from mixle_mpi.policy.config import Settings  # noqa: E402
-from mixle_mpi.policy.fanin import plan  # noqa: E402
+from mixle_mpi.policy.fanin_plan import plan  # noqa: E402
 
 
 def role_of(victim: int, workers: int, fanin: int) -> str:

@@ -14,8 +14,8 @@ times each kind of decision with ``time.perf_counter`` (wall) and ``time.thread_
 - a failure and its recovery plan: ``mark_failed``, ``next_step`` -> ``Recover`` (the
   ``placement`` plan for the failed worker's missing shards) and ``sent`` for that plan;
 - a lost host: 1 % of the workers fail at once, the same calls;
-- a reconfiguration pass: ``reconfig.plan`` for one failed place, the blacklist, and
-  ``reconfig.migrate`` (the ``Migrate`` action for its shards), or a respawn;
+- a reconfiguration pass: ``reconfig_plan.plan`` for one failed place, the blacklist, and
+  ``reconfig_plan.migrate`` (the ``Migrate`` action for its shards), or a respawn;
 - a heartbeat tick: ``overdue()`` and ``stalled()`` over all workers (a beat itself is
   ``heard`` + ``observe``, O(1));
 - the round's end: ``reused`` and the sorted ``recomputed`` list the driver records;
@@ -43,7 +43,7 @@ import time
 import tracemalloc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mixle_mpi.policy import reconfig  # noqa: E402
+from mixle_mpi.policy import reconfig_plan  # noqa: E402
 from mixle_mpi.policy.heartbeat import HeartbeatTracker, StallTracker  # noqa: E402
 from mixle_mpi.policy.membership import Membership  # noqa: E402
 from mixle_mpi.policy.placement import initial_placement  # noqa: E402
@@ -152,13 +152,13 @@ def measure(workers: int, shards: int, reps: int, seed: int = 1) -> dict[str, li
             del d.live[w]
 
             def reconfigure() -> None:
-                spares = reconfig.idle_places(d.owners, d.live)
-                for a in reconfig.plan([w], {}, d.membership, respawn, respawn, d.owners, spares):
-                    if isinstance(a, reconfig.Respawn):
+                spares = reconfig_plan.idle_places(d.owners, d.live)
+                for a in reconfig_plan.plan([w], {}, d.membership, respawn, respawn, d.owners, spares):
+                    if isinstance(a, reconfig_plan.Respawn):
                         d.live[a.worker] = d.membership.revive(a.worker)
-                    elif isinstance(a, reconfig.Blacklist):
+                    elif isinstance(a, reconfig_plan.Blacklist):
                         d.membership.blacklist(a.worker)
-                move = reconfig.migrate(d.owners, d.membership.blacklisted(), d.live)
+                move = reconfig_plan.migrate(d.owners, d.membership.blacklisted(), d.live)
                 if move is not None:
                     d.owners = move.owners
             out[ORDER[4 if respawn else 3]].append(timed(reconfigure))

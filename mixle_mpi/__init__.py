@@ -6,7 +6,7 @@ itself is imported on first use, so `mixle-mpi run` starts (and takes signals) a
 
 from mixle_mpi.core.errors import ConfigError, DataError, MixleMPIError, NoWorkersLeft, WorkerError
 from mixle_mpi.core.version import VERSION as __version__
-from mixle_mpi.policy.faults import Fault
+from mixle_mpi.chaos.faults import Fault
 
 
 def __getattr__(name):

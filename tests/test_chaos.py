@@ -10,8 +10,8 @@ import pytest
 from conftest import LIBRARIES, with_libraries
 from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit
 
-from mixle_mpi.policy.faults import read_fired, unfired
-from mixle_mpi.policy.faults import FIRED_ENV
+from mixle_mpi.chaos.faults import read_fired, unfired
+from mixle_mpi.chaos.faults import FIRED_ENV
 
 pytestmark = pytest.mark.mpijob
 
@@ -224,7 +224,7 @@ def test_a_spawn_still_stuck_when_the_fit_ends_is_abandoned_without_holding_up_t
     abandoned = [e for e in job.events if e["event"] == "spawn_abandoned"]
     assert len(abandoned) == 1 and abandoned[0]["workers"] == [2], job.describe()
     # the driver ended within the launcher's grace; the stopped replacement is the launcher's to
-    # kill (policy/jobwatch.py: every remaining rank stopped)
+    # kill (launch/jobchecks.py: every remaining rank stopped)
     assert "are still running: killing the job" not in job.stderr, job.describe()
     assert no_leftover_processes(str(tmp_path)) == []
 

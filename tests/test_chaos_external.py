@@ -28,7 +28,7 @@ ENV = {"PYTHONWARNINGS": "ignore", "MIXLE_MPI_DRIVER_TIMEOUT": "30", "MIXLE_MPI_
 
 
 def test_the_slice_replays_the_documented_plans():
-    from mixle_mpi.policy import chaos_plan as cp
+    from mixle_mpi.chaos import external_plan as cp
 
     plans = cp.campaign_plans(SEED, RUNS, 1.0, cp.kinds_from_text(KINDS))
     assert [p.kind for p in plans] == ["worker", "driver", "worker"]
@@ -83,7 +83,7 @@ HOST_SEED = 3
 
 
 def test_the_host_slice_replays_its_documented_plan():
-    from mixle_mpi.policy import chaos_plan as cp
+    from mixle_mpi.chaos import external_plan as cp
 
     plan = cp.campaign_plans(HOST_SEED, 1, 1.0, cp.kinds_from_text("host"))[0]
     assert plan.kind == "host" and round(plan.kills[0].delay, 2) == 0.69

@@ -15,8 +15,8 @@ from conftest import LIBRARIES
 from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit, wait_for_checkpoint
 
 from mixle_mpi.storage import checkpoint as ckpt
-from mixle_mpi.policy.faults import read_fired, unfired
-from mixle_mpi.policy.faults import FIRED_ENV
+from mixle_mpi.chaos.faults import read_fired, unfired
+from mixle_mpi.chaos.faults import FIRED_ENV
 
 pytestmark = pytest.mark.mpijob
 

@@ -19,9 +19,9 @@ from conftest import LIBRARIES
 from mpiharness import OMPI_PYTHON, no_leftover_processes, wait_for_checkpoint
 
 from mixle_mpi.storage import checkpoint as ckpt
-from mixle_mpi.cli.chaos import FAULT_LOG
-from mixle_mpi.policy.faults import read_fired, unfired
-from mixle_mpi.policy.faults import FIRED_ENV
+from mixle_mpi.chaos.campaign import FAULT_LOG
+from mixle_mpi.chaos.faults import read_fired, unfired
+from mixle_mpi.chaos.faults import FIRED_ENV
 from mixle_mpi.fitting.models import get_model
 
 pytestmark = pytest.mark.mpijob
@@ -208,7 +208,7 @@ def test_chaos_campaign_is_bit_identical(library, tmp_path):
 def test_chaos_campaign_fails_a_run_whose_fault_never_fires(tmp_path, monkeypatch):
     """The campaign's own check, on a real fit: a plan whose fault can never fire (E-step call 99
     of a 3-iteration fit) is UNFIRED and fails the campaign, although the bits match."""
-    from mixle_mpi.cli import chaos
+    from mixle_mpi.chaos import campaign as chaos
     from mixle_mpi.cli.jobconfig import resolve
 
     monkeypatch.setattr(chaos, "random_plans", lambda *a, **k: [chaos.ChaosRun(1, "single", "2:kill:estep_before:99", 1)])

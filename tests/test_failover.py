@@ -17,7 +17,7 @@ import pytest
 from conftest import LIBRARIES, with_libraries
 from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit, wait_for_checkpoint
 
-from mixle_mpi.policy.faults import FIRED_ENV, read_fired, unfired
+from mixle_mpi.chaos.faults import FIRED_ENV, read_fired, unfired
 from mixle_mpi.storage.events import read_events
 
 pytestmark = pytest.mark.mpijob

@@ -11,7 +11,7 @@ import pytest
 from mpiharness import OMPI_PYTHON, REPO
 
 from mixle_mpi.storage import checkpoint as ckpt
-from mixle_mpi.cli.chaos import FAULT_LOG, read_fired, unfired
+from mixle_mpi.chaos.campaign import FAULT_LOG, read_fired, unfired
 
 pytestmark = pytest.mark.mpijob
 JOBS = REPO / "jobs"

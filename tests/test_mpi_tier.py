@@ -36,7 +36,7 @@ def _mpiexec(python: str) -> str:
 
 
 def _command(flavor: str, python: str) -> list[str]:
-    from mixle_mpi.cli.launcher import MPICH, OPENMPI, build_command
+    from mixle_mpi.launch.launcher import MPICH, OPENMPI, build_command
 
     pytest_cmd = [python, "-m", "pytest", "-q", "-rs", "--color=no", "-p", "no:cacheprovider",
                   "--with-mpi", "tests/mpi"]

@@ -22,8 +22,8 @@ import pytest
 from mpiharness import OMPI_PYTHON, REPO, mpich_python, no_leftover_processes, same_fit
 
 from mixle_mpi.cli import slurm
-from mixle_mpi.policy.faults import read_fired, unfired
-from mixle_mpi.policy.faults import FIRED_ENV
+from mixle_mpi.chaos.faults import read_fired, unfired
+from mixle_mpi.chaos.faults import FIRED_ENV
 
 SLURM_BINARIES = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "srun", "slurmctld", "slurmd", "munged", "mungekey")
 MISSING = [b for b in SLURM_BINARIES if shutil.which(b) is None]

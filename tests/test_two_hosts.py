@@ -17,7 +17,7 @@ from conftest import OMPI_PYTHON
 from fakehosts import FakeHosts, available
 from mpiharness import fit_args, mpich_python, no_leftover_processes, run_job, same_fit
 
-from mixle_mpi.policy.faults import read_fired, unfired
+from mixle_mpi.chaos.faults import read_fired, unfired
 
 pytestmark = [pytest.mark.mpijob, pytest.mark.skipif(bool(available()), reason=available() or "ok")]
 MODEL, N, SHARDS, SUB, ITS = "gmm1d", 6000, 4, 1, 5

@@ -88,7 +88,7 @@ def test_before_its_record_a_replacement_is_found_by_its_command_line_and_its_de
     path = str(tmp_path / "never-written")
     older = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", path])
     try:
-        watch = birth.Watch(path)
+        watch = birth.SpawnDeathCheck(path)
         assert watch.dead() is None and watch.seen == set()  # the older one is left out
         young = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", path])
         end = time.monotonic() + 10
@@ -106,7 +106,7 @@ def test_before_its_record_a_replacement_is_found_by_its_command_line_and_its_de
 
 def test_once_written_the_record_decides(tmp_path):
     path = tmp_path / "b"
-    watch = birth.Watch(str(path))
+    watch = birth.SpawnDeathCheck(str(path))
     assert watch.dead() is None  # nothing names it yet: nothing is known
     birth.write(str(path))
     assert watch.dead() is None  # this process, running
@@ -119,7 +119,7 @@ def test_a_process_seen_once_is_never_judged_by_its_appearance(tmp_path):
     written record, decides instead however late it is."""
     path = tmp_path / "b"
     clock = [0.0]
-    watch = birth.Watch(str(path), here=True, clock=lambda: clock[0])
+    watch = birth.SpawnDeathCheck(str(path), here=True, clock=lambda: clock[0])
     birth.write(str(path))  # this process, running
     clock[0] += birth.APPEAR_WITHIN * 10
     assert watch.dead() is None
@@ -127,8 +127,8 @@ def test_a_process_seen_once_is_never_judged_by_its_appearance(tmp_path):
 
 def test_a_process_never_seen_here_is_dead_after_its_time_and_only_where_it_starts_here(tmp_path):
     clock = [0.0]
-    here = birth.Watch(str(tmp_path / "x"), here=True, clock=lambda: clock[0])
-    there = birth.Watch(str(tmp_path / "y"), clock=lambda: clock[0])
+    here = birth.SpawnDeathCheck(str(tmp_path / "x"), here=True, clock=lambda: clock[0])
+    there = birth.SpawnDeathCheck(str(tmp_path / "y"), clock=lambda: clock[0])
     clock[0] = birth.APPEAR_WITHIN
     assert here.dead() is None and there.dead() is None
     clock[0] += birth.SCAN_EVERY * 2

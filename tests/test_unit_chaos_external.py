@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mixle_mpi.policy import chaos_plan as cp
+from mixle_mpi.chaos import external_plan as cp
 from mixle_mpi.core.errors import ConfigError
 
 TAG = "t" * 32
@@ -103,7 +103,7 @@ def test_kinds_and_campaign_checks_say_what_is_wrong():
         cp.external_plan(0, 1, 0, "single", 1.0)
 
 
-# -- process tables, as measured (see the module doc of chaos_plan) ---------------------------
+# -- process tables, as measured (see the module doc of chaos/external_plan) ---------------------------
 PY = "/venv/bin/python"
 FIT = (PY, "-m", "mixle_mpi", "fit", "--out-dir", "/runs/run-001")
 
@@ -117,7 +117,7 @@ def openmpi_table() -> dict:
     rows = [
         _p(1, 0, ["/sbin/init"]),
         _p(100, 1, [PY, "-m", "mixle_mpi", "fit", "-n", "4"]),
-        _p(101, 100, [PY, "-m", "mixle_mpi.core.reaper", TAG]),
+        _p(101, 100, [PY, "-m", "mixle_mpi.launch.reaper", TAG]),
         _p(102, 100, ["/venv/bin/prterun", "--with-ft", "ulfm"], {"MIXLE_MPI_JOB_TAG": TAG}),
         *[_p(110 + r, 102, FIT, {"MIXLE_MPI_JOB_TAG": TAG, "OMPI_COMM_WORLD_RANK": str(r), "PMIX_RANK": str(r),
                                  "PMIX_NAMESPACE": "prterun-vm-102@1"}) for r in range(4)],
@@ -136,7 +136,7 @@ def mpich_table() -> dict:
     env = lambda r, **kw: {"MIXLE_MPI_JOB_TAG": TAG, "PMI_RANK": str(r), "PMI_SIZE": "4", **kw}  # noqa: E731
     rows = [
         _p(100, 1, [PY, "-m", "mixle_mpi", "fit", "-n", "4"]),
-        _p(101, 100, [PY, "-m", "mixle_mpi.core.reaper", TAG]),
+        _p(101, 100, [PY, "-m", "mixle_mpi.launch.reaper", TAG]),
         _p(102, 100, ["/venv/bin/mpiexec", "-disable-auto-cleanup"], {"MIXLE_MPI_JOB_TAG": TAG}),
         _p(103, 102, ["/venv/bin/hydra_pmi_proxy", "--control-port", "vm:1"], {"MIXLE_MPI_JOB_TAG": TAG}),
         *[_p(110 + r, 103, [*wrap, *FIT], env(r)) for r in range(4)],
@@ -342,7 +342,7 @@ sys.exit(0 if codes[0] == 0 else 1)
 
 
 def test_watch_kills_the_chosen_worker_from_outside_and_records_it(tmp_path):
-    from mixle_mpi.cli.chaos_external import watch
+    from mixle_mpi.chaos.external import watch
 
     script = tmp_path / "fake_launcher.py"
     script.write_text(FAKE_LAUNCHER)
@@ -371,7 +371,7 @@ print("codes", codes, flush=True)
 
 @pytest.mark.parametrize("marker_after", [1.2, -1])
 def test_watch_times_a_fit_draw_from_the_started_marker(tmp_path, marker_after):
-    from mixle_mpi.cli.chaos_external import watch
+    from mixle_mpi.chaos.external import watch
 
     script = tmp_path / "fake_launcher.py"
     script.write_text(STARTED_LAUNCHER)
@@ -391,7 +391,7 @@ def test_watch_times_a_fit_draw_from_the_started_marker(tmp_path, marker_after):
 
 
 def test_watch_records_a_kill_after_the_end_as_missed(tmp_path):
-    from mixle_mpi.cli.chaos_external import watch
+    from mixle_mpi.chaos.external import watch
 
     script = tmp_path / "fake_launcher.py"
     script.write_text(FAKE_LAUNCHER)
@@ -414,7 +414,7 @@ def _wait_exec(*procs, deadline: float = 30.0) -> None:
 def test_leftovers_are_found_by_tag_only_then_killed(tmp_path):
     """A process that only names the run's folder (a user's ``tail -f`` of its log) is not the
     job's: it was killed as a leftover before (issue 33), never now."""
-    from mixle_mpi.cli.chaos_external import job_processes, wait_gone
+    from mixle_mpi.chaos.external import job_processes, wait_gone
 
     folder = str(tmp_path / "run-001")
     by_tag = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
@@ -439,7 +439,7 @@ def test_leftovers_are_found_by_tag_only_then_killed(tmp_path):
 
 
 def test_table_row_shows_victims_phases_exit_and_leftovers():
-    from mixle_mpi.cli.chaos_external import HEADER, table_row
+    from mixle_mpi.chaos.external import HEADER, table_row
 
     row = {"index": 7, "draw": 1, "kind": "driver", "exit_code": 137, "outcome": "resumed-ok", "identical": True,
            "diffs": [], "recovery_seconds": None, "wall_seconds": 12.34, "leftovers": [],
@@ -468,8 +468,8 @@ def test_cli_refuses_an_external_campaign_it_cannot_run(tmp_path, capsys):
 
 
 def test_kill_records_the_launchers_startup_markers_as_they_were(tmp_path):
-    from mixle_mpi.cli.chaos_external import _markers
-    from mixle_mpi.core.jobfiles import MPI_UP_ENV, STARTED_ENV
+    from mixle_mpi.chaos.external import _markers
+    from mixle_mpi.launch.contract import MPI_UP_ENV, STARTED_ENV
 
     up, started = tmp_path / "mpi_up.json", tmp_path / "started.json"
     up.write_text("{}")
@@ -535,7 +535,7 @@ def test_bench_report_labels_a_smoke_run_and_shows_counts_phases_and_percentiles
     ("", 1),
 ])
 def test_attempts_are_counted_from_the_launchers_log_in_any_format(log, attempts):
-    from mixle_mpi.cli.chaos_external import _attempts
+    from mixle_mpi.chaos.external import _attempts
 
     assert _attempts(log) == attempts
 
@@ -552,7 +552,7 @@ def test_replay_gives_a_run_the_kills_it_had_in_its_campaign():
 
 
 def test_event_log_cut_by_a_killed_driver_keeps_the_other_lines(tmp_path):
-    from mixle_mpi.cli.chaos_external import _events
+    from mixle_mpi.chaos.external import _events
 
     (tmp_path / "events.jsonl").write_text('{"event": "start", "time": 1}\n{"event": "checkp\n'
                                            '{"event": "resumed", "time": 3, "iteration": 4}\n')
@@ -585,7 +585,7 @@ print("codes", [p.wait() for p in procs], repl.wait(), flush=True)
 
 
 def test_watch_kills_the_replacement_the_moment_it_appears(tmp_path):
-    from mixle_mpi.cli.chaos_external import watch
+    from mixle_mpi.chaos.external import watch
 
     script = tmp_path / "fake_launcher.py"
     script.write_text(FAKE_RESPAWNING_LAUNCHER)
@@ -632,7 +632,7 @@ def test_only_a_campaign_that_kills_the_driver_writes_checkpoints():
     """A killed driver's run must resume, so it needs a checkpoint; worker kills run as a fit
     does by default, without one, so that the E-step computed ahead (off while checkpoints
     are written) and its statistics sent ahead are killed into as well."""
-    from mixle_mpi.policy import chaos_plan as cp
+    from mixle_mpi.chaos import external_plan as cp
 
     assert cp.checkpoints(cp.KINDS)
     assert cp.checkpoints(("worker", "driver"))

@@ -8,10 +8,11 @@ import random
 
 import pytest
 
-from mixle_mpi.cli import chaos, fitcmd, inspector, restartpaths
+from mixle_mpi.chaos import campaign as chaos
+from mixle_mpi.cli import fitcmd, inspector, restartpaths
 from mixle_mpi.fitting import progress
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.policy.faults import parse_plan
+from mixle_mpi.chaos.faults import parse_plan
 from mixle_mpi.cli.plot import event_position
 
 

@@ -154,7 +154,7 @@ def test_dry_run_tells_what_a_resume_would_do(h5data, tmp_path, capsys, no_launc
 
 
 def test_dry_run_refuses_far_more_ranks_than_cores_as_the_launch_would(h5data, capsys, no_launch, monkeypatch):
-    from mixle_mpi.cli import launcher
+    from mixle_mpi.launch import launcher
 
     monkeypatch.setattr(launcher, "usable_cores", lambda: 2)
     monkeypatch.delenv(launcher.MANY_RANKS_ENV, raising=False)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from mixle_mpi.cli.fitcmd import done_line
-from mixle_mpi.policy.failover import (BY_KEEPING, BY_MESSAGES, BY_SHRINK, OFF, Election, agrees_by_messages,
+from mixle_mpi.policy.failover_plan import (BY_KEEPING, BY_MESSAGES, BY_SHRINK, OFF, Election, agrees_by_messages,
                                        can_take_over, election_window, failover_status, successor, takes_over_on)
-from mixle_mpi.policy.reconfig import EMULATED, KEEP, ULFM
+from mixle_mpi.policy.reconfig_plan import EMULATED, KEEP, ULFM
 from mixle_mpi.storage.events import describe
 
 

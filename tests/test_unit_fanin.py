@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from fakeclock import FakeClock
 
-from mixle_mpi.policy.fanin import DIRECT, MemberBook, Relayed, Role, plan, roles
+from mixle_mpi.policy.fanin_plan import DIRECT, MemberBook, Relayed, Role, plan, roles
 from mixle_mpi.policy.heartbeat import HeartbeatTracker
 
 
@@ -96,7 +96,7 @@ def test_a_relayed_worker_gets_one_hop_more_and_relayed_news_never_moves_time_ba
 
 
 def test_a_member_is_not_named_silent_while_its_relay_is_silent_too():
-    from mixle_mpi.policy.fanin import named_silent
+    from mixle_mpi.policy.fanin_plan import named_silent
 
     via = {2: 1, 3: 1, 5: 4}
     assert named_silent([1, 2, 3], via, suspects=[]) == [1]        # the relay stopped: only it

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-import mixle_mpi.policy.faults as faults
+import mixle_mpi.chaos.faults as faults
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.policy.faults import ACTIONS, ENV_VAR, PHASES, SCOPES, Fault, FaultInjector, parse_plan, plan_from_env, plan_to_json
+from mixle_mpi.chaos.faults import ACTIONS, ENV_VAR, PHASES, SCOPES, Fault, FaultInjector, parse_plan, plan_from_env, plan_to_json
 
 
 # -- parse_plan: empty forms -------------------------------------------------------
@@ -376,7 +376,7 @@ def test_injector_empty_plan(performed):
 # -- the victim records its fault before it acts ----------------------------------------
 VICTIM = """
 import sys
-from mixle_mpi.policy.faults import FaultInjector, parse_plan
+from mixle_mpi.chaos.faults import FaultInjector, parse_plan
 FaultInjector(parse_plan(sys.argv[1]), worker=2, incarnation=0).check("estep_before", 1)
 print("survived", flush=True)
 """
@@ -396,7 +396,7 @@ def _victim(plan: str, env_log, tmp_path):
 
 @pytest.mark.parametrize("action, returncode", [("kill", -9), ("exit", 3)])
 def test_victim_process_records_before_it_dies(action, returncode, tmp_path):
-    from mixle_mpi.policy.faults import read_fired, unfired
+    from mixle_mpi.chaos.faults import read_fired, unfired
 
     log = tmp_path / "faults.jsonl"
     plan = f"2:{action}:estep_before:1"
@@ -414,7 +414,7 @@ def test_victim_process_records_before_it_dies(action, returncode, tmp_path):
 
 
 def test_a_fault_that_does_not_match_leaves_no_record(tmp_path):
-    from mixle_mpi.policy.faults import read_fired, unfired
+    from mixle_mpi.chaos.faults import read_fired, unfired
 
     log = tmp_path / "faults.jsonl"
     proc = _victim("2:kill:estep_before:2", log, tmp_path)  # call 2 never comes
@@ -437,7 +437,7 @@ def test_record_fired_without_a_log_writes_nothing(tmp_path, monkeypatch):
 
 
 def test_records_append_one_whole_line_each(tmp_path):
-    from mixle_mpi.policy.faults import read_fired
+    from mixle_mpi.chaos.faults import read_fired
 
     log = tmp_path / "f.jsonl"
     plan = parse_plan("1:kill:init,2:stop:respawn,0:kill:checkpoint_write:4")
@@ -456,7 +456,7 @@ def _rec(text: str) -> dict:
 
 
 def test_unfired_matches_every_field():
-    from mixle_mpi.policy.faults import unfired
+    from mixle_mpi.chaos.faults import unfired
 
     plan = "1:kill:estep_mid:2:0,1:stop:estep_before:4:1,2:kill:estep_before:2:0:recovery"
     assert unfired(plan, [_rec("1:kill:estep_mid:2:0"), _rec("1:stop:estep_before:4:1"),
@@ -469,7 +469,7 @@ def test_unfired_matches_every_field():
 
 
 def test_one_record_accounts_for_one_planned_fault():
-    from mixle_mpi.policy.faults import unfired
+    from mixle_mpi.chaos.faults import unfired
 
     plan = "2:kill:llsum:0,2:kill:llsum:0"
     assert unfired(plan, [_rec("2:kill:llsum:0")]) == [Fault(2, "kill", "llsum", 0)]
@@ -477,7 +477,7 @@ def test_one_record_accounts_for_one_planned_fault():
 
 
 def test_read_fired_skips_other_events_and_a_torn_line(tmp_path):
-    from mixle_mpi.policy.faults import read_fired
+    from mixle_mpi.chaos.faults import read_fired
 
     log = tmp_path / "events.jsonl"
     good = _rec("3:stop:estep_mid:1")
@@ -497,7 +497,7 @@ def test_read_fired_skips_other_events_and_a_torn_line(tmp_path):
     ((-1, True, False, [], []), "HUNG"),
 ])
 def test_outcome(args, verdict):
-    from mixle_mpi.cli.chaos import outcome
+    from mixle_mpi.chaos.campaign import outcome
 
     assert outcome(*args) == verdict
 
@@ -509,7 +509,7 @@ def test_outcome(args, verdict):
 def test_random_plans_pick_victims_that_reach_their_fault(workers, shards, driver_computes):
     import random
 
-    from mixle_mpi.cli.chaos import KINDS, random_plans
+    from mixle_mpi.chaos.campaign import KINDS, random_plans
     from mixle_mpi.policy.placement import driver_share, initial_placement, plan_recovery
 
     here = driver_share(shards or workers, workers, driver_computes)
@@ -535,7 +535,7 @@ def test_random_plans_pick_victims_that_reach_their_fault(workers, shards, drive
 
 
 def test_compact_form_round_trips():
-    from mixle_mpi.cli.chaos import compact
+    from mixle_mpi.chaos.campaign import compact
 
     for f in parse_plan("2:kill:estep_mid:1::recovery,3:stop:respawn,0:kill:checkpoint_write:4"):
         assert parse_plan(compact(f)) == (f,)

@@ -65,7 +65,7 @@ def test_help_has_no_docstring_markup(name):
 @pytest.mark.parametrize("name", sorted(ALL))
 def test_help_speaks_to_users_not_developers(name):
     text = " ".join(ALL[name].format_help().split())
-    for word in ("mixle_mpi.cli", "mixle_mpi.runtime", "golden", "SignalForwarder", "SUMMARY_FILES",
+    for word in ("mixle_mpi.cli", "mixle_mpi.runtime", "mixle_mpi.launch", "mixle_mpi.chaos", "golden", "SignalForwarder", "SUMMARY_FILES",
                  "unit-tested", "pure function"):
         assert word not in text, f"{name} --help says {word!r}"
 
@@ -100,8 +100,8 @@ def test_fit_defaults_are_the_real_ones_not_none():
 
 @pytest.mark.parametrize("text, plain", [
     ("``mixle-mpi run`` starts", "mixle-mpi run starts"),
-    ("see :func:`mixle_mpi.policy.faults.record_fired`.", "see mixle_mpi.policy.faults.record_fired."),
-    ("(:class:`~mixle_mpi.cli.launcher.SignalForwarder`)", "(mixle_mpi.cli.launcher.SignalForwarder)"),
+    ("see :func:`mixle_mpi.chaos.faults.record_fired`.", "see mixle_mpi.chaos.faults.record_fired."),
+    ("(:class:`~mixle_mpi.launch.launcher.SignalForwarder`)", "(mixle_mpi.launch.launcher.SignalForwarder)"),
     ("no markup", "no markup"),
     (None, None),
 ])

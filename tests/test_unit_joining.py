@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mixle_mpi.policy.joining import Join, release_plan, work_of
+from mixle_mpi.policy.join_plan import Join, release_plan, work_of
 
 
 def test_a_replacement_joins_once_ready_and_every_block_is_loaded():

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from mixle_mpi.cli import launcher
+from mixle_mpi.launch import launcher
 from mixle_mpi.core import exitcodes
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.cli.launcher import (MANY_RANKS_ENV, MPICH, OPENMPI, build_command, judge, launch_env, too_many_ranks,
+from mixle_mpi.launch.launcher import (MANY_RANKS_ENV, MPICH, OPENMPI, build_command, judge, launch_env, too_many_ranks,
                                 verdict_level, wrapper_path)
 
 CMD = ["python", "-m", "mixle_mpi.fitjob", "--model", "gmm1d"]
@@ -308,11 +308,11 @@ def test_exit_watch_sleeps_until_the_child_ends_and_gives_its_code():
     import sys
     import time
 
-    from mixle_mpi.cli.launcher import ExitWatch
+    from mixle_mpi.launch.launcher import ChildExitWait
 
     for use_pidfd in (True, False):
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3); raise SystemExit(7)"])
-        with ExitWatch(child) as exited:
+        with ChildExitWait(child) as exited:
             if not use_pidfd:  # the fallback where Linux has no pidfd: Popen.wait(timeout)
                 os.close(exited.fd)
                 exited.fd = None

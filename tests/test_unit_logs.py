@@ -9,7 +9,8 @@ import warnings
 
 import pytest
 
-from mixle_mpi.core import exitcodes, jobfiles, logs
+from mixle_mpi.core import exitcodes, logs
+from mixle_mpi.launch import contract
 from mixle_mpi.runtime import exiting
 from mixle_mpi.storage.checkpoint import CheckpointError
 from mixle_mpi.core.errors import NoWorkersLeft
@@ -106,7 +107,7 @@ def test_one_line_per_ending_and_the_right_exit_code():
 
 def test_status_says_whether_the_driver_printed_its_message(tmp_path, monkeypatch):
     path = tmp_path / "status.json"
-    monkeypatch.setenv(jobfiles.STATUS_ENV, str(path))
+    monkeypatch.setenv(contract.STATUS_ENV, str(path))
     monkeypatch.setitem(exiting._state, "status_written", False)
     exiting.write_status(2, "DataError: x", reported=True)
     import json
@@ -127,7 +128,7 @@ def test_a_failing_driver_tells_the_workers_unless_its_mpi_is_held(held, tmp_pat
         def abort_workers(self, code, why):
             told.append(code)
 
-    monkeypatch.setenv(jobfiles.STATUS_ENV, str(tmp_path / "status.json"))
+    monkeypatch.setenv(contract.STATUS_ENV, str(tmp_path / "status.json"))
     monkeypatch.setitem(exiting._state, "status_written", False)
     monkeypatch.setitem(exiting._state, "handle", Handle())
     monkeypatch.setattr(exiting.os, "_exit", ended.append)

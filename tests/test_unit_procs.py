@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from mixle_mpi.core import procs, reaper
-from mixle_mpi.core.jobfiles import TAG_ENV
+from mixle_mpi.core import procs
+from mixle_mpi.launch import ranks, reaper
+from mixle_mpi.launch.contract import TAG_ENV
 
 
 def _reuse_pid(pid: int, argv: list[str]) -> subprocess.Popen:
@@ -124,9 +125,9 @@ def test_a_rank_is_found_whatever_runs_it():
         _row(15, 10, ["sh", "/x/rankwrap.sh", "fit"], rank=3),                   # our MPICH wrapper
         _row(16, 15, ["sh", "/x/rankwrap.sh", "fit"], rank=3),                   # its subshell, forked
     ]}
-    assert procs.rank_processes(rows, rows) == [11, 12, 14]  # rank 3 has no process of its own yet
+    assert ranks.rank_processes(rows, rows) == [11, 12, 14]  # rank 3 has no process of its own yet
     rows[17] = _row(17, 16, ["fit"], rank=3)
-    assert procs.rank_processes(rows, rows) == [11, 12, 14, 17]
+    assert ranks.rank_processes(rows, rows) == [11, 12, 14, 17]
 
 
 def test_the_launcher_sees_a_shebang_script_rank_by_its_tag(tmp_path):

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.policy.reconfig import (AUTO, EMULATED, KEEP, ULFM, blacklist_cause, choose_method, detach_from_pmix,
+from mixle_mpi.policy.reconfig_plan import (AUTO, EMULATED, KEEP, ULFM, blacklist_cause, choose_method, detach_from_pmix,
                                        migration, renumber, replacement_command, requested_method, shrink_method,
                                        shrink_needed, spawn_timeout_is_fatal, spawn_unavailable, srun_plugin)
 
@@ -67,7 +67,7 @@ def test_a_timed_out_spawn_ends_the_job_only_where_it_holds_mpi():
 
 
 # -- one reconfiguration pass as actions ------------------------------------------------------
-from mixle_mpi.policy import reconfig  # noqa: E402
+from mixle_mpi.policy import reconfig_plan  # noqa: E402
 from mixle_mpi.policy.membership import Membership  # noqa: E402
 
 
@@ -79,33 +79,33 @@ def _failed(membership, *workers):
 
 def test_an_original_rank_below_max_retries_shrinks_then_respawns():
     m = Membership([1, 2, 3], max_retries=2)
-    actions = reconfig.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3}, m, can_spawn=True, respawn_setting=True)
-    assert actions == [reconfig.ShrinkComm(), reconfig.Respawn(2)]
+    actions = reconfig_plan.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3}, m, can_spawn=True, respawn_setting=True)
+    assert actions == [reconfig_plan.ShrinkComm(), reconfig_plan.Respawn(2)]
 
 
 def test_a_respawned_worker_failing_again_is_respawned_without_a_shrink():
     m = Membership([1, 2, 3], max_retries=3)
     _failed(m, 2)
     m.revive(2)
-    actions = reconfig.plan(_failed(m, 2), {1: 1, 3: 2}, m, can_spawn=True, respawn_setting=True)
-    assert actions == [reconfig.Respawn(2)]
+    actions = reconfig_plan.plan(_failed(m, 2), {1: 1, 3: 2}, m, can_spawn=True, respawn_setting=True)
+    assert actions == [reconfig_plan.Respawn(2)]
 
 
 def test_max_retries_and_no_spawn_blacklist_with_their_causes():
     m = Membership([1, 2, 3], max_retries=1)
-    actions = reconfig.plan(_failed(m, 1, 3), {1: 1, 2: 2, 3: 3}, m, can_spawn=True, respawn_setting=True)
-    assert actions == [reconfig.ShrinkComm(), reconfig.Blacklist(1, "max_retries=1 reached"),
-                       reconfig.Blacklist(3, "max_retries=1 reached")]
+    actions = reconfig_plan.plan(_failed(m, 1, 3), {1: 1, 2: 2, 3: 3}, m, can_spawn=True, respawn_setting=True)
+    assert actions == [reconfig_plan.ShrinkComm(), reconfig_plan.Blacklist(1, "max_retries=1 reached"),
+                       reconfig_plan.Blacklist(3, "max_retries=1 reached")]
     m = Membership([1, 2, 3], max_retries=3)
-    actions = reconfig.plan(_failed(m, 3), {1: 1, 2: 2, 3: 3}, m, can_spawn=False, respawn_setting=False)
-    assert actions == [reconfig.ShrinkComm(), reconfig.Blacklist(3, blacklist_cause(1, 3, False))]
-    assert reconfig.respawn_failed(m, 3, True).cause.startswith("respawn unavailable")
+    actions = reconfig_plan.plan(_failed(m, 3), {1: 1, 2: 2, 3: 3}, m, can_spawn=False, respawn_setting=False)
+    assert actions == [reconfig_plan.ShrinkComm(), reconfig_plan.Blacklist(3, blacklist_cause(1, 3, False))]
+    assert reconfig_plan.respawn_failed(m, 3, True).cause.startswith("respawn unavailable")
 
 
 def test_migrate_moves_only_blacklisted_places_shards():
     owners = {1: [0, 3], 2: [1, 4], 3: [2, 5]}
-    assert reconfig.migrate(owners, [], [1, 2, 3]) is None
-    move = reconfig.migrate(owners, [2], [1, 3])
+    assert reconfig_plan.migrate(owners, [], [1, 2, 3]) is None
+    move = reconfig_plan.migrate(owners, [2], [1, 3])
     assert move.owners[2] == [] and sorted(move.owners[1] + move.owners[3]) == [0, 1, 2, 3, 4, 5]
     assert sorted(s for ss in move.plan.values() for s in ss) == [1, 4]
 
@@ -114,33 +114,33 @@ def test_migrate_moves_only_blacklisted_places_shards():
 def test_a_spare_adopts_the_failed_place_before_any_respawn_and_without_spawn():
     owners = {1: [0, 2], 2: [1, 3], 3: [], 4: []}
     m = Membership([1, 2, 3, 4], max_retries=2)
-    assert reconfig.idle_places(owners, m.live()) == [3, 4]
-    actions = reconfig.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3, 4: 4}, m, can_spawn=False, respawn_setting=True,
+    assert reconfig_plan.idle_places(owners, m.live()) == [3, 4]
+    actions = reconfig_plan.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3, 4: 4}, m, can_spawn=False, respawn_setting=True,
                             owners=owners, spares=[3, 4])
-    assert actions == [reconfig.ShrinkComm(), reconfig.Adopt(2, 3)]
+    assert actions == [reconfig_plan.ShrinkComm(), reconfig_plan.Adopt(2, 3)]
 
 
 def test_when_spares_run_out_respawn_or_migration_takes_over():
     owners = {1: [0], 2: [1], 3: [2], 4: []}
     m = Membership([1, 2, 3, 4], max_retries=2)
-    both = reconfig.plan(_failed(m, 1, 2), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[4])
-    assert both == [reconfig.Adopt(1, 4), reconfig.Respawn(2)]
+    both = reconfig_plan.plan(_failed(m, 1, 2), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[4])
+    assert both == [reconfig_plan.Adopt(1, 4), reconfig_plan.Respawn(2)]
     m = Membership([1, 2, 3, 4], max_retries=2)
-    nospawn = reconfig.plan(_failed(m, 1, 2), {}, m, can_spawn=False, respawn_setting=False, owners=owners, spares=[4])
-    assert nospawn == [reconfig.Adopt(1, 4), reconfig.Blacklist(2, blacklist_cause(1, 2, False))]
+    nospawn = reconfig_plan.plan(_failed(m, 1, 2), {}, m, can_spawn=False, respawn_setting=False, owners=owners, spares=[4])
+    assert nospawn == [reconfig_plan.Adopt(1, 4), reconfig_plan.Blacklist(2, blacklist_cause(1, 2, False))]
 
 
 def test_a_failed_spare_is_given_up_and_max_retries_still_blacklists():
     owners = {1: [0], 2: [1], 3: []}
     m = Membership([1, 2, 3], max_retries=1)
-    actions = reconfig.plan(_failed(m, 3), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[3])
-    assert actions == [reconfig.Blacklist(3, "max_retries=1 reached")]
+    actions = reconfig_plan.plan(_failed(m, 3), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[3])
+    assert actions == [reconfig_plan.Blacklist(3, "max_retries=1 reached")]
     m = Membership([1, 2, 3], max_retries=2)
-    actions = reconfig.plan(_failed(m, 3), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[3])
-    assert actions == [reconfig.Blacklist(3, reconfig.SPARE_LOST)]
+    actions = reconfig_plan.plan(_failed(m, 3), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[3])
+    assert actions == [reconfig_plan.Blacklist(3, reconfig_plan.SPARE_LOST)]
     m = Membership([1, 2, 3], max_retries=1)
-    actions = reconfig.plan(_failed(m, 1), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[3])
-    assert actions == [reconfig.Blacklist(1, "max_retries=1 reached")]  # its shards then migrate (to the spare)
+    actions = reconfig_plan.plan(_failed(m, 1), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[3])
+    assert actions == [reconfig_plan.Blacklist(1, "max_retries=1 reached")]  # its shards then migrate (to the spare)
 
 
 def test_a_retired_spare_leaves_the_membership():
@@ -205,46 +205,46 @@ def test_a_replacement_starts_by_the_fast_entry_unless_it_must_unpickle_the_user
 
 def test_keep_drops_the_dead_original_ranks_without_a_shrink_or_renumbering():
     m = Membership([1, 2, 3], max_retries=2)
-    actions = reconfig.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3}, m, can_spawn=False, respawn_setting=True,
+    actions = reconfig_plan.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3}, m, can_spawn=False, respawn_setting=True,
                             method=KEEP)
-    assert actions == [reconfig.KeepComm((2,)), reconfig.Blacklist(2, blacklist_cause(1, 2, True))]
-    assert not any(isinstance(a, reconfig.ShrinkComm) for a in actions)
+    assert actions == [reconfig_plan.KeepComm((2,)), reconfig_plan.Blacklist(2, blacklist_cause(1, 2, True))]
+    assert not any(isinstance(a, reconfig_plan.ShrinkComm) for a in actions)
 
 
 def test_keep_ignores_a_respawned_worker_and_still_respawns_where_spawn_works():
     m = Membership([1, 2, 3], max_retries=3)
     _failed(m, 2)
     m.revive(2)                                   # worker 2 now lives in its own intercommunicator
-    actions = reconfig.plan(_failed(m, 2, 3), {1: 1, 3: 3}, m, can_spawn=True, respawn_setting=True, method=KEEP)
-    assert actions == [reconfig.KeepComm((3,)), reconfig.Respawn(2), reconfig.Respawn(3)]
+    actions = reconfig_plan.plan(_failed(m, 2, 3), {1: 1, 3: 3}, m, can_spawn=True, respawn_setting=True, method=KEEP)
+    assert actions == [reconfig_plan.KeepComm((3,)), reconfig_plan.Respawn(2), reconfig_plan.Respawn(3)]
 
 
 def test_under_keep_a_spare_adopts_the_dead_rank_place_without_spawn():
     """srun: no Spawn, no shrink; the spare (an original rank) takes the place and keeps its rank."""
     owners = {1: [0, 2], 2: [1, 3], 3: []}
     m = Membership([1, 2, 3], max_retries=2)
-    actions = reconfig.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3}, m, can_spawn=False, respawn_setting=True,
+    actions = reconfig_plan.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3}, m, can_spawn=False, respawn_setting=True,
                             owners=owners, spares=[3], method=KEEP)
-    assert actions == [reconfig.KeepComm((2,)), reconfig.Adopt(2, 3)]
+    assert actions == [reconfig_plan.KeepComm((2,)), reconfig_plan.Adopt(2, 3)]
 
 
 def reference_plan(failed, original, membership, can_spawn, respawn_setting, owners=None, spares=()):
-    """reconfig.plan as it was, with a list scan for the spare pool."""
+    """reconfig_plan.plan as it was, with a list scan for the spare pool."""
     failed = sorted(failed)
     pool = [s for s in sorted(spares) if s not in failed]
-    actions = [reconfig.ShrinkComm()] if reconfig.shrink_needed(failed, original) else []
+    actions = [reconfig_plan.ShrinkComm()] if reconfig_plan.shrink_needed(failed, original) else []
     decision = membership.decide(failed, can_spawn or bool(pool))
     later = []
     for w in decision.respawn:
         if owners is not None and not owners.get(w):
-            later.append(reconfig.Blacklist(w, reconfig.SPARE_LOST))
+            later.append(reconfig_plan.Blacklist(w, reconfig_plan.SPARE_LOST))
         elif pool:
-            actions.append(reconfig.Adopt(w, pool.pop(0)))
+            actions.append(reconfig_plan.Adopt(w, pool.pop(0)))
         elif can_spawn:
-            actions.append(reconfig.Respawn(w))
+            actions.append(reconfig_plan.Respawn(w))
         else:
-            later.append(reconfig.blacklisting(membership, w, respawn_setting))
-    return actions + later + [reconfig.blacklisting(membership, w, respawn_setting) for w in decision.blacklist]
+            later.append(reconfig_plan.blacklisting(membership, w, respawn_setting))
+    return actions + later + [reconfig_plan.blacklisting(membership, w, respawn_setting) for w in decision.blacklist]
 
 
 def test_plan_is_the_reference_on_random_failures_and_spares():
@@ -262,12 +262,12 @@ def test_plan_is_the_reference_on_random_failures_and_spares():
         original = {w: w for w in ids if rng.random() < 0.5}
         for can_spawn, setting in ((True, True), (False, True), (False, False)):
             args = (failed, original, m, can_spawn, setting)
-            assert reconfig.plan(*args, owners, spares) == reference_plan(*args, owners, spares)
-            assert reconfig.plan(*args) == reference_plan(*args)
+            assert reconfig_plan.plan(*args, owners, spares) == reference_plan(*args, owners, spares)
+            assert reconfig_plan.plan(*args) == reference_plan(*args)
 
 
 def reference_migration(owners, blacklisted, live):
-    """reconfig.migration as it was (a scan of every place, sorted candidates)."""
+    """reconfig_plan.migration as it was (a scan of every place, sorted candidates)."""
     from mixle_mpi.policy.placement import spread
     gone = set(blacklisted)
     homeless = sorted(s for w, ss in owners.items() if w in gone for s in ss)

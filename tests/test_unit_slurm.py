@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from mixle_mpi.cli import commands as cli, collect, slurm
-from mixle_mpi.core import exitcodes, jobfiles, procs
+from mixle_mpi.core import exitcodes, procs
+from mixle_mpi.launch import contract
 from mixle_mpi.runtime import exiting
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.cli.launcher import SRUN, SignalForwarder, build_command, judge
+from mixle_mpi.launch.launcher import SRUN, SignalForwarder, build_command, judge
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -380,7 +381,7 @@ def test_srun_flavor_command():
 
 
 def test_srun_plugin_follows_the_mpi_beside_the_python(tmp_path):
-    from mixle_mpi.cli.launcher import srun_mpi_plugin
+    from mixle_mpi.launch.launcher import srun_mpi_plugin
 
     assert srun_mpi_plugin(str(tmp_path / "python"), environ={}) == "pmix"        # nothing beside it: Open MPI's
     fake = tmp_path / "mpiexec"
@@ -392,7 +393,7 @@ def test_srun_plugin_follows_the_mpi_beside_the_python(tmp_path):
 
 def test_driver_writes_its_pid_where_the_launcher_said(tmp_path, monkeypatch):
     path = tmp_path / "driver.json"
-    monkeypatch.setenv(jobfiles.DRIVER_PID_ENV, str(path))
+    monkeypatch.setenv(contract.DRIVER_PID_ENV, str(path))
     exiting.write_driver_pid()
     record = json.loads(path.read_text())
     assert record["pid"] == os.getpid() and record["host"] and record["space"] == procs.pid_space()

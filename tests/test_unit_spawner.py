@@ -31,10 +31,10 @@ def _background(fn):
 
 def _underway(call, since, record=None):
     """A background Spawn, watched through the birth record at ``record`` (a path) if given."""
-    from mixle_mpi.runtime.birth import Watch
+    from mixle_mpi.runtime.birth import SpawnDeathCheck
     from mixle_mpi.runtime.spawner import Underway
 
-    return Underway(call, since, Watch(record) if record else None)
+    return Underway(call, since, SpawnDeathCheck(record) if record else None)
 
 
 def _dead_record(tmp_path) -> str:
@@ -110,7 +110,7 @@ def test_at_exit_a_spawn_under_way_gets_the_rest_of_its_deadline_and_no_more():
 
 
 def test_at_exit_a_spawn_gets_at_most_exit_wait_which_ends_before_the_launcher_kills_the_job(monkeypatch):
-    from mixle_mpi.policy.jobwatch import FINISH_GRACE
+    from mixle_mpi.launch.jobchecks import FINISH_GRACE
     from mixle_mpi.runtime import spawner as module
 
     assert module.EXIT_WAIT < FINISH_GRACE  # the driver exits before the launcher gives up on its ranks
@@ -157,8 +157,8 @@ def test_a_background_spawn_whose_process_never_showed_on_this_host_is_given_up_
     release = threading.Event()
     stuck = _background(lambda: release.wait(30))
     clock = [100.0]
-    here = birth.Watch(str(tmp_path / "never-here"), here=True, clock=lambda: clock[0])
-    elsewhere = birth.Watch(str(tmp_path / "never-there"), here=False, clock=lambda: clock[0])
+    here = birth.SpawnDeathCheck(str(tmp_path / "never-here"), here=True, clock=lambda: clock[0])
+    elsewhere = birth.SpawnDeathCheck(str(tmp_path / "never-there"), here=False, clock=lambda: clock[0])
     spawner.running = {2: Underway(stuck, time.monotonic(), here), 3: Underway(stuck, time.monotonic(), elsewhere)}
     clock[0] += birth.APPEAR_WITHIN - 0.5
     assert spawner.finished(time.monotonic()) == []  # within its time: it may still show

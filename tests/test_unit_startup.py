@@ -10,21 +10,21 @@ import sys
 
 import pytest
 
-from mixle_mpi.cli import launcher
-from mixle_mpi.core import exitcodes, jobfiles, procs, reaper
+from mixle_mpi.core import exitcodes, procs
+from mixle_mpi.launch import contract, launcher, reaper
 from mixle_mpi.runtime import startup
 from mixle_mpi.core.errors import ConfigError
 
 
 def test_startup_timeout_default_and_environment():
-    assert startup.startup_timeout({}) == startup.DEFAULT_STARTUP_TIMEOUT
-    assert startup.startup_timeout({startup.STARTUP_TIMEOUT_ENV: " 7.5 "}) == 7.5
+    assert contract.startup_timeout({}) == contract.DEFAULT_STARTUP_TIMEOUT
+    assert contract.startup_timeout({contract.STARTUP_TIMEOUT_ENV: " 7.5 "}) == 7.5
 
 
 @pytest.mark.parametrize("raw", ["soon", "0", "-3", "nan", "inf"])
 def test_startup_timeout_refuses_bad_values(raw):
     with pytest.raises(ConfigError, match=f"MIXLE_MPI_STARTUP_TIMEOUT='{raw}' must be a number of seconds > 0"):
-        startup.startup_timeout({startup.STARTUP_TIMEOUT_ENV: raw})
+        contract.startup_timeout({contract.STARTUP_TIMEOUT_ENV: raw})
 
 
 def test_never_started_says_why_only_when_the_job_did_not_start():
@@ -51,19 +51,19 @@ def test_a_job_that_ended_fast_inside_mpi_init_never_started():
 
 def test_every_rank_marks_the_start_of_its_mpi_init(tmp_path, monkeypatch):
     marker = tmp_path / "init_begun.txt"
-    monkeypatch.setenv(jobfiles.INIT_BEGUN_ENV, str(marker))
+    monkeypatch.setenv(contract.INIT_BEGUN_ENV, str(marker))
     for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("PMI_RANK", "3")
-    jobfiles.mark_init_begun()
+    contract.mark_init_begun()
     monkeypatch.delenv("PMI_RANK")
-    jobfiles.mark_init_begun()  # no rank in its environment (not started by a launcher)
+    contract.mark_init_begun()  # no rank in its environment (not started by a launcher)
     host = socket.gethostname()
     assert marker.read_text().splitlines() == [f"{os.getpid()} 3 {host}", f"{os.getpid()} - {host}"]
-    assert jobfiles.init_begun_pids(str(marker)) == [os.getpid()] * 2
-    assert jobfiles.init_begun_here(str(marker), host) == {3: os.getpid()}
-    monkeypatch.setenv(jobfiles.INIT_BEGUN_ENV, str(tmp_path / "missing" / "x"))
-    jobfiles.mark_init_begun()  # cannot be written: the launcher only loses that knowledge
+    assert contract.init_begun_pids(str(marker)) == [os.getpid()] * 2
+    assert contract.init_begun_here(str(marker), host) == {3: os.getpid()}
+    monkeypatch.setenv(contract.INIT_BEGUN_ENV, str(tmp_path / "missing" / "x"))
+    contract.mark_init_begun()  # cannot be written: the launcher only loses that knowledge
 
 
 def test_a_rank_whose_process_ended_on_this_host_is_named_at_once_and_others_are_not(tmp_path):
@@ -125,23 +125,23 @@ def test_judge_never_started():
 
 
 def test_launch_env_sets_this_launch_markers_and_drops_an_outer_launchers():
-    outer = {jobfiles.MPI_UP_ENV: "/outer/up", jobfiles.STARTED_ENV: "/outer/s", jobfiles.TAG_ENV: "outer",
-             jobfiles.STATUS_ENV: "/outer/status", jobfiles.DRIVER_PID_ENV: "/outer/d", "MIXLE_MPI_RUN_DIR": "/outer"}
-    files = jobfiles.RunFiles()
+    outer = {contract.MPI_UP_ENV: "/outer/up", contract.STARTED_ENV: "/outer/s", contract.TAG_ENV: "outer",
+             contract.STATUS_ENV: "/outer/status", contract.DRIVER_PID_ENV: "/outer/d", "MIXLE_MPI_RUN_DIR": "/outer"}
+    files = contract.RunFiles()
     try:
         env = launcher.launch_env(1, files.env("t1"), base=outer)
-        assert (env[jobfiles.MPI_UP_ENV], env[jobfiles.STARTED_ENV], env[jobfiles.TAG_ENV]) == (files.mpi_up, files.started, "t1")
-        assert env["MIXLE_MPI_RUN_DIR"] == files.dir and env[jobfiles.DRIVER_PID_ENV] == files.driver
-        assert all(os.path.dirname(env[v]) == files.dir for v in jobfiles.FILE_VARS)
-        assert jobfiles.DRIVER_PID_ENV not in launcher.launch_env(1, files.env("t1", signals=False), base=outer)
+        assert (env[contract.MPI_UP_ENV], env[contract.STARTED_ENV], env[contract.TAG_ENV]) == (files.mpi_up, files.started, "t1")
+        assert env["MIXLE_MPI_RUN_DIR"] == files.dir and env[contract.DRIVER_PID_ENV] == files.driver
+        assert all(os.path.dirname(env[v]) == files.dir for v in contract.FILE_VARS)
+        assert contract.DRIVER_PID_ENV not in launcher.launch_env(1, files.env("t1", signals=False), base=outer)
     finally:
         files.remove()
     bare = launcher.launch_env(1, base=outer)
-    assert not {*jobfiles.FILE_VARS, jobfiles.TAG_ENV, "MIXLE_MPI_RUN_DIR"} & set(bare)  # never an outer launcher's
+    assert not {*contract.FILE_VARS, contract.TAG_ENV, "MIXLE_MPI_RUN_DIR"} & set(bare)  # never an outer launcher's
 
 
 def test_run_files_are_private_and_removed():
-    files = jobfiles.RunFiles()
+    files = contract.RunFiles()
     try:
         assert os.stat(files.dir).st_mode & 0o777 == 0o700
         assert os.path.dirname(files.status) == files.dir
@@ -151,10 +151,10 @@ def test_run_files_are_private_and_removed():
 
 
 def test_reaper_finds_processes_by_their_tag_only(tmp_path):
-    env = dict(os.environ, **{jobfiles.TAG_ENV: "tag-under-test"})
+    env = dict(os.environ, **{contract.TAG_ENV: "tag-under-test"})
     tagged = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                             env=dict(os.environ, **{jobfiles.TAG_ENV: "tag-under-test-2"}))
+                             env=dict(os.environ, **{contract.TAG_ENV: "tag-under-test-2"}))
     try:
         assert reaper.tagged_pids("tag-under-test") == [tagged.pid]
         assert reaper.sweep("tag-under-test", grace=0.2) == [tagged.pid]
@@ -167,12 +167,12 @@ def test_reaper_finds_processes_by_their_tag_only(tmp_path):
 
 
 def test_reaper_leaves_the_job_alone_when_the_launcher_says_done():
-    env = dict(os.environ, **{jobfiles.TAG_ENV: "tag-done"})
+    env = dict(os.environ, **{contract.TAG_ENV: "tag-done"})
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     try:
-        r = subprocess.run([sys.executable, "-m", "mixle_mpi.core.reaper", "tag-done"], input=reaper.DONE, timeout=30)
+        r = subprocess.run([sys.executable, "-m", "mixle_mpi.launch.reaper", "tag-done"], input=reaper.DONE, timeout=30)
         assert r.returncode == 0 and victim.poll() is None
-        r = subprocess.run([sys.executable, "-m", "mixle_mpi.core.reaper", "tag-done"], input=b"", timeout=30,
+        r = subprocess.run([sys.executable, "-m", "mixle_mpi.launch.reaper", "tag-done"], input=b"", timeout=30,
                            capture_output=True)
         assert victim.wait(timeout=10) == -9
         assert b"killed the job's 1 remaining processes" in r.stderr
@@ -184,12 +184,12 @@ def test_reaper_leaves_the_job_alone_when_the_launcher_says_done():
 # -- a job mpiexec keeps alive for a stopped rank ----------------------------------------------
 from fakeclock import FakeClock  # noqa: E402
 
-from mixle_mpi.policy.jobwatch import JobWatch  # noqa: E402
+from mixle_mpi.launch.jobchecks import StuckJobCheck  # noqa: E402
 
 
 def test_a_job_whose_only_remaining_rank_is_stopped_is_killed_after_the_grace():
     clock = FakeClock(0.0)
-    watch = JobWatch(finish_grace=30, stuck_grace=10, clock=clock)
+    watch = StuckJobCheck(finish_grace=30, stuck_grace=10, clock=clock)
     assert watch.observe(False, {}) is None                      # ranks not started yet: never stuck
     clock.now = 100
     assert watch.observe(False, {}) is None
@@ -202,7 +202,7 @@ def test_a_job_whose_only_remaining_rank_is_stopped_is_killed_after_the_grace():
 
 def test_a_stop_that_is_resumed_or_a_running_rank_is_not_stuck():
     clock = FakeClock(0.0)
-    watch = JobWatch(stuck_grace=10, clock=clock)
+    watch = StuckJobCheck(stuck_grace=10, clock=clock)
     watch.observe(False, {11: "T", 12: "T"})
     clock.now = 8
     assert watch.observe(False, {11: "S", 12: "T"}) is None     # 11 runs again
@@ -212,23 +212,23 @@ def test_a_stop_that_is_resumed_or_a_running_rank_is_not_stuck():
 
 def test_ranks_that_outlive_the_drivers_verdict_are_killed_after_the_finish_grace():
     clock = FakeClock(0.0)
-    watch = JobWatch(finish_grace=30, clock=clock)
+    watch = StuckJobCheck(finish_grace=30, clock=clock)
     assert watch.observe(True, {11: "S"}) is None
     clock.now = 29
     assert watch.observe(True, {11: "S"}) is None
     clock.now = 31
     assert "the driver finished 31 s ago" in watch.observe(True, {11: "S"})
-    assert JobWatch(clock=clock).observe(True, {}) is None       # nothing left: mpiexec is ending
+    assert StuckJobCheck(clock=clock).observe(True, {}) is None       # nothing left: mpiexec is ending
 
 
 def test_rank_states_sees_a_stopped_python_rank_of_the_job(tmp_path):
     import signal
     import time
 
-    env = dict(os.environ, **{jobfiles.TAG_ENV: "tag-states", "PMI_RANK": "1"})
+    env = dict(os.environ, **{contract.TAG_ENV: "tag-states", "PMI_RANK": "1"})
     rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                             env=dict(os.environ, **{jobfiles.TAG_ENV: "tag-states"}))  # tagged, no rank: not a rank
+                             env=dict(os.environ, **{contract.TAG_ENV: "tag-states"}))  # tagged, no rank: not a rank
     try:
         time.sleep(0.3)
         assert reaper.rank_states("tag-states") == {rank.pid: "S"}
@@ -277,7 +277,7 @@ def test_a_fenced_workers_mpich_wrapper_is_found_and_seen_reaped(tmp_path):
     import signal
     import time
 
-    from mixle_mpi.runtime.rankwrapper import wrapper_of, wrapper_path
+    from mixle_mpi.launch.rankwrapper import wrapper_of, wrapper_path
 
     wrapper = subprocess.Popen(["sh", wrapper_path(), sys.executable, "-c", "import time; time.sleep(60)"],
                                env={**os.environ, "PMI_RANK": "1"})
@@ -301,11 +301,11 @@ def test_a_fenced_workers_mpich_wrapper_is_found_and_seen_reaped(tmp_path):
 
 
 # -- a rank lost before MPI is up ------------------------------------------------------------
-from mixle_mpi.policy.jobwatch import StartWatch  # noqa: E402
+from mixle_mpi.launch.jobchecks import LostStartCheck  # noqa: E402
 
 
 def test_a_rank_lost_before_mpi_is_up_ends_the_start_at_the_second_look():
-    watch = StartWatch()
+    watch = LostStartCheck()
     assert watch.observe(False, [], {11: "S", 12: "R"}) is None           # nobody began MPI init yet
     assert watch.observe(False, [11], {11: "S", 12: "R", 13: "R"}) is None
     assert watch.observe(False, [11], {11: "S", 13: "R"}) is None          # 12 missing once: look again
@@ -314,7 +314,7 @@ def test_a_rank_lost_before_mpi_is_up_ends_the_start_at_the_second_look():
 
 
 def test_a_rank_that_began_mpi_init_and_died_is_named_so_and_a_zombie_counts_as_gone():
-    watch = StartWatch()
+    watch = LostStartCheck()
     watch.observe(False, [11, 12], {11: "S", 12: "Z"})
     assert "rank 2 (pid 12) ended before MPI was up on every rank (inside MPI initialisation)" in \
         watch.observe(False, [11, 12], {11: "S"}, {11: 1, 12: 2})
@@ -336,7 +336,7 @@ def test_a_rank_processs_mpi_rank_is_read_from_its_environment():
 
 
 def test_a_rank_missing_once_or_after_mpi_is_up_is_no_verdict():
-    watch = StartWatch()
+    watch = LostStartCheck()
     watch.observe(False, [11], {11: "S", 12: "S"})
     assert watch.observe(False, [11], {11: "S"}) is None                  # a look that missed it
     assert watch.observe(False, [11], {11: "S", 12: "S"}) is None         # there again
@@ -348,7 +348,7 @@ def test_a_rank_no_look_ever_saw_is_lost_once_another_began_mpi_init_long_enough
     """Killed before the launcher's first look (an external campaign killed ranks 0.3 s after
     the launch): on a one-host launch of our fit, the rank numbers never seen are lost."""
     clock = [0.0]
-    watch = StartWatch(expect_here=4, appear_within=5.0, clock=lambda: clock[0])
+    watch = LostStartCheck(expect_here=4, appear_within=5.0, clock=lambda: clock[0])
     seen = {11: 0, 12: 2}
     assert watch.observe(False, [], {11: "R", 12: "R"}, seen) is None       # no MPI init begun yet
     clock[0] = 1.0
@@ -368,7 +368,7 @@ def test_a_rank_no_look_ever_saw_is_lost_once_another_began_mpi_init_long_enough
 ])
 def test_ranks_not_seen_are_no_verdict_unless_counted_and_some_were_seen(expect_here, rank_of):
     clock = [0.0]
-    watch = StartWatch(expect_here=expect_here, appear_within=5.0, clock=lambda: clock[0])
+    watch = LostStartCheck(expect_here=expect_here, appear_within=5.0, clock=lambda: clock[0])
     ranks = {11: "S", 12: "S"}
     watch.observe(False, [11], ranks, rank_of)
     clock[0] = 100.0
@@ -384,10 +384,10 @@ def test_never_started_names_the_lost_rank_and_how_much_sooner_it_ended():
 
 def test_init_begun_pids_are_read_back_as_written(tmp_path, monkeypatch):
     path = tmp_path / "begun"
-    monkeypatch.setenv(jobfiles.INIT_BEGUN_ENV, str(path))
-    jobfiles.mark_init_begun()
-    assert jobfiles.init_begun_pids(str(path)) == [os.getpid()]
-    assert jobfiles.init_begun_pids(str(tmp_path / "none")) == []
+    monkeypatch.setenv(contract.INIT_BEGUN_ENV, str(path))
+    contract.mark_init_begun()
+    assert contract.init_begun_pids(str(path)) == [os.getpid()]
+    assert contract.init_begun_pids(str(tmp_path / "none")) == []
 
 
 def test_a_rank_stopped_while_the_job_starts_is_fenced_and_left_out_after_a_second(tmp_path):
@@ -413,10 +413,10 @@ def test_a_rank_stopped_while_the_job_starts_is_fenced_and_left_out_after_a_seco
 
 
 def test_stopped_watch_counts_only_an_unbroken_stop():
-    from mixle_mpi.policy.jobwatch import StoppedWatch
+    from mixle_mpi.launch.jobchecks import StoppedAtStartCheck
 
     clock = [0.0]
-    watch = StoppedWatch(1.0, clock=lambda: clock[0])
+    watch = StoppedAtStartCheck(1.0, clock=lambda: clock[0])
     assert not watch.too_long(1, "T")
     clock[0] = 1.0
     assert not watch.too_long(1, "T")  # exactly the limit: not over it

@@ -1,5 +1,6 @@
-"""Everything a person runs: ``mixle-mpi`` and its subcommands (``commands``), the launcher,
-chaos campaigns, demo, inspect, status, SLURM templates, data input and model specs."""
+"""Everything a person runs: ``mixle-mpi`` and its subcommands (``commands``; ``run`` starts
+the launcher of ``mixle_mpi.launch``, ``chaos`` a campaign of ``mixle_mpi.chaos``), demo,
+inspect, status, SLURM templates, data input and model specs."""
 
 
 def main(argv=None):

@@ -13,7 +13,7 @@ import sys
 
 from mixle_mpi.cli.cmdrun import run_command
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.policy.chaos_plan import window_from_text
+from mixle_mpi.chaos.external_plan import window_from_text
 
 
 CONTINUATION_HELP = (
@@ -99,7 +99,7 @@ def _mpiexec_args(args) -> list[str]:
 
 
 def _run(args) -> int:
-    from mixle_mpi.cli.launcher import is_own_fit, run
+    from mixle_mpi.launch.launcher import is_own_fit, run
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -116,7 +116,7 @@ def _fit(args) -> int:
     cfg = from_args(args)
     if args.n is not None and not fitcmd.under_mpi_launcher():
         from mixle_mpi.cli import preflight
-        from mixle_mpi.cli.launcher import run
+        from mixle_mpi.launch.launcher import run
         from mixle_mpi.core.joblock import check_free
 
         preflight.check(cfg).raise_any()  # every problem of the data and model: exit 2 before MPI starts
@@ -134,9 +134,9 @@ def _fit(args) -> int:
 
 def _chaos(args) -> int:
     if args.external:
-        from mixle_mpi.cli.chaos_external import campaign_from_args
+        from mixle_mpi.chaos.external import campaign_from_args
     else:
-        from mixle_mpi.cli.chaos import campaign_from_args
+        from mixle_mpi.chaos.campaign import campaign_from_args
     return campaign_from_args(args)
 
 

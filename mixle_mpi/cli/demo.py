@@ -22,7 +22,7 @@ KILL_ROUND = 12
 
 
 def demo(ranks: int = 4, timeout: float = 600, out_dir: str | None = None) -> int:
-    from mixle_mpi.cli.chaos import compare, launch_fit, read_output
+    from mixle_mpi.chaos.campaign import compare, launch_fit, read_output
     from mixle_mpi.cli.jobconfig import resolve
 
     if ranks < 3:

@@ -145,7 +145,7 @@ def _fmt(nbytes: float) -> str:
 
 def _report_mpi(args, cfg, ranks: int | None, problems: list[str]) -> list[str]:
     """The MPI lines: library, mpiexec and flavor, and the launch command."""
-    from mixle_mpi.cli import launcher
+    from mixle_mpi.launch import launcher
     from mixle_mpi.cli.jobconfig import to_argv
 
     lines = [f"MPI library (mpi4py): {mpi_library()}"]

@@ -2,8 +2,8 @@
 
 Every command's options come from its own parser, the settings from ``Settings`` (their
 defaults and the comments beside them), the exit codes from ``core/exitcodes.py``, the
-launcher's variables from ``core/jobfiles.py`` and the fault grammar from
-``policy/faults.py``. Only two tables are written by hand here, the events and the
+launcher's variables from ``launch/contract.py`` and the fault grammar from
+``chaos/faults.py``. Only two tables are written by hand here, the events and the
 variables read outside ``Settings``; a unit test checks that each names exactly what the
 package emits and reads. Regenerate with ``python -m mixle_mpi.cli.reference --write``.
 """
@@ -78,10 +78,11 @@ EVENTS = {
 
 
 def launcher_set() -> tuple[str, ...]:
-    """The variables of the launcher and rank contract (``core/jobfiles.py``)."""
-    from mixle_mpi.core import jobfiles, rundir
+    """The variables of the launcher and rank contract (``launch/contract.py``)."""
+    from mixle_mpi.core import rundir
+    from mixle_mpi.launch import contract
 
-    return (rundir.RUN_DIR_ENV, jobfiles.TAG_ENV, *jobfiles.FILE_VARS)
+    return (rundir.RUN_DIR_ENV, contract.TAG_ENV, *contract.FILE_VARS)
 
 
 def _settings_rows() -> list[tuple[str, str, str]]:
@@ -155,7 +156,7 @@ def render() -> str:
     """The whole reference, as Markdown (pure: the same code gives the same text)."""
     from mixle_mpi.cli import helptext
     from mixle_mpi.cli.commands import build_parser
-    from mixle_mpi.policy import faults
+    from mixle_mpi.chaos import faults
     from mixle_mpi.policy.config import ENV_PREFIX
 
     parser = build_parser(full_help=True)
@@ -175,7 +176,7 @@ def render() -> str:
     out += ["", "## Other environment variables", ""]
     out += _table(("variable", "meaning"), [(f"`{k}`", v) for k, v in ENVIRONMENT.items()])
     out += ["", "Set by `mixle-mpi run` for the ranks it starts (the launcher and rank contract,",
-            "`core/jobfiles.py`); never set them yourself:", ""]
+            "`launch/contract.py`); never set them yourself:", ""]
     out += [", ".join(f"`{v}`" for v in launcher_set()), ""]
     out += ["## Exit codes", ""]
     out += _table(("code", "name", "meaning"), [(c, f"`{n}`", m) for c, n, m in _exit_rows()])

@@ -26,7 +26,7 @@ the dead worker's place, or else its shards move to the survivors for good.
 
 Why the signal takes this route: SLURM sends USR1 to the batch shell only (``B:``). The
 shell forwards it to ``mixle-mpi run``, which forwards it to the driver (rank 0) alone, as
-soon as the driver has said it can take it (:class:`mixle_mpi.cli.launcher.SignalForwarder`).
+soon as the driver has said it can take it (:class:`mixle_mpi.launch.launcher.SignalForwarder`).
 Open MPI's mpiexec would pass a USR1 on to every rank, so it is never signalled.
 
 The golden files in ``slurm/`` are ``render(kind)`` with the defaults below; regenerate them

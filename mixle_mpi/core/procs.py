@@ -25,8 +25,8 @@ from mixle_mpi.core import logs
 
 Ident = tuple[int, str]
 
-# psutil's status names as the one-letter states of ``ps`` and /proc/PID/stat; the policy
-# modules (jobwatch, chaos_plan) speak in these letters.
+# psutil's status names as the one-letter states of ``ps`` and /proc/PID/stat; the pure
+# checks (launch/jobchecks, chaos/external_plan) speak in these letters.
 _LETTERS = {
     psutil.STATUS_RUNNING: "R", psutil.STATUS_SLEEPING: "S", psutil.STATUS_DISK_SLEEP: "D",
     psutil.STATUS_STOPPED: "T", psutil.STATUS_TRACING_STOP: "t", psutil.STATUS_ZOMBIE: "Z",
@@ -35,8 +35,6 @@ _LETTERS = {
 }
 GONE = frozenset({"Z", "X", "x"})  # a process in one of these states has ended: never signal or count it
 STOPPED = "T"
-
-RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")  # a rank's world rank, set by its launcher
 
 _ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError)
 
@@ -176,15 +174,6 @@ def pids() -> frozenset[int]:
         return frozenset()
 
 
-def world_rank(env) -> int | None:
-    """The world rank a launcher gave the process whose environment is ``env``, if any (pure)."""
-    for var in RANK_VARS:
-        value = env.get(var)
-        if value is not None and str(value).strip().lstrip("-").isdigit():
-            return int(value)
-    return None
-
-
 class Row:
     """One process as a table row: pid, parent, state letter, command line and environment."""
 
@@ -224,32 +213,3 @@ def tagged(var: str, value: str, skip: Iterable[int] = ()) -> list[int]:
         if env is not None and env.get(var) == value:
             found.append(pid)
     return sorted(found)
-
-
-WRAPPER = "rankwrap.sh"  # mixle_mpi's MPICH rank wrapper (runtime/rankwrap.sh)
-
-
-def is_rank_wrapper(argv) -> bool:
-    """``argv`` is a shell running mixle_mpi's rank wrapper (or its subshell, forked to run
-    the rank and not yet replaced by it) (pure)."""
-    return len(argv) >= 2 and os.path.basename(str(argv[0])) in ("sh", "dash", "bash") and \
-        os.path.basename(str(argv[1])) == WRAPPER
-
-
-def rank_processes(rows: dict[int, Row], candidates: Iterable[int]) -> list[int]:
-    """Which of ``candidates`` (pids of ``rows``) are rank processes: they carry a world rank
-    in their environment, are no rank wrapper, and no process below them carries the same
-    rank (that one is the rank; these wrap it: a shell, a ``run -- ./fit.sh``). Whatever
-    the interpreter is called (pure)."""
-    ranked = {pid: world_rank(rows[pid].env) for pid in candidates
-              if pid in rows and not is_rank_wrapper(rows[pid].argv)}
-    ranked = {pid: r for pid, r in ranked.items() if r is not None}
-    wrappers = set()
-    for pid, r in ranked.items():
-        up = rows[pid].ppid
-        seen = 0
-        while up in rows and seen < 64:  # walk up: an ancestor with the same rank wraps this one
-            if ranked.get(up) == r:
-                wrappers.add(up)
-            up, seen = rows[up].ppid, seen + 1
-    return sorted(set(ranked) - wrappers)

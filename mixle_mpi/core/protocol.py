@@ -237,7 +237,7 @@ class Beat(NamedTuple):
     """Worker -> driver heartbeat. ``progress`` counts the main thread's steps (sub-chunks,
     shards, commands); ``busy`` is True while it holds a task. The heartbeat thread sends
     it, so a worker whose main thread is stuck still beats, but its progress stands still.
-    The driver answers with ``None`` (it is alive), or with a new role (policy/fanin.py).
+    The driver answers with ``None`` (it is alive), or with a new role (policy/fanin_plan.py).
     A relay's beat also carries its members' lines (``members``)."""
     worker: int
     incarnation: int
@@ -249,7 +249,7 @@ class Beat(NamedTuple):
 
 # -- failover among workers, without ULFM (TAG_ELECT, the job's communicator) ----------------
 class Elect(NamedTuple):
-    """Worker -> every other worker: the driver is dead and ``rank`` is alive (policy/failover.py)."""
+    """Worker -> every other worker: the driver is dead and ``rank`` is alive (policy/failover_plan.py)."""
     rank: int
 
 

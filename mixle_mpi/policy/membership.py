@@ -89,7 +89,7 @@ class Membership:
         return rec.incarnation
 
     def retire(self, worker: int) -> None:
-        """A spare's place ends because its process took another place (see reconfig.Adopt)."""
+        """A spare's place ends because its process took another place (see reconfig_plan.Adopt)."""
         self.records.pop(worker, None)
 
     def failures(self) -> dict[int, int]:

@@ -2,7 +2,7 @@
 
 A collaborator of the driver (``driver.Driver.arrivals``): it carries out ``reconfig``'s Respawn
 and Adopt decisions. A replacement's Spawn runs beside the fit where it may
-(``spawner.Spawner``); the replacement then joins in the background (``policy/joining.py``)
+(``spawner.Spawner``); the replacement then joins in the background (``policy/join_plan.py``)
 while the survivors carry its shards, and takes them back at a round boundary. Set apart
 from the rounds and the reconfiguration because its steps interleave with both: a round
 polls ``advance_joins`` while it waits for results. It uses the driver's mailroom, monitor,
@@ -17,7 +17,7 @@ import time
 
 from mixle_mpi.core.protocol import Load, Loaded, Ready
 from mixle_mpi.core import clock, procs
-from mixle_mpi.policy.joining import Join
+from mixle_mpi.policy.join_plan import Join
 from mixle_mpi.policy.placement import replacement_here, respawn_host
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.runtime.spawner import SpawnFailed, Spawner, SpawnUnavailable
@@ -34,12 +34,12 @@ class Arrivals:
         self.spawner = spawner
         self.can_spawn = settings.respawn and spawner.command is not None
         self.respawn_hosts: dict[int, str | None] = {}  # place -> the host its last replacement was asked on
-        self.joining: dict[int, Join] = {}             # replacements on their way in (policy/joining.py)
+        self.joining: dict[int, Join] = {}             # replacements on their way in (policy/join_plan.py)
         self.spawn_failed: list[int] = []              # places whose background Spawn failed
 
     def respawn(self, worker: int) -> bool:
         """Start a replacement process for ``worker``; it gets the same shards back. It joins
-        in the background (policy/joining.py) while the survivors carry its shards; the Spawn
+        in the background (policy/join_plan.py) while the survivors carry its shards; the Spawn
         itself runs beside the fit where it may (``spawner.Spawner``). With ``respawn_wait``
         the fit waits until the replacement is set up and loaded."""
         t0 = time.perf_counter()

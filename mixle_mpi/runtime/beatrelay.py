@@ -1,4 +1,4 @@
-"""A worker's side of heartbeat fan-in (policy/fanin.py), run by its heartbeat thread.
+"""A worker's side of heartbeat fan-in (policy/fanin_plan.py), run by its heartbeat thread.
 
 A direct worker beats to the driver as always. A member beats to its relay and learns from
 the relay's answers how long ago the relay heard the driver. A relay hears its members,
@@ -12,7 +12,7 @@ from __future__ import annotations
 from mpi4py import MPI
 
 from mixle_mpi.core.protocol import TAG_HB, Beat
-from mixle_mpi.policy.fanin import DIRECT, MemberBook, Relayed, RelayBack, Role
+from mixle_mpi.policy.fanin_plan import DIRECT, MemberBook, Relayed, RelayBack, Role
 from mixle_mpi.policy.heartbeat import answer_due
 from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, Link
 

@@ -6,7 +6,7 @@ stuck for good, under Open MPI and MPICH alike. Without this record the driver l
 at ``reconfigure_timeout`` (60 s by default): a minute with one worker fewer under Open MPI,
 a minute before exit 74 under MPICH. With it the driver sees the process is gone and gives
 up on the Spawn at once. Before the record is written (the interpreter's first 0.1 s) the
-driver finds the process by its command line, which names the record (``Watch``); one
+driver finds the process by its command line, which names the record (``SpawnDeathCheck``); one
 killed before any look found it (an external campaign killed replacements 16 ms after they
 appeared) is given up once it has not been seen within ``APPEAR_WITHIN``, where it surely
 starts on this host. A record it cannot read (another host, no /proc) only costs that.
@@ -23,7 +23,7 @@ import time
 
 from mixle_mpi.core import rundir
 from mixle_mpi.core import procs
-from mixle_mpi.core.reaper import APPEAR_WITHIN
+from mixle_mpi.launch.reaper import APPEAR_WITHIN
 
 ARG = "--birth"  # the replacement's argument naming where it writes the record
 DRIVER_ARG = "--driver"  # the replacement's argument naming the driver's process: PID,START,SPACE
@@ -119,7 +119,7 @@ def named(path: str, skip: frozenset[int] = frozenset()) -> list[tuple[int, str]
     return found
 
 
-class Watch:
+class SpawnDeathCheck:
     """One replacement's process while its Spawn runs: by its record once written; until then
     by the processes whose command line names the record (looked for every ``SCAN_EVERY``).
     ``here``: the process surely starts on this host, so one never seen within

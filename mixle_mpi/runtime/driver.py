@@ -26,7 +26,7 @@ from mixle_mpi.core.malloc import retain_freed_memory
 from mixle_mpi.core import procs
 from mixle_mpi.core.protocol import Abort, Fence, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Setup, Stop
 from mixle_mpi.storage.events import EventLog
-from mixle_mpi.policy.faults import FaultInjector, plan_to_json
+from mixle_mpi.chaos.faults import FaultInjector, plan_to_json
 from mixle_mpi.policy.membership import Membership
 from mixle_mpi.runtime.arrivals import Arrivals
 from mixle_mpi.runtime.mailroom import Mailroom
@@ -34,7 +34,7 @@ from mixle_mpi.runtime.reconfiguring import Reconfiguring
 from mixle_mpi.runtime.round import Round
 from mixle_mpi.runtime.monitor import Monitor
 from mixle_mpi.runtime.wiring import Wiring
-from mixle_mpi.policy.joining import release_plan
+from mixle_mpi.policy.join_plan import release_plan
 from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.storage.store import ShardStore, rows_from_packed

@@ -20,7 +20,8 @@ import os
 import sys
 import traceback
 
-from mixle_mpi.core import exitcodes, jobfiles, logs
+from mixle_mpi.core import exitcodes, logs
+from mixle_mpi.launch import contract
 from mixle_mpi.core.errors import ConfigError, DataError, Interrupted, Preempted, PreemptedUnsaved, ReconfigurationTimeout
 
 _state: dict = {"role": None, "handle": None, "status_written": False}
@@ -28,17 +29,17 @@ _state: dict = {"role": None, "handle": None, "status_written": False}
 
 def write_status(code: int, message: str = "", extra: dict | None = None, reported: bool = False) -> None:
     """The driver's verdict for the launcher; ``reported``: ``message`` is on stderr already."""
-    if not jobfiles.status_wanted() or _state["status_written"]:
+    if not contract.status_wanted() or _state["status_written"]:
         return
     _state["status_written"] = True
-    jobfiles.write_status({"exit_code": int(code), "status": "ok" if code == 0 else "error", "message": message,
+    contract.write_status({"exit_code": int(code), "status": "ok" if code == 0 else "error", "message": message,
                            "reported": bool(reported), **(extra or {})})
 
 
 def write_driver_pid() -> None:
     """Tell the launcher where to forward SIGTERM/SIGUSR1: call once the driver's handlers
     are installed, so a forwarded signal is never taken by a default action."""
-    jobfiles.write_driver()
+    contract.write_driver()
 
 
 def _flush() -> None:

@@ -19,7 +19,8 @@ import numpy as np
 from mixle.utils.parallel.planner import EncodedDataHandle
 from mixle.utils.vector import validate_initialization_probability, validated_initialized_observations
 
-from mixle_mpi.core import jobfiles, joblock, logs
+from mixle_mpi.core import joblock, logs
+from mixle_mpi.launch import contract
 from mixle_mpi.runtime import exiting
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import ConfigError, DataError, ReconfigurationTimeout
@@ -27,7 +28,7 @@ from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.prefixfold import PrefixFold
 from mixle_mpi.policy.lookahead import Lookahead
 from mixle_mpi.storage.events import EventLog
-from mixle_mpi.policy.faults import ENV_VAR as FAULT_ENV, FIRED_ENV, parse_plan, plan_from_env, read_fired, unfired
+from mixle_mpi.chaos.faults import ENV_VAR as FAULT_ENV, FIRED_ENV, parse_plan, plan_from_env, read_fired, unfired
 from mixle_mpi.core.validate import check_int
 
 DEFAULT_WORKDIR = "mixle_mpi_run"
@@ -77,7 +78,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
 
     Keyword-only extras: ``workdir`` (store and event log; default ``$MIXLE_MPI_WORKDIR``
     or ``./mixle_mpi_run``), ``store_path``, ``event_log``, ``fault_plan`` (see
-    :mod:`mixle_mpi.policy.faults`), ``keep_store`` (keep the shard store, a full owner-only copy
+    :mod:`mixle_mpi.chaos.faults`), ``keep_store`` (keep the shard store, a full owner-only copy
     of the data, after :meth:`close`; it is deleted by default), ``warm_serialization`` (build
     mixle's serialization registry in the background while the workers load: for fits that
     write checkpoints or JSON, which need it), and the
@@ -146,8 +147,8 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         from mixle_mpi.runtime.driver import Driver
         from mixle_mpi.runtime.wiring import over_mpi
         from mixle_mpi.runtime.shrink import probe_continuation
-        from mixle_mpi.policy.failover import failover_status
-        from mixle_mpi.policy.reconfig import spawn_unavailable, srun_plugin
+        from mixle_mpi.policy.failover_plan import failover_status
+        from mixle_mpi.policy.reconfig_plan import spawn_unavailable, srun_plugin
         from mpi4py import MPI
         from mixle_mpi.core.blas import pin_blas_threads
 
@@ -182,7 +183,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         self.events.emit("ranks", ranks=rank_places(self._driver.membership))
         self._estimator = None  # the last E-step's or initialization's: a scoring round computes ahead with it
         self._ahead = Lookahead(self.settings.estep_ahead)
-        jobfiles.mark_started()
+        contract.mark_started()
 
     def _check_config(self, world_size: int, num_shards, sub_chunks, max_retries, settings) -> tuple[int, int, int | None]:
         """(workers, spares, num_shards) of this job, its settings resolved; a world too small
@@ -250,7 +251,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         Returns the members, the ranks left out, and the job's communicators."""
         from mixle_mpi.runtime import startup
 
-        timeout = startup.startup_timeout()
+        timeout = contract.startup_timeout()
         # ranks of this host that die while the job starts (their records name world ranks:
         # not after a takeover, whose communicator numbers the survivors anew)
         gone = startup.RanksGone() if self.took_over is None else None
@@ -402,7 +403,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         return self._driver.membership
 
     def fault_point(self, phase: str, call: int) -> None:
-        """The driver's own chaos hook (``policy/faults.py``) at ``phase`` of ``call``: a fit
+        """The driver's own chaos hook (``chaos/faults.py``) at ``phase`` of ``call``: a fit
         loop's checkpoint write is one."""
         self._driver.faults.check(phase, call)
 
@@ -563,7 +564,7 @@ def _spawn_command(fast: bool = False) -> list[str]:
     when it dies."""
     from mpi4py import MPI
 
-    from mixle_mpi.runtime.rankwrapper import wrapper_path
+    from mixle_mpi.launch.rankwrapper import wrapper_path
 
     if fast:
         command = [sys.executable, "-m", "mixle_mpi.runtime.spawned", "--path", sys.path[0] or os.getcwd()]

@@ -1,6 +1,6 @@
 """A communicator over some ranks of another, made without any collective call: how the
 survivors of a dead driver go on where no new communicator can be built (Open MPI under
-srun, the ``keep`` way; policy/failover.py, ``BY_KEEPING``).
+srun, the ``keep`` way; policy/failover_plan.py, ``BY_KEEPING``).
 
 The survivors are renumbered in their order, so the successor is rank 0 as after a Shrink,
 and every view has its own band of tags on the job's communicator: a message of one view

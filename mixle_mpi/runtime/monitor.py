@@ -4,7 +4,7 @@ It runs beside the driver's main thread (MPI_THREAD_MULTIPLE) on the dedicated h
 communicators, so detection keeps working while the driver folds, runs the M-step or sits
 in user code. It only reports suspects; the main thread decides what happens to them.
 Above ``max_direct`` workers on one communicator it hears most of them through relays
-(policy/fanin.py): it tells each worker its role, and exchanges beats with relays only.
+(policy/fanin_plan.py): it tells each worker its role, and exchanges beats with relays only.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from mpi4py import MPI
 
 from mixle_mpi.core.protocol import TAG_HB, Beat, Quiet
-from mixle_mpi.policy.fanin import DEFAULT_MAX_DIRECT, DIRECT, Role, named_silent, plan, roles
+from mixle_mpi.policy.fanin_plan import DEFAULT_MAX_DIRECT, DIRECT, Role, named_silent, plan, roles
 from mixle_mpi.policy.heartbeat import HeartbeatTracker, StallTracker, answer_due
 from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, Link, PeerFailed
 

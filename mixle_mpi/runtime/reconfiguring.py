@@ -18,8 +18,8 @@ from mpi4py import MPI
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.errors import RERUN_ADVICE, ReconfigurationTimeout
 from mixle_mpi.core.protocol import TAG_REPLY, Shrink, ShrinkGo, ShrinkReady, Shrunk
-from mixle_mpi.policy import reconfig
-from mixle_mpi.policy.reconfig import EMULATED, Adopt, Blacklist, KeepComm, Respawn, ShrinkComm, renumber, shrink_method
+from mixle_mpi.policy import reconfig_plan as reconfig
+from mixle_mpi.policy.reconfig_plan import EMULATED, Adopt, Blacklist, KeepComm, Respawn, ShrinkComm, renumber, shrink_method
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.runtime.transport import Link
 

@@ -19,7 +19,7 @@ from mixle_mpi.core import clock, estep
 from mixle_mpi.core.errors import WorkerError
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.protocol import Result, Stats, Task
-from mixle_mpi.policy.joining import work_of
+from mixle_mpi.policy.join_plan import work_of
 from mixle_mpi.policy.pacing import round_window
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
 

@@ -6,7 +6,7 @@ exposes ``Shrink`` on MPICH too, but there it blocks forever, so the path is cho
 probe, never by ``hasattr``. Elsewhere the shrink is emulated with
 ``Intracomm.Create_from_group`` over the agreed survivors, which needs no failed member.
 Where that fails too (ranks started by ``srun --mpi=pmix``: SLURM's plugin has no PMIx
-groups), the communicator is kept (:data:`~mixle_mpi.policy.reconfig.KEEP`).
+groups), the communicator is kept (:data:`~mixle_mpi.policy.reconfig_plan.KEEP`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import threading
 
 from mpi4py import MPI
 
-from mixle_mpi.policy.reconfig import EMULATED, ULFM, choose_method, detach_from_pmix, requested_method, srun_plugin
+from mixle_mpi.policy.reconfig_plan import EMULATED, ULFM, choose_method, detach_from_pmix, requested_method, srun_plugin
 
 
 
@@ -78,7 +78,7 @@ def probe_group(timeout: float = 5.0) -> tuple[bool, str]:
 
 def probe_continuation(environ=None) -> tuple[str, str]:
     """(method, reason): how the job continues after a failure, from probes on this rank
-    (the driver) and the launch (see :func:`mixle_mpi.policy.reconfig.choose_method`).
+    (the driver) and the launch (see :func:`mixle_mpi.policy.reconfig_plan.choose_method`).
 
     Under srun --mpi=pmix with Open MPI every rank leaves PMIx after the start (see
     :func:`mixle_mpi.runtime.startup.detach_from_slurm_pmix`), so ``Create_from_group``,

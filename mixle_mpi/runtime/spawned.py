@@ -3,7 +3,7 @@
 ``MPI_Comm_spawn`` blocks the driver until the new process has initialised MPI. Started as
 the user's whole script, a replacement first re-runs the script's imports and data loading
 (seconds); started here, it initialises MPI at once and imports mixle only when the
-driver's ``Setup`` arrives, while the fit goes on (policy/joining.py). The driver uses the
+driver's ``Setup`` arrives, while the fit goes on (policy/join_plan.py). The driver uses the
 script instead when its pickles name ``__main__`` (classes defined in the script itself).
 Before MPI it writes its birth record (runtime/birth.py), so that a death inside the Spawn
 is seen at once.

@@ -1,7 +1,7 @@
 """Getting a replacement process connected with MPI ``Spawn``, or saying why it could not be.
 
-The driver decides that a place gets a replacement (``policy/reconfig.py``) and joins it
-(``policy/joining.py``); this only starts the process: which command, on which host, in
+The driver decides that a place gets a replacement (``policy/reconfig_plan.py``) and joins it
+(``policy/join_plan.py``); this only starts the process: which command, on which host, in
 which thread and within which deadline. Where Spawn may run beside the fit (Open MPI) it
 runs in a helper thread that the driver polls (``finished``); under MPICH it blocks the
 caller (its global lock: a stuck Spawn must stay bounded there).
@@ -22,9 +22,9 @@ from mixle_mpi.core.deadlines import Background, run_with_deadline
 from mixle_mpi.core.errors import RERUN_ADVICE, ReconfigurationTimeout
 from mixle_mpi.core import procs
 from mixle_mpi.policy.config import Settings
-from mixle_mpi.policy.reconfig import replacement_command, spawn_timeout_is_fatal
+from mixle_mpi.policy.reconfig_plan import replacement_command, spawn_timeout_is_fatal
 from mixle_mpi.runtime import birth
-from mixle_mpi.runtime.rankwrapper import wrapper_of
+from mixle_mpi.launch.rankwrapper import wrapper_of
 from mixle_mpi.runtime.transport import Link
 
 SPAWN_CHECK_TIMEOUT = 5.0  # after a spawn timed out: seconds MPI gets to prove it still answers
@@ -34,7 +34,7 @@ FENCE_SETTLE = 0.25        # then seconds for Hydra to act on that death before 
 # second; one whose process died as it started never returns under Open MPI (an external
 # campaign run: the driver sat out the rest of reconfigure_timeout after the fit, until the
 # launcher killed the job); and the launcher kills ranks still running 30 s after the
-# driver's verdict (policy/jobwatch.py, FINISH_GRACE).
+# driver's verdict (launch/jobchecks.py, FINISH_GRACE).
 EXIT_WAIT = 10.0
 
 
@@ -44,7 +44,7 @@ class Underway(NamedTuple):
 
     call: Background
     since: float
-    watch: birth.Watch | None = None
+    watch: birth.SpawnDeathCheck | None = None
 
 
 class SpawnFailed(NamedTuple):
@@ -91,7 +91,7 @@ def check_mpi_answers(what: str) -> None:
         pass  # it answered
 
 
-def _why_dead(watch: birth.Watch) -> str | None:
+def _why_dead(watch: birth.SpawnDeathCheck) -> str | None:
     died = watch.dead()
     return died[1] if died else None
 
@@ -127,7 +127,7 @@ class Spawner:
         record = self._birth_path(worker) if command is self.fast_command else None
         exe, *args = command + ([birth.ARG, record, birth.DRIVER_ARG, birth.driver_arg()] if record else [])
         self._wait_fenced_gone()
-        watch = birth.Watch(record, here) if record else None  # before the Spawn: it knows the older processes
+        watch = birth.SpawnDeathCheck(record, here) if record else None  # before the Spawn: it knows the older processes
 
         def spawn() -> Link:
             inter = spawn_on(host, exe, args)
@@ -192,7 +192,7 @@ class Spawner:
             if underway.watch and not underway.call.done():
                 birth.remove(underway.watch.path)  # abandoned with this process: nobody reads it now
 
-    def _note_born(self, worker: int, watch: birth.Watch | None) -> None:
+    def _note_born(self, worker: int, watch: birth.SpawnDeathCheck | None) -> None:
         """A Spawn returned: its process's pid, if its record is of this host (``born``)."""
         ident = birth.identity_here(watch.path) if watch else None
         if ident is not None:

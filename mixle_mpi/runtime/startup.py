@@ -37,14 +37,13 @@ import threading
 import time
 from typing import Any
 
-from mixle_mpi.core import jobfiles
-from mixle_mpi.core.errors import ConfigError, MixleMPIError
+from mixle_mpi.core.errors import MixleMPIError
 from mixle_mpi.core.protocol import PROTOCOL, TAG_START, Abort, Beacon, Go, Hello
 from mixle_mpi.core import procs
-from mixle_mpi.policy.jobwatch import StoppedWatch
+from mixle_mpi.launch import contract
+from mixle_mpi.launch.contract import startup_timeout
+from mixle_mpi.launch.jobchecks import StoppedAtStartCheck
 
-STARTUP_TIMEOUT_ENV = "MIXLE_MPI_STARTUP_TIMEOUT"
-DEFAULT_STARTUP_TIMEOUT = 120.0
 BEACON_PERIOD = 1.0          # seconds between the driver's "still preparing" beacons
 MAX_PENDING_BEACONS = 8      # per worker: a dead rank's beacons never complete under MPICH
 
@@ -62,29 +61,14 @@ def mpi_text() -> str:
     return f"{vendor} {'.'.join(map(str, version))}"
 
 
-def startup_timeout(environ=None) -> float:
-    """``MIXLE_MPI_STARTUP_TIMEOUT`` in seconds (> 0), else the default."""
-    environ = os.environ if environ is None else environ
-    raw = environ.get(STARTUP_TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_STARTUP_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{STARTUP_TIMEOUT_ENV}={raw!r} must be a number of seconds > 0")
-    return value
-
-
 # -- phase 1: MPI init -----------------------------------------------------------------------
 def init_mpi():
     """``mpi4py.MPI``, initialising MPI under the startup deadline (see the module doc)."""
     if "mpi4py.MPI" not in sys.modules:
-        from mixle_mpi.policy.faults import spawn_fault_check
+        from mixle_mpi.chaos.faults import spawn_fault_check
 
         spawn_fault_check()  # a test's replacement that dies inside the driver's MPI_Comm_spawn
-        jobfiles.mark_init_begun()
+        contract.mark_init_begun()
     armed = ("mpi4py.MPI" not in sys.modules and threading.current_thread() is threading.main_thread()
              and hasattr(signal, "SIGALRM"))
     if armed:
@@ -97,7 +81,7 @@ def init_mpi():
             signal.alarm(0)
             signal.signal(signal.SIGALRM, previous)
     if MPI.COMM_WORLD.Get_rank() == 0 and MPI.Comm.Get_parent() == MPI.COMM_NULL:
-        jobfiles.mark_mpi_up()
+        contract.mark_mpi_up()
     return MPI
 
 
@@ -112,11 +96,11 @@ class RanksGone:
 
     def __init__(self, path: str | None = None, host: str | None = None, gone=procs.gone,
                  every: float = 0.25, clock=time.monotonic, state=procs.state, fence=None) -> None:
-        self.path = jobfiles.init_begun_path() if path is None else path
+        self.path = contract.init_begun_path() if path is None else path
         self.host = host or socket.gethostname()
         self.gone, self.every, self.clock, self.state = gone, every, clock, state
         self.fence = fence or _fence_stopped
-        self.stopped = StoppedWatch(clock=clock)
+        self.stopped = StoppedAtStartCheck(clock=clock)
         self.next_look = 0.0
         self.found: dict[int, str] = {}
 
@@ -125,7 +109,7 @@ class RanksGone:
         is SIGKILLed, as the driver fences a stopped worker): rank -> why."""
         if self.path and self.clock() >= self.next_look:
             self.next_look = self.clock() + self.every
-            for rank, pid in jobfiles.init_begun_here(self.path, self.host).items():
+            for rank, pid in contract.init_begun_here(self.path, self.host).items():
                 if rank in self.found:
                     continue
                 if self.gone(pid):
@@ -327,7 +311,7 @@ def detach_from_slurm_pmix(environ=None) -> str | None:
     """Every rank, once the job's communicators exist, under srun --mpi=pmix with Open MPI:
     leave SLURM's PMIx server (``PMIx_Finalize`` in the libpmix this process loaded), so that
     a rank dying later does not make SLURM cancel the whole step (see
-    :func:`mixle_mpi.policy.reconfig.detach_from_pmix`). Returns what was done, or None when
+    :func:`mixle_mpi.policy.reconfig_plan.detach_from_pmix`). Returns what was done, or None when
     nothing was needed. MPI point-to-point goes on as before; what needs PMIx (``Spawn``,
     ``Create_from_group``, ``MPI_Finalize``) is never called afterwards: the job continues by
     keeping its communicator, and every rank ends with ``os._exit``.
@@ -340,7 +324,7 @@ def detach_from_slurm_pmix(environ=None) -> str | None:
     from mpi4py import MPI
 
     from mixle_mpi.core.deadlines import run_with_deadline
-    from mixle_mpi.policy.reconfig import detach_from_pmix, srun_plugin
+    from mixle_mpi.policy.reconfig_plan import detach_from_pmix, srun_plugin
 
     environ = os.environ if environ is None else environ
     if not detach_from_pmix(MPI.get_vendor()[0], srun_plugin(environ)):

@@ -1,9 +1,9 @@
-"""A worker's part in driver failover (policy/failover.py): after the driver died, agree on
+"""A worker's part in driver failover (policy/failover_plan.py): after the driver died, agree on
 the survivors, then serve the new driver or become it.
 
 Under ULFM the job's communicator is revoked, so a survivor still computing hears of the
 death at its next message, and shrunk. Without ULFM the survivors agree by messages
-(:func:`by_messages`, deciding with :class:`~mixle_mpi.policy.failover.Election`) and build
+(:func:`by_messages`, deciding with :class:`~mixle_mpi.policy.failover_plan.Election`) and build
 a communicator over exactly the named ones (MPICH), or a view of the job's own over them
 where none can be built (Open MPI under srun: runtime/keptcomm.py). Either way every survivor leaves with the same
 communicator, within ``reconfigure_timeout``; its rank 0 drives from then on and the others
@@ -21,7 +21,7 @@ from mpi4py import MPI
 
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.protocol import TAG_ELECT, Elect, Survivors
-from mixle_mpi.policy.failover import BY_KEEPING, Election, agrees_by_messages
+from mixle_mpi.policy.failover_plan import BY_KEEPING, Election, agrees_by_messages
 from mixle_mpi.runtime.keptcomm import KeptComm
 from mixle_mpi.runtime.transport import Backoff
 
@@ -154,7 +154,7 @@ def driver_in(old, new) -> bool:
 
 def agree(comm, how: str, window: float, timeout: float, announced: bool, previous: int, driver: tuple,
           encoder: bytes | None, why: str) -> Takeover:
-    """The survivors' communicator, agreed ``how`` (policy.failover), and this process's view."""
+    """The survivors' communicator, agreed ``how`` (policy.failover_plan), and this process's view."""
     lost_at, t0 = time.time(), time.monotonic()
     new = by_messages(comm, window, timeout, announced, keep=how == BY_KEEPING) if agrees_by_messages(how) \
         else by_shrink(comm, timeout)

@@ -25,11 +25,12 @@ from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.blas import pin_blas_threads
 from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT
 from mixle_mpi.policy.heartbeat import driver_silence_limit
-from mixle_mpi.policy.failover import agrees_by_messages, can_take_over, election_window, successor, takes_over_on
-from mixle_mpi.policy.faults import FaultInjector, parse_plan
+from mixle_mpi.policy.failover_plan import agrees_by_messages, can_take_over, election_window, successor, takes_over_on
+from mixle_mpi.chaos.faults import FaultInjector, parse_plan
 from mixle_mpi.policy.pacing import NEVER, next_task_window
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
 from mixle_mpi.core import procs
+from mixle_mpi.launch import contract
 from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Fence, Load, Loaded, Quiet,
                                      Reach, Reached,
                                      ReadOwn, Ready, Release, Result, Setup,
@@ -93,7 +94,7 @@ class Worker:
         self.announced = False               # this rank told the others the driver is dead (failover by messages)
         self.lost: str | None = None         # why the heartbeat thread knows the driver dead
         self._beater: threading.Thread | None = None
-        self.fanin = BeatRelay()             # whom the heartbeat thread beats to (policy/fanin.py)
+        self.fanin = BeatRelay()             # whom the heartbeat thread beats to (policy/fanin_plan.py)
         self.host = ""
         self._body_cache: tuple[int, Any] = (-1, None)
         self._stopping = False
@@ -216,7 +217,7 @@ class Worker:
 
     def _lost_driver(self, cause: str, why: str) -> bool:
         """Heartbeat thread: tell the main thread to follow the driver (True: stop beating),
-        or end this worker when failover is off or the driver may be alive (policy/failover.py)."""
+        or end this worker when failover is off or the driver may be alive (policy/failover_plan.py)."""
         if not (self.failover and takes_over_on(cause)):
             die(DRIVER_LOST, why)
         if agrees_by_messages(self.failover):  # at once, so that a worker still computing counts as alive
@@ -524,7 +525,7 @@ def serve_original(world, following: bool = False):
     ``following``: this is the handshake with such a successor (no startup faults)."""
     from mixle_mpi.runtime import startup
 
-    timeout = startup.startup_timeout()
+    timeout = contract.startup_timeout()
     rank = _who["rank"] = world.Get_rank()
     faults = _startup_faults(rank) if not following else FaultInjector((), rank, 0)
     faults.check("startup")
@@ -534,7 +535,7 @@ def serve_original(world, following: bool = False):
         die(DRIVER_LOST, f"lost the driver while the job started ({exc})")
     if answer is None:
         die(NEVER_STARTED, f"heard nothing from the driver (rank 0) for startup_timeout={timeout:g} s "
-                           f"while the job started (set {startup.STARTUP_TIMEOUT_ENV} to wait longer)")
+                           f"while the job started (set {contract.STARTUP_TIMEOUT_ENV} to wait longer)")
     if isinstance(answer, Abort):
         flush_and_exit(answer.code)
     if rank not in answer.members:
@@ -581,7 +582,7 @@ def _startup_faults(rank: int) -> FaultInjector:
     """This rank's startup faults from the environment, less those the fault log says fired
     already: a job launched again after it never started meets each fault once. A bad plan
     is the driver's to report."""
-    from mixle_mpi.policy.faults import STARTUP_PHASES, pending_from_env
+    from mixle_mpi.chaos.faults import STARTUP_PHASES, pending_from_env
 
     return FaultInjector(pending_from_env(STARTUP_PHASES), rank, 0)
 
@@ -591,7 +592,7 @@ def serve_spawned(parent, birth_record: str | None = None, driver: tuple[int, st
     ``birth_record``: where it wrote its birth record, removed once the driver has read it."""
     from mixle_mpi.runtime import startup
 
-    timeout = startup.startup_timeout()
+    timeout = contract.startup_timeout()
     try:
         pair = run_with_deadline(lambda: parent.Merge(high=True), timeout, "merge with the driver")
         hb = run_with_deadline(pair.Dup, timeout, "heartbeat communicator")

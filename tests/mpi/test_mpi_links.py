@@ -7,7 +7,7 @@ from mpi4py import MPI
 from mpitools import WAIT, recv
 
 from mixle_mpi.core.deadlines import run_with_deadline
-from mixle_mpi.policy.reconfig import EMULATED, ULFM, renumber
+from mixle_mpi.policy.reconfig_plan import EMULATED, ULFM, renumber
 from mixle_mpi.runtime.keptcomm import KeptComm
 from mixle_mpi.runtime.shrink import probe_shrink_method, shrink
 from mixle_mpi.runtime.startup import build_comms
@@ -72,7 +72,7 @@ def test_emulated_shrink_keeps_every_live_rank_in_order(comm):
 
 def test_emulated_shrink_over_agreed_survivors_renumbers_them_like_the_driver(comm):
     """Worker 1 is left out (as a failed one would be; here it is alive and simply does not
-    take part). The survivors get the ranks reconfig.renumber gives them. Their worker ids
+    take part). The survivors get the ranks reconfig_plan.renumber gives them. Their worker ids
     run against their ranks (as after a spare adopted a place): the order is the ranks'."""
     rank, size = comm.Get_rank(), comm.Get_size()
     survivors = list(range(2, size))

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mixle_mpi.policy.reconfig import EMULATED, KEEP, ULFM
+from mixle_mpi.policy.reconfig_plan import EMULATED, KEEP, ULFM
 
 OFF, BY_SHRINK, BY_MESSAGES, BY_KEEPING = "", "ulfm", "messages", "messages-keep"
 
 
 def failover_status(requested: bool, method: str) -> tuple[str, str]:
     """(how the survivors agree, or OFF; why), from what was asked and how the job continues
-    after a worker failure (policy.reconfig): the same way, with the driver's death."""
+    after a worker failure (policy.reconfig_plan): the same way, with the driver's death."""
     if not requested:
         return OFF, "off"
     on = ("on: once the fit writes a checkpoint, if the driver dies the lowest surviving rank takes over and "

@@ -36,12 +36,13 @@ import threading
 import time
 import uuid
 
-from mixle_mpi.core import exitcodes, jobfiles, logs, procs
+from mixle_mpi.core import exitcodes, logs, procs
+from mixle_mpi.launch import contract
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.policy.jobwatch import JobWatch, StartWatch
-from mixle_mpi.core.reaper import DONE, rank_number, rank_states, sweep
-from mixle_mpi.runtime.rankwrapper import wrapper_path
-from mixle_mpi.runtime.startup import STARTUP_TIMEOUT_ENV, startup_timeout
+from mixle_mpi.launch.jobchecks import StuckJobCheck, LostStartCheck
+from mixle_mpi.launch.reaper import DONE, rank_number, rank_states, sweep
+from mixle_mpi.launch.rankwrapper import wrapper_path
+from mixle_mpi.launch.contract import STARTUP_TIMEOUT_ENV, startup_timeout
 
 OPENMPI, MPICH, SRUN = "openmpi", "mpich", "srun"
 FLAVORS = (OPENMPI, MPICH, SRUN)
@@ -177,11 +178,11 @@ def one_host_transports(extra: list[str] | None, environ) -> dict:
     return {"OMPI_MCA_btl": ONE_HOST_BTL} if one_host(extra, environ) else {}
 
 
-def launch_env(blas_threads: int, contract: dict | None = None, base=None) -> dict:
+def launch_env(blas_threads: int, run_vars: dict | None = None, base=None) -> dict:
     """The ranks' environment (pure but for ``os.environ`` as the default ``base``): BLAS
     threads pinned, and this launch's own files (``RunFiles.env``, the launcher<->rank
     contract), never an outer launcher's."""
-    env = {**jobfiles.outer_vars_removed(dict(os.environ if base is None else base)), **(contract or {})}
+    env = {**contract.outer_vars_removed(dict(os.environ if base is None else base)), **(run_vars or {})}
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, str(blas_threads))
     env.setdefault("MIXLE_MPI_BLAS_THREADS", str(blas_threads))
@@ -267,7 +268,7 @@ class SignalForwarder:
 
     def driver(self) -> procs.Ident | None:
         """The driver's identity once it can take a signal; None before (or if unusable)."""
-        ident, why = jobfiles.read_driver(self.pid_file, self._host)
+        ident, why = contract.read_driver(self.pid_file, self._host)
         if why is not None and why not in self._said:
             self._said.add(why)
             self._say(why)
@@ -338,15 +339,15 @@ WATCH_EVERY = 1.0  # seconds between looks at the job's rank processes
 
 
 def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | None,
-          files: jobfiles.RunFiles, tag: str, expect_here: int | None = None) -> tuple[int | None, str | None, bool]:
+          files: contract.RunFiles, tag: str, expect_here: int | None = None) -> tuple[int | None, str | None, bool]:
     """Wait for mpiexec, delivering held signals. (exit code, None, False), or (None, why,
     lost) when ``timeout`` passed, the job is stuck on ranks that will never end, or
-    (``lost``) it lost a rank before MPI was up and can no longer start (see jobwatch;
+    (``lost``) it lost a rank before MPI was up and can no longer start (see jobchecks;
     ``expect_here``: how many ranks start on this host, where known)."""
     end = None if timeout is None else time.monotonic() + timeout
-    watch, starting, next_look = JobWatch(), StartWatch(expect_here), time.monotonic() + WATCH_EVERY
+    watch, starting, next_look = StuckJobCheck(), LostStartCheck(expect_here), time.monotonic() + WATCH_EVERY
     rank_of: dict[int, int] = {}  # pid -> its MPI rank, read once while it runs (for the log)
-    with ExitWatch(proc) as exited:
+    with ChildExitWait(proc) as exited:
         while True:
             rc = exited.within(0.05)
             if rc is not None:
@@ -372,7 +373,7 @@ def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | N
                     return None, stuck, False
 
 
-class ExitWatch:
+class ChildExitWait:
     """Waits for a child's exit asleep: in ``select`` on a pidfd where Linux has one.
     ``Popen.wait(timeout)`` polls instead, from 0.5 ms up: about 120 wake-ups a second, each
     taking a core from the ranks for a moment where the launcher shares a node with them."""
@@ -381,7 +382,7 @@ class ExitWatch:
         self.proc = proc
         self.fd: int | None = None
 
-    def __enter__(self) -> "ExitWatch":
+    def __enter__(self) -> "ChildExitWait":
         try:
             self.fd = os.pidfd_open(self.proc.pid)
         except (AttributeError, OSError):  # not Linux >= 5.3, or the child is reaped already
@@ -406,7 +407,7 @@ class ExitWatch:
 
 def _start_reaper(tag: str) -> subprocess.Popen:
     """The process that kills this job if the launcher dies (see reaper.py)."""
-    return subprocess.Popen([sys.executable, "-m", "mixle_mpi.core.reaper", tag], stdin=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "mixle_mpi.launch.reaper", tag], stdin=subprocess.PIPE,
                             start_new_session=True)
 
 
@@ -475,7 +476,7 @@ def relaunch_note(code: int, left: dict) -> str | None:
 
 def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env: dict | None,
                  limit: float, own_job: bool = False, expect_here: int | None = None) -> tuple[int, str, int]:
-    files = jobfiles.RunFiles()
+    files = contract.RunFiles()
     tag = uuid.uuid4().hex
     started: list[subprocess.Popen] = []
     forwarder = SignalForwarder(files.driver, terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started])
@@ -529,7 +530,7 @@ def never_started(mpi_up: bool, started: bool, seconds: float, limit: float, ini
     job that ended before MPI was up lost a rank while starting; ``own_job``: every rank of
     ``cmd`` would have marked that, so mpiexec ending nonzero before any did is a launch
     failure. A command of the user's that fails on its own is neither. ``lost``: the
-    launcher ended the job on seeing a rank lost before MPI was up (jobwatch.StartWatch)."""
+    launcher ended the job on seeing a rank lost before MPI was up (jobchecks.LostStartCheck)."""
     if started:
         return None
     if lost:

@@ -3,7 +3,7 @@
 An external campaign kills real processes of a running job from outside, with no hook, at
 seeded random times: most first kills (``FIT_SHARE``, 3 in 4) land in the fit, the others
 anywhere in the whole run, startup included (see :func:`external_plan`). Everything that decides is here and is tested
-without MPI or processes (:mod:`mixle_mpi.cli.chaos_external` only reads the process table, sends the
+without MPI or processes (:mod:`mixle_mpi.chaos.external` only reads the process table, sends the
 signals and launches the jobs):
 
 - :func:`external_plan`: what one run does (which kind, when, which signal, how the victim is
@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.exitcodes import NEVER_STARTED
 from mixle_mpi.core import procs
-from mixle_mpi.core.jobfiles import TAG_ENV
-from mixle_mpi.policy.faults import SPAWNED_ENV
+from mixle_mpi.launch import ranks
+from mixle_mpi.launch.contract import TAG_ENV
+from mixle_mpi.chaos.faults import SPAWNED_ENV
 
 # kind: what is killed. "worker": SIGKILL of one worker at a random time (see external_plan); "two_workers": a second worker SIGKILLed 0-300 ms after the first;
 # "during_recovery": a second SIGKILL 0.2-2 s after the first, while the job recovers (half of
@@ -276,7 +277,7 @@ def classify(table: dict, root: int, tags: frozenset | set = frozenset()) -> lis
     """The job's rank processes in ``table`` (pid -> Proc): processes under ``root`` (the
     launcher), or anywhere when they carry one of the job's ``tags``, that have an MPI rank
     in their environment and wrap no other process of the same rank
-    (``procs.rank_processes``, whatever the interpreter is called). A rank started by ``MPI_Comm_spawn`` (Open MPI sets
+    (``ranks.rank_processes``, whatever the interpreter is called). A rank started by ``MPI_Comm_spawn`` (Open MPI sets
     ``OMPI_PARENT_PORT``, MPICH ``PMI_SPAWNED=1``; our MPICH wrapper gets ``--worker``) is a
     respawned worker; the driver is world rank 0 of an original job. Under MPICH the rank
     is the wrapper's Python child, never the ``sh`` wrapper itself (pure)."""
@@ -284,11 +285,11 @@ def classify(table: dict, root: int, tags: frozenset | set = frozenset()) -> lis
     candidates = [pid for pid, p in table.items()
                   if pid != root and (pid in under or (p.env.get(TAG_ENV) is not None and p.env.get(TAG_ENV) in tags))]
     out = []
-    for pid in procs.rank_processes(table, candidates):
+    for pid in ranks.rank_processes(table, candidates):
         p = table[pid]
-        rank = procs.world_rank(p.env)
+        rank = ranks.world_rank(p.env)
         parent = table.get(p.ppid)
-        wrapper = parent.pid if parent is not None and procs.is_rank_wrapper(parent.argv) else None
+        wrapper = parent.pid if parent is not None and ranks.is_rank_wrapper(parent.argv) else None
         respawned = (any(var in p.env for var in RESPAWN_ENV) or
                      (wrapper is not None and "--worker" in parent.argv[2:3]))
         role = "driver" if rank == 0 and not respawned else "worker"

@@ -16,6 +16,9 @@ FILE
 MIXLE_MPI_STATUS_FILE    status.json         driver, its verdict         launcher (over mpiexec's)
 =======================  ==================  ==========================  =========================
 
+The user's ``MIXLE_MPI_STARTUP_TIMEOUT`` (``startup_timeout``) bounds every rank's start (MPI
+initialisation, the handshake); it is read here because the launcher reads it too.
+
 Every file lives in the run folder and is written only while that folder can be trusted
 (``rundir``); a rank on a host that cannot see it goes on without it. Every reader treats a
 missing or half-written file as "not yet".
@@ -24,6 +27,7 @@ missing or half-written file as "not yet".
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import socket
@@ -31,6 +35,8 @@ import tempfile
 import time
 
 from mixle_mpi.core import procs, rundir
+from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.launch import ranks
 
 TAG_ENV = "MIXLE_MPI_JOB_TAG"
 INIT_BEGUN_ENV = "MIXLE_MPI_INIT_BEGUN_FILE"
@@ -39,6 +45,25 @@ STARTED_ENV = "MIXLE_MPI_STARTED_FILE"
 DRIVER_PID_ENV = "MIXLE_MPI_DRIVER_PID_FILE"
 STATUS_ENV = "MIXLE_MPI_STATUS_FILE"
 FILE_VARS = (INIT_BEGUN_ENV, MPI_UP_ENV, STARTED_ENV, DRIVER_PID_ENV, STATUS_ENV)
+# How long every rank gives MPI initialisation and the startup handshake; the launcher reads it
+# too (a bad value is refused before any launch, and its messages name it).
+STARTUP_TIMEOUT_ENV = "MIXLE_MPI_STARTUP_TIMEOUT"
+DEFAULT_STARTUP_TIMEOUT = 120.0
+
+
+def startup_timeout(environ=None) -> float:
+    """``MIXLE_MPI_STARTUP_TIMEOUT`` in seconds (> 0), else the default."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(STARTUP_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_STARTUP_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{STARTUP_TIMEOUT_ENV}={raw!r} must be a number of seconds > 0")
+    return value
 
 
 # -- the launcher's side ------------------------------------------------------------------------
@@ -142,7 +167,7 @@ def mark_init_begun() -> None:
     MPI up lost a rank while starting (it never started), unlike a command that failed on its
     own. Every rank appends a line "pid rank host" to one file (one ``write``: ranks write at
     once). A line that cannot be written only costs that knowledge."""
-    rank = procs.world_rank(os.environ)
+    rank = ranks.world_rank(os.environ)
     rundir.append_line(init_begun_path(), f"{os.getpid()} {'-' if rank is None else rank} {socket.gethostname()}\n")
 
 

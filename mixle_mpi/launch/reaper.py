@@ -16,7 +16,8 @@ import sys
 import time
 
 from mixle_mpi.core import procs
-from mixle_mpi.core.jobfiles import TAG_ENV
+from mixle_mpi.launch import ranks
+from mixle_mpi.launch.contract import TAG_ENV
 
 DONE = b"done"
 # Seconds by which a process started on this host has shown itself in the process table (a fork and an
@@ -31,17 +32,17 @@ def tagged_pids(tag: str) -> list[int]:
 
 def rank_states(tag: str) -> dict[int, str]:
     """The state letter (R, S, T, Z, ...) of each rank process of the job: tagged, with an
-    MPI rank in its environment, and not a wrapper around another (``procs.rank_processes``:
+    MPI rank in its environment, and not a wrapper around another (``ranks.rank_processes``:
     mpiexec, its daemons and shell wrappers are left out, whatever runs the rank)."""
     pids = tagged_pids(tag)
     rows = procs.table(env_of=pids)
-    return {pid: rows[pid].state for pid in procs.rank_processes(rows, pids)}
+    return {pid: rows[pid].state for pid in ranks.rank_processes(rows, pids)}
 
 
 def rank_number(pid: int) -> int | None:
     """The MPI rank a rank process was started as (from its environment), if readable."""
     env = procs.environ(pid)
-    return procs.world_rank(env) if env is not None else None
+    return ranks.world_rank(env) if env is not None else None
 
 
 def kill_tagged(tag: str, sig: int = signal.SIGKILL) -> list[int]:

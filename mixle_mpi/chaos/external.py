@@ -13,7 +13,7 @@ startup handshake, shard load, an E-step, a log-density pass, a recovery, a shri
 respawn, a checkpoint write or the close. Where a kind kills the driver, every run has a
 checkpoint in its own folder, so a killed driver is followed by the same command, which must
 resume to the reference's bits; a campaign of worker kills runs without checkpoints, as a
-fit does by default (``chaos_plan.checkpoints``).
+fit does by default (``external_plan.checkpoints``).
 
 Each run records its kills (victim pid, role, rank, whether respawned, planned and actual
 time after the launch), the exit code, the wall time, bit-identity of model and
@@ -21,7 +21,7 @@ log-likelihood trace, the recovery time seen in the event log, and the job's pro
 still alive ``leftover_seconds`` after the launcher exited (found by the run's folder in
 their command line and by the ``MIXLE_MPI_JOB_TAG`` that ``mixle-mpi run`` puts into the
 environment of everything it starts). The decisions (plans, which process is which,
-outcomes, the report's figures) are pure functions in :mod:`mixle_mpi.policy.chaos_plan`.
+outcomes, the report's figures) are pure functions in :mod:`mixle_mpi.chaos.external_plan`.
 """
 
 from __future__ import annotations
@@ -36,18 +36,18 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from mixle_mpi.storage.events import TOOK_OVER
-from mixle_mpi.policy import chaos_plan as cp
+from mixle_mpi.chaos import external_plan as cp
 from mixle_mpi.core.atomicfile import write_json
-from mixle_mpi.cli.chaos import (compare, fit_command, fit_env, prepare_run_dir, read_output, recovery_seconds,
+from mixle_mpi.chaos.campaign import (compare, fit_command, fit_env, prepare_run_dir, read_output, recovery_seconds,
                                  seconds_from_kill,
                                  reference_problem)
 from mixle_mpi.core.exitcodes import NEVER_STARTED
-from mixle_mpi.policy.faults import read_fired
+from mixle_mpi.chaos.faults import read_fired
 from mixle_mpi.cli.jobconfig import FitConfig, moved_to
 from mixle_mpi.core import procs
-from mixle_mpi.core.procs import RANK_VARS
-from mixle_mpi.core.jobfiles import MPI_UP_ENV, STARTED_ENV, TAG_ENV
-from mixle_mpi.runtime.startup import STARTUP_TIMEOUT_ENV
+from mixle_mpi.launch.ranks import RANK_VARS
+from mixle_mpi.launch.contract import MPI_UP_ENV, STARTED_ENV, TAG_ENV
+from mixle_mpi.launch.contract import STARTUP_TIMEOUT_ENV
 
 kinds_from_text = cp.kinds_from_text
 
@@ -115,7 +115,7 @@ def wait_gone(tags, seconds: float) -> list[dict]:
 
 # -- one launch, watched and hit from outside --------------------------------------------------
 @dataclass
-class Watched:
+class LaunchRecord:
     """What the campaign saw of one launch of the job."""
     code: int | None = None
     seconds: float = 0.0
@@ -128,7 +128,7 @@ class Watched:
     started_at: float | None = None              # seconds after the launch when a started marker was seen
 
 
-def _note_tree(seen: Watched, table: dict, root: int) -> list[cp.RankProc]:
+def _note_tree(seen: LaunchRecord, table: dict, root: int) -> list[cp.RankProc]:
     for pid in cp.descendants(table, root):
         tag = table[pid].env.get(TAG_ENV)
         if tag and tag not in seen.tags:
@@ -165,13 +165,13 @@ def _kill(victim: cp.RankProc, spec: cp.KillSpec, planned: float, t0: float, env
     return record
 
 
-def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float, attempts: int) -> Watched:
+def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float, attempts: int) -> LaunchRecord:
     """Launch ``cmd`` (the launcher), carry out ``kills`` on its ranks, wait for it to end.
     A first kill ``after="started"`` is due ``delay`` seconds after the launcher's started
     marker is first seen (its path is in the ranks' environment; ``seen.started_at`` records
     when, for any launch). Past ``attempts x timeout + KILL_GRACE`` seconds the launcher's
     session is SIGKILLed (its reaper then ends the job) and the launch counts as hung."""
-    seen = Watched()
+    seen = LaunchRecord()
     deadline = attempts * timeout + KILL_GRACE
     pending = list(kills)
     done: set[int] = set()
@@ -274,10 +274,10 @@ class Context:
     env: dict
     leftover_seconds: float
     attempts: int = 3  # the launcher's first try, its one retry of a never-started job, its one resume
-    checkpoints: bool = True  # chaos_plan.checkpoints: the runs write checkpoints
+    checkpoints: bool = True  # external_plan.checkpoints: the runs write checkpoints
 
 
-def _launch(ctx: Context, rdir: str, log_name: str, kills: tuple) -> tuple[Watched, cp.Launch, list]:
+def _launch(ctx: Context, rdir: str, log_name: str, kills: tuple) -> tuple[LaunchRecord, cp.Launch, list]:
     cfg = replace(ctx.cfg, out_dir=rdir, checkpoint=os.path.join(rdir, "ckpt.h5") if ctx.checkpoints else None)
     cmd = fit_command(cfg, ctx.n, ctx.timeout, ctx.launch)
     fault_log = os.path.abspath(os.path.join(rdir, "faults.jsonl"))
@@ -373,7 +373,7 @@ def run_one(ctx: Context, plan: cp.ExternalPlan) -> dict:
     }
 
 
-def _ended_after(seen: Watched) -> float | None:
+def _ended_after(seen: LaunchRecord) -> float | None:
     hits = [k["at"] for k in seen.kills if not k.get("missed")]
     return round(seen.seconds - max(hits), 3) if hits else None
 
@@ -436,7 +436,7 @@ def external_campaign(cfg: FitConfig, *, n: int, runs: int, seed: int, out_dir: 
     own started marker, where F is ``fit_window_seconds`` or, by default, the reference's span
     minus the moment its started marker appeared (its fit); the rest are uniform over [0, T_ref
     x ``window``] seconds after the launch, or over [``window_from``, ``window_seconds``] when
-    given (``window="start"``: the reference's handshake and shard load, ``chaos_plan.start_span``).
+    given (``window="start"``: the reference's handshake and shard load, ``external_plan.start_span``).
     ``replay`` runs only those (run, draw) slots, with the kills they had in the campaign of
     the same seed, kinds, windows and share (see each failed run's ``replay`` in the report)."""
     cp.check_campaign(n - 1, runs if not replay else len(replay), window if window_seconds is None else window_seconds,
@@ -546,7 +546,7 @@ def _closing_lines(w, summary: dict, rows: list[dict], out_dir: str) -> None:
 
 def campaign_from_args(args) -> int:
     """``mixle-mpi chaos --external``: the same job resolution as the fault-plan campaign."""
-    from mixle_mpi.cli.chaos import resolve_args
+    from mixle_mpi.chaos.campaign import resolve_args
 
     cfg, n, out_dir, launch = resolve_args(args)
     return external_campaign(cfg, n=n, runs=args.runs, seed=args.campaign_seed, out_dir=out_dir,

@@ -3,7 +3,7 @@
 mpiexec waits for every rank. A rank that is SIGSTOPped (a hung node, a debugger left
 attached) never ends, so a job whose other ranks all ended, or whose driver already
 wrote its verdict, would keep the launcher waiting forever. The launcher reports the
-state of the job's rank processes every second; :class:`JobWatch` says when to kill.
+state of the job's rank processes every second; :class:`StuckJobCheck` says when to kill.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Mapping
 
-from mixle_mpi.core.reaper import APPEAR_WITHIN
+from mixle_mpi.launch.reaper import APPEAR_WITHIN
 
 FINISH_GRACE = 30.0  # seconds the ranks get to end after the driver wrote its verdict
 STUCK_GRACE = 10.0   # seconds every remaining rank may stay stopped before the job is killed
@@ -19,7 +19,7 @@ STOPPED = ("T", "t")
 GONE = ("Z", "X", "x")
 
 
-class JobWatch:
+class StuckJobCheck:
     def __init__(self, finish_grace: float = FINISH_GRACE, stuck_grace: float = STUCK_GRACE,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.finish_grace, self.stuck_grace, self.clock = finish_grace, stuck_grace, clock
@@ -50,7 +50,7 @@ class JobWatch:
         return None
 
 
-class StartWatch:
+class LostStartCheck:
     """A rank process lost before MPI is up on every rank. The others then wait inside
     MPI_Init until their alarm (``MIXLE_MPI_STARTUP_TIMEOUT``, 120 s by default) although the
     job can no longer start: the launcher ends it as soon as it sees the loss, and starts it
@@ -111,7 +111,7 @@ class StartWatch:
 STOPPED_AT_START = 1.0  # seconds a starting rank may stay stopped before it counts as lost (heartbeat_timeout's default)
 
 
-class StoppedWatch:
+class StoppedAtStartCheck:
     """Which starting ranks stay stopped (SIGSTOP, state T) for longer than ``limit``: before
     its hello a rank has no heartbeats, and a stopped one would hold the handshake for the
     whole ``startup_timeout`` (an external campaign stopped one there: 21.7 s). A rank seen

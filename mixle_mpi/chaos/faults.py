@@ -8,7 +8,7 @@ as JSON or as compact ``worker:action:phase[:call[:incarnation]]`` items joined 
 Before it acts, the victim records that its fault fired: one JSON line (event
 ``fault_fired``) appended and fsynced to the file named by ``MIXLE_MPI_FAULT_LOG``, if set,
 and a line on stderr. A campaign or a test compares the records with the plan
-(:func:`mixle_mpi.cli.chaos.unfired`): a planned fault that left no record did not happen, and
+(:func:`mixle_mpi.chaos.campaign.unfired`): a planned fault that left no record did not happen, and
 a run that was meant to survive it proves nothing. The records also make each fault fire
 once per job: a driver (a successor after failover, or the first one of a job the launcher
 ran again) leaves out the faults the log records already (:func:`unfired`).
