@@ -29,6 +29,7 @@ import resource
 import shutil
 import statistics
 import sys
+import threading
 import time
 
 import numpy as np
@@ -48,9 +49,8 @@ def model_spec(name: str):
         m = models.get_model("gmm1d")
         return "1-D Gaussian mixture, K=3", m.estimator, m.sample
     if name == "diag":
-        return ("diagonal Gaussian mixture, K=8, D=16",
-                functools.partial(models._diag, dim=16, k=8),
-                functools.partial(models._diag_data, dim=16, k=8))
+        m = models.diag_mixture(dim=16, k=8)
+        return "diagonal Gaussian mixture, K=8, D=16", m.estimator, m.sample
     if name == "hmm":
         m = models.get_model("hmm")
         return "2-state Gaussian HMM, Poisson(8) lengths (N = sequences)", m.estimator, m.sample
@@ -304,14 +304,18 @@ def base_record(args, describe, clock, t_setup, t_fit, events) -> dict:
 
 
 # -- the resilient backend --------------------------------------------------------------------
+# Everything below is heard through mixle_mpi.core.probes (the points the runtime reports):
+# nothing of the package is patched, and no private name of it is used.
+SHARD_COMPUTE = {"estep_shard": "worker_estep", "score_shard": "worker_llsum"}  # probe -> label
+
+
 def _instrument_workers(timing_dir: str):
     """On every rank (before the handle is built): time the per-shard compute the workers run,
     one JSON line per call in timing_dir. Worker ranks never return from the handle's
     constructor, so a file is how their numbers reach rank 0."""
     from mpi4py import MPI
 
-    from mixle_mpi.core import estep
-    from mixle_mpi.runtime import worker
+    from mixle_mpi.core import probes
 
     rank = MPI.COMM_WORLD.Get_rank()
     path = os.path.join(timing_dir, f"worker_{rank}_{os.getpid()}.jsonl")
@@ -322,44 +326,40 @@ def _instrument_workers(timing_dir: str):
     # the round's critical path: a file append between a shard's E-step and its reply was
     # charged to ours and not to mixle's, whose timings stay in memory too).
     lines: list[str] = []
+    started: dict = {}  # (probe, thread) -> (minor faults, wall, thread CPU) at its begin
+    listed: list = []
 
-    def wrap(label, fn):
-        @functools.wraps(fn)
-        def timed(*a, **k):
-            f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
-            t0, c0 = now(), time.thread_time()
-            result = fn(*a, **k)
-            t1, c1 = now(), time.thread_time()
-            f1 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
-            lines.append(json.dumps([label, t1, t1 - t0, rank, time.process_time(), c1 - c0, f1 - f0]) + "\n")
-            return result
-        return timed
-
-    def stamp(label, fn):
-        """Only when ``fn`` ran (no resource counters): the round's start on a worker is on its
-        critical path, so this instrument costs it as little as it can."""
-        @functools.wraps(fn)
-        def stamped(*a, **k):
-            t0 = now()
-            result = fn(*a, **k)
-            t1 = now()
-            lines.append(f'["{label}", {t1!r}, {t1 - t0!r}, {rank}]\n')
-            return result
-        return stamped
-
-    def modules_listed(fn):
+    def list_modules() -> None:
         """At a worker's first E-step: the modules it has imported by then, for the startup
         item (bench/memory_startup.py times importing them in a fresh interpreter)."""
-        listed = []
+        if not listed and rank != 0:
+            listed.append(True)
+            with open(os.path.join(timing_dir, f"modules_{rank}.json"), "w", encoding="utf-8") as fh:
+                json.dump(sorted(sys.modules), fh)
 
-        @functools.wraps(fn)
-        def first_lists(*a, **k):
-            if not listed and rank != 0:
-                listed.append(True)
-                with open(os.path.join(timing_dir, f"modules_{rank}.json"), "w", encoding="utf-8") as fh:
-                    json.dump(sorted(sys.modules), fh)
-            return fn(*a, **k)
-        return first_lists
+    def compute(ev) -> None:
+        key = (ev.name, threading.get_ident())
+        if ev.phase == "begin":
+            if ev.name == "estep_shard":
+                list_modules()
+            started[key] = (resource.getrusage(resource.RUSAGE_THREAD).ru_minflt, now(), time.thread_time())
+            return
+        f0, t0, c0 = started.pop(key)
+        t1, c1 = now(), time.thread_time()
+        f1 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        lines.append(json.dumps([SHARD_COMPUTE[ev.name], t1, t1 - t0, rank, time.process_time(), c1 - c0, f1 - f0]) + "\n")
+
+    def hear(ev) -> None:
+        if ev.name in SHARD_COMPUTE:
+            compute(ev)
+        elif ev.name in ("worker_body", "worker_recv"):
+            # when a worker has its task (the end of recv) and the task's model unpickled: the
+            # start of a round on the worker's side (rounds_beyond_compute); only the span's
+            # own end and length (no resource counters): this is on the round's critical path
+            if ev.phase == "end":
+                lines.append(f'["{ev.name}", {ev.at!r}, {ev.seconds!r}, {rank}]\n')
+            elif ev.name == "worker_recv":
+                flush()
 
     def flush() -> None:
         if lines:
@@ -367,46 +367,38 @@ def _instrument_workers(timing_dir: str):
                 fh.writelines(lines)
             lines.clear()
 
-    def flushing(recv):
-        @functools.wraps(recv)
-        def flushed_first(self):
-            flush()
-            return recv(self)
-        return flushed_first
-
-    estep.estep_shard = modules_listed(wrap("worker_estep", estep.estep_shard))
-    estep.score_shard = wrap("worker_llsum", estep.score_shard)
-    # when a worker has its task (the end of recv) and the task's model unpickled: the start
-    # of a round on the worker's side (rounds_beyond_compute)
-    worker.Worker._body = stamp("worker_body", worker.Worker._body)
-    worker.Worker.recv = stamp("worker_recv", flushing(worker.Worker.recv))
+    probes.listen(hear)
     return flush  # the driver's own share (driver_computes) is written when it calls this
 
 
-def _cap_backoff(cap: float) -> None:
-    """What-if on every rank: every polling backoff (driver and workers) grows to ``cap`` seconds
-    instead of the library's ceiling, so idle polls wake up less (larger cap) or more (smaller)."""
-    from mixle_mpi.runtime import transport
+def _instrument_driver(events: list, estep_rounds: list, announces: list, payload: dict, count_bytes: bool) -> dict:
+    """Rank 0, once the handle is built: the handle's two calls and the driver's rounds into
+    ``events``, every E-step round's (start, end, scored) into ``estep_rounds``, when the
+    driver rings the workers into ``announces``. Returns what it saw of the driver's mailroom
+    (``"mail"``, for the workers it rings at the end)."""
+    from mixle_mpi.core import probes
 
-    orig = transport.Backoff.__init__
+    seen: dict = {}
 
-    def init(self, low=0.0002, high=0.005):
-        orig(self, min(low, cap), cap)
+    def hear(ev) -> None:
+        if ev.phase != "end":
+            return
+        if ev.name in ("estep_call", "llsum_call"):
+            events.append((ev.name, ev.at, ev.seconds))
+        elif ev.name == "round":  # the driver's round (dispatch -> last shard result; no fold, no M-step)
+            kind = ev.args[1]
+            events.append((f"{kind}_round", ev.at, ev.seconds))
+            if kind == "estep":
+                estep_rounds.append((ev.at - ev.seconds, ev.at, ev.kwargs.get("scores") is not None))
+                if count_bytes and "estep_result_bytes" not in payload and ev.result is not None:
+                    payload["estep_result_bytes"] = sum(len(v) for v in ev.result.values())
+                    payload["estep_stat_numeric_bytes"] = sum(numeric_bytes(pickle.loads(v)) for v in ev.result.values())
+        elif ev.name == "workers_rung":  # the driver has rung the workers a round was sent to
+            announces.append(("announce", ev.at, ev.seconds))
+            seen["mail"] = ev.args[0]
 
-    transport.Backoff.__init__ = init
-
-
-def _no_poll_windows() -> None:
-    """What-if on every rank: no wait knows when a message is due (the backoff before pacing)."""
-    from mixle_mpi.policy import pacing
-
-    post_init = pacing.Pacing.__post_init__
-
-    def without_window(self):
-        post_init(self)
-        self.window = pacing.NEVER
-
-    pacing.Pacing.__post_init__ = without_window
+    probes.listen(hear)
+    return seen
 
 
 def run_resilient(args) -> None:
@@ -433,10 +425,10 @@ def run_resilient(args) -> None:
         data = sample(args.n, args.data_seed) if driver else None
     MPI.COMM_WORLD.Barrier()  # the timing dir exists before any worker could write into it
     flush_timings = _instrument_workers(timing_dir)
-    if args.poll_cap is not None:
-        _cap_backoff(args.poll_cap)
-    if args.no_poll_windows:
-        _no_poll_windows()
+    if args.poll_cap is not None or args.no_poll_windows:
+        from mixle_mpi.policy import pacing
+
+        pacing.what_if(ceiling=args.poll_cap, windows=not args.no_poll_windows)
     events: list = []
     startup: dict = {"script_started_at": args.script_started_at}
     if driver:
@@ -457,29 +449,10 @@ def run_resilient(args) -> None:
     startup["vmhwm_after_setup"] = vm_hwm()
     t_setup = now() - t0
     del data
-    time_method(enc, "pysp_seq_estimate", events, "estep_call")
-    time_method(enc, "pysp_seq_log_density_sum", events, "llsum_call")
-    drv = enc._driver  # the driver's round (dispatch -> last shard result; no fold, no M-step)
-    run_round = drv.run_round
-
     estep_rounds: list = []  # (start, end, scored) of every E-step round
-
     payload: dict = {}
-
-    def timed_round(kind, *a, **k):
-        def done(t0, t1):
-            events.append((f"{kind}_round", t1, t1 - t0))
-            if kind == "estep":
-                estep_rounds.append((t0, t1, k.get("scores") is not None))
-        results = timed(run_round, done)(kind, *a, **k)
-        if args.count_bytes and kind == "estep" and "estep_result_bytes" not in payload:
-            payload["estep_result_bytes"] = sum(len(v) for v in results.values())
-            payload["estep_stat_numeric_bytes"] = sum(numeric_bytes(pickle.loads(v)) for v in results.values())
-        return results
-
-    drv.run_round = timed_round
     announces: list = []  # the driver has rung the workers a round was sent to
-    time_method(drv.mail, "announce", announces, "announce")
+    seen = _instrument_driver(events, estep_rounds, announces, payload, args.count_bytes)
     clock = StepClock()
     t1 = now()
     with enc:
@@ -488,7 +461,8 @@ def run_resilient(args) -> None:
         num_shards = enc.num_shards
         failures = sum(enc.failures.values())
         rounds = enc.rounds
-        rung = sorted(drv.mail.bells)
+        driver_shards = list(enc.driver_shards)
+        rung = sorted(seen["mail"].bells) if "mail" in seen else []
     if h5file is not None:
         h5file.close()
     st = clock.stamps
@@ -516,8 +490,8 @@ def run_resilient(args) -> None:
         if first and mine[-1][1] > first[-1][1]:
             cores.append((mine[-1][4] - first[-1][4]) / (mine[-1][1] - first[-1][1]))
     record["worker_cpu_cores"] = cores
-    record.update(ranks=MPI.COMM_WORLD.Get_size(), compute_ranks=MPI.COMM_WORLD.Get_size() - 1 + (1 if drv.here else 0),
-                  driver_shards=list(drv.here),
+    record.update(ranks=MPI.COMM_WORLD.Get_size(), compute_ranks=MPI.COMM_WORLD.Get_size() - 1 + (1 if driver_shards else 0),
+                  driver_shards=driver_shards,
                   num_shards=num_shards, failures=failures, rounds=rounds,
                   estep_calls=[list(ev) for ev in events if ev[0] == "estep_call"],
                   iteration_stamps=st, launched_at=args.launched_at, payload=payload,
@@ -590,46 +564,39 @@ def numeric_bytes(obj) -> int:
 
 def _instrument_driver_startup(startup: dict) -> None:
     """Rank 0 only: time the setup phases (shard store write, worker setup, shard loading)."""
-    from mixle_mpi.runtime import driver
-    from mixle_mpi.storage import store
+    from mixle_mpi.core import probes
 
-    def add(label):
-        return lambda t0, t1: startup.__setitem__(label, startup.get(label, 0.0) + t1 - t0)
+    labels = {"store_create": "store_write", "driver_setup": "worker_setup", "shard_load": "shard_load"}
 
-    store.ShardStore.create = classmethod(timed(store.ShardStore.create.__func__, add("store_write")))
-    driver.Driver._setup = timed(driver.Driver._setup, add("worker_setup"))
-    driver.Driver.load = timed(driver.Driver.load, add("shard_load"))
+    def hear(ev) -> None:
+        if ev.phase == "end" and ev.name in labels:
+            startup[labels[ev.name]] = startup.get(labels[ev.name], 0.0) + ev.seconds
+
+    probes.listen(hear)
 
 
 def _count_bytes(events: list) -> None:
     """Rank 0 only: log the pickled size of every message the driver posts and receives
     (a second pickling, so only in jobs that are not timed). Replies are counted where every
-    one of them passes (``Mailroom.take``): a wildcard probe over several workers receives
-    them without ``Link.poll``."""
+    one of them passes (the ``reply_taken`` probe): a wildcard probe over several workers
+    receives them without polling a link."""
+    from mixle_mpi.core import probes
     from mixle_mpi.core.protocol import TAG_CMD, TAG_HB, TAG_REPLY
-    from mixle_mpi.runtime import mailroom, transport
 
-    post, poll, take = transport.Link.post, transport.Link.poll, mailroom.Mailroom.take
     label = {TAG_CMD: "bytes_down", TAG_REPLY: "bytes_up", TAG_HB: "bytes_hb"}
 
     def count(tag, obj):
         events.append((label.get(tag, "bytes_other"), now(), len(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))))
 
-    def counted_post(self, obj, tag=TAG_CMD):
-        count(tag, obj)
-        return post(self, obj, tag)
+    def hear(ev) -> None:
+        if ev.name == "message_posted":
+            count(ev.args[0], ev.args[1])
+        elif ev.name == "message_polled" and ev.phase == "end" and ev.result is not None and ev.args[1] != TAG_REPLY:
+            count(ev.args[1], ev.result)
+        elif ev.name == "reply_taken" and ev.phase == "begin":
+            count(TAG_REPLY, ev.args[2])
 
-    def counted_poll(self, tag, comm=None):
-        msg = poll(self, tag, comm)
-        if msg is not None and tag != TAG_REPLY:
-            count(tag, msg)
-        return msg
-
-    def counted_take(self, worker, msg):
-        count(TAG_REPLY, msg)
-        return take(self, worker, msg)
-
-    transport.Link.post, transport.Link.poll, mailroom.Mailroom.take = counted_post, counted_poll, counted_take
+    probes.listen(hear)
 
 
 # -- mixle's own MPIEncodedData -----------------------------------------------------------------

@@ -57,7 +57,7 @@ def write_h5(path: str, n: int, seed: int = 1) -> None:
         ds = f.create_dataset("data", shape=(n,), dtype="f8")
         for i, a in enumerate(range(0, n, BLOCK)):
             b = min(a + BLOCK, n)
-            ds[a:b] = models._gmm1d_data(b - a, seed + i)
+            ds[a:b] = models.get_model("gmm1d").sample(b - a, seed + i)
 
 
 def job_command(python: str, h5: str, workers: int, its: int, out: str) -> list[str]:

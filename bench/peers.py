@@ -29,7 +29,7 @@ K, D = 8, 16
 def _data(n: int):
     from mixle_mpi.fitting import models
 
-    return models._diag_data(n, 1, dim=D, k=K)
+    return models.diag_mixture(D, K).sample(n, 1)
 
 
 def run_sklearn(n: int, its: int) -> float:
@@ -61,7 +61,7 @@ def run_mixle_mp(n: int, its: int, workers: int) -> float:
 
     from mixle_mpi.fitting import models
 
-    est = models._diag(dim=D, k=K)
+    est = models.diag_mixture(D, K).estimator()
     stamps = []
     with ResilientMPEncodedData(_data(n), estimator=est, num_workers=workers) as enc:
         optimize(None, est, enc_data=enc, max_its=its, delta=None, rng=np.random.RandomState(7), print_iter=0,

@@ -35,7 +35,7 @@ def main() -> None:
             rounds += 1
         failures = sum(len(r["failed"]) for r in enc.rounds)
         report = {"seconds": time.monotonic() - t0, "iterations": rounds, "false_failures": failures,
-                  "settings": enc.settings.__dict__, "workers": enc._driver.membership.live()}
+                  "settings": enc.settings.__dict__, "workers": enc.membership.live()}
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump(report, fh, indent=1)
     print(json.dumps(report))

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from mixle_mpi.core import probes
+
 PROTO = pickle.HIGHEST_PROTOCOL
 
 Chunks = list[tuple[int, Any]]
@@ -37,6 +39,7 @@ def _done(on_chunk: OnChunk | None, index: int) -> None:
         on_chunk(index)
 
 
+@probes.spanned("estep_shard")
 def estep_shard(estimator: Any, model: Any, chunks: Chunks, on_chunk: OnChunk | None = None) -> bytes:
     """Pickled ``(count, accumulator.value())`` of one shard (mixle's payload format)."""
     accumulator = estimator.accumulator_factory().make()
@@ -63,6 +66,7 @@ def init_shard(estimator: Any, p: float, seed: int, chunks: Chunks, on_chunk: On
     return pickle.dumps((count, accumulator.value()), protocol=PROTO)
 
 
+@probes.spanned("score_shard")
 def score_shard(model: Any, chunks: Chunks, on_chunk: OnChunk | None = None) -> tuple[float, float]:
     """(count, summed log density) of one shard, sub-chunks in order."""
     count, log_density = 0.0, 0.0

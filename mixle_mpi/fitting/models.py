@@ -3,6 +3,7 @@ them. Each recovers its true parameters, so a fit is meaningful as well as repea
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +122,12 @@ MODELS: dict[str, Model] = {
         Model("composite", "mixture of (Gaussian, categorical, Poisson) tuples, K=2", _composite, _composite_data),
     )
 }
+
+
+def diag_mixture(dim: int, k: int) -> Model:
+    """The ``diag`` model at another size (the benchmarks fit D=16, K=8)."""
+    return Model("diag", f"diagonal Gaussian mixture, K={k}, D={dim}", functools.partial(_diag, dim=dim, k=k),
+                 functools.partial(_diag_data, dim=dim, k=k))
 
 
 def get_model(name: str) -> Model:

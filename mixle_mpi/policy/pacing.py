@@ -58,6 +58,22 @@ def next_task_window(replied: float, last_gap: float | None = None) -> tuple[flo
     return due_window(replied, last_gap, NEXT_TASK_WINDOW)
 
 
+# What-ifs for a benchmark (bench/_job.py's --poll-cap and --no-poll-windows), set through
+# :func:`what_if` before a fit: empty (the library's own pacing) in every fit otherwise.
+WHAT_IF: dict = {}
+
+
+def what_if(ceiling: float | None = None, windows: bool = True) -> None:
+    """Diagnostics, for this process from now on: every wait backs off to ``ceiling`` seconds
+    instead of ``HIGH`` (None: the library's own), and, without ``windows``, no wait knows
+    when a message is due. Not a setting of the library: a benchmark asks what if."""
+    WHAT_IF.clear()
+    if ceiling is not None:
+        WHAT_IF["ceiling"] = ceiling
+    if not windows:
+        WHAT_IF["windows"] = False
+
+
 @dataclass
 class Pacing:
     """Exponential backoff from ``low``, capped at ``fine`` inside the window and at ``high``
@@ -72,6 +88,9 @@ class Pacing:
     delay: float = field(init=False)
 
     def __post_init__(self) -> None:
+        if WHAT_IF:
+            self.low, self.high = min(self.low, WHAT_IF.get("ceiling", self.low)), WHAT_IF.get("ceiling", self.high)
+            self.window = self.window if WHAT_IF.get("windows", True) else NEVER
         self.fine = min(self.fine, self.high)
         self.delay = self.low
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from mixle_mpi.core import clock, logs
+from mixle_mpi.core import clock, logs, probes
 from mixle_mpi.policy.config import Settings
 from mixle_mpi.core.errors import NoWorkersLeft
 from mixle_mpi.core import estep
@@ -261,6 +261,7 @@ class Driver:
         if ready.no_failover:  # the others follow a dead driver without it
             self._out_of_failover(worker, ready.no_failover)
 
+    @probes.spanned("driver_setup")
     def _setup(self, workers: list[int]) -> None:
         for w in workers:
             if self.mail.post(w, self.setup_message(w)):
@@ -300,6 +301,7 @@ class Driver:
             parts += [(sid, a, b, k == len(blocks) - 1) for k, (a, b) in enumerate(blocks)]
         return parts
 
+    @probes.spanned("shard_load")
     def load(self, plan: dict[int, list[int]]) -> None:
         """Make shards resident on workers: a worker that opens the store and has enough to
         load reads its own, in parallel with the others (``ReadOwn``, ``placement.own_readers``);
@@ -374,6 +376,7 @@ class Driver:
         return expect
 
     # -- rounds --------------------------------------------------------------------
+    @probes.spanned("round")
     def run_round(self, kind: str, body: Any, extras: dict[int, Any] | None = None,
                   preloaded: dict[int, Any] | None = None, record=None, fold=None,
                   body_b: bytes | None = None, scores: dict[int, Any] | None = None) -> dict[int, Any]:

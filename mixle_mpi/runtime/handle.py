@@ -19,7 +19,7 @@ import numpy as np
 from mixle.utils.parallel.planner import EncodedDataHandle
 from mixle.utils.vector import validate_initialization_probability, validated_initialized_observations
 
-from mixle_mpi.core import joblock, logs
+from mixle_mpi.core import joblock, logs, probes
 from mixle_mpi.launch import contract
 from mixle_mpi.runtime import exiting
 from mixle_mpi.policy.config import Settings
@@ -454,6 +454,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             self.events.emit("estep_ahead_off", hits=self._ahead.hits, misses=self._ahead.misses)
         return ahead
 
+    @probes.spanned("estep_call")
     def pysp_seq_estimate(self, estimator: Any, prev_estimate: Any) -> Any:
         """One resilient EM step: E-step on the workers, canonical fold and M-step here."""
         self._estimator = estimator
@@ -478,6 +479,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             warnings.filterwarnings("ignore", message=INIT_SAMPLE_NOTE)
             return estimator.estimate(validated_initialized_observations(nobs), value)
 
+    @probes.spanned("llsum_call")
     def pysp_seq_log_density_sum(self, estimate: Any) -> tuple[float, float]:
         """(count, log density) summed per shard in shard-id order. The round also computes
         the E-step of ``estimate`` where the next call is likely to ask for it

@@ -16,6 +16,7 @@ from typing import Any
 
 from mpi4py import MPI
 
+from mixle_mpi.core import probes
 from mixle_mpi.core import liveness
 from mixle_mpi.core.errors import WorkerError
 from mixle_mpi.core.protocol import TAG_CMD, TAG_REPLY, Result, TaskError
@@ -81,6 +82,7 @@ class Mailroom:
             self.announce([worker])
         return True
 
+    @probes.spanned("workers_rung")
     def announce(self, workers: list[int]) -> None:
         """Ring the bells of ``workers`` just sent a message, all in one system call
         (``Doorbell.ring_all``: on an oversubscribed node the first one woken may take this
@@ -112,6 +114,7 @@ class Mailroom:
             return None
 
     # -- receiving -----------------------------------------------------------------
+    @probes.spanned("reply_taken")
     def take(self, worker: int, msg) -> Any:
         """What every reply goes through, however it was received."""
         if isinstance(msg, TaskError):
@@ -207,6 +210,7 @@ class Mailroom:
         backoff = Backoff(window=window, bell=self.bell)
         while True:
             liveness.mark()
+            probes.mark("driver_poll")
             t = time.thread_time()  # the pass's own CPU: time descheduled is not its cost
             progressed = step()
             if progressed is None:

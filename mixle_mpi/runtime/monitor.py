@@ -14,6 +14,7 @@ import time
 
 from mpi4py import MPI
 
+from mixle_mpi.core import probes
 from mixle_mpi.core.protocol import TAG_HB, Beat, Quiet
 from mixle_mpi.policy.fanin_plan import DEFAULT_MAX_DIRECT, DIRECT, Role, named_silent, plan, roles
 from mixle_mpi.policy.heartbeat import HeartbeatTracker, StallTracker, answer_due
@@ -191,6 +192,7 @@ class Monitor:
             self.passed_at = time.monotonic()
             self._stop.wait(self.period / 2)
 
+    @probes.spanned("heartbeats_heard")
     def _record(self, results: dict) -> None:
         """Under the lock: what the exchange found, for links still current."""
         for worker, (link, got) in results.items():

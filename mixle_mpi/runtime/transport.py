@@ -14,6 +14,7 @@ from typing import Any
 
 from mpi4py import MPI
 
+from mixle_mpi.core import probes
 from mixle_mpi.core import liveness
 from mixle_mpi.core.protocol import TAG_CMD, Abort
 from mixle_mpi.policy.pacing import Pacing
@@ -78,6 +79,7 @@ class Link:
 
     def post(self, obj: Any, tag: int = TAG_CMD) -> None:
         """Non-blocking send; the request is kept until it completes (see ``progress``)."""
+        probes.mark("message_posted", tag, obj)
         try:
             self.sends.append(self.comm.isend(obj, dest=self.peer, tag=tag))
         except MPI.Exception as exc:
@@ -92,6 +94,7 @@ class Link:
                 raise PeerFailed(exc.Get_error_class(), str(exc)) from None
         return not self.sends
 
+    @probes.spanned("message_polled")
     def poll(self, tag: int, comm: Any = None) -> Any:
         """One pending message from the peer with ``tag``, or None; raises PeerFailed on ULFM errors."""
         comm = self.comm if comm is None else comm

@@ -20,6 +20,7 @@ from typing import Any
 
 from mpi4py import MPI
 
+from mixle_mpi.core import probes
 from mixle_mpi.core import estep, logs
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.blas import pin_blas_threads
@@ -121,6 +122,7 @@ class Worker:
             raise DriverLost(why)
         die(DRIVER_LOST, why)
 
+    @probes.spanned("worker_recv")
     def recv(self) -> tuple:
         backoff = Backoff(window=self.next_due, bell=self.bell, rung=self.bell is not None)
         while True:
@@ -319,11 +321,13 @@ class Worker:
             self.faults.check("load", self.loads)
             self.loads += 1
 
+    @probes.spanned("worker_body")
     def _body(self, task_id: int, body_b: bytes) -> Any:
         if self._body_cache[0] != task_id:
             self._body_cache = (task_id, pickle.loads(body_b))  # nosec B301 - IPC from this job's own driver
         return self._body_cache[1]
 
+    @probes.spanned("worker_task")
     def task(self, t: Task) -> None:
         task_id, kind, call, items = t.task_id, t.kind, t.call, t.items
         recovery = any(rows is not None for _, rows, _ in items)

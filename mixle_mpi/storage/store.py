@@ -23,6 +23,7 @@ from collections.abc import Callable
 import h5py
 import numpy as np
 
+from mixle_mpi.core import probes
 from mixle_mpi.core.codec import decode_row, encode_row
 from mixle_mpi.core.errors import ConfigError, DataError
 from mixle_mpi.core.layout import default_num_shards
@@ -228,6 +229,7 @@ class ShardStore:
         return cls(path)
 
     @classmethod
+    @probes.spanned("store_create")
     def create(cls, path, data, num_shards: int | None, block_rows: int = 65536) -> "ShardStore":
         """Write data round-robin into num_shards shards at path (atomically) and open it;
         ``num_shards=None`` takes :func:`~mixle_mpi.core.layout.default_num_shards` of the data."""
