@@ -440,7 +440,7 @@ def run_resilient(args) -> None:
     # one shard per worker unless told: the comparison with mixle's MPIEncodedData (one
     # partition per process) is then like for like
     from mpi4py import MPI
-    from mixle_mpi.policy.config import Settings
+    from mixle_mpi.core.settings import Settings
     here = 1 if Settings.resolve().driver_computes else 0  # the driver computes a share too
     shards = args.num_shards or max(1, MPI.COMM_WORLD.Get_size() - 1 + here)
     enc = ResilientMPIEncodedData(data, estimator=est, workdir=workdir,

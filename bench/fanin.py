@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.detection import one_run  # noqa: E402
-from mixle_mpi.policy.config import Settings  # noqa: E402
+from mixle_mpi.core.settings import Settings  # noqa: E402
 from mixle_mpi.policy.fanin_plan import plan  # noqa: E402
 
 

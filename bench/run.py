@@ -152,7 +152,7 @@ ROUND_WHY = ("a round's fixed cost on 2 cores: where the driver computes longest
 
 
 def item_detection(python: str, mpich: str | None, quick: bool, reps: int | None, soak_seconds: float) -> dict:
-    from mixle_mpi.policy.config import Settings
+    from mixle_mpi.core.settings import Settings
 
     s = Settings()
     libs = [("openmpi", python)] + ([("mpich", mpich)] if mpich and os.path.exists(mpich) else [])

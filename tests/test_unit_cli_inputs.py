@@ -8,7 +8,8 @@ import mixle.stats as st
 import numpy as np
 import pytest
 
-from mixle_mpi.cli import datainput, modelspec
+from mixle_mpi.cli import datainput
+from mixle_mpi.fitting import modelspec
 from mixle_mpi.core.errors import ConfigError, DataError
 from mixle_mpi.cli.jobconfig import FitConfig, read_toml, resolve, to_argv
 
@@ -19,7 +20,8 @@ from mixle_mpi.cli.jobconfig import FitConfig, read_toml, resolve, to_argv
     ("gmm:k=2", "gmm", {"k": 2, "cov": "diag"}),
     ("GMM:k=3,cov=FULL", "gmm", {"k": 3, "cov": "full"}),
     ("poisson:k=4", "poisson", {"k": 4}),
-    ("hmm:states=3,emission=poisson", "hmm", {"states": 3, "emission": "poisson"}),
+    ("hmm:states=3,emission=poisson", "hmm", {"states": 3, "emission": "poisson", "lengths": "none"}),
+    ("hmm:states=2,lengths=poisson", "hmm", {"states": 2, "emission": "gaussian", "lengths": "poisson"}),
     ("composite:k=2,parts=gaussian+categorical+poisson", "composite",
      {"k": 2, "parts": ("gaussian", "categorical", "poisson")}),
 ])

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from mixle_mpi.policy.config import ENV_PREFIX, Settings
+from mixle_mpi.core.settings import ENV_PREFIX, Settings
 from mixle_mpi.core.errors import ConfigError
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(Settings)}

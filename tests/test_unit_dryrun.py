@@ -10,7 +10,8 @@ import h5py
 import numpy as np
 import pytest
 
-from mixle_mpi.cli import modelspec, datainput, dryrun
+from mixle_mpi.cli import datainput, dryrun
+from mixle_mpi.fitting import modelspec
 from mixle_mpi.cli.commands import main
 from mixle_mpi.core.errors import ConfigError
 

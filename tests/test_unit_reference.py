@@ -8,7 +8,7 @@ import re
 from dataclasses import fields
 
 from mixle_mpi.cli import reference
-from mixle_mpi.policy.config import ENV_PREFIX, Settings
+from mixle_mpi.core.settings import ENV_PREFIX, Settings
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "mixle_mpi"

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from mixle_mpi.policy.config import Settings
+from mixle_mpi.core.settings import Settings
 
 
 def _spawner(unavailable: str | None = None, **settings):

@@ -251,7 +251,8 @@ def _outputs_line(cfg) -> str:
 def report(args, lines: list[str], problems: list[str]) -> None:
     """Append the report to ``lines`` step by step (so that what was found before an error
     is still shown) and what would stop the fit to ``problems``; errors raise."""
-    from mixle_mpi.cli import modelspec, preflight
+    from mixle_mpi.cli import preflight
+    from mixle_mpi.fitting import modelspec
     from mixle_mpi.cli.jobconfig import from_args, resolved_settings
 
     cfg = from_args(args)

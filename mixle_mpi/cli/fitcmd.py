@@ -18,7 +18,8 @@ import os
 import sys
 import time
 
-from mixle_mpi.cli import datainput, modelspec, preflight
+from mixle_mpi.cli import datainput, preflight
+from mixle_mpi.fitting import modelspec
 from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.cli.jobconfig import FitConfig, settings_overrides
 from mixle_mpi.cli.restartpaths import restart_checkpoint, restart_checkpoints

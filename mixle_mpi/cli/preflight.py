@@ -44,7 +44,8 @@ class Preflight:
 
 def check(cfg) -> Preflight:
     """Run every check of ``cfg``'s model and data (pure but for reading the data's head)."""
-    from mixle_mpi.cli import datainput, modelspec
+    from mixle_mpi.cli import datainput
+    from mixle_mpi.fitting import modelspec
 
     found = Preflight()
     found.spec = found.attempt(modelspec.parse_spec, cfg.model)

@@ -1,17 +1,16 @@
 """``docs/reference.md``, generated from the code so that it cannot drift from it.
 
-Every command's options come from its own parser, the settings from ``Settings`` (their
-defaults and the comments beside them), the exit codes from ``core/exitcodes.py``, the
-launcher's variables from ``launch/contract.py`` and the fault grammar from
-``chaos/faults.py``. Only two tables are written by hand here, the events and the
-variables read outside ``Settings``; a unit test checks that each names exactly what the
-package emits and reads. Regenerate with ``python -m mixle_mpi.cli.reference --write``.
+Every command's options come from its own parser, the settings, the table of options and
+the other environment variables from the option table (``core/options.py``), the exit codes
+from ``core/exitcodes.py``, the launcher's variables from ``launch/contract.py`` and the fault
+grammar from ``chaos/faults.py``. Only the events are written by hand here; a unit test
+checks that they, and the option table's variables, name exactly what the package emits and
+reads. Regenerate with ``python -m mixle_mpi.cli.reference --write``.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import inspect
 import io
 import os
@@ -19,27 +18,13 @@ import re
 import sys
 from contextlib import redirect_stdout
 
+from mixle_mpi.core import options
+
 REFERENCE_PATH = os.path.join("docs", "reference.md")
 
-# Variables a user may set that are not settings of the handle (those are generated).
-ENVIRONMENT = {
-    "MIXLE_MPI_LOG_LEVEL": "log level of every rank: debug, info (default), warning or error; "
-                           "`-q`/`-v` set it for the ranks they launch",
-    "MIXLE_MPI_WORKDIR": "the handle's folder for the shard store and the event log "
-                         "(default `./mixle_mpi_run`; `mixle-mpi fit` uses `<out-dir>/work`)",
-    "MIXLE_MPI_EVENT_LOG": "the event log's path (default `<workdir>/events.jsonl`)",
-    "MIXLE_MPI_MPIEXEC_ARGS": "more flags for mpiexec or srun, one shell-quoted string (as `--mpiexec-args`)",
-    "MIXLE_MPI_ALLOW_MANY_RANKS": "1: launch `-n N` even above 4 ranks per core (as `--allow-many-ranks`)",
-    "MIXLE_MPI_STARTUP_TIMEOUT": "seconds a rank may take to start (MPI init and the handshake) before "
-                                 "the job counts as never started (exit 73)",
-    "MIXLE_MPI_CONTINUATION": "auto, ulfm, emulated or keep: force how the job continues after a failure "
-                              "where that method works (see the user guide)",
-    "MIXLE_MPI_SRUN_MPI": "the srun MPI plugin (`pmix` or `pmi2`) when the one detected is not right",
-    "MIXLE_MPI_FAULT_PLAN": "a fault plan (below): for tests and chaos campaigns only",
-    "MIXLE_MPI_FAULT_LOG": "a file where each fault of an environment plan is recorded as it fires, "
-                           "so that it fires once per job even when the launcher runs the job again",
-    "MIXLE_MPI_LIVE_PROGRESS": "set by the launcher: the progress line is rewritten in place (a terminal)",
-}
+# Variables a user may set that are not settings of the handle: the options of
+# ``core.options`` read from the environment (the settings' are generated too).
+ENVIRONMENT = {o.env: o.help for o in options.ENVIRONMENT}
 
 # Every event of events.jsonl, in the order a fit meets them.
 EVENTS = {
@@ -86,36 +71,33 @@ def launcher_set() -> tuple[str, ...]:
 
 
 def _settings_rows() -> list[tuple[str, str, str]]:
-    """(name, default, meaning) of every Settings field, the meaning from its comments."""
-    from mixle_mpi.policy import config
+    """(name, default, meaning) of every Settings field, from the option table."""
+    return [(o.name, options.show(o.default), o.meaning) for o in options.SETTINGS]
 
-    source = inspect.getsource(config)
-    lines = source.splitlines()
-    tree = ast.parse(source)
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Settings")
+
+# Where docs/reference.md describes an option given on each surface.
+SECTIONS = {"setting": "[Settings](#settings)", "job": "[fit](#mixle-mpi-fit)",
+            "fitjob": "[fitjob](#python--m-mixle_mpifitjob)", "env": "[variables](#other-environment-variables)"}
+
+
+def _option_rows() -> list[tuple[str, ...]]:
+    """Each option once: its type and default, the places it is given (``-``: not there),
+    and where this page describes it."""
+    def code(text):
+        return f"`{text}`" if text else "-"
+
     rows = []
-    for node in cls.body:
-        if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
-            continue
-        line = lines[node.lineno - 1]
-        comment = [line.split("#", 1)[1].strip()] if "#" in line else []
-        above = node.lineno - 2
-        block: list[str] = []
-        while above >= 0 and lines[above].strip().startswith("#"):
-            block.insert(0, lines[above].strip()[1:].strip())
-            above -= 1
-        text = " ".join(block + comment)
-        if text.startswith("..."):  # a comment that goes on from the field above
-            text = text[3:].strip()
-        default = getattr(config.Settings, node.target.id)
-        rows.append((node.target.id, _show(default), text))
+    for o in options.OPTIONS:
+        default = "required" if "(required)" in o.help else options.show(o.default)
+        if o.default_text and not o.setting:
+            default = o.default_text
+        fit_flag = (f"{o.flag}, --no-{o.flag[2:]}" if o.kind is bool else o.flag) if o.job else None
+        fitjob = f"`{o.flag}` ({options.show(o.fitjob.default)})" if o.fitjob is not None else "-"
+        where = {"setting": o.setting, "job": o.job, "fitjob": o.fitjob is not None, "env": bool(o.env)}
+        rows.append((f"`{o.name}`", o.kind.__name__, default, code(o.setting and o.name), code(o.job and o.name),
+                     code(o.env_var), code(fit_flag), fitjob, ", ".join(f"`{f}`" for f in o.flags) or "-",
+                     ", ".join(SECTIONS[k] for k, on in where.items() if on)))
     return rows
-
-
-def _show(value) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _exit_rows() -> list[tuple[int, str, str]]:
@@ -129,14 +111,17 @@ def _exit_rows() -> list[tuple[int, str, str]]:
     return sorted(rows)
 
 
-def _command_help(parser: argparse.ArgumentParser, name: str) -> str:
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001 (argparse's API)
+def _command_help(parser: argparse.ArgumentParser, name: str | None) -> str:
+    """The --help of subcommand ``name`` of ``parser`` (None: of ``parser`` itself)."""
+    if name is not None:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001 (argparse's API)
+        parser = sub.choices[name]
     out = io.StringIO()
     width = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "100"  # the same text whatever terminal generates it
     try:
         with redirect_stdout(out):
-            sub.choices[name].print_help()
+            parser.print_help()
     finally:
         if width is None:
             os.environ.pop("COLUMNS")
@@ -157,7 +142,7 @@ def render() -> str:
     from mixle_mpi.cli import helptext
     from mixle_mpi.cli.commands import build_parser
     from mixle_mpi.chaos import faults
-    from mixle_mpi.policy.config import ENV_PREFIX
+    from mixle_mpi.fitting import fitjob
 
     parser = build_parser(full_help=True)
     out = ["# Reference", "",
@@ -167,12 +152,21 @@ def render() -> str:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
     for name in sub.choices:
         out += [f"### `mixle-mpi {name}`", "", "```text", _command_help(parser, name), "```", ""]
+    out += ["### `python -m mixle_mpi.fitjob`", "", "```text", _command_help(fitjob.build_parser(), None), "```", ""]
     out += ["## Settings", "",
             "Arguments of `ResilientMPIEncodedData(...)`; each one also reads `MIXLE_MPI_<NAME>` when it",
             "is not passed (argument > environment variable > default). `mixle-mpi fit` passes those of",
             "its options that name a setting.", ""]
     out += _table(("setting", "default", "variable", "meaning"),
-                  [(f"`{n}`", d, f"`{ENV_PREFIX}{n.upper()}`", m) for n, d, m in _settings_rows()])
+                  [(f"`{n}`", d, f"`{options.env_var(n)}`", m) for n, d, m in _settings_rows()])
+    out += ["", "## Options", "",
+            "Every option once (`core/options.py`, from which the settings, the job file, the flags and",
+            "this page are made): as a setting of the handle, a key of a `fit --config` job file, an",
+            "environment variable, a `mixle-mpi fit` flag, a `python -m mixle_mpi.fitjob` flag (with its",
+            "default there) or a flag of another command. A setting given as a `fit` flag or in a job",
+            "file overrides its variable; a flag overrides the job file.", ""]
+    out += _table(("option", "type", "default", "setting", "job file", "variable", "`fit` flag",
+                   "fitjob flag (default)", "also", "described in"), _option_rows())
     out += ["", "## Other environment variables", ""]
     out += _table(("variable", "meaning"), [(f"`{k}`", v) for k, v in ENVIRONMENT.items()])
     out += ["", "Set by `mixle-mpi run` for the ranks it starts (the launcher and rank contract,",

@@ -21,8 +21,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from mixle_mpi.core.options import AUTO  # the default checkpoint: CHECKPOINT_NAME in the job's own folder
+
 DEFAULT_SECONDS = 60.0
-AUTO = "auto"                  # the default checkpoint: CHECKPOINT_NAME in the job's own folder
 CHECKPOINT_NAME = "checkpoint.h5"
 MAX_SHARE = 0.02  # the most of the wall time the timed checkpoints may take
 

@@ -12,28 +12,25 @@ import sys
 import time
 
 
-def parse_args(argv=None):
+def build_parser() -> argparse.ArgumentParser:
+    """The fit job's flags: its options of ``core.options``, with their fit-job defaults."""
+    from mixle_mpi.core.options import FITJOB
+
     p = argparse.ArgumentParser(prog="python -m mixle_mpi.fitjob", description=__doc__)
-    p.add_argument("--model", default="gmm1d")
-    p.add_argument("--n", type=int, default=20000)
-    p.add_argument("--data-seed", type=int, default=1)
-    p.add_argument("--seed", type=int, default=7, help="seed of the EM initialization")
-    p.add_argument("--num-shards", type=int, default=None)
-    p.add_argument("--sub-chunks", type=int, default=1)
-    p.add_argument("--max-its", type=int, default=10)
-    p.add_argument("--max-retries", type=int, default=2)
-    p.add_argument("--init-p", type=float, default=0.1)
-    p.add_argument("--out", default=None, help="write the JSON result here")
-    p.add_argument("--workdir", default=None)
-    p.add_argument("--checkpoint", default=None, help="HDF5 checkpoint path (resumes when it exists)")
-    p.add_argument("--checkpoint-every", type=int, default=1, help="iterations between checkpoints")
-    p.add_argument("--checkpoint-seconds", type=float, default=None, help="seconds between checkpoints")
-    p.add_argument("--resume", choices=["auto", "yes", "no"], default="auto")
-    p.add_argument("--allow-version-change", action="store_true")
-    p.add_argument("--fold-journal", action="store_true",
-                   help="persist each round's received shard payloads (resume mid-round)")
-    p.add_argument("--quiet", action="store_true")
-    return p.parse_args(argv)
+    for option in FITJOB:
+        text = option.fitjob.help or option.help
+        if option.kind is bool:
+            p.add_argument(option.flag, action="store_true", help=text)
+        elif option.choices:
+            p.add_argument(option.flag, choices=list(option.choices), default=option.fitjob.default, help=text)
+        else:
+            kind = None if option.kind is str else option.kind
+            p.add_argument(option.flag, type=kind, default=option.fitjob.default, help=text)
+    return p
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None) -> None:

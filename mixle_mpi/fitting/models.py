@@ -1,5 +1,10 @@
 """Built-in models with synthetic data: the demo, the chaos tests and the benchmarks use
-them. Each recovers its true parameters, so a fit is meaningful as well as repeatable."""
+them. Each recovers its true parameters, so a fit is meaningful as well as repeatable.
+
+A built-in model is a spec of a family of ``fitting/modelspec.py`` (the one registry of
+model families; ``fit --model`` takes the same specs) on data of a fixed number of columns,
+with a generator of that data: its name (``--model hmm`` of the fit job) names this
+instance, not the family."""
 
 from __future__ import annotations
 
@@ -15,14 +20,15 @@ import numpy as np
 class Model:
     name: str
     describe: str
-    estimator: Callable[[], Any]
+    spec: str                           # a modelspec spec: the family and its parameters
+    ncols: int | None                   # columns of the data (None: scalar rows), which the estimator needs
     sample: Callable[[int, int], Any]   # (n, seed) -> data
 
+    def estimator(self):
+        """The spec's estimator for this model's data (what ``fit --model SPEC`` builds)."""
+        from mixle_mpi.fitting import modelspec
 
-def _gmm1d():
-    import mixle.stats as st
-
-    return st.MixtureEstimator([st.GaussianEstimator()] * 3)
+        return modelspec.build_estimator(modelspec.parse_spec(self.spec), self.ncols)
 
 
 def _gmm1d_data(n: int, seed: int):
@@ -35,23 +41,11 @@ def _gmm1d_data(n: int, seed: int):
     return d.sampler(seed=seed).sample(n)
 
 
-def _diag(dim: int = 4, k: int = 3):
-    import mixle.stats as st
-
-    return st.MixtureEstimator([st.DiagonalGaussianEstimator(dim=dim)] * k)
-
-
 def _diag_data(n: int, seed: int, dim: int = 4, k: int = 3):
     rng = np.random.RandomState(seed)
     centers = rng.normal(scale=4.0, size=(k, dim))
     z = rng.randint(k, size=n)
     return centers[z] + rng.normal(size=(n, dim)) * (0.5 + z[:, None] * 0.3)
-
-
-def _full():
-    import mixle.stats as st
-
-    return st.MixtureEstimator([st.MultivariateGaussianEstimator(dim=3)] * 2)
 
 
 def _full_data(n: int, seed: int):
@@ -62,23 +56,11 @@ def _full_data(n: int, seed: int):
     return x[rng.permutation(n)]
 
 
-def _poisson():
-    import mixle.stats as st
-
-    return st.MixtureEstimator([st.PoissonEstimator()] * 2)
-
-
 def _poisson_data(n: int, seed: int):
     import mixle.stats as st
 
     d = st.MixtureDistribution([st.PoissonDistribution(2.0), st.PoissonDistribution(12.0)], [0.4, 0.6])
     return d.sampler(seed=seed).sample(n)
-
-
-def _hmm():
-    import mixle.stats as st
-
-    return st.HiddenMarkovModelEstimator([st.GaussianEstimator()] * 2, len_estimator=st.PoissonEstimator())
 
 
 def _hmm_data(n: int, seed: int):
@@ -91,14 +73,6 @@ def _hmm_data(n: int, seed: int):
         len_dist=st.PoissonDistribution(8.0),
     )
     return d.sampler(seed=seed).sample(n)
-
-
-def _composite():
-    import mixle.stats as st
-
-    return st.MixtureEstimator(
-        [st.CompositeEstimator((st.GaussianEstimator(), st.CategoricalEstimator(), st.PoissonEstimator()))] * 2
-    )
 
 
 def _composite_data(n: int, seed: int):
@@ -114,12 +88,13 @@ def _composite_data(n: int, seed: int):
 MODELS: dict[str, Model] = {
     m.name: m
     for m in (
-        Model("gmm1d", "1-D Gaussian mixture, K=3", _gmm1d, _gmm1d_data),
-        Model("diag", "diagonal Gaussian mixture, K=3, D=4", _diag, _diag_data),
-        Model("full", "full-covariance Gaussian mixture, K=2, D=3", _full, _full_data),
-        Model("poisson", "Poisson mixture, K=2", _poisson, _poisson_data),
-        Model("hmm", "2-state Gaussian HMM with Poisson lengths", _hmm, _hmm_data),
-        Model("composite", "mixture of (Gaussian, categorical, Poisson) tuples, K=2", _composite, _composite_data),
+        Model("gmm1d", "1-D Gaussian mixture, K=3", "gmm:k=3", None, _gmm1d_data),
+        Model("diag", "diagonal Gaussian mixture, K=3, D=4", "gmm:k=3,cov=diag", 4, _diag_data),
+        Model("full", "full-covariance Gaussian mixture, K=2, D=3", "gmm:k=2,cov=full", 3, _full_data),
+        Model("poisson", "Poisson mixture, K=2", "poisson:k=2", None, _poisson_data),
+        Model("hmm", "2-state Gaussian HMM with Poisson lengths", "hmm:states=2,lengths=poisson", None, _hmm_data),
+        Model("composite", "mixture of (Gaussian, categorical, Poisson) tuples, K=2",
+              "composite:k=2,parts=gaussian+categorical+poisson", None, _composite_data),
     )
 }
 

@@ -19,7 +19,7 @@ from mixle_mpi.core.protocol import Load, Loaded, Ready
 from mixle_mpi.core import clock, procs
 from mixle_mpi.policy.join_plan import Join
 from mixle_mpi.policy.placement import replacement_here, respawn_host
-from mixle_mpi.policy.config import Settings
+from mixle_mpi.core.settings import Settings
 from mixle_mpi.runtime.spawner import SpawnFailed, Spawner, SpawnUnavailable
 from mixle_mpi.runtime.transport import Link
 

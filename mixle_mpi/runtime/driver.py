@@ -19,7 +19,7 @@ from typing import Any
 from mpi4py import MPI
 
 from mixle_mpi.core import clock, logs, probes
-from mixle_mpi.policy.config import Settings
+from mixle_mpi.core.settings import Settings
 from mixle_mpi.core.errors import NoWorkersLeft
 from mixle_mpi.core import estep
 from mixle_mpi.core.malloc import retain_freed_memory

@@ -22,7 +22,7 @@ from mixle.utils.vector import validate_initialization_probability, validated_in
 from mixle_mpi.core import joblock, logs, probes
 from mixle_mpi.launch import contract
 from mixle_mpi.runtime import exiting
-from mixle_mpi.policy.config import Settings
+from mixle_mpi.core.settings import Settings
 from mixle_mpi.core.errors import ConfigError, DataError, ReconfigurationTimeout
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.prefixfold import PrefixFold
@@ -82,7 +82,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
     of the data, after :meth:`close`; it is deleted by default), ``warm_serialization`` (build
     mixle's serialization registry in the background while the workers load: for fits that
     write checkpoints or JSON, which need it), and the
-    :class:`~mixle_mpi.policy.config.Settings` fields ``heartbeat_period``, ``heartbeat_timeout``,
+    :class:`~mixle_mpi.core.settings.Settings` fields ``heartbeat_period``, ``heartbeat_timeout``,
     ``driver_timeout``, ``reconfigure_timeout``, ``stall_timeout``, ``blas_threads`` and
     ``respawn``.
     """

@@ -21,7 +21,7 @@ from mixle_mpi.core import rundir
 from mixle_mpi.core.deadlines import Background, run_with_deadline
 from mixle_mpi.core.errors import RERUN_ADVICE, ReconfigurationTimeout
 from mixle_mpi.core import procs
-from mixle_mpi.policy.config import Settings
+from mixle_mpi.core.settings import Settings
 from mixle_mpi.policy.reconfig_plan import replacement_command, spawn_timeout_is_fatal
 from mixle_mpi.runtime import birth
 from mixle_mpi.launch.rankwrapper import wrapper_of

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mixle_mpi.policy.config import Settings
+from mixle_mpi.core.settings import Settings
 from mixle_mpi.runtime import doorbell
 from mixle_mpi.runtime.spawner import Spawner
 from mixle_mpi.runtime.transport import Link

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from mixle_mpi.core import clock
 from mixle_mpi.core.errors import NoWorkersLeft
 from mixle_mpi.core.prefixfold import PrefixFold
-from mixle_mpi.policy.config import Settings
+from mixle_mpi.core.settings import Settings
 from mixle_mpi.policy.reconfig_plan import KEEP
 from mixle_mpi.runtime.driver import Driver
 from mixle_mpi.runtime.wiring import Wiring

@@ -20,7 +20,7 @@ from mpitools import WAIT, DeadlineLink, Ended
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.errors import WorkerError
 from mixle_mpi.core.estep import PROTO, encode_shard, estep_shard, init_shard, score_shard
-from mixle_mpi.policy.config import Settings
+from mixle_mpi.core.settings import Settings
 from mixle_mpi.policy.failover_plan import BY_MESSAGES
 from mixle_mpi.policy.reconfig_plan import EMULATED
 from mixle_mpi.runtime.driver import Driver

@@ -1,6 +1,7 @@
-"""Model specs for the command line: ``gmm:k=8,cov=diag`` and friends, or ``json:FILE``.
+"""Model specs: ``gmm:k=8,cov=diag`` and friends, or ``json:FILE``; the one registry of model families.
 
-A spec names a family and its parameters; the estimator is built once the data's shape is
+``mixle-mpi fit --model`` takes a spec, and each built-in test model (``fitting/models.py``)
+is a spec of a family here with a data generator. A spec names a family and its parameters; the estimator is built once the data's shape is
 known (a Gaussian mixture's dimension is the data's number of columns). Parsing is pure and
 unit-tested; every error lists what is valid.
 """
@@ -11,20 +12,29 @@ from dataclasses import dataclass, field
 
 from mixle_mpi.core.errors import ConfigError
 
-FAMILIES: dict[str, str] = {
-    "gmm": "Gaussian mixture: gmm:k=K[,cov=diag|full] (1-D data: a scalar Gaussian per component)",
-    "poisson": "Poisson mixture: poisson:k=K (non-negative integer data, one column)",
-    "hmm": "hidden Markov model: hmm:states=S[,emission=gaussian|poisson] (data: one sequence per row)",
-    "composite": "mixture of tuples: composite:k=K,parts=gaussian+categorical+poisson (one part per column)",
-    "json": "any mixle estimator, or a fitted model whose estimator is wanted, as mixle's safe JSON: json:FILE",
+@dataclass(frozen=True)
+class Family:
+    """One model family of the ``--model`` grammar: its help, its parameters, its rows."""
+
+    text: str                       # the grammar, as errors and help show it
+    params: dict[str, object]       # parameter -> default (None: required)
+    rows: str                       # what rows it needs, for the data loader: matrix, integers, sequences, table, any
+
+
+# The single registry of model families; the built-in test models (fitting/models.py) are specs of these.
+FAMILIES: dict[str, Family] = {
+    "gmm": Family("Gaussian mixture: gmm:k=K[,cov=diag|full] (1-D data: a scalar Gaussian per component)",
+                  {"k": None, "cov": "diag"}, "matrix"),
+    "poisson": Family("Poisson mixture: poisson:k=K (non-negative integer data, one column)", {"k": None}, "integers"),
+    "hmm": Family("hidden Markov model: hmm:states=S[,emission=gaussian|poisson][,lengths=none|poisson] "
+                  "(data: one sequence per row)", {"states": None, "emission": "gaussian", "lengths": "none"},
+                  "sequences"),
+    "composite": Family("mixture of tuples: composite:k=K,parts=gaussian+categorical+poisson (one part per column)",
+                        {"k": None, "parts": None}, "table"),
+    "json": Family("any mixle estimator, or a fitted model whose estimator is wanted, as mixle's safe JSON: "
+                   "json:FILE", {}, "any"),
 }
-PARAMS: dict[str, dict[str, object]] = {  # family -> parameter -> default (None: required)
-    "gmm": {"k": None, "cov": "diag"},
-    "poisson": {"k": None},
-    "hmm": {"states": None, "emission": "gaussian"},
-    "composite": {"k": None, "parts": None},
-}
-CHOICES = {"cov": ("diag", "full"), "emission": ("gaussian", "poisson")}
+CHOICES = {"cov": ("diag", "full"), "emission": ("gaussian", "poisson"), "lengths": ("none", "poisson")}
 PARTS = ("gaussian", "categorical", "poisson")
 INT_PARAMS = ("k", "states")
 
@@ -41,7 +51,7 @@ class ModelSpec:
 
 
 def valid_specs() -> str:
-    return "; ".join(FAMILIES.values())
+    return "; ".join(f.text for f in FAMILIES.values())
 
 
 def parse_spec(text: str) -> ModelSpec:
@@ -56,21 +66,21 @@ def parse_spec(text: str) -> ModelSpec:
         if not rest.strip():
             raise ConfigError(f"json: needs a file, e.g. json:estimator.json; found {text!r}")
         return ModelSpec("json", {"path": rest.strip()}, text)
-    allowed = PARAMS[family]
+    allowed = FAMILIES[family].params
     params: dict[str, object] = {}
     for item in filter(None, (p.strip() for p in rest.split(","))):
         key, eq, value = item.partition("=")
         key, value = key.strip().lower(), value.strip()
         if not eq or not value:
-            raise ConfigError(f"model parameter {item!r} in {text!r} must be key=value; {FAMILIES[family]}")
+            raise ConfigError(f"model parameter {item!r} in {text!r} must be key=value; {FAMILIES[family].text}")
         if key not in allowed:
             raise ConfigError(f"model {family!r} has no parameter {key!r}; valid parameters are "
-                              f"{sorted(allowed)} ({FAMILIES[family]})")
+                              f"{sorted(allowed)} ({FAMILIES[family].text})")
         params[key] = _value(family, key, value)
     for key, default in allowed.items():
         if key not in params:
             if default is None:
-                raise ConfigError(f"model {family!r} needs {key}=...; found {text!r}. {FAMILIES[family]}")
+                raise ConfigError(f"model {family!r} needs {key}=...; found {text!r}. {FAMILIES[family].text}")
             params[key] = default
     return ModelSpec(family, params, text)
 
@@ -94,12 +104,12 @@ def _value(family: str, key: str, value: str):
         if bad or not parts:
             raise ConfigError(f"composite parts must be {'+'.join(PARTS)} names joined by '+'; found {value!r}")
         return parts
-    raise AssertionError(f"unhandled model parameter {family}.{key}")  # PARAMS and this table disagree
+    raise AssertionError(f"unhandled model parameter {family}.{key}")  # FAMILIES and this function disagree
 
 
 def row_shape_needed(spec: ModelSpec) -> str:
-    """What rows the family needs, for the data loader: 'matrix', 'integers', 'sequences' or 'table'."""
-    return {"gmm": "matrix", "poisson": "integers", "hmm": "sequences", "composite": "table"}.get(spec.family, "any")
+    """What rows the family needs, for the data loader: 'matrix', 'integers', 'sequences', 'table' or 'any'."""
+    return FAMILIES[spec.family].rows
 
 
 def model_bytes(spec: ModelSpec, ncols: int | None) -> tuple[int, int]:
@@ -133,7 +143,8 @@ def build_estimator(spec: ModelSpec, ncols: int | None):
         return st.MixtureEstimator([st.PoissonEstimator()] * p["k"])
     if spec.family == "hmm":
         emission = st.GaussianEstimator() if p["emission"] == "gaussian" else st.PoissonEstimator()
-        return st.HiddenMarkovModelEstimator([emission] * p["states"])
+        lengths = {"len_estimator": st.PoissonEstimator()} if p["lengths"] == "poisson" else {}
+        return st.HiddenMarkovModelEstimator([emission] * p["states"], **lengths)
     if spec.family == "composite":
         make = {"gaussian": st.GaussianEstimator, "categorical": st.CategoricalEstimator, "poisson": st.PoissonEstimator}
         return st.MixtureEstimator([st.CompositeEstimator(tuple(make[q]() for q in p["parts"]))] * p["k"])
