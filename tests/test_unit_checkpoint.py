@@ -247,3 +247,29 @@ def test_a_checkpoint_write_that_hangs_ends_the_fit_with_an_error_not_a_silent_h
         fitloop.write_within(str(tmp_path / "ck.h5"), _state(1), None, 0.3)
     assert time.monotonic() - t0 < 5
     stuck.set()
+
+
+def test_a_stop_signal_landing_mid_step_never_claims_a_checkpoint_that_was_not_written(tmp_path):
+    """A Ctrl-C that arrives after the step decided not to save (here: inside the progress
+    callback) is handled at the next step, which saves first: the message's iteration is
+    always the checkpoint's (found by the CLI test under load)."""
+    import signal
+    from types import SimpleNamespace
+
+    from mixle_mpi.fitting import fitloop
+    from mixle_mpi.fitting.cadence import Cadence
+
+    p = str(tmp_path / "ck.h5")
+    model = SimpleNamespace(to_json=lambda: '{"m": 1}')
+    enc = SimpleNamespace(failures={}, blacklist=[], fault_point=lambda *a: None,
+                          settings=SimpleNamespace(reconfigure_timeout=30.0),
+                          events=SimpleNamespace(emit=lambda *a, **k: None))
+    stop = fitloop._StopFlag()
+    steps = fitloop._Steps(enc, p, _state(0), None, fitloop.Segments(), stop, 100, None,
+                           lambda i, ll, saved: setattr(stop, "signal", signal.SIGINT),
+                           Cadence(every=50))
+    steps.on_step(SimpleNamespace(iter=1, log_density=-3.0, delta=1.0, model=model))  # not due: no save
+    assert ckpt.read(p) is None
+    with pytest.raises(fitloop.Interrupted, match="after iteration 2; checkpoint written to"):
+        steps.on_step(SimpleNamespace(iter=2, log_density=-2.0, delta=1.0, model=model))
+    assert ckpt.read(p).iteration == 2

@@ -297,13 +297,15 @@ class _Steps:
         if may_end_em(i, float(step.delta), self.max_its, self.delta):  # the finished checkpoint follows at once
             self.held.append((i, self.history[-1]))
             return
-        stop, checkpoint = self.stop, self.checkpoint
-        saved = checkpoint if checkpoint and (self.cadence.due(i) or stop.signal is not None) else None
+        # read the flag once: a signal landing after the save was decided would otherwise end
+        # the fit claiming a checkpoint that was never written (it is handled at the next step)
+        signum, checkpoint = self.stop.signal, self.checkpoint
+        saved = checkpoint if checkpoint and (self.cadence.due(i) or signum is not None) else None
         if saved:
             self.save(step.model, i)
         if self.on_iteration is not None:
             self.on_iteration(i, self.history[-1], saved)
-        if stop.signal is not None:
-            self.enc.events.emit("preempted", signal=signal.Signals(stop.signal).name, iteration=i,
+        if signum is not None:
+            self.enc.events.emit("preempted", signal=signal.Signals(signum).name, iteration=i,
                                  checkpoint=checkpoint)
-            raise stopped(stop.signal, i, checkpoint)
+            raise stopped(signum, i, checkpoint)
