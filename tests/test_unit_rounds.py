@@ -51,7 +51,7 @@ def test_no_live_worker_asks_for_workers_and_a_replacement_process_gets_the_orph
     assert not rs.accept(1, 0, 0, {1: 1})          # the dead incarnation's reply
 
 
-def simulate_round(seed: int, ahead: float) -> None:
+def simulate_round(seed: int, ahead: float, speculate: float = 0.0) -> RoundState:
     """One random round: 1-5 workers, 1-12 shards dealt round-robin, replies in random order
     (duplicates included), random failures and respawns. With ``ahead`` > 0 a task sends a
     shard's payload ahead of its result with that probability, and a process's messages
@@ -93,6 +93,15 @@ def simulate_round(seed: int, ahead: float) -> None:
         if rng.random() < 0.1 and live:
             live.pop(rng.choice(sorted(live)))  # a failure is detected
             continue
+        if rng.random() < speculate and live:  # copies of some outstanding shards, to anyone live
+            w = rng.choice(sorted(live))
+            pending = sorted({s for ss in rs.outstanding(live).values() for s in ss})
+            sids = rng.sample(pending, min(len(pending), rng.randint(1, 3)))
+            rs.sent(w, live[w], sids, copy=True)
+            send(w, live[w], [s for s in sids if (w, live[w]) in rs.holders(s)])
+            continue
+        if not inflight:
+            continue
         i = rng.randrange(len(inflight))
         if ahead:  # the oldest message of that process
             i = next(j for j, m in enumerate(inflight) if m[1:3] == inflight[i][1:3])
@@ -105,7 +114,9 @@ def simulate_round(seed: int, ahead: float) -> None:
                 assert live.get(w) == inc
                 folded[s] = (w, inc)
             continue
+        holds = (w, inc) in rs.holders(s)
         if rs.accept(w, inc, s, live):
+            assert holds, f"seed {seed}: shard {s} accepted from a process that does not compute it"
             assert s not in accepted, f"seed {seed}: shard {s} accepted twice"
             assert live.get(w) == inc
             accepted.add(s)
@@ -115,6 +126,7 @@ def simulate_round(seed: int, ahead: float) -> None:
     else:
         raise AssertionError(f"seed {seed}: the round never ended")
     assert sorted(accepted) == sorted(folded) == list(range(shards)), f"seed {seed}"
+    return rs
 
 
 def test_random_event_orders_fold_every_shard_exactly_once_from_an_accepted_reply():
@@ -256,3 +268,39 @@ def test_random_event_orders_with_payloads_ahead_fold_each_shard_once():
     ahead is never folded again, whoever recomputes its shard after a failure."""
     for seed in range(2000):
         simulate_round(seed, ahead=0.7)
+
+
+def test_random_event_orders_with_speculative_copies_fold_each_shard_once():
+    """Copies of outstanding shards sent to any live process at random moments, besides
+    failures, respawns, duplicates and payloads ahead: still one accepted reply and one fold
+    per shard, each from a live process that computes it, and every round ends."""
+    won = sum(len(simulate_round(seed, ahead=0.3 if seed % 2 else 0.0, speculate=0.15).won) for seed in range(2000))
+    assert won > 500  # the copies did win, often
+
+
+def test_a_copy_wins_once_and_a_shard_is_an_orphan_only_when_no_holder_lives():
+    rs = RoundState(4)
+    rs.sent(1, 0, [0, 1])
+    rs.sent(2, 0, [2, 3])
+    live = {1: 0, 2: 0, 3: 0}
+    assert rs.idle(live) == [3] and rs.outstanding(live) == {1: [0, 1], 2: [2, 3]}
+    rs.sent(3, 0, [1, 3], copy=True)
+    assert rs.idle(live) == [] and rs.outstanding(live) == {1: [0, 1], 2: [2, 3]}  # copies are not their own
+    assert rs.holders(1) == {(1, 0), (3, 0)}
+    assert rs.accept(3, 0, 1, live) and rs.won == {1: (3, 0)}
+    assert not rs.accept(1, 0, 1, live)                 # the straggler's late copy is dropped
+    del live[2]                                          # 2 dies: shard 3 has a live copy, 2 none
+    assert rs.orphans(live) == [2] and rs.assigned[3] == (3, 0)
+    del live[3]                                          # and now the copy's holder too
+    assert rs.orphans(live) == [2, 3]
+    assert rs.accept(1, 0, 0, live) and rs.outstanding(live) == {} and rs.idle(live) == [1]
+
+
+def test_a_copy_is_never_made_of_an_accepted_shard_or_for_its_own_assignee():
+    rs = RoundState(2)
+    rs.sent(1, 0, [0, 1])
+    live = {1: 0, 2: 0}
+    assert rs.accept(1, 0, 0, live)
+    rs.sent(2, 0, [0], copy=True)
+    rs.sent(1, 0, [1], copy=True)
+    assert rs.copies == {} and rs.idle(live) == [2]

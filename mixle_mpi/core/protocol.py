@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-PROTOCOL = 6
+PROTOCOL = 7
 
 # tags: the startup handshake on COMM_WORLD; then commands, replies and heartbeats on the
 # job's communicators (heartbeats on their own duplicate, so they never queue behind data)
@@ -101,6 +101,13 @@ class Task(NamedTuple):
     score_call: int = -1     # an E-step task that also scores its shards for this scoring call (policy/lookahead.py)
 
 
+class Skip(NamedTuple):
+    """Leave out ``shards`` of task ``task_id`` if not started yet: a speculative copy of them
+    won elsewhere (policy/speculation_plan.py). Read by a busy worker between shards."""
+    task_id: int
+    shards: tuple
+
+
 class Release(NamedTuple):
     """Drop the kept copies of ``shards``: their owner holds them again."""
     shards: tuple
@@ -184,6 +191,7 @@ class Result(NamedTuple):
     task_id: int
     results: list
     peak_rss_mb: float
+    seconds: tuple = ()      # each result's compute seconds on this worker, in order: its pace
 
 
 REPLY_BATCH_SECONDS = 0.05

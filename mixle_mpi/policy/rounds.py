@@ -11,6 +11,10 @@ events and every failure set can be tested (tests/test_unit_rounds.py) and simul
 - a shard whose assignee is no longer that live process is an orphan and is recomputed;
 - the fold happens elsewhere, in shard-id order, over exactly one E-step payload per shard.
 
+A straggler's outstanding shards may also be *copied* to idle workers
+(policy/speculation_plan.py): a copy holder's result is accepted like the assignee's, the
+first of them wins, and a shard is an orphan only once none of its holders is live.
+
 A task that also scores may send a shard's E-step payload ahead of its result
 (``protocol.Stats``), to be folded while the scores are computed. Such a payload is taken
 on the first rule's terms, once per shard (:meth:`RoundState.take_stats`); a result from
@@ -63,6 +67,8 @@ class RoundState:
     accepted: set = field(default_factory=set)
     recomputed: set = field(default_factory=set)
     folded: set = field(default_factory=set)  # shards whose E-step payload went to the fold
+    copies: dict = field(default_factory=dict)  # shard -> the processes computing a speculative copy
+    won: dict = field(default_factory=dict)     # shard -> the copy holder whose result was accepted
 
     def __post_init__(self) -> None:
         self.preloaded = frozenset(self.preloaded)
@@ -91,15 +97,26 @@ class RoundState:
             raise ValueError(f"shard {shard} is not the driver's to compute in this round")
         self.accepted.add(shard)
 
-    def sent(self, worker: int, incarnation: int, shards: Iterable[int], recovery: bool = False) -> None:
-        """A task for ``shards`` reached ``worker``'s current process (its send did not fail)."""
+    def sent(self, worker: int, incarnation: int, shards: Iterable[int], recovery: bool = False,
+             copy: bool = False) -> None:
+        """A task for ``shards`` reached ``worker``'s current process (its send did not fail);
+        ``copy``: speculative copies, the assignees keep their shards."""
         who = (worker, incarnation)
         mine = self._by_process.setdefault(who, set())
+        if copy:
+            for s in shards:
+                if s not in self.accepted and self.assigned.get(s) not in (None, who):
+                    self.copies.setdefault(s, set()).add(who)
+                    mine.add(s)
+            if not mine:
+                del self._by_process[who]
+            return
         for s in shards:
             before = self.assigned.get(s)
             if before is not None and before != who:
                 self._drop(before, s)
             self.assigned[s] = who
+            self.copies.get(s, set()).discard(who)
             mine.add(s)
             if self._unsent is not None:
                 self._unsent.discard(s)
@@ -119,13 +136,28 @@ class RoundState:
         """Whether a result for ``shard`` from this process is the one to fold: it is the
         assignee, it is still the live process of its worker (not failed, fenced or
         replaced), and the shard has no result yet."""
-        if shard in self.accepted or self.assigned.get(shard) != (worker, incarnation):
-            return False
-        if live.get(worker) != incarnation:
+        if shard in self.accepted or not self._holds(worker, incarnation, shard, live):
             return False
         self.accepted.add(shard)
-        self._drop((worker, incarnation), shard)
+        if self.assigned.get(shard) != (worker, incarnation):
+            self.won[shard] = (worker, incarnation)
+        for who in self.holders(shard):
+            self._drop(who, shard)
         return True
+
+    def _holds(self, worker: int, incarnation: int, shard: int, live: Mapping[int, int]) -> bool:
+        """This process is the shard's assignee or computes a copy of it, and is live."""
+        who = (worker, incarnation)
+        if self.assigned.get(shard) != who and who not in self.copies.get(shard, ()):
+            return False
+        return live.get(worker) == incarnation
+
+    def holders(self, shard: int) -> set:
+        """Every process computing ``shard`` this round: its assignee and its copies' holders."""
+        out = set(self.copies.get(shard, ()))
+        if shard in self.assigned:
+            out.add(self.assigned[shard])
+        return out
 
     def take_stats(self, worker: int, incarnation: int, shard: int, live: Mapping[int, int]) -> bool:
         """Whether a payload sent ahead of ``shard``'s result (``protocol.Stats``) is to be
@@ -133,9 +165,7 @@ class RoundState:
         of a result, and no payload of the shard was folded yet. The shard is not accepted:
         its result (the scores) is still to come, from this process or, should it fail, from
         the one that recomputes the shard."""
-        if shard in self.accepted or self.assigned.get(shard) != (worker, incarnation):
-            return False
-        if live.get(worker) != incarnation:
+        if shard in self.accepted or not self._holds(worker, incarnation, shard, live):
             return False
         return self.fold_once(shard)
 
@@ -156,10 +186,38 @@ class RoundState:
         elif self._unsent:
             self._unsent = {s for s in self._unsent if s not in accepted}
         found = set(self._unsent)
+        for who in [p for p in self._by_process if live.get(p[0]) != p[1]]:
+            for s in list(self._by_process.get(who, ())):
+                if s in accepted or not 0 <= s < n:
+                    continue
+                if self.assigned.get(s) != who:  # a dead copy's holder: the assignee goes on
+                    self.copies[s].discard(who)
+                    self._drop(who, s)
+                    continue
+                alive = sorted(c for c in self.copies.get(s, ()) if live.get(c[0]) == c[1])
+                if not alive:
+                    found.add(s)
+                    continue
+                self.copies[s].discard(alive[0])  # a live copy's holder becomes the assignee
+                self.assigned[s] = alive[0]
+                self._drop(who, s)
+        return sorted(found)
+
+    def outstanding(self, live: Mapping[int, int]) -> dict[int, list[int]]:
+        """Each live worker's own shards (it is their assignee) not replied yet."""
+        out: dict[int, list[int]] = {}
         for who, ss in self._by_process.items():
             if live.get(who[0]) != who[1]:
-                found.update(s for s in ss if s not in accepted and 0 <= s < n)
-        return sorted(found)
+                continue
+            mine = [s for s in ss if self.assigned.get(s) == who and s not in self.accepted]
+            if mine:
+                out.setdefault(who[0], []).extend(mine)
+        return out
+
+    def idle(self, live: Mapping[int, int]) -> list[int]:
+        """The live workers with nothing of this round left to reply."""
+        busy = {w for w, _ in self._by_process}
+        return sorted(w for w in live if w not in busy)
 
     def waiting_on(self) -> list[int]:
         """The workers with a shard assigned and not yet accepted, whose replies the round
