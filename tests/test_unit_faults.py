@@ -8,7 +8,8 @@ import pytest
 
 import mixle_mpi.chaos.faults as faults
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.chaos.faults import ACTIONS, ENV_VAR, PHASES, SCOPES, Fault, FaultInjector, parse_plan, plan_from_env, plan_to_json
+from mixle_mpi.chaos.faults import (ACTIONS, ENV_VAR, PHASES, SCOPES, Fault, FaultInjector, parse_plan, plan_from_env,
+                                   plan_to_json, read_fired)
 
 
 # -- parse_plan: empty forms -------------------------------------------------------
@@ -115,9 +116,9 @@ def test_compact_several_items():
     )
 
 
-@pytest.mark.parametrize("text", ["2", "2:kill", "2:kill:init:0:0:any:extra", "1:2:3:4:5:6:7"])
+@pytest.mark.parametrize("text", ["2", "2:kill", "2:kill:init:0:0:any:4:extra", "1:2:3:4:5:6:7:8"])
 def test_compact_wrong_number_of_fields(text):
-    with pytest.raises(ConfigError, match=r"worker:action:phase\[:call\[:incarnation\[:scope\]\]\]"):
+    with pytest.raises(ConfigError, match=r"worker:action:phase\[:call\[:incarnation\[:scope\[:factor\]\]\]\]"):
         parse_plan(text)
 
 
@@ -573,3 +574,18 @@ def test_the_load_phase_names_a_workers_nth_load_in_one_process():
     assert replacement.matches(3, 1, "load", 0, False)
     with pytest.raises(ConfigError, match="driver .* can only fault at"):
         parse_plan("0:kill:load")
+
+
+def test_slow_stretches_each_shard_from_its_call_on_and_only_for_a_worker_at_a_tasks_start(tmp_path, monkeypatch):
+    monkeypatch.setenv("MIXLE_MPI_FAULT_LOG", str(tmp_path / "fired.jsonl"))
+    plan = parse_plan("2:slow:estep_before:1,3:slow:estep_before:0:0::2.5")
+    assert plan[0].factor == 4.0 and plan[1].factor == 2.5
+    inj = FaultInjector(plan, 2, 0)
+    inj.check("estep_before", 0)
+    assert inj.slowdown == 1.0
+    inj.check("estep_before", 1)  # the process goes on (no signal): only its shards take longer
+    assert inj.slowdown == 4.0
+    assert [r["action"] for r in read_fired(str(tmp_path / "fired.jsonl"))] == ["slow"]
+    for bad in ("0:slow:estep_before", "2:slow:estep_mid", "2:slow:init:0:0::0.5"):
+        with pytest.raises(ConfigError):
+            parse_plan(bad)

@@ -105,7 +105,8 @@ def random_plans(rng: random.Random, runs: int, workers: int, rounds: int,
 
 def compact(fault: Fault) -> str:
     """The full compact form ``worker:action:phase:call:incarnation:scope`` of a fault (pure)."""
-    return f"{fault.worker}:{fault.action}:{fault.phase}:{fault.call}:{fault.incarnation}:{fault.scope}"
+    tail = f":{fault.factor:g}" if fault.action == "slow" else ""
+    return f"{fault.worker}:{fault.action}:{fault.phase}:{fault.call}:{fault.incarnation}:{fault.scope}{tail}"
 
 
 def compare(reference: dict, result: dict) -> list[str]:

@@ -29,8 +29,9 @@ from mixle_mpi.core import logs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.exitcodes import FAULT_EXIT
 
-ACTIONS = ("kill", "stop", "exit", "hang", "delay")  # hang: the main thread blocks for good, heartbeats go on
+ACTIONS = ("kill", "stop", "exit", "hang", "delay", "slow")  # hang: the main thread blocks for good, heartbeats go on
 DELAY_SECONDS = 10.0  # "delay": a straggler, whose main thread sleeps this long once (heartbeats go on)
+SLOW_FACTOR = 4.0     # "slow": from then on each shard takes this many times as long (``Fault.factor``)
 PHASES = ("init", "estep_before", "estep_mid", "stats_sent", "estep_after_reply", "llsum", "respawn", "checkpoint_write",
           "startup", "handshake", "spawn", "shrink", "load")
 STARTUP_PHASES = ("startup", "handshake")  # an original worker, before setup: read from the environment
@@ -81,6 +82,7 @@ class Fault:
     call: int = 0
     incarnation: int | None = None
     scope: str = "any"
+    factor: float = SLOW_FACTOR  # "slow": how many times as long each shard takes from then on
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
@@ -91,6 +93,12 @@ class Fault:
             raise ConfigError(f"fault scope {self.scope!r} is unknown; valid scopes are {list(SCOPES)}")
         if isinstance(self.worker, bool) or not isinstance(self.worker, int) or self.worker < 0:
             raise ConfigError(f"fault worker must be a rank >= 0 (0 is the driver); found {self.worker!r}")
+        if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not self.factor >= 1:
+            raise ConfigError(f"fault factor must be a number >= 1 (how many times as long a shard takes); "
+                              f"found {self.factor!r}")
+        if self.action == "slow" and (self.worker == 0 or self.phase not in ("init", "estep_before", "llsum")):
+            raise ConfigError("action 'slow' is for a worker at a task's start (phase init, estep_before or llsum); "
+                              f"found worker {self.worker}, phase {self.phase!r}")
         if self.worker == 0 and self.action == "hang":
             raise ConfigError("action 'hang' is for workers: the driver has no stall detection (use kill or stop)")
         if self.worker == 0 and self.phase not in DRIVER_PHASES:
@@ -150,9 +158,9 @@ def parse_plan(spec) -> tuple[Fault, ...]:
 
 def _parse_compact(item: str) -> dict:
     parts = item.strip().split(":")
-    if not 3 <= len(parts) <= 6:
+    if not 3 <= len(parts) <= 7:
         raise ConfigError(
-            f"compact fault {item!r} must look like worker:action:phase[:call[:incarnation[:scope]]]"
+            f"compact fault {item!r} must look like worker:action:phase[:call[:incarnation[:scope[:factor]]]]"
         )
     try:
         out = {"worker": int(parts[0]), "action": parts[1], "phase": parts[2]}
@@ -162,8 +170,13 @@ def _parse_compact(item: str) -> dict:
             out["incarnation"] = int(parts[4])
     except ValueError:
         raise ConfigError(f"compact fault {item!r}: worker, call and incarnation must be integers") from None
-    if len(parts) > 5:
+    if len(parts) > 5 and parts[5] != "":
         out["scope"] = parts[5]
+    if len(parts) > 6:
+        try:
+            out["factor"] = float(parts[6])
+        except ValueError:
+            raise ConfigError(f"compact fault {item!r}: factor must be a number") from None
     return out
 
 
@@ -183,12 +196,17 @@ class FaultInjector:
         self.plan = tuple(plan)
         self.worker, self.incarnation = worker, incarnation
         self._fired: set[int] = set()
+        self.slowdown = 1.0  # a "slow" fault fired: each shard takes this many times as long
 
     def check(self, phase: str, call: int = 0, recovery: bool = False) -> None:
         for i, fault in enumerate(self.plan):
             if i not in self._fired and fault.matches(self.worker, self.incarnation, phase, call, recovery):
                 self._fired.add(i)
-                _perform(fault)
+                if fault.action == "slow":  # the worker's task loop stretches each shard from now on
+                    _announce(fault)
+                    self.slowdown = float(fault.factor)
+                else:
+                    _perform(fault)
 
 
 def fired_record(fault: Fault) -> dict:
@@ -216,11 +234,16 @@ def record_fired(fault: Fault, path: str | None = None) -> None:
         logs.get("faults").error(f"chaos: cannot record the fault in {path!r}: {exc}")
 
 
-def _perform(fault: Fault) -> None:
+def _announce(fault: Fault) -> None:
     record_fired(fault)
     sys.stdout.flush()
-    logs.get("faults").warning(f"chaos: worker {fault.worker} {fault.action} at {fault.phase} (call {fault.call}) "
+    slow = f" x{fault.factor:g}" if fault.action == "slow" else ""
+    logs.get("faults").warning(f"chaos: worker {fault.worker} {fault.action}{slow} at {fault.phase} (call {fault.call}) "
                                f"pid={os.getpid()}")
+
+
+def _perform(fault: Fault) -> None:
+    _announce(fault)
     if fault.action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif fault.action == "stop":

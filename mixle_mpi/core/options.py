@@ -177,6 +177,18 @@ OPTIONS: tuple[Option, ...] = (
                  "mixle's EM loop asks for that E-step next, which then needs no round of its own. One round "
                  "per EM iteration instead of two; the same bits. Off: a round per call.",
            setting=True),
+    Option("speculation", bool, True, "idle workers compute copies of a slow worker's outstanding shards",
+           about="Idle workers compute copies of a slow worker's outstanding shards within a round "
+                 "(policy/speculation_plan.py): once some worker has nothing left, a worker whose pace is more "
+                 "than speculation_multiplier times the median has the tail of its queue copied to the idle "
+                 "ones; the first result of a shard is folded, the others dropped, and the slow worker is told "
+                 "to skip what was won. The same bits either way; a failure-free round with no straggler "
+                 "copies nothing.",
+           setting=True, job=True),
+    Option("speculation_multiplier", float, 1.5, "a worker is slow when its pace exceeds this times the median",
+           about="A worker is a straggler when its seconds per shard exceed this times the median worker's "
+                 "(Spark's default, 1.5; bench/results/stragglers.md has the scatter of equal workers).",
+           setting=True, positive=True),
     Option("driver_computes", bool, True, "the driver (rank 0) computes a worker's share of the shards itself: "
                                           "every rank computes, as in mixle's own MPI handle; a failure seen in "
                                           "a round is acted on once the driver's current shard is done. Only "
@@ -272,7 +284,7 @@ FIT_GROUPS: dict[str, tuple[str, ...]] = {
     "EM": ("max_its", "delta", "init_p"),
     "resilience": ("checkpoint", "checkpoint_every", "checkpoint_seconds", "resume", "failover", "spares",
                    "max_retries", "respawn", "respawn_wait", "heartbeat_period", "heartbeat_timeout",
-                   "stall_timeout", "driver_computes", "memory_check"),
+                   "stall_timeout", "driver_computes", "speculation", "memory_check"),
     "output": ("out_dir", "plot", "progress", "keep_store"),
 }
 

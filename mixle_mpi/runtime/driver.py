@@ -28,6 +28,8 @@ from mixle_mpi.core.protocol import Abort, Fence, Load, Loaded, Reach, Reached, 
 from mixle_mpi.storage.events import EventLog
 from mixle_mpi.chaos.faults import FaultInjector, plan_to_json
 from mixle_mpi.policy.membership import Membership
+from mixle_mpi.policy.rebalance_plan import Rebalancer
+from mixle_mpi.policy.speculation_plan import Paces
 from mixle_mpi.runtime.arrivals import Arrivals
 from mixle_mpi.runtime.mailroom import Mailroom
 from mixle_mpi.runtime.reconfiguring import Reconfiguring
@@ -105,6 +107,8 @@ class Driver:
         self.monitor = monitor                        # started by the handle at the handshake
         self.rounds: list[dict[str, Any]] = []
         self.round_seconds: dict[str, float] = {}     # kind -> the last round's dispatch-to-results time
+        self.paces = Paces()                          # each place's seconds per shard (policy/speculation_plan.py)
+        self.rebalancer = Rebalancer()                # speed-aware placement between rounds (policy/rebalance_plan.py)
         self.started = False                          # every worker set up and loaded once
         self.closed = False
 
@@ -115,6 +119,7 @@ class Driver:
             return  # a retired spare's old id, or a duplicate report
         self.monitor.forget(worker)
         self.mail.forget(worker)
+        self.paces.forget(worker)  # its next process is another one
         self.arrivals.joining.pop(worker, None)
         self.kept = {s: h for s, h in self.kept.items() if h != worker}
         host, pid = self.info.get(worker, (None, None))

@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.errors import RERUN_ADVICE, ReconfigurationTimeout
-from mixle_mpi.core.protocol import TAG_REPLY, Shrink, ShrinkGo, ShrinkReady, Shrunk
+from mixle_mpi.core.protocol import TAG_REPLY, Release, Shrink, ShrinkGo, ShrinkReady, Shrunk
 from mixle_mpi.policy import reconfig_plan as reconfig
 from mixle_mpi.policy.reconfig_plan import EMULATED, Adopt, Blacklist, KeepComm, Respawn, ShrinkComm, renumber, shrink_method
 from mixle_mpi.runtime.shrink import shrink
@@ -91,6 +91,32 @@ class Reconfiguring:
             load[w] = [s for s in sids if s not in have]
         self.d.release([s for sids in move.plan.values() for s in sids])  # copies kept elsewhere
         self.d.load(load)
+
+    def rebalance(self) -> None:
+        """Between rounds, with no failure, join or kept copy under way: move shards from a
+        worker that stays slow to faster ones, or back once it recovers
+        (policy/rebalance_plan.py). The new owner loads them, then the old one drops them."""
+        d = self.d
+        if d.pending or d.kept or d.arrivals.joining:
+            return
+        holders = {w: list(d.owners[w]) for w in d.live() if d.owners.get(w)}
+        paces = {w: d.paces.of("estep", w) for w in holders}
+        move = d.rebalancer.plan(holders, paces)
+        if not move:
+            return
+        load: dict[int, list[int]] = {}
+        drop: dict[int, list[int]] = {}
+        for s, (src, dst) in sorted(move.items()):
+            d.owners[src] = [x for x in d.owners[src] if x != s]
+            d.owners[dst] = sorted([*d.owners[dst], s])
+            load.setdefault(dst, []).append(s)
+            drop.setdefault(src, []).append(s)
+        d.events.emit("rebalanced", moves={s: list(m) for s, m in sorted(move.items())},
+                      paces={w: round(p, 6) for w, p in paces.items() if p is not None},
+                      shards={w: len(d.owners[w]) for w in holders})
+        d.load(load)
+        for src, sids in sorted(drop.items()):
+            d.mail.post(src, Release(tuple(sids)))
 
     def _shrink(self) -> None:
         """Agree on the surviving original ranks, then shrink the group communicator."""

@@ -18,12 +18,14 @@ from typing import Any, Callable
 from mixle_mpi.core import clock, estep
 from mixle_mpi.core.errors import WorkerError
 from mixle_mpi.core.estep import PROTO
-from mixle_mpi.core.protocol import Result, Stats, Task
+from mixle_mpi.core.protocol import Result, Skip, Stats, Task
 from mixle_mpi.policy.join_plan import work_of
 from mixle_mpi.policy.pacing import round_window
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
+from mixle_mpi.policy.speculation_plan import busy_workers, plan_copies
 
 _TASK_IDS = itertools.count(1)
+SPECULATE_EVERY = 0.02  # seconds between two looks for stragglers while a round waits (O(W + S) each)
 
 
 class Round:
@@ -50,6 +52,11 @@ class Round:
         self.seen_live: dict[int, int] | None = None  # the live processes at the last Wait; None: sent since
         self.call = self.score_call = -1
         self.task_id = 0
+        self.sent_at: dict[int, float] = {}    # worker -> when its own task went out (clock)
+        self.done_by: dict[int, int] = {}      # worker -> its shards accepted this round
+        self.skips: dict[int, list[int]] = {}  # worker -> shards it may leave out: a copy won them
+        self.look_at = 0.0                     # the next look for stragglers (clock)
+        self.projected = 0.0                   # when the stragglers would have ended without copies (clock)
 
     def run(self) -> dict[int, Any]:
         d, kind = self.d, self.kind
@@ -73,13 +80,18 @@ class Round:
         failed_now = sorted(d.pending - failed_before)
         if not failed_now and not self.state.recomputed:  # a normal round: when the next one's replies are due
             d.round_seconds[kind] = t_results - t0
+        saved = self._speculation_report(clock.monotonic())
         blacklisted = d.reconfigure() if (d.pending or d.arrivals.spawn_failed) else []
+        if d.settings.speculation and kind == "estep":
+            d.reconfiguring.rebalance()
         d.rounds.append({
             "kind": kind, "call": self.call, "seconds": time.perf_counter() - t0, "started_at": started_at,
             "results_seconds": t_results - t0,  # the rest of "seconds" is the reconfiguration
             "reused": self.state.reused, "recomputed": sorted(self.state.recomputed),
             "journaled": sorted(self.preloaded or ()), "scored": self.score_call >= 0,
             "failed": failed_now, "blacklisted": blacklisted,
+            "speculated": sorted(s for s, c in self.state.copies.items() if c or s in self.state.won),
+            "speculation_won": sorted(self.state.won), "saved_seconds": saved,
         })
         return self.results
 
@@ -130,26 +142,84 @@ class Round:
                 continue
             if not isinstance(msg, Result) or msg.task_id != self.task_id:
                 continue
+            if live.get(worker) == incarnation:
+                for seconds in msg.seconds:
+                    self.d.paces.note(self.kind, worker, seconds)
             for shard, payload in msg.results:
                 if self.state.accept(worker, incarnation, shard, live):
+                    self._won(worker, incarnation, shard, live)
                     self._take(shard, payload)
                     progressed = True
         return progressed
 
+    def _won(self, worker: int, incarnation: int, shard: int, live: dict[int, int]) -> None:
+        """``shard`` accepted from this process: the other live processes computing it (a
+        straggler, or a copy's holder) are told to skip it (``_send_skips``)."""
+        if self.state.assigned.get(shard) == (worker, incarnation):
+            self.done_by[worker] = self.done_by.get(worker, 0) + 1
+        for w, inc in self.state.holders(shard):
+            if (w, inc) != (worker, incarnation) and live.get(w) == inc:
+                self.skips.setdefault(w, []).append(shard)
+
+    def _send_skips(self) -> None:
+        for w, shards in sorted(self.skips.items()):
+            self.d.mail.post(w, Skip(self.task_id, tuple(sorted(shards))), announce=False)
+        self.skips.clear()
+
+    # -- speculation ---------------------------------------------------------------
+    def _speculate(self, live: dict[int, int]) -> None:
+        """Copies of stragglers' outstanding shards on the idle workers, when the plan says so
+        (policy/speculation_plan.py); looked at every SPECULATE_EVERY seconds at most."""
+        d, now = self.d, clock.monotonic()
+        if not d.settings.speculation or now < self.look_at:
+            return
+        self.look_at = now + SPECULATE_EVERY
+        idle = self.state.idle(live)
+        if not idle:
+            return
+        typical = d.paces.typical(self.kind, idle) or d.paces.typical(self.kind, live)
+        copied = [s for s, c in self.state.copies.items() if c]
+        busy = busy_workers(self.state.outstanding(live), copied, self.done_by, self.sent_at, now, d.paces, self.kind)
+        copies = plan_copies(busy, idle, typical, d.settings.speculation_multiplier)
+        if not copies.plan:
+            return
+        self.projected = max(self.projected, now + max(copies.projected.values()))
+        for target, sids in sorted(copies.plan.items()):
+            self._dispatch(target, sids, False, copy=True)
+        d.mail.announce(sorted(copies.plan))
+        slow = {b.worker: round(b.seen_pace, 6) for b in busy if b.worker in copies.projected}
+        d.events.emit("speculated", kind=self.kind, call=self.call, copies={w: sorted(ss) for w, ss in copies.plan.items()},
+                      stragglers=slow, typical=round(typical, 6))
+
+    def _speculation_report(self, ended: float) -> float:
+        """The seconds speculation saved this round, estimated from the stragglers' own pace
+        (when they would have ended without copies, less when the round ended), and an event."""
+        if not self.state.won and not self.projected:
+            return 0.0
+        saved = round(max(0.0, self.projected - ended), 6)
+        won = sorted(self.state.won)
+        self.d.events.emit("speculation_won", kind=self.kind, call=self.call, shards=won,
+                           by={s: self.state.won[s][0] for s in won}, saved_seconds=saved)
+        return saved
+
     # -- sending -------------------------------------------------------------------
-    def _dispatch(self, worker: int, sids: list[int], recovery: bool) -> None:
+    def _dispatch(self, worker: int, sids: list[int], recovery: bool, copy: bool = False) -> None:
         """A task for ``worker``. A recovered shard stays encoded on its survivor: it computes
         it again next round while the place's replacement joins, or keeps it if it adopts or
-        inherits it. The caller rings the workers sent to (``announce``), all at once."""
+        inherits it; a speculative ``copy`` is computed once and dropped. The caller rings
+        the workers sent to (``announce``), all at once."""
         d = self.d
         self.seen_live = None
-        items = [(s, d.store.read_packed(s) if recovery else None, self.extras.get(s)) for s in sids]
+        rows = recovery or copy
+        items = [(s, d.store.read_packed(s) if rows else None, self.extras.get(s)) for s in sids]
         task = Task(self.task_id, self.kind, self.call, self.body_b, items, recovery, self.score_call)
         if not d.mail.post(worker, task, announce=False):
             return
+        if not recovery and not copy:
+            self.sent_at.setdefault(worker, clock.monotonic())
         if recovery:
             d.kept.update((s, worker) for s in sids)
-        self.state.sent(worker, d.membership.records[worker].incarnation, sids, recovery)
+        self.state.sent(worker, d.membership.records[worker].incarnation, sids, recovery, copy=copy)
         if recovery:
             d.events.emit("recovery", worker=worker, kind=self.kind, call=self.call, shards=sids)
             if self.kind == "estep":  # the driver's own chaos, while a worker's shards are recovered
@@ -174,10 +244,13 @@ class Round:
         live = d.live_processes()
         for w, msgs in d.mail.gather(self.state.waiting_on()).items():
             progressed = self._take_replies(w, msgs, live) or progressed
+        if self.skips:
+            self._send_skips()
         d.check_failures()
         if self.state.done():
             return None
         live = d.live_processes()
+        self._speculate(live)
         if live == self.seen_live:
             return progressed
         action = self.state.next_step(work_of(d.owners, d.kept, live), live)

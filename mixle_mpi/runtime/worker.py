@@ -14,6 +14,7 @@ import pickle
 import signal
 import sys
 import threading
+from collections import deque
 import time
 import traceback
 from typing import Any
@@ -34,7 +35,7 @@ from mixle_mpi.core import procs
 from mixle_mpi.launch import contract
 from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Fence, Load, Loaded, Quiet,
                                      Reach, Reached,
-                                     ReadOwn, Ready, Release, Result, Setup,
+                                     ReadOwn, Ready, Release, Result, Setup, Skip,
                                      STATS_AHEAD_MAX_BYTES, Shrink, ShrinkGo, ShrinkReady, Shrunk, Stats, Stop, Task,
                                      TaskError)
 from mixle_mpi.runtime.beatrelay import BeatRelay
@@ -109,6 +110,8 @@ class Worker:
         self.replied_at: float | None = None  # when this worker last replied
         self.last_gap: float | None = None    # from its last reply to the next command, the last time
         self.bell = None       # this process's doorbell, when the driver rings it (its host's)
+        self.stashed: deque = deque()  # commands read while a task ran (looking for a Skip), served next
+        self.skipping: tuple[int, set] = (-1, set())  # (task id, its shards to leave out)
         self.driver_bell = ""  # the driver's doorbell, rung after each reply (the same host only)
 
     # -- messaging -------------------------------------------------------------
@@ -130,6 +133,8 @@ class Worker:
                 self.driver_dead(self.lost)
             if self.setup_by is not None:
                 self._check_setup_due()
+            if self.stashed:
+                return self.stashed.popleft()
             try:
                 msg = self.link.poll(TAG_CMD)
             except PeerFailed as exc:
@@ -346,20 +351,58 @@ class Worker:
                 self.faults.check("estep_mid", call, recovery)
 
         batch: list = []
+        seconds: list[float] = []
         flushed = time.monotonic()
+        if self.skipping[0] != task_id:  # a Skip read during an earlier task of this round still holds
+            self.skipping = (task_id, set())
+        skipped = self.skipping[1]
         for sid, rows, extra in items:
+            skip = sid in skipped or sid in self._skips(task_id, skipped)  # a copy of it won elsewhere
+            if skip and not (t.keep and rows is not None):
+                continue
+            t0 = time.perf_counter()
             chunks = self.resident[sid] if rows is None else estep.encode_shard(self.encoder, rows_from_packed(rows), self.sub_chunks)
             if t.keep and rows is not None:
                 self.resident[sid] = chunks  # the next rounds (a replacement joining) or an adoption need no load
+            if skip:  # a recovered shard: kept for the next rounds, not computed
+                continue
             ahead = self._stats_ahead(task_id, sid, call, recovery) if scores else None
             batch.append((sid, estep.shard_result(kind, body, chunks, extra, scores, on_chunk, ahead)))
+            self._slowed(time.perf_counter() - t0)
+            seconds.append(time.perf_counter() - t0)
             if time.monotonic() - flushed >= REPLY_BATCH_SECONDS:
-                self.reply(Result(task_id, batch, peak_rss_mb()))  # the peak for summary.json, at no cost
-                batch, flushed = [], time.monotonic()
+                self.reply(Result(task_id, batch, peak_rss_mb(), tuple(seconds)))  # the peak for summary.json
+                batch, seconds, flushed = [], [], time.monotonic()
         if batch:
-            self.reply(Result(task_id, batch, peak_rss_mb()))
+            self.reply(Result(task_id, batch, peak_rss_mb(), tuple(seconds)))
         if kind == "estep":
             self.faults.check("estep_after_reply", call, recovery)
+
+    def _skips(self, task_id: int, skipped: set) -> set:
+        """The shards of task ``task_id`` the driver said to leave out (``Skip``), read between
+        shards without waiting; any other command read meanwhile is served after the task."""
+        while True:
+            try:
+                msg = self.link.poll(TAG_CMD)
+            except PeerFailed as exc:
+                self.driver_dead(f"lost the driver ({exc})")
+            if msg is None:
+                return skipped
+            self.last_driver = time.monotonic()
+            if isinstance(msg, Skip):
+                if msg.task_id == task_id:  # a task of this round stashed behind this one shares the set
+                    skipped.update(msg.shards)
+            else:
+                self.stashed.append(msg)
+
+    def _slowed(self, seconds: float) -> None:
+        """The ``slow`` chaos action: this shard takes ``slowdown`` times as long, the main
+        thread's progress ticking meanwhile (alive and slow, never stalled)."""
+        extra = seconds * (self.faults.slowdown - 1.0)
+        end = time.perf_counter() + extra
+        while extra > 0 and (left := end - time.perf_counter()) > 0:
+            time.sleep(min(left, 0.02))
+            self.progress += 1
 
     def _stats_ahead(self, task_id: int, sid: int, call: int, recovery: bool) -> estep.Ahead:
         """For a shard of a task that also scores: its E-step payload goes to the driver at
@@ -476,6 +519,8 @@ class Worker:
                 elif isinstance(msg, Release):
                     for sid in msg.shards:
                         self.resident.pop(sid, None)
+                elif isinstance(msg, Skip):
+                    pass  # its task had ended: nothing to leave out
                 elif isinstance(msg, Reach):
                     self.reach(msg)
                 elif isinstance(msg, Shrink):

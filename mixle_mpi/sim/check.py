@@ -31,7 +31,7 @@ from mixle_mpi.storage.events import EventLog
 
 EVENT_BOUND = 200_000
 COUNTED = ("failure_detected", "recovery", "respawn_started", "respawned", "spare_adopted", "blacklisted",
-           "migrated", "store_unread", "spawn_unavailable")
+           "migrated", "store_unread", "spawn_unavailable", "speculated", "speculation_won", "rebalanced")
 
 
 @dataclass

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from mixle_mpi.core import estep
-from mixle_mpi.core.protocol import (Abort, Load, Loaded, Ready, ReadOwn, Release, Result, Setup, Stats, Stop,
-                                     STATS_AHEAD_MAX_BYTES, Task)
+from mixle_mpi.core.protocol import (Abort, Load, Loaded, Ready, ReadOwn, Release, Result, Setup, Skip, Stats,
+                                     Stop, STATS_AHEAD_MAX_BYTES, Task)
 from mixle_mpi.runtime.spawner import SpawnFailed, SpawnUnavailable
 from mixle_mpi.runtime.transport import PeerFailed
 from mixle_mpi.sim.standin import Encoder, Model
@@ -107,6 +107,15 @@ class World:
         return msg._replace(results=bad)
 
 
+class ShardJob:
+    """One shard of a task, a job of its own: replies leave shard by shard, as a worker's do."""
+
+    __slots__ = ("task", "item")
+
+    def __init__(self, task: Task, item: tuple) -> None:
+        self.task, self.item = task, item
+
+
 class Process:
     """One simulated worker process: it holds shards encoded and runs one job at a time."""
 
@@ -123,6 +132,7 @@ class Process:
         self.loading: dict[int, list] = {}
         self.jobs: deque = deque()
         self.busy = False
+        self.skipped: dict[int, set] = {}    # task id -> shards the driver said to leave out (Skip)
 
     def __repr__(self) -> str:
         return f"process {self.pid} (worker {self.worker}.{self.incarnation}, {self.state})"
@@ -152,11 +162,12 @@ class Process:
         self.link = link
         if isinstance(msg, (Stop, Abort)):
             self.state = "ended"
-        elif isinstance(msg, Release):
+        elif isinstance(msg, Release):  # as a worker: the shards are dropped, kept copies or its own
             for s in msg.shards:
-                if s in self.kept:
-                    self.kept.discard(s)
-                    self.resident.pop(s, None)
+                self.kept.discard(s)
+                self.resident.pop(s, None)
+        elif isinstance(msg, Skip):  # read between shards, as a worker does: the one under way goes on
+            self.skipped.setdefault(msg.task_id, set()).update(msg.shards)
         else:
             self.jobs.append(msg)
             self._next()
@@ -164,8 +175,15 @@ class Process:
     def _next(self) -> None:
         if self.busy or self.state != "up" or not self.jobs:
             return
-        self.busy = True
         msg = self.jobs.popleft()
+        if isinstance(msg, Task):  # one job per shard, so that replies leave shard by shard
+            self.jobs.extendleft(reversed([ShardJob(msg, item) for item in msg.items]))
+            return self._next()
+        if isinstance(msg, ShardJob) and msg.item[0] in self.skipped.get(msg.task.task_id, ()):
+            if msg.task.keep and msg.item[1] is not None:  # a recovered shard is kept all the same
+                self._hold(msg.item[0], rows_from_packed(msg.item[1]), kept=True)
+            return self._next()
+        self.busy = True
         cost, replies = self._work(msg)
         self.world.at(self.world.now + cost / self.speed, self._done, replies)
 
@@ -205,8 +223,8 @@ class Process:
             rows = self.loading.pop(msg.shard)
             self._hold(msg.shard, rows, kept=False)
             return 0.001 * len(rows), [Loaded(msg.shard, len(rows))]
-        if isinstance(msg, Task):
-            return self._task(msg)
+        if isinstance(msg, ShardJob):
+            return self._shard(msg.task, msg.item)
         return 0.001, []  # Reach and the rest: nothing the simulated driver asks
 
     def _hold(self, shard: int, rows: list, kept: bool) -> None:
@@ -225,24 +243,26 @@ class Process:
             replies.append(Loaded(s, len(rows)))
         return cost, replies
 
-    def _task(self, task: Task) -> tuple[float, list]:
+    def _shard(self, task: Task, item: tuple) -> tuple[float, list]:
+        """One shard of a task: rows sent with it are kept only if the task says so (a
+        recovery); a speculative copy is computed once and dropped."""
         if task.task_id not in self.world.bodies:
             self.world.bodies[task.task_id] = pickle.loads(task.body)  # nosec B301 - the simulation's own
         body = self.world.bodies[task.task_id]
-        replies, cost = [], 0.0
-        for shard, packed, extra in task.items:
-            if packed is not None:
-                self._hold(shard, rows_from_packed(packed), kept=True)
-            chunks = self.resident.get(shard)
-            if chunks is None:
-                raise Violation(f"{self!r} was asked for shard {shard}, which it does not hold "
-                                f"(resident {sorted(self.resident)})")
-            ahead: list = []
-            offer = (lambda p: len(p) <= STATS_AHEAD_MAX_BYTES and not ahead.append(p)) if task.score_call >= 0 else None
-            payload = estep.shard_result(task.kind, body, chunks, extra, task.score_call >= 0, ahead=offer)
-            replies += [Stats(task.task_id, shard, p) for p in ahead]
-            replies.append(Result(task.task_id, [(shard, payload)], 0.0))
-            cost += ROW_COST * sum(n for n, _ in chunks)
+        shard, packed, extra = item
+        if packed is not None and task.keep:
+            self._hold(shard, rows_from_packed(packed), kept=True)
+        chunks = self.resident.get(shard) if packed is None or task.keep else \
+            estep.encode_shard(Encoder(), rows_from_packed(packed), 2)
+        if chunks is None:
+            raise Violation(f"{self!r} was asked for shard {shard}, which it does not hold "
+                            f"(resident {sorted(self.resident)})")
+        ahead: list = []
+        offer = (lambda p: len(p) <= STATS_AHEAD_MAX_BYTES and not ahead.append(p)) if task.score_call >= 0 else None
+        payload = estep.shard_result(task.kind, body, chunks, extra, task.score_call >= 0, ahead=offer)
+        cost = ROW_COST * sum(n for n, _ in chunks)
+        replies = [Stats(task.task_id, shard, p) for p in ahead]
+        replies.append(Result(task.task_id, [(shard, payload)], 0.0, (cost / self.speed,)))
         return cost, replies
 
 
