@@ -296,6 +296,7 @@ def base_record(args, describe, clock, t_setup, t_fit, events) -> dict:
         "min": min(per_it) if per_it else None, "max": max(per_it) if per_it else None,
         "setup_seconds": t_setup, "fit_seconds": t_fit,
         "final_ll": clock.lls[-1] if clock.lls else None,
+        "lls": list(clock.lls),  # every iteration's log likelihood: the bits, compared across runs
         "rank0_cpu_cores": clock.cpu_cores(),
         # rank 0's view of the two handle calls in each iteration 2..its
         "rank0_estep_call": summary(per_iteration_totals(events, st, "estep_call")),

@@ -56,3 +56,17 @@ def test_the_scale_benchmark_measures_the_drivers_round_at_each_world_size(tmp_p
         assert row["beats_per_s_idle"] > 0 and row["estep_round_latency"] > 0, (w, row)
     assert per["2"]["ratios"]["driver_cpu_per_round"] == 1.0  # the baseline is the smallest W
     assert all(job["launcher_rc"] == 0 for job in record["jobs"]), record["jobs"]
+
+
+def test_the_straggler_benchmark_runs_a_clean_and_a_slow_fit_with_the_same_bits(tmp_path):
+    """bench/stragglers.py --smoke: a clean fit and one with worker 2 four times slower, both
+    with speculation; the slow one copied and moved shards, and every log likelihood is the
+    clean run's."""
+    out = tmp_path / "stragglers.json"
+    _bench([str(ROOT / "bench" / "stragglers.py"), "--smoke", "--out", str(out)], timeout=300)
+    assert no_leftover_processes(str(ROOT / "bench" / "_slow_job.py")) == []
+    runs = json.loads(out.read_text())["runs"]
+    clean, slow = (next(r for r in runs if r["k"] == k) for k in (1.0, 4.0))
+    assert slow["lls"] == clean["lls"] and len(clean["lls"]) == 8, (clean["lls"], slow["lls"])
+    assert clean["copies"] == clean["moves"] == 0 and slow["won"] > 0 and slow["moves"] > 0, runs
+    assert slow["failures"] == clean["failures"] == 0, runs

@@ -8,24 +8,29 @@ from mixle_mpi.policy.speculation_plan import (COPY_COST, MULTIPLIER, Busy, Pace
                                                is_straggler, plan_copies)
 
 
-def test_paces_smooth_per_kind_and_place_and_forget_a_new_process():
-    p = Paces(weight=0.5)
-    p.note("estep", 1, 1.0)
-    p.note("estep", 1, 3.0)
+def test_paces_are_the_median_of_the_last_shards_per_kind_and_place_and_forget_a_new_process():
+    p = Paces(window=3)
+    for s in (1.0, 1.0, 9.0):  # one shard the scheduler delayed: no straggler
+        p.note("estep", 1, s)
+    assert p.of("estep", 1) == 1.0
+    for s in (4.0, 4.0):        # two more slow ones: its pace follows
+        p.note("estep", 1, s)
+    assert p.of("estep", 1) == 4.0
     p.note("llsum", 1, 10.0)
-    p.note("estep", 2, 4.0)
-    assert p.of("estep", 1) == 2.0 and p.of("llsum", 1) == 10.0
+    p.note("estep", 2, 2.0)
+    assert p.of("llsum", 1) == 10.0
     assert p.typical("estep", [1, 2, 3]) == 3.0 and p.typical("estep", [3]) is None
     p.forget(1)
-    assert p.of("estep", 1) is None and p.of("llsum", 1) is None and p.of("estep", 2) == 4.0
+    assert p.of("estep", 1) is None and p.of("llsum", 1) is None and p.of("estep", 2) == 2.0
 
 
-def test_a_worker_is_a_straggler_by_its_history_or_by_what_this_round_shows():
-    assert is_straggler(Busy(1, (4, 5), 2, 0, 0.0, 0.4), typical=0.1)             # slow before
+def test_a_worker_is_a_straggler_by_its_shards_pace_and_its_remaining_time_counts_this_round():
+    assert is_straggler(Busy(1, (4, 5), 2, 0, 0.0, 0.4), typical=0.1)             # its shards are slow
     assert not is_straggler(Busy(1, (4, 5), 2, 0, 0.0, 0.14), typical=0.1)        # within the multiplier
-    assert is_straggler(Busy(1, (4, 5), 2, 1, 0.8, None), typical=0.1)            # this round: 0.4 s a shard
+    assert not is_straggler(Busy(1, (4, 5), 2, 1, 0.8, None), typical=0.1)        # no shard timed yet
+    assert not is_straggler(Busy(1, (4, 5), 2, 1, 0.8, 0.1), typical=0.1)         # descheduled, not slow
     assert not is_straggler(Busy(1, (), 0, 3, 5.0, 1.0), typical=0.1)             # nothing left
-    assert not is_straggler(Busy(1, (4,), 1, 0, 0.14, 0.1), typical=0.1)
+    assert abs(Busy(1, (4, 5), 2, 1, 0.8, 0.1).remaining() - 0.4) < 1e-12         # but this round's delay counts
 
 
 def test_how_many_makes_both_ends_meet_and_copies_nothing_that_saves_less_than_a_shard():

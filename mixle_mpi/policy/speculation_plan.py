@@ -13,12 +13,11 @@ longer than the median, after a ``quantile`` of the tasks finished), adapted to 
   left. That is the point where the round would otherwise only wait (Spark's quantile);
   before it, a copy takes a core from a worker that has work of its own.
 - *who*: a worker whose pace (seconds per shard) is more than ``MULTIPLIER`` times the
-  typical pace, the median over the round's workers. Its pace is the larger of what it
-  showed in earlier rounds (``Paces``) and what this round shows so far (seconds since its
-  task went out over the shards it finished, plus the one it is on), so a worker that
-  turned slow this round is seen too. 1.5 is Spark's default: the paces of equal workers
-  on an oversubscribed machine scatter by up to about 1.3 (bench/results/stragglers.md),
-  and a false copy costs one shard's work and bytes, never bits.
+  typical pace, the median of the idle workers'. A pace is the median of a place's last
+  ``WINDOW`` shards as the worker timed them (``Paces``): one shard delayed by the OS
+  scheduler (four ranks on two cores) does not make a straggler, three slow ones in a row
+  do, within the round they happen in. 1.5 is Spark's default; a false copy costs one
+  shard's work and bytes, never bits (bench/results/stragglers.md measures both).
 - *what*: the tail of its queue (the shards it would reach last), as many as make both
   ends meet: the straggler's own remaining time against the idle workers' time for the
   copies, each copy costing ``COPY_COST`` of a typical shard (its rows are sent and
@@ -28,39 +27,43 @@ longer than the median, after a ``quantile`` of the tasks finished), adapted to 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
 MULTIPLIER = 1.5   # a straggler's pace is more than this times the typical one (Spark's default)
 COPY_COST = 1.25   # a copy's time on an idle worker, in typical shards: rows sent from the store and encoded
-WEIGHT = 0.3       # the weight of each new shard's seconds in a worker's smoothed pace
+WINDOW = 5         # a pace is the median of this many last shards
 
 
 @dataclass
 class Paces:
-    """Each worker place's seconds per shard, per kind of round, smoothed over its shards
-    (an exponential moving average). A new process at a place starts unknown."""
+    """Each worker place's seconds per shard, per kind of round: the median of its last
+    ``window`` shards, robust to one shard the OS scheduler delayed. A new process at a
+    place starts unknown."""
 
-    weight: float = WEIGHT
-    seconds: dict = field(default_factory=dict)  # (kind, worker) -> seconds per shard
+    window: int = WINDOW
+    seconds: dict = field(default_factory=dict)  # (kind, worker) -> its last shards' seconds
+    paces: dict = field(default_factory=dict)    # (kind, worker) -> their median
 
     def note(self, kind: str, worker: int, seconds: float) -> None:
-        key, s = (kind, worker), max(0.0, float(seconds))
-        before = self.seconds.get(key)
-        self.seconds[key] = s if before is None else before + self.weight * (s - before)
+        key = (kind, worker)
+        last = self.seconds.setdefault(key, deque(maxlen=self.window))
+        last.append(max(0.0, float(seconds)))
+        self.paces[key] = median(last)
 
     def of(self, kind: str, worker: int) -> float | None:
-        return self.seconds.get((kind, worker))
+        return self.paces.get((kind, worker))
 
     def forget(self, worker: int) -> None:
         """``worker``'s process changed (a replacement, an adoption): its pace is unknown."""
         for key in [k for k in self.seconds if k[1] == worker]:
-            del self.seconds[key]
+            del self.seconds[key], self.paces[key]
 
     def typical(self, kind: str, workers: Iterable[int]) -> float | None:
         """The median pace of ``workers`` whose pace is known; None if none is."""
-        known = [p for p in (self.seconds.get((kind, w)) for w in workers) if p is not None]
+        known = [p for p in (self.paces.get((kind, w)) for w in workers) if p is not None]
         return median(known) if known else None
 
 
@@ -77,8 +80,9 @@ class Busy:
 
     @property
     def seen_pace(self) -> float:
-        """Its pace as far as known: earlier shards', or this round's if that is slower (the
-        shard it is on counts as finishing now, so this bound only grows while it computes)."""
+        """Its pace for the time it still needs: its shards', or this round's if that is
+        slower (the shard it is on counts as finishing now, so this only grows while it
+        computes). Who straggles is decided on ``pace`` alone (``is_straggler``)."""
         return max(self.pace or 0.0, self.elapsed / (self.done + 1))
 
     def remaining(self, skipped: int = 0) -> float:
@@ -100,7 +104,7 @@ class Copies:
 
 
 def is_straggler(b: Busy, typical: float, multiplier: float = MULTIPLIER) -> bool:
-    return b.left > 0 and b.seen_pace > multiplier * typical
+    return b.left > 0 and b.pace is not None and b.pace > multiplier * typical
 
 
 def how_many(b: Busy, helpers: int, typical: float) -> int:
