@@ -8,8 +8,9 @@ One of W = 3 workers (the driver computes no shard) turns ``k`` times slower at 
 heartbeats go on). Cases, each with speculation on and off (``MIXLE_MPI_SPECULATION``):
 
 - *sleep*: the E-step stand-in of bench/_slow_job.py (each shard sleeps first), so every
-  rank behaves as if it had a core of its own on this 2-core machine; compared with the
-  capacity bound W / (W - 1 + s) of a worker at speed s = 1/k;
+  rank behaves as if it had a core of its own on this 2-core machine (and the job is told
+  so: ``MIXLE_MPI_CORES``); compared with the capacity bound W / (W - 1 + s) of a worker at
+  speed s = 1/k;
 - *real*: the real E-step of a 1-D mixture, four ranks sharing the 2 cores.
 
 Per run: the median and mean seconds per iteration (iterations 2..its: the first has no
@@ -38,6 +39,8 @@ def run_case(python: str, stand_in: str, k: float, speculation: bool, args, work
     os.makedirs(work, exist_ok=True)
     out = os.path.join(work, "record.json")
     env = {**os.environ, "MIXLE_MPI_DRIVER_COMPUTES": "0", "MIXLE_MPI_SPECULATION": "1" if speculation else "0"}
+    if stand_in == "sleep":  # sleeping ranks do not compete for the 2 cores: as if each had its own
+        env["MIXLE_MPI_CORES"] = str(W + 1)
     env.pop("MIXLE_MPI_FAULT_PLAN", None)
     if k > 1:
         env["MIXLE_MPI_FAULT_PLAN"] = f"2:slow:estep_before:1:0::{k:g}"
@@ -99,9 +102,12 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--smoke", action="store_true", help="one sleep pair (clean, 1/4 with speculation), 6 iterations")
     ap.add_argument("--out", default=None, help="write the JSON here (and the table beside it, .md)")
+    ap.add_argument("--cases", default=None, help="only these cases, e.g. real:1:on,real:1:off (stand-in:k:speculation)")
     args = ap.parse_args(argv)
     cases = [("sleep", 1.0, True), ("sleep", 1.0, False), ("sleep", 2.0, True), ("sleep", 2.0, False),
              ("sleep", 4.0, True), ("sleep", 4.0, False), ("real", 1.0, True), ("real", 1.0, False), ("real", 4.0, True), ("real", 4.0, False)]
+    if args.cases:
+        cases = [(a, float(b), c == "on") for a, b, c in (x.split(":") for x in args.cases.split(","))]
     if args.smoke:
         args.its, args.repeats, args.shards = 8, 1, 12
         cases = [("sleep", 1.0, True), ("sleep", 4.0, True)]

@@ -146,3 +146,30 @@ def test_kills_in_the_start_window_recover_within_seconds_and_fail_only_the_kill
         assert r["identical"] and r["failed_places"] <= r["processes_killed"], r
         assert r["seconds_from_kill"] is None or r["seconds_from_kill"] <= 20.0, r  # not reconfigure_timeout
     assert no_leftover_processes(str(out)) == []
+
+
+@pytest.mark.parametrize("library", [LIBRARIES[0], pytest.param(LIBRARIES[1].values[0],
+                                                                marks=LIBRARIES[1].marks, id="mpich")])
+def test_a_worker_slowed_from_outside_costs_no_failure_and_no_bit(library, tmp_path):
+    """Issue 35's external ``slow`` kind: one worker SIGSTOPped and continued in a duty cycle
+    from the middle of the fit to its end (a quarter of its speed, each stop under the
+    heartbeat timeout): never taken for dead, the reference's bits, nothing left over."""
+    _, python = library
+    out = tmp_path / "campaign"
+    env = {**os.environ, **ENV}
+    env.pop("MIXLE_MPI_FAULT_PLAN", None)
+    proc = subprocess.run([python, "-m", "mixle_mpi", "chaos", "--external", "-n", "4", "--runs", "1",
+                           "--campaign-seed", "1", "--kinds", "slow", "--fit-share", "1",
+                           "--max-its", str(MAX_ITS), "--leftover-seconds", "5", "--out-dir", str(out)],
+                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=900)
+    text = proc.stdout[-4000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, text
+    report = json.loads((out / "campaign.json").read_text())
+    counted = [r for r in report["runs"] if r["outcome"] != "missed"]
+    assert report["ok"] and len(counted) == 1, text
+    run = counted[0]
+    [slow] = run["kills"]
+    assert (slow["signal"], slow["role"], slow["delivered"]) == ("SLOW", "worker", True), run
+    assert slow["cycles"] >= 2 and not slow["detected"], run
+    assert run["outcome"] == "ok" and run["identical"] and run["failed_places"] == 0, run
+    assert run["leftovers"] == [] and no_leftover_processes(str(out)) == []

@@ -658,3 +658,29 @@ def test_a_window_that_starts_later_keeps_every_first_kill_inside_it_and_replays
     assert cp.replay_plans(9, [(7, 0)], 5.0, ("worker", "during_recovery"), None, 0.0, 3.0) == [plans[6]]
     # a campaign without it draws as it always did
     assert cp.campaign_plans(9, 5, 5.0) == cp.campaign_plans(9, 5, 5.0, window_from=0.0)
+
+
+def test_the_slow_kind_is_opt_in_and_plans_one_duty_cycle_under_the_heartbeat_timeout():
+    from mixle_mpi.core.settings import Settings
+
+    assert "slow" not in cp.KINDS and cp.kinds_from_text("slow") == ("slow",)
+    plan = cp.external_plan(5, 1, 0, "slow", 10.0)
+    assert [(k.signal, k.target) for k in plan.kills] == [(cp.SLOW, "worker")]
+    assert cp.DUTY_STOP < Settings().heartbeat_timeout / 2  # stopped, it still beats in time
+    assert cp.DUTY_RUN / (cp.DUTY_STOP + cp.DUTY_RUN) == 0.25
+
+
+def test_watch_slows_the_chosen_worker_in_a_duty_cycle_and_never_leaves_it_stopped(tmp_path):
+    """Fake ranks sleep 3 s; worker rank 1 is stopped and continued from 0.5 s on until the
+    launcher ends: it ends well (exit 0, not killed), and the record counts its cycles."""
+    from mixle_mpi.chaos.external import watch
+
+    script = tmp_path / "fake_launcher.py"
+    script.write_text(FAKE_LAUNCHER)
+    seen = watch([sys.executable, str(script), TAG, "3"], dict(os.environ), str(tmp_path / "job.log"),
+                 (cp.KillSpec(0.5, cp.SLOW, "worker", 0.0),), 60, 1)
+    assert seen.code == 0 and not seen.hung, (tmp_path / "job.log").read_text()
+    [k] = seen.kills
+    assert (k["signal"], k["role"], k["rank"], k["delivered"]) == (cp.SLOW, "worker", 1, True)
+    assert k["cycles"] >= 3, k
+    assert "codes [0, 0, 0, 0]" in (tmp_path / "job.log").read_text()

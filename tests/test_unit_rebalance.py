@@ -62,3 +62,14 @@ def test_a_scatter_below_the_gain_or_a_blip_never_moves_anything():
     for i in range(10):  # slow every other round: the streak never reaches ROUNDS
         assert r.plan(owners, {1: 0.1, 2: 0.1, 3: 0.4 if i % 2 else 0.1}) == {}
     assert r.plan({1: [0, 1]}, {1: 0.1}) == {} and r.plan(owners, {1: None, 2: None, 3: None}) == {}
+
+
+def test_paces_within_the_spread_count_as_equal_so_a_shared_core_moves_nothing_but_shards_come_back():
+    r = Rebalancer(rounds=1)
+    owners = {1: [0, 3, 6, 9], 2: [1, 4, 7, 10], 3: [2, 5, 8, 11]}
+    shared = {1: 0.010, 2: 0.019, 3: 0.010}  # three ranks on two cores: one looks slower
+    assert r.plan(owners, shared) != {}           # by the paces alone, shards would move
+    assert r.plan(owners, shared, spread=2.0) == {}
+    uneven = {1: [0, 3, 6, 9, 2, 5, 13], 2: [1, 4, 7, 10, 8, 11, 14], 3: [12]}
+    back = r.plan(uneven, {1: 0.01, 2: 0.01, 3: 0.018}, spread=2.0)  # recovered, within the spread
+    assert back and all(dst == 3 for _, dst in back.values())

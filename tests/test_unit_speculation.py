@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from mixle_mpi.policy.speculation_plan import (COPY_COST, MULTIPLIER, Busy, Paces, busy_workers, how_many,
+from mixle_mpi.policy.speculation_plan import (COPY_COST, MIN_SAVING, MULTIPLIER, Busy, Paces, busy_workers, how_many,
                                                is_straggler, plan_copies)
 
 
@@ -24,11 +24,13 @@ def test_paces_are_the_median_of_the_last_shards_per_kind_and_place_and_forget_a
     assert p.of("estep", 1) is None and p.of("llsum", 1) is None and p.of("estep", 2) == 2.0
 
 
-def test_a_worker_is_a_straggler_by_its_shards_pace_and_its_remaining_time_counts_this_round():
+def test_a_worker_is_a_straggler_by_its_shards_pace_or_by_a_lag_this_round_past_min_lag():
     assert is_straggler(Busy(1, (4, 5), 2, 0, 0.0, 0.4), typical=0.1)             # its shards are slow
     assert not is_straggler(Busy(1, (4, 5), 2, 0, 0.0, 0.14), typical=0.1)        # within the multiplier
-    assert not is_straggler(Busy(1, (4, 5), 2, 1, 0.8, None), typical=0.1)        # no shard timed yet
-    assert not is_straggler(Busy(1, (4, 5), 2, 1, 0.8, 0.1), typical=0.1)         # descheduled, not slow
+    assert is_straggler(Busy(1, (4, 5), 2, 1, 0.8, None), typical=0.1)            # this round: 0.4 s a shard
+    assert is_straggler(Busy(1, (4, 5), 2, 1, 0.8, 0.1), typical=0.1)             # slow between its shards
+    assert not is_straggler(Busy(1, (4, 5), 2, 0, 0.05, 0.01), typical=0.01)      # a scheduler's delay: < MIN_LAG
+    assert not is_straggler(Busy(1, (4, 5), 2, 4, 0.12, 0.01), typical=0.009)     # a shared core: 0.075 s behind
     assert not is_straggler(Busy(1, (), 0, 3, 5.0, 1.0), typical=0.1)             # nothing left
     assert abs(Busy(1, (4, 5), 2, 1, 0.8, 0.1).remaining() - 0.4) < 1e-12         # but this round's delay counts
 
@@ -89,3 +91,17 @@ def test_busy_workers_read_the_round():
                        now=12.0, paces=p, kind="estep")
     assert got == [Busy(1, (1, 2), 3, 2, 2.0, 0.5), Busy(4, (9,), 1, 0, 1.0, None)]
     assert MULTIPLIER == 1.5 and COPY_COST > 1
+
+
+def test_copies_cost_what_copies_took_and_a_gain_under_min_saving_is_not_worth_a_copy():
+    p = Paces(window=3)
+    assert p.copy_cost("estep") is None
+    for s in (0.3, 0.5, 0.4):
+        p.note_copy("estep", s)
+    assert p.copy_cost("estep") == 0.4 and p.of("estep", 1) is None  # no place's pace
+    slow = Busy(1, (0, 1, 2, 3), 4, 0, 0.0, 0.4)
+    assert how_many(slow, helpers=2, typical=0.1) == 4
+    assert how_many(slow, helpers=2, typical=0.1, copy=0.4) == 2  # dear copies: fewer of them
+    assert how_many(slow, helpers=2, typical=0.1, copy=2.0) == 0  # dearer than waiting
+    tiny = Busy(1, (0, 1), 2, 0, 0.0, 0.004)  # 2 ms shards at 4x: a copy would save < MIN_SAVING
+    assert how_many(tiny, helpers=2, typical=0.001) == 0 and 0.008 - 0.00125 < MIN_SAVING

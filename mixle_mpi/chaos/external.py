@@ -32,6 +32,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 
@@ -148,15 +149,51 @@ def _markers(env: dict) -> dict:
             for name, var in (("mpi_up", MPI_UP_ENV), ("started", STARTED_ENV))}
 
 
-def _kill(victim: cp.RankProc, spec: cp.KillSpec, planned: float, t0: float, env: dict) -> dict:
-    sig = getattr(signal, spec.signal)
+class DutyCycle(threading.Thread):
+    """The slow kind: SIGSTOP and SIGCONT one rank in turn from outside (its identity checked
+    at each signal), so it runs DUTY_RUN of every DUTY_STOP + DUTY_RUN seconds, until
+    ``halt`` or its process is gone; it is never left stopped."""
+
+    def __init__(self, ident: tuple, record: dict) -> None:
+        super().__init__(name="chaos-duty-cycle", daemon=True)
+        self.victim, self.record = ident, record
+        self.halted = threading.Event()
+        self.cycles = 0
+
+    def run(self) -> None:
+        while not self.halted.is_set():
+            if not procs.kill_same(self.victim, signal.SIGSTOP, why="the campaign's slow worker"):
+                break
+            self.halted.wait(cp.DUTY_STOP)
+            if not procs.kill_same(self.victim, signal.SIGCONT, why="the campaign's slow worker"):
+                break
+            self.cycles += 1
+            self.halted.wait(cp.DUTY_RUN)
+        procs.kill_same(self.victim, signal.SIGCONT, why="the campaign's slow worker, at its end")
+
+    def halt(self) -> None:
+        self.halted.set()
+        self.join(timeout=cp.DUTY_STOP + 5.0)
+        self.record["cycles"] = self.cycles
+
+
+def _kill(victim: cp.RankProc, spec: cp.KillSpec, planned: float, t0: float, env: dict,
+          cycles: list | None = None) -> dict:
+    slow = spec.signal == cp.SLOW
+    sig = signal.SIGSTOP if slow else getattr(signal, spec.signal)
     record = {"signal": spec.signal, "target": spec.target, "after": spec.after, "planned_at": round(planned, 4),
               "pid": victim.pid,
               "role": victim.role, "rank": victim.rank, "respawned": victim.respawned, "tag": victim.tag,
               "state_before": victim.state, **_markers(env)}
     ident = procs.identity(victim.pid)  # only a process of this job (its tag), and only that process
     ours = ident is not None and (procs.environ(victim.pid) or {}).get(TAG_ENV) == victim.tag
-    sent = procs.kill_same(ident, sig, why="the campaign's planned fault") if ours else None
+    if slow and ours:  # the duty cycle sends its own signals, from now until the job ends
+        cycle = DutyCycle(ident, record)
+        cycle.start()
+        cycles.append(cycle)
+        sent = True
+    else:
+        sent = procs.kill_same(ident, sig, why="the campaign's planned fault") if ours else None
     record["delivered"] = bool(sent)
     if not sent:
         record["error"] = "gone, or no longer this job's process" if sent is None else "refused (pid reused)"
@@ -177,6 +214,7 @@ def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float
     done: set[int] = set()
     due = pending[0].delay if pending and pending[0].after != cp.STARTED else None
     last_scan = -SCAN
+    cycles: list[DutyCycle] = []
     with open(log_path, "w", encoding="utf-8") as log:
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -205,7 +243,7 @@ def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float
                         victim = cp.choose_victim(ranks, spec, done, hold_for_replacement=now < hold_until)
                         victims = [] if victim is None else [victim]
                     if victims and proc.poll() is None:
-                        records = [_kill(v, spec, due, t0, table[v.pid].env) for v in victims]
+                        records = [_kill(v, spec, due, t0, table[v.pid].env, cycles) for v in victims]
                         seen.kills.extend(records)
                         done.update(v.pid for v in victims)
                         pending.pop(0)
@@ -229,6 +267,9 @@ def watch(cmd: list[str], env: dict, log_path: str, kills: tuple, timeout: float
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
             raise
+        finally:
+            for cycle in cycles:
+                cycle.halt()
         seen.seconds = time.monotonic() - t0
     for i, spec in enumerate(pending):  # the job ended before these kills were due
         never_started = i == 0 and due is None and spec.after == cp.STARTED and not seen.kills
@@ -347,7 +388,7 @@ def run_one(ctx: Context, plan: cp.ExternalPlan) -> dict:
         later = _events(rdir)[before:]
         resumed = next((e.get("iteration") for e in later if e.get("event") == "resumed"), None)
     failed_places = sum(1 for e in events if e.get("event") == "failure_detected")
-    killed = sum(1 for k in seen.kills if k.get("delivered"))
+    killed = sum(1 for k in seen.kills if k.get("delivered") and k["signal"] != cp.SLOW)  # a slow one lives
     verdict = cp.judge(plan.kind, first, missed=missed, explained_73=explained, rerun=rerun,
                        failed_places=failed_places, killed=killed)
     if fired:  # no fault plan was given: a hook that fired means the run was not external only
@@ -382,7 +423,7 @@ def _ended_after(seen: LaunchRecord) -> float | None:
 def _victims(row: dict) -> str:
     parts = []
     for k in row["kills"]:
-        sig = "STOP" if k["signal"] == "SIGSTOP" else "KILL"
+        sig = {"SIGSTOP": "STOP", cp.SLOW: "SLOW"}.get(k["signal"], "KILL")
         if k.get("missed"):
             parts.append(f"{sig} missed ({k.get('why', '')})")
             continue

@@ -39,7 +39,11 @@ TWO_KILL_KINDS = ("two_workers", "during_recovery")
 # "host": a simulated host is lost: every worker of one of them SIGKILLed at once. All ranks
 # run on one machine here, so a host is HOST_SIZE consecutive world ranks: the driver alone
 # on host 0, ranks 1..HOST_SIZE on host 1, and so on (a respawned process is on none of them).
-EXTRA_KINDS = ("host",)
+# "slow": one worker is stopped and continued from outside in a duty cycle (SIGSTOP for
+# DUTY_STOP s, SIGCONT for DUTY_RUN s: a quarter of its speed), each stop well under the
+# heartbeat timeout, until the job ends: alive and slow, never to be taken for dead.
+EXTRA_KINDS = ("host", "slow")
+DUTY_STOP, DUTY_RUN = 0.3, 0.1
 ALL_KINDS = KINDS + EXTRA_KINDS
 HOST_SIZE = 2
 TWO_WORKERS_GAP = (0.0, 0.3)
@@ -65,13 +69,15 @@ PASSING = (OK, RESUMED_OK, RETRIED_OK, RELAUNCHED_OK, TAKEN_OVER_OK)
 
 RESPAWN_ENV = SPAWNED_ENV  # Open MPI / MPICH: started by MPI_Comm_spawn
 STOPPED_STATES = ("T", "t")
+SLOW = "SLOW"  # a KillSpec's "signal" for the slow kind: the duty cycle, not one signal
 
 
 # -- plans ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class KillSpec:
     """One kill: ``delay`` seconds after the launch (the first kill; after the job's
-    started marker when ``after`` is ``started``) or after the previous kill (the others); ``signal`` ``SIGKILL`` or ``SIGSTOP``; ``target`` ``worker`` or
+    started marker when ``after`` is ``started``) or after the previous kill (the others); ``signal`` ``SIGKILL``, ``SIGSTOP``
+    or ``SLOW`` (the duty cycle of the slow kind); ``target`` ``worker`` or
     ``driver``; ``pick`` in [0, 1) chooses among the candidates alive at that moment."""
     delay: float
     signal: str
@@ -187,6 +193,8 @@ def external_plan(seed: int, index: int, draw: int, kind: str, window: float, fi
         kills = (KillSpec(first, "SIGSTOP", "worker", rng.random(), after=after),)
     elif kind == "host":
         kills = (KillSpec(first, "SIGKILL", "host", rng.random(), after=after),)
+    elif kind == "slow":
+        kills = (KillSpec(first, SLOW, "worker", rng.random(), after=after),)
     else:
         kills = (KillSpec(first, "SIGKILL", "worker", rng.random(), after=after),)
         if kind == "two_workers":
@@ -307,7 +315,7 @@ def choose_victim(ranks: list[RankProc], spec: KillSpec, done: set | frozenset =
     and ``spec.pick`` indexes them, so a replay with the same table picks the same process.
     None when there is no candidate."""
     cands = [r for r in ranks if r.role == spec.target and r.alive and r.pid not in done
-             and not (spec.signal == "SIGSTOP" and r.state in STOPPED_STATES)]
+             and not (spec.signal in ("SIGSTOP", SLOW) and r.state in STOPPED_STATES)]
     if spec.prefer_replacement:
         if any(r.respawned for r in cands):
             cands = [r for r in cands if r.respawned]

@@ -183,7 +183,8 @@ def _fit_restarts(enc, est, cfg: FitConfig, segments):
             progress.step(iteration=i, max_its=cfg.max_its, ll=ll, prev_ll=trace[-1] if trace else None,
                           live=len(membership.live()), blacklisted=len(membership.blacklisted()),
                           recovered=_recovered(enc), restart=label, ranks=ranks_of(membership, takeovers),
-                          failed=sum(membership.failures().values()) + takeovers, checkpointed=saved is not None)
+                          failed=sum(membership.failures().values()) + takeovers, checkpointed=saved is not None,
+                          slow=enc.slow_workers)
             trace.append(ll)
 
         stopped: list[str] = []

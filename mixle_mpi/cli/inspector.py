@@ -86,6 +86,20 @@ def kind_of(path: str) -> str:
     raise ConfigError(f"{path} is HDF5 but neither a mixle_mpi shard store nor a checkpoint (format={fmt!r})")
 
 
+def _speed_story(stories: dict, e: dict, t: float) -> None:
+    """A slow worker's part in a round's copies or a move of shards between rounds."""
+    if e["event"] == "speculated":
+        typical = e.get("typical") or 0.0
+        for w, pace in e.get("stragglers", {}).items():
+            onto = ", ".join(f"rank {h}: {ss}" for h, ss in e.get("copies", {}).items())
+            stories[int(w)].append(f"t+{t:.2f}s slow ({pace:.4f} s a shard, the idle ranks {typical:.4f}): "
+                                   f"copies of its shards on {onto} ({e.get('kind')} round {e.get('call')})")
+        return
+    for shard, (src, dst) in e.get("moves", {}).items():
+        stories[int(src)].append(f"t+{t:.2f}s gave shard {shard} to rank {dst} (paces {e.get('paces')})")
+        stories[int(dst)].append(f"t+{t:.2f}s took shard {shard} from slower rank {src}")
+
+
 def rank_stories(events: list[dict]) -> dict[int, list[str]]:
     """Per worker rank, what happened to it, in order, with times relative to the start (pure)."""
     t0 = next((e["time"] for e in events if e.get("event") == "start"), events[0]["time"] if events else 0.0)
@@ -97,6 +111,9 @@ def rank_stories(events: list[dict]) -> dict[int, list[str]]:
             for d in e.get("dropped", []):
                 stories[d].append(f"t+{t:.2f}s dropped from the kept communicator (never addressed again; "
                                   f"survivors {e.get('survivors')} keep their ranks)")
+            continue
+        if ev in ("speculated", "rebalanced"):
+            _speed_story(stories, e, t)
             continue
         if w is None:
             continue
@@ -196,6 +213,10 @@ def summarize_summary(s: dict) -> list[str]:
     if len(s.get("restarts", [])) > 1:
         lines.append("restarts: " + ", ".join(f"seed {r['seed']}: {r['final_ll']!r}" for r in s["restarts"])
                      + f"; best is restart {s.get('best_restart', 0) + 1}")
+    spec = s.get("speculation") or {}
+    if spec.get("copies") or spec.get("rebalanced"):
+        lines.append(f"slow workers: {spec.get('copies')} shard copies started, {spec.get('won')} won, about "
+                     f"{spec.get('saved_seconds', 0):.2f}s saved; shards moved {spec.get('rebalanced')} time(s)")
     if s.get("peak_rss_mb"):
         lines.append("peak RSS: " + ", ".join(f"{'driver' if r == '0' else f'rank {r}'} {mb:.0f} MB"
                                                for r, mb in s["peak_rss_mb"].items()))

@@ -136,6 +136,9 @@ def _progress_lines(p: dict, now: float) -> list[str]:
     if "live" in ranks:
         lines.append(_ranks_line(ranks["live"], ranks.get("failures", {}), ranks.get("blacklisted", []),
                                  p.get("recovered_shards", 0), ranks.get("driver_takeovers", 0)))
+    if p.get("slow"):
+        lines.append("slow workers (times the median's seconds per shard; their shards are copied or moved): "
+                     + ", ".join(f"rank {w} x{x:g}" for w, x in sorted(p["slow"].items(), key=lambda kv: int(kv[0]))))
     return lines
 
 

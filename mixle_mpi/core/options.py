@@ -189,6 +189,12 @@ OPTIONS: tuple[Option, ...] = (
            about="A worker is a straggler when its seconds per shard exceed this times the median worker's "
                  "(Spark's default, 1.5; bench/results/stragglers.md has the scatter of equal workers).",
            setting=True, positive=True),
+    Option("cores", int, 0, "cores of the driver's host that its ranks share (0: what its affinity allows)",
+           about="Cores of the driver's host that its ranks share (0: what the process's affinity allows). "
+                 "With more ranks there than cores, a rank that shares a core looks slower without being so: "
+                 "speculation_multiplier is raised by ranks / cores, and paces within that factor count as "
+                 "equal for placement. Set it where ranks do not compete for cores (they wait on I/O or sleep).",
+           setting=True, at_least=0),
     Option("driver_computes", bool, True, "the driver (rank 0) computes a worker's share of the shards itself: "
                                           "every rank computes, as in mixle's own MPI handle; a failure seen in "
                                           "a round is acted on once the driver's current shard is done. Only "

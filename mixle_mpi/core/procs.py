@@ -213,3 +213,11 @@ def tagged(var: str, value: str, skip: Iterable[int] = ()) -> list[int]:
         if env is not None and env.get(var) == value:
             found.append(pid)
     return sorted(found)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1

@@ -44,6 +44,7 @@ class Status:
     restart: str = ""       # "r/R" when fitting restarts
     failed: int = 0         # worker failures survived so far
     checkpointed: bool = False   # a checkpoint was written after this iteration
+    slow: tuple = ()             # (worker, times slower than the median) of each slow worker
 
 
 def eta_seconds(s: Status) -> float | None:
@@ -117,6 +118,7 @@ def format_line(s: Status) -> str:
     return (f"{head}it {s.iteration}/{s.max_its} ll {s.ll:.10g} dll {dll} {s.seconds:.3f}s/it "
             f"{s.live} workers ({s.failed} failed, {s.blacklisted} blacklisted)"
             + (f" {s.recovered} shard{'s' if s.recovered != 1 else ''} recomputed" if s.recovered else "")
+            + (f" slow: {', '.join(f'w{w} x{x:g}' for w, x in s.slow)}" if s.slow else "")
             + (f" eta<={hms(eta)}" if eta is not None else "")
             + (" checkpointed" if s.checkpointed else ""))
 
@@ -138,6 +140,7 @@ def record(s: Status, ranks: dict | None, meta: dict, now: float) -> dict:
             "dll": None if s.prev_ll is None else s.ll - s.prev_ll, "last_seconds": s.seconds,
             "seconds_per_iteration": statistics.median(s.recent) if s.recent else None,
             "eta_seconds": eta_seconds(s), "recovered_shards": s.recovered,
+            "slow": {str(w): x for w, x in s.slow},
             "ranks": ranks if ranks is not None else {"live_count": s.live, "blacklisted_count": s.blacklisted}}
 
 
@@ -167,13 +170,14 @@ class Progress:
 
     def step(self, *, iteration: int, max_its: int, ll: float, prev_ll: float | None, live: int,
              blacklisted: int, recovered: int, restart: str = "", ranks: dict | None = None,
-             failed: int = 0, checkpointed: bool = False) -> Status:
+             failed: int = 0, checkpointed: bool = False, slow: dict | None = None) -> Status:
         """Report one iteration; ``ranks`` (see :func:`ranks_of`) goes into the record."""
         now = time.perf_counter()
         seconds, self._last = now - self._last, now
         self._times.append(seconds)
         status = Status(iteration, max_its, ll, prev_ll, seconds, tuple(self._times[-self.window:]),
-                        live, blacklisted, recovered, restart, failed, checkpointed)
+                        live, blacklisted, recovered, restart, failed, checkpointed,
+                        tuple(sorted((slow or {}).items())))
         if self.mode == "line":
             self.stream.write("[fit] " + format_line(status) + "\n")
         elif self.mode == "live":

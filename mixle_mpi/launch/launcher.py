@@ -39,6 +39,7 @@ import uuid
 from mixle_mpi.core import exitcodes, logs, procs
 from mixle_mpi.launch import contract
 from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.core.procs import usable_cores  # noqa: F401 - launcher.usable_cores, as the tests and dryrun name it
 from mixle_mpi.launch.jobchecks import StuckJobCheck, LostStartCheck
 from mixle_mpi.launch.reaper import DONE, rank_number, rank_states, sweep
 from mixle_mpi.launch.rankwrapper import wrapper_path
@@ -51,14 +52,6 @@ RANKS_PER_CORE = 4          # more ranks than this per core is almost surely a t
 FEWEST_LIMIT = 8            # ... but a small machine may still run a test's 8 ranks
 MANY_RANKS_ENV = "MIXLE_MPI_ALLOW_MANY_RANKS"
 log = logs.get("launcher")
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity), else the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def too_many_ranks(n: int, cores: int, allowed: bool = False, environ=None) -> str | None:

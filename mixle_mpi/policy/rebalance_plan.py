@@ -11,7 +11,9 @@ Moving shards costs a load between rounds, and paces are noisy, so placement cha
 when it pays and keeps paying (hysteresis): the target must end a round at least ``GAIN``
 sooner than the current placement, by the measured paces, in ``ROUNDS`` rounds in a row.
 The same rule moves shards back once the slow worker's pace recovers, and never moves them
-for a scatter of paces below ``GAIN``. Each worker keeps at least one shard, so its pace
+for a scatter of paces below ``GAIN``, or below ``spread`` (paces within that factor of the
+median count as equal: on a host with more ranks than cores, a rank that shares a core
+looks slower without being so). Each worker keeps at least one shard, so its pace
 stays measured. Where a shard is computed never changes its bits.
 """
 
@@ -74,15 +76,18 @@ class Rebalancer:
     streak: int = 0
     last_goal: dict = field(default_factory=dict)
 
-    def plan(self, owners: Mapping[int, Sequence[int]], paces: Mapping[int, float | None]) -> dict[int, tuple[int, int]]:
+    def plan(self, owners: Mapping[int, Sequence[int]], paces: Mapping[int, float | None],
+             spread: float = 1.0) -> dict[int, tuple[int, int]]:
         """``owners``: each live worker holding shards -> its shards; ``paces``: its seconds
-        per shard (None: unknown, taken as the median). Returns the moves to make now."""
+        per shard (None: unknown, taken as the median); paces within ``spread`` times the
+        median count as the median. Returns the moves to make now."""
         known = [p for w, p in paces.items() if w in owners and p]
         if len(owners) < 2 or not known:
             self.streak = 0
             return {}
         mid = median(known)
         pace = {w: (paces.get(w) or mid) for w in owners}
+        pace = {w: mid if mid / spread <= p <= mid * spread else p for w, p in pace.items()}
         now = {w: len(ss) for w, ss in owners.items()}
         goal = target(sum(now.values()), pace)
         if round_time(now, pace) <= (1 + self.gain) * round_time(goal, pace):

@@ -16,12 +16,18 @@ longer than the median, after a ``quantile`` of the tasks finished), adapted to 
   typical pace, the median of the idle workers'. A pace is the median of a place's last
   ``WINDOW`` shards as the worker timed them (``Paces``): one shard delayed by the OS
   scheduler (four ranks on two cores) does not make a straggler, three slow ones in a row
-  do, within the round they happen in. 1.5 is Spark's default; a false copy costs one
-  shard's work and bytes, never bits (bench/results/stragglers.md measures both).
+  do, within the round they happen in. A worker that is slow between its shards (stopped
+  and continued from outside) times its shards as quick, so this round's own pace counts
+  too: seconds since its task went out over the shards it finished plus the one it is on,
+  once it is ``MIN_LAG`` seconds behind where the typical pace would be (longer than the
+  delays of a shared core). 1.5 is Spark's default; a
+  false copy costs one shard's work and bytes, never bits (bench/results/stragglers.md).
 - *what*: the tail of its queue (the shards it would reach last), as many as make both
   ends meet: the straggler's own remaining time against the idle workers' time for the
-  copies, each copy costing ``COPY_COST`` of a typical shard (its rows are sent and
-  encoded). Only when that saves at least one typical shard's time.
+  copies, each copy costing what copies cost so far (its rows are sent and encoded: the
+  median of the last copies' seconds, ``COPY_COST`` typical shards until one was timed).
+  Only when that saves at least one typical shard's time and ``MIN_SAVING`` seconds: a
+  smaller gain is lost to the messages and the store reads (Spark's minimum task time).
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from statistics import median
 MULTIPLIER = 1.5   # a straggler's pace is more than this times the typical one (Spark's default)
 COPY_COST = 1.25   # a copy's time on an idle worker, in typical shards: rows sent from the store and encoded
 WINDOW = 5         # a pace is the median of this many last shards
+MIN_LAG = 0.1      # seconds behind the typical pace before a round's own pace can make a straggler
+MIN_SAVING = 0.02  # seconds a round must end sooner for copies to be made
 
 
 @dataclass
@@ -46,6 +54,15 @@ class Paces:
     window: int = WINDOW
     seconds: dict = field(default_factory=dict)  # (kind, worker) -> its last shards' seconds
     paces: dict = field(default_factory=dict)    # (kind, worker) -> their median
+    copies: dict = field(default_factory=dict)   # kind -> the last speculative copies' seconds (rows encoded too)
+
+    def note_copy(self, kind: str, seconds: float) -> None:
+        self.copies.setdefault(kind, deque(maxlen=self.window)).append(max(0.0, float(seconds)))
+
+    def copy_cost(self, kind: str) -> float | None:
+        """What a copy took lately, its rows' encoding included; None before the first."""
+        last = self.copies.get(kind)
+        return median(last) if last else None
 
     def note(self, kind: str, worker: int, seconds: float) -> None:
         key = (kind, worker)
@@ -82,7 +99,7 @@ class Busy:
     def seen_pace(self) -> float:
         """Its pace for the time it still needs: its shards', or this round's if that is
         slower (the shard it is on counts as finishing now, so this only grows while it
-        computes). Who straggles is decided on ``pace`` alone (``is_straggler``)."""
+        computes)."""
         return max(self.pace or 0.0, self.elapsed / (self.done + 1))
 
     def remaining(self, skipped: int = 0) -> float:
@@ -104,25 +121,32 @@ class Copies:
 
 
 def is_straggler(b: Busy, typical: float, multiplier: float = MULTIPLIER) -> bool:
-    return b.left > 0 and b.pace is not None and b.pace > multiplier * typical
+    if b.left <= 0:
+        return False
+    if b.pace is not None and b.pace > multiplier * typical:
+        return True
+    behind = b.elapsed - (b.done + 1) * typical
+    return behind >= MIN_LAG and b.elapsed / (b.done + 1) > multiplier * typical
 
 
-def how_many(b: Busy, helpers: int, typical: float) -> int:
-    """How many of ``b``'s uncopied shards to copy onto ``helpers`` idle workers: the count
-    that ends the round soonest (ties: fewer copies), 0 unless it saves a typical shard."""
+def how_many(b: Busy, helpers: int, typical: float, copy: float | None = None) -> int:
+    """How many of ``b``'s uncopied shards to copy onto ``helpers`` idle workers, each copy
+    taking ``copy`` seconds (None: COPY_COST typical shards): the count that ends the round
+    soonest (ties: fewer copies), 0 unless it saves a typical shard and MIN_SAVING."""
     if helpers <= 0 or not b.uncopied:
         return 0
+    each = copy if copy is not None else COPY_COST * typical
     alone = b.remaining()
     best_k, best = 0, alone
     for k in range(1, len(b.uncopied) + 1):
-        ends = max(b.remaining(k), math.ceil(k / helpers) * COPY_COST * typical)
+        ends = max(b.remaining(k), math.ceil(k / helpers) * each)
         if ends < best:
             best_k, best = k, ends
-    return best_k if alone - best >= typical else 0
+    return best_k if alone - best >= max(typical, MIN_SAVING) else 0
 
 
 def plan_copies(busy: Sequence[Busy], idle: Sequence[int], typical: float | None,
-                multiplier: float = MULTIPLIER) -> Copies:
+                multiplier: float = MULTIPLIER, copy: float | None = None) -> Copies:
     """Which idle worker copies which straggler's shards now (see the module's rule).
     Stragglers are served slowest first; each gets its share of the idle workers."""
     if not idle or not typical or typical <= 0:
@@ -133,7 +157,7 @@ def plan_copies(busy: Sequence[Busy], idle: Sequence[int], typical: float | None
     helpers = sorted(idle)
     for i, b in enumerate(slow[:len(helpers)]):
         mine = helpers[i::min(len(slow), len(helpers))]
-        k = how_many(b, len(mine), typical)
+        k = how_many(b, len(mine), typical, copy)
         if not k:
             continue
         projected[b.worker] = b.remaining()
@@ -155,4 +179,19 @@ def busy_workers(outstanding: Mapping[int, Iterable[int]], copied: Iterable[int]
             continue
         out.append(Busy(w, tuple(s for s in ss if s not in copied), len(ss), done.get(w, 0),
                         max(0.0, now - sent_at[w]), paces.of(kind, w)))
+    return out
+
+
+def slow_places(paces: Paces, kind: str, workers: Iterable[int], multiplier: float = MULTIPLIER) -> dict[int, float]:
+    """The workers whose pace is more than ``multiplier`` times the median of ``workers``,
+    each with how many times slower (rounded to 0.1), for progress lines and ``status``."""
+    workers = list(workers)
+    mid = paces.typical(kind, workers)
+    if not mid:
+        return {}
+    out = {}
+    for w in sorted(workers):
+        p = paces.of(kind, w)
+        if p is not None and p > multiplier * mid:
+            out[w] = round(p / mid, 1)
     return out

@@ -166,6 +166,14 @@ class Driver:
         """Every worker process to stop at the end: the live ones and those still joining."""
         return sorted(set(self.live()) | {w for w in self.arrivals.joining if w in self.mail.links})
 
+    @property
+    def contention(self) -> float:
+        """How many of this job's ranks share each core of the driver's host (at least 1): a
+        rank that shares a core looks this much slower without being slow, so speculation
+        and placement ask that much more of a straggler (policy/speculation_plan.py)."""
+        here = 1 + sum(1 for w in self.live() if self.info.get(w, ("",))[0] == self.host)
+        return max(1.0, here / (self.settings.cores or procs.usable_cores()))
+
     def live_processes(self) -> dict[int, int]:
         """Each live worker's current incarnation: which process may answer for it."""
         return {w: self.membership.records[w].incarnation for w in self.live()}

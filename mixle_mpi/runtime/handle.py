@@ -26,6 +26,7 @@ from mixle_mpi.core.settings import Settings
 from mixle_mpi.core.errors import ConfigError, DataError, ReconfigurationTimeout
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.prefixfold import PrefixFold
+from mixle_mpi.policy.speculation_plan import slow_places
 from mixle_mpi.policy.lookahead import Lookahead
 from mixle_mpi.storage.events import EventLog
 from mixle_mpi.chaos.faults import ENV_VAR as FAULT_ENV, FIRED_ENV, parse_plan, plan_from_env, read_fired, unfired
@@ -395,6 +396,13 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         """The shards the driver computes itself (settings ``driver_computes`` and
         ``driver_share_max_bytes``); no worker holds them."""
         return list(self._driver.here)
+
+    @property
+    def slow_workers(self) -> dict[int, float]:
+        """Live workers slower than ``speculation_multiplier`` times the median, each with how
+        many times slower (policy/speculation_plan.py): for progress lines and ``status``."""
+        d = self._driver
+        return slow_places(d.paces, "estep", d.live(), self.settings.speculation_multiplier)
 
     @property
     def membership(self):

@@ -101,7 +101,7 @@ class Reconfiguring:
             return
         holders = {w: list(d.owners[w]) for w in d.live() if d.owners.get(w)}
         paces = {w: d.paces.of("estep", w) for w in holders}
-        move = d.rebalancer.plan(holders, paces)
+        move = d.rebalancer.plan(holders, paces, d.contention)
         if not move:
             return
         load: dict[int, list[int]] = {}

@@ -143,14 +143,22 @@ class Round:
             if not isinstance(msg, Result) or msg.task_id != self.task_id:
                 continue
             if live.get(worker) == incarnation:
-                for seconds in msg.seconds:
-                    self.d.paces.note(self.kind, worker, seconds)
+                self._note_paces(worker, incarnation, msg)
             for shard, payload in msg.results:
                 if self.state.accept(worker, incarnation, shard, live):
                     self._won(worker, incarnation, shard, live)
                     self._take(shard, payload)
                     progressed = True
         return progressed
+
+    def _note_paces(self, worker: int, incarnation: int, msg: Result) -> None:
+        """Each result's compute seconds: a place's own shards time its pace, a speculative
+        copy (rows encoded too) what copies cost (policy/speculation_plan.Paces)."""
+        for (shard, _), seconds in zip(msg.results, msg.seconds):
+            if (worker, incarnation) in self.state.copies.get(shard, ()):
+                self.d.paces.note_copy(self.kind, seconds)
+            else:
+                self.d.paces.note(self.kind, worker, seconds)
 
     def _won(self, worker: int, incarnation: int, shard: int, live: dict[int, int]) -> None:
         """``shard`` accepted from this process: the other live processes computing it (a
@@ -180,7 +188,8 @@ class Round:
         typical = d.paces.typical(self.kind, idle) or d.paces.typical(self.kind, live)
         copied = [s for s, c in self.state.copies.items() if c]
         busy = busy_workers(self.state.outstanding(live), copied, self.done_by, self.sent_at, now, d.paces, self.kind)
-        copies = plan_copies(busy, idle, typical, d.settings.speculation_multiplier)
+        multiplier = d.settings.speculation_multiplier * d.contention
+        copies = plan_copies(busy, idle, typical, multiplier, d.paces.copy_cost(self.kind))
         if not copies.plan:
             return
         self.projected = max(self.projected, now + max(copies.projected.values()))
