@@ -239,3 +239,20 @@ def test_a_campaign_run_waits_for_replacements_only_when_its_plan_needs_it():
     assert chaos.fit_env("3:kill:estep_mid:4:0,3:kill:estep_before:5:1", "f.jsonl", base=base)["MIXLE_MPI_RESPAWN_WAIT"] == "1"
     assert "MIXLE_MPI_RESPAWN_WAIT" not in chaos.fit_env("2:kill:estep_mid:1", "f.jsonl", base=base)
     assert "MIXLE_MPI_RESPAWN_WAIT" not in chaos.fit_env("", "f.jsonl", base=base)
+
+
+def test_slow_workers_are_named_in_the_progress_line_its_record_and_the_inspectors_stories():
+    s = progress.Status(5, 10, -1.0, -2.0, 0.1, (0.1,), 3, 0, 0, slow=((2, 4.1),))
+    assert "slow: w2 x4.1" in progress.format_line(s)
+    assert progress.record(s, None, {}, 0.0)["slow"] == {"2": 4.1}
+    assert "slow" not in progress.format_line(progress.Status(5, 10, -1.0, -2.0, 0.1, (0.1,), 3, 0, 0))
+    events = [{"time": 0.0, "event": "start"},
+              {"time": 1.0, "event": "speculated", "kind": "estep", "call": 3, "copies": {"1": [7], "3": [10]},
+               "stragglers": {"2": 0.02}, "typical": 0.005},
+              {"time": 1.5, "event": "rebalanced", "moves": {"7": [2, 1]}, "paces": {"1": 0.005, "2": 0.02}}]
+    stories = inspector.rank_stories(events)
+    assert "slow (0.0200 s a shard, the idle ranks 0.0050): copies of its shards on rank 1: [7], rank 3: [10]" \
+        in stories[2][0] and "gave shard 7 to rank 1" in stories[2][1]
+    assert "took shard 7 from slower rank 2" in stories[1][0]
+    lines = inspector.summarize_summary({"speculation": {"copies": 4, "won": 3, "saved_seconds": 0.5, "rebalanced": 1}})
+    assert any("4 shard copies started, 3 won, about 0.50s saved; shards moved 1 time(s)" in ln for ln in lines)

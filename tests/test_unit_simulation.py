@@ -56,6 +56,9 @@ def test_the_schedules_exercise_every_recovery_path(outcomes):
     assert total(outcomes, "spawn_unavailable") > 20
     assert sum(o.late for o in outcomes) > 100         # fenced processes answered late: never folded
     assert sum(o.duplicates for o in outcomes) > 1000  # Results delivered twice: folded once
+    assert total(outcomes, "speculated") > 1000        # slow workers' shards copied to idle ones ...
+    assert total(outcomes, "speculation_won") > 500    # ... and the copies won: the first result counts
+    assert total(outcomes, "rebalanced") > 300         # shards moved off a worker that stayed slow
 
 
 def test_a_replay_of_a_seed_is_identical():

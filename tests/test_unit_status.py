@@ -87,6 +87,16 @@ def test_status_of_a_running_fit(tmp_path):
                    "last 3 events:", "failure_detected rank 2 (pid 5 on n1) cause=ulfm"):
         assert needle in text, (needle, text)
     assert text.count("heartbeat_late") == 2 and "cut off" not in text
+    assert "slow workers" not in text
+
+
+def test_status_names_the_slow_workers(tmp_path):
+    write_fit(tmp_path / "out", progress_at=1009.0, events=[])
+    path = tmp_path / "out" / "progress.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "slow": {"3": 4.2, "10": 2.0}}))
+    text = "\n".join(status.report(status.read_fit_files(str(tmp_path / "out")), True, now=1012.0))
+    assert "slow workers (times the median's seconds per shard; their shards are copied or moved): " \
+           "rank 3 x4.2, rank 10 x2" in text, text
 
 
 def test_status_says_when_the_driver_is_gone_preempted_or_finished(tmp_path):
