@@ -35,20 +35,25 @@ def test_the_slice_replays_the_documented_plans():
     assert [round(p.kills[0].delay, 2) for p in plans] == [0.78, 0.86, 0.07]
 
 
-@pytest.mark.parametrize("library", LIBRARIES)
-def test_external_kills_recover_or_resume_to_the_same_bits(library, tmp_path):
-    _, python = library
+def run_campaign(python: str, tmp_path: Path, ranks: int, *flags: str, timeout: float = 900) -> tuple[dict, str, Path]:
+    """``mixle-mpi chaos --external`` on ``ranks`` ranks with ``flags`` (exit 0 asserted):
+    its campaign.json, the end of its output, and its out-dir."""
     out = tmp_path / "campaign"
     env = {**os.environ, **ENV}
     env.pop("MIXLE_MPI_FAULT_PLAN", None)
-    proc = subprocess.run([python, "-m", "mixle_mpi", "chaos", "--external", "-n", "4", "--runs", str(RUNS),
-                           "--campaign-seed", str(SEED), "--kinds", KINDS, "--fit-share", "0",
-                           "--max-its", str(MAX_ITS), "--leftover-seconds", "5",
-                           "--out-dir", str(out)],
-                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=1200)
+    proc = subprocess.run([python, "-m", "mixle_mpi", "chaos", "--external", "-n", str(ranks), *flags,
+                           "--leftover-seconds", "5", "--out-dir", str(out)],
+                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=timeout)
     text = proc.stdout[-4000:] + proc.stderr[-3000:]
     assert proc.returncode == 0, text
-    report = json.loads((out / "campaign.json").read_text())
+    return json.loads((out / "campaign.json").read_text()), text, out
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_external_kills_recover_or_resume_to_the_same_bits(library, tmp_path):
+    _, python = library
+    report, text, out = run_campaign(python, tmp_path, 4, "--runs", str(RUNS), "--campaign-seed", str(SEED),
+                                     "--kinds", KINDS, "--fit-share", "0", "--max-its", str(MAX_ITS), timeout=1200)
     summary = report["summary"]
     assert report["ok"] and summary["failures"] == 0 and summary["runs"] == RUNS, text
     counted = [r for r in report["runs"] if r["outcome"] != "missed"]
@@ -96,16 +101,8 @@ def test_a_lost_host_recovers_to_the_same_bits(library, tmp_path):
     """Issue 13's "lose a host": both workers of one simulated host SIGKILLed from outside at
     the same moment, mid-fit; the fit ends with the reference's bits and nothing left over."""
     _, python = library
-    out = tmp_path / "campaign"
-    env = {**os.environ, **ENV}
-    env.pop("MIXLE_MPI_FAULT_PLAN", None)
-    proc = subprocess.run([python, "-m", "mixle_mpi", "chaos", "--external", "-n", "5", "--runs", "1",
-                           "--campaign-seed", str(HOST_SEED), "--kinds", "host", "--fit-share", "0",
-                           "--max-its", str(MAX_ITS), "--leftover-seconds", "5", "--out-dir", str(out)],
-                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=900)
-    text = proc.stdout[-4000:] + proc.stderr[-3000:]
-    assert proc.returncode == 0, text
-    report = json.loads((out / "campaign.json").read_text())
+    report, text, out = run_campaign(python, tmp_path, 5, "--runs", "1", "--campaign-seed", str(HOST_SEED),
+                                     "--kinds", "host", "--fit-share", "0", "--max-its", str(MAX_ITS))
     assert report["ok"] and report["summary"]["failures"] == 0, text
     counted = [r for r in report["runs"] if r["outcome"] != "missed"]
     assert len(counted) == 1, text
@@ -130,16 +127,8 @@ def test_kills_in_the_start_window_recover_within_seconds_and_fail_only_the_kill
     and is recovered long before the 60 s the MPICH freeze took (the 5 s figure is measured
     by the committed campaign, not asserted on a loaded CI machine)."""
     _, python = library
-    out = tmp_path / "campaign"
-    env = {**os.environ, **ENV}
-    env.pop("MIXLE_MPI_FAULT_PLAN", None)
-    proc = subprocess.run([python, "-m", "mixle_mpi", "chaos", "--external", "-n", "5", "--runs", "2",
-                           "--campaign-seed", "3711", "--kinds", "worker,during_recovery", "--kill-window", "start",
-                           "--leftover-seconds", "5", "--out-dir", str(out)],
-                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=900)
-    text = proc.stdout[-4000:] + proc.stderr[-3000:]
-    assert proc.returncode == 0, text
-    report = json.loads((out / "campaign.json").read_text())
+    report, text, out = run_campaign(python, tmp_path, 5, "--runs", "2", "--campaign-seed", "3711",
+                                     "--kinds", "worker,during_recovery", "--kill-window", "start")
     assert report["ok"], text
     assert report["fit_share"] == 0 and report["kill_window_from"] > 0, text  # the start window, not the whole run
     for r in (r for r in report["runs"] if r["outcome"] != "missed"):
@@ -155,16 +144,8 @@ def test_a_worker_slowed_from_outside_costs_no_failure_and_no_bit(library, tmp_p
     from the middle of the fit to its end (a quarter of its speed, each stop under the
     heartbeat timeout): never taken for dead, the reference's bits, nothing left over."""
     _, python = library
-    out = tmp_path / "campaign"
-    env = {**os.environ, **ENV}
-    env.pop("MIXLE_MPI_FAULT_PLAN", None)
-    proc = subprocess.run([python, "-m", "mixle_mpi", "chaos", "--external", "-n", "4", "--runs", "1",
-                           "--campaign-seed", "1", "--kinds", "slow", "--fit-share", "1",
-                           "--max-its", str(MAX_ITS), "--leftover-seconds", "5", "--out-dir", str(out)],
-                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=900)
-    text = proc.stdout[-4000:] + proc.stderr[-3000:]
-    assert proc.returncode == 0, text
-    report = json.loads((out / "campaign.json").read_text())
+    report, text, out = run_campaign(python, tmp_path, 4, "--runs", "1", "--campaign-seed", "1", "--kinds", "slow",
+                                     "--fit-share", "1", "--max-its", str(MAX_ITS))
     counted = [r for r in report["runs"] if r["outcome"] != "missed"]
     assert report["ok"] and len(counted) == 1, text
     run = counted[0]
