@@ -18,7 +18,7 @@ from typing import Any, Callable
 from mixle_mpi.core import clock, estep
 from mixle_mpi.core.errors import WorkerError
 from mixle_mpi.core.estep import PROTO
-from mixle_mpi.core.protocol import Result, Skip, Stats, Task
+from mixle_mpi.core.protocol import Release, Result, Skip, Stats, Task
 from mixle_mpi.policy.join_plan import work_of
 from mixle_mpi.policy.pacing import round_window
 from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
@@ -57,6 +57,7 @@ class Round:
         self.skips: dict[int, list[int]] = {}  # worker -> shards it may leave out: a copy won them
         self.look_at = 0.0                     # the next look for stragglers (clock)
         self.projected = 0.0                   # when the stragglers would have ended without copies (clock)
+        self.copied: dict[int, tuple] = {}     # shard -> (worker, incarnation) sent a speculative copy (kept there)
 
     def run(self) -> dict[int, Any]:
         d, kind = self.d, self.kind
@@ -81,6 +82,7 @@ class Round:
         if not failed_now and not self.state.recomputed:  # a normal round: when the next one's replies are due
             d.round_seconds[kind] = t_results - t0
         saved = self._speculation_report(clock.monotonic())
+        self._settle_copies()
         blacklisted = d.reconfigure() if (d.pending or d.arrivals.spawn_failed) else []
         if d.settings.speculation and kind == "estep":
             d.reconfiguring.rebalance()
@@ -200,6 +202,26 @@ class Round:
         d.events.emit("speculated", kind=self.kind, call=self.call, copies={w: sorted(ss) for w, ss in copies.plan.items()},
                       stragglers=slow, typical=round(typical, 6))
 
+    def _settle_copies(self) -> None:
+        """A copy is kept where it was computed until the round ends: if its shard's place
+        failed meanwhile, it stays kept there for the place (``Driver.kept``), as a recovered
+        shard does, so the next round and an adopting spare need no load; else it is dropped."""
+        d = self.d
+        if not self.copied:
+            return
+        live = d.live_processes()
+        place = {s: w for w, ss in d.owners.items() for s in ss}
+        drop: dict[int, list[int]] = {}
+        for s, (holder, incarnation) in sorted(self.copied.items()):
+            if live.get(holder) != incarnation or holder == place.get(s) or d.kept.get(s) == holder:
+                continue  # gone, or the shard is its own or kept there for a place: it stays
+            if place.get(s) in live and place.get(s) not in d.pending:
+                drop.setdefault(holder, []).append(s)
+            elif s not in d.kept:
+                d.kept[s] = holder
+        for holder, sids in drop.items():
+            d.mail.post(holder, Release(tuple(sids)))
+
     def _speculation_report(self, ended: float) -> float:
         """The seconds speculation saved this round, estimated from the stragglers' own pace
         (when they would have ended without copies, less when the round ended), and an event."""
@@ -215,15 +237,17 @@ class Round:
     def _dispatch(self, worker: int, sids: list[int], recovery: bool, copy: bool = False) -> None:
         """A task for ``worker``. A recovered shard stays encoded on its survivor: it computes
         it again next round while the place's replacement joins, or keeps it if it adopts or
-        inherits it; a speculative ``copy`` is computed once and dropped. The caller rings
+        inherits it; a speculative ``copy`` is kept until the round ends (``_settle_copies``). The caller rings
         the workers sent to (``announce``), all at once."""
         d = self.d
         self.seen_live = None
         rows = recovery or copy
         items = [(s, d.store.read_packed(s) if rows else None, self.extras.get(s)) for s in sids]
-        task = Task(self.task_id, self.kind, self.call, self.body_b, items, recovery, self.score_call)
+        task = Task(self.task_id, self.kind, self.call, self.body_b, items, recovery or copy, self.score_call)
         if not d.mail.post(worker, task, announce=False):
             return
+        if copy:
+            self.copied.update((s, (worker, d.membership.records[worker].incarnation)) for s in sids)
         if not recovery and not copy:
             self.sent_at.setdefault(worker, clock.monotonic())
         if recovery:
