@@ -149,19 +149,13 @@ def _recovered(enc) -> int:
     return sum(len(r["recomputed"]) for r in enc.rounds)
 
 
-def speculation_summary(rounds: list[dict], events_path: str) -> dict:
+def speculation_summary(rounds: list[dict]) -> dict:
     """What slow workers cost and what speculation saved: copies started and won, the
     seconds saved (each round's estimate from its stragglers' own pace), shard moves."""
-    moved = 0
-    try:
-        with open(events_path, encoding="utf-8") as fh:
-            moved = sum(1 for line in fh if '"event": "rebalanced"' in line)
-    except OSError:
-        pass
     return {"copies": sum(len(r.get("speculated", ())) for r in rounds),
             "won": sum(len(r.get("speculation_won", ())) for r in rounds),
             "saved_seconds": round(sum(r.get("saved_seconds", 0.0) for r in rounds), 6),
-            "rebalanced": moved}
+            "rebalanced": sum(1 for r in rounds if r.get("rebalanced"))}
 
 
 def _fit_restarts(enc, est, cfg: FitConfig, segments):
@@ -239,7 +233,7 @@ def _summary(enc, cfg: FitConfig, results: list[dict], segments) -> dict:
         "failures": {str(k): v for k, v in failures.items()},
         "blacklisted": enc.blacklist,
         "recovered_shards": _recovered(enc),
-        "speculation": speculation_summary(enc.rounds, os.path.join(cfg.out_dir, "events.jsonl")),
+        "speculation": speculation_summary(enc.rounds),
         "wall_seconds": segments.this_segment(),          # this job segment
         "wall_seconds_total": segments.total(),           # every segment, after requeues
         "segments": segments.count,

@@ -92,18 +92,19 @@ class Reconfiguring:
         self.d.release([s for sids in move.plan.values() for s in sids])  # copies kept elsewhere
         self.d.load(load)
 
-    def rebalance(self) -> None:
+    def rebalance(self) -> bool:
         """Between rounds, with no failure, join or kept copy under way: move shards from a
         worker that stays slow to faster ones, or back once it recovers
-        (policy/rebalance_plan.py). The new owner loads them, then the old one drops them."""
+        (policy/rebalance_plan.py). The new owner loads them, then the old one drops them.
+        Whether shards moved."""
         d = self.d
         if d.pending or d.kept or d.arrivals.joining:
-            return
+            return False
         holders = {w: list(d.owners[w]) for w in d.live() if d.owners.get(w)}
         paces = {w: d.paces.of("estep", w) for w in holders}
         move = d.rebalancer.plan(holders, paces, d.contention)
         if not move:
-            return
+            return False
         load: dict[int, list[int]] = {}
         drop: dict[int, list[int]] = {}
         for s, (src, dst) in sorted(move.items()):
@@ -117,6 +118,7 @@ class Reconfiguring:
         d.load(load)
         for src, sids in sorted(drop.items()):
             d.mail.post(src, Release(tuple(sids)))
+        return True
 
     def _shrink(self) -> None:
         """Agree on the surviving original ranks, then shrink the group communicator."""

@@ -84,8 +84,7 @@ class Round:
         saved = self._speculation_report(clock.monotonic())
         self._settle_copies()
         blacklisted = d.reconfigure() if (d.pending or d.arrivals.spawn_failed) else []
-        if d.settings.speculation and kind == "estep":
-            d.reconfiguring.rebalance()
+        rebalanced = d.settings.speculation and kind == "estep" and d.reconfiguring.rebalance()
         d.rounds.append({
             "kind": kind, "call": self.call, "seconds": time.perf_counter() - t0, "started_at": started_at,
             "results_seconds": t_results - t0,  # the rest of "seconds" is the reconfiguration
@@ -93,7 +92,7 @@ class Round:
             "journaled": sorted(self.preloaded or ()), "scored": self.score_call >= 0,
             "failed": failed_now, "blacklisted": blacklisted,
             "speculated": sorted(s for s, c in self.state.copies.items() if c or s in self.state.won),
-            "speculation_won": sorted(self.state.won), "saved_seconds": saved,
+            "speculation_won": sorted(self.state.won), "saved_seconds": saved, "rebalanced": bool(rebalanced),
         })
         return self.results
 
@@ -241,9 +240,9 @@ class Round:
         the workers sent to (``announce``), all at once."""
         d = self.d
         self.seen_live = None
-        rows = recovery or copy
-        items = [(s, d.store.read_packed(s) if rows else None, self.extras.get(s)) for s in sids]
-        task = Task(self.task_id, self.kind, self.call, self.body_b, items, recovery or copy, self.score_call)
+        keep = recovery or copy  # its rows travel with it, and it stays encoded there
+        items = [(s, d.store.read_packed(s) if keep else None, self.extras.get(s)) for s in sids]
+        task = Task(self.task_id, self.kind, self.call, self.body_b, items, keep, self.score_call)
         if not d.mail.post(worker, task, announce=False):
             return
         if copy:
