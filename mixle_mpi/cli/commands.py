@@ -58,9 +58,25 @@ def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> 
                    help=more("launch again, up to this many times, a job whose driver could not reconfigure "
                              "after a failure (exit 74, e.g. a replacement that died inside MPI_Comm_spawn under "
                              "MPICH): it resumes from its checkpoint"))
+    p.add_argument("--max-host-failures", type=int, default=host_defaults()[0],
+                   help=more("a launch over several hosts that loses one is launched again without it, from its "
+                             "checkpoint, up to this many host losses (default: %(default)s)"))
+    p.add_argument("--host-cooldown", type=float, default=host_defaults()[1], metavar="SECONDS",
+                   help=more("a host left out after a loss may come back this many seconds later, if it answers "
+                             "(default: %(default)s)"))
     p.add_argument("--allow-many-ranks", action="store_true",
                    help=more("launch -n N even when N is more than 4 ranks per core of this machine (refused by "
                              "default as a likely typo; or set MIXLE_MPI_ALLOW_MANY_RANKS=1) (default: off)"))
+
+
+def host_defaults() -> tuple[int, float]:
+    from mixle_mpi.launch import host_plan
+
+    return host_plan.DEFAULT_MAX_HOST_FAILURES, host_plan.DEFAULT_HOST_COOLDOWN
+
+
+def _host_options(args) -> dict:
+    return {"max_host_failures": args.max_host_failures, "host_cooldown": args.host_cooldown}
 
 
 def _add_log_options(p) -> None:
@@ -106,7 +122,8 @@ def _run(args) -> int:
         cmd = cmd[1:]
     return run(args.n, cmd, mpiexec=args.mpiexec, flavor=args.mpi, timeout=args.timeout, extra=_mpiexec_args(args),
                blas_threads=args.blas_threads, start_retries=args.start_retries, env=_rank_env(args),
-               allow_many_ranks=args.allow_many_ranks, resume_retries=args.resume_retries, own_job=is_own_fit(cmd))
+               allow_many_ranks=args.allow_many_ranks, resume_retries=args.resume_retries, own_job=is_own_fit(cmd),
+               **_host_options(args))
 
 
 def _fit(args) -> int:
@@ -124,7 +141,8 @@ def _fit(args) -> int:
         return run(args.n + (cfg.spares or 0), [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)],
                    mpiexec=args.mpiexec, extra=_mpiexec_args(args),
                    flavor=args.mpi, timeout=args.timeout, start_retries=args.start_retries, env=_rank_env(args),
-                   allow_many_ranks=args.allow_many_ranks, resume_retries=args.resume_retries, own_job=True)
+                   allow_many_ranks=args.allow_many_ranks, resume_retries=args.resume_retries, own_job=True,
+                   **_host_options(args))
     if not fitcmd.under_mpi_launcher():
         raise ConfigError("fit runs on several MPI ranks: give -n N (e.g. -n 4: a driver and 3 workers), "
                           "or start it under mpiexec/srun")

@@ -149,6 +149,15 @@ def _recovered(enc) -> int:
     return sum(len(r["recomputed"]) for r in enc.rounds)
 
 
+def host_relaunches() -> list[dict]:
+    """Each time the launcher launched this job again without a lost host: which hosts, on
+    how many ranks (its record, passed to the ranks: launch.contract)."""
+    from mixle_mpi.launch import contract
+
+    return [{k: r.get(k) for k in ("attempt", "lost_hosts", "left_out", "ranks", "was_ranks")}
+            for r in contract.relaunches()]
+
+
 def speculation_summary(rounds: list[dict]) -> dict:
     """What slow workers cost and what speculation saved: copies started and won, the
     seconds saved (each round's estimate from its stragglers' own pace), shard moves."""
@@ -234,6 +243,7 @@ def _summary(enc, cfg: FitConfig, results: list[dict], segments) -> dict:
         "blacklisted": enc.blacklist,
         "recovered_shards": _recovered(enc),
         "speculation": speculation_summary(enc.rounds),
+        "relaunches": host_relaunches(),  # launches of this job segment that lost a host
         "wall_seconds": segments.this_segment(),          # this job segment
         "wall_seconds_total": segments.total(),           # every segment, after requeues
         "segments": segments.count,

@@ -195,7 +195,7 @@ def summarize_events(events: list[dict]) -> list[str]:
         lines.append(f"rank {w}:")
         lines.extend("  " + s for s in stories[w])
     for e in events:
-        if e.get("event") in ("preempted", "resumed", "checkpoint_fallback"):
+        if e.get("event") in ("preempted", "resumed", "checkpoint_fallback", "relaunched"):
             lines.append(f"t+{e['time'] - t0:.2f}s {describe(e)}")
     closed = next((e for e in reversed(events) if e.get("event") == "closed"), None)
     lines.append(f"ended: live {closed.get('live')}, blacklisted {closed.get('blacklisted')}" if closed
@@ -217,6 +217,9 @@ def summarize_summary(s: dict) -> list[str]:
     if spec.get("copies") or spec.get("rebalanced"):
         lines.append(f"slow workers: {spec.get('copies')} shard copies started, {spec.get('won')} won, about "
                      f"{spec.get('saved_seconds', 0):.2f}s saved; shards moved {spec.get('rebalanced')} time(s)")
+    for r in s.get("relaunches") or []:
+        lines.append(f"host(s) {', '.join(r.get('lost_hosts') or [])} lost: launched again without them on "
+                     f"{r.get('ranks')} ranks (was {r.get('was_ranks')})")
     if s.get("peak_rss_mb"):
         lines.append("peak RSS: " + ", ".join(f"{'driver' if r == '0' else f'rank {r}'} {mb:.0f} MB"
                                                for r, mb in s["peak_rss_mb"].items()))

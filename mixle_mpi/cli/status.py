@@ -173,6 +173,11 @@ def report(files: FitFiles, alive: bool | None, now: float, n_events: int = 5) -
     places = next((e for e in reversed(files.events) if e.get("event") == "ranks"), None)
     if places is not None:
         lines.append(describe(places))
+    relaunched = [e for e in files.events if e.get("event") == "relaunched"]
+    if relaunched:
+        lost = [h for e in relaunched for h in e.get("lost_hosts") or []]
+        lines.append(f"hosts lost: {', '.join(lost)}; launched again without them {len(relaunched)} time(s), now on "
+                     f"{relaunched[-1].get('ranks')} ranks")
     if phase == "finished":
         lines += _summary_lines(s)
     elif p is not None:

@@ -14,6 +14,8 @@ MIXLE_MPI_STARTED_FILE   started.json        driver, fit started         launche
 MIXLE_MPI_DRIVER_PID_    driver.json         driver (pid, start, space)  launcher's signal forwarder
 FILE
 MIXLE_MPI_STATUS_FILE    status.json         driver, its verdict         launcher (over mpiexec's)
+MIXLE_MPI_RELAUNCHES     (JSON, no file)     launcher, after each launch driver (event "relaunched",
+                                             without a lost host         summary.json)
 =======================  ==================  ==========================  =========================
 
 The user's ``MIXLE_MPI_STARTUP_TIMEOUT`` (``startup_timeout``) bounds every rank's start (MPI
@@ -44,6 +46,7 @@ MPI_UP_ENV = "MIXLE_MPI_MPI_UP_FILE"
 STARTED_ENV = "MIXLE_MPI_STARTED_FILE"
 DRIVER_PID_ENV = "MIXLE_MPI_DRIVER_PID_FILE"
 STATUS_ENV = "MIXLE_MPI_STATUS_FILE"
+RELAUNCHES_ENV = "MIXLE_MPI_RELAUNCHES"
 FILE_VARS = (INIT_BEGUN_ENV, MPI_UP_ENV, STARTED_ENV, DRIVER_PID_ENV, STATUS_ENV)
 # How long every rank gives MPI initialisation and the startup handshake; the launcher reads it
 # too (a bad value is refused before any launch, and its messages name it).
@@ -106,7 +109,12 @@ class RunFiles:
 def outer_vars_removed(env: dict) -> dict:
     """``env`` without an outer launcher's contract (a ``run`` inside a ``run``): a rank must
     never write into a folder its own launcher did not hand it (pure)."""
-    return {k: v for k, v in env.items() if k not in (*FILE_VARS, TAG_ENV, rundir.RUN_DIR_ENV)}
+    return {k: v for k, v in env.items() if k not in (*FILE_VARS, TAG_ENV, rundir.RUN_DIR_ENV, RELAUNCHES_ENV)}
+
+
+def relaunches_env(records: list[dict]) -> dict[str, str]:
+    """The variable that tells the ranks of a launch which launches before it lost a host."""
+    return {RELAUNCHES_ENV: json.dumps(records)} if records else {}
 
 
 def _read_json(path: str) -> dict | None:
@@ -194,6 +202,16 @@ def write_driver() -> None:
     rundir.write_marker(os.environ.get(DRIVER_PID_ENV), {
         "pid": os.getpid(), "start": ident[1] if ident else "", "space": procs.pid_space(),
         "host": socket.gethostname()})
+
+
+def relaunches() -> list[dict]:
+    """This launch's record of the launches before it that lost a host (oldest first); a
+    value that is not a JSON list of objects is ignored."""
+    try:
+        records = json.loads(os.environ.get(RELAUNCHES_ENV) or "[]")
+    except ValueError:
+        return []
+    return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
 
 
 def write_status(record: dict) -> bool:

@@ -35,9 +35,10 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 
 from mixle_mpi.core import exitcodes, logs, procs
-from mixle_mpi.launch import contract
+from mixle_mpi.launch import contract, host_plan, hostlist, hostprobe
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.procs import usable_cores  # noqa: F401 - launcher.usable_cores, as the tests and dryrun name it
 from mixle_mpi.launch.jobchecks import StuckJobCheck, LostStartCheck
@@ -414,20 +415,24 @@ def _release_reaper(reaper: subprocess.Popen) -> None:
 def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | None = None,
         timeout: float | None = None, blas_threads: int = 1, extra: list[str] | None = None,
         env: dict | None = None, start_retries: int = 1, allow_many_ranks: bool = False,
-        resume_retries: int = 1, own_job: bool = False) -> int:
+        resume_retries: int = 1, own_job: bool = False, max_host_failures: int = host_plan.DEFAULT_MAX_HOST_FAILURES,
+        host_cooldown: float = host_plan.DEFAULT_HOST_COOLDOWN) -> int:
     """Launch ``cmd`` on ``n`` ranks and return the job's exit code. A job that never
     started (exit NEVER_STARTED: a rank died or hung while starting) is launched again, up
     to ``start_retries`` times: nothing was computed, and a checkpoint resumes the rest. A
     job whose driver could not reconfigure (exit RERUN_TO_RESUME) is launched again up to
-    ``resume_retries`` times: it resumes from its checkpoint. ``own_job``: ``cmd`` is
-    mixle_mpi's own fit, whose every rank marks the start of its MPI initialisation, so
-    mpiexec ending before any rank did so is a launch that never started too.
-    ``n`` far above the cores here is refused unless ``allow_many_ranks``."""
+    ``resume_retries`` times: it resumes from its checkpoint. A launch over several hosts
+    that failed has its hosts probed: one that does not answer is left out and the job
+    launched again on the rest (``HostRelaunch``), up to ``max_host_failures`` host losses.
+    ``own_job``: ``cmd`` is mixle_mpi's own fit, whose every rank marks the start of its MPI
+    initialisation, so mpiexec ending before any rank did so is a launch that never started
+    too. ``n`` far above the cores here is refused unless ``allow_many_ranks``."""
     full = {**os.environ, **(env or {})}
     limit = startup_timeout(full)  # a bad value is refused before any launch
     exe = find_mpiexec(mpiexec, flavor)
     flavor = flavor or detect_flavor(exe)
-    argv = build_command(exe, flavor, n, cmd, extra, srun_mpi=srun_mpi_plugin(environ=full) if flavor == SRUN else "pmix")
+    srun_mpi = srun_mpi_plugin(environ=full) if flavor == SRUN else "pmix"
+    build_command(exe, flavor, n, cmd, extra, srun_mpi=srun_mpi)  # a bad launch is refused before any
     typo = too_many_ranks(n, usable_cores(), allow_many_ranks, full)
     if typo:
         raise ConfigError(typo)
@@ -437,16 +442,69 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
         env = {**transports, **(env or {})}
     left = {exitcodes.NEVER_STARTED: max(0, int(start_retries)), exitcodes.RERUN_TO_RESUME: max(0, int(resume_retries))}
     expect_here = n if own_job and one_host(extra, full) else None  # every rank marks its MPI init
+    relaunch = HostRelaunch(exe, flavor, n, list(extra or []), hostlist.of_launch(list(extra or []), full),
+                            host_plan.HostBook(max(0, int(max_host_failures)), float(host_cooldown)),
+                            {**launch_env(blas_threads), **(env or {})})
     attempt = 1
     while True:
-        code, note, level = _launch_once(argv, timeout, blas_threads, env, limit, own_job, expect_here)
-        again = relaunch_note(code, left)
+        argv = build_command(exe, flavor, relaunch.ranks, cmd, relaunch.extra, srun_mpi=srun_mpi)
+        a = _launch_once(argv, timeout, blas_threads, {**(env or {}), **relaunch.env()}, limit, own_job, expect_here)
+        moved = relaunch.after(a, attempt + 1)
+        if moved is False:
+            log.log(a.level, a.note)
+            return exitcodes.RERUN_TO_RESUME
+        again = "running it again without the lost host(s)" if moved else relaunch_note(a.code, left)
         if again is None:
             break
         attempt += 1
-        log.warning(f"{note}; {again} (attempt {attempt})")
-    log.log(level, note)
-    return code
+        log.warning(f"{a.note}; {again} (attempt {attempt})")
+    log.log(a.level, a.note)
+    return a.code
+
+
+class HostRelaunch:
+    """After a failed attempt of a launch over several hosts: probe them, and leave out
+    those that do not answer (``host_plan`` decides; ``hostlist`` rewrites the flags). Keeps
+    the record of each such relaunch, which the next attempt's ranks get (``contract``)."""
+
+    def __init__(self, exe: str, flavor: str, n: int, extra: list[str], hosts: hostlist.Hosts | None,
+                 book: host_plan.HostBook, probe_env: dict) -> None:
+        self.exe, self.flavor, self.n, self.base_extra, self.hosts, self.book = exe, flavor, n, extra, hosts, book
+        self.probe_env = probe_env
+        self.ranks, self.extra, self.left_out = n, list(extra), frozenset()
+        self.records: list[dict] = []
+
+    def env(self) -> dict:
+        return contract.relaunches_env(self.records)
+
+    def after(self, a: "Attempt", next_attempt: int) -> bool | None:
+        """True: launch again without a lost host; False: a host was lost and there is no
+        launch left (said why); None: no host was lost (the other rules decide)."""
+        if self.hosts is None or not host_plan.worth_probing(a.code, a.timed_out):
+            return None
+        now = time.monotonic()
+        names = self.book.to_probe(self.hosts.names, now)
+        answers = hostprobe.probe(self.exe, self.flavor, self.base_extra, self.hosts, names, self.probe_env)
+        for host, (ok, how) in answers.items():
+            log.log(logging.DEBUG if ok else logging.WARNING, f"host {host}: {'answers' if ok else 'lost'} ({how})")
+        nxt = self.book.decide(self.hosts.names, dict(self.hosts.slots), {h: ok for h, (ok, _) in answers.items()},
+                               self.n, time.monotonic(), f"exit {a.code}")
+        if nxt.message and not nxt.lost_now:
+            log.warning(nxt.message)
+        if nxt.lost_now and not nxt.relaunch:
+            log.error(nxt.message)
+            return False
+        if nxt.left_out != self.left_out and nxt.ranks >= host_plan.FEWEST_RANKS:
+            self.left_out, self.ranks = nxt.left_out, nxt.ranks
+            self.extra = hostlist.without(self.base_extra, self.hosts, set(nxt.left_out), self.flavor)
+        if not nxt.lost_now:
+            return None
+        log.warning(nxt.message)
+        self.records.append({"attempt": next_attempt, "lost_hosts": list(nxt.lost_now),
+                             "left_out": sorted(nxt.left_out), "ranks": nxt.ranks, "was_ranks": self.n,
+                             "exit": a.code, "ended_at": a.ended_at, "decided_at": time.time(),
+                             "probe_seconds": round(time.monotonic() - now, 3)})
+        return True
 
 
 def is_own_fit(cmd: list[str]) -> bool:
@@ -467,8 +525,20 @@ def relaunch_note(code: int, left: dict) -> str | None:
     return "running it again to resume from its checkpoint"
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """How one launch ended: its exit code, the verdict and its log level, whether it ran
+    past ``--timeout`` (never launched again), and when mpiexec ended (wall clock)."""
+
+    code: int
+    note: str
+    level: int
+    timed_out: bool = False
+    ended_at: float = 0.0
+
+
 def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env: dict | None,
-                 limit: float, own_job: bool = False, expect_here: int | None = None) -> tuple[int, str, int]:
+                 limit: float, own_job: bool = False, expect_here: int | None = None) -> Attempt:
     files = contract.RunFiles()
     tag = uuid.uuid4().hex
     started: list[subprocess.Popen] = []
@@ -476,7 +546,7 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
     previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
     full_env = {**launch_env(blas_threads, files.env(tag)), **(env or {})}
     reaper = _start_reaper(tag)
-    rc, why, lost, t0 = None, None, False, time.monotonic()
+    rc, why, lost, t0, ended = None, None, False, time.monotonic(), time.time()
     try:
         if os.environ.get("SLURM_JOB_ID"):  # a batch log is the only record of what ran: the whole command
             log.info("launching: " + " ".join(argv))
@@ -486,6 +556,7 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
         proc = subprocess.Popen(argv, env=full_env, start_new_session=True)
         started.append(proc)
         rc, why, lost = _wait(proc, forwarder, timeout, files, tag, expect_here)
+        ended = time.time()
         if rc is None:
             log.warning(f"{why}: killing the job")
             os.killpg(proc.pid, signal.SIGKILL)
@@ -513,7 +584,7 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
         init_begun=os.path.exists(files.init_begun), own_job=own_job, mpiexec_rc=rc, lost=why if lost else None)
     files.remove()
     code, note = judge(rc, status, forwarder.terminated, never, forwarder.interrupted)
-    return code, note, verdict_level(code, status)
+    return Attempt(code, note, verdict_level(code, status), timed_out, ended)
 
 
 def never_started(mpi_up: bool, started: bool, seconds: float, limit: float, init_begun: bool = False,

@@ -307,6 +307,8 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             mpi=startup.mpi_text(), blas=blas_description(),
             settings=self.settings.__dict__, fault_plan=[f.__dict__ for f in plan],
         )
+        for r in contract.relaunches()[-1:]:  # this launch is the relaunch the last record describes
+            self.events.emit("relaunched", **r)
         if self.took_over is not None:
             t = self.took_over
             self.events.emit("driver_failed", host=t.driver[0], pid=t.driver[1], cause=t.why, seen_at=t.lost_at,

@@ -21,7 +21,7 @@ LOG = object()   # EventLog's default echo: a line through the logging module
 
 # What a person needs to see at the default level (INFO). A checkpoint is folded into the
 # progress line and a fallback into the "resumed" line, so they only show with -v.
-LEVELS = {"failure_detected": logging.WARNING, "blacklisted": logging.WARNING, "spawn_unavailable": logging.WARNING,
+LEVELS = {"failure_detected": logging.WARNING, "relaunched": logging.WARNING, "blacklisted": logging.WARNING, "spawn_unavailable": logging.WARNING,
           "spawn_abandoned": logging.WARNING,
           "driver_failed": logging.WARNING, "failover_unavailable": logging.WARNING,
           "checkpoint": logging.DEBUG, "checkpoint_fallback": logging.DEBUG, "closed": logging.DEBUG,
@@ -172,7 +172,13 @@ def _failover_armed_text(rec: dict[str, Any]) -> str:
                                                                         if out else "")
 
 
-SPECIAL = {"start": ("workers", _start_text), "ranks": ("ranks", _ranks_text),
+def relaunched_text(rec: dict[str, Any]) -> str:
+    """A launch that lost a host, launched again without it."""
+    return (f"relaunched without lost host(s) {', '.join(rec.get('lost_hosts') or [])} (attempt {rec.get('attempt')}, "
+            f"{rec.get('ranks')} ranks, was {rec.get('was_ranks')}; left out: {', '.join(rec.get('left_out') or [])})")
+
+
+SPECIAL = {"start": ("workers", _start_text), "relaunched": ("lost_hosts", relaunched_text), "ranks": ("ranks", _ranks_text),
            "failover_armed": ("workers", _failover_armed_text), "driver_shards": ("shards", _driver_shards_text), "resumed": ("iteration", _resumed_text),
            "continuation": ("method", _continuation_text), "driver_failed": ("cause", _driver_failed_text),
            "driver_elected": ("survivors", _driver_elected_text), "driver_resumed": ("since_death", _driver_resumed_text)}
