@@ -36,8 +36,10 @@ class JobResult:
 
 
 def run_job(python: str, ranks: int, job_args: list[str], tmp: Path, *, plan: str | None = None,
-            env: dict | None = None, timeout: float = 240, module: str = "mixle_mpi.fitting.fitjob") -> JobResult:
-    """Launch ``python -m module job_args`` on ``ranks`` ranks through ``mixle-mpi run``."""
+            env: dict | None = None, timeout: float = 240, module: str = "mixle_mpi.fitting.fitjob",
+            launch: tuple[str, ...] = ()) -> JobResult:
+    """Launch ``python -m module job_args`` on ``ranks`` ranks through ``mixle-mpi run``
+    (``launch``: more of its flags)."""
     tmp.mkdir(parents=True, exist_ok=True)
     out = tmp / "result.json"
     events = tmp / "events.jsonl"
@@ -54,7 +56,7 @@ def run_job(python: str, ranks: int, job_args: list[str], tmp: Path, *, plan: st
     if plan:
         full_env["MIXLE_MPI_FAULT_PLAN"] = plan
     full_env.update(env or {})
-    cmd = [python, "-m", "mixle_mpi", "run", "-n", str(ranks), "--timeout", str(timeout), "--",
+    cmd = [python, "-m", "mixle_mpi", "run", "-n", str(ranks), "--timeout", str(timeout), *launch, "--",
            python, "-m", module, *job_args, "--workdir", str(tmp / "work")]
     if module == "mixle_mpi.fitting.fitjob":
         cmd += ["--out", str(out), "--quiet"]

@@ -13,11 +13,12 @@ import threading
 import time
 
 import pytest
-from conftest import OMPI_PYTHON
+from conftest import LIBRARIES, OMPI_PYTHON
 from fakehosts import FakeHosts, available
 from mpiharness import fit_args, mpich_python, no_leftover_processes, run_job, same_fit
 
 from mixle_mpi.chaos.faults import read_fired, unfired
+from mixle_mpi.core import exitcodes
 
 pytestmark = [pytest.mark.mpijob, pytest.mark.skipif(bool(available()), reason=available() or "ok")]
 MODEL, N, SHARDS, SUB, ITS = "gmm1d", 6000, 4, 1, 5
@@ -98,48 +99,96 @@ def test_a_worker_on_another_host_that_hangs_or_dies_is_fenced_there_and_recover
     assert no_leftover_processes(str(tmp_path)) == [] and hosts.pids(1) == [] and hosts.pids(2) == []
 
 
-def test_a_lost_host_ends_the_job_clearly_and_a_rerun_without_it_resumes_to_the_same_bits(hosts, tmp_path):
-    """Host C goes down mid-fit for good: every process on it (its Open MPI daemon, workers 3
-    and 4) SIGKILLed at once, and nothing can be started there again. Open MPI 5.0's runtime
-    ends a job that lost a daemon (the survivors too), so the driver ends with exit 74 and
-    the launcher's resume attempt cannot reach host C: the command must end within its
-    deadline with a nonzero exit and a clear error, and the same command over hosts A and B
-    resumes from the checkpoint to the reference's bits. (Had host C come back, the
-    launcher's own resume would have finished the fit.)"""
+LOST_N, LOST_ITS = 200_000, 40
+
+
+@pytest.fixture(scope="module")
+def whole_fit(tmp_path_factory):
+    """The same fit on one host, no failure, 3 ranks: the bits a relaunch must give. (At this
+    size mixle's own multiprocessing fit differs from ours in the last bits, for a reason
+    not found yet: see the notes; the tests at small sizes compare with mixle's.)"""
+    job = run_job(OMPI_PYTHON, 3, fit_args(MODEL, LOST_N, SHARDS, SUB, LOST_ITS), tmp_path_factory.mktemp("whole"))
+    assert job.rc == 0, job.describe()
+    return job.result
+
+
+def _lose_host_c_at(hosts, ck, iteration: int, lost: list) -> threading.Thread:
+    """Host C goes down for good once the checkpoint holds ``iteration``: every process on it
+    (its MPI daemon or proxy, workers 3 and 4) SIGKILLed at once, and nothing can be started
+    there again (its ssh answers "No route to host")."""
     from mixle_mpi.storage import checkpoint as ckpt
 
-    n, its = 200_000, 40
-    ck = tmp_path / "ck.h5"
-    args = fit_args(MODEL, n, SHARDS, SUB, its) + ["--checkpoint", str(ck)]
-    lost: list[int] = []
-
-    def lose_host_c_mid_fit():
+    def watch():
         end = time.monotonic() + 180
         while time.monotonic() < end:
             try:
                 state = ckpt.read(str(ck))  # None until the first one is written
             except ckpt.CheckpointError:
                 state = None
-            if state is not None and state.iteration >= 3:
+            if state is not None and state.iteration >= iteration:
+                lost.append(time.time())
                 lost.extend(hosts.lose(2, down=True))
                 return
             time.sleep(0.05)
 
-    killer = threading.Thread(target=lose_host_c_mid_fit, daemon=True)
+    killer = threading.Thread(target=watch, daemon=True)
     killer.start()
-    env = {"MIXLE_MPI_MPIEXEC_ARGS": hosts.mpiexec_args()}
-    first = run_job(OMPI_PYTHON, sum(SLOTS), args, tmp_path / "a", env=env, timeout=240)
+    return killer
+
+
+def _flags(hosts, library: str, slots=None) -> dict:
+    if library == "mpich":
+        return {"MIXLE_MPI_MPIEXEC_ARGS": hosts.mpich_args(slots), **hosts.mpich_env()}
+    return {"MIXLE_MPI_MPIEXEC_ARGS": hosts.mpiexec_args(slots)}
+
+
+@pytest.mark.parametrize("lib", LIBRARIES)
+def test_a_lost_host_is_left_out_and_the_job_resumes_on_the_rest_to_the_same_bits(lib, hosts, tmp_path, whole_fit):
+    """Host C goes down mid-fit for good. Open MPI 5.0's runtime ends a job that lost a
+    daemon (exit 74), MPICH's Hydra ends at once when a proxy's link drops (exit 255, no
+    status): either way the launcher probes each host, finds C does not answer, leaves it
+    out and launches the job again on hosts A and B (3 ranks), which resumes from the
+    checkpoint. Exit 0, the bits of a fit on one host, no user action; the relaunch is recorded."""
+    library, python = lib
+    ck = tmp_path / "ck.h5"
+    args = fit_args(MODEL, LOST_N, SHARDS, SUB, LOST_ITS) + ["--checkpoint", str(ck)]
+    lost: list = []
+    killer = _lose_host_c_at(hosts, ck, 3, lost)
+    job = run_job(python, sum(SLOTS), args, tmp_path / "a", env=_flags(hosts, library), timeout=240)
     killer.join(5)
-    assert lost, "host C was never lost: the fit ended first\n" + first.describe()
-    assert first.rc not in (0, None), first.describe()  # ended, not hung, and not a success
-    assert "exit 74" in first.stderr and "resume" in first.stderr, first.describe()
-    env = {"MIXLE_MPI_MPIEXEC_ARGS": hosts.mpiexec_args([1, 2, 0])}
-    rerun = run_job(OMPI_PYTHON, 3, args, tmp_path / "b", env=env, timeout=240)
-    assert rerun.rc == 0, rerun.describe()
-    assert [e["event"] for e in rerun.events].count("resumed") == 1, rerun.describe()
-    whole = run_job(OMPI_PYTHON, 3, fit_args(MODEL, n, SHARDS, SUB, its), tmp_path / "whole")  # one host, no failure
-    assert whole.rc == 0, whole.describe()
-    assert same_fit(rerun.result, whole.result), rerun.describe()
+    assert lost, "host C was never lost: the fit ended first\n" + job.describe()
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, whole_fit), job.describe()
+    c = hosts.addresses[2]
+    assert f"host {c}: lost" in job.stderr and f"launching again without {c} on 3 ranks (was 5)" in job.stderr, job.describe()
+    relaunched = [e for e in job.events if e["event"] == "relaunched"]
+    assert [(e["lost_hosts"], e["ranks"], e["attempt"]) for e in relaunched] == [([c], 3, 2)], job.describe()
+    resumed = [e for e in job.events if e["event"] == "resumed"]
+    assert len(resumed) == 1 and resumed[0]["iteration"] >= 3, job.describe()
+    assert set(_hosts_of_last(job).values()) == {"hostb"}, job.describe()  # the workers of the relaunch
+    assert no_leftover_processes(str(tmp_path)) == [] and hosts.pids(1) == []
+
+
+def _hosts_of_last(job) -> dict:
+    loaded = [e for e in job.events if e["event"] == "loaded"]
+    assert loaded, job.describe()
+    return {int(w): h for w, h in loaded[-1]["hosts"].items()}
+
+
+def test_a_host_down_at_launch_is_left_out_and_the_budget_ends_a_job_that_loses_more(hosts, tmp_path, reference):
+    """Host C is down before the job starts: the launch cannot reach it, the probe says so,
+    and the job runs on hosts A and B to the reference's bits. With --max-host-failures 0
+    the same loss ends the command with exit 74 and says which host and which budget."""
+    hosts.lose(2, down=True)
+    job = run_job(OMPI_PYTHON, sum(SLOTS), fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path / "a", env=_flags(hosts, "openmpi"))
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    assert [e["lost_hosts"] for e in job.events if e["event"] == "relaunched"] == [[hosts.addresses[2]]], job.describe()
+    capped = run_job(OMPI_PYTHON, sum(SLOTS), fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path / "b",
+                     env=_flags(hosts, "openmpi"), launch=("--max-host-failures", "0"))
+    assert capped.rc == exitcodes.RERUN_TO_RESUME, capped.describe()
+    assert f"host(s) {hosts.addresses[2]} lost: 1 host losses in this job, more than --max-host-failures=0" in capped.stderr
+    assert not [e for e in capped.events if e["event"] == "relaunched"], capped.describe()
     assert no_leftover_processes(str(tmp_path)) == []
 
 

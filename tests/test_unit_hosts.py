@@ -1,0 +1,149 @@
+"""Which hosts a launch runs on, the same launch without some, and what the launcher decides
+after a lost host (launch/hostlist.py, launch/host_plan.py, launch/hostprobe.py's command)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mixle_mpi.core import exitcodes
+from mixle_mpi.launch import contract, host_plan, hostlist, hostprobe
+from mixle_mpi.launch.host_plan import HostBook
+
+
+def test_host_flags_and_hostfiles_of_either_launcher_are_read_with_their_slots(tmp_path):
+    assert hostlist.parse_host_flag("a:2,b,c:1") == [("a", 2), ("b", 1), ("c", 1)]
+    assert hostlist.parse_host_flag("a,a,b:3") == [("a", 2), ("b", 3)]  # named twice: two slots
+    f = tmp_path / "hosts"
+    f.write_text("# cluster\nnode1 slots=4\nnode2:2  # Hydra's form\nnode3\n\n")
+    assert hostlist.parse_hostfile(f.read_text()) == [("node1", 4), ("node2", 2), ("node3", 1)]
+    got = hostlist.from_args(["--prtemca", "x", "y", "--hostfile", str(f), "--map-by", "slot"])
+    assert got.slots == (("node1", 4), ("node2", 2), ("node3", 1)) and got.source == "--hostfile"
+    assert hostlist.from_args(["--host=a:1,b:2"]).slots == (("a", 1), ("b", 2))
+    assert hostlist.from_args(["-hosts", "a:1,b:2"]).total() == 3
+    assert hostlist.from_args(["--map-by", "slot"]) is None
+    with pytest.raises(ValueError, match="whole number"):
+        hostlist.parse_host_flag("a:two")
+    with pytest.raises(ValueError, match="needs a value"):
+        hostlist.from_args(["--host"])
+
+
+def test_a_launch_on_one_host_has_no_host_list_to_shorten():
+    assert hostlist.of_launch(["--host", "a:4"], {}) is None
+    assert hostlist.of_launch([], {}) is None
+    assert hostlist.of_launch(["--host", "a:2,b:2"], {}).names == ["a", "b"]
+
+
+def test_a_slurm_allocation_of_several_nodes_gives_its_nodes_and_tasks():
+    env = {"SLURM_JOB_NODELIST": "n[1-3]", "SLURM_JOB_NUM_NODES": "3", "SLURM_TASKS_PER_NODE": "2(x2),1"}
+    got = hostlist.of_launch([], env, expand=lambda text: ["n1", "n2", "n3"])
+    assert got.slots == (("n1", 2), ("n2", 2), ("n3", 1)) and got.source == "slurm"
+    assert hostlist.from_slurm({**env, "SLURM_JOB_NUM_NODES": "1"}, expand=lambda t: ["n1"]) is None
+    assert hostlist.tasks_per_node("4(x3)") == [4, 4, 4]
+    with pytest.raises(ValueError, match="N or N"):
+        hostlist.tasks_per_node("4x3")
+
+
+def test_without_rewrites_the_host_flag_a_hostfile_or_the_allocation(tmp_path):
+    extra = ["--prtemca", "plm_ssh_agent", "/x", "--host", "a:1,b:2,c:2", "--map-by", "slot"]
+    hosts = hostlist.from_args(extra)
+    assert hostlist.without(extra, hosts, {"c"}, "openmpi") == [
+        "--prtemca", "plm_ssh_agent", "/x", "--host", "a:1,b:2", "--map-by", "slot"]
+    f = tmp_path / "hosts"
+    f.write_text("a slots=1\nb slots=2\nc slots=2\n")
+    extra = ["--hostfile", str(f)]
+    out = hostlist.without(extra, hostlist.from_args(extra), {"b"}, "openmpi", str(tmp_path))
+    assert out[0] == "--hostfile" and out[1] != str(f)
+    assert hostlist.parse_hostfile(open(out[1]).read()) == [("a", 1), ("c", 2)]
+    assert f.read_text() == "a slots=1\nb slots=2\nc slots=2\n"  # the user's file is left as it was
+    extra = ["-f", str(f)]
+    out = hostlist.without(extra, hostlist.from_args(extra), {"a"}, "mpich", str(tmp_path))
+    assert open(out[1]).read() == "b:2\nc:2\n"
+    slurm = hostlist.Hosts((("n1", 2), ("n2", 2), ("n3", 2)), "slurm")
+    assert hostlist.without(["-K0"], slurm, {"n2"}, "srun") == ["-K0", "--exclude=n2"]
+    assert hostlist.without([], slurm, {"n2"}, "openmpi") == ["--host", "n1:2,n3:2"]
+    assert hostlist.without([], slurm, {"n2"}, "mpich") == ["-hosts", "n1:2,n3:2"]
+
+
+def test_a_probe_runs_true_on_one_host_through_the_jobs_own_flags():
+    extra = ["--prtemca", "plm_ssh_agent", "/x", "--host", "a:1,b:2"]
+    one = hostlist.only(extra, hostlist.from_args(extra), "b", "openmpi")
+    assert one == ["--prtemca", "plm_ssh_agent", "/x", "--host", "b:1"]
+    cmd = hostprobe.probe_command("mpiexec", "mpich", ["-hosts", "b:1"])
+    assert cmd == ["mpiexec", "-hosts", "b:1", "-n", "1", "true"]
+    slurm = hostlist.Hosts((("n1", 2), ("n2", 2)), "slurm")
+    assert hostlist.only([], slurm, "n2", "srun") == ["--nodelist=n2", "-N", "1"]
+
+
+def test_a_probe_of_a_host_that_cannot_run_anything_says_why(tmp_path):
+    fake = tmp_path / "mpiexec"
+    fake.write_text("#!/bin/sh\ncase \"$*\" in *down*) echo 'ssh: connect to host down: No route to host' >&2; "
+                    "exit 255;; *slow*) sleep 30;; esac\nexit 0\n")
+    fake.chmod(0o755)
+    hosts = hostlist.Hosts((("up", 1), ("down", 1), ("slow", 1)), "-hosts")
+    got = hostprobe.probe(str(fake), "mpich", ["-hosts", "up,down,slow"], hosts, ["up", "down", "slow"], {}, timeout=1)
+    assert got["up"][0] is True
+    assert got["down"] == (False, "exit 255: ssh: connect to host down: No route to host")
+    assert got["slow"] == (False, "no answer within 1 s")
+
+
+def test_which_exits_may_have_lost_a_host():
+    assert host_plan.worth_probing(exitcodes.RERUN_TO_RESUME, False)
+    assert host_plan.worth_probing(255, False) and host_plan.worth_probing(exitcodes.NEVER_STARTED, False)
+    assert not host_plan.worth_probing(exitcodes.RERUN_TO_RESUME, True)   # past --timeout: never again
+    for code in (exitcodes.OK, exitcodes.BAD_INPUT, exitcodes.CHECKPOINTED, exitcodes.INTERRUPTED):
+        assert not host_plan.worth_probing(code, False)
+
+
+SLOTS = {"a": 1, "b": 2, "c": 2}
+
+
+def test_a_host_that_does_not_answer_is_left_out_and_the_job_fits_the_slots_left():
+    book = HostBook(max_failures=2, cooldown=600)
+    nxt = book.decide(list(SLOTS), SLOTS, {"a": True, "b": True, "c": False}, 5, now=100.0, why="exit 74")
+    assert nxt.relaunch and nxt.left_out == {"c"} and nxt.ranks == 3 and nxt.lost_now == ("c",)
+    assert "without c on 3 ranks (was 5); host loss 1 of at most 2" in nxt.message
+    # every host answers next time, c still cooling down (not probed): nothing new is lost
+    assert book.to_probe(list(SLOTS), 200.0) == ["a", "b"]
+    again = book.decide(list(SLOTS), SLOTS, {"a": True, "b": True}, 5, now=200.0, why="exit 74")
+    assert not again.relaunch and again.lost_now == () and again.left_out == {"c"} and again.ranks == 3
+
+
+def test_a_host_comes_back_after_its_cooldown_if_it_answers_and_losing_it_again_costs_budget():
+    book = HostBook(max_failures=2, cooldown=60)
+    book.decide(list(SLOTS), SLOTS, {"a": True, "b": True, "c": False}, 5, now=0.0, why="x")
+    assert book.to_probe(list(SLOTS), 59.0) == ["a", "b"] and book.to_probe(list(SLOTS), 60.0) == ["a", "b", "c"]
+    back = book.decide(list(SLOTS), SLOTS, {"a": True, "b": True, "c": True}, 5, now=61.0, why="x")
+    assert back.left_out == frozenset() and back.ranks == 5 and not back.lost_now
+    lost = book.decide(list(SLOTS), SLOTS, {"a": True, "b": True, "c": False}, 5, now=70.0, why="x")
+    assert lost.relaunch and "host loss 2 of at most 2" in lost.message
+    still_out = book.decide(list(SLOTS), SLOTS, {"a": True, "b": True, "c": False}, 5, now=200.0, why="x")
+    assert still_out.lost_now == () and still_out.left_out == {"c"}  # down after its cooldown: no new loss
+
+
+def test_the_failure_budget_and_too_few_slots_end_the_job_with_a_clear_message():
+    book = HostBook(max_failures=0, cooldown=600)
+    nxt = book.decide(list(SLOTS), SLOTS, {"a": True, "b": True, "c": False}, 5, now=0.0, why="x")
+    assert not nxt.relaunch and nxt.lost_now == ("c",)
+    assert "more than --max-host-failures=0" in nxt.message and "checkpoint is kept" in nxt.message
+    book = HostBook(max_failures=5, cooldown=600)
+    nxt = book.decide(list(SLOTS), SLOTS, {"a": True, "b": False, "c": False}, 5, now=0.0, why="x")
+    assert not nxt.relaunch and nxt.ranks == 1
+    assert "the hosts left (a:1) have 1 slot(s)" in nxt.message and "at least 2 ranks" in nxt.message
+
+
+def test_when_no_host_answers_the_probe_is_at_fault_and_none_is_left_out():
+    book = HostBook()
+    nxt = book.decide(list(SLOTS), SLOTS, {"a": False, "b": False, "c": False}, 5, now=0.0, why="x")
+    assert not nxt.relaunch and nxt.lost_now == () and nxt.left_out == frozenset() and nxt.ranks == 5
+    assert "no host answered" in nxt.message and book.losses == []
+
+
+def test_the_relaunch_record_reaches_the_ranks_and_an_outer_one_never_does(monkeypatch):
+    records = [{"attempt": 2, "lost_hosts": ["c"], "left_out": ["c"], "ranks": 3, "was_ranks": 5}]
+    env = contract.relaunches_env(records)
+    monkeypatch.setenv(contract.RELAUNCHES_ENV, env[contract.RELAUNCHES_ENV])
+    assert contract.relaunches() == records
+    assert contract.RELAUNCHES_ENV not in contract.outer_vars_removed(dict(env))
+    assert contract.relaunches_env([]) == {}
+    monkeypatch.setenv(contract.RELAUNCHES_ENV, "not json")
+    assert contract.relaunches() == []
