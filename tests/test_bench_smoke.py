@@ -1,4 +1,4 @@
-"""Small slices of two more benchmarks, so that they keep running end to end between the runs
+"""Small slices of more benchmarks, so that they keep running end to end between the runs
 whose figures are committed: ``bench/failure_cost.py`` (a real worker SIGKILLed mid-E-step
 in each mode, the call split into its parts) and ``bench/scale_real.py`` (the driver's cost
 per round against W). No timing is asserted; what is checked is that every planned kill
@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakehosts import available as fakehosts_missing
 from mpiharness import no_leftover_processes
 
 pytestmark = pytest.mark.mpijob
@@ -70,3 +71,16 @@ def test_the_straggler_benchmark_runs_a_clean_and_a_slow_fit_with_the_same_bits(
     assert slow["lls"] == clean["lls"] and len(clean["lls"]) == 8, (clean["lls"], slow["lls"])
     assert clean["copies"] == clean["moves"] == 0 and slow["won"] > 0 and slow["moves"] > 0, runs
     assert slow["failures"] == clean["failures"] == 0, runs
+
+
+@pytest.mark.skipif(bool(fakehosts_missing()), reason=fakehosts_missing() or "ok")
+def test_the_host_loss_benchmark_splits_the_time_a_lost_host_costs(tmp_path):
+    """bench/host_loss.py, one run under Open MPI: host C lost mid-fit, the job relaunched
+    without it to the failure-free bits, and every part of the time measured."""
+    out = tmp_path / "host_loss.json"
+    _bench([str(ROOT / "bench" / "host_loss.py"), "--reps", "1", "--libraries", "openmpi", "--out", str(out)],
+           timeout=300)
+    report = json.loads(out.read_text())
+    (row,) = report["rows"]
+    assert row["ok"] and row["identical"], row
+    assert all(row[k] >= 0 for k in ("detection", "teardown", "probe", "relaunch", "reload")) and row["total"] > 0, row

@@ -528,7 +528,7 @@ def relaunch_note(code: int, left: dict) -> str | None:
 @dataclass(frozen=True)
 class Attempt:
     """How one launch ended: its exit code, the verdict and its log level, whether it ran
-    past ``--timeout`` (never launched again), and when mpiexec ended (wall clock)."""
+    past ``--timeout`` (never launched again), and when its last process was gone (wall clock)."""
 
     code: int
     note: str
@@ -546,7 +546,7 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
     previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
     full_env = {**launch_env(blas_threads, files.env(tag)), **(env or {})}
     reaper = _start_reaper(tag)
-    rc, why, lost, t0, ended = None, None, False, time.monotonic(), time.time()
+    rc, why, lost, t0 = None, None, False, time.monotonic()
     try:
         if os.environ.get("SLURM_JOB_ID"):  # a batch log is the only record of what ran: the whole command
             log.info("launching: " + " ".join(argv))
@@ -556,7 +556,6 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
         proc = subprocess.Popen(argv, env=full_env, start_new_session=True)
         started.append(proc)
         rc, why, lost = _wait(proc, forwarder, timeout, files, tag, expect_here)
-        ended = time.time()
         if rc is None:
             log.warning(f"{why}: killing the job")
             os.killpg(proc.pid, signal.SIGKILL)
@@ -577,6 +576,7 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
     if forwarder.pending:
         names = ", ".join(signal.Signals(s).name for s in forwarder.pending)
         log.warning(f"{names} arrived before the driver could take it; not delivered")
+    ended = time.time()  # every process of the launch is gone
     status = files.read_status()
     timed_out = rc is None and why is not None and why.startswith("the job ran past")
     never = None if status is not None or timed_out else never_started(
