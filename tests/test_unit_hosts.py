@@ -147,3 +147,19 @@ def test_the_relaunch_record_reaches_the_ranks_and_an_outer_one_never_does(monke
     assert contract.relaunches_env([]) == {}
     monkeypatch.setenv(contract.RELAUNCHES_ENV, "not json")
     assert contract.relaunches() == []
+
+
+def test_the_start_says_what_a_lost_host_costs_under_each_runtime():
+    assert "ends a job that lost a daemon" in hostprobe.node_loss_text("openmpi", "3.0.14")
+    assert "PRRTE 3.0.14" in hostprobe.node_loss_text("openmpi", "3.0.14")
+    assert "may run through a lost daemon" in hostprobe.node_loss_text("openmpi", "4.1.0")
+    assert "version unknown" in hostprobe.node_loss_text("openmpi", None)
+    assert "Hydra" in hostprobe.node_loss_text("mpich", None)
+    assert "--exclude" in hostprobe.node_loss_text("srun", None)
+
+
+def test_the_prrte_version_is_read_beside_mpiexec(tmp_path):
+    (tmp_path / "prte_info").write_text("#!/bin/sh\necho '                    PRTE: 3.0.14'\n")
+    (tmp_path / "prte_info").chmod(0o755)
+    assert hostprobe.prrte_version(str(tmp_path / "mpiexec")) == "3.0.14"
+    assert hostprobe.prrte_version(str(tmp_path / "nowhere" / "mpiexec")) is None

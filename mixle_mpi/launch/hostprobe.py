@@ -15,6 +15,9 @@ import time
 from mixle_mpi.launch import hostlist
 
 PROBE_TIMEOUT = 20.0  # seconds a probe may take before its host counts as lost
+# The first PRRTE (Open MPI's runtime) major version that may run through a lost daemon:
+# tolerance was merged after 3.0.x (openpmix/prrte#2443, 2026), in no release tested here.
+PRRTE_TOLERANT_MAJOR = 4
 
 
 def probe_command(mpiexec: str, flavor: str, extra_one: list[str]) -> list[str]:
@@ -59,3 +62,33 @@ def probe(mpiexec: str, flavor: str, extra: list[str], hosts: hostlist.Hosts, na
         for t in threads:
             t.join(timeout + 30)
     return {h: results.get(h, (False, "the probe did not end")) for h in names}
+
+
+def prrte_version(mpiexec: str) -> str | None:
+    """The PRRTE version of an Open MPI ``mpiexec`` (``prte_info`` beside it), or None."""
+    info = os.path.join(os.path.dirname(os.path.realpath(mpiexec)), "prte_info")
+    try:
+        out = subprocess.run([info], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        key, _, value = line.strip().partition(":")
+        if key.strip() == "PRTE" and value.strip():
+            return value.strip()
+    return None
+
+
+def node_loss_text(flavor: str, prrte: str | None) -> str:
+    """What a lost host costs under this launch, for the start of the log (pure): the runtime
+    decides whether the job outlives it. Where it does, the ranks lost with the host are
+    recovered in the job like any dead worker; where it does not, the launcher relaunches."""
+    if flavor == "openmpi":
+        major = int(prrte.split(".")[0]) if prrte and prrte.split(".")[0].isdigit() else None
+        if major is not None and major >= PRRTE_TOLERANT_MAJOR:
+            return (f"a lost host: Open MPI's runtime (PRRTE {prrte}) may run through a lost daemon; if it does, "
+                    "its ranks are recovered in the job, else the job is launched again without it")
+        return (f"a lost host costs a relaunch without it: Open MPI's runtime (PRRTE {prrte or 'version unknown'}) "
+                "ends a job that lost a daemon")
+    if flavor == "mpich":
+        return "a lost host costs a relaunch without it: MPICH's Hydra ends a job that lost a proxy"
+    return "a lost host costs a relaunch without it (srun --exclude): the step does not outlive a lost node"

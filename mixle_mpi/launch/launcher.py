@@ -445,6 +445,9 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
     relaunch = HostRelaunch(exe, flavor, n, list(extra or []), hostlist.of_launch(list(extra or []), full),
                             host_plan.HostBook(max(0, int(max_host_failures)), float(host_cooldown)),
                             {**launch_env(blas_threads), **(env or {})})
+    if relaunch.hosts is not None:
+        log.info(f"hosts: {', '.join(f'{h}:{k}' for h, k in relaunch.hosts.slots)}; " + hostprobe.node_loss_text(
+            flavor, hostprobe.prrte_version(exe) if flavor == OPENMPI else None))
     attempt = 1
     while True:
         argv = build_command(exe, flavor, relaunch.ranks, cmd, relaunch.extra, srun_mpi=srun_mpi)
