@@ -29,6 +29,7 @@ ENVIRONMENT = {o.env: o.help for o in options.ENVIRONMENT}
 # Every event of events.jsonl, in the order a fit meets them.
 EVENTS = {
     "start": "the driver is set up: workers, shards, settings, MPI and BLAS in use",
+    "relaunched": "this launch is the launcher's relaunch without lost host(s): which, on how many ranks",
     "ranks": "where each rank runs: rank -> host:pid (the driver is rank 0)",
     "continuation": "how the job will continue after a failure (ulfm, emulated or keep) and why",
     "driver_shards": "the shards the driver computes itself (driver_computes)",
@@ -70,7 +71,7 @@ def launcher_set() -> tuple[str, ...]:
     from mixle_mpi.core import rundir
     from mixle_mpi.launch import contract
 
-    return (rundir.RUN_DIR_ENV, contract.TAG_ENV, *contract.FILE_VARS)
+    return (rundir.RUN_DIR_ENV, contract.TAG_ENV, *contract.FILE_VARS, contract.RELAUNCHES_ENV)
 
 
 def _settings_rows() -> list[tuple[str, str, str]]:
