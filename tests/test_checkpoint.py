@@ -91,10 +91,10 @@ def test_a_driver_lost_before_the_finished_checkpoint_resumes_exactly(its, tmp_p
     assert same_fit(again.result, whole.result), again.describe()
 
 
-def _start(tmp_path: Path, ck: Path, n: int) -> tuple[subprocess.Popen, Path]:
+def _start(tmp_path: Path, ck: Path, n: int, python: str = OMPI_PYTHON) -> tuple[subprocess.Popen, Path]:
     events = tmp_path / "events.jsonl"
     env = dict(os.environ, PYTHONWARNINGS="ignore", MIXLE_MPI_EVENT_LOG=str(events), MIXLE_MPI_FAULT_PLAN="")
-    cmd = [OMPI_PYTHON, "-m", "mixle_mpi", "run", "-n", "4", "--timeout", "200", "--", OMPI_PYTHON, "-m",
+    cmd = [python, "-m", "mixle_mpi", "run", "-n", "4", "--timeout", "200", "--", python, "-m",
            "mixle_mpi.fitting.fitjob", *_args("gmm1d", n, ck), "--max-its", "40", "--workdir", str(tmp_path / "work"),
            "--quiet"]
     proc = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, start_new_session=True,
@@ -102,9 +102,9 @@ def _start(tmp_path: Path, ck: Path, n: int) -> tuple[subprocess.Popen, Path]:
     return proc, events
 
 
-def _resume_and_compare(tmp_path: Path, ck: Path, n: int) -> None:
+def _resume_and_compare(tmp_path: Path, ck: Path, n: int, python: str = OMPI_PYTHON) -> None:
     ref = run_job(OMPI_PYTHON, 4, fit_args("gmm1d", n, 4, 1, 40), tmp_path / "ref")
-    again = run_job(OMPI_PYTHON, 4, _args("gmm1d", n, ck) + ["--max-its", "40"], tmp_path / "again")
+    again = run_job(python, 4, _args("gmm1d", n, ck) + ["--max-its", "40"], tmp_path / "again")
     assert again.rc == 0, again.describe()
     assert any(e["event"] == "resumed" for e in again.events)
     assert same_fit(again.result, ref.result)
@@ -138,6 +138,25 @@ def test_signal_to_the_driver_checkpoints_and_asks_for_requeue(sig, tmp_path):
     saved = ckpt.read(str(ck))
     assert not saved.finished and saved.iteration >= 2
     _resume_and_compare(tmp_path, ck, n)
+
+
+@pytest.mark.parametrize("lib", LIBRARIES)
+def test_a_time_limit_signal_to_the_launcher_checkpoints_the_driver_under_either_mpi(lib, tmp_path):
+    """SLURM's USR1 reaches `mixle-mpi run` (the batch shell passes it on): the launcher
+    forwards it to the driver alone, which checkpoints and exits 75. Under MPICH every rank
+    ignores USR1 (Hydra sends it at any rank's death), so the launcher sends SIGTERM, which
+    means the same to the driver. The rerun resumes to the same bits."""
+    _, python = lib
+    ck, n = tmp_path / "ck.h5", 200000
+    proc, _ = _start(tmp_path, ck, n, python)
+    wait_for_checkpoint(ck, 2, proc)
+    os.kill(proc.pid, signal.SIGUSR1)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err[-4000:]
+    assert "received SIGUSR1: passed it to the driver" in err, err[-4000:]
+    saved = ckpt.read(str(ck))
+    assert not saved.finished and saved.iteration >= 2
+    _resume_and_compare(tmp_path, ck, n, python)
 
 
 @pytest.fixture(scope="module")

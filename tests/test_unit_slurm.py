@@ -281,6 +281,18 @@ def test_forwarder_sends_to_the_driver_only(tmp_path):
     assert fw.pending == [] and rec.terminated == 0
 
 
+def test_under_mpich_a_usr1_reaches_the_driver_as_sigterm(tmp_path):
+    """MPICH's ranks ignore SIGUSR1 (Hydra sends it to every rank at any rank's death), the
+    driver too: SLURM's time-limit USR1 is passed on as SIGTERM, which means the same to it."""
+    rec = Recorder()
+    fw = SignalForwarder(str(tmp_path / "driver.json"), kill=rec.kill, host="h1", log=rec.logs.append,
+                         terminate=rec.terminate, usr1_as_term=True)
+    _ready(tmp_path)
+    fw.receive(signal.SIGUSR1)
+    assert rec.kills == [(4242, signal.SIGTERM)] and fw.delivered == [(4242, signal.SIGUSR1)]
+    assert "as SIGTERM (its MPI's ranks ignore SIGUSR1)" in rec.logs[-1]
+
+
 def test_forwarder_holds_usr1_until_the_driver_is_ready(tmp_path):
     fw, rec = _forwarder(tmp_path)
     fw.receive(signal.SIGUSR1)

@@ -241,8 +241,12 @@ class SignalForwarder:
     ``procs.kill_same``): True sent, None that process is gone, False refused.
     """
 
-    def __init__(self, pid_file: str, kill=procs.kill_same, host: str | None = None, log=None, terminate=None) -> None:
+    def __init__(self, pid_file: str, kill=procs.kill_same, host: str | None = None, log=None, terminate=None,
+                 usr1_as_term: bool = False) -> None:
         self.pid_file = pid_file
+        # MPICH: every rank, the driver too, ignores SIGUSR1 (Hydra sends it to all at any
+        # rank's death: rankwrap.sh); SIGTERM means the same to the driver (checkpoint, exit 75)
+        self._as_sent = {signal.SIGUSR1: signal.SIGTERM} if usr1_as_term else {}
         self.pending: list[int] = []
         self.terminated = False
         self.interrupts = 0         # Ctrl-Cs received
@@ -305,7 +309,7 @@ class SignalForwarder:
         pid = ident[0]
         sent, self.pending = self.pending, []
         for signum in sent:
-            if not self._kill(ident, signum):  # gone, or its pid names another process now
+            if not self._kill(ident, self._as_sent.get(signum, signum)):  # gone, or its pid names another process
                 self.pending.append(signum)  # held for a successor (failover), or reported at the end
                 if pid not in self._gone:
                     self._gone.add(pid)
@@ -317,8 +321,10 @@ class SignalForwarder:
                 self._say(f"Ctrl-C: the driver (pid {pid}) checkpoints after this iteration and ends the job; "
                           "Ctrl-C again ends it at once", logging.DEBUG)
             else:
-                self._say(f"received {signal.Signals(signum).name}: passed it to the driver (pid {pid}), which "
-                          "checkpoints after this iteration and stops")
+                sent_as = self._as_sent.get(signum)
+                self._say(f"received {signal.Signals(signum).name}: passed it to the driver (pid {pid})"
+                          + (f" as {signal.Signals(sent_as).name} (its MPI's ranks ignore SIGUSR1)" if sent_as else "")
+                          + ", which checkpoints after this iteration and stops")
         return sent
 
     def install(self) -> dict:
@@ -451,7 +457,8 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
     attempt = 1
     while True:
         argv = build_command(exe, flavor, relaunch.ranks, cmd, relaunch.extra, srun_mpi=srun_mpi)
-        a = _launch_once(argv, timeout, blas_threads, {**(env or {}), **relaunch.env()}, limit, own_job, expect_here)
+        a = _launch_once(argv, timeout, blas_threads, {**(env or {}), **relaunch.env()}, limit, own_job, expect_here,
+                         usr1_as_term=flavor == MPICH)
         moved = relaunch.after(a, attempt + 1)
         if moved is False:
             log.log(a.level, a.note)
@@ -541,11 +548,12 @@ class Attempt:
 
 
 def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env: dict | None,
-                 limit: float, own_job: bool = False, expect_here: int | None = None) -> Attempt:
+                 limit: float, own_job: bool = False, expect_here: int | None = None, usr1_as_term: bool = False) -> Attempt:
     files = contract.RunFiles()
     tag = uuid.uuid4().hex
     started: list[subprocess.Popen] = []
-    forwarder = SignalForwarder(files.driver, terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started])
+    forwarder = SignalForwarder(files.driver, terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started],
+                                usr1_as_term=usr1_as_term)
     previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
     full_env = {**launch_env(blas_threads, files.env(tag)), **(env or {})}
     reaper = _start_reaper(tag)
