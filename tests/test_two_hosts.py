@@ -215,3 +215,21 @@ def test_under_mpich_a_dead_worker_on_another_host_ends_the_job_in_bounded_time(
     if job.rc == 0:
         assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
     assert no_leftover_processes(str(tmp_path)) == []
+
+
+def test_a_dead_driver_on_host_a_is_followed_by_a_worker_on_another_host(hosts, tmp_path, reference):
+    """The driver (alone on host A) is SIGKILLed before E-step 3; with failover on, worker 1
+    on host B takes over in the same job, resumes from the checkpoint (on the one shared file
+    system) and ends with mixle's reference bits."""
+    plan = "0:kill:estep_before:3"
+    log = tmp_path / "fired.jsonl"
+    args = fit_args(MODEL, N, SHARDS, SUB, ITS) + ["--checkpoint", str(tmp_path / "ck.h5")]
+    job = run_job(OMPI_PYTHON, sum(SLOTS), args, tmp_path / "job", plan=plan,
+                  env={**_flags(hosts, "openmpi"), "MIXLE_MPI_FAILOVER": "1", "MIXLE_MPI_FAULT_LOG": str(log)})
+    assert unfired(plan, read_fired(str(log))) == [], job.describe()
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    (elected,) = [e for e in job.events if e["event"] == "driver_elected"]
+    assert elected["rank"] == 1 and elected["host"] == "hostb", elected
+    assert [e["iteration"] for e in job.events if e["event"] == "resumed"] == [3], job.describe()
+    assert no_leftover_processes(str(tmp_path)) == [] and hosts.pids(1) == [] and hosts.pids(2) == []
