@@ -262,18 +262,23 @@ SlurmdParameters=config_overrides
 $nodelines
 PartitionName=debug Nodes=$names Default=YES MaxTime=INFINITE State=UP
 CONF
+  echo "PMIxCliTmpDirBase=$dir/nodetmp" > "$dir/mpi.conf"
   munged --key-file="$dir/munge/munge.key" --socket="$sockdir/munge.socket" \
     --pid-file="$dir/munge/munged.pid" --seed-file="$dir/munge/munge.seed" --log-file="$dir/log/munged.log"
   slurmctld -i
   while IFS= read -r line; do
     case $line in NODE[0-9]*=*) ;; *) continue ;; esac
     read -r name ns veth addr <<<"${line#*=}"
-    mkdir -p "$dir/spool/$name"
+    mkdir -p "$dir/spool/$name" "$dir/nodetmp/$name"
     # The node's own hostname lives as long as a process in its UTS namespace: slurmd. Not
     # `ip netns exec`: it mounts a fresh /sys, without the cgroup folders slurmd needs to
-    # start; a mount namespace of its own gets the node's /etc/hosts bound in instead.
+    # start; a mount namespace of its own gets the node's /etc/hosts bound in instead, and
+    # its own folder for SLURM's pmix plugin (mpi.conf), which otherwise makes
+    # /tmp/spmix_appdir_<uid>_<job>.<step> on every node: on one file system the second
+    # node's step fails with "File exists".
     nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private /bin/sh -c \
-      'mount --bind "$2" /etc/hosts && hostname "$1" && exec slurmd -N "$1"' sh "$name" "/etc/netns/$ns/hosts"
+      'mount --bind "$2" /etc/hosts && mount --bind "$3" "$4" && hostname "$1" && exec slurmd -N "$1"' \
+      sh "$name" "/etc/netns/$ns/hosts" "$dir/nodetmp/$name" "$dir/nodetmp"
   done < "$dir/nodes.env"
   if ! wait_until "$nodes nodes to be idle" nodes_idle; then
     sinfo -N >&2 || true
