@@ -42,6 +42,10 @@ timeout {timeout} {venv}/bin/mixle-mpi run -n $SLURM_NTASKS --timeout {timeout} 
   --workdir $PWD/work --checkpoint $PWD/fit.ckpt.h5 --out $PWD/result.json
 rc=$?
 echo "[probe] rc=$rc end $(date +%s.%N)"
+if [ -n "${{PROBE_EXCLUDE:-}}" ]; then  # a new step on the nodes that are left
+  timeout 60 srun --exclude="$PROBE_EXCLUDE" -N 2 -n 2 hostname
+  echo "[probe] srun --exclude=$PROBE_EXCLUDE step rc=$? at $(date +%s.%N)"
+fi
 exit $rc
 """
 

@@ -23,7 +23,8 @@
 # at .(i+1)) come from SLURM_LOCAL_TAG (default: from the pid) and SLURM_LOCAL_SUBNET
 # (default: from the tag, skipping subnets in use), so one set can follow another. The
 # nodes declare SLURM_LOCAL_NODE_CPUS CPUs each (default 4); a lost node goes DOWN after
-# SlurmdTimeout (SLURM_LOCAL_SLURMD_TIMEOUT, default 5 s). Without --nodes nothing changes.
+# SlurmdTimeout (SLURM_LOCAL_SLURMD_TIMEOUT, default 5 s); a ping to it gives up after
+# MessageTimeout (SLURM_LOCAL_MESSAGE_TIMEOUT, default 5 s). Without --nodes nothing changes.
 set -euo pipefail
 
 usage() { echo "usage: $0 start|stop STATEDIR [--nodes K]" >&2; exit 2; }
@@ -256,6 +257,7 @@ JobRequeue=1
 FirstJobId=$first_job
 ReturnToService=2
 SlurmdTimeout=${SLURM_LOCAL_SLURMD_TIMEOUT:-5}
+MessageTimeout=${SLURM_LOCAL_MESSAGE_TIMEOUT:-5}
 MailProg=/bin/true
 SchedulerParameters=sched_interval=1,bf_interval=1
 SlurmdParameters=config_overrides
