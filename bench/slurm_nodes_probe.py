@@ -71,6 +71,7 @@ def main() -> int:
     ap.add_argument("--its", type=int, default=40)
     ap.add_argument("--deadline", type=float, default=240)
     ap.add_argument("--ref", default="")
+    ap.add_argument("--flags", default="", help="more `mixle-mpi run` flags, e.g. \"--mpiexec-args='--no-kill'\"")
     a = ap.parse_args()
 
     c = SlurmNodes(Path(a.state))
@@ -78,6 +79,7 @@ def main() -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     venv, flags = LAUNCH[a.launch]
+    flags = f"{flags} {a.flags}".strip()
     text = SCRIPT.format(wt=WT, venv=WT / venv, flags=flags, n=a.n, its=a.its, timeout=int(a.deadline),
                          exports="\n".join(f"export {e}" for e in a.export))
     t0 = time.monotonic()
