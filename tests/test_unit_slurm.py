@@ -293,6 +293,30 @@ def test_under_mpich_a_usr1_reaches_the_driver_as_sigterm(tmp_path):
     assert "as SIGTERM (its MPI's ranks ignore SIGUSR1)" in rec.logs[-1]
 
 
+def test_a_second_sigterm_inside_the_handling_of_the_first_is_no_crash(tmp_path):
+    """SLURM cancelling a job for a node failure sends SIGTERM twice: the second one's handler
+    runs inside the first's and delivers both. The first then finds nothing left to do (it
+    once crashed with ValueError: list.remove(x)), and the job is not ended before the
+    driver could checkpoint."""
+    rec = Recorder()
+
+    class Nested(SignalForwarder):
+        entered = 0
+
+        def deliver(self):
+            Nested.entered += 1
+            if Nested.entered == 1:
+                self.receive(signal.SIGTERM)  # the second SIGTERM lands here
+            return super().deliver()
+
+    fw = Nested(str(tmp_path / "driver.json"), kill=rec.kill, host="h1", log=rec.logs.append,
+                terminate=rec.terminate)
+    _ready(tmp_path)
+    fw.receive(signal.SIGTERM)
+    assert rec.kills == [(4242, signal.SIGTERM), (4242, signal.SIGTERM)]
+    assert fw.pending == [] and not fw.terminated and rec.terminated == 0
+
+
 def test_forwarder_holds_usr1_until_the_driver_is_ready(tmp_path):
     fw, rec = _forwarder(tmp_path)
     fw.receive(signal.SIGUSR1)
@@ -387,7 +411,7 @@ def test_judge_early_sigterm_asks_for_requeue():
 def test_srun_flavor_command():
     argv = build_command("/usr/bin/srun", SRUN, 4, ["python", "job.py"], extra=["--cpu-bind=none"])
     # -K0 against a site's KillOnBadExit=1, --wait=0 against its WaitTime: the survivors live on
-    assert argv == ["/usr/bin/srun", "--mpi=pmix", "--kill-on-bad-exit=0", "--wait=0", "--cpu-bind=none", "-n", "4",
+    assert argv == ["/usr/bin/srun", "--mpi=pmix", "--kill-on-bad-exit=0", "--wait=0", "--no-kill", "--cpu-bind=none", "-n", "4",
                     "python", "job.py"]
     assert build_command("srun", SRUN, 3, ["python"], srun_mpi="pmi2")[1] == "--mpi=pmi2"
 

@@ -43,7 +43,7 @@ def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> 
                    "launch N ranks, 1 driver + N-1 workers (default: none)")
     p.add_argument("--mpi", choices=["openmpi", "mpich", "srun"], default=None,
                    help="default: detected from --mpiexec; srun launches with srun --mpi=pmix (Open MPI) or "
-                        "--mpi=pmi2 (MPICH), --kill-on-bad-exit=0 --wait=0: no ULFM, and a worker death is "
+                        "--mpi=pmi2 (MPICH), --kill-on-bad-exit=0 --wait=0 --no-kill: no ULFM, and a worker death is "
                         "survived without respawn" if full_help else "default: detected from the mpiexec found")
     p.add_argument("--mpiexec", default=None, help=more("default: the one beside this Python, else PATH"))
     p.add_argument("--mpiexec-args", default=None, metavar="FLAGS",

@@ -8,7 +8,7 @@ Three kinds (``KINDS``), one shell skeleton:
   ``--signal=B:USR1@margin`` asks the batch shell to have the fit checkpoint before the time
   limit, ``--requeue`` plus exit code 75 requeues the job, which then resumes to the same bits.
 - ``srun``: the same, but the ranks are started by ``srun`` itself (``--mpi=pmix`` for Open
-  MPI, ``pmi2`` for MPICH, ``--kill-on-bad-exit=0 --wait=0``) for sites that require it:
+  MPI, ``pmi2`` for MPICH, ``--kill-on-bad-exit=0 --wait=0 --no-kill``) for sites that require it:
   detection by heartbeats only, a spare takes a dead worker's place or its shards migrate
   to the survivors, and the job
   continues on its original communicator (Open MPI) or a ``Create_from_group`` one (MPICH);
@@ -151,8 +151,10 @@ _HEADER = {
 # mixle_mpi: fit launched by srun (kind "srun"), for sites that require srun.
 #
 # The ranks are started by `mixle-mpi run --mpi srun`, i.e. srun --mpi=pmix (Open MPI) or
-# --mpi=pmi2 (MPICH) with --kill-on-bad-exit=0 --wait=0. Measured on SLURM 22.05 with the
-# Open MPI 5.0.11 and MPICH 5.0.2 wheels (slurm/README.md):
+# --mpi=pmi2 (MPICH) with --kill-on-bad-exit=0 --wait=0 --no-kill. Measured on SLURM 22.05
+# with the Open MPI 5.0.11 and MPICH 5.0.2 wheels (slurm/README.md):
+# - A lost node is survived in the job: srun's --no-kill keeps the step (the sbatch
+#   --no-kill below keeps the allocation), its ranks are failed and recovered like any.
 # - No ULFM: a dead rank is detected by heartbeats only (after heartbeat_timeout, 1 s by default).
 # - --kill-on-bad-exit=0 (-K0) and --wait=0 keep the other tasks alive when one dies; a site's
 #   KillOnBadExit=1 would end the step at the first death, its WaitTime that many seconds later.

@@ -14,7 +14,7 @@ arrives before that is held and delivered then. Ctrl-C (SIGINT; the ranks run in
 of their own, so only the launcher gets it) goes to the driver too: it checkpoints after
 the current iteration and every rank ends (exit 130); a second Ctrl-C, or one before the
 driver is ready, ends the job at once. The ``srun`` flavor launches the ranks with
-``srun --mpi=pmix`` (Open MPI) or ``--mpi=pmi2`` (MPICH), ``--kill-on-bad-exit=0 --wait=0``,
+``srun --mpi=pmix`` (Open MPI) or ``--mpi=pmi2`` (MPICH), ``--kill-on-bad-exit=0 --wait=0 --no-kill``,
 for sites that require srun: heartbeat detection only, and after a failure the job keeps its
 communicator (docs/user-guide.md "Three ways to continue").
 
@@ -105,7 +105,7 @@ SRUN_MPI_ENV = "MIXLE_MPI_SRUN_MPI"   # the srun MPI plugin, when the one found 
 # srun options that keep the other tasks alive when one dies (measured, slurm/README.md):
 # -K0 overrides a site's KillOnBadExit=1, which ends the step at the first death; --wait=0
 # overrides a site's WaitTime, which ends the step that many seconds after the first task ended.
-SRUN_SURVIVE = ("--kill-on-bad-exit=0", "--wait=0")
+SRUN_SURVIVE = ("--kill-on-bad-exit=0", "--wait=0", "--no-kill")  # --no-kill: the step outlives a lost node
 
 
 def srun_mpi_plugin(python: str | None = None, environ=None) -> str:
@@ -288,6 +288,8 @@ class SignalForwarder:
         self.pending.append(int(signum))
         if self.deliver():
             return
+        if signum not in self.pending:  # a second signal's handler ran inside this one and took it
+            return                      # (SLURM sends SIGTERM twice when it cancels a job)
         if signum in (signal.SIGTERM, signal.SIGINT) and self._terminate is not None:
             # nothing to checkpoint yet (or no checkpointing fit at all): end the job now
             self.pending.remove(signum)
