@@ -155,7 +155,7 @@ def test_the_start_says_what_a_lost_host_costs_under_each_runtime():
     assert "may run through a lost daemon" in hostprobe.node_loss_text("openmpi", "4.1.0")
     assert "version unknown" in hostprobe.node_loss_text("openmpi", None)
     assert "Hydra" in hostprobe.node_loss_text("mpich", None)
-    assert "--exclude" in hostprobe.node_loss_text("srun", None)
+    assert "srun --no-kill keeps the step" in hostprobe.node_loss_text("srun", None)
 
 
 def test_the_prrte_version_is_read_beside_mpiexec(tmp_path):

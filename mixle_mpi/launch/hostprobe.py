@@ -91,4 +91,5 @@ def node_loss_text(flavor: str, prrte: str | None) -> str:
                 "ends a job that lost a daemon")
     if flavor == "mpich":
         return "a lost host costs a relaunch without it: MPICH's Hydra ends a job that lost a proxy"
-    return "a lost host costs a relaunch without it (srun --exclude): the step does not outlive a lost node"
+    return ("a lost node is survived in the job: srun --no-kill keeps the step, and the node's ranks are "
+            "recovered like any dead worker (else the job is launched again without it: srun --exclude)")
