@@ -72,26 +72,30 @@ kill_pidfile() {  # kill_pidfile FILE: TERM the daemon named in FILE, KILL it if
   rm -f "$f"
 }
 
-start() {
-  need munged mungekey slurmctld slurmd sinfo squeue
-  local host
-  host=$(hostname -s)
-  mkdir -p "$dir/munge" "$dir/state" "$dir/spool" "$dir/log"
+munge_key() {  # the folder of munged's socket (in /tmp) and the key
   # munged wants execute permission for all on every folder above its socket, which a
   # private STATEDIR (a test's tmp folder, mode 700) does not give: the socket lives in /tmp.
-  local sockdir
   sockdir=$(mktemp -d /tmp/slurm-local-munge.XXXXXX)
   chmod 711 "$sockdir"
   echo "$sockdir" > "$dir/munge.dir"
   [ -s "$dir/munge/munge.key" ] || mungekey -c -k "$dir/munge/munge.key"
   chmod 600 "$dir/munge/munge.key"
+}
+
+start_munged() {
+  munged --key-file="$dir/munge/munge.key" --socket="$sockdir/munge.socket" \
+    --pid-file="$dir/munge/munged.pid" --seed-file="$dir/munge/munge.seed" --log-file="$dir/log/munged.log"
+}
+
+write_conf() {  # write_conf CTLD_ADDR SUFFIX EXTRA NODES: slurm.conf; SUFFIX "-%n" gives each node its files
+  local suffix=$2
   # Job ids start at a random number, not at 1: MPICH under srun --mpi=pmi2 names its
   # shared memory after the job id (/dev/shm/mpich_shm_<hash of "job.step">_<node>), so a
   # fresh cluster's job 4 would meet a segment an earlier cluster's job 4 left behind.
   local first_job=$(( (RANDOM * 32768 + RANDOM) % 50000000 + 1000 ))
   cat > "$dir/slurm.conf" <<CONF
 ClusterName=ci
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$(hostname -s)($1)
 SlurmctldPort=${SLURM_LOCAL_CTLD_PORT:-6817}
 SlurmdPort=${SLURM_LOCAL_SLURMD_PORT:-6818}
 SlurmUser=root
@@ -99,11 +103,11 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$sockdir/munge.socket,cred_expire=10
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool${suffix:+/%n}
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/slurmd$suffix.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/slurmd$suffix.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -112,14 +116,22 @@ MpiDefault=none
 JobRequeue=1
 FirstJobId=$first_job
 ReturnToService=2
-MailProg=/bin/true
+$3MailProg=/bin/true
 SchedulerParameters=sched_interval=1,bf_interval=1
 SlurmdParameters=config_overrides
-NodeName=$host CPUs=8 RealMemory=4000 State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+$4
 CONF
-  munged --key-file="$dir/munge/munge.key" --socket="$sockdir/munge.socket" \
-    --pid-file="$dir/munge/munged.pid" --seed-file="$dir/munge/munge.seed" --log-file="$dir/log/munged.log"
+}
+
+start() {
+  need munged mungekey slurmctld slurmd sinfo squeue
+  local host
+  host=$(hostname -s)
+  mkdir -p "$dir/munge" "$dir/state" "$dir/spool" "$dir/log"
+  munge_key
+  write_conf 127.0.0.1 "" "" "NodeName=$host CPUs=8 RealMemory=4000 State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP"
+  start_munged
   slurmctld -i
   slurmd
   if ! wait_until "the node to be idle" node_idle; then
@@ -218,14 +230,7 @@ start_nodes() {
   net_up
   local ctld_addr
   ctld_addr=$(sed -n 's/^CTLD_ADDR=//p' "$dir/nodes.env")
-  # munged's socket is a path, not an abstract socket: it is reached from every namespace
-  local sockdir
-  sockdir=$(mktemp -d /tmp/slurm-local-munge.XXXXXX)
-  chmod 711 "$sockdir"
-  echo "$sockdir" > "$dir/munge.dir"
-  [ -s "$dir/munge/munge.key" ] || mungekey -c -k "$dir/munge/munge.key"
-  chmod 600 "$dir/munge/munge.key"
-  local first_job=$(( (RANDOM * 32768 + RANDOM) % 50000000 + 1000 ))
+  munge_key  # munged's socket is a path, not an abstract socket: it is reached from every namespace
   local cpus=${SLURM_LOCAL_NODE_CPUS:-4} i line name ns veth addr nodelines="" names=""
   while IFS= read -r line; do
     case $line in NODE[0-9]*=*) ;; *) continue ;; esac
@@ -233,40 +238,12 @@ start_nodes() {
     nodelines="$nodelines"$'\n'"NodeName=$name NodeHostname=$name NodeAddr=$addr CPUs=$cpus RealMemory=2000 State=UNKNOWN"
     names="${names:+$names,}$name"
   done < "$dir/nodes.env"
-  cat > "$dir/slurm.conf" <<CONF
-ClusterName=ci
-SlurmctldHost=$host($ctld_addr)
-SlurmctldPort=${SLURM_LOCAL_CTLD_PORT:-6817}
-SlurmdPort=${SLURM_LOCAL_SLURMD_PORT:-6818}
-SlurmUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$sockdir/munge.socket,cred_expire=10
-StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool/%n
-SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd-%n.pid
-SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-JobRequeue=1
-FirstJobId=$first_job
-ReturnToService=2
-SlurmdTimeout=${SLURM_LOCAL_SLURMD_TIMEOUT:-5}
+  write_conf "$ctld_addr" "-%n" "SlurmdTimeout=${SLURM_LOCAL_SLURMD_TIMEOUT:-5}
 MessageTimeout=${SLURM_LOCAL_MESSAGE_TIMEOUT:-5}
-MailProg=/bin/true
-SchedulerParameters=sched_interval=1,bf_interval=1
-SlurmdParameters=config_overrides
-$nodelines
-PartitionName=debug Nodes=$names Default=YES MaxTime=INFINITE State=UP
-CONF
+" "${nodelines#$'\n'}
+PartitionName=debug Nodes=$names Default=YES MaxTime=INFINITE State=UP"
   echo "PMIxCliTmpDirBase=$dir/nodetmp" > "$dir/mpi.conf"
-  munged --key-file="$dir/munge/munge.key" --socket="$sockdir/munge.socket" \
-    --pid-file="$dir/munge/munged.pid" --seed-file="$dir/munge/munge.seed" --log-file="$dir/log/munged.log"
+  start_munged
   slurmctld -i
   while IFS= read -r line; do
     case $line in NODE[0-9]*=*) ;; *) continue ;; esac
