@@ -123,6 +123,23 @@ $4
 CONF
 }
 
+drain_queue() {  # cancel every job and wait for an empty queue
+  if [ -f "$dir/slurm.conf" ] && [ -s "$dir/slurmctld.pid" ] && command -v scancel >/dev/null 2>&1; then
+    scancel -u "$(id -un)" 2>/dev/null || true
+    wait_until "an empty queue" queue_empty || squeue >&2 || true
+  fi
+}
+
+stop_controller() {  # slurmctld, munged and munged's socket folder (the slurmds are stopped first)
+  kill_pidfile "$dir/slurmctld.pid"
+  kill_pidfile "$dir/munge/munged.pid"
+  if [ -s "$dir/munge.dir" ]; then
+    case $(cat "$dir/munge.dir") in /tmp/slurm-local-munge.*) rm -rf "$(cat "$dir/munge.dir")" ;; esac
+    rm -f "$dir/munge.dir"
+  fi
+  echo "slurm-local: stopped ($dir)"
+}
+
 start() {
   need munged mungekey slurmctld slurmd sinfo squeue
   local host
@@ -143,18 +160,9 @@ PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP"
 }
 
 stop() {
-  if [ -f "$dir/slurm.conf" ] && [ -s "$dir/slurmctld.pid" ] && command -v scancel >/dev/null 2>&1; then
-    scancel -u "$(id -un)" 2>/dev/null || true
-    wait_until "an empty queue" queue_empty || squeue >&2 || true
-  fi
+  drain_queue
   kill_pidfile "$dir/slurmd.pid"
-  kill_pidfile "$dir/slurmctld.pid"
-  kill_pidfile "$dir/munge/munged.pid"
-  if [ -s "$dir/munge.dir" ]; then
-    case $(cat "$dir/munge.dir") in /tmp/slurm-local-munge.*) rm -rf "$(cat "$dir/munge.dir")" ;; esac
-    rm -f "$dir/munge.dir"
-  fi
-  echo "slurm-local: stopped ($dir)"
+  stop_controller
 }
 
 # ---- several nodes, each in a network namespace (--nodes K) ----
@@ -268,20 +276,11 @@ PartitionName=debug Nodes=$names Default=YES MaxTime=INFINITE State=UP"
 }
 
 stop_nodes() {
-  if [ -f "$dir/slurm.conf" ] && [ -s "$dir/slurmctld.pid" ] && command -v scancel >/dev/null 2>&1; then
-    scancel -u "$(id -un)" 2>/dev/null || true
-    wait_until "an empty queue" queue_empty || squeue >&2 || true
-  fi
+  drain_queue
   local f
   for f in "$dir"/slurmd-*.pid; do [ -e "$f" ] && kill_pidfile "$f"; done
   net_down
-  kill_pidfile "$dir/slurmctld.pid"
-  kill_pidfile "$dir/munge/munged.pid"
-  if [ -s "$dir/munge.dir" ]; then
-    case $(cat "$dir/munge.dir") in /tmp/slurm-local-munge.*) rm -rf "$(cat "$dir/munge.dir")" ;; esac
-    rm -f "$dir/munge.dir"
-  fi
-  echo "slurm-local: stopped ($dir)"
+  stop_controller
 }
 
 # `stop` finds the nodes of a multi-node start in STATEDIR/nodes.env, with or without --nodes
