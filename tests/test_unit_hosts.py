@@ -163,3 +163,19 @@ def test_the_prrte_version_is_read_beside_mpiexec(tmp_path):
     (tmp_path / "prte_info").chmod(0o755)
     assert hostprobe.prrte_version(str(tmp_path / "mpiexec")) == "3.0.14"
     assert hostprobe.prrte_version(str(tmp_path / "nowhere" / "mpiexec")) is None
+
+
+def test_status_inspect_and_the_event_line_say_which_host_was_lost():
+    from mixle_mpi.cli.inspector import summarize_events, summarize_summary
+    from mixle_mpi.cli.status import FitFiles, report
+    from mixle_mpi.storage.events import describe
+
+    rec = {"time": 10.0, "event": "relaunched", "attempt": 2, "lost_hosts": ["hostc"], "left_out": ["hostc"],
+           "ranks": 3, "was_ranks": 5, "exit": 74, "ended_at": 9.0, "decided_at": 9.5, "probe_seconds": 0.4}
+    assert describe(rec) == "relaunched without lost host(s) hostc (attempt 2, 3 ranks, was 5; left out: hostc)"
+    files = FitFiles("out", None, None, None, None, [{"time": 9.9, "event": "start", "workers": 2}, rec])
+    assert "hosts lost: hostc; launched again without them 1 time(s), now on 3 ranks" in report(files, True, 11.0)
+    assert any("relaunched without lost host(s) hostc" in line for line in summarize_events(files.events))
+    lines = summarize_summary({"relaunches": [{"attempt": 2, "lost_hosts": ["hostc"], "left_out": ["hostc"],
+                                               "ranks": 3, "was_ranks": 5}]})
+    assert "host(s) hostc lost: launched again without them on 3 ranks (was 5)" in lines
