@@ -8,6 +8,8 @@ differs there (its ofi network layer; a dead peer on another host blocks its lib
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import threading
 import time
@@ -233,3 +235,34 @@ def test_a_dead_driver_on_host_a_is_followed_by_a_worker_on_another_host(hosts, 
     assert elected["rank"] == 1 and elected["host"] == "hostb", elected
     assert [e["iteration"] for e in job.events if e["event"] == "resumed"] == [3], job.describe()
     assert no_leftover_processes(str(tmp_path)) == [] and hosts.pids(1) == [] and hosts.pids(2) == []
+
+
+def test_mixle_mpi_fit_tells_the_user_of_a_lost_host_in_status_inspect_and_summary(hosts, tmp_path):
+    """What a user sees: `mixle-mpi fit` across the hosts, host C lost mid-fit; the fit ends
+    with exit 0 and its summary.json, `status` and `inspect` say which host was lost and on
+    how many ranks the fit went on."""
+    import numpy as np
+
+    rng = np.random.RandomState(0)
+    np.save(tmp_path / "x.npy", np.concatenate([rng.normal(m, 1.0, 70_000) for m in (-4, 0, 4)])[:, None])
+    out = tmp_path / "out"
+    lost: list = []
+    killer = _lose_host_c_at(hosts, out / "checkpoint.h5", 3, lost)
+    env = {**os.environ, **_flags(hosts, "openmpi"), "PYTHONWARNINGS": "ignore"}
+    env.pop("MIXLE_MPI_FAULT_PLAN", None)
+    fit = subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "fit", "-n", str(sum(SLOTS)), "--timeout", "240",
+                          "--data", str(tmp_path / "x.npy"), "--model", "gmm:k=3,cov=diag", "--num-shards", "4",
+                          "--max-its", "60", "--checkpoint-every", "1", "--out-dir", str(out), "--progress", "off"],
+                         capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=400)
+    killer.join(5)
+    assert lost and fit.returncode == 0, fit.stdout[-3000:] + fit.stderr[-6000:]
+    c = hosts.addresses[2]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(r["lost_hosts"], r["ranks"], r["was_ranks"]) for r in summary["relaunches"]] == [([c], 3, 5)], summary
+    status = subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "status", str(out)], capture_output=True, text=True,
+                            timeout=60)
+    assert f"hosts lost: {c}; launched again without them 1 time(s), now on 3 ranks" in status.stdout, status.stdout
+    inspect = subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "inspect", str(out)], capture_output=True, text=True,
+                             timeout=60)
+    assert f"host(s) {c} lost: launched again without them on 3 ranks (was 5)" in inspect.stdout, inspect.stdout
+    assert no_leftover_processes(str(tmp_path)) == []
