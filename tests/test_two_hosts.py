@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest import LIBRARIES, OMPI_PYTHON
@@ -215,3 +216,48 @@ def test_under_mpich_a_dead_worker_on_another_host_ends_the_job_in_bounded_time(
     if job.rc == 0:
         assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
     assert no_leftover_processes(str(tmp_path)) == []
+
+
+# -- separate file systems: each host its own /tmp, only the out-dir shared (issue 36) -----------
+@pytest.fixture
+def shared(tmp_path):
+    """A folder every fake host sees (not under /tmp, which is each host's own): the job's
+    work folder, out-dir, event log and fault log."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp(prefix="mixle_mpi_shared_", dir="/var/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def private_hosts(tmp_path):
+    with FakeHosts(tmp_path, SLOTS, private_tmp=True) as h:
+        yield h
+
+
+def test_with_private_tmp_a_file_in_one_hosts_tmp_is_seen_by_no_other_host(private_hosts, shared):
+    """The fake hosts' private /tmp is private: made on B, it is seen neither on A nor on C,
+    and B sees it again in a later session (a host's /tmp outlives one ssh)."""
+    name = f"mixle_mpi_private_{private_hosts.tag}"
+
+    def on(host: str, command: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(private_hosts.agent), host, command], capture_output=True, text=True, timeout=30)
+
+    assert on("hostb", f"touch /tmp/{name} && test -d {shared}").returncode == 0
+    assert not (Path("/tmp") / name).exists()
+    assert on("hostc", f"test -e /tmp/{name}").returncode == 1
+    assert on("hostb", f"test -e /tmp/{name}").returncode == 0
+
+
+@pytest.mark.parametrize("lib", LIBRARIES)
+def test_with_a_tmp_per_host_a_fit_across_hosts_gives_the_same_bits(lib, private_hosts, shared, reference):
+    library, python = lib
+    job = run_job(python, sum(SLOTS), fit_args(MODEL, N, SHARDS, SUB, ITS), shared / "clean", env=_flags(private_hosts, library))
+    print(job.describe())
+    assert job.rc == 0, job.describe()
+    assert _hosts_of(job) == {1: "hostb", 2: "hostb", 3: "hostc", 4: "hostc"}, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    assert no_leftover_processes(str(shared)) == []
