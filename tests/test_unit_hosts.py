@@ -82,8 +82,27 @@ def test_a_probe_of_a_host_that_cannot_run_anything_says_why(tmp_path):
     hosts = hostlist.Hosts((("up", 1), ("down", 1), ("slow", 1)), "-hosts")
     got = hostprobe.probe(str(fake), "mpich", ["-hosts", "up,down,slow"], hosts, ["up", "down", "slow"], {}, timeout=1)
     assert got["up"][0] is True
-    assert got["down"] == (False, "exit 255: ssh: connect to host down: No route to host")
-    assert got["slow"] == (False, "no answer within 1 s")
+    assert got["down"] == (False, "exit 255: ssh: connect to host down: No route to host", True)
+    assert got["slow"] == (False, "no answer within 1 s", True)
+
+
+def test_a_probe_tells_a_host_without_the_launchs_folder_from_a_lost_one(tmp_path):
+    """mpiexec starts every rank in the folder it was started from: a host without it (its
+    own /tmp) fails the launch as if lost. The probe runs from / and looks for the folder."""
+    cmd = hostprobe.probe_command("mpiexec", "mpich", ["-hosts", "b:1"], "/x y")
+    assert cmd[:5] == ["mpiexec", "-hosts", "b:1", "-n", "1"] and cmd[5:7] == ["sh", "-c"] and cmd[-1] == "/x y"
+    fake = tmp_path / "mpiexec"  # runs the command here, but "nofolder" is a host without it
+    fake.write_text("#!/bin/sh\npwd > \"$0.cwd\"\ncase \"$*\" in *nofolder*) echo '%s';; esac\nexit 0\n"
+                    % hostprobe.NO_FOLDER)
+    fake.chmod(0o755)
+    hosts = hostlist.Hosts((("up", 1), ("nofolder", 1)), "-hosts")
+    got = hostprobe.probe(str(fake), "mpich", ["-hosts", "up,nofolder"], hosts, ["up", "nofolder"], {}, timeout=5,
+                          folder=str(tmp_path))
+    assert got["up"].has_folder and got["nofolder"] == (True, got["nofolder"].how, False)
+    assert (tmp_path / "mpiexec.cwd").read_text().strip() == "/"
+    said = hostprobe.missing_folder(str(tmp_path), got)
+    assert said.startswith(f"the folder this job was launched from, {tmp_path}, is not on host(s) nofolder: ")
+    assert hostprobe.missing_folder(str(tmp_path), {"up": got["up"]}) is None
 
 
 def test_which_exits_may_have_lost_a_host():
@@ -92,6 +111,11 @@ def test_which_exits_may_have_lost_a_host():
     assert not host_plan.worth_probing(exitcodes.RERUN_TO_RESUME, True)   # past --timeout: never again
     for code in (exitcodes.OK, exitcodes.BAD_INPUT, exitcodes.CHECKPOINTED, exitcodes.INTERRUPTED):
         assert not host_plan.worth_probing(code, False)
+    # Open MPI's job ends with a bad input (too few ranks) when a host lacks the launch's folder
+    assert host_plan.worth_looking_for_the_folder(exitcodes.BAD_INPUT, False)
+    assert host_plan.worth_looking_for_the_folder(exitcodes.RERUN_TO_RESUME, False)
+    assert not host_plan.worth_looking_for_the_folder(exitcodes.BAD_INPUT, True)
+    assert not host_plan.worth_looking_for_the_folder(exitcodes.OK, False)
 
 
 SLOTS = {"a": 1, "b": 2, "c": 2}

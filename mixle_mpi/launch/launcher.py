@@ -449,7 +449,11 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
     while True:
         argv = build_command(exe, flavor, relaunch.ranks, cmd, relaunch.extra, srun_mpi=srun_mpi)
         a = _launch_once(argv, timeout, blas_threads, {**(env or {}), **relaunch.env()}, limit, own_job, expect_here)
-        moved = relaunch.after(a, attempt + 1)
+        try:
+            moved = relaunch.after(a, attempt + 1)
+        except ConfigError:  # what the job needs; how this attempt ended only looked like the cause
+            log.debug(a.note)
+            raise
         if moved is False:
             log.log(a.level, a.note)
             return exitcodes.RERUN_TO_RESUME
@@ -479,15 +483,24 @@ class HostRelaunch:
 
     def after(self, a: "Attempt", next_attempt: int) -> bool | None:
         """True: launch again without a lost host; False: a host was lost and there is no
-        launch left (said why); None: no host was lost (the other rules decide)."""
-        if self.hosts is None or not host_plan.worth_probing(a.code, a.timed_out):
+        launch left (said why); None: no host was lost (the other rules decide). A host that
+        answers without the folder the job was launched from is a ConfigError: no launch can
+        work there, and the failure only looked like a lost host."""
+        if self.hosts is None or not host_plan.worth_looking_for_the_folder(a.code, a.timed_out):
             return None
         now = time.monotonic()
         names = self.book.to_probe(self.hosts.names, now)
-        answers = hostprobe.probe(self.exe, self.flavor, self.base_extra, self.hosts, names, self.probe_env)
-        for host, (ok, how) in answers.items():
+        folder = os.getcwd()
+        answers = hostprobe.probe(self.exe, self.flavor, self.base_extra, self.hosts, names, self.probe_env,
+                                  folder=folder)
+        for host, (ok, how, _) in answers.items():
             log.log(logging.DEBUG if ok else logging.WARNING, f"host {host}: {'answers' if ok else 'lost'} ({how})")
-        nxt = self.book.decide(self.hosts.names, dict(self.hosts.slots), {h: ok for h, (ok, _) in answers.items()},
+        needs = hostprobe.missing_folder(folder, answers)
+        if needs:
+            raise ConfigError(needs)
+        if not host_plan.worth_probing(a.code, a.timed_out):
+            return None
+        nxt = self.book.decide(self.hosts.names, dict(self.hosts.slots), {h: ans.answered for h, ans in answers.items()},
                                self.n, time.monotonic(), f"exit {a.code}")
         if nxt.message and not nxt.lost_now:
             log.warning(nxt.message)
