@@ -448,7 +448,8 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
     attempt = 1
     while True:
         argv = build_command(exe, flavor, relaunch.ranks, cmd, relaunch.extra, srun_mpi=srun_mpi)
-        a = _launch_once(argv, timeout, blas_threads, {**(env or {}), **relaunch.env()}, limit, own_job, expect_here)
+        a = _launch_once(argv, timeout, blas_threads, {**(env or {}), **relaunch.env()}, limit, own_job, expect_here,
+                         os.getcwd() if relaunch.hosts is not None else None)
         try:
             moved = relaunch.after(a, attempt + 1)
         except ConfigError:  # what the job needs; how this attempt ended only looked like the cause
@@ -551,8 +552,10 @@ class Attempt:
 
 
 def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env: dict | None,
-                 limit: float, own_job: bool = False, expect_here: int | None = None) -> Attempt:
-    files = contract.RunFiles()
+                 limit: float, own_job: bool = False, expect_here: int | None = None,
+                 shared: str | None = None) -> Attempt:
+    """One launch. ``shared``: a folder every host sees, for the run folder (``contract``)."""
+    files = contract.RunFiles(shared)
     tag = uuid.uuid4().hex
     started: list[subprocess.Popen] = []
     forwarder = SignalForwarder(files.driver, terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started])
