@@ -556,6 +556,10 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
                  shared: str | None = None) -> Attempt:
     """One launch. ``shared``: a folder every host sees, for the run folder (``contract``)."""
     files = contract.RunFiles(shared)
+    if shared and os.path.dirname(files.dir) != shared:
+        log.warning(f"cannot make the run folder in {shared}, the folder this job was launched from: the ranks "
+                    f"of other hosts cannot see {files.dir}, so a driver there cannot tell the launcher how the job "
+                    "ended (a finished fit then ends with exit 1). Launch from a folder you can write to")
     tag = uuid.uuid4().hex
     started: list[subprocess.Popen] = []
     forwarder = SignalForwarder(files.driver, terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started])
