@@ -304,8 +304,8 @@ def test_with_a_tmp_per_host_a_worker_killed_on_host_b_is_replaced_there_to_the_
 def test_with_a_tmp_per_host_a_lost_host_is_left_out_and_the_job_resumes_to_the_same_bits(lib, private_hosts, shared,
                                                                                           whole_fit):
     """Host C goes down for good mid-fit, as in the test with one /tmp; the checkpoint is in
-    the shared folder. The probes run from / and find B up and with the job's folder; the
-    relaunch on A and B resumes to the bits of a fit on one host."""
+    the shared folder. The probes find B up, with the job's folder; the relaunch on A and B
+    resumes to the bits of a fit on one host."""
     library, python = lib
     ck = shared / "ck.h5"
     args = fit_args(MODEL, LOST_N, SHARDS, SUB, LOST_ITS) + ["--checkpoint", str(ck)]
@@ -327,8 +327,9 @@ def test_with_a_tmp_per_host_a_lost_host_is_left_out_and_the_job_resumes_to_the_
 def test_a_job_launched_from_a_folder_its_other_hosts_do_not_have_ends_saying_so(lib, private_hosts, tmp_path):
     """Launched from a folder in host A's own /tmp: mpiexec starts every rank there, and B and
     C do not have it (Hydra's proxy cannot change into it; Open MPI's daemons there die and
-    the driver finds itself alone). Not a lost host: the probes, run from /, find B and C up
-    without the folder, and the command ends with exit 2 naming the folder and the hosts."""
+    the driver finds itself alone). Not a lost host: the probes, run again from / as nothing
+    ran in the folder, find B and C up without it, and the command ends with exit 2 naming
+    the folder and the hosts."""
     library, python = lib
     t0 = time.monotonic()
     job = run_job(python, sum(SLOTS), fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path / "job",
