@@ -54,7 +54,7 @@ exec ip netns exec "$ns" unshare --uts {unshare} env -i HOME=/root USER=root LOG
   /bin/sh -c 'hostname "$0"; {mounts}exec /bin/sh -c "$1"' "$name" "$*" "$tmp" "{keep}"
 """
 # private_tmp: the host's own folder becomes its /tmp, with the kept paths (under /tmp) in it
-PRIVATE_TMP = ('for p in $3; do mkdir -p "$2${{p#/tmp}}" && mount --bind "$p" "$2${{p#/tmp}}" || exit 255; done; '
+PRIVATE_TMP = ('for p in $3; do mkdir -p "$2${p#/tmp}" && mount --bind "$p" "$2${p#/tmp}" || exit 255; done; '
                'mount --rbind "$2" /tmp || exit 255; ')
 
 
@@ -74,7 +74,8 @@ def _kept_under_tmp(agent: Path) -> list[str]:
     """The agent's folder, and the checkout and the interpreters' environments that live under
     /tmp (a worktree there): every host has the software (and ssh), at the same path."""
     repo = Path(__file__).resolve().parents[1]
-    found = {agent, repo, Path(sys.prefix), *(Path(p).parents[1] for p in (os.environ.get("MIXLE_MPI_MPICH_PYTHON"),) if p)}
+    mpich = os.environ.get("MIXLE_MPI_MPICH_PYTHON")
+    found = {agent, repo, Path(sys.prefix), *([Path(mpich).parents[1]] if mpich else [])}
     under = sorted(str(p) for p in found if str(p).startswith("/tmp/"))
     return [p for p in under if not any(p.startswith(q + "/") for q in under)]
 
@@ -103,7 +104,7 @@ class FakeHosts:
         # check the agent's path on their host, and may start the next hosts' daemons themselves)
         self.agent = (workdir / "agent" if private_tmp else workdir) / "fake-ssh.sh"
         # private_tmp: host i's /tmp is this folder (persistent across its ssh sessions, as a host's is)
-        self.tmps = [Path("/tmp")] + [workdir / f"tmp-{name}" if private_tmp else Path("/tmp") for name in self.names[1:]]
+        self.tmps = [Path("/tmp")] + [workdir / f"tmp-{n}" if private_tmp else Path("/tmp") for n in self.names[1:]]
         self.private_tmp = private_tmp
         self._made: list[str] = []
         self._veths: list[str] = []
@@ -135,9 +136,11 @@ class FakeHosts:
             tmp.chmod(0o1777)
         cases = "\n".join(f"  {addr}|{name}) ns={ns}; name={name}; tmp={tmp} ;;" for addr, ns, name, tmp in
                           zip(self.addresses[1:], self.namespaces[1:], self.names[1:], self.tmps[1:]))
-        private = dict(unshare="--mount --propagation private", tmpdir="TMPDIR=/tmp ", mounts=PRIVATE_TMP.format(),
-                       keep=" ".join(_kept_under_tmp(self.agent.parent))) if self.private_tmp else dict(unshare="", tmpdir="", mounts="", keep="")
-        self.agent.write_text(AGENT.format(cases=cases, down=self.agent.parent, **private))
+        mounts = dict(unshare="", tmpdir="", mounts="", keep="")
+        if self.private_tmp:
+            mounts = dict(unshare="--mount --propagation private", tmpdir="TMPDIR=/tmp ", mounts=PRIVATE_TMP,
+                          keep=" ".join(_kept_under_tmp(self.agent.parent)))
+        self.agent.write_text(AGENT.format(cases=cases, down=self.agent.parent, **mounts))
         self.agent.chmod(0o755)
         return self
 
