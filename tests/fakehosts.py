@@ -11,7 +11,12 @@ removes it, with names and a subnet of its own.
 
 Needs root and ``ip`` (iproute2). What is not like real hosts: one kernel (pids are
 global, so a process could be signalled from any host; the code only ever signals on its
-own host), and one file system.
+own host), and one file system, unless ``private_tmp``: then every host but A has a /tmp
+of its own (a folder of the test's, mounted on /tmp in a mount namespace of the remote
+command), which the other hosts cannot see; the rest of the file system stays shared, as
+a cluster's home and project folders are. The checkout and its interpreters, when they
+live under /tmp (a worktree), are mounted into each host's /tmp at the same path: software
+is installed on every host.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -43,10 +49,13 @@ esac
 if [ -e "{down}/down-$ns" ]; then  # a host that went down: ssh gets no answer
   echo "ssh: connect to host $host port 22: No route to host" >&2; exit 255
 fi
-exec ip netns exec "$ns" unshare --uts env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/sh \\
-  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
-  /bin/sh -c 'hostname "$0"; exec /bin/sh -c "$1"' "$name" "$*"
+exec ip netns exec "$ns" unshare --uts {unshare} env -i HOME=/root USER=root LOGNAME=root SHELL=/bin/sh \\
+  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin {tmpdir}\\
+  /bin/sh -c 'hostname "$0"; {mounts}exec /bin/sh -c "$1"' "$name" "$*" "$tmp" "{keep}"
 """
+# private_tmp: the host's own folder becomes its /tmp, with the kept paths (under /tmp) in it
+PRIVATE_TMP = ('for p in $3; do mkdir -p "$2${p#/tmp}" && mount --bind "$p" "$2${p#/tmp}" || exit 255; done; '
+               'mount --rbind "$2" /tmp || exit 255; ')
 
 
 def available() -> str:
@@ -61,6 +70,16 @@ def available() -> str:
     return ""
 
 
+def _kept_under_tmp(agent: Path) -> list[str]:
+    """The agent's folder, and the checkout and the interpreters' environments that live under
+    /tmp (a worktree there): every host has the software (and ssh), at the same path."""
+    repo = Path(__file__).resolve().parents[1]
+    mpich = os.environ.get("MIXLE_MPI_MPICH_PYTHON")
+    found = {agent, repo, Path(sys.prefix), *([Path(mpich).parents[1]] if mpich else [])}
+    under = sorted(str(p) for p in found if str(p).startswith("/tmp/"))
+    return [p for p in under if not any(p.startswith(q + "/") for q in under)]
+
+
 def _ip(*args: str) -> None:
     proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
@@ -70,7 +89,7 @@ def _ip(*args: str) -> None:
 class FakeHosts:
     """Hosts A (here) and ``others`` more, with ``slots`` ranks on each, as a context manager."""
 
-    def __init__(self, workdir: Path, slots: list[int]) -> None:
+    def __init__(self, workdir: Path, slots: list[int], private_tmp: bool = False) -> None:
         # names of this instance's own: the kernel removes a deleted namespace's interfaces
         # in the background, so the last set's names can outlive its __exit__ for a moment
         instance = next(_INSTANCES)
@@ -81,7 +100,12 @@ class FakeHosts:
         self.names = ["A"] + [f"host{chr(ord('b') + i)}" for i in range(len(slots) - 1)]
         self.namespaces = [None] + [f"mm{self.tag}{chr(ord('b') + i)}" for i in range(len(slots) - 1)]
         self.addresses = [f"10.231.{self.subnet}.{i + 1}" for i in range(len(slots))]
-        self.agent = workdir / "fake-ssh.sh"
+        # private_tmp: the agent in a folder of its own that every host sees (Open MPI's daemons
+        # check the agent's path on their host, and may start the next hosts' daemons themselves)
+        self.agent = (workdir / "agent" if private_tmp else workdir) / "fake-ssh.sh"
+        # private_tmp: host i's /tmp is this folder (persistent across its ssh sessions, as a host's is)
+        self.tmps = [Path("/tmp")] + [workdir / f"tmp-{n}" if private_tmp else Path("/tmp") for n in self.names[1:]]
+        self.private_tmp = private_tmp
         self._made: list[str] = []
         self._veths: list[str] = []
 
@@ -106,9 +130,17 @@ class FakeHosts:
         except BaseException:
             self.__exit__(None, None, None)
             raise
-        cases = "\n".join(f"  {addr}|{name}) ns={ns}; name={name} ;;" for addr, ns, name in
-                          zip(self.addresses[1:], self.namespaces[1:], self.names[1:]))
-        self.agent.write_text(AGENT.format(cases=cases, down=self.agent.parent))
+        self.agent.parent.mkdir(exist_ok=True)
+        for tmp in self.tmps[1:] if self.private_tmp else ():
+            tmp.mkdir(exist_ok=True)
+            tmp.chmod(0o1777)
+        cases = "\n".join(f"  {addr}|{name}) ns={ns}; name={name}; tmp={tmp} ;;" for addr, ns, name, tmp in
+                          zip(self.addresses[1:], self.namespaces[1:], self.names[1:], self.tmps[1:]))
+        mounts = dict(unshare="", tmpdir="", mounts="", keep="")
+        if self.private_tmp:
+            mounts = dict(unshare="--mount --propagation private", tmpdir="TMPDIR=/tmp ", mounts=PRIVATE_TMP,
+                          keep=" ".join(_kept_under_tmp(self.agent.parent)))
+        self.agent.write_text(AGENT.format(cases=cases, down=self.agent.parent, **mounts))
         self.agent.chmod(0o755)
         return self
 

@@ -37,9 +37,10 @@ class JobResult:
 
 def run_job(python: str, ranks: int, job_args: list[str], tmp: Path, *, plan: str | None = None,
             env: dict | None = None, timeout: float = 240, module: str = "mixle_mpi.fitting.fitjob",
-            launch: tuple[str, ...] = ()) -> JobResult:
+            launch: tuple[str, ...] = (), workdir: Path | None = None) -> JobResult:
     """Launch ``python -m module job_args`` on ``ranks`` ranks through ``mixle-mpi run``
-    (``launch``: more of its flags)."""
+    (``launch``: more of its flags), from ``tmp``, with the job's work folder ``workdir``
+    (default ``tmp/work``)."""
     tmp.mkdir(parents=True, exist_ok=True)
     out = tmp / "result.json"
     events = tmp / "events.jsonl"
@@ -57,7 +58,7 @@ def run_job(python: str, ranks: int, job_args: list[str], tmp: Path, *, plan: st
         full_env["MIXLE_MPI_FAULT_PLAN"] = plan
     full_env.update(env or {})
     cmd = [python, "-m", "mixle_mpi", "run", "-n", str(ranks), "--timeout", str(timeout), *launch, "--",
-           python, "-m", module, *job_args, "--workdir", str(tmp / "work")]
+           python, "-m", module, *job_args, "--workdir", str(workdir or tmp / "work")]
     if module == "mixle_mpi.fitting.fitjob":
         cmd += ["--out", str(out), "--quiet"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60, cwd=str(tmp), env=full_env)

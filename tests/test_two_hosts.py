@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest import LIBRARIES, OMPI_PYTHON
@@ -114,10 +117,10 @@ def whole_fit(tmp_path_factory):
     return job.result
 
 
-def _lose_host_c_at(hosts, ck, iteration: int, lost: list) -> threading.Thread:
-    """Host C goes down for good once the checkpoint holds ``iteration``: every process on it
-    (its MPI daemon or proxy, workers 3 and 4) SIGKILLed at once, and nothing can be started
-    there again (its ssh answers "No route to host")."""
+def _lose_host_at(hosts, ck, iteration: int, lost: list, host: int = 2) -> threading.Thread:
+    """Host C (or ``host``) goes down for good once the checkpoint ``ck`` holds ``iteration``:
+    every process on it (its MPI daemon or proxy, workers 3 and 4) SIGKILLed at once, and
+    nothing can be started there again (its ssh answers "No route to host")."""
     from mixle_mpi.storage import checkpoint as ckpt
 
     def watch():
@@ -129,7 +132,7 @@ def _lose_host_c_at(hosts, ck, iteration: int, lost: list) -> threading.Thread:
                 state = None
             if state is not None and state.iteration >= iteration:
                 lost.append(time.time())
-                lost.extend(hosts.lose(2, down=True))
+                lost.extend(hosts.lose(host, down=True))
                 return
             time.sleep(0.05)
 
@@ -155,7 +158,7 @@ def test_a_lost_host_is_left_out_and_the_job_resumes_on_the_rest_to_the_same_bit
     ck = tmp_path / "ck.h5"
     args = fit_args(MODEL, LOST_N, SHARDS, SUB, LOST_ITS) + ["--checkpoint", str(ck)]
     lost: list = []
-    killer = _lose_host_c_at(hosts, ck, 3, lost)
+    killer = _lose_host_at(hosts, ck, 3, lost)
     job = run_job(python, sum(SLOTS), args, tmp_path / "a", env=_flags(hosts, library), timeout=240)
     killer.join(5)
     assert lost, "host C was never lost: the fit ended first\n" + job.describe()
@@ -266,3 +269,156 @@ def test_mixle_mpi_fit_tells_the_user_of_a_lost_host_in_status_inspect_and_summa
                              timeout=60)
     assert f"host(s) {c} lost: launched again without them on 3 ranks (was 5)" in inspect.stdout, inspect.stdout
     assert no_leftover_processes(str(tmp_path)) == []
+
+
+# -- separate file systems: each host its own /tmp, only the out-dir shared (issue 36) -----------
+@pytest.fixture
+def shared():
+    """A folder every fake host sees, not under /tmp (each host's own there): the job's
+    folder, out-dir, checkpoint, event log and fault log."""
+    folder = Path(tempfile.mkdtemp(prefix="mixle_mpi_shared_", dir="/var/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def private_hosts(tmp_path):
+    with FakeHosts(tmp_path, SLOTS, private_tmp=True) as h:
+        yield h
+
+
+def test_with_private_tmp_a_file_in_one_hosts_tmp_is_seen_by_no_other_host(private_hosts, shared):
+    """The fake hosts' /tmp is private: made on B, it is seen neither on A nor on C, and B sees
+    it again in a later session (a host's /tmp outlives one ssh); a folder outside /tmp is shared."""
+    name = f"mixle_mpi_private_{private_hosts.tag}"
+
+    def on(host: str, command: str) -> int:
+        return subprocess.run([str(private_hosts.agent), host, command], capture_output=True, timeout=30).returncode
+
+    assert on("hostb", f"touch /tmp/{name} {shared}/{name}") == 0
+    assert not (Path("/tmp") / name).exists() and (shared / name).exists()
+    assert on("hostc", f"test -e /tmp/{name}") == 1 and on("hostc", f"test -e {shared}/{name}") == 0
+    assert on("hostb", f"test -e /tmp/{name}") == 0
+
+
+@pytest.mark.parametrize("lib", LIBRARIES)
+def test_with_a_tmp_per_host_a_fit_across_hosts_gives_the_same_bits(lib, private_hosts, shared, reference):
+    """Only the job's folder is shared; the launcher's run folder is in it (hidden), not in
+    host A's /tmp, which the workers' hosts cannot see. Every worker reads its own shards
+    from the shared store (``own_read_min_bytes`` 0), to the reference's bits."""
+    library, python = lib
+    job = run_job(python, sum(SLOTS), fit_args(MODEL, N, SHARDS, SUB, ITS), shared,
+                  env={**_flags(private_hosts, library), "MIXLE_MPI_OWN_READ_MIN_BYTES": "0"})
+    assert job.rc == 0, job.describe()
+    assert _hosts_of(job) == {1: "hostb", 2: "hostb", 3: "hostc", 4: "hostc"}, job.describe()
+    assert [e["read_by_workers"] for e in job.events if e["event"] == "loaded"] == [[1, 2, 3, 4]], job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    assert no_leftover_processes(str(shared)) == [] and private_hosts.pids(1) == private_hosts.pids(2) == []
+
+
+@pytest.mark.parametrize("lib", LIBRARIES)
+def test_with_a_tmp_per_host_a_worker_killed_on_host_b_is_replaced_there_to_the_same_bits(lib, private_hosts, shared,
+                                                                                          tmp_path, reference):
+    """Worker 2 on host B is SIGKILLed; its replacement starts on host B and writes its birth
+    record into the run folder, which is in the shared launch folder. The work folder, with
+    the shard store, is in host A's own /tmp: no worker can open the store, so the driver
+    streams every shard, the replacement's too. The fault log is in the shared folder, as
+    the rank that fires it writes it: under MPICH the driver's library may block after the
+    kill (see the MPICH test above), and the launcher's resume then does not fire it again."""
+    library, python = lib
+    plan = "2:kill:estep_before:2"
+    for attempt in (1, 2):
+        run_dir = shared / f"attempt{attempt}"
+        fault_log = run_dir / "fired.jsonl"
+        job = run_job(python, sum(SLOTS), fit_args(MODEL, N, SHARDS, SUB, ITS), run_dir, plan=plan,
+                      workdir=tmp_path / f"work{attempt}",
+                      env={**_flags(private_hosts, library), "MIXLE_MPI_FAULT_LOG": str(fault_log),
+                           "MIXLE_MPI_RESPAWN_WAIT": "1", "MIXLE_MPI_OWN_READ_MIN_BYTES": "0",
+                           "MIXLE_MPI_RECONFIGURE_TIMEOUT": "10"})
+        assert [f["worker"] for f in read_fired(str(fault_log))] == [2], job.describe()  # once, resumed or not
+        assert job.rc == 0, job.describe()
+        assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+        loads = [e["read_by_workers"] for e in job.events if e["event"] == "loaded"]
+        assert loads and not any(loads), job.describe()
+        joined = [e for e in job.events if e["event"] == "respawned"]
+        # PRRTE's spawn server sometimes fails the Spawn (see the test above): once more then
+        if joined or attempt == 2 or "pmix_server_dyn" not in job.stderr:
+            break
+    blocked = library == "mpich" and "the driver's MPI library made no progress" in job.stderr
+    assert blocked or [(e["worker"], e["host"]) for e in joined] == [(2, "hostb")], job.describe()
+    assert "no birth record at" not in job.stderr and "going on without it" not in job.stderr, job.describe()
+    assert no_leftover_processes(str(shared)) == [] and private_hosts.pids(1) == private_hosts.pids(2) == []
+
+
+@pytest.mark.parametrize("lib", LIBRARIES)
+def test_with_a_tmp_per_host_a_lost_host_is_left_out_and_the_job_resumes_to_the_same_bits(lib, private_hosts, shared,
+                                                                                          whole_fit):
+    """Host C goes down for good mid-fit, as in the test with one /tmp; the checkpoint is in
+    the shared folder. The probes find B up, with the job's folder; the relaunch on A and B
+    resumes to the bits of a fit on one host."""
+    library, python = lib
+    ck = shared / "ck.h5"
+    args = fit_args(MODEL, LOST_N, SHARDS, SUB, LOST_ITS) + ["--checkpoint", str(ck)]
+    lost: list = []
+    killer = _lose_host_at(private_hosts, ck, 3, lost)
+    job = run_job(python, sum(SLOTS), args, shared / "a", env=_flags(private_hosts, library), timeout=240)
+    killer.join(5)
+    assert lost, "host C was never lost: the fit ended first\n" + job.describe()
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, whole_fit), job.describe()
+    c = private_hosts.addresses[2]
+    relaunched = [e for e in job.events if e["event"] == "relaunched"]
+    assert [(e["lost_hosts"], e["ranks"]) for e in relaunched] == [([c], 3)], job.describe()
+    assert [e["iteration"] >= 3 for e in job.events if e["event"] == "resumed"] == [True], job.describe()
+    assert no_leftover_processes(str(shared)) == [] and private_hosts.pids(1) == []
+
+
+@pytest.mark.parametrize("lib", LIBRARIES)
+def test_a_job_launched_from_a_folder_its_other_hosts_do_not_have_ends_saying_so(lib, private_hosts, tmp_path):
+    """Launched from a folder in host A's own /tmp: mpiexec starts every rank there, and B and
+    C do not have it (Hydra's proxy cannot change into it; Open MPI's daemons there die and
+    the driver finds itself alone). Not a lost host: the probes, run again from / as nothing
+    ran in the folder, find B and C up without it, and the command ends with exit 2 naming
+    the folder and the hosts."""
+    library, python = lib
+    t0 = time.monotonic()
+    job = run_job(python, sum(SLOTS), fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path / "job",
+                  env=_flags(private_hosts, library), timeout=120)
+    assert time.monotonic() - t0 < 60, job.describe()
+    assert job.rc == exitcodes.BAD_INPUT, job.describe()
+    b, c = private_hosts.addresses[1:]
+    assert (f"error: the folder this job was launched from, {tmp_path / 'job'}, is not on host(s) {b}, {c}: "
+            "mpiexec starts every rank in it") in job.stderr, job.describe()
+    assert "lost (" not in job.stderr and "launching again" not in job.stderr and not job.events, job.describe()
+    # no rank of the job is left. (Hydra, ending at one proxy's error, can leave another
+    # proxy waiting for good: the fake ssh has no client on host A to hang up on it, so
+    # the hosts' processes are not checked here; leaving the fake hosts kills it.)
+    assert no_leftover_processes(str(tmp_path / "job")) == []
+
+
+@pytest.mark.parametrize("lib", LIBRARIES[:1])  # the launcher's and the driver's part: one MPI is enough
+def test_with_a_tmp_per_host_a_lost_drivers_host_with_the_checkpoint_in_its_tmp_starts_over_saying_so(
+        lib, tmp_path, shared, whole_fit):
+    """The driver runs on host B (host A only launches), with the checkpoint in B's own /tmp.
+    B goes down mid-fit: the relaunch runs on host C alone, whose driver finds no checkpoint
+    there. It says so, naming the path and the host, and the fit starts over, to the bits of
+    a fit on one host."""
+    library, python = lib
+    slots = [0, 2, 2]
+    with FakeHosts(tmp_path, slots, private_tmp=True) as hosts:
+        ck = f"/tmp/mixle_mpi_ck_{hosts.tag}.h5"  # each host's own
+        args = fit_args(MODEL, LOST_N, SHARDS, SUB, LOST_ITS) + ["--checkpoint", ck]
+        lost: list = []
+        killer = _lose_host_at(hosts, hosts.tmps[1] / Path(ck).name, 3, lost, host=1)
+        job = run_job(python, sum(slots), args, shared, env=_flags(hosts, library, slots), timeout=240)
+        killer.join(5)
+        assert lost, "host B was never lost: the fit ended first\n" + job.describe()
+        assert job.rc == 0, job.describe()
+        assert same_fit(job.result, whole_fit), job.describe()
+        b = hosts.addresses[1]
+        assert [e["lost_hosts"] for e in job.events if e["event"] == "relaunched"] == [[b]], job.describe()
+        assert (f"launched again without lost host(s) {b}, this job finds no checkpoint at {ck} on this host "
+                "(hostc): the fit starts over") in job.stderr, job.describe()
+        assert not [e for e in job.events if e["event"] == "resumed"], job.describe()
+        assert (hosts.tmps[2] / Path(ck).name).exists() and not Path(ck).exists()  # C's own, written afresh
+        assert no_leftover_processes(str(shared)) == [] and hosts.pids(2) == []

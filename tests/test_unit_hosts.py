@@ -82,8 +82,34 @@ def test_a_probe_of_a_host_that_cannot_run_anything_says_why(tmp_path):
     hosts = hostlist.Hosts((("up", 1), ("down", 1), ("slow", 1)), "-hosts")
     got = hostprobe.probe(str(fake), "mpich", ["-hosts", "up,down,slow"], hosts, ["up", "down", "slow"], {}, timeout=1)
     assert got["up"][0] is True
-    assert got["down"] == (False, "exit 255: ssh: connect to host down: No route to host")
-    assert got["slow"] == (False, "no answer within 1 s")
+    assert got["down"] == (False, "exit 255: ssh: connect to host down: No route to host", True)
+    assert got["slow"] == (False, "no answer within 1 s", True)
+
+
+def test_a_probe_tells_a_host_without_the_launchs_folder_from_a_lost_one(tmp_path):
+    """mpiexec starts every rank in the folder it was started from: a host without it (its
+    own /tmp) fails the launch as if lost. A probe that did not see the folder there runs
+    again from / and looks for it; a host up with the folder answers the first probe."""
+    cmd = hostprobe.probe_command("mpiexec", "mpich", ["-hosts", "b:1"], "/x y")
+    assert cmd[:5] == ["mpiexec", "-hosts", "b:1", "-n", "1"] and cmd[5:7] == ["sh", "-c"] and cmd[-1] == "/x y"
+    # a stand-in: "lacking" fails from any folder but / (as Hydra's proxy does), "quiet"
+    # ends 0 without running anything but from / (as Open MPI's job does); each call logs its folder
+    fake = tmp_path / "mpiexec"
+    fake.write_text('#!/bin/sh\necho "$*" "$(pwd)" >> "$0.calls"\ncase "$*" in\n'
+                    '  *lacking*) [ "$(pwd)" = / ] || exit 255; echo "%s";;\n'
+                    '  *quiet*) [ "$(pwd)" = / ] && echo "%s";;\n'
+                    '  *) shift 4; "$@";;\nesac\nexit 0\n' % (hostprobe.NO_FOLDER, hostprobe.NO_FOLDER))
+    fake.chmod(0o755)
+    names = ["up", "lacking", "quiet"]
+    hosts = hostlist.Hosts(tuple((h, 1) for h in names), "-hosts")
+    got = hostprobe.probe(str(fake), "mpich", ["-hosts", ",".join(names)], hosts, names, {}, timeout=5, folder=str(tmp_path))
+    assert got["up"] == (True, got["up"].how, True)
+    assert got["lacking"] == (True, got["lacking"].how, False) and got["quiet"] == (True, got["quiet"].how, False)
+    calls = (tmp_path / "mpiexec.calls").read_text().splitlines()
+    assert sum(" up:1 " in c for c in calls) == 1 and sum(" lacking:1 " in c for c in calls) == 2
+    said = hostprobe.missing_folder(str(tmp_path), got)
+    assert said.startswith(f"the folder this job was launched from, {tmp_path}, is not on host(s) lacking, quiet: ")
+    assert hostprobe.missing_folder(str(tmp_path), {"up": got["up"]}) is None
 
 
 def test_which_exits_may_have_lost_a_host():
@@ -92,6 +118,11 @@ def test_which_exits_may_have_lost_a_host():
     assert not host_plan.worth_probing(exitcodes.RERUN_TO_RESUME, True)   # past --timeout: never again
     for code in (exitcodes.OK, exitcodes.BAD_INPUT, exitcodes.CHECKPOINTED, exitcodes.INTERRUPTED):
         assert not host_plan.worth_probing(code, False)
+    # Open MPI's job ends with a bad input (too few ranks) when a host lacks the launch's folder
+    assert host_plan.worth_looking_for_the_folder(exitcodes.BAD_INPUT, False)
+    assert host_plan.worth_looking_for_the_folder(exitcodes.RERUN_TO_RESUME, False)
+    assert not host_plan.worth_looking_for_the_folder(exitcodes.BAD_INPUT, True)
+    assert not host_plan.worth_looking_for_the_folder(exitcodes.OK, False)
 
 
 SLOTS = {"a": 1, "b": 2, "c": 2}

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -148,6 +149,24 @@ def test_run_files_are_private_and_removed():
     finally:
         files.remove()
     assert not os.path.exists(files.dir)
+
+
+def test_the_run_folder_of_a_launch_over_several_hosts_is_in_the_shared_launch_folder(tmp_path):
+    """Hosts do not share their temp folders: a driver on another host than the launcher's
+    must still write its status, so the run folder goes where every host must look anyway
+    (hidden, private); where it cannot be made there, in this host's temp folder."""
+    files = contract.RunFiles(str(tmp_path))
+    try:
+        assert os.path.dirname(files.dir) == str(tmp_path) and os.path.basename(files.dir).startswith(".mixle_mpi_run_")
+        assert os.stat(files.dir).st_mode & 0o777 == 0o700
+    finally:
+        files.remove()
+    assert os.listdir(tmp_path) == []
+    fallback = contract.RunFiles(str(tmp_path / "no such folder"))
+    try:
+        assert os.path.dirname(fallback.dir) == tempfile.gettempdir()
+    finally:
+        fallback.remove()
 
 
 def test_reaper_finds_processes_by_their_tag_only(tmp_path):
@@ -388,6 +407,11 @@ def test_init_begun_pids_are_read_back_as_written(tmp_path, monkeypatch):
     contract.mark_init_begun()
     assert contract.init_begun_pids(str(path)) == [os.getpid()]
     assert contract.init_begun_pids(str(tmp_path / "none")) == []
+    # a shared run folder holds every host's ranks: the launcher looks only for its own host's
+    with open(path, "a") as fh:
+        fh.write("4242 3 elsewhere\n")
+    assert contract.init_begun_pids(str(path)) == [os.getpid(), 4242]
+    assert contract.init_begun_pids(str(path), socket.gethostname()) == [os.getpid()]
 
 
 def test_a_rank_stopped_while_the_job_starts_is_fenced_and_left_out_after_a_second(tmp_path):

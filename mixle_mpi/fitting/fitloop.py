@@ -19,6 +19,7 @@ import importlib.metadata as md
 import json
 import os
 import signal
+import socket
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -26,13 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from mixle_mpi.core import liveness
+from mixle_mpi.core import liveness, logs
 from mixle_mpi.fitting.cadence import AUTO, CHECKPOINT_NAME, Cadence
 from mixle_mpi.storage import checkpoint as ckpt
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core import exitcodes
 from mixle_mpi.core.errors import Interrupted, Preempted, PreemptedUnsaved  # noqa: F401 - public here too (fitloop.Preempted)
 from mixle_mpi.fitting.progress import may_end_em, stop_reason
+from mixle_mpi.launch import contract
 from mixle_mpi.core.validate import sha256_text
 
 # mixle's notes on how a run stopped: the fit's own final line says it, in our words.
@@ -137,6 +139,18 @@ def _resume_state(checkpoint: str, resume: str, current: ckpt.FitState, allow_ve
     return state, fallback
 
 
+def _say_starting_over_after_a_lost_host(checkpoint: str) -> None:
+    """A launch after a lost host that finds no checkpoint starts over: said, with the path
+    and this host, since the driver may now run on another host than before, and a
+    checkpoint in a folder only the lost host saw (its own /tmp, a local disk) is gone with it."""
+    lost = [h for r in contract.relaunches() for h in r.get("lost_hosts", [])]
+    if lost:
+        logs.get("fit").warning(
+            f"launched again without lost host(s) {', '.join(map(str, lost))}, this job finds no checkpoint at "
+            f"{checkpoint} on this host ({socket.gethostname()}): the fit starts over. For a relaunch to resume "
+            "wherever its driver runs, the checkpoint must be in a folder every host sees (a shared file system)")
+
+
 def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_p: float = 0.1, seed: int = 1,
         checkpoint: str | None = "auto", every: int | None = None, seconds: float | None = None, resume: str = "auto",
         allow_version_change: bool = False, journal: bool = False, out=None,
@@ -233,6 +247,7 @@ def _resumed(enc, checkpoint: str | None, resume: str, current: ckpt.FitState, a
     for path, why in fallback:
         enc.events.emit("checkpoint_fallback", path=path, cause=why)
     if state is None:
+        _say_starting_over_after_a_lost_host(checkpoint)
         return None
     segments.resumed(state)
     where = {"source": fallback[0][0],

@@ -23,7 +23,11 @@ initialisation, the handshake); it is read here because the launcher reads it to
 
 Every file lives in the run folder and is written only while that folder can be trusted
 (``rundir``); a rank on a host that cannot see it goes on without it. Every reader treats a
-missing or half-written file as "not yet".
+missing or half-written file as "not yet". The run folder is in the launcher's temp folder,
+but for a launch over several hosts in the folder it is launched from (hidden, removed at
+the end), which every host must see anyway (mpiexec starts every rank there): hosts do not
+share their temp folders, and a driver on another host than the launcher's could then
+write no status, so that a fit that finished looked failed.
 """
 
 from __future__ import annotations
@@ -73,8 +77,8 @@ def startup_timeout(environ=None) -> float:
 class RunFiles:
     """The files one launch shares with its ranks, in a private folder (mode 0700)."""
 
-    def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="mixle_mpi_run_")
+    def __init__(self, shared: str | None = None) -> None:
+        self.dir = _private_folder(shared)
         self.status = os.path.join(self.dir, "status.json")
         self.driver = os.path.join(self.dir, "driver.json")
         self.mpi_up = os.path.join(self.dir, "mpi_up.json")
@@ -100,10 +104,22 @@ class RunFiles:
         return os.path.exists(self.started)
 
     def init_begun_pids(self) -> list[int]:
-        return init_begun_pids(self.init_begun)
+        """Of this host's ranks: the launcher looks for them among its own processes."""
+        return init_begun_pids(self.init_begun, socket.gethostname())
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _private_folder(shared: str | None) -> str:
+    """A new private folder: in ``shared`` (a folder every host of the launch sees) where it
+    can be made there, else in this host's temp folder."""
+    if shared:
+        try:
+            return tempfile.mkdtemp(prefix=".mixle_mpi_run_", dir=shared)
+        except OSError:
+            pass  # not writable there: the ranks of other hosts go on without it
+    return tempfile.mkdtemp(prefix="mixle_mpi_run_")
 
 
 def outer_vars_removed(env: dict) -> dict:
@@ -144,9 +160,10 @@ def read_driver(path: str, host: str | None = None) -> tuple[procs.Ident | None,
     return ident, None
 
 
-def init_begun_pids(path: str) -> list[int]:
-    """The pids ``mark_init_begun`` wrote to ``path``."""
-    return [int(fields[0]) for fields in _init_begun_lines(path)]
+def init_begun_pids(path: str, host: str | None = None) -> list[int]:
+    """The pids ``mark_init_begun`` wrote to ``path`` (only ``host``'s, if given: the run
+    folder of a launch over several hosts is shared, and another host's pid means nothing here)."""
+    return [int(f[0]) for f in _init_begun_lines(path) if host is None or (len(f) >= 3 and f[2] == host)]
 
 
 def init_begun_here(path: str | None, host: str) -> dict[int, int]:

@@ -29,6 +29,13 @@ def worth_probing(code: int, timed_out: bool) -> bool:
     return not timed_out and code not in NOT_A_HOST
 
 
+def worth_looking_for_the_folder(code: int, timed_out: bool) -> bool:
+    """Whether an attempt that ended with ``code`` may have met a host without the folder it
+    was launched from: also after a bad input, as Open MPI's job ends then (that host's
+    ranks never ran, and the driver found too few)."""
+    return worth_probing(code, timed_out) or (not timed_out and code == exitcodes.BAD_INPUT)
+
+
 @dataclass
 class Loss:
     host: str

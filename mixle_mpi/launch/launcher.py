@@ -460,8 +460,12 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
     while True:
         argv = build_command(exe, flavor, relaunch.ranks, cmd, relaunch.extra, srun_mpi=srun_mpi)
         a = _launch_once(argv, timeout, blas_threads, {**(env or {}), **relaunch.env()}, limit, own_job, expect_here,
-                         usr1_as_term=flavor == MPICH)
-        moved = relaunch.after(a, attempt + 1)
+                         usr1_as_term=flavor == MPICH, shared=os.getcwd() if relaunch.hosts is not None else None)
+        try:
+            moved = relaunch.after(a, attempt + 1)
+        except ConfigError:  # what the job needs; how this attempt ended only looked like the cause
+            log.debug(a.note)
+            raise
         if moved is False:
             log.log(a.level, a.note)
             return exitcodes.RERUN_TO_RESUME
@@ -491,15 +495,24 @@ class HostRelaunch:
 
     def after(self, a: "Attempt", next_attempt: int) -> bool | None:
         """True: launch again without a lost host; False: a host was lost and there is no
-        launch left (said why); None: no host was lost (the other rules decide)."""
-        if self.hosts is None or not host_plan.worth_probing(a.code, a.timed_out):
+        launch left (said why); None: no host was lost (the other rules decide). A host that
+        answers without the folder the job was launched from is a ConfigError: no launch can
+        work there, and the failure only looked like a lost host."""
+        if self.hosts is None or not host_plan.worth_looking_for_the_folder(a.code, a.timed_out):
             return None
         now = time.monotonic()
         names = self.book.to_probe(self.hosts.names, now)
-        answers = hostprobe.probe(self.exe, self.flavor, self.base_extra, self.hosts, names, self.probe_env)
-        for host, (ok, how) in answers.items():
+        folder = os.getcwd()
+        answers = hostprobe.probe(self.exe, self.flavor, self.base_extra, self.hosts, names, self.probe_env,
+                                  folder=folder)
+        for host, (ok, how, _) in answers.items():
             log.log(logging.DEBUG if ok else logging.WARNING, f"host {host}: {'answers' if ok else 'lost'} ({how})")
-        nxt = self.book.decide(self.hosts.names, dict(self.hosts.slots), {h: ok for h, (ok, _) in answers.items()},
+        needs = hostprobe.missing_folder(folder, answers)
+        if needs:
+            raise ConfigError(needs)
+        if not host_plan.worth_probing(a.code, a.timed_out):
+            return None
+        nxt = self.book.decide(self.hosts.names, dict(self.hosts.slots), {h: ans.answered for h, ans in answers.items()},
                                self.n, time.monotonic(), f"exit {a.code}")
         if nxt.message and not nxt.lost_now:
             log.warning(nxt.message)
@@ -550,8 +563,15 @@ class Attempt:
 
 
 def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env: dict | None,
-                 limit: float, own_job: bool = False, expect_here: int | None = None, usr1_as_term: bool = False) -> Attempt:
-    files = contract.RunFiles()
+                 limit: float, own_job: bool = False, expect_here: int | None = None, usr1_as_term: bool = False,
+                 shared: str | None = None) -> Attempt:
+    """One launch. ``shared``: a folder every host sees, for the run folder (``contract``);
+    ``usr1_as_term``: a SIGUSR1 for the driver is sent as SIGTERM (``SignalForwarder``)."""
+    files = contract.RunFiles(shared)
+    if shared and os.path.dirname(files.dir) != shared:
+        log.warning(f"cannot make the run folder in {shared}, the folder this job was launched from: the ranks "
+                    f"of other hosts cannot see {files.dir}, so a driver there cannot tell the launcher how the job "
+                    "ended (a finished fit then ends with exit 1). Launch from a folder you can write to")
     tag = uuid.uuid4().hex
     started: list[subprocess.Popen] = []
     forwarder = SignalForwarder(files.driver, terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started],

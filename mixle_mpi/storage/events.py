@@ -168,8 +168,9 @@ def _failover_armed_text(rec: dict[str, Any]) -> str:
     """Which ranks may take over should the driver die (a checkpoint exists to resume from)."""
     ranks = ", ".join(str(w) for w in rec.get("workers") or []) or "none"
     out = rec.get("out") or []
-    return f"driver failover armed: rank(s) {ranks} may take over" + (f" (not rank(s) {', '.join(map(str, out))}: lost)"
-                                                                        if out else "")
+    return f"driver failover armed: rank(s) {ranks} may take over" + (
+        f" (not rank(s) {', '.join(map(str, out))}: they cannot read the store or the checkpoint's folder, "
+        "see failover_unavailable)" if out else "")
 
 
 def relaunched_text(rec: dict[str, Any]) -> str:
