@@ -250,7 +250,7 @@ def test_mixle_mpi_fit_tells_the_user_of_a_lost_host_in_status_inspect_and_summa
     np.save(tmp_path / "x.npy", np.concatenate([rng.normal(m, 1.0, 70_000) for m in (-4, 0, 4)])[:, None])
     out = tmp_path / "out"
     lost: list = []
-    killer = _lose_host_c_at(hosts, out / "checkpoint.h5", 3, lost)
+    killer = _lose_host_at(hosts, out / "checkpoint.h5", 3, lost)
     env = {**os.environ, **_flags(hosts, "openmpi"), "PYTHONWARNINGS": "ignore"}
     env.pop("MIXLE_MPI_FAULT_PLAN", None)
     fit = subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "fit", "-n", str(sum(SLOTS)), "--timeout", "240",
