@@ -132,7 +132,7 @@ class FakeHosts:
         """MPICH's ofi network layer over the bridge. libfabric's ``sockets`` provider by
         default: with ``tcp`` a call into the driver's MPI library sometimes blocked for good
         after a worker on another host was SIGKILLed (1 run in 5 here), and a replacement
-        spawned there stayed after the fit for 30 s; with ``sockets`` 5 of 5 recovered in the
+        spawned there stayed after the fit for 30 s; with ``sockets`` 9 of 9 recovered in the
         job (bench/results/mpich_hosts_facts.md)."""
         if provider == "tcp":
             return {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": self.bridge}

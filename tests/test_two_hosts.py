@@ -224,7 +224,7 @@ def test_under_mpich_over_libfabric_sockets_a_dead_worker_on_another_host_is_rec
     """The same kill over libfabric's sockets provider (FI_PROVIDER=sockets, the fake hosts'
     default): the driver's library does not block; heartbeats see worker 2 silent, the
     emulated shrink goes on with workers 1, 3 and 4, in the same job (no relaunch, no
-    watchdog), to the reference's bits (bench/results/mpich_hosts_facts.md: 5 of 5)."""
+    watchdog), to the reference's bits (bench/results/mpich_hosts_facts.md: 9 of 9)."""
     plan = "2:kill:estep_before:2"
     env = {"MIXLE_MPI_MPIEXEC_ARGS": hosts.mpich_args(), **hosts.mpich_env("sockets"),
            "MIXLE_MPI_RECONFIGURE_TIMEOUT": "10", "MIXLE_MPI_DRIVER_TIMEOUT": "30"}
