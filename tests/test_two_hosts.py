@@ -199,7 +199,7 @@ def test_a_host_down_at_launch_is_left_out_and_the_budget_ends_a_job_that_loses_
 
 @pytest.mark.skipif(mpich_python() is None, reason="no MPICH environment (.venv-mpich)")
 def test_under_mpich_a_dead_worker_on_another_host_ends_the_job_in_bounded_time(hosts, tmp_path, reference):
-    """MPICH over libfabric's tcp provider: after worker 2 on host B is SIGKILLed, a call into
+    """MPICH over libfabric's tcp provider (the sockets provider: the test below): after worker 2 on host B is SIGKILLed, a call into
     the driver's MPI library may block for good (holding MPICH's global lock, so the heartbeat
     thread blocks too). The driver's watchdog then ends it with exit 74 and says why, after
     reconfigure_timeout + 30 s, and the launcher's resume meets the same planned fault again:
@@ -207,7 +207,7 @@ def test_under_mpich_a_dead_worker_on_another_host_ends_the_job_in_bounded_time(
     reference's bits; met blocked again, the command ends with exit 74. Either way it ends
     within its bound and says what happened."""
     plan = "2:kill:estep_before:2"
-    env = {"MIXLE_MPI_MPIEXEC_ARGS": hosts.mpich_args(), **hosts.mpich_env(),
+    env = {"MIXLE_MPI_MPIEXEC_ARGS": hosts.mpich_args(), **hosts.mpich_env("tcp"),
            "MIXLE_MPI_RECONFIGURE_TIMEOUT": "10", "MIXLE_MPI_DRIVER_TIMEOUT": "30"}
     t0 = time.monotonic()
     job = run_job(mpich_python(), sum(SLOTS), fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan=plan,
@@ -219,6 +219,30 @@ def test_under_mpich_a_dead_worker_on_another_host_ends_the_job_in_bounded_time(
         assert "the driver's MPI library made no progress for" in job.stderr, job.describe()
     if job.rc == 0:
         assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
+
+
+@pytest.mark.skipif(mpich_python() is None, reason="no MPICH environment (.venv-mpich)")
+def test_under_mpich_over_libfabric_sockets_a_dead_worker_on_another_host_is_recovered_in_the_job(hosts, tmp_path, reference):
+    """The same kill over libfabric's sockets provider (FI_PROVIDER=sockets, the fake hosts'
+    default): the driver's library does not block; heartbeats see worker 2 silent, the
+    emulated shrink goes on with workers 1, 3 and 4, in the same job (no relaunch, no
+    watchdog), to the reference's bits (bench/results/mpich_hosts_facts.md: 9 of 9)."""
+    plan = "2:kill:estep_before:2"
+    env = {"MIXLE_MPI_MPIEXEC_ARGS": hosts.mpich_args(), **hosts.mpich_env("sockets"),
+           "MIXLE_MPI_RECONFIGURE_TIMEOUT": "10", "MIXLE_MPI_DRIVER_TIMEOUT": "30"}
+    t0 = time.monotonic()
+    job = run_job(mpich_python(), sum(SLOTS), fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan=plan,
+                  env=env, timeout=300, launch=("--resume-retries", "0"))
+    assert time.monotonic() - t0 < 120, job.describe()
+    assert job.rc == 0, job.describe()
+    assert "worker 2 kill at estep_before" in job.stderr, job.describe()
+    assert "made no progress" not in job.stderr and "attempt 2" not in job.stderr, job.describe()
+    detected = [e for e in job.events if e["event"] == "failure_detected"]
+    assert [(e["worker"], e["host"]) for e in detected] == [(2, "hostb")], job.describe()
+    assert [e["method"] for e in job.events if e["event"] == "shrink"] == ["emulated"], job.describe()
+    assert [e for e in job.events if e["event"] == "recovery"], job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
     assert no_leftover_processes(str(tmp_path)) == []
 
 
