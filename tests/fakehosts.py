@@ -127,9 +127,13 @@ class FakeHosts:
                 _ip("-n", ns, "addr", "add", f"{self.addresses[i]}/24", "dev", self.bridge)
                 _ip("-n", ns, "link", "set", "lo", "up")
                 _ip("-n", ns, "link", "set", self.bridge, "up")
-        except BaseException:
+            self._write_agent()
+        except BaseException:  # nothing made may outlive a failed start (namespaces once did)
             self.__exit__(None, None, None)
             raise
+        return self
+
+    def _write_agent(self) -> None:
         self.agent.parent.mkdir(exist_ok=True)
         for tmp in self.tmps[1:] if self.private_tmp else ():
             tmp.mkdir(exist_ok=True)
@@ -142,7 +146,6 @@ class FakeHosts:
                           keep=" ".join(_kept_under_tmp(self.agent.parent)))
         self.agent.write_text(AGENT.format(cases=cases, down=self.agent.parent, **mounts))
         self.agent.chmod(0o755)
-        return self
 
     def mpiexec_args(self, slots: list[int] | None = None) -> str:
         """Open MPI's flags for a job over these hosts (``slots`` per host; 0 leaves one out)."""

@@ -446,3 +446,14 @@ def test_with_a_tmp_per_host_a_lost_drivers_host_with_the_checkpoint_in_its_tmp_
         assert not [e for e in job.events if e["event"] == "resumed"], job.describe()
         assert (hosts.tmps[2] / Path(ck).name).exists() and not Path(ck).exists()  # C's own, written afresh
         assert no_leftover_processes(str(shared)) == [] and hosts.pids(2) == []
+
+
+def test_fake_hosts_that_fail_to_start_leave_nothing_behind(tmp_path):
+    """A set of hosts whose start fails after its namespaces were made (here: the folder for
+    its ssh stand-in is missing) removes them again (two once outlived a bench run)."""
+    made = FakeHosts(tmp_path / "missing" / "deeper", SLOTS)
+    with pytest.raises(OSError):
+        made.__enter__()
+    spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
+    assert made.tag not in spaces and made.bridge not in links, (spaces, links)

@@ -210,3 +210,30 @@ def test_status_inspect_and_the_event_line_say_which_host_was_lost():
     lines = summarize_summary({"relaunches": [{"attempt": 2, "lost_hosts": ["hostc"], "left_out": ["hostc"],
                                                "ranks": 3, "was_ranks": 5}]})
     assert "host(s) hostc lost: launched again without them on 3 ranks (was 5)" in lines
+
+
+def test_a_relaunch_leaves_out_the_host_that_did_not_answer_and_records_it(monkeypatch, tmp_path):
+    """HostRelaunch carries out host_plan's decision: the host flag rewritten, fewer ranks,
+    the record the next launch's ranks get; a host that answers without the launch's folder
+    ends the command (exit 2) instead."""
+    from types import SimpleNamespace
+
+    from mixle_mpi.core.errors import ConfigError
+    from mixle_mpi.launch.hostrelaunch import HostRelaunch
+
+    extra = ["--host", "a:1,b:2,c:2", "--map-by", "slot"]
+    answers = {"a": hostprobe.Answer(True, "ok"), "b": hostprobe.Answer(True, "ok"),
+               "c": hostprobe.Answer(False, "exit 255: ssh: connect to host c port 22: No route to host")}
+    monkeypatch.setattr(hostprobe, "probe", lambda *a, **k: {h: answers[h] for h in a[4]})
+    monkeypatch.chdir(tmp_path)
+    relaunch = HostRelaunch("mpiexec", "openmpi", 5, extra, hostlist.from_args(extra), HostBook(), {})
+    failed = SimpleNamespace(code=exitcodes.RERUN_TO_RESUME, timed_out=False, ended_at=12.5)
+    assert relaunch.after(failed, 2) is True
+    assert relaunch.extra == ["--host", "a:1,b:2", "--map-by", "slot"] and relaunch.ranks == 3
+    (record,) = relaunch.records
+    assert (record["attempt"], record["lost_hosts"], record["ranks"], record["was_ranks"]) == (2, ["c"], 3, 5)
+    assert contract.RELAUNCHES_ENV in relaunch.env()
+    assert relaunch.after(SimpleNamespace(code=exitcodes.OK, timed_out=False, ended_at=0), 3) is None  # finished
+    answers["b"] = hostprobe.Answer(True, "ok", has_folder=False)
+    with pytest.raises(ConfigError, match="is not on host\\(s\\) b"):
+        relaunch.after(failed, 3)
