@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import LIBRARIES, OMPI_PYTHON
 from fakehosts import FakeHosts, available
-from mpiharness import fit_args, mpich_python, no_leftover_processes, run_job, same_fit
+from mpiharness import fit_args, mpich_python, no_leftover_processes, run_job, same_fit, wait_for_checkpoint
 
 from mixle_mpi.chaos.faults import read_fired, unfired
 from mixle_mpi.core import exitcodes
@@ -457,3 +458,29 @@ def test_fake_hosts_that_fail_to_start_leave_nothing_behind(tmp_path):
     spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     links = subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
     assert made.tag not in spaces and made.bridge not in links, (spaces, links)
+
+
+def test_a_time_limit_signal_across_hosts_checkpoints_and_the_rerun_resumes_to_the_same_bits(hosts, tmp_path,
+                                                                                             whole_fit):
+    """SIGUSR1 to `mixle-mpi run` (as a batch script passes SLURM's time-limit signal on):
+    the launcher forwards it to the driver on host A alone, which checkpoints and exits 75
+    (its workers on B and C end too); the same command resumes to a one-host fit's bits."""
+    from mixle_mpi.storage import checkpoint as ckpt
+
+    ck = tmp_path / "ck.h5"
+    env = {**os.environ, **_flags(hosts, "openmpi"), "PYTHONWARNINGS": "ignore", "MIXLE_MPI_FAULT_PLAN": ""}
+    cmd = [OMPI_PYTHON, "-m", "mixle_mpi", "run", "-n", str(sum(SLOTS)), "--timeout", "200", "--", OMPI_PYTHON, "-m",
+           "mixle_mpi.fitting.fitjob", *fit_args(MODEL, LOST_N, SHARDS, SUB, LOST_ITS), "--checkpoint", str(ck),
+           "--workdir", str(tmp_path / "work"), "--quiet"]
+    proc = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for_checkpoint(ck, 2, proc)
+    os.kill(proc.pid, signal.SIGUSR1)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75 and "received SIGUSR1: passed it to the driver" in err, err[-4000:]
+    assert not ckpt.read(str(ck)).finished and hosts.pids(1) == [] and hosts.pids(2) == []
+    again = run_job(OMPI_PYTHON, sum(SLOTS), fit_args(MODEL, LOST_N, SHARDS, SUB, LOST_ITS) + ["--checkpoint", str(ck)],
+                    tmp_path / "again", env=_flags(hosts, "openmpi"))
+    assert again.rc == 0 and [e["event"] for e in again.events].count("resumed") == 1, again.describe()
+    assert same_fit(again.result, whole_fit), again.describe()
+    assert no_leftover_processes(str(tmp_path)) == []
