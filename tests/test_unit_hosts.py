@@ -237,3 +237,23 @@ def test_a_relaunch_leaves_out_the_host_that_did_not_answer_and_records_it(monke
     answers["b"] = hostprobe.Answer(True, "ok", has_folder=False)
     with pytest.raises(ConfigError, match="is not on host\\(s\\) b"):
         relaunch.after(failed, 3)
+
+
+def test_under_slurm_a_node_slurm_knows_is_lost_is_not_launched_on(tmp_path):
+    """A probe under SLURM asks sinfo first: a node it has down, drained or not responding
+    (state ending in *) is lost without a launch there (srun would wait for it)."""
+    for state in ("down*", "down", "idle*", "mixed*", "drained", "draining", "fail"):
+        assert hostprobe.slurm_says_lost(state), state
+    for state in ("idle", "mixed", "allocated", "completing"):
+        assert not hostprobe.slurm_says_lost(state), state
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sinfo").write_text("#!/bin/sh\nprintf 'n1 mixed\\nn2 down*\\n'\n")
+    (fake / "mpiexec").write_text("#!/bin/sh\necho \"$@\" >> " + str(tmp_path / "launched") + "\nexit 0\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    hosts = hostlist.Hosts((("n1", 2), ("n2", 2)), "slurm")
+    env = {"PATH": f"{fake}:/usr/bin:/bin"}
+    got = hostprobe.probe(str(fake / "mpiexec"), "mpich", [], hosts, ["n1", "n2"], env)
+    assert got["n1"].answered and got["n2"] == hostprobe.Answer(False, "SLURM has it down*")
+    assert "n2" not in (tmp_path / "launched").read_text()  # never launched on

@@ -81,17 +81,36 @@ def probe(mpiexec: str, flavor: str, extra: list[str], hosts: hostlist.Hosts, na
     """host -> its ``Answer`` for each of ``names``, probed at once, each within ``timeout``
     (twice that for a host without ``folder``, the launch's, looked for there when given)."""
     results: dict[str, Answer] = {}
+    if hosts.source == "slurm":  # what SLURM knows already needs no launch (which would wait for the node)
+        results = {h: Answer(False, f"SLURM has it {state}") for h, state in slurm_states(names, env).items()
+                   if slurm_says_lost(state)}
     with tempfile.TemporaryDirectory(prefix="mixle_mpi_probe_") as hostfiles:
         def one(host: str) -> None:
             argv = probe_command(mpiexec, flavor, hostlist.only(extra, hosts, host, flavor, hostfiles), folder)
             results[host] = _probe_one(argv, env, timeout, folder)
 
-        threads = [threading.Thread(target=one, args=(h,), daemon=True) for h in names]
+        threads = [threading.Thread(target=one, args=(h,), daemon=True) for h in names if h not in results]
         for t in threads:
             t.start()
         for t in threads:
             t.join(2 * timeout + 30)
     return {h: results.get(h, Answer(False, "the probe did not end")) for h in names}
+
+
+def slurm_says_lost(state: str) -> bool:
+    """Whether a node in this ``sinfo`` state (``%T``) is lost to the job (pure): down,
+    drained or failing, or not responding (the ``*`` SLURM adds before it marks it DOWN)."""
+    return state.endswith("*") or any(word in state for word in ("down", "drain", "fail"))
+
+
+def slurm_states(names: list[str], env: dict) -> dict[str, str]:
+    """node -> its state as ``sinfo`` sees it now ({} when sinfo does not answer)."""
+    try:
+        out = subprocess.run(["sinfo", "-h", "-N", "-n", ",".join(names), "-o", "%N %T"], capture_output=True,
+                             text=True, timeout=PROBE_TIMEOUT, env=env).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return dict(line.split(None, 1) for line in out.splitlines() if len(line.split()) == 2)
 
 
 def missing_folder(folder: str, answers: dict[str, Answer]) -> str | None:
