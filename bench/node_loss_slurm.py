@@ -17,7 +17,7 @@ same run); the cost of the loss is the difference of the fits' wall times (the f
 DOWN), the probe, the relaunch (-> the new driver's start) and the reload (-> its first
 iteration). Every run must end COMPLETED 0:0 with the clean run's bits.
 
-    python bench/node_loss_slurm.py [--cases ft-openmpi,srun-openmpi,ft-mpich,srun-mpich] [--its 300]
+    python bench/node_loss_slurm.py [--cases ft-openmpi,srun-openmpi,ft-mpich,srun-mpich] [--its 300] [--rows 500000]
         [--out bench/results/node_loss_slurm.json]
 """
 
@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from slurmnodes import SlurmNodes, available  # noqa: E402
 
-N, LOSE_AT = 200_000, 3
+N, LOSE_AT = 500_000, 3  # rows: a fit that runs past SLURM's DOWN (about 15 s after the loss here)
 FIT = ('"$PY" -m mixle_mpi.fitjob --model gmm1d --n {n} --max-its {its} --num-shards 4 --seed 7 --quiet '
        '--workdir "$OUT_DIR/work" --checkpoint "$OUT_DIR/fit.ckpt.h5" --out "$OUT_DIR/result.json"')
 
@@ -57,14 +57,14 @@ def _events(out: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
 
 
-def one_job(kind: str, library: str, its: int, folder: Path, lose: bool) -> dict:
+def one_job(kind: str, library: str, its: int, folder: Path, lose: bool, rows: int = N) -> dict:
     """One job on a fresh 3-node cluster; with ``lose``, node2 is lost at checkpoint 3."""
     from mixle_mpi.cli import slurm
     from mixle_mpi.storage import checkpoint as ckpt
 
     out = folder / "out"
     text = slurm.render(kind, job_name=f"{kind}-{library}", ntasks=6, time="20", signal_margin=60, max_restarts=1,
-                        python=_python(library), out_dir=str(out), fit_cmd=FIT.format(n=N, its=its),
+                        python=_python(library), out_dir=str(out), fit_cmd=FIT.format(n=rows, its=its),
                         sbatch=["--nodes=3", "--ntasks-per-node=2"])
     lost: list[float] = []
     with tempfile.TemporaryDirectory(prefix="mmsn", dir="/tmp") as state, \
@@ -122,6 +122,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="ft-openmpi,srun-openmpi,ft-mpich,srun-mpich")
     ap.add_argument("--its", type=int, default=300)
+    ap.add_argument("--rows", type=int, default=N)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if why := available():
@@ -131,8 +132,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="mixle_mpi_node_loss_") as tmp:
         for case in args.cases.split(","):
             kind, library = case.split("-")
-            clean = one_job(kind, library, args.its, Path(tmp) / f"{case}-clean", lose=False)
-            hit = one_job(kind, library, args.its, Path(tmp) / f"{case}-lost", lose=True)
+            clean = one_job(kind, library, args.its, Path(tmp) / f"{case}-clean", lose=False, rows=args.rows)
+            hit = one_job(kind, library, args.its, Path(tmp) / f"{case}-lost", lose=True, rows=args.rows)
             ok = (clean["state"], clean["exit"], hit["state"], hit["exit"]) == ("COMPLETED", "0:0") * 2
             row = {"case": case, "ok": ok and hit["lost_at"] is not None,
                    "identical": bool(hit["result"]) and hit["result"].get("model") == clean["result"].get("model")
@@ -146,20 +147,20 @@ def main(argv=None) -> int:
                 row["log"] = hit["log"]
             rows.append(row)
             print(json.dumps(row), file=sys.stderr)
-    text = render(rows, args.its)
+    text = render(rows, args.its, args.rows)
     print(text)
     if args.out:
-        Path(args.out).write_text(json.dumps({"rows": rows, "its": args.its}, indent=1) + "\n")
+        Path(args.out).write_text(json.dumps({"rows": rows, "its": args.its, "n": args.rows}, indent=1) + "\n")
         Path(args.out).with_suffix(".md").write_text(text + "\n")
     return 0 if all(r["ok"] and r["identical"] for r in rows) else 1
 
 
-def render(rows: list[dict], its: int) -> str:
+def render(rows: list[dict], its: int, n: int = N) -> str:
     def f(v):
         return "-" if v is None else f"{v:.2f}"
 
     lines = ["# The time a lost node costs under SLURM (3-node local SLURM)", "",
-             f"The recommended template, `--nodes=3 --ntasks-per-node=2`, gmm1d with {N} rows, {its} iterations; "
+             f"The recommended template, `--nodes=3 --ntasks-per-node=2`, gmm1d with {n} rows, up to {its} iterations; "
              f"node2 lost at checkpoint {LOSE_AT}, found by SLURM itself (SlurmdTimeout 5 s, MessageTimeout 5 s: "
              "DOWN about 15 s after the loss here; SLURM's defaults are 300 s and 10 s). Seconds. "
              "`python bench/node_loss_slurm.py`.", "",
