@@ -47,8 +47,8 @@ def _python(library: str) -> str:
 
 def _env(library: str) -> dict:
     env = {"PYTHONWARNINGS": "ignore", "PYTHONPATH": str(REPO)}
-    if library == "mpich":
-        env.update(MPIR_CVAR_CH4_NETMOD="ofi", FI_PROVIDER="tcp")  # UCX takes the nodes for one machine
+    if library == "mpich":  # UCX takes the nodes for one machine; over tcp a peer's reset may block the library
+        env.update(MPIR_CVAR_CH4_NETMOD="ofi", FI_PROVIDER="sockets", FI_SOCKETS_IFACE="eth0")
     return env
 
 

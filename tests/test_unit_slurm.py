@@ -459,3 +459,18 @@ def test_collect_reads_mixle_mpi_fit_summaries(tmp_path):
     assert report["best"] == str(tmp_path / "task-1" / "summary.json")
     assert report["model"] == str(tmp_path / "task-1" / "model.json")
     assert any("task-2" in s and "is not a number" in s for s in report["skipped"])
+
+
+def test_mpich_in_a_slurm_allocation_lets_a_replacements_step_overlap():
+    """Hydra starts a Spawn's proxy with srun: since SLURM 20.11 that step waited for the
+    job's first step to end, for good (every worker death ended the job with exit 74)."""
+    from mixle_mpi.launch.launcher import HYDRA_EXTRA_ENV, MPICH, OPENMPI, hydra_overlap
+
+    job = {"SLURM_JOB_ID": "42"}
+    assert hydra_overlap(MPICH, job, "slurm 22.05.8\n") == {HYDRA_EXTRA_ENV: "--overlap"}
+    assert hydra_overlap(MPICH, job, "slurm 20.11.0") == {HYDRA_EXTRA_ENV: "--overlap"}
+    assert hydra_overlap(MPICH, job, "slurm 20.02.7") == {}          # no --overlap there
+    assert hydra_overlap(MPICH, job, None) == {}                      # no srun answer
+    assert hydra_overlap(MPICH, {}, "slurm 22.05.8") == {}            # not in an allocation
+    assert hydra_overlap(OPENMPI, job, "slurm 22.05.8") == {}         # PRRTE's daemons spawn in place
+    assert hydra_overlap(MPICH, {**job, HYDRA_EXTRA_ENV: "--mpi=none"}, "slurm 22.05.8") == {}  # the user's

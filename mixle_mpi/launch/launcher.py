@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import select
 import signal
@@ -171,6 +172,29 @@ def one_host_transports(extra: list[str] | None, environ) -> dict:
     if environ.get("OMPI_MCA_btl") is not None or any("btl" in a for a in extra or []):
         return {}
     return {"OMPI_MCA_btl": ONE_HOST_BTL} if one_host(extra, environ) else {}
+
+
+HYDRA_EXTRA_ENV = "HYDRA_LAUNCHER_EXTRA_ARGS"
+
+
+def hydra_overlap(flavor: str, environ, srun_version: str | None) -> dict:
+    """Environment for MPICH's Hydra inside a SLURM allocation (pure; unit-tested). Hydra
+    starts its proxies, and a Spawn's, with srun; since SLURM 20.11 a step keeps its CPUs to
+    itself, so a replacement's step waited for the first step to end, for good (the Spawn
+    holds the driver's MPI library: every worker death then ended the job, exit 74).
+    ``--overlap`` lets the steps share. Not when the user set Hydra's srun flags."""
+    if flavor != MPICH or not environ.get("SLURM_JOB_ID") or HYDRA_EXTRA_ENV in environ:
+        return {}
+    m = re.search(r"(\d+)\.(\d+)", srun_version or "")
+    return {HYDRA_EXTRA_ENV: "--overlap"} if m and (int(m[1]), int(m[2])) >= (20, 11) else {}
+
+
+def srun_version(environ) -> str | None:
+    """``srun --version`` (``slurm 22.05.8``), or None where srun does not answer."""
+    try:
+        return subprocess.run(["srun", "--version"], capture_output=True, text=True, timeout=20, env=environ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def launch_env(blas_threads: int, run_vars: dict | None = None, base=None) -> dict:
@@ -449,6 +473,10 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
         log.debug(f"one host: OMPI_MCA_btl={transports['OMPI_MCA_btl']} (Open MPI's between-host transports "
                  "take about 1 s to start; set OMPI_MCA_btl to choose them yourself)")
         env = {**transports, **(env or {})}
+    if flavor == MPICH and full.get("SLURM_JOB_ID") and (overlap := hydra_overlap(flavor, full, srun_version(full))):
+        log.debug(f"MPICH in a SLURM allocation: {HYDRA_EXTRA_ENV}=--overlap (a replacement's srun step may share "
+                  "the job's CPUs; set it yourself to choose)")
+        env = {**overlap, **(env or {})}
     left = {exitcodes.NEVER_STARTED: max(0, int(start_retries)), exitcodes.RERUN_TO_RESUME: max(0, int(resume_retries))}
     expect_here = n if own_job and one_host(extra, full) else None  # every rank marks its MPI init
     relaunch = HostRelaunch(exe, flavor, n, list(extra or []), hostlist.of_launch(list(extra or []), full),
