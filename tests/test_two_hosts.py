@@ -155,16 +155,7 @@ def test_a_lost_host_is_left_out_and_the_job_resumes_on_the_rest_to_the_same_bit
     status): either way the launcher probes each host, finds C does not answer, leaves it
     out and launches the job again on hosts A and B (3 ranks), which resumes from the
     checkpoint. Exit 0, the bits of a fit on one host, no user action; the relaunch is recorded."""
-    library, python = lib
-    ck = tmp_path / "ck.h5"
-    args = fit_args(MODEL, LOST_N, SHARDS, SUB, LOST_ITS) + ["--checkpoint", str(ck)]
-    lost: list = []
-    killer = _lose_host_at(hosts, ck, 3, lost)
-    job = run_job(python, sum(SLOTS), args, tmp_path / "a", env=_flags(hosts, library), timeout=240)
-    killer.join(5)
-    assert lost, "host C was never lost: the fit ended first\n" + job.describe()
-    assert job.rc == 0, job.describe()
-    assert same_fit(job.result, whole_fit), job.describe()
+    job = _host_c_lost_mid_fit(lib, hosts, tmp_path, whole_fit)
     c = hosts.addresses[2]
     assert f"host {c}: lost" in job.stderr and f"launching again without {c} on 3 ranks (was 5)" in job.stderr, job.describe()
     relaunched = [e for e in job.events if e["event"] == "relaunched"]
@@ -173,6 +164,22 @@ def test_a_lost_host_is_left_out_and_the_job_resumes_on_the_rest_to_the_same_bit
     assert len(resumed) == 1 and resumed[0]["iteration"] >= 3, job.describe()
     assert set(_hosts_of_last(job).values()) == {"hostb"}, job.describe()  # the workers of the relaunch
     assert no_leftover_processes(str(tmp_path)) == [] and hosts.pids(1) == []
+
+
+def _host_c_lost_mid_fit(lib, hosts, folder: Path, whole_fit):
+    """The fit over ``hosts`` with its checkpoint in ``folder``, host C lost at iteration 3:
+    it ended with exit 0 and the bits of a fit on one host."""
+    library, python = lib
+    ck = folder / "ck.h5"
+    args = fit_args(MODEL, LOST_N, SHARDS, SUB, LOST_ITS) + ["--checkpoint", str(ck)]
+    lost: list = []
+    killer = _lose_host_at(hosts, ck, 3, lost)
+    job = run_job(python, sum(SLOTS), args, folder / "a", env=_flags(hosts, library), timeout=240)
+    killer.join(5)
+    assert lost, "host C was never lost: the fit ended first\n" + job.describe()
+    assert job.rc == 0, job.describe()
+    assert same_fit(job.result, whole_fit), job.describe()
+    return job
 
 
 def _hosts_of_last(job) -> dict:
@@ -381,16 +388,7 @@ def test_with_a_tmp_per_host_a_lost_host_is_left_out_and_the_job_resumes_to_the_
     """Host C goes down for good mid-fit, as in the test with one /tmp; the checkpoint is in
     the shared folder. The probes find B up, with the job's folder; the relaunch on A and B
     resumes to the bits of a fit on one host."""
-    library, python = lib
-    ck = shared / "ck.h5"
-    args = fit_args(MODEL, LOST_N, SHARDS, SUB, LOST_ITS) + ["--checkpoint", str(ck)]
-    lost: list = []
-    killer = _lose_host_at(private_hosts, ck, 3, lost)
-    job = run_job(python, sum(SLOTS), args, shared / "a", env=_flags(private_hosts, library), timeout=240)
-    killer.join(5)
-    assert lost, "host C was never lost: the fit ended first\n" + job.describe()
-    assert job.rc == 0, job.describe()
-    assert same_fit(job.result, whole_fit), job.describe()
+    job = _host_c_lost_mid_fit(lib, private_hosts, shared, whole_fit)
     c = private_hosts.addresses[2]
     relaunched = [e for e in job.events if e["event"] == "relaunched"]
     assert [(e["lost_hosts"], e["ranks"]) for e in relaunched] == [([c], 3)], job.describe()
