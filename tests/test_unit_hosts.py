@@ -257,3 +257,12 @@ def test_under_slurm_a_node_slurm_knows_is_lost_is_not_launched_on(tmp_path):
     got = hostprobe.probe(str(fake / "mpiexec"), "mpich", [], hosts, ["n1", "n2"], env)
     assert got["n1"].answered and got["n2"] == hostprobe.Answer(False, "SLURM has it down*")
     assert "n2" not in (tmp_path / "launched").read_text()  # never launched on
+
+
+def test_a_host_list_that_cannot_be_read_only_costs_the_relaunch(tmp_path, caplog):
+    from mixle_mpi.launch.launcher import launch_hosts
+
+    assert launch_hosts(["--hostfile", str(tmp_path / "missing")], {}) is None
+    assert launch_hosts(["--host", "a:two,b"], {}) is None
+    assert "a lost host will not be left out by itself" in caplog.text
+    assert launch_hosts(["--host", "a:1,b:2"], {}).total() == 3

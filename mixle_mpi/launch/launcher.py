@@ -479,7 +479,7 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
         env = {**overlap, **(env or {})}
     left = {exitcodes.NEVER_STARTED: max(0, int(start_retries)), exitcodes.RERUN_TO_RESUME: max(0, int(resume_retries))}
     expect_here = n if own_job and one_host(extra, full) else None  # every rank marks its MPI init
-    relaunch = HostRelaunch(exe, flavor, n, list(extra or []), hostlist.of_launch(list(extra or []), full),
+    relaunch = HostRelaunch(exe, flavor, n, list(extra or []), launch_hosts(list(extra or []), full),
                             host_plan.HostBook(max(0, int(max_host_failures)), float(host_cooldown)),
                             {**launch_env(blas_threads), **(env or {})})
     if relaunch.hosts is not None:
@@ -505,6 +505,16 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
         log.warning(f"{a.note}; {again} (attempt {attempt})")
     log.log(a.level, a.note)
     return a.code
+
+
+def launch_hosts(extra: list[str], environ) -> hostlist.Hosts | None:
+    """The hosts of a launch over several (``hostlist.of_launch``); a host list it cannot
+    read only costs the relaunch without a lost host, said once (mpiexec judges the flags)."""
+    try:
+        return hostlist.of_launch(extra, environ)
+    except (ValueError, OSError, subprocess.SubprocessError) as exc:
+        log.warning(f"cannot read the hosts of this launch ({exc}): a lost host will not be left out by itself")
+        return None
 
 
 def is_own_fit(cmd: list[str]) -> bool:
