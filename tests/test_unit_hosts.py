@@ -160,6 +160,10 @@ def test_the_failure_budget_and_too_few_slots_end_the_job_with_a_clear_message()
     nxt = book.decide(list(SLOTS), SLOTS, {"a": True, "b": False, "c": False}, 5, now=0.0, why="x")
     assert not nxt.relaunch and nxt.ranks == 1
     assert "the hosts left (a:1) have 1 slot(s)" in nxt.message and "at least 2 ranks" in nxt.message
+    spares = HostBook(max_failures=5, cooldown=600, fewest=4)  # a fit with 2 hot spares
+    nxt = spares.decide(list(SLOTS), SLOTS, {"a": True, "b": True, "c": False}, 5, now=0.0, why="x")
+    assert not nxt.relaunch and nxt.ranks == 3
+    assert "at least 4 ranks (a driver, a worker and its spares" in nxt.message
 
 
 def test_when_no_host_answers_the_probe_is_at_fault_and_none_is_left_out():

@@ -142,7 +142,7 @@ def _fit(args) -> int:
                    mpiexec=args.mpiexec, extra=_mpiexec_args(args),
                    flavor=args.mpi, timeout=args.timeout, start_retries=args.start_retries, env=_rank_env(args),
                    allow_many_ranks=args.allow_many_ranks, resume_retries=args.resume_retries, own_job=True,
-                   **_host_options(args))
+                   fewest=2 + (cfg.spares or 0), **_host_options(args))
     if not fitcmd.under_mpi_launcher():
         raise ConfigError("fit runs on several MPI ranks: give -n N (e.g. -n 4: a driver and 3 workers), "
                           "or start it under mpiexec/srun")

@@ -61,6 +61,7 @@ class HostBook:
 
     max_failures: int = DEFAULT_MAX_HOST_FAILURES
     cooldown: float = DEFAULT_HOST_COOLDOWN
+    fewest: int = FEWEST_RANKS  # the least ranks the job runs on (a driver, a worker, its hot spares)
     losses: list[Loss] = field(default_factory=list)
     out: dict = field(default_factory=dict)  # host -> when it was left out
 
@@ -94,11 +95,11 @@ class HostBook:
                 f"host(s) {lost_text} lost: {len(self.losses)} host losses in this job, more than "
                 f"--max-host-failures={self.max_failures}; not launching again (the checkpoint is kept: "
                 "rerun once the hosts are back, or raise --max-host-failures)"))
-        if fit < FEWEST_RANKS:
+        if fit < self.fewest:
             usable = ", ".join(f"{h}:{n}" for h, n in slots.items() if h not in left_out) or "none"
             return Next(False, left_out, fit, lost_now, (
                 f"host(s) {lost_text} lost: the hosts left ({usable}) have {room} slot(s), and a fit needs at "
-                f"least {FEWEST_RANKS} ranks (a driver and a worker); not launching again (the checkpoint is kept: "
+                f"least {self.fewest} ranks (a driver, a worker and its spares, if any); not launching again (the checkpoint is kept: "
                 "rerun with more hosts)"))
         return Next(True, left_out, fit, lost_now, (
             f"host(s) {lost_text} did not answer: launching again without {', '.join(sorted(left_out))} on "

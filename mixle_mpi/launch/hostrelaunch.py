@@ -58,7 +58,7 @@ class HostRelaunch:
         if nxt.lost_now and not nxt.relaunch:
             log.error(nxt.message)
             return False
-        if nxt.left_out != self.left_out and nxt.ranks >= host_plan.FEWEST_RANKS:
+        if nxt.left_out != self.left_out and nxt.ranks >= self.book.fewest:
             self.left_out, self.ranks = nxt.left_out, nxt.ranks
             self.extra = hostlist.without(self.base_extra, self.hosts, set(nxt.left_out), self.flavor)
         if not nxt.lost_now:

@@ -449,14 +449,15 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
         timeout: float | None = None, blas_threads: int = 1, extra: list[str] | None = None,
         env: dict | None = None, start_retries: int = 1, allow_many_ranks: bool = False,
         resume_retries: int = 1, own_job: bool = False, max_host_failures: int = host_plan.DEFAULT_MAX_HOST_FAILURES,
-        host_cooldown: float = host_plan.DEFAULT_HOST_COOLDOWN) -> int:
+        host_cooldown: float = host_plan.DEFAULT_HOST_COOLDOWN, fewest: int = host_plan.FEWEST_RANKS) -> int:
     """Launch ``cmd`` on ``n`` ranks and return the job's exit code. A job that never
     started (exit NEVER_STARTED: a rank died or hung while starting) is launched again, up
     to ``start_retries`` times: nothing was computed, and a checkpoint resumes the rest. A
     job whose driver could not reconfigure (exit RERUN_TO_RESUME) is launched again up to
     ``resume_retries`` times: it resumes from its checkpoint. A launch over several hosts
     that failed has its hosts probed: one that does not answer is left out and the job
-    launched again on the rest (``HostRelaunch``), up to ``max_host_failures`` host losses.
+    launched again on the rest (``HostRelaunch``), up to ``max_host_failures`` host losses,
+    on no fewer than ``fewest`` ranks (a driver, a worker and the job's hot spares).
     ``own_job``: ``cmd`` is mixle_mpi's own fit, whose every rank marks the start of its MPI
     initialisation, so mpiexec ending before any rank did so is a launch that never started
     too. ``n`` far above the cores here is refused unless ``allow_many_ranks``."""
@@ -480,7 +481,7 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
     left = {exitcodes.NEVER_STARTED: max(0, int(start_retries)), exitcodes.RERUN_TO_RESUME: max(0, int(resume_retries))}
     expect_here = n if own_job and one_host(extra, full) else None  # every rank marks its MPI init
     relaunch = HostRelaunch(exe, flavor, n, list(extra or []), launch_hosts(list(extra or []), full),
-                            host_plan.HostBook(max(0, int(max_host_failures)), float(host_cooldown)),
+                            host_plan.HostBook(max(0, int(max_host_failures)), float(host_cooldown), fewest),
                             {**launch_env(blas_threads), **(env or {})})
     if relaunch.hosts is not None:
         log.info(f"hosts: {', '.join(f'{h}:{k}' for h, k in relaunch.hosts.slots)}; " + hostprobe.node_loss_text(
