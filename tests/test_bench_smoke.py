@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fakehosts import available as fakehosts_missing
+from slurmnodes import available as slurmnodes_missing
 from mpiharness import no_leftover_processes
 
 pytestmark = pytest.mark.mpijob
@@ -84,3 +85,16 @@ def test_the_host_loss_benchmark_splits_the_time_a_lost_host_costs(tmp_path):
     (row,) = report["rows"]
     assert row["ok"] and row["identical"], row
     assert all(row[k] >= 0 for k in ("detection", "teardown", "probe", "relaunch", "reload")) and row["total"] > 0, row
+
+
+@pytest.mark.skipif(bool(slurmnodes_missing()), reason=slurmnodes_missing() or "ok")
+def test_the_node_loss_benchmark_runs_a_clean_and_a_lost_node_job_on_three_slurm_nodes(tmp_path):
+    """bench/node_loss_slurm.py, one small case: the srun template over 3 local SLURM nodes,
+    once clean and once with node2 lost mid-fit; both COMPLETED with the same bits, and the
+    loss was detected and recovered in the job."""
+    out = tmp_path / "node_loss.json"
+    _bench([str(ROOT / "bench" / "node_loss_slurm.py"), "--cases", "srun-openmpi", "--its", "60", "--rows", "200000",
+            "--out", str(out)], timeout=400)
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["ok"] and row["identical"] and not row["relaunched"], row
+    assert 0 < row["detection"] <= row["recovery"], row
