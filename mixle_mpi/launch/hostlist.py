@@ -18,6 +18,13 @@ from dataclasses import dataclass
 
 HOST_FLAGS = ("--host", "-H", "-host", "-hosts")
 FILE_FLAGS = ("--hostfile", "-hostfile", "--machinefile", "-machinefile", "-f", "--default-hostfile")
+# every flag that places ranks on named hosts: those read here, and Open MPI's others
+PLACEMENT_FLAGS = (*HOST_FLAGS, *FILE_FLAGS, "--rankfile", "--dvm-hostfile", "--add-host", "--add-hostfile")
+
+
+def names_hosts(extra: list[str]) -> bool:
+    """Whether mpiexec's ``extra`` flags place ranks on named hosts (pure)."""
+    return any(a.partition("=")[0] in PLACEMENT_FLAGS for a in extra)
 
 
 @dataclass(frozen=True)

@@ -150,8 +150,6 @@ def build_command(mpiexec: str, flavor: str, n: int, cmd: list[str], extra: list
 # Open MPI probes its ofi and uct transports at MPI_Init: about 1 s here (most of a rank's
 # start), for transports that only ever carry traffic between hosts.
 ONE_HOST_BTL = "^ofi,uct"
-HOST_LIST_ARGS = ("--host", "-H", "-host", "--hostfile", "-hostfile", "--machinefile", "-machinefile",
-                  "--default-hostfile", "--rankfile", "--dvm-hostfile", "--add-host", "--add-hostfile")
 ALLOCATION_VARS = ("PBS_NODEFILE", "LSB_HOSTS", "LSB_MCPU_HOSTS", "PE_HOSTFILE", "FLUX_JOB_ID")
 
 
@@ -159,7 +157,7 @@ def one_host(extra: list[str] | None, environ) -> bool:
     """Whether every rank of the launch starts on this host (pure): no host named among
     mpiexec's ``extra`` arguments, no allocation of several nodes or of a batch system's
     host list."""
-    if any(a.split("=")[0] in HOST_LIST_ARGS for a in extra or []):
+    if hostlist.names_hosts(extra or []):
         return False
     nodes = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or "1"
     return nodes.isdigit() and int(nodes) <= 1 and not any(environ.get(v) for v in ALLOCATION_VARS)
