@@ -61,32 +61,69 @@ MODEL_NAMES = ("gmm1d", "diag", "hmm")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--backend", choices=["resilient", "mixle", "bare"], required=True)
     p.add_argument("--model", choices=MODEL_NAMES, default="gmm1d")
     p.add_argument("--n", type=int, default=100000)
-    p.add_argument("--its", type=int, default=6, help="EM iterations (delta=None: exactly this many)")
+    p.add_argument(
+        "--its", type=int, default=6, help="EM iterations (delta=None: exactly this many)"
+    )
     p.add_argument("--data-seed", type=int, default=1)
     p.add_argument("--seed", type=int, default=7, help="seed of the EM initialization")
     p.add_argument("--init-p", type=float, default=0.1)
-    p.add_argument("--mixle-data", choices=["root", "all"], default="root",
-                   help="mixle backend: data on rank 0 only (root_only=True, scattered) or on every rank")
-    p.add_argument("--workdir", default=None, help="resilient backend: shard store/event log dir (default: a temp dir)")
-    p.add_argument("--profile", default=None, help="cProfile rank 0's optimize() call into this .pstats file")
-    p.add_argument("--poll-cap", type=float, default=None,
-                   help="what-if (resilient only): set the ceiling of mixle_mpi's polling backoff to this "
-                   "many seconds on every rank (the library's own is 5 ms); a diagnostic, not a setting "
-                   "of the library")
-    p.add_argument("--no-poll-windows", action="store_true",
-                   help="what-if (resilient only): no fine polling where a message is due (policy/pacing.py); "
-                   "every wait backs off to its ceiling as before")
-    p.add_argument("--num-shards", type=int, default=None, help="resilient: shards S (default here: one per worker, like for like with mixle's MPI handle)")
-    p.add_argument("--h5", default=None, help="resilient: read the data from this HDF5 file (dataset 'data'), "
-                   "handed to the handle as an h5py.Dataset; --n and --data-seed are then ignored")
-    p.add_argument("--count-bytes", action="store_true",
-                   help="resilient: count the pickled bytes of every message the driver sends and receives")
-    p.add_argument("--launched-at", type=float, default=None,
-                   help="wall time at which the launcher was started (for launch-to-first-E-step)")
+    p.add_argument(
+        "--mixle-data",
+        choices=["root", "all"],
+        default="root",
+        help="mixle backend: data on rank 0 only (root_only=True, scattered) or on every rank",
+    )
+    p.add_argument(
+        "--workdir",
+        default=None,
+        help="resilient backend: shard store/event log dir (default: a temp dir)",
+    )
+    p.add_argument(
+        "--profile", default=None, help="cProfile rank 0's optimize() call into this .pstats file"
+    )
+    p.add_argument(
+        "--poll-cap",
+        type=float,
+        default=None,
+        help="what-if (resilient only): set the ceiling of mixle_mpi's polling backoff to this "
+        "many seconds on every rank (the library's own is 5 ms); a diagnostic, not a setting "
+        "of the library",
+    )
+    p.add_argument(
+        "--no-poll-windows",
+        action="store_true",
+        help="what-if (resilient only): no fine polling where a message is due (policy/pacing.py); "
+        "every wait backs off to its ceiling as before",
+    )
+    p.add_argument(
+        "--num-shards",
+        type=int,
+        default=None,
+        help="resilient: shards S (default here: one per worker, like for like with mixle's MPI handle)",
+    )
+    p.add_argument(
+        "--h5",
+        default=None,
+        help="resilient: read the data from this HDF5 file (dataset 'data'), "
+        "handed to the handle as an h5py.Dataset; --n and --data-seed are then ignored",
+    )
+    p.add_argument(
+        "--count-bytes",
+        action="store_true",
+        help="resilient: count the pickled bytes of every message the driver sends and receives",
+    )
+    p.add_argument(
+        "--launched-at",
+        type=float,
+        default=None,
+        help="wall time at which the launcher was started (for launch-to-first-E-step)",
+    )
     p.add_argument("--out", required=True, help="rank 0 writes the JSON record here")
     return p.parse_args(argv)
 
@@ -123,6 +160,7 @@ class StepClock:
 
 def timed(fn, done):
     """``fn`` wrapped to call ``done(start, end)`` after every call, even a failing one."""
+
     @functools.wraps(fn)
     def wrapper(*a, **k):
         t0 = now()
@@ -130,6 +168,7 @@ def timed(fn, done):
             return fn(*a, **k)
         finally:
             done(t0, now())
+
     return wrapper
 
 
@@ -199,16 +238,27 @@ def rounds_beyond_compute(wev, estep_rounds, stamps, announces) -> list[dict]:
                 first("rung", at)
         if per:
             slowest = max(per, key=per.get)
-            out.append({"beyond": (end - start) - per[slowest], "slowest": slowest, "scored": scored, **marks})
+            out.append(
+                {
+                    "beyond": (end - start) - per[slowest],
+                    "slowest": slowest,
+                    "scored": scored,
+                    **marks,
+                }
+            )
     return out
 
 
 def round_start(per_round: list[dict]) -> dict:
     """Medians over rounds of ``rounds_beyond_compute``'s start marks, and of the time beyond
     compute where the driver (rank 0) computed longest and where a worker did."""
-    out = {k: med([r.get(k) for r in per_round]) for k in ("rung", "received", "model", "computing")}
-    for who, rows in (("driver", [r for r in per_round if r["slowest"] == 0]),
-                      ("worker", [r for r in per_round if r["slowest"] != 0])):
+    out = {
+        k: med([r.get(k) for r in per_round]) for k in ("rung", "received", "model", "computing")
+    }
+    for who, rows in (
+        ("driver", [r for r in per_round if r["slowest"] == 0]),
+        ("worker", [r for r in per_round if r["slowest"] != 0]),
+    ):
         out[f"beyond_where_{who}_slowest"] = med([r["beyond"] for r in rows])
         out[f"rounds_{who}_slowest"] = len(rows)
     return out
@@ -241,8 +291,16 @@ def summary(xs: list[float]) -> dict:
 def run_optimize(est, enc, args, clock, out_stream, profile_path):
     from mixle.inference.estimation import optimize
 
-    kwargs = dict(enc_data=enc, max_its=args.its, delta=None, init_p=args.init_p,
-                  rng=np.random.RandomState(args.seed), on_step=clock, out=out_stream, print_iter=0)
+    kwargs = dict(
+        enc_data=enc,
+        max_its=args.its,
+        delta=None,
+        init_p=args.init_p,
+        rng=np.random.RandomState(args.seed),
+        on_step=clock,
+        out=out_stream,
+        print_iter=0,
+    )
     if profile_path:
         import cProfile
 
@@ -270,6 +328,7 @@ def estep_work_calls(events, estep_rounds) -> list[float]:
     """Per E-step round, the seconds of the calls it served: its own E-step call, or, computed
     ahead in a scoring call (policy/lookahead.py), that scoring call plus the E-step call that
     took its results (fold end and M-step). What one E-step costs the fit either way."""
+
     def spans(label):
         return [(end - dur, end) for lab, end, dur, *_ in events if lab == label]
 
@@ -289,12 +348,19 @@ def base_record(args, describe, clock, t_setup, t_fit, events) -> dict:
     per_it = clock.per_iteration()
     st = clock.stamps
     return {
-        "backend": args.backend, "model": args.model, "describe": describe, "n": args.n,
-        "its_requested": args.its, "poll_cap": getattr(args, "poll_cap", None), "its_done": len(st),
+        "backend": args.backend,
+        "model": args.model,
+        "describe": describe,
+        "n": args.n,
+        "its_requested": args.its,
+        "poll_cap": getattr(args, "poll_cap", None),
+        "its_done": len(st),
         "per_iteration_seconds": per_it,
         "median": statistics.median(per_it) if per_it else None,
-        "min": min(per_it) if per_it else None, "max": max(per_it) if per_it else None,
-        "setup_seconds": t_setup, "fit_seconds": t_fit,
+        "min": min(per_it) if per_it else None,
+        "max": max(per_it) if per_it else None,
+        "setup_seconds": t_setup,
+        "fit_seconds": t_fit,
         "final_ll": clock.lls[-1] if clock.lls else None,
         "lls": list(clock.lls),  # every iteration's log likelihood: the bits, compared across runs
         "rank0_cpu_cores": clock.cpu_cores(),
@@ -335,7 +401,9 @@ def _instrument_workers(timing_dir: str):
         item (bench/memory_startup.py times importing them in a fresh interpreter)."""
         if not listed and rank != 0:
             listed.append(True)
-            with open(os.path.join(timing_dir, f"modules_{rank}.json"), "w", encoding="utf-8") as fh:
+            with open(
+                os.path.join(timing_dir, f"modules_{rank}.json"), "w", encoding="utf-8"
+            ) as fh:
                 json.dump(sorted(sys.modules), fh)
 
     def compute(ev) -> None:
@@ -343,12 +411,21 @@ def _instrument_workers(timing_dir: str):
         if ev.phase == "begin":
             if ev.name == "estep_shard":
                 list_modules()
-            started[key] = (resource.getrusage(resource.RUSAGE_THREAD).ru_minflt, now(), time.thread_time())
+            started[key] = (
+                resource.getrusage(resource.RUSAGE_THREAD).ru_minflt,
+                now(),
+                time.thread_time(),
+            )
             return
         f0, t0, c0 = started.pop(key)
         t1, c1 = now(), time.thread_time()
         f1 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
-        lines.append(json.dumps([SHARD_COMPUTE[ev.name], t1, t1 - t0, rank, time.process_time(), c1 - c0, f1 - f0]) + "\n")
+        lines.append(
+            json.dumps(
+                [SHARD_COMPUTE[ev.name], t1, t1 - t0, rank, time.process_time(), c1 - c0, f1 - f0]
+            )
+            + "\n"
+        )
 
     def hear(ev) -> None:
         if ev.name in SHARD_COMPUTE:
@@ -372,7 +449,9 @@ def _instrument_workers(timing_dir: str):
     return flush  # the driver's own share (driver_computes) is written when it calls this
 
 
-def _instrument_driver(events: list, estep_rounds: list, announces: list, payload: dict, count_bytes: bool) -> dict:
+def _instrument_driver(
+    events: list, estep_rounds: list, announces: list, payload: dict, count_bytes: bool
+) -> dict:
     """Rank 0, once the handle is built: the handle's two calls and the driver's rounds into
     ``events``, every E-step round's (start, end, scored) into ``estep_rounds``, when the
     driver rings the workers into ``announces``. Returns what it saw of the driver's mailroom
@@ -386,14 +465,20 @@ def _instrument_driver(events: list, estep_rounds: list, announces: list, payloa
             return
         if ev.name in ("estep_call", "llsum_call"):
             events.append((ev.name, ev.at, ev.seconds))
-        elif ev.name == "round":  # the driver's round (dispatch -> last shard result; no fold, no M-step)
+        elif (
+            ev.name == "round"
+        ):  # the driver's round (dispatch -> last shard result; no fold, no M-step)
             kind = ev.args[1]
             events.append((f"{kind}_round", ev.at, ev.seconds))
             if kind == "estep":
-                estep_rounds.append((ev.at - ev.seconds, ev.at, ev.kwargs.get("scores") is not None))
+                estep_rounds.append(
+                    (ev.at - ev.seconds, ev.at, ev.kwargs.get("scores") is not None)
+                )
                 if count_bytes and "estep_result_bytes" not in payload and ev.result is not None:
                     payload["estep_result_bytes"] = sum(len(v) for v in ev.result.values())
-                    payload["estep_stat_numeric_bytes"] = sum(numeric_bytes(pickle.loads(v)) for v in ev.result.values())
+                    payload["estep_stat_numeric_bytes"] = sum(
+                        numeric_bytes(pickle.loads(v)) for v in ev.result.values()
+                    )
         elif ev.name == "workers_rung":  # the driver has rung the workers a round was sent to
             announces.append(("announce", ev.at, ev.seconds))
             seen["mail"] = ev.args[0]
@@ -441,11 +526,14 @@ def run_resilient(args) -> None:
     # one shard per worker unless told: the comparison with mixle's MPIEncodedData (one
     # partition per process) is then like for like
     from mpi4py import MPI
+
     from mixle_mpi.core.settings import Settings
+
     here = 1 if Settings.resolve().driver_computes else 0  # the driver computes a share too
     shards = args.num_shards or max(1, MPI.COMM_WORLD.Get_size() - 1 + here)
-    enc = ResilientMPIEncodedData(data, estimator=est, workdir=workdir,
-                                  num_shards=shards)  # workers serve inside
+    enc = ResilientMPIEncodedData(
+        data, estimator=est, workdir=workdir, num_shards=shards
+    )  # workers serve inside
     startup["handle_done"] = time.time()
     startup["vmhwm_after_setup"] = vm_hwm()
     t_setup = now() - t0
@@ -476,8 +564,12 @@ def run_resilient(args) -> None:
         with open(f, encoding="utf-8") as fh:
             wev.extend(tuple(json.loads(line)) for line in fh if line.strip())
     # per iteration, the slowest worker's compute (the workers run in parallel)
-    record["worker_estep_compute"] = summary(per_iteration_totals(wev, st, "worker_estep", by_source=True))
-    record["worker_llsum_compute"] = summary(per_iteration_totals(wev, st, "worker_llsum", by_source=True))
+    record["worker_estep_compute"] = summary(
+        per_iteration_totals(wev, st, "worker_estep", by_source=True)
+    )
+    record["worker_llsum_compute"] = summary(
+        per_iteration_totals(wev, st, "worker_llsum", by_source=True)
+    )
     per_round = rounds_beyond_compute(wev, estep_rounds, st, announces)
     record["round_beyond_compute"] = summary([r["beyond"] for r in per_round])
     record["round_start"] = round_start(per_round)
@@ -491,12 +583,20 @@ def run_resilient(args) -> None:
         if first and mine[-1][1] > first[-1][1]:
             cores.append((mine[-1][4] - first[-1][4]) / (mine[-1][1] - first[-1][1]))
     record["worker_cpu_cores"] = cores
-    record.update(ranks=MPI.COMM_WORLD.Get_size(), compute_ranks=MPI.COMM_WORLD.Get_size() - 1 + (1 if driver_shards else 0),
-                  driver_shards=driver_shards,
-                  num_shards=num_shards, failures=failures, rounds=rounds,
-                  estep_calls=[list(ev) for ev in events if ev[0] == "estep_call"],
-                  iteration_stamps=st, launched_at=args.launched_at, payload=payload,
-                  rung_workers=rung, estep_work_calls=estep_work_calls(events, estep_rounds))
+    record.update(
+        ranks=MPI.COMM_WORLD.Get_size(),
+        compute_ranks=MPI.COMM_WORLD.Get_size() - 1 + (1 if driver_shards else 0),
+        driver_shards=driver_shards,
+        num_shards=num_shards,
+        failures=failures,
+        rounds=rounds,
+        estep_calls=[list(ev) for ev in events if ev[0] == "estep_call"],
+        iteration_stamps=st,
+        launched_at=args.launched_at,
+        payload=payload,
+        rung_workers=rung,
+        estep_work_calls=estep_work_calls(events, estep_rounds),
+    )
     startup["first_round_started_at"] = rounds[0]["started_at"] if rounds else None
     listed = sorted(glob.glob(os.path.join(timing_dir, "modules_*.json")))
     if listed:
@@ -504,7 +604,9 @@ def run_resilient(args) -> None:
             startup["worker_modules"] = json.load(fh)
     startup["vmhwm_end"] = vm_hwm()
     record["startup"] = startup
-    record["worker_page_faults_per_estep"] = med([ev[6] for ev in wev if ev[0] == "worker_estep" and len(ev) > 6])
+    record["worker_page_faults_per_estep"] = med(
+        [ev[6] for ev in wev if ev[0] == "worker_estep" and len(ev) > 6]
+    )
     if args.count_bytes:
         for label in ("bytes_down", "bytes_up", "bytes_hb"):
             record[label] = summary(per_iteration_totals(events, st, label))
@@ -525,8 +627,14 @@ def run_bare(args) -> None:
 
     MPI.COMM_WORLD.Barrier()
     if MPI.COMM_WORLD.Get_rank() == 0:
-        write_json(args.out, {"launched_at": args.launched_at, "script_started_at": args.script_started_at,
-                              "barrier_done_at": time.time()})
+        write_json(
+            args.out,
+            {
+                "launched_at": args.launched_at,
+                "script_started_at": args.script_started_at,
+                "barrier_done_at": time.time(),
+            },
+        )
         from mixle_mpi.runtime.exiting import write_status
 
         write_status(0, "finished (bare MPI startup benchmark job)")
@@ -567,7 +675,11 @@ def _instrument_driver_startup(startup: dict) -> None:
     """Rank 0 only: time the setup phases (shard store write, worker setup, shard loading)."""
     from mixle_mpi.core import probes
 
-    labels = {"store_create": "store_write", "driver_setup": "worker_setup", "shard_load": "shard_load"}
+    labels = {
+        "store_create": "store_write",
+        "driver_setup": "worker_setup",
+        "shard_load": "shard_load",
+    }
 
     def hear(ev) -> None:
         if ev.phase == "end" and ev.name in labels:
@@ -587,12 +699,23 @@ def _count_bytes(events: list) -> None:
     label = {TAG_CMD: "bytes_down", TAG_REPLY: "bytes_up", TAG_HB: "bytes_hb"}
 
     def count(tag, obj):
-        events.append((label.get(tag, "bytes_other"), now(), len(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))))
+        events.append(
+            (
+                label.get(tag, "bytes_other"),
+                now(),
+                len(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)),
+            )
+        )
 
     def hear(ev) -> None:
         if ev.name == "message_posted":
             count(ev.args[0], ev.args[1])
-        elif ev.name == "message_polled" and ev.phase == "end" and ev.result is not None and ev.args[1] != TAG_REPLY:
+        elif (
+            ev.name == "message_polled"
+            and ev.phase == "end"
+            and ev.result is not None
+            and ev.args[1] != TAG_REPLY
+        ):
             count(ev.args[1], ev.result)
         elif ev.name == "reply_taken" and ev.phase == "begin":
             count(TAG_REPLY, ev.args[2])
@@ -602,8 +725,8 @@ def _count_bytes(events: list) -> None:
 
 # -- mixle's own MPIEncodedData -----------------------------------------------------------------
 def run_mixle(args) -> None:
-    from mpi4py import MPI
     from mixle.utils.parallel.mpi import MPIEncodedData
+    from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
@@ -633,9 +756,13 @@ def run_mixle(args) -> None:
         st = clock.stamps
         record = base_record(args, describe, clock, t_setup, t_fit, events)
         flat = [ev for evs in everyone for ev in evs]
-        record["local_estep_compute"] = summary(per_iteration_totals(flat, st, "local_estep", by_source=True))
+        record["local_estep_compute"] = summary(
+            per_iteration_totals(flat, st, "local_estep", by_source=True)
+        )
         record["rank0_local_estep_compute"] = summary(per_iteration_totals(mine, st, "local_estep"))
-        record["round_beyond_compute"] = summary(mixle_calls_beyond_compute(events, flat, msteps, st))
+        record["round_beyond_compute"] = summary(
+            mixle_calls_beyond_compute(events, flat, msteps, st)
+        )
         record.update(ranks=comm.Get_size(), compute_ranks=comm.Get_size(), root_only=root_only)
         write_json(args.out, record)
         # the launcher trusts the driver's status file over mpiexec's exit code; mixle's handle

@@ -16,7 +16,6 @@ Rank 0 writes the per-iteration medians (iterations 2..its) of each fit to ``--o
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -31,18 +30,25 @@ from bench._job import MODEL_NAMES, StepClock, model_spec, run_optimize, write_j
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--model", choices=MODEL_NAMES, default="diag")
     p.add_argument("--n", type=int, default=10_000)
     p.add_argument("--its", type=int, default=30)
-    p.add_argument("--mixle-fits", type=int, default=2, help="mixle fits before ours; the first is not counted")
+    p.add_argument(
+        "--mixle-fits", type=int, default=2, help="mixle fits before ours; the first is not counted"
+    )
     p.add_argument("--data-seed", type=int, default=1)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--init-p", type=float, default=0.1)
     p.add_argument("--profile", default=None)
-    p.add_argument("--defaults", action="store_true",
-                   help="ours as `mixle-mpi fit` runs by default: mixle_mpi.fit with a checkpoint on the default "
-                        "cadence and failover armed (not the bare optimize)")
+    p.add_argument(
+        "--defaults",
+        action="store_true",
+        help="ours as `mixle-mpi fit` runs by default: mixle_mpi.fit with a checkpoint on the default "
+        "cadence and failover armed (not the bare optimize)",
+    )
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
 
@@ -66,9 +72,16 @@ def fit_as_by_default(enc, est, args, workdir: str, clock: StepClock) -> float:
 
     from mixle_mpi import fit
 
-    fit(enc, est, max_its=args.its, delta=None, init_p=args.init_p, seed=args.seed,
+    fit(
+        enc,
+        est,
+        max_its=args.its,
+        delta=None,
+        init_p=args.init_p,
+        seed=args.seed,
         checkpoint=os.path.join(workdir, "checkpoint.h5"),
-        on_iteration=lambda i, ll, saved: clock(SimpleNamespace(log_density=ll)))
+        on_iteration=lambda i, ll, saved: clock(SimpleNamespace(log_density=ll)),
+    )
     return sum(e["seconds"] for e in enc.events.events if e["event"] == "checkpoint")
 
 
@@ -77,8 +90,8 @@ def main(argv=None) -> None:
     from threadpoolctl import threadpool_limits
 
     _blas = threadpool_limits(limits=1)  # noqa: F841 - BLAS on one thread on every rank, as in _job.py
-    from mpi4py import MPI
     from mixle.utils.parallel.mpi import MPIEncodedData
+    from mpi4py import MPI
 
     from mixle_mpi import ResilientMPIEncodedData, is_driver
 
@@ -101,8 +114,13 @@ def main(argv=None) -> None:
     if rank == 0:
         shutil.rmtree(workdir, ignore_errors=True)
     est = make_est()
-    enc = ResilientMPIEncodedData(data if is_driver() else None, estimator=est, workdir=workdir,
-                                  num_shards=comm.Get_size(), failover=args.defaults)  # workers serve inside, then exit
+    enc = ResilientMPIEncodedData(
+        data if is_driver() else None,
+        estimator=est,
+        workdir=workdir,
+        num_shards=comm.Get_size(),
+        failover=args.defaults,
+    )  # workers serve inside, then exit
     clock = StepClock()
     with enc:
         t0 = time.perf_counter()
@@ -114,17 +132,27 @@ def main(argv=None) -> None:
         driver_shards = list(enc.driver_shards)
     shutil.rmtree(workdir, ignore_errors=True)
     ours, ours_p10 = median_per_iteration(clock), low_decile(clock)
-    write_json(args.out, {
-        "model": args.model, "n": args.n, "its": args.its, "ranks": comm.Get_size(),
-        "mixle_ms_per_it": [m * 1e3 for m in mixle_ms], "ours_ms_per_it": ours * 1e3,
-        "ratio": ours / statistics.median(mixle_ms[1:] or mixle_ms),
-        "mixle_p10_ms": [m * 1e3 for m in mixle_p10], "ours_p10_ms": ours_p10 * 1e3,
-        "ratio_p10": ours_p10 / statistics.median(mixle_p10[1:] or mixle_p10),
-        "driver_shards": driver_shards, "finished_at": time.time(), "defaults": args.defaults,
-        "checkpoint_share": checkpoint_seconds / wall if args.defaults else None,
-        # the same final log-likelihood, to the bit, from every fit (as bench/overhead.py checks)
-        "same_final_ll": len({*mixle_ll, clock.lls[-1] if clock.lls else None}) == 1,
-    })
+    write_json(
+        args.out,
+        {
+            "model": args.model,
+            "n": args.n,
+            "its": args.its,
+            "ranks": comm.Get_size(),
+            "mixle_ms_per_it": [m * 1e3 for m in mixle_ms],
+            "ours_ms_per_it": ours * 1e3,
+            "ratio": ours / statistics.median(mixle_ms[1:] or mixle_ms),
+            "mixle_p10_ms": [m * 1e3 for m in mixle_p10],
+            "ours_p10_ms": ours_p10 * 1e3,
+            "ratio_p10": ours_p10 / statistics.median(mixle_p10[1:] or mixle_p10),
+            "driver_shards": driver_shards,
+            "finished_at": time.time(),
+            "defaults": args.defaults,
+            "checkpoint_share": checkpoint_seconds / wall if args.defaults else None,
+            # the same final log-likelihood, to the bit, from every fit (as bench/overhead.py checks)
+            "same_final_ll": len({*mixle_ll, clock.lls[-1] if clock.lls else None}) == 1,
+        },
+    )
 
 
 if __name__ == "__main__":

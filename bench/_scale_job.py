@@ -40,8 +40,17 @@ if _ROOT not in sys.path:
 from bench import _job  # noqa: E402
 from mixle_mpi.core import probes  # noqa: E402
 
-STATE: dict = {"heartbeat_thread": None, "passes": 0, "rounds": [], "beats": [], "monitor_period": None,
-               "idle_seconds": 0.0, "idle": None, "estep_sleep": 0.0, "round_start": None}
+STATE: dict = {
+    "heartbeat_thread": None,
+    "passes": 0,
+    "rounds": [],
+    "beats": [],
+    "monitor_period": None,
+    "idle_seconds": 0.0,
+    "idle": None,
+    "estep_sleep": 0.0,
+    "round_start": None,
+}
 
 
 def _monitor_cpu() -> float | None:
@@ -56,7 +65,13 @@ def _monitor_cpu() -> float | None:
 
 
 def _sample() -> list:
-    return [time.monotonic(), time.process_time(), time.thread_time(), _monitor_cpu(), STATE["passes"]]
+    return [
+        time.monotonic(),
+        time.process_time(),
+        time.thread_time(),
+        _monitor_cpu(),
+        STATE["passes"],
+    ]
 
 
 def _round(ev) -> None:
@@ -68,7 +83,9 @@ def _round(ev) -> None:
             STATE["idle"] = {"start": i0, "end": _sample()}
         STATE["round_start"] = _sample()
     else:
-        STATE["rounds"].append({"kind": ev.args[1], "start": STATE["round_start"], "end": _sample()})
+        STATE["rounds"].append(
+            {"kind": ev.args[1], "start": STATE["round_start"], "end": _sample()}
+        )
 
 
 def _heartbeats(ev) -> None:
@@ -86,7 +103,12 @@ def hear(ev) -> None:
         _round(ev)
     elif ev.name == "heartbeats_heard" and ev.phase == "begin":
         _heartbeats(ev)
-    elif ev.name == "worker_task" and ev.phase == "begin" and STATE["estep_sleep"] and ev.args[1].kind == "estep":
+    elif (
+        ev.name == "worker_task"
+        and ev.phase == "begin"
+        and STATE["estep_sleep"]
+        and ev.args[1].kind == "estep"
+    ):
         time.sleep(STATE["estep_sleep"])
 
 
@@ -95,11 +117,21 @@ def _listen() -> None:
     write_json = _job.write_json
 
     def write_with_scale(path, record_):
-        record_["scale"] = {"rounds": STATE["rounds"], "beats": STATE["beats"], "idle": STATE["idle"],
-                            "heartbeat_period": STATE["monitor_period"], "driver_pid": os.getpid(),
-                            "threads_at_end": threading.active_count(),
-                            "sample_fields": ["monotonic", "process_cpu", "main_thread_cpu",
-                                              "heartbeat_thread_cpu", "poll_passes"]}
+        record_["scale"] = {
+            "rounds": STATE["rounds"],
+            "beats": STATE["beats"],
+            "idle": STATE["idle"],
+            "heartbeat_period": STATE["monitor_period"],
+            "driver_pid": os.getpid(),
+            "threads_at_end": threading.active_count(),
+            "sample_fields": [
+                "monotonic",
+                "process_cpu",
+                "main_thread_cpu",
+                "heartbeat_thread_cpu",
+                "poll_passes",
+            ],
+        }
         write_json(path, record_)
 
     _job.write_json = write_with_scale
@@ -111,7 +143,7 @@ def main(argv: list[str]) -> None:
         if flag in argv:
             i = argv.index(flag)
             STATE[key] = float(argv[i + 1])
-            del argv[i:i + 2]
+            del argv[i : i + 2]
     _listen()
     _job.main(argv)
 

@@ -34,7 +34,7 @@ def main(argv: list[str]) -> None:
     if "--shard-sleep" in argv:
         i = argv.index("--shard-sleep")
         SLEEP["seconds"] = float(argv[i + 1])
-        del argv[i:i + 2]
+        del argv[i : i + 2]
     probes.listen(hear)
     _job.main(argv)
 

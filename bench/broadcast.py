@@ -70,7 +70,10 @@ def driver(comm, reps: int) -> dict:
                 wall.append(time.perf_counter() - w0)
                 for d in dests:  # every worker has it: the next round starts clean
                     backoff_recv(comm, source=d, tag=TAG + 2)
-            out[f"{method}:{size}"] = {"cpu_ms": statistics.median(cpu) * 1e3, "wall_ms": statistics.median(wall) * 1e3}
+            out[f"{method}:{size}"] = {
+                "cpu_ms": statistics.median(cpu) * 1e3,
+                "wall_ms": statistics.median(wall) * 1e3,
+            }
     return out
 
 
@@ -86,7 +89,9 @@ def worker(comm, reps: int) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -100,10 +105,23 @@ def main(argv=None) -> int:
     for size in SIZES:
         p, b = res[f"p2p:{size}"], res[f"bcast:{size}"]
         per_dest = p["cpu_ms"] / w
-        rows.append({"bytes": size, "p2p_cpu_ms": p["cpu_ms"], "p2p_wall_ms": p["wall_ms"], "bcast_cpu_ms": b["cpu_ms"],
-                     "bcast_wall_ms": b["wall_ms"], "p2p_cpu_ms_per_worker": per_dest,
-                     "max_w_within_5pct_of_100ms": int(5.0 / per_dest) if per_dest > 0 else None})
-    report = {"workers": w, "reps": args.reps, "mpi": MPI.Get_library_version().splitlines()[0], "rows": rows}
+        rows.append(
+            {
+                "bytes": size,
+                "p2p_cpu_ms": p["cpu_ms"],
+                "p2p_wall_ms": p["wall_ms"],
+                "bcast_cpu_ms": b["cpu_ms"],
+                "bcast_wall_ms": b["wall_ms"],
+                "p2p_cpu_ms_per_worker": per_dest,
+                "max_w_within_5pct_of_100ms": int(5.0 / per_dest) if per_dest > 0 else None,
+            }
+        )
+    report = {
+        "workers": w,
+        "reps": args.reps,
+        "mpi": MPI.Get_library_version().splitlines()[0],
+        "rows": rows,
+    }
     print(json.dumps(report, indent=1))
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:

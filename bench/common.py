@@ -32,14 +32,43 @@ def spread(xs) -> dict:
     if not xs:
         return {"n": 0, "median": None, "min": None, "max": None, "q1": None, "q3": None}
     q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
-    return {"n": len(xs), "median": statistics.median(xs), "min": xs[0], "max": xs[-1], "q1": q[0], "q3": q[2]}
+    return {
+        "n": len(xs),
+        "median": statistics.median(xs),
+        "min": xs[0],
+        "max": xs[-1],
+        "q1": q[0],
+        "q3": q[2],
+    }
 
 
-def figure(item: str, name: str, ratios, *, baseline: str, target: str | None, met: bool | None,
-           command: str, why: str = "", unit: str = "ratio", **extra) -> dict:
+def figure(
+    item: str,
+    name: str,
+    ratios,
+    *,
+    baseline: str,
+    target: str | None,
+    met: bool | None,
+    command: str,
+    why: str = "",
+    unit: str = "ratio",
+    **extra,
+) -> dict:
     """One reported figure: per-rep ratios (each against a baseline from the same run)."""
-    return {"item": item, "name": name, "unit": unit, "ratio": spread(ratios), "values": list(ratios),
-            "baseline": baseline, "target": target, "met": met, "why": why, "command": command, **extra}
+    return {
+        "item": item,
+        "name": name,
+        "unit": unit,
+        "ratio": spread(ratios),
+        "values": list(ratios),
+        "baseline": baseline,
+        "target": target,
+        "met": met,
+        "why": why,
+        "command": command,
+        **extra,
+    }
 
 
 def fmt(x, digits: int = 2) -> str:
@@ -63,14 +92,34 @@ def job_env(extra: dict | None = None) -> dict:
 
 def launcher(python: str, ranks: int, cmd: list[str], timeout: float = 600.0) -> list[str]:
     """``python -m mixle_mpi run -n ranks -- cmd``: the same mpiexec flags for every job."""
-    return [python, "-m", "mixle_mpi", "run", "-n", str(ranks), "--timeout", f"{timeout:g}", "--", *cmd]
+    return [
+        python,
+        "-m",
+        "mixle_mpi",
+        "run",
+        "-n",
+        str(ranks),
+        "--timeout",
+        f"{timeout:g}",
+        "--",
+        *cmd,
+    ]
 
 
-def run(cmd: list[str], env: dict | None = None, timeout: float = 660.0) -> tuple[int | None, str, float]:
+def run(
+    cmd: list[str], env: dict | None = None, timeout: float = 660.0
+) -> tuple[int | None, str, float]:
     """Run one command in its own session; (exit code or None on timeout, output, wall s)."""
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env or job_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env or job_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
         rc = proc.returncode
@@ -128,7 +177,9 @@ def children_cpu_seconds() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def wait_for_quiet(max_wait: float, threshold: float = 0.3, sample: float = 1.0) -> tuple[float, float | None]:
+def wait_for_quiet(
+    max_wait: float, threshold: float = 0.3, sample: float = 1.0
+) -> tuple[float, float | None]:
     """Wait until the host used < threshold cores over a ``sample``-second window, at most
     max_wait seconds. Returns (seconds waited, cores busy in the last window)."""
     t0 = time.monotonic()
@@ -150,7 +201,9 @@ def script_main(measure, doc: str, argv=None) -> int:
     import argparse
     import json
 
-    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args(argv)

@@ -63,7 +63,11 @@ def child(source: str, module_file: str | None, workdir: str) -> dict:
     with ShardStore.create(os.path.join(workdir, "shards.h5"), loaded.data, 4):
         pass
     loaded.close()
-    return {"peak_kb": _status_kb("VmHWM"), "baseline_kb": baseline, "seconds": time.perf_counter() - t0}
+    return {
+        "peak_kb": _status_kb("VmHWM"),
+        "baseline_kb": baseline,
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def write_inputs(directory: str, rows: int, cols: int, seed: int = 1) -> tuple[str, str]:
@@ -79,22 +83,32 @@ def write_inputs(directory: str, rows: int, cols: int, seed: int = 1) -> tuple[s
         for a in range(0, rows, 100_000):
             block = np.round(rng.normal(size=(min(100_000, rows - a), cols)), 6)
             np.savetxt(fh, block, delimiter=",", fmt="%.6f")
-            ds[a:a + len(block)] = block
+            ds[a : a + len(block)] = block
     return csv_path, f"{h5_path}:/X"
 
 
 def measure(source: str, module_file: str | None, tmp: str) -> dict:
     with tempfile.TemporaryDirectory(dir=tmp) as work:
-        out = subprocess.run([sys.executable, __file__, "--child", source, "--workdir", work]
-                             + (["--module-file", module_file] if module_file else []),
-                             capture_output=True, text=True, check=True, cwd=ROOT)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", source, "--workdir", work]
+            + (["--module-file", module_file] if module_file else []),
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def before_module(rev: str, tmp: str) -> str:
     path = os.path.join(tmp, f"datainput_{rev}.py")
-    text = subprocess.run(["git", "show", f"{rev}:mixle_mpi/cli/datainput.py"], capture_output=True, text=True,
-                          check=True, cwd=ROOT).stdout
+    text = subprocess.run(
+        ["git", "show", f"{rev}:mixle_mpi/cli/datainput.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
     return path
@@ -106,31 +120,50 @@ def table(results: dict[str, list[dict]], rows: int, csv_mb: float, command: str
 
     base = "HDF5"
     h5_peak, h5_above = med(base, "peak_kb"), med(base, "peak_kb") - med(base, "baseline_kb")
-    lines = [f"# Driver memory: CSV against HDF5 ({rows:,} rows, CSV file {csv_mb:.1f} MB)", "",
-             "Reading `--data` and writing the shard store, each in a fresh process with the same imports; "
-             f"medians of {len(results[base])} interleaved repetitions.", "",
-             "| input | peak RSS MB | above baseline MB | peak / HDF5 peak | above baseline / HDF5's | seconds |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# Driver memory: CSV against HDF5 ({rows:,} rows, CSV file {csv_mb:.1f} MB)",
+        "",
+        "Reading `--data` and writing the shard store, each in a fresh process with the same imports; "
+        f"medians of {len(results[base])} interleaved repetitions.",
+        "",
+        "| input | peak RSS MB | above baseline MB | peak / HDF5 peak | above baseline / HDF5's | seconds |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for name in results:
         peak, above = med(name, "peak_kb"), med(name, "peak_kb") - med(name, "baseline_kb")
         secs = statistics.median(r["seconds"] for r in results[name])
-        lines.append(f"| {name} | {peak:.1f} | {above:.1f} | {peak / h5_peak:.2f} | {above / h5_above:.2f} | {secs:.2f} |")
+        lines.append(
+            f"| {name} | {peak:.1f} | {above:.1f} | {peak / h5_peak:.2f} | {above / h5_above:.2f} | {secs:.2f} |"
+        )
     from mixle_mpi.cli.datainput import BLOCK_ROWS, SPILL_BYTES
 
-    lines += ["", f"A numeric CSV is parsed {BLOCK_ROWS} records at a time; when its numbers take more than "
-              f"{SPILL_BYTES >> 20} MiB they go to a temporary HDF5 file (unlinked at once) that the shard store "
-              "is streamed from, as from an HDF5 input; a smaller one stays in memory as one float array. "
-              "\"Above baseline\" is the peak minus the process's RSS after its imports: what the data path "
-              "itself costs.", "", f"Command: `{command}`", ""]
+    lines += [
+        "",
+        f"A numeric CSV is parsed {BLOCK_ROWS} records at a time; when its numbers take more than "
+        f"{SPILL_BYTES >> 20} MiB they go to a temporary HDF5 file (unlinked at once) that the shard store "
+        "is streamed from, as from an HDF5 input; a smaller one stays in memory as one float array. "
+        '"Above baseline" is the peak minus the process\'s RSS after its imports: what the data path '
+        "itself costs.",
+        "",
+        f"Command: `{command}`",
+        "",
+    ]
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--cols", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--before", default=None, metavar="REV", help="also measure the CSV reader of this git revision")
+    ap.add_argument(
+        "--before",
+        default=None,
+        metavar="REV",
+        help="also measure the CSV reader of this git revision",
+    )
     ap.add_argument("--out", default=None, help="also write the table to this markdown file")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
@@ -148,7 +181,9 @@ def main(argv=None) -> int:
         for _ in range(args.reps):
             for name, (source, module_file) in sources.items():
                 results[name].append(measure(source, module_file, tmp))
-        command = "python bench/csv_memory.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        command = "python bench/csv_memory.py " + " ".join(
+            argv if argv is not None else sys.argv[1:]
+        )
         text = table(results, args.rows, os.path.getsize(csv_path) / 1e6, command.strip())
     print(text)
     if args.out:

@@ -39,12 +39,35 @@ from mixle_mpi.chaos.faults import read_fired  # noqa: E402
 from mixle_mpi.storage.events import read_events  # noqa: E402
 
 
-def fit_cmd(python: str, ranks: int, n: int, shards: int, its: int, tmp: str, tag: str) -> list[str]:
-    return common.launcher(python, ranks, [python, "-m", "mixle_mpi.fitting.fitjob", "--model", "gmm1d", "--n", str(n),
-                                           "--num-shards", str(shards), "--max-its", str(its), "--seed", "7",
-                                           "--checkpoint", os.path.join(tmp, f"{tag}.ck.h5"),
-                                           "--workdir", os.path.join(tmp, f"{tag}.work"),
-                                           "--out", os.path.join(tmp, f"{tag}.json"), "--quiet"])
+def fit_cmd(
+    python: str, ranks: int, n: int, shards: int, its: int, tmp: str, tag: str
+) -> list[str]:
+    return common.launcher(
+        python,
+        ranks,
+        [
+            python,
+            "-m",
+            "mixle_mpi.fitting.fitjob",
+            "--model",
+            "gmm1d",
+            "--n",
+            str(n),
+            "--num-shards",
+            str(shards),
+            "--max-its",
+            str(its),
+            "--seed",
+            "7",
+            "--checkpoint",
+            os.path.join(tmp, f"{tag}.ck.h5"),
+            "--workdir",
+            os.path.join(tmp, f"{tag}.work"),
+            "--out",
+            os.path.join(tmp, f"{tag}.json"),
+            "--quiet",
+        ],
+    )
 
 
 def launch(cmd: list[str], tmp: str, tag: str, extra: dict) -> dict:
@@ -57,8 +80,15 @@ def launch(cmd: list[str], tmp: str, tag: str, extra: dict) -> dict:
     if os.path.exists(result_path):
         with open(result_path, encoding="utf-8") as fh:
             result = json.load(fh)
-    return {"rc": rc, "log": out, "launched": t0, "ended": t0 + wall, "wall": wall, "result": result,
-            "events": read_events(events) if os.path.exists(events) else []}
+    return {
+        "rc": rc,
+        "log": out,
+        "launched": t0,
+        "ended": t0 + wall,
+        "wall": wall,
+        "result": result,
+        "events": read_events(events) if os.path.exists(events) else [],
+    }
 
 
 def first(events: list[dict], name: str, after: float = 0.0) -> dict | None:
@@ -66,18 +96,29 @@ def first(events: list[dict], name: str, after: float = 0.0) -> dict | None:
 
 
 def same(a: dict | None, b: dict | None) -> bool:
-    return bool(a and b) and a["model"] == b["model"] and a["ll"] == b["ll"] and a["iterations"] == b["iterations"]
+    return (
+        bool(a and b)
+        and a["model"] == b["model"]
+        and a["ll"] == b["ll"]
+        and a["iterations"] == b["iterations"]
+    )
 
 
-def one_rep(python: str, tmp: str, rep: int, n: int, workers: int, shards: int, its: int, call: int) -> dict:
+def one_rep(
+    python: str, tmp: str, rep: int, n: int, workers: int, shards: int, its: int, call: int
+) -> dict:
     ranks = workers + 1
     plan = {"MIXLE_MPI_FAULT_PLAN": f"0:kill:estep_before:{call}"}
     ref = launch(fit_cmd(python, ranks, n, shards, its, tmp, f"ref{rep}"), tmp, f"ref{rep}", {})
     normal = [r["seconds"] for r in ref["result"]["rounds"] if r["kind"] == "estep"][1:]
 
     fired = os.path.join(tmp, f"fo{rep}.fired.jsonl")
-    fo = launch(fit_cmd(python, ranks, n, shards, its, tmp, f"fo{rep}"), tmp, f"fo{rep}",
-                {**plan, "MIXLE_MPI_FAILOVER": "1", "MIXLE_MPI_FAULT_LOG": fired})
+    fo = launch(
+        fit_cmd(python, ranks, n, shards, its, tmp, f"fo{rep}"),
+        tmp,
+        f"fo{rep}",
+        {**plan, "MIXLE_MPI_FAILOVER": "1", "MIXLE_MPI_FAULT_LOG": fired},
+    )
     kill = read_fired(fired)[0]["time"]
     ev = fo["events"]
     failed, elected = first(ev, "driver_failed"), first(ev, "driver_elected")
@@ -112,10 +153,17 @@ def one_rep(python: str, tmp: str, rep: int, n: int, workers: int, shards: int, 
         "first_iteration": step2["time"] - resumed2["time"],
     }
     requeue["to_first_iteration_done"] = requeue["to_resumed"] + requeue["first_iteration"]
-    return {"normal_estep": statistics.median(normal), "takeover": takeover, "requeue": requeue,
-            "failover_rc": fo["rc"], "failover_identical": same(fo["result"], ref["result"]),
-            "dead_rc": dead["rc"], "rerun_rc": again["rc"], "rerun_identical": same(again["result"], ref["result"]),
-            "heartbeat_timeout": 1.0}
+    return {
+        "normal_estep": statistics.median(normal),
+        "takeover": takeover,
+        "requeue": requeue,
+        "failover_rc": fo["rc"],
+        "failover_identical": same(fo["result"], ref["result"]),
+        "dead_rc": dead["rc"],
+        "rerun_rc": again["rc"],
+        "rerun_identical": same(again["result"], ref["result"]),
+        "heartbeat_timeout": 1.0,
+    }
 
 
 def job_arguments(ap: argparse.ArgumentParser) -> None:
@@ -125,13 +173,17 @@ def job_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--shards", type=int, default=6)
     ap.add_argument("--its", type=int, default=10)
-    ap.add_argument("--call", type=int, default=5, help="the driver dies before E-step call K (from 0)")
+    ap.add_argument(
+        "--call", type=int, default=5, help="the driver dies before E-step call K (from 0)"
+    )
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json", default=None, help="write every measurement here")
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="one repetition on 100,000 rows")
     job_arguments(ap)
     args = ap.parse_args(argv)
@@ -141,28 +193,61 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="mixle_mpi_failover_") as tmp:
         for rep in range(args.reps):
             common.log(f"repetition {rep + 1}/{args.reps}: reference, failover, kill + rerun")
-            reps.append(one_rep(args.python, tmp, rep, args.n, args.workers, args.shards, args.its, args.call))
+            reps.append(
+                one_rep(
+                    args.python, tmp, rep, args.n, args.workers, args.shards, args.its, args.call
+                )
+            )
     med = lambda key, part: statistics.median(r[key][part] for r in reps)  # noqa: E731
-    print(f"driver SIGKILLed before E-step call {args.call}; gmm1d N={args.n}, W={args.workers}, S={args.shards}, "
-          f"{args.reps} repetition(s); medians in seconds (normal E-step {statistics.median(r['normal_estep'] for r in reps):.3f} s)")
+    print(
+        f"driver SIGKILLed before E-step call {args.call}; gmm1d N={args.n}, W={args.workers}, S={args.shards}, "
+        f"{args.reps} repetition(s); medians in seconds (normal E-step {statistics.median(r['normal_estep'] for r in reps):.3f} s)"
+    )
     print("| failover part | s |\n|---|---:|")
-    for part in ("detection", "agreement", "rebuild", "setup_and_reload", "setup", "shard_reload", "checkpoint_load",
-                 "to_resumed", "first_iteration", "to_first_iteration_done"):
+    for part in (
+        "detection",
+        "agreement",
+        "rebuild",
+        "setup_and_reload",
+        "setup",
+        "shard_reload",
+        "checkpoint_load",
+        "to_resumed",
+        "first_iteration",
+        "to_first_iteration_done",
+    ):
         print(f"| {part} | {med('takeover', part):.3f} |")
     print("| rerun (requeue, no queue wait) part | s |\n|---|---:|")
-    for part in ("job_end_after_kill", "relaunch_to_resumed", "to_resumed", "first_iteration", "to_first_iteration_done"):
+    for part in (
+        "job_end_after_kill",
+        "relaunch_to_resumed",
+        "to_resumed",
+        "first_iteration",
+        "to_first_iteration_done",
+    ):
         print(f"| {part} | {med('requeue', part):.3f} |")
     ratio = med("takeover", "to_resumed") / med("requeue", "to_resumed")
     bound = 2 * reps[0]["heartbeat_timeout"] + med("takeover", "setup_and_reload")
     print(f"failover / rerun, death -> resumed: {ratio:.3f}")
-    print(f"takeover (death -> resumed) {med('takeover', 'to_resumed'):.3f} s against the target 2 x heartbeat timeout + "
-          f"setup and reload = {bound:.3f} s: {'met' if med('takeover', 'to_resumed') <= bound else 'NOT met'}")
-    ok = all(r["failover_rc"] == 0 and r["failover_identical"] and r["rerun_rc"] == 0 and r["rerun_identical"]
-             for r in reps)
+    print(
+        f"takeover (death -> resumed) {med('takeover', 'to_resumed'):.3f} s against the target 2 x heartbeat timeout + "
+        f"setup and reload = {bound:.3f} s: {'met' if med('takeover', 'to_resumed') <= bound else 'NOT met'}"
+    )
+    ok = all(
+        r["failover_rc"] == 0
+        and r["failover_identical"]
+        and r["rerun_rc"] == 0
+        and r["rerun_identical"]
+        for r in reps
+    )
     print(f"bits: failover and rerun identical to the failure-free run in every repetition: {ok}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"args": vars(args), "reps": reps, "ratio": ratio, "bound": bound, "identical": ok}, fh, indent=1)
+            json.dump(
+                {"args": vars(args), "reps": reps, "ratio": ratio, "bound": bound, "identical": ok},
+                fh,
+                indent=1,
+            )
     return 0 if ok else 1
 
 

@@ -9,19 +9,18 @@ back only to workers it heard (``policy/heartbeat.answer_due``).
 
     python bench/mpich_cells.py [--cells 64,256]
 """
+
 from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PROBE = r'''
+PROBE = r"""
 import os, signal, sys, time
 from mpi4py import MPI
 comm = MPI.COMM_WORLD
@@ -50,8 +49,8 @@ while time.monotonic() - start < 8.0:
         comm.recv(source=0, tag=1)
     time.sleep(0.001)
 os._exit(0)
-'''
-WRAPPER = "trap '' USR1\n\"$@\"\nrc=$?\nif [ \"$rc\" -gt 128 ] && [ \"${PMI_RANK:-0}\" != \"0\" ]; then exit 0; fi\nexit $rc\n"
+"""
+WRAPPER = 'trap \'\' USR1\n"$@"\nrc=$?\nif [ "$rc" -gt 128 ] && [ "${PMI_RANK:-0}" != "0" ]; then exit 0; fi\nexit $rc\n'
 
 
 def measure(python: str, cells: int | None, limit: int) -> str:
@@ -63,8 +62,23 @@ def measure(python: str, cells: int | None, limit: int) -> str:
         env = dict(os.environ)
         if cells is not None:
             env["MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS"] = str(cells)
-        out = subprocess.run([mpiexec, "-disable-auto-cleanup", "-n", "3", "sh", str(wrap), python, str(probe),
-                              str(limit)], capture_output=True, text=True, timeout=60, env=env).stdout
+        out = subprocess.run(
+            [
+                mpiexec,
+                "-disable-auto-cleanup",
+                "-n",
+                "3",
+                "sh",
+                str(wrap),
+                python,
+                str(probe),
+                str(limit),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        ).stdout
     line = next((x for x in out.splitlines() if x.startswith(("STUCK", "FINE"))), "no answer")
     if line.startswith("STUCK"):
         return f"sends to the live rank stop completing after {line.split()[1]} messages to the dead rank"
@@ -74,7 +88,9 @@ def measure(python: str, cells: int | None, limit: int) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--python", default=str(REPO / ".venv-mpich" / "bin" / "python"))
-    ap.add_argument("--cells", default="default,256", help="comma-separated cell counts ('default': unset)")
+    ap.add_argument(
+        "--cells", default="default,256", help="comma-separated cell counts ('default': unset)"
+    )
     args = ap.parse_args()
     for text in args.cells.split(","):
         cells = None if text == "default" else int(text)

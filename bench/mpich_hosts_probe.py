@@ -35,16 +35,30 @@ MODEL, N, SHARDS, SUB, ITS = "gmm1d", 6000, 4, 1, 5
 
 def configs(h: FakeHosts) -> dict:
     tcp = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": h.bridge}
-    sockets = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "sockets", "FI_SOCKETS_IFACE": h.bridge}
+    sockets = {
+        "MPIR_CVAR_CH4_NETMOD": "ofi",
+        "FI_PROVIDER": "sockets",
+        "FI_SOCKETS_IFACE": h.bridge,
+    }
     return {
         "base": tcp,
         "sockets": sockets,
-        "eagain": {**tcp, "MPIR_CVAR_CH4_OFI_MAX_EAGAIN_RETRY": os.environ.get("EAGAIN_RETRY", "200000")},
+        "eagain": {
+            **tcp,
+            "MPIR_CVAR_CH4_OFI_MAX_EAGAIN_RETRY": os.environ.get("EAGAIN_RETRY", "200000"),
+        },
         "async": {**tcp, "MPIR_CVAR_ASYNC_PROGRESS": "1"},
         "tcp_noauto": {**tcp, "FI_TCP_DISABLE_AUTO_PROGRESS": "1"},
-        "ctrl_auto": {**tcp, "MPIR_CVAR_CH4_OFI_ENABLE_CONTROL_AUTO_PROGRESS": "1",
-                      "MPIR_CVAR_CH4_OFI_ENABLE_DATA_AUTO_PROGRESS": "1"},
-        "ucx_tcp": {"MPIR_CVAR_CH4_NETMOD": "ucx", "UCX_TLS": "tcp,self,sm", "UCX_NET_DEVICES": h.bridge},
+        "ctrl_auto": {
+            **tcp,
+            "MPIR_CVAR_CH4_OFI_ENABLE_CONTROL_AUTO_PROGRESS": "1",
+            "MPIR_CVAR_CH4_OFI_ENABLE_DATA_AUTO_PROGRESS": "1",
+        },
+        "ucx_tcp": {
+            "MPIR_CVAR_CH4_NETMOD": "ucx",
+            "UCX_TLS": "tcp,self,sm",
+            "UCX_NET_DEVICES": h.bridge,
+        },
         "ft": {**tcp, "MPIR_CVAR_ENABLE_FT": "1"},
         "vci": {**tcp, "MPIR_CVAR_CH4_NUM_VCIS": "2"},
     }
@@ -59,8 +73,13 @@ def _driver_pid(marker: str) -> int | None:
             env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if (cmd and cmd[0].endswith(b"python") and any(marker.encode() in c for c in cmd)
-                and b"mixle_mpi.fitting.fitjob" in cmd and b"PMI_RANK=0" in env):
+        if (
+            cmd
+            and cmd[0].endswith(b"python")
+            and any(marker.encode() in c for c in cmd)
+            and b"mixle_mpi.fitting.fitjob" in cmd
+            and b"PMI_RANK=0" in env
+        ):
             return int(pid)
     return None
 
@@ -72,7 +91,9 @@ def _events(path: Path) -> list[dict]:
         return []
 
 
-def watch(h: FakeHosts, run_dir: Path, mode: str, gdb: bool, notes: dict, stop: threading.Event) -> None:
+def watch(
+    h: FakeHosts, run_dir: Path, mode: str, gdb: bool, notes: dict, stop: threading.Event
+) -> None:
     """linkdown: once E-step 1 is done (checkpoint or a "round"), take host B's link down and
     SIGKILL worker 2. gdb: 12 s after the fault with no recovery, the driver's stacks."""
     events = run_dir / "events.jsonl"
@@ -93,19 +114,32 @@ def watch(h: FakeHosts, run_dir: Path, mode: str, gdb: bool, notes: dict, stop: 
                 notes["linkdown_at"], notes["victims"] = time.time(), victims
         if mode == "plan" and fault_at is None and fired.exists() and fired.stat().st_size:
             fault_at = time.monotonic()
-        if fault_at is not None and gdb and "stacks" not in notes and time.monotonic() - fault_at > 12:
+        if (
+            fault_at is not None
+            and gdb
+            and "stacks" not in notes
+            and time.monotonic() - fault_at > 12
+        ):
             evs = _events(events)
             if not any(e["event"] == "recovery" for e in evs):
                 pid = _driver_pid(str(run_dir))
                 if pid:
                     notes["cpu"] = _cpu_share(pid)
-                    out = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt 25"],
-                                         capture_output=True, text=True, timeout=90)
+                    out = subprocess.run(
+                        ["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt 25"],
+                        capture_output=True,
+                        text=True,
+                        timeout=90,
+                    )
                     notes["stacks"] = out.stdout
             else:
                 notes["stacks"] = "(recovered)"
-        if mode == "linkdown" and fault_at is not None and time.monotonic() - fault_at > 45 \
-                and not notes.get("link_up"):
+        if (
+            mode == "linkdown"
+            and fault_at is not None
+            and time.monotonic() - fault_at > 45
+            and not notes.get("link_up")
+        ):
             subprocess.run(["ip", "link", "set", h._veths[0], "up"], timeout=10)  # let Hydra finish
             notes["link_up"] = time.time()
         time.sleep(0.1)
@@ -113,9 +147,11 @@ def watch(h: FakeHosts, run_dir: Path, mode: str, gdb: bool, notes: dict, stop: 
 
 def _cpu_share(pid: int, span: float = 2.0) -> float:
     """The driver's CPU share over ``span`` seconds (a spin in a retry loop shows ~1)."""
+
     def ticks():
         f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return int(f[11]) + int(f[12])
+
     a = ticks()
     time.sleep(span)
     return round((ticks() - a) / os.sysconf("SC_CLK_TCK") / span, 2)
@@ -127,35 +163,65 @@ def _is_rank(pid: int, rank: int) -> bool:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return f"PMI_RANK={rank}".encode() in env and b"fitjob" in cmd and b"python" in cmd.split(b"\0")[0]
+    return (
+        f"PMI_RANK={rank}".encode() in env and b"fitjob" in cmd and b"python" in cmd.split(b"\0")[0]
+    )
 
 
 def one(config: str, mode: str, gdb: bool, base: Path, i: int) -> dict:
     run_dir = base / f"{config}-{mode}-{i}"
     run_dir.mkdir(parents=True)
     with FakeHosts(run_dir, SLOTS) as h:
-        env = {"MIXLE_MPI_MPIEXEC_ARGS": h.mpich_args(), **configs(h)[config],
-               "MIXLE_MPI_RECONFIGURE_TIMEOUT": "10", "MIXLE_MPI_DRIVER_TIMEOUT": "30",
-               "MIXLE_MPI_FAULT_LOG": str(run_dir / "fired.jsonl")}
+        env = {
+            "MIXLE_MPI_MPIEXEC_ARGS": h.mpich_args(),
+            **configs(h)[config],
+            "MIXLE_MPI_RECONFIGURE_TIMEOUT": "10",
+            "MIXLE_MPI_DRIVER_TIMEOUT": "30",
+            "MIXLE_MPI_FAULT_LOG": str(run_dir / "fired.jsonl"),
+        }
         notes: dict = {}
         stop = threading.Event()
         t = threading.Thread(target=watch, args=(h, run_dir, mode, gdb, notes, stop), daemon=True)
         t.start()
         t0 = time.monotonic()
-        job = run_job(mpich_python(), sum(SLOTS), fit_args(MODEL, N, SHARDS, SUB, 40, max_retries=1) if mode == "linkdown" else fit_args(MODEL, N, SHARDS, SUB, ITS),
-                      run_dir, plan="2:kill:estep_before:2" if mode == "plan" else None, env=env, timeout=150,
-                      launch=("--resume-retries", "0"))
+        job = run_job(
+            mpich_python(),
+            sum(SLOTS),
+            fit_args(MODEL, N, SHARDS, SUB, 40, max_retries=1)
+            if mode == "linkdown"
+            else fit_args(MODEL, N, SHARDS, SUB, ITS),
+            run_dir,
+            plan="2:kill:estep_before:2" if mode == "plan" else None,
+            env=env,
+            timeout=150,
+            launch=("--resume-retries", "0"),
+        )
         took = time.monotonic() - t0
         stop.set()
         t.join(5)
     kinds = [e["event"] for e in job.events]
-    row = {"config": config, "mode": mode, "run": i, "rc": job.rc, "seconds": round(took, 1),
-           "result": job.result is not None,
-           "failure_detected": [(e.get("worker"), e.get("host")) for e in job.events if e["event"] == "failure_detected"],
-           "recovery": kinds.count("recovery"), "shrink": [e.get("method") for e in job.events if e["event"] == "shrink"],
-           "watchdog": "made no progress" in job.stderr, "attempt2": "attempt 2" in job.stderr}
-    row["in_job"] = bool(job.rc == 0 and row["result"] and row["failure_detected"] and row["recovery"]
-                         and not row["watchdog"])
+    row = {
+        "config": config,
+        "mode": mode,
+        "run": i,
+        "rc": job.rc,
+        "seconds": round(took, 1),
+        "result": job.result is not None,
+        "failure_detected": [
+            (e.get("worker"), e.get("host")) for e in job.events if e["event"] == "failure_detected"
+        ],
+        "recovery": kinds.count("recovery"),
+        "shrink": [e.get("method") for e in job.events if e["event"] == "shrink"],
+        "watchdog": "made no progress" in job.stderr,
+        "attempt2": "attempt 2" in job.stderr,
+    }
+    row["in_job"] = bool(
+        job.rc == 0
+        and row["result"]
+        and row["failure_detected"]
+        and row["recovery"]
+        and not row["watchdog"]
+    )
     (run_dir / "stderr.txt").write_text(job.stderr)
     if "stacks" in notes:
         (run_dir / "stacks.txt").write_text(notes["stacks"])
@@ -170,9 +236,13 @@ def _blocked_in(stacks: str) -> str:
     found = []
     for block in stacks.split("\nThread ")[1:]:
         frames = [ln for ln in block.splitlines() if ln.startswith("#")]
-        mpi = [f.split(" in ")[1].split(" ")[0] for f in frames if " in PMPI_" in f or " in MPI_" in f]
+        mpi = [
+            f.split(" in ")[1].split(" ")[0] for f in frames if " in PMPI_" in f or " in MPI_" in f
+        ]
         if mpi:
-            inner = frames[0].split(" in ")[1].split(" ")[0] if " in " in frames[0] else frames[0][:40]
+            inner = (
+                frames[0].split(" in ")[1].split(" ")[0] if " in " in frames[0] else frames[0][:40]
+            )
             found.append(f"{mpi[0]}<-{inner}")
     return "; ".join(found)
 

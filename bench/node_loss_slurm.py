@@ -37,8 +37,10 @@ sys.path.insert(0, str(REPO / "tests"))
 from slurmnodes import SlurmNodes, available  # noqa: E402
 
 N, LOSE_AT = 500_000, 3  # rows: a fit that runs past SLURM's DOWN (about 15 s after the loss here)
-FIT = ('"$PY" -m mixle_mpi.fitjob --model gmm1d --n {n} --max-its {its} --num-shards 4 --seed 7 --quiet '
-       '--workdir "$OUT_DIR/work" --checkpoint "$OUT_DIR/fit.ckpt.h5" --out "$OUT_DIR/result.json"')
+FIT = (
+    '"$PY" -m mixle_mpi.fitjob --model gmm1d --n {n} --max-its {its} --num-shards 4 --seed 7 --quiet '
+    '--workdir "$OUT_DIR/work" --checkpoint "$OUT_DIR/fit.ckpt.h5" --out "$OUT_DIR/result.json"'
+)
 
 
 def _python(library: str) -> str:
@@ -47,14 +49,18 @@ def _python(library: str) -> str:
 
 def _env(library: str) -> dict:
     env = {"PYTHONWARNINGS": "ignore", "PYTHONPATH": str(REPO)}
-    if library == "mpich":  # UCX takes the nodes for one machine; over tcp a peer's reset may block the library
+    if (
+        library == "mpich"
+    ):  # UCX takes the nodes for one machine; over tcp a peer's reset may block the library
         env.update(MPIR_CVAR_CH4_NETMOD="ofi", FI_PROVIDER="sockets", FI_SOCKETS_IFACE="eth0")
     return env
 
 
 def _events(out: Path) -> list[dict]:
     path = out / "work" / "events.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    return (
+        [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    )
 
 
 def one_job(kind: str, library: str, its: int, folder: Path, lose: bool, rows: int = N) -> dict:
@@ -63,12 +69,23 @@ def one_job(kind: str, library: str, its: int, folder: Path, lose: bool, rows: i
     from mixle_mpi.storage import checkpoint as ckpt
 
     out = folder / "out"
-    text = slurm.render(kind, job_name=f"{kind}-{library}", ntasks=6, time="20", signal_margin=60, max_restarts=1,
-                        python=_python(library), out_dir=str(out), fit_cmd=FIT.format(n=rows, its=its),
-                        sbatch=["--nodes=3", "--ntasks-per-node=2"])
+    text = slurm.render(
+        kind,
+        job_name=f"{kind}-{library}",
+        ntasks=6,
+        time="20",
+        signal_margin=60,
+        max_restarts=1,
+        python=_python(library),
+        out_dir=str(out),
+        fit_cmd=FIT.format(n=rows, its=its),
+        sbatch=["--nodes=3", "--ntasks-per-node=2"],
+    )
     lost: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="mmsn", dir="/tmp") as state, \
-            SlurmNodes(Path(state), nodes=3, env=_env(library)) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="mmsn", dir="/tmp") as state,
+        SlurmNodes(Path(state), nodes=3, env=_env(library)) as cluster,
+    ):
         job = cluster.submit(text, folder / "job", "fit", env=_env(library))
 
         def watch():
@@ -90,9 +107,15 @@ def one_job(kind: str, library: str, its: int, folder: Path, lose: bool, rows: i
         watcher.join(5)
         down = cluster.node_states().get("node2")
     result = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else {}
-    return {"state": rec.get("JobState"), "exit": rec.get("ExitCode"), "events": _events(out), "result": result,
-            "lost_at": lost[0] if lost else None, "node2": down,
-            "log": "\n".join(p.read_text() for p in (folder / "job").glob("*.out"))[-4000:]}
+    return {
+        "state": rec.get("JobState"),
+        "exit": rec.get("ExitCode"),
+        "events": _events(out),
+        "result": result,
+        "lost_at": lost[0] if lost else None,
+        "node2": down,
+        "log": "\n".join(p.read_text() for p in (folder / "job").glob("*.out"))[-4000:],
+    }
 
 
 def fit_seconds(events: list[dict]) -> float:
@@ -102,24 +125,45 @@ def fit_seconds(events: list[dict]) -> float:
 
 def parts(events: list[dict], lost_at: float) -> dict:
     """The parts of one node loss from its events (pure)."""
-    detected = [e["time"] for e in events if e["event"] == "failure_detected" and e["time"] >= lost_at]
-    after = [e["time"] for e in events if e["event"] == "checkpoint" and detected and e["time"] > detected[0]]
-    out = {"detection": detected[0] - lost_at if detected else None,
-           "recovery": after[0] - lost_at if after else None}
+    detected = [
+        e["time"] for e in events if e["event"] == "failure_detected" and e["time"] >= lost_at
+    ]
+    after = [
+        e["time"]
+        for e in events
+        if e["event"] == "checkpoint" and detected and e["time"] > detected[0]
+    ]
+    out = {
+        "detection": detected[0] - lost_at if detected else None,
+        "recovery": after[0] - lost_at if after else None,
+    }
     relaunched = [e for e in events if e["event"] == "relaunched"]
     if relaunched:
         r = relaunched[0]
         start = max(e["time"] for e in events if e["event"] == "start" and e["time"] <= r["time"])
         resumed = next(e for e in events if e["event"] == "resumed" and e["time"] >= start)
-        first = next(e["time"] for e in events if e["event"] == "checkpoint" and e["time"] >= start
-                     and e.get("iteration", 0) > resumed["iteration"])
-        out.update({"job_ended": r["ended_at"] - lost_at, "probe": r["decided_at"] - r["ended_at"],
-                    "relaunch": start - r["decided_at"], "reload": first - start})
+        first = next(
+            e["time"]
+            for e in events
+            if e["event"] == "checkpoint"
+            and e["time"] >= start
+            and e.get("iteration", 0) > resumed["iteration"]
+        )
+        out.update(
+            {
+                "job_ended": r["ended_at"] - lost_at,
+                "probe": r["decided_at"] - r["ended_at"],
+                "relaunch": start - r["decided_at"],
+                "reload": first - start,
+            }
+        )
     return {k: (round(v, 3) if v is not None else None) for k, v in out.items()}
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--cases", default="ft-openmpi,srun-openmpi,ft-mpich,srun-mpich")
     ap.add_argument("--its", type=int, default=300)
     ap.add_argument("--rows", type=int, default=N)
@@ -132,17 +176,33 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="mixle_mpi_node_loss_") as tmp:
         for case in args.cases.split(","):
             kind, library = case.split("-")
-            clean = one_job(kind, library, args.its, Path(tmp) / f"{case}-clean", lose=False, rows=args.rows)
-            hit = one_job(kind, library, args.its, Path(tmp) / f"{case}-lost", lose=True, rows=args.rows)
-            ok = (clean["state"], clean["exit"], hit["state"], hit["exit"]) == ("COMPLETED", "0:0") * 2
-            row = {"case": case, "ok": ok and hit["lost_at"] is not None,
-                   "identical": bool(hit["result"]) and hit["result"].get("model") == clean["result"].get("model")
-                   and hit["result"].get("ll") == clean["result"].get("ll"),
-                   "relaunched": any(e["event"] == "relaunched" for e in hit["events"]), "node2": hit["node2"]}
+            clean = one_job(
+                kind, library, args.its, Path(tmp) / f"{case}-clean", lose=False, rows=args.rows
+            )
+            hit = one_job(
+                kind, library, args.its, Path(tmp) / f"{case}-lost", lose=True, rows=args.rows
+            )
+            ok = (clean["state"], clean["exit"], hit["state"], hit["exit"]) == (
+                "COMPLETED",
+                "0:0",
+            ) * 2
+            row = {
+                "case": case,
+                "ok": ok and hit["lost_at"] is not None,
+                "identical": bool(hit["result"])
+                and hit["result"].get("model") == clean["result"].get("model")
+                and hit["result"].get("ll") == clean["result"].get("ll"),
+                "relaunched": any(e["event"] == "relaunched" for e in hit["events"]),
+                "node2": hit["node2"],
+            }
             if row["ok"]:
-                row.update(clean_seconds=round(fit_seconds(clean["events"]), 2),
-                           lost_seconds=round(fit_seconds(hit["events"]) - fit_seconds(clean["events"]), 2),
-                           **parts(hit["events"], hit["lost_at"]))
+                row.update(
+                    clean_seconds=round(fit_seconds(clean["events"]), 2),
+                    lost_seconds=round(
+                        fit_seconds(hit["events"]) - fit_seconds(clean["events"]), 2
+                    ),
+                    **parts(hit["events"], hit["lost_at"]),
+                )
             else:
                 row["log"] = hit["log"]
             rows.append(row)
@@ -150,7 +210,9 @@ def main(argv=None) -> int:
     text = render(rows, args.its, args.rows)
     print(text)
     if args.out:
-        Path(args.out).write_text(json.dumps({"rows": rows, "its": args.its, "n": args.rows}, indent=1) + "\n")
+        Path(args.out).write_text(
+            json.dumps({"rows": rows, "its": args.its, "n": args.rows}, indent=1) + "\n"
+        )
         Path(args.out).with_suffix(".md").write_text(text + "\n")
     return 0 if all(r["ok"] and r["identical"] for r in rows) else 1
 
@@ -159,22 +221,28 @@ def render(rows: list[dict], its: int, n: int = N) -> str:
     def f(v):
         return "-" if v is None else f"{v:.2f}"
 
-    lines = ["# The time a lost node costs under SLURM (3-node local SLURM)", "",
-             f"The recommended template, `--nodes=3 --ntasks-per-node=2`, gmm1d with {n} rows, up to {its} iterations; "
-             f"node2 lost at checkpoint {LOSE_AT}, found by SLURM itself (SlurmdTimeout 5 s, MessageTimeout 5 s: "
-             "DOWN about 15 s after the loss here; SLURM's defaults are 300 s and 10 s). Seconds. "
-             "`python bench/node_loss_slurm.py`.", "",
-             "| case | what happened | detection | recovered in the job | job ended (DOWN) | probe | relaunch | "
-             "reload | fit without loss | cost of the loss | COMPLETED, same bits |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# The time a lost node costs under SLURM (3-node local SLURM)",
+        "",
+        f"The recommended template, `--nodes=3 --ntasks-per-node=2`, gmm1d with {n} rows, up to {its} iterations; "
+        f"node2 lost at checkpoint {LOSE_AT}, found by SLURM itself (SlurmdTimeout 5 s, MessageTimeout 5 s: "
+        "DOWN about 15 s after the loss here; SLURM's defaults are 300 s and 10 s). Seconds. "
+        "`python bench/node_loss_slurm.py`.",
+        "",
+        "| case | what happened | detection | recovered in the job | job ended (DOWN) | probe | relaunch | "
+        "reload | fit without loss | cost of the loss | COMPLETED, same bits |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         what = "relaunched without node2" if r.get("relaunched") else "survived in the job"
         if not r["ok"]:
             lines.append(f"| {r['case']} | failed | | | | | | | | | no |")
             continue
-        lines.append(f"| {r['case']} | {what} | {f(r.get('detection'))} | {f(r.get('recovery'))} | "
-                     f"{f(r.get('job_ended'))} | {f(r.get('probe'))} | {f(r.get('relaunch'))} | {f(r.get('reload'))} | "
-                     f"{f(r.get('clean_seconds'))} | **{f(r.get('lost_seconds'))}** | {r['identical']} |")
+        lines.append(
+            f"| {r['case']} | {what} | {f(r.get('detection'))} | {f(r.get('recovery'))} | "
+            f"{f(r.get('job_ended'))} | {f(r.get('probe'))} | {f(r.get('relaunch'))} | {f(r.get('reload'))} | "
+            f"{f(r.get('clean_seconds'))} | **{f(r.get('lost_seconds'))}** | {r['identical']} |"
+        )
     return "\n".join(lines)
 
 

@@ -33,8 +33,15 @@ def quartiles(xs: list[float]) -> tuple[float, float, float]:
     return (q[0], statistics.median(xs), q[2])
 
 
-def measure(python: str, models: list[str], jobs: int, its: int, ranks: int = 2, defaults: bool = False,
-            sizes: dict | None = None) -> list[dict]:
+def measure(
+    python: str,
+    models: list[str],
+    jobs: int,
+    its: int,
+    ranks: int = 2,
+    defaults: bool = False,
+    sizes: dict | None = None,
+) -> list[dict]:
     """``jobs`` jobs per model (models interleaved); per model: the median ratio over jobs, its
     quartiles, each job's ratio and record, and the command of one job."""
     sizes = sizes or common.QUICK_N
@@ -44,16 +51,32 @@ def measure(python: str, models: list[str], jobs: int, its: int, ranks: int = 2,
         for job in range(jobs):
             for model in models:
                 out = os.path.join(tmp, f"{model}-{job}.json")
-                cmd = common.launcher(python, ranks, [python, JOB, "--model", model, "--n", str(sizes[model]),
-                                                      "--its", str(its), "--out", out,
-                                                      *(["--defaults"] if defaults else [])])
+                cmd = common.launcher(
+                    python,
+                    ranks,
+                    [
+                        python,
+                        JOB,
+                        "--model",
+                        model,
+                        "--n",
+                        str(sizes[model]),
+                        "--its",
+                        str(its),
+                        "--out",
+                        out,
+                        *(["--defaults"] if defaults else []),
+                    ],
+                )
                 rec = common.run_record(cmd, out, f"{model} job {job + 1}")
                 if rec is None:
                     continue
                 rec["command"] = cmds[model] = common.show(cmd, {}, tmp)
                 recs[model].append(rec)
-                common.log(f"{model} job {job + 1}: ours {rec['ours_ms_per_it']:.2f} ms/it, mixle "
-                           f"{rec['mixle_ms_per_it'][-1]:.2f}: {rec['ratio']:.3f}")
+                common.log(
+                    f"{model} job {job + 1}: ours {rec['ours_ms_per_it']:.2f} ms/it, mixle "
+                    f"{rec['mixle_ms_per_it'][-1]:.2f}: {rec['ratio']:.3f}"
+                )
     rows = []
     for model in models:
         rs = recs[model]
@@ -61,37 +84,71 @@ def measure(python: str, models: list[str], jobs: int, its: int, ranks: int = 2,
             continue
         q1, med, q3 = quartiles([r["ratio"] for r in rs])
         ours = statistics.median(r["ours_ms_per_it"] for r in rs)
-        mixle = statistics.median(statistics.median(r["mixle_ms_per_it"][1:] or r["mixle_ms_per_it"]) for r in rs)
-        rows.append({"model": model, "n": sizes[model], "jobs": len(rs), "ratio_median": med,
-                     "ratio_quartiles": [q1, q3], "ratios": [r["ratio"] for r in rs], "ours_ms": ours,
-                     "mixle_ms": mixle, "same_final_ll": all(r.get("same_final_ll") for r in rs),
-                     "checkpoint_share_max": max((r.get("checkpoint_share") or 0.0) for r in rs),
-                     "command": cmds[model], "records": rs})
+        mixle = statistics.median(
+            statistics.median(r["mixle_ms_per_it"][1:] or r["mixle_ms_per_it"]) for r in rs
+        )
+        rows.append(
+            {
+                "model": model,
+                "n": sizes[model],
+                "jobs": len(rs),
+                "ratio_median": med,
+                "ratio_quartiles": [q1, q3],
+                "ratios": [r["ratio"] for r in rs],
+                "ours_ms": ours,
+                "mixle_ms": mixle,
+                "same_final_ll": all(r.get("same_final_ll") for r in rs),
+                "checkpoint_share_max": max((r.get("checkpoint_share") or 0.0) for r in rs),
+                "command": cmds[model],
+                "records": rs,
+            }
+        )
     return rows
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--jobs", type=int, default=10)
     ap.add_argument("--its", type=int, default=30)
     ap.add_argument("--ranks", type=int, default=2, help="W: E-step processes, in both fits")
     ap.add_argument("--models", default="gmm1d,diag,hmm")
     ap.add_argument("--python", default=sys.executable)
-    ap.add_argument("--out", default=None, help="write every job's record and the figures here (JSON)")
-    ap.add_argument("--defaults", action="store_true",
-                    help="ours as mixle-mpi fit runs by default (mixle_mpi.fit: checkpoints on the default cadence, "
-                         "failover armed), with the checkpoints' share of its wall time")
-    ap.add_argument("--full", action="store_true", help=f"report item 1's full sizes {common.FULL_N} "
-                    f"instead of the quick {common.QUICK_N}")
+    ap.add_argument(
+        "--out", default=None, help="write every job's record and the figures here (JSON)"
+    )
+    ap.add_argument(
+        "--defaults",
+        action="store_true",
+        help="ours as mixle-mpi fit runs by default (mixle_mpi.fit: checkpoints on the default cadence, "
+        "failover armed), with the checkpoints' share of its wall time",
+    )
+    ap.add_argument(
+        "--full",
+        action="store_true",
+        help=f"report item 1's full sizes {common.FULL_N} instead of the quick {common.QUICK_N}",
+    )
     args = ap.parse_args(argv)
-    rows = measure(args.python, args.models.split(","), args.jobs, args.its, args.ranks, args.defaults,
-                   common.FULL_N if args.full else common.QUICK_N)
-    print("| model | N | jobs | ours / mixle, median (quartiles) | ours ms/it | mixle ms/it | checkpoints' share (max) |")
+    rows = measure(
+        args.python,
+        args.models.split(","),
+        args.jobs,
+        args.its,
+        args.ranks,
+        args.defaults,
+        common.FULL_N if args.full else common.QUICK_N,
+    )
+    print(
+        "| model | N | jobs | ours / mixle, median (quartiles) | ours ms/it | mixle ms/it | checkpoints' share (max) |"
+    )
     print("|---|---:|---:|---|---:|---:|---:|")
     for row in rows:
         q1, q3 = row["ratio_quartiles"]
-        print(f"| {row['model']} | {row['n']:,} | {row['jobs']} | **{row['ratio_median']:.3f}** ({q1:.3f}-{q3:.3f}) "
-              f"| {row['ours_ms']:.2f} | {row['mixle_ms']:.2f} | {row['checkpoint_share_max']:.2%} |")
+        print(
+            f"| {row['model']} | {row['n']:,} | {row['jobs']} | **{row['ratio_median']:.3f}** ({q1:.3f}-{q3:.3f}) "
+            f"| {row['ours_ms']:.2f} | {row['mixle_ms']:.2f} | {row['checkpoint_share_max']:.2%} |"
+        )
     common.write_rows(args.out, rows)
     return 0
 

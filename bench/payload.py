@@ -29,24 +29,59 @@ def measure(python: str, quick: bool, workers: int = 2) -> dict:
     with tempfile.TemporaryDirectory(prefix="mixle_mpi_bytes_") as tmp:
         for model, n in (QUICK if quick else MODELS).items():
             out = os.path.join(tmp, f"{model}.json")
-            cmd = common.launcher(python, workers + 1, [python, common.JOB, "--backend", "resilient", "--model", model,
-                                                        "--n", str(n), "--its", "4", "--count-bytes", "--out", out])
+            cmd = common.launcher(
+                python,
+                workers + 1,
+                [
+                    python,
+                    common.JOB,
+                    "--backend",
+                    "resilient",
+                    "--model",
+                    model,
+                    "--n",
+                    str(n),
+                    "--its",
+                    "4",
+                    "--count-bytes",
+                    "--out",
+                    out,
+                ],
+            )
             rec = common.run_record(cmd, out, f"payload {model}")
             if rec is None:
                 continue
             down, up, hb = (rec[k]["median"] for k in ("bytes_down", "bytes_up", "bytes_hb"))
             stats = rec["payload"]["estep_stat_numeric_bytes"]
-            raw[model] = {"down": down, "up": up, "heartbeat": hb, "stat_numeric": stats,
-                          "stat_pickled": rec["payload"]["estep_result_bytes"], "shards": rec["num_shards"]}
-            common.log(f"payload {model}: {down:,.0f} B down + {up:,.0f} B up per iteration; statistics {stats:,} B")
-            figures.append(common.figure(
-                "7", f"MPI bytes per iteration / sufficient-statistic bytes ({model}, N={n:,}, W={workers}, S={rec['num_shards']})",
-                [(down + up) / stats], baseline="numeric bytes of every shard's E-step statistic in the same job",
-                target=None, met=None, command=common.show(cmd, tmp=tmp), unit="ratio (lower is better)",
-                why=("down: the model and the estimator go to each worker once per iteration (one round "
-                     "computes the E-step and the scores, estep_ahead); up: pickled per-shard statistics "
-                     "and scores"),
-                bytes_per_iteration=raw[model]))
+            raw[model] = {
+                "down": down,
+                "up": up,
+                "heartbeat": hb,
+                "stat_numeric": stats,
+                "stat_pickled": rec["payload"]["estep_result_bytes"],
+                "shards": rec["num_shards"],
+            }
+            common.log(
+                f"payload {model}: {down:,.0f} B down + {up:,.0f} B up per iteration; statistics {stats:,} B"
+            )
+            figures.append(
+                common.figure(
+                    "7",
+                    f"MPI bytes per iteration / sufficient-statistic bytes ({model}, N={n:,}, W={workers}, S={rec['num_shards']})",
+                    [(down + up) / stats],
+                    baseline="numeric bytes of every shard's E-step statistic in the same job",
+                    target=None,
+                    met=None,
+                    command=common.show(cmd, tmp=tmp),
+                    unit="ratio (lower is better)",
+                    why=(
+                        "down: the model and the estimator go to each worker once per iteration (one round "
+                        "computes the E-step and the scores, estep_ahead); up: pickled per-shard statistics "
+                        "and scores"
+                    ),
+                    bytes_per_iteration=raw[model],
+                )
+            )
     return {"figures": figures, "raw": raw}
 
 

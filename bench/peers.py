@@ -42,8 +42,15 @@ def run_sklearn(n: int, its: int) -> float:
     x = _data(n)
     times = {}
     for m in (1, its):
-        gm = GaussianMixture(n_components=K, covariance_type="diag", max_iter=m, tol=0.0, n_init=1,
-                             init_params="random", random_state=0)
+        gm = GaussianMixture(
+            n_components=K,
+            covariance_type="diag",
+            max_iter=m,
+            tol=0.0,
+            n_init=1,
+            init_params="random",
+            random_state=0,
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             t0 = time.perf_counter()
@@ -64,19 +71,55 @@ def run_mixle_mp(n: int, its: int, workers: int) -> float:
     est = models.diag_mixture(D, K).estimator()
     stamps = []
     with ResilientMPEncodedData(_data(n), estimator=est, num_workers=workers) as enc:
-        optimize(None, est, enc_data=enc, max_its=its, delta=None, rng=np.random.RandomState(7), print_iter=0,
-                 on_step=lambda step: stamps.append(time.monotonic()))
+        optimize(
+            None,
+            est,
+            enc_data=enc,
+            max_its=its,
+            delta=None,
+            rng=np.random.RandomState(7),
+            print_iter=0,
+            on_step=lambda step: stamps.append(time.monotonic()),
+        )
     return statistics.median(b - a for a, b in zip(stamps, stamps[1:]))
 
 
 def peer_command(python: str, peer: str, n: int, its: int, workers: int, out: str) -> list[str]:
-    return [python, os.path.abspath(__file__), "--run", peer, "--n", str(n), "--its", str(its),
-            "--workers", str(workers), "--out", out]
+    return [
+        python,
+        os.path.abspath(__file__),
+        "--run",
+        peer,
+        "--n",
+        str(n),
+        "--its",
+        str(its),
+        "--workers",
+        str(workers),
+        "--out",
+        out,
+    ]
 
 
 def ours_command(python: str, n: int, its: int, workers: int, out: str) -> list[str]:
-    return common.launcher(python, workers + 1, [python, common.JOB, "--backend", "resilient", "--model", "diag",
-                                                 "--n", str(n), "--its", str(its), "--out", out])
+    return common.launcher(
+        python,
+        workers + 1,
+        [
+            python,
+            common.JOB,
+            "--backend",
+            "resilient",
+            "--model",
+            "diag",
+            "--n",
+            str(n),
+            "--its",
+            str(its),
+            "--out",
+            out,
+        ],
+    )
 
 
 def measure(python: str, quick: bool, workers: int = 2, reps: int | None = None) -> dict:
@@ -89,37 +132,56 @@ def measure(python: str, quick: bool, workers: int = 2, reps: int | None = None)
         for rep in range(reps):
             for peer in ("ours", "sklearn", "mixle_mp"):
                 out = os.path.join(tmp, f"{peer}-{rep}.json")
-                cmd = (ours_command(python, n, its, workers, out) if peer == "ours"
-                       else peer_command(python, peer, n, its, workers, out))
+                cmd = (
+                    ours_command(python, n, its, workers, out)
+                    if peer == "ours"
+                    else peer_command(python, peer, n, its, workers, out)
+                )
                 commands[peer] = common.show(cmd, tmp=tmp)
                 rec = common.run_record(cmd, out, f"peers rep {rep + 1} {peer}")
                 if rec is not None:
                     sec = rec["median"]
                     per[peer].append(n / sec / cores[peer])
-                    common.log(f"peers rep {rep + 1} {peer}: {sec * 1e3:.1f} ms/it, {per[peer][-1]:,.0f} point-its/s/core")
+                    common.log(
+                        f"peers rep {rep + 1} {peer}: {sec * 1e3:.1f} ms/it, {per[peer][-1]:,.0f} point-its/s/core"
+                    )
                 else:
                     per[peer].append(None)
     figures = []
-    for peer, target in (("sklearn", ">= 1 (per-core throughput at least scikit-learn's)"),
-                         ("mixle_mp", ">= 1 (at least mixle multiprocessing's)")):
+    for peer, target in (
+        ("sklearn", ">= 1 (per-core throughput at least scikit-learn's)"),
+        ("mixle_mp", ">= 1 (at least mixle multiprocessing's)"),
+    ):
         ratios = [a / b for a, b in zip(per["ours"], per[peer]) if a and b]
         med = statistics.median(ratios) if ratios else None
-        figures.append(common.figure(
-            "6", f"throughput per core, ours / {peer} (diag GMM K={K} D={D}, N={n:,}, W={workers})", ratios,
-            baseline=f"{peer}: point-iterations/s/core in the same repetition",
-            target=target, met=None if med is None else med >= 1.0,
-            command=f"ours: `{commands.get('ours')}`; {peer}: `{commands.get(peer)}`",
-            why="" if med is None or med >= 1.0 else (
-                "the per-point cost is mixle's own E-step, which mixle multiprocessing shares (its throughput "
-                "is within a few % of ours); scikit-learn computes a diagonal GMM's E-step for all components "
-                "at once in a few BLAS calls" if peer == "sklearn" else
-                "same computation; the difference is messaging and the extra driver rank on 2 cores"),
-            throughput={p: common.spread(v) for p, v in per.items()}))
+        figures.append(
+            common.figure(
+                "6",
+                f"throughput per core, ours / {peer} (diag GMM K={K} D={D}, N={n:,}, W={workers})",
+                ratios,
+                baseline=f"{peer}: point-iterations/s/core in the same repetition",
+                target=target,
+                met=None if med is None else med >= 1.0,
+                command=f"ours: `{commands.get('ours')}`; {peer}: `{commands.get(peer)}`",
+                why=""
+                if med is None or med >= 1.0
+                else (
+                    "the per-point cost is mixle's own E-step, which mixle multiprocessing shares (its throughput "
+                    "is within a few % of ours); scikit-learn computes a diagonal GMM's E-step for all components "
+                    "at once in a few BLAS calls"
+                    if peer == "sklearn"
+                    else "same computation; the difference is messaging and the extra driver rank on 2 cores"
+                ),
+                throughput={p: common.spread(v) for p, v in per.items()},
+            )
+        )
     return {"figures": figures, "raw": per}
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--run", choices=["sklearn", "mixle_mp"], required=True)
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--its", type=int, default=6)
@@ -129,7 +191,11 @@ def main(argv=None) -> int:
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1):
-        sec = run_sklearn(args.n, args.its) if args.run == "sklearn" else run_mixle_mp(args.n, args.its, args.workers)
+        sec = (
+            run_sklearn(args.n, args.its)
+            if args.run == "sklearn"
+            else run_mixle_mp(args.n, args.its, args.workers)
+        )
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump({"peer": args.run, "n": args.n, "its": args.its, "median": sec}, fh)
     return 0

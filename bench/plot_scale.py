@@ -15,13 +15,17 @@ import os
 import sys
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
-SERIES = (("driver_cpu_per_round", "driver CPU per round"),
-          ("beats_per_s_idle", "heartbeats received per second (idle)"),
-          ("estep_round_latency", "E-step round latency (wall, oversubscribed)"))
+SERIES = (
+    ("driver_cpu_per_round", "driver CPU per round"),
+    ("beats_per_s_idle", "heartbeats received per second (idle)"),
+    ("estep_round_latency", "E-step round latency (wall, oversubscribed)"),
+)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--json", default=os.path.join(BENCH, "results", "scale_real.json"))
     ap.add_argument("--out", default=os.path.join(BENCH, "results", "scale_real.png"))
     args = ap.parse_args(argv)
@@ -41,7 +45,9 @@ def main(argv=None) -> int:
         ax.plot(ws, ratios, "o-", label="measured")
         ax.plot(ws, [w / base for w in ws], "--", color="grey", label=f"linear in W (W / {base})")
         if key == "driver_cpu_per_round":
-            ax.plot(ws, [1.2 * w / base for w in ws], ":", color="red", label="target: linear x 1.2")
+            ax.plot(
+                ws, [1.2 * w / base for w in ws], ":", color="red", label="target: linear x 1.2"
+            )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_xticks(ws, [str(w) for w in ws])
@@ -51,8 +57,11 @@ def main(argv=None) -> int:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     meta = data.get("meta", {})
-    fig.suptitle(f"mixle_mpi driver against W: real jobs on {meta.get('nproc', '?')} cores "
-                 f"({meta.get('started', '')[:10]}, `{meta.get('command', '')}`)", fontsize=10)
+    fig.suptitle(
+        f"mixle_mpi driver against W: real jobs on {meta.get('nproc', '?')} cores "
+        f"({meta.get('started', '')[:10]}, `{meta.get('command', '')}`)",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(args.out, dpi=90)
     print(f"wrote {args.out}")

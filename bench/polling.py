@@ -34,9 +34,14 @@ VARIANTS = {  # label -> (backend, ranks beyond W, extra _job.py args, environme
     "default": ("resilient", 0, [], {}),
     # the driver computes no shard: W workers + 1 driver (the default before issue 15's fourth part)
     "driver idle": ("resilient", 1, [], IDLE),
-    "no ahead": ("resilient", 1, [], {**IDLE, "MIXLE_MPI_ESTEP_AHEAD": "0"}),  # driver idle, a round per call
-    "windows": ("resilient", 1, [], {**IDLE, **OFF}),                         # as before issue 15's second part
-    "no windows": ("resilient", 1, ["--no-poll-windows"], {**IDLE, **OFF}),   # as before issue 15
+    "no ahead": (
+        "resilient",
+        1,
+        [],
+        {**IDLE, "MIXLE_MPI_ESTEP_AHEAD": "0"},
+    ),  # driver idle, a round per call
+    "windows": ("resilient", 1, [], {**IDLE, **OFF}),  # as before issue 15's second part
+    "no windows": ("resilient", 1, ["--no-poll-windows"], {**IDLE, **OFF}),  # as before issue 15
     # Open MPI yields the core at every probe that finds nothing when oversubscribed: measured
     # no difference either way (bench/results/polling.md), so not in the default set
     "no yield": ("resilient", 0, [], {"OMPI_MCA_mpi_yield_when_idle": "0"}),
@@ -44,14 +49,35 @@ VARIANTS = {  # label -> (backend, ranks beyond W, extra _job.py args, environme
 }
 
 
-def one(python: str, tmp: str, model: str, variant: str, rep: int, its: int, workers: int) -> dict | None:
+def one(
+    python: str, tmp: str, model: str, variant: str, rep: int, its: int, workers: int
+) -> dict | None:
     backend, extra_ranks, extra, env = VARIANTS[variant]
     out = os.path.join(tmp, f"{model}-{variant.replace(' ', '_')}-{rep}.json")
-    job = [python, common.JOB, "--backend", backend, "--model", model, "--n", str(common.QUICK_N[model]),
-           "--its", str(its), "--mixle-data", "root", "--out", out, *extra]
+    job = [
+        python,
+        common.JOB,
+        "--backend",
+        backend,
+        "--model",
+        model,
+        "--n",
+        str(common.QUICK_N[model]),
+        "--its",
+        str(its),
+        "--mixle-data",
+        "root",
+        "--out",
+        out,
+        *extra,
+    ]
     ranks = workers + extra_ranks
-    cmd = common.launcher(python, ranks, job) if ranks > 1 else job  # one rank: a singleton, no launcher
-    rec = common.run_record(cmd, out, f"{model} {variant} rep {rep + 1}", {**common.job_env(), **env})
+    cmd = (
+        common.launcher(python, ranks, job) if ranks > 1 else job
+    )  # one rank: a singleton, no launcher
+    rec = common.run_record(
+        cmd, out, f"{model} {variant} rep {rep + 1}", {**common.job_env(), **env}
+    )
     if rec is None:
         return None
     rec["command"] = common.show(cmd, env, tmp)
@@ -59,13 +85,18 @@ def one(python: str, tmp: str, model: str, variant: str, rep: int, its: int, wor
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--its", type=int, default=20)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--models", default="gmm1d,diag,hmm")
-    ap.add_argument("--variants", default=",".join(v for v in VARIANTS if v != "no yield"),
-                    help="comma list of " + ", ".join(VARIANTS))
+    ap.add_argument(
+        "--variants",
+        default=",".join(v for v in VARIANTS if v != "no yield"),
+        help="comma list of " + ", ".join(VARIANTS),
+    )
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--out", default=None, help="write the raw records and the figures here (JSON)")
     args = ap.parse_args(argv)
@@ -81,12 +112,22 @@ def main(argv=None) -> int:
                     rec = one(args.python, tmp, model, variant, rep, args.its, args.workers)
                     recs[model][variant].append(rec)
                     if rec:
-                        common.log(f"{model} {variant} rep {rep + 1}: {rec['median'] * 1e3:.2f} ms/it")
+                        common.log(
+                            f"{model} {variant} rep {rep + 1}: {rec['median'] * 1e3:.2f} ms/it"
+                        )
     rows = []
     ours = [v for v in variants if v != "mixle"]
-    print("| model | N | " + " | ".join(f"{v} ms/it" for v in variants) + " | "
-          + " | ".join(f"{v} / mixle" for v in ours) + " | scoring call ms: " + " / ".join(variants)
-          + " | E-step round beyond the workers' compute, ms: " + " / ".join(ours) + " |")
+    print(
+        "| model | N | "
+        + " | ".join(f"{v} ms/it" for v in variants)
+        + " | "
+        + " | ".join(f"{v} / mixle" for v in ours)
+        + " | scoring call ms: "
+        + " / ".join(variants)
+        + " | E-step round beyond the workers' compute, ms: "
+        + " / ".join(ours)
+        + " |"
+    )
     print("|---|---:|" + "---:|" * (len(variants) + len(ours)) + "---|---|")
     for model in models:
         r = recs[model]
@@ -113,17 +154,28 @@ def main(argv=None) -> int:
             vals = [x for x in vals if x is not None]
             return statistics.median(vals) * 1e3 if vals else None
 
-        row = {"model": model, "n": common.QUICK_N[model], "reps": len(ok),
-               "round_overhead_ms": {v: overhead(v) for v in ours},
-               "ms": {v: med(v) for v in variants},
-               "per_rep_vs_mixle": {v: paired(v, "mixle") for v in ours},
-               "llsum_ms": {v: llsum(v) for v in variants},
-               "commands": {v: r[v][ok[0]]["command"] for v in variants}}
+        row = {
+            "model": model,
+            "n": common.QUICK_N[model],
+            "reps": len(ok),
+            "round_overhead_ms": {v: overhead(v) for v in ours},
+            "ms": {v: med(v) for v in variants},
+            "per_rep_vs_mixle": {v: paired(v, "mixle") for v in ours},
+            "llsum_ms": {v: llsum(v) for v in variants},
+            "commands": {v: r[v][ok[0]]["command"] for v in variants},
+        }
         rows.append(row)
-        print(f"| {model} | {common.QUICK_N[model]:,} | " + " | ".join(f"{row['ms'][v]:.2f}" for v in variants) + " | "
-              + " | ".join(f"{statistics.median(row['per_rep_vs_mixle'][v]):.3f}" for v in ours) + " | "
-              + " / ".join(f"{row['llsum_ms'][v]:.2f}" for v in variants) + " | "
-              + " / ".join(common.fmt(row['round_overhead_ms'][v]) for v in ours) + " |")
+        print(
+            f"| {model} | {common.QUICK_N[model]:,} | "
+            + " | ".join(f"{row['ms'][v]:.2f}" for v in variants)
+            + " | "
+            + " | ".join(f"{statistics.median(row['per_rep_vs_mixle'][v]):.3f}" for v in ours)
+            + " | "
+            + " / ".join(f"{row['llsum_ms'][v]:.2f}" for v in variants)
+            + " | "
+            + " / ".join(common.fmt(row["round_overhead_ms"][v]) for v in ours)
+            + " |"
+        )
     common.write_rows(args.out, rows)
     return 0
 

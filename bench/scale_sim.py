@@ -52,9 +52,15 @@ from mixle_mpi.sim.check import run  # noqa: E402
 from mixle_mpi.sim.schedule import Schedule  # noqa: E402
 
 TARGET_MS = 50.0
-ORDER = ("reply accepted (accept + next_step)", "failure + recovery plan", "lost host (1 % of W at once) + plan",
-         "reconfiguration pass + migration", "reconfiguration pass + respawn", "heartbeat tick (overdue + stalled)",
-         "round end (reused, recomputed)")
+ORDER = (
+    "reply accepted (accept + next_step)",
+    "failure + recovery plan",
+    "lost host (1 % of W at once) + plan",
+    "reconfiguration pass + migration",
+    "reconfiguration pass + respawn",
+    "heartbeat tick (overdue + stalled)",
+    "round end (reused, recomputed)",
+)
 
 
 class Clock:
@@ -103,7 +109,7 @@ def state_memory(workers: int, shards: int) -> float:
     tracemalloc.stop()
     del d
     gc.collect()
-    return size / 2 ** 20
+    return size / 2**20
 
 
 def timed(fn) -> tuple[float, float]:
@@ -115,7 +121,9 @@ def timed(fn) -> tuple[float, float]:
     return (t1 - t0) * 1e3, (c1 - c0) * 1e3
 
 
-def measure(workers: int, shards: int, reps: int, seed: int = 1) -> dict[str, list[tuple[float, float]]]:
+def measure(
+    workers: int, shards: int, reps: int, seed: int = 1
+) -> dict[str, list[tuple[float, float]]]:
     rng = random.Random(seed)
     out: dict[str, list[tuple[float, float]]] = {k: [] for k in ORDER}
 
@@ -123,12 +131,13 @@ def measure(workers: int, shards: int, reps: int, seed: int = 1) -> dict[str, li
     d = Driver(workers, shards)
     pending = list(range(shards))
     rng.shuffle(pending)
-    for s in pending[:min(reps * 10, shards - 1)]:  # the last reply would end the round
+    for s in pending[: min(reps * 10, shards - 1)]:  # the last reply would end the round
         w, inc = d.rs.assigned[s]
 
         def reply() -> None:
             assert d.rs.accept(w, inc, s, d.live)
             assert isinstance(d.rs.next_step(d.owners, d.live), Wait)
+
         out[ORDER[0]].append(timed(reply))
 
     # failures, one at a time, each recovered at once (the plan is sent)
@@ -153,7 +162,9 @@ def measure(workers: int, shards: int, reps: int, seed: int = 1) -> dict[str, li
 
             def reconfigure() -> None:
                 spares = reconfig_plan.idle_places(d.owners, d.live)
-                for a in reconfig_plan.plan([w], {}, d.membership, respawn, respawn, d.owners, spares):
+                for a in reconfig_plan.plan(
+                    [w], {}, d.membership, respawn, respawn, d.owners, spares
+                ):
                     if isinstance(a, reconfig_plan.Respawn):
                         d.live[a.worker] = d.membership.revive(a.worker)
                     elif isinstance(a, reconfig_plan.Blacklist):
@@ -161,6 +172,7 @@ def measure(workers: int, shards: int, reps: int, seed: int = 1) -> dict[str, li
                 move = reconfig_plan.migrate(d.owners, d.membership.blacklisted(), d.live)
                 if move is not None:
                     d.owners = move.owners
+
             out[ORDER[4 if respawn else 3]].append(timed(reconfigure))
 
     # heartbeat ticks over all workers (some overdue, some stalled)
@@ -186,9 +198,14 @@ def whole_round(workers: int, shards: int, failing: int, seed: int = 7) -> tuple
     """One simulated round of the real driver code (mixle_mpi.sim: ``failing`` workers die
     or hang) and its reconfiguration: wall ms, CPU ms, polls."""
     rng = random.Random(seed)
-    faults = sorted((rng.uniform(0.0, 0.2), w, kind, 5.0 if kind == "hang" else 0.0)
-                    for w in rng.sample(range(1, workers + 1), failing) for kind in [rng.choice(["die", "die", "hang"])])
-    schedule = Schedule(seed, workers, 0, shards, 1, 3, True, True, False, False, False, 0.0, False, {}, faults)
+    faults = sorted(
+        (rng.uniform(0.0, 0.2), w, kind, 5.0 if kind == "hang" else 0.0)
+        for w in rng.sample(range(1, workers + 1), failing)
+        for kind in [rng.choice(["die", "die", "hang"])]
+    )
+    schedule = Schedule(
+        seed, workers, 0, shards, 1, 3, True, True, False, False, False, 0.0, False, {}, faults
+    )
     c0, t0 = time.thread_time(), time.perf_counter()
     out = run(schedule)
     return (time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3, out.events
@@ -200,12 +217,21 @@ def fmt(x: float) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="100:1000,1000:10000,10000:100000", help="W:S pairs, comma-separated")
+    ap.add_argument(
+        "--sizes", default="100:1000,1000:10000,10000:100000", help="W:S pairs, comma-separated"
+    )
     ap.add_argument("--reps", type=int, default=200, help="events per kind (replies: 10x)")
-    ap.add_argument("--sim-max-shards", type=int, default=10_000,
-                    help="run the whole simulated round only up to this S")
-    ap.add_argument("--no-gc", action="store_true",
-                    help="measure with the garbage collector off (shows which tails are gen-2 collections)")
+    ap.add_argument(
+        "--sim-max-shards",
+        type=int,
+        default=10_000,
+        help="run the whole simulated round only up to this S",
+    )
+    ap.add_argument(
+        "--no-gc",
+        action="store_true",
+        help="measure with the garbage collector off (shows which tails are gen-2 collections)",
+    )
     ap.add_argument("--out", help="also write the markdown here")
     args = ap.parse_args(argv)
     sizes = [tuple(int(x) for x in p.split(":")) for p in args.sizes.split(",")]
@@ -217,7 +243,10 @@ def main(argv=None) -> int:
         t0 = time.time()
         mem = state_memory(w, s)
         times = measure(w, s, args.reps)
-        sims = [whole_round(w, s, f) if s <= args.sim_max_shards else None for f in (0, max(1, w // 100))]
+        sims = [
+            whole_round(w, s, f) if s <= args.sim_max_shards else None
+            for f in (0, max(1, w // 100))
+        ]
         results[(w, s)] = (mem, times, sims)
         print(f"# W={w} S={s} measured in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
 
@@ -225,22 +254,52 @@ def main(argv=None) -> int:
     rule = "|---|" + "---:|" * len(sizes)
     lines = ["Wall time per event (perf_counter), ms: median / max (n events)", "", head, rule]
     for k in ORDER:
-        lines.append(f"| {k} | " + " | ".join(
-            "{} / {} (n={})".format(fmt(statistics.median(x[0] for x in results[z][1][k])),
-                                    fmt(max(x[0] for x in results[z][1][k])), len(results[z][1][k]))
-            for z in sizes) + " |")
+        lines.append(
+            f"| {k} | "
+            + " | ".join(
+                "{} / {} (n={})".format(
+                    fmt(statistics.median(x[0] for x in results[z][1][k])),
+                    fmt(max(x[0] for x in results[z][1][k])),
+                    len(results[z][1][k]),
+                )
+                for z in sizes
+            )
+            + " |"
+        )
     lines += ["", "CPU time per event (this thread), ms: median / max", "", head, rule]
     for k in ORDER:
-        lines.append(f"| {k} | " + " | ".join(
-            "{} / {}".format(fmt(statistics.median(x[1] for x in results[z][1][k])),
-                             fmt(max(x[1] for x in results[z][1][k]))) for z in sizes) + " |")
+        lines.append(
+            f"| {k} | "
+            + " | ".join(
+                "{} / {}".format(
+                    fmt(statistics.median(x[1] for x in results[z][1][k])),
+                    fmt(max(x[1] for x in results[z][1][k])),
+                )
+                for z in sizes
+            )
+            + " |"
+        )
     lines += ["", "State and whole rounds", "", head, rule]
-    lines.append("| driver state memory, MB | " + " | ".join(f"{results[z][0]:.1f}" for z in sizes) + " |")
+    lines.append(
+        "| driver state memory, MB | " + " | ".join(f"{results[z][0]:.1f}" for z in sizes) + " |"
+    )
     for i, what in enumerate(("no failure", "1 % of W die or hang")):
-        lines.append(f"| one simulated round, {what}: wall ms / CPU ms (polls) | " + " | ".join(
-            f"{fmt(r[0])} / {fmt(r[1])} ({r[2]:,})" if (r := results[z][2][i]) else "not run" for z in sizes) + " |")
-        lines.append(f"| one simulated round, {what}: CPU / (W + S), µs | " + " | ".join(
-            f"{r[1] * 1e3 / sum(z):.1f}" if (r := results[z][2][i]) else "not run" for z in sizes) + " |")
+        lines.append(
+            f"| one simulated round, {what}: wall ms / CPU ms (polls) | "
+            + " | ".join(
+                f"{fmt(r[0])} / {fmt(r[1])} ({r[2]:,})" if (r := results[z][2][i]) else "not run"
+                for z in sizes
+            )
+            + " |"
+        )
+        lines.append(
+            f"| one simulated round, {what}: CPU / (W + S), µs | "
+            + " | ".join(
+                f"{r[1] * 1e3 / sum(z):.1f}" if (r := results[z][2][i]) else "not run"
+                for z in sizes
+            )
+            + " |"
+        )
     big = sizes[-1]
     ev = results[big][1]
     wall_med = max(statistics.median(x[0] for x in ev[k]) for k in ORDER)
@@ -248,19 +307,21 @@ def main(argv=None) -> int:
     cpu_max = max(max(x[1] for x in ev[k]) for k in ORDER)
     wall_max = max(max(x[0] for x in ev[k]) for k in ORDER)
     load = os.getloadavg()
-    text = "\n".join([
-        f"Command: `{command.strip()}`",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min) when it ended",
-        "",
-        *lines,
-        "",
-        f"Largest size W={big[0]:,} S={big[1]:,}, slowest kind of decision: CPU median {fmt(cpu_med)} ms, "
-        f"CPU max {fmt(cpu_max)} ms; wall median {fmt(wall_med)} ms, wall max {fmt(wall_max)} ms "
-        f"(target <= {TARGET_MS:.0f} ms: {'met' if cpu_max <= TARGET_MS else 'NOT met'} by the CPU time of every event, "
-        f"{'met' if wall_med <= TARGET_MS else 'NOT met'} by the wall-time medians, "
-        f"{'met' if wall_max <= TARGET_MS else 'not met'} by every wall time)",
-    ])
+    text = "\n".join(
+        [
+            f"Command: `{command.strip()}`",
+            f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min) when it ended",
+            "",
+            *lines,
+            "",
+            f"Largest size W={big[0]:,} S={big[1]:,}, slowest kind of decision: CPU median {fmt(cpu_med)} ms, "
+            f"CPU max {fmt(cpu_max)} ms; wall median {fmt(wall_med)} ms, wall max {fmt(wall_max)} ms "
+            f"(target <= {TARGET_MS:.0f} ms: {'met' if cpu_max <= TARGET_MS else 'NOT met'} by the CPU time of every event, "
+            f"{'met' if wall_med <= TARGET_MS else 'NOT met'} by the wall-time medians, "
+            f"{'met' if wall_max <= TARGET_MS else 'not met'} by every wall time)",
+        ]
+    )
     print(text)
     if args.out:
         with open(args.out, "w") as f:

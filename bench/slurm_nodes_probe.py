@@ -52,6 +52,7 @@ exit $rc
 
 def ck_iteration(path: Path):
     from mixle_mpi.storage import checkpoint as ckpt
+
     try:
         return ckpt.read(str(path)).iteration
     except Exception:
@@ -71,7 +72,11 @@ def main() -> int:
     ap.add_argument("--its", type=int, default=40)
     ap.add_argument("--deadline", type=float, default=240)
     ap.add_argument("--ref", default="")
-    ap.add_argument("--flags", default="", help="more `mixle-mpi run` flags, e.g. \"--mpiexec-args='--no-kill'\"")
+    ap.add_argument(
+        "--flags",
+        default="",
+        help="more `mixle-mpi run` flags, e.g. \"--mpiexec-args='--no-kill'\"",
+    )
     a = ap.parse_args()
 
     c = SlurmNodes(Path(a.state))
@@ -80,8 +85,15 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     venv, flags = LAUNCH[a.launch]
     flags = f"{flags} {a.flags}".strip()
-    text = SCRIPT.format(wt=WT, venv=WT / venv, flags=flags, n=a.n, its=a.its, timeout=int(a.deadline),
-                         exports="\n".join(f"export {e}" for e in a.export))
+    text = SCRIPT.format(
+        wt=WT,
+        venv=WT / venv,
+        flags=flags,
+        n=a.n,
+        its=a.its,
+        timeout=int(a.deadline),
+        exports="\n".join(f"export {e}" for e in a.export),
+    )
     t0 = time.monotonic()
     job = c.submit(text, out, a.launch, *a.sbatch_args.split())
     timeline: list[tuple[float, str]] = []
@@ -110,7 +122,9 @@ def main() -> int:
             if it is not None and it >= a.at:
                 victims = c.lose(a.lose)
                 lost_at = time.monotonic() - t0
-                note(f"lost {a.lose} at checkpoint iteration {it}: SIGKILLed {len(victims)} processes, link down")
+                note(
+                    f"lost {a.lose} at checkpoint iteration {it}: SIGKILLed {len(victims)} processes, link down"
+                )
         queued = c.run("squeue", "-h", "-j", job, "-o", "%i").stdout.strip()
         if rec.get("JobState") in TERMINAL and not queued:
             break
@@ -118,18 +132,31 @@ def main() -> int:
     else:
         note("deadline reached: cancelling")
         c.run("scancel", job)
-    summary = {"job": job, "launch": a.launch, "sbatch": a.sbatch_args, "lose": a.lose, "lost_at": lost_at,
-               "state": rec.get("JobState"), "exit": rec.get("ExitCode"), "restarts": rec.get("Restarts"),
-               "elapsed": round(time.monotonic() - t0, 2)}
+    summary = {
+        "job": job,
+        "launch": a.launch,
+        "sbatch": a.sbatch_args,
+        "lose": a.lose,
+        "lost_at": lost_at,
+        "state": rec.get("JobState"),
+        "exit": rec.get("ExitCode"),
+        "restarts": rec.get("Restarts"),
+        "elapsed": round(time.monotonic() - t0, 2),
+    }
     res = out / "result.json"
     if res.exists():
         r = json.loads(res.read_text())
         summary["iterations"] = r.get("iterations")
         if a.ref:
             ref = json.loads(Path(a.ref).read_text())
-            summary["same_as_ref"] = (r["model"] == ref["model"] and r["ll"] == ref["ll"]
-                                      and r["iterations"] == ref["iterations"])
-    (out / "timeline.json").write_text(json.dumps({"summary": summary, "timeline": timeline}, indent=1))
+            summary["same_as_ref"] = (
+                r["model"] == ref["model"]
+                and r["ll"] == ref["ll"]
+                and r["iterations"] == ref["iterations"]
+            )
+    (out / "timeline.json").write_text(
+        json.dumps({"summary": summary, "timeline": timeline}, indent=1)
+    )
     print(json.dumps(summary))
     return 0
 

@@ -30,12 +30,17 @@ def main() -> None:
         model = enc.pysp_seq_initialize(est, np.random.RandomState(1), 0.1)
         t0, rounds = time.monotonic(), 0
         while time.monotonic() - t0 < args.seconds:
-            enc.pysp_seq_estimate(est, model)      # same model each time: a steady load
+            enc.pysp_seq_estimate(est, model)  # same model each time: a steady load
             enc.pysp_seq_log_density_sum(model)
             rounds += 1
         failures = sum(len(r["failed"]) for r in enc.rounds)
-        report = {"seconds": time.monotonic() - t0, "iterations": rounds, "false_failures": failures,
-                  "settings": enc.settings.__dict__, "workers": enc.membership.live()}
+        report = {
+            "seconds": time.monotonic() - t0,
+            "iterations": rounds,
+            "false_failures": failures,
+            "settings": enc.settings.__dict__,
+            "workers": enc.membership.live(),
+        }
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump(report, fh, indent=1)
     print(json.dumps(report))

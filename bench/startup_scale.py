@@ -30,8 +30,13 @@ MODES = {"streamed": "0", "own": "1"}
 
 
 def one(python: str, h5: str, w: int, mode: str, out: str) -> dict | None:
-    env = common.job_env({"MIXLE_MPI_WORKERS_READ_STORE": MODES[mode], "MIXLE_MPI_OWN_READ_MIN_BYTES": "0",
-                          "MIXLE_MPI_ALLOW_MANY_RANKS": "1"})
+    env = common.job_env(
+        {
+            "MIXLE_MPI_WORKERS_READ_STORE": MODES[mode],
+            "MIXLE_MPI_OWN_READ_MIN_BYTES": "0",
+            "MIXLE_MPI_ALLOW_MANY_RANKS": "1",
+        }
+    )
     cmd = [c.replace("{now}", f"{time.time():.6f}") for c in job_command(python, h5, w, 1, out)]
     rc, log, _ = common.run(cmd, env=env)
     if rc != 0 or not os.path.exists(out):
@@ -44,7 +49,9 @@ def one(python: str, h5: str, w: int, mode: str, out: str) -> dict | None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--workers", default="2,8,16")
     ap.add_argument("--sizes", default="1000000,10000000")
     ap.add_argument("--reps", type=int, default=2)
@@ -60,16 +67,28 @@ def main(argv=None) -> int:
         for rep in range(args.reps):
             for n in sizes:
                 for w in ws:
-                    for mode in (("streamed", "own") if rep % 2 == 0 else ("own", "streamed")):
-                        r = one(args.python, os.path.join(tmp, f"data_{n}.h5"), w, mode, os.path.join(tmp, "r.json"))
+                    for mode in ("streamed", "own") if rep % 2 == 0 else ("own", "streamed"):
+                        r = one(
+                            args.python,
+                            os.path.join(tmp, f"data_{n}.h5"),
+                            w,
+                            mode,
+                            os.path.join(tmp, "r.json"),
+                        )
                         if r:
-                            common.log(f"N={n:,} W={w} {mode}: load {r['shard_load']:.2f} s, first round {r['first_round']:.2f} s")
+                            common.log(
+                                f"N={n:,} W={w} {mode}: load {r['shard_load']:.2f} s, first round {r['first_round']:.2f} s"
+                            )
                             rows.setdefault((n, w, mode), []).append(r)
-    out = ["# Startup against W and N: workers read their own shards, or the driver streams them", "",
-           f"Machine: `nproc` = {os.cpu_count()}; W + 1 ranks oversubscribed above 1; {args.reps} repetitions, "
-           "modes alternating. Medians; ratio = own / streamed of the same repetition.", "",
-           "| N | W | shard load s, streamed | shard load s, own | load ratio | launch to first E-step s, streamed | own | ratio |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "# Startup against W and N: workers read their own shards, or the driver streams them",
+        "",
+        f"Machine: `nproc` = {os.cpu_count()}; W + 1 ranks oversubscribed above 1; {args.reps} repetitions, "
+        "modes alternating. Medians; ratio = own / streamed of the same repetition.",
+        "",
+        "| N | W | shard load s, streamed | shard load s, own | load ratio | launch to first E-step s, streamed | own | ratio |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     report = []
     for n in sizes:
         for w in ws:
@@ -77,14 +96,30 @@ def main(argv=None) -> int:
             if not s or not o:
                 out.append(f"| {n:,} | {w} | failed | | | | | |")
                 continue
-            med = {k: (statistics.median(x[k] for x in s), statistics.median(x[k] for x in o))
-                   for k in ("shard_load", "first_round")}
+            med = {
+                k: (statistics.median(x[k] for x in s), statistics.median(x[k] for x in o))
+                for k in ("shard_load", "first_round")
+            }
             lr = statistics.median(b["shard_load"] / a["shard_load"] for a, b in zip(s, o))
             fr = statistics.median(b["first_round"] / a["first_round"] for a, b in zip(s, o))
-            out.append(f"| {n:,} | {w} | {med['shard_load'][0]:.2f} | {med['shard_load'][1]:.2f} | {lr:.2f} | "
-                       f"{med['first_round'][0]:.2f} | {med['first_round'][1]:.2f} | {fr:.2f} |")
-            report.append({"n": n, "workers": w, "streamed": s, "own": o, "load_ratio": lr, "first_round_ratio": fr})
-    out += ["", f"Command: `python bench/startup_scale.py {' '.join(argv if argv is not None else sys.argv[1:])}`"]
+            out.append(
+                f"| {n:,} | {w} | {med['shard_load'][0]:.2f} | {med['shard_load'][1]:.2f} | {lr:.2f} | "
+                f"{med['first_round'][0]:.2f} | {med['first_round'][1]:.2f} | {fr:.2f} |"
+            )
+            report.append(
+                {
+                    "n": n,
+                    "workers": w,
+                    "streamed": s,
+                    "own": o,
+                    "load_ratio": lr,
+                    "first_round_ratio": fr,
+                }
+            )
+    out += [
+        "",
+        f"Command: `python bench/startup_scale.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
+    ]
     text = "\n".join(out)
     print(text)
     res = os.path.join(common.BENCH, "results")

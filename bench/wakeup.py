@@ -82,21 +82,28 @@ def measure(mode: str, trips: int) -> list[float]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--trips", type=int, default=2000)
     ap.add_argument("--out", default=None, help="write the figures here (JSON)")
     args = ap.parse_args(argv)
     rows = {}
     for mode in ("spin", "sleep", "sleep, busy"):
         rt = sorted(measure(mode, args.trips))
-        rows[mode] = {"median_us": 1e6 * statistics.median(rt), "p90_us": 1e6 * rt[int(0.9 * len(rt))],
-                      "trips": len(rt)}
+        rows[mode] = {
+            "median_us": 1e6 * statistics.median(rt),
+            "p90_us": 1e6 * rt[int(0.9 * len(rt))],
+            "trips": len(rt),
+        }
     base = rows["spin"]["median_us"]
     print(f"round trip of a datagram, {args.trips} trips, {os.cpu_count()} CPUs")
     print("| peer waits by | median us | p90 us | median / spin |")
     print("|---|---:|---:|---:|")
     for mode, r in rows.items():
-        print(f"| {mode} | {r['median_us']:.1f} | {r['p90_us']:.1f} | {r['median_us'] / base:.1f} |")
+        print(
+            f"| {mode} | {r['median_us']:.1f} | {r['p90_us']:.1f} | {r['median_us'] / base:.1f} |"
+        )
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump({"argv": sys.argv[1:], "cpus": os.cpu_count(), "rows": rows}, fh, indent=1)

@@ -12,6 +12,7 @@ import os
 import sys
 
 import mixle.stats as st
+
 from mixle_mpi import ResilientMPIEncodedData, fit, is_driver
 
 # (1) the model
@@ -31,14 +32,24 @@ def load():
 
 def show(iteration: int, ll: float, checkpointed: str | None) -> None:
     """One line per EM iteration (fit calls it once the iteration's checkpoint is on disk)."""
-    print(f"it {iteration} ll {ll:.10g}" + (f" (checkpoint {checkpointed})" if checkpointed else ""), flush=True)
+    print(
+        f"it {iteration} ll {ll:.10g}" + (f" (checkpoint {checkpointed})" if checkpointed else ""),
+        flush=True,
+    )
 
 
 data = load() if is_driver() else None
 # (3) layout and fit settings: num_shards fixes the bits; keep it when you compare runs or resume
 with ResilientMPIEncodedData(data, estimator=estimator, num_shards=8, max_retries=2) as enc:
-    model, lls = fit(enc, estimator, max_its=int(os.environ.get("MAX_ITS", 50)), delta=1e-8, seed=1,
-                     checkpoint=os.environ.get("CHECKPOINT", "api_fit.ckpt.h5"), on_iteration=show)
+    model, lls = fit(
+        enc,
+        estimator,
+        max_its=int(os.environ.get("MAX_ITS", 50)),
+        delta=1e-8,
+        seed=1,
+        checkpoint=os.environ.get("CHECKPOINT", "api_fit.ckpt.h5"),
+        on_iteration=show,
+    )
     print(model)
     print(f"{len(lls)} iterations, final log-likelihood {lls[-1]!r}")
     print("rounds with failures:", [r for r in enc.rounds if r["failed"]])

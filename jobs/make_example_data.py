@@ -15,7 +15,9 @@ def main(path: str, n: int, k: int = 4, dim: int = 8, block: int = 1_000_000) ->
     centers = rng.normal(scale=3.0, size=(k, dim))
     scales = rng.uniform(0.5, 1.5, size=(k, dim))
     with h5py.File(path + ".tmp", "w") as f:
-        ds = f.create_dataset("measurements/X", shape=(n, dim), dtype="f8", chunks=(min(n, 65536), dim))
+        ds = f.create_dataset(
+            "measurements/X", shape=(n, dim), dtype="f8", chunks=(min(n, 65536), dim)
+        )
         for a in range(0, n, block):
             b = min(n, a + block)
             z = rng.randint(k, size=b - a)

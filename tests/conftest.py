@@ -52,8 +52,15 @@ def uninterrupted_fit(tmp_path_factory):
 def _libraries():
     libs = [pytest.param(("openmpi", OMPI_PYTHON), id="openmpi")]
     mp = mpich_python()
-    libs.append(pytest.param(("mpich", mp), id="mpich",
-                             marks=pytest.mark.skipif(mp is None, reason="no MPICH environment (.venv-mpich or MIXLE_MPI_MPICH_PYTHON)")))
+    libs.append(
+        pytest.param(
+            ("mpich", mp),
+            id="mpich",
+            marks=pytest.mark.skipif(
+                mp is None, reason="no MPICH environment (.venv-mpich or MIXLE_MPI_MPICH_PYTHON)"
+            ),
+        )
+    )
     return libs
 
 
@@ -64,5 +71,8 @@ LIBRARIES = _libraries()
 
 def with_libraries(rows, id_of=lambda row: "-".join(str(v) for v in row)):
     """``pytest.param((library, python), *row)`` for every library and row."""
-    return [pytest.param(lib.values[0], *row, marks=lib.marks, id=f"{id_of(row)}-{lib.id}")
-            for row in rows for lib in LIBRARIES]
+    return [
+        pytest.param(lib.values[0], *row, marks=lib.marks, id=f"{id_of(row)}-{lib.id}")
+        for row in rows
+        for lib in LIBRARIES
+    ]

@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-_INSTANCES = itertools.count()   # one run makes several sets of hosts: each gets names of its own
+_INSTANCES = itertools.count()  # one run makes several sets of hosts: each gets names of its own
 
 AGENT = """#!/bin/bash
 # ssh stand-in for the fake hosts: run the command inside that host's namespaces
@@ -54,8 +54,10 @@ exec ip netns exec "$ns" unshare --uts {unshare} env -i HOME=/root USER=root LOG
   /bin/sh -c 'hostname "$0"; {mounts}exec /bin/sh -c "$1"' "$name" "$*" "$tmp" "{keep}"
 """
 # private_tmp: the host's own folder becomes its /tmp, with the kept paths (under /tmp) in it
-PRIVATE_TMP = ('for p in $3; do mkdir -p "$2${p#/tmp}" && mount --bind "$p" "$2${p#/tmp}" || exit 255; done; '
-               'mount --rbind "$2" /tmp || exit 255; ')
+PRIVATE_TMP = (
+    'for p in $3; do mkdir -p "$2${p#/tmp}" && mount --bind "$p" "$2${p#/tmp}" || exit 255; done; '
+    'mount --rbind "$2" /tmp || exit 255; '
+)
 
 
 def available() -> str:
@@ -93,18 +95,22 @@ class FakeHosts:
         # names of this instance's own: the kernel removes a deleted namespace's interfaces
         # in the background, so the last set's names can outlive its __exit__ for a moment
         instance = next(_INSTANCES)
-        self.tag = f"{os.getpid() % 100000:05d}{instance % 100:02d}"   # "mmbr" + 7: under 15 chars
-        self.subnet = 100 + (os.getpid() + instance) % 150   # 10.231.<subnet>.0/24, this set's own
+        self.tag = f"{os.getpid() % 100000:05d}{instance % 100:02d}"  # "mmbr" + 7: under 15 chars
+        self.subnet = 100 + (os.getpid() + instance) % 150  # 10.231.<subnet>.0/24, this set's own
         self.bridge = f"mmbr{self.tag}"
         self.slots = slots
         self.names = ["A"] + [f"host{chr(ord('b') + i)}" for i in range(len(slots) - 1)]
-        self.namespaces = [None] + [f"mm{self.tag}{chr(ord('b') + i)}" for i in range(len(slots) - 1)]
+        self.namespaces = [None] + [
+            f"mm{self.tag}{chr(ord('b') + i)}" for i in range(len(slots) - 1)
+        ]
         self.addresses = [f"10.231.{self.subnet}.{i + 1}" for i in range(len(slots))]
         # private_tmp: the agent in a folder of its own that every host sees (Open MPI's daemons
         # check the agent's path on their host, and may start the next hosts' daemons themselves)
         self.agent = (workdir / "agent" if private_tmp else workdir) / "fake-ssh.sh"
         # private_tmp: host i's /tmp is this folder (persistent across its ssh sessions, as a host's is)
-        self.tmps = [Path("/tmp")] + [workdir / f"tmp-{n}" if private_tmp else Path("/tmp") for n in self.names[1:]]
+        self.tmps = [Path("/tmp")] + [
+            workdir / f"tmp-{n}" if private_tmp else Path("/tmp") for n in self.names[1:]
+        ]
         self.private_tmp = private_tmp
         self._made: list[str] = []
         self._veths: list[str] = []
@@ -138,12 +144,20 @@ class FakeHosts:
         for tmp in self.tmps[1:] if self.private_tmp else ():
             tmp.mkdir(exist_ok=True)
             tmp.chmod(0o1777)
-        cases = "\n".join(f"  {addr}|{name}) ns={ns}; name={name}; tmp={tmp} ;;" for addr, ns, name, tmp in
-                          zip(self.addresses[1:], self.namespaces[1:], self.names[1:], self.tmps[1:]))
+        cases = "\n".join(
+            f"  {addr}|{name}) ns={ns}; name={name}; tmp={tmp} ;;"
+            for addr, ns, name, tmp in zip(
+                self.addresses[1:], self.namespaces[1:], self.names[1:], self.tmps[1:]
+            )
+        )
         mounts = dict(unshare="", tmpdir="", mounts="", keep="")
         if self.private_tmp:
-            mounts = dict(unshare="--mount --propagation private", tmpdir="TMPDIR=/tmp ", mounts=PRIVATE_TMP,
-                          keep=" ".join(_kept_under_tmp(self.agent.parent)))
+            mounts = dict(
+                unshare="--mount --propagation private",
+                tmpdir="TMPDIR=/tmp ",
+                mounts=PRIVATE_TMP,
+                keep=" ".join(_kept_under_tmp(self.agent.parent)),
+            )
         self.agent.write_text(AGENT.format(cases=cases, down=self.agent.parent, **mounts))
         self.agent.chmod(0o755)
 
@@ -151,10 +165,12 @@ class FakeHosts:
         """Open MPI's flags for a job over these hosts (``slots`` per host; 0 leaves one out)."""
         slots = self.slots if slots is None else slots
         hosts = ",".join(f"{a}:{n}" for a, n in zip(self.addresses, slots) if n)
-        return (f"--prtemca plm_ssh_agent {self.agent} --prtemca oob_tcp_if_include 10.231.{self.subnet}.0/24 "
-                f"--mca btl_tcp_if_include 10.231.{self.subnet}.0/24 --host {hosts} --map-by slot "
-                "-x MIXLE_MPI_* -x PYTHONWARNINGS -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS"
-                + (" -x PYTHONPATH" if os.environ.get("PYTHONPATH") else ""))  # a checkout run from elsewhere
+        return (
+            f"--prtemca plm_ssh_agent {self.agent} --prtemca oob_tcp_if_include 10.231.{self.subnet}.0/24 "
+            f"--mca btl_tcp_if_include 10.231.{self.subnet}.0/24 --host {hosts} --map-by slot "
+            "-x MIXLE_MPI_* -x PYTHONWARNINGS -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS"
+            + (" -x PYTHONPATH" if os.environ.get("PYTHONPATH") else "")
+        )  # a checkout run from elsewhere
 
     def mpich_args(self, slots: list[int] | None = None) -> str:
         """MPICH Hydra's flags for the same hosts (its ofi network layer needs
@@ -170,12 +186,22 @@ class FakeHosts:
         spawned there stayed after the fit for 30 s; with ``sockets`` 9 of 9 recovered in the
         job (bench/results/mpich_hosts_facts.md)."""
         if provider == "tcp":
-            return {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": self.bridge}
-        return {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": provider, "FI_SOCKETS_IFACE": self.bridge}
+            return {
+                "MPIR_CVAR_CH4_NETMOD": "ofi",
+                "FI_PROVIDER": "tcp",
+                "FI_TCP_IFACE": self.bridge,
+            }
+        return {
+            "MPIR_CVAR_CH4_NETMOD": "ofi",
+            "FI_PROVIDER": provider,
+            "FI_SOCKETS_IFACE": self.bridge,
+        }
 
     def pids(self, host: int) -> list[int]:
         """Every process in fake host ``host`` (1, 2, ...): its daemon and its ranks."""
-        proc = subprocess.run(["ip", "netns", "pids", self.namespaces[host]], capture_output=True, text=True)
+        proc = subprocess.run(
+            ["ip", "netns", "pids", self.namespaces[host]], capture_output=True, text=True
+        )
         return [int(p) for p in proc.stdout.split()]
 
     def lose(self, host: int, down: bool = False) -> list[int]:

@@ -26,10 +26,32 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
-BINARIES = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "srun", "slurmctld", "slurmd", "munged",
-            "mungekey", "ip", "nsenter", "unshare")
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
-            "PREEMPTED"}
+BINARIES = (
+    "sbatch",
+    "squeue",
+    "scontrol",
+    "scancel",
+    "sinfo",
+    "srun",
+    "slurmctld",
+    "slurmd",
+    "munged",
+    "mungekey",
+    "ip",
+    "nsenter",
+    "unshare",
+)
+TERMINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "PREEMPTED",
+}
 
 
 def available() -> str:
@@ -51,33 +73,57 @@ def free_port() -> int:
 class SlurmNodes:
     """A SLURM cluster of ``nodes`` nodes on this machine, as a context manager."""
 
-    def __init__(self, statedir: Path, nodes: int = 3, env: dict | None = None, deadline: float = 60) -> None:
+    def __init__(
+        self, statedir: Path, nodes: int = 3, env: dict | None = None, deadline: float = 60
+    ) -> None:
         self.dir = Path(statedir)
         self.count = nodes
         self.deadline = deadline
         self.env = dict(os.environ, **(env or {}))
-        self.env.update(SLURM_CONF=str(self.dir / "slurm.conf"), SLURM_LOCAL_CTLD_PORT=str(free_port()),
-                        SLURM_LOCAL_SLURMD_PORT=str(free_port()))
-        for var in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NNODES",
-                    "SLURM_JOB_NUM_NODES", "MIXLE_MPI_FAULT_PLAN"):
+        self.env.update(
+            SLURM_CONF=str(self.dir / "slurm.conf"),
+            SLURM_LOCAL_CTLD_PORT=str(free_port()),
+            SLURM_LOCAL_SLURMD_PORT=str(free_port()),
+        )
+        for var in (
+            "SLURM_JOB_ID",
+            "SLURM_JOBID",
+            "SLURM_NODELIST",
+            "SLURM_JOB_NODELIST",
+            "SLURM_NNODES",
+            "SLURM_JOB_NUM_NODES",
+            "MIXLE_MPI_FAULT_PLAN",
+        ):
             self.env.pop(var, None)
         self.info: dict[str, str] = {}
-        self.nodes: dict[str, dict] = {}   # name -> {"ns", "veth", "addr"}
+        self.nodes: dict[str, dict] = {}  # name -> {"ns", "veth", "addr"}
         self.lost: set[str] = set()
 
     # -- life cycle --
     def __enter__(self) -> "SlurmNodes":
-        up = subprocess.run(["bash", str(SCRIPT), "start", str(self.dir), "--nodes", str(self.count)],
-                            capture_output=True, text=True, timeout=self.deadline + 30, env=self.env)
+        up = subprocess.run(
+            ["bash", str(SCRIPT), "start", str(self.dir), "--nodes", str(self.count)],
+            capture_output=True,
+            text=True,
+            timeout=self.deadline + 30,
+            env=self.env,
+        )
         self._read_nodes()
         if up.returncode != 0:
             self.__exit__(None, None, None)
-            raise RuntimeError(f"could not start a {self.count}-node SLURM:\n{up.stdout}\n{up.stderr}")
+            raise RuntimeError(
+                f"could not start a {self.count}-node SLURM:\n{up.stdout}\n{up.stderr}"
+            )
         return self
 
     def __exit__(self, *exc) -> None:
-        down = subprocess.run(["bash", str(SCRIPT), "stop", str(self.dir)], capture_output=True, text=True,
-                              timeout=self.deadline + 60, env=self.env)
+        down = subprocess.run(
+            ["bash", str(SCRIPT), "stop", str(self.dir)],
+            capture_output=True,
+            text=True,
+            timeout=self.deadline + 60,
+            env=self.env,
+        )
         if down.returncode != 0:
             raise RuntimeError(f"could not stop SLURM:\n{down.stdout}\n{down.stderr}")
 
@@ -107,35 +153,60 @@ class SlurmNodes:
         tag = self.info.get("TAG", "")
         found: list[str] = []
         if tag:
-            ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+            ns = subprocess.run(
+                ["ip", "netns", "list"], capture_output=True, text=True, timeout=30
+            ).stdout
             found += [f"netns {l.split()[0]}" for l in ns.splitlines() if tag in l]
-            links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, timeout=30).stdout
+            links = subprocess.run(
+                ["ip", "-o", "link"], capture_output=True, text=True, timeout=30
+            ).stdout
             found += [f"link {l.split(':')[1].strip()}" for l in links.splitlines() if tag in l]
-            found += [f"/etc/netns/{p.name}" for p in Path("/etc/netns").glob(f"*{tag}*")] \
-                if Path("/etc/netns").exists() else []
+            found += (
+                [f"/etc/netns/{p.name}" for p in Path("/etc/netns").glob(f"*{tag}*")]
+                if Path("/etc/netns").exists()
+                else []
+            )
         for pidfile in [*self.dir.glob("slurm*.pid"), self.dir / "munge" / "munged.pid"]:
             if pidfile.exists():
                 found.append(f"pid file {pidfile}")
-        ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, timeout=30).stdout
-        found += [f"process {l.strip()}" for l in ps.splitlines() if str(self.dir) in l and "ps -eo" not in l]
+        ps = subprocess.run(
+            ["ps", "-eo", "pid,args"], capture_output=True, text=True, timeout=30
+        ).stdout
+        found += [
+            f"process {l.strip()}"
+            for l in ps.splitlines()
+            if str(self.dir) in l and "ps -eo" not in l
+        ]
         return found
 
     # -- clients --
-    def run(self, *args: str, timeout: float = 30, env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env={**self.env, **(env or {})})
+    def run(
+        self, *args: str, timeout: float = 30, env: dict | None = None
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            args, capture_output=True, text=True, timeout=timeout, env={**self.env, **(env or {})}
+        )
 
     def node_states(self) -> dict[str, str]:
         """``sinfo -N``: node name -> state (idle, alloc, mix, down*, ...)."""
         out = self.run("sinfo", "-h", "-N", "-o", "%N %T").stdout
         return dict(line.split() for line in out.splitlines() if line.strip())
 
-    def submit(self, text: str, folder: Path, name: str, *args: str, env: dict | None = None) -> str:
+    def submit(
+        self, text: str, folder: Path, name: str, *args: str, env: dict | None = None
+    ) -> str:
         """sbatch the script (extra sbatch ``args``) from ``folder``; the job inherits ``env``."""
         folder.mkdir(parents=True, exist_ok=True)
         script = folder / f"{name}.sbatch"
         script.write_text(text)
-        out = subprocess.run(["sbatch", "--parsable", *args, str(script)], capture_output=True, text=True,
-                             timeout=30, env={**self.env, **(env or {})}, cwd=str(folder))
+        out = subprocess.run(
+            ["sbatch", "--parsable", *args, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**self.env, **(env or {})},
+            cwd=str(folder),
+        )
         if out.returncode != 0:
             raise RuntimeError(f"sbatch: {out.stderr}")
         return out.stdout.strip().split(";")[0]
@@ -162,6 +233,7 @@ class SlurmNodes:
             rec = self.job(job)
             queued = self.run("squeue", "-h", "-j", job, "-o", "%i").stdout.strip()
             return rec if rec and not queued and rec.get("JobState") in TERMINAL else None
+
         return self.wait(done, deadline, f"the end of job {job}")
 
     # -- node failure --
@@ -172,7 +244,9 @@ class SlurmNodes:
     def pids(self, node: str | int) -> list[int]:
         """Every process on ``node`` (its slurmd, slurmstepds and tasks)."""
         _, n = self._node(node)
-        out = subprocess.run(["ip", "netns", "pids", n["ns"]], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run(
+            ["ip", "netns", "pids", n["ns"]], capture_output=True, text=True, timeout=30
+        ).stdout
         return [int(p) for p in out.split()]
 
     def lose(self, node: str | int) -> list[int]:
@@ -183,7 +257,9 @@ class SlurmNodes:
         name, n = self._node(node)
         self.lost.add(name)
         subprocess.run(["ip", "link", "set", n["veth"], "down"], capture_output=True, timeout=30)
-        subprocess.run(["ip", "-n", n["ns"], "link", "set", "eth0", "down"], capture_output=True, timeout=30)
+        subprocess.run(
+            ["ip", "-n", n["ns"], "link", "set", "eth0", "down"], capture_output=True, timeout=30
+        )
         victims: list[int] = []
         for _ in range(50):
             pids = self.pids(name)

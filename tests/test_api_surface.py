@@ -34,17 +34,40 @@ def _reference(model: str, n: int, shards: int) -> dict:
 
 
 @pytest.mark.parametrize("library", with_libraries([()], id_of=lambda row: "api"))
-@pytest.mark.parametrize("plan", [None, "2:kill:estep_mid:3,1:stop:llsum:2"],
-                         ids=["clean", "kill+stop"])
+@pytest.mark.parametrize(
+    "plan", [None, "2:kill:estep_mid:3,1:stop:llsum:2"], ids=["clean", "kill+stop"]
+)
 def test_every_entry_point_is_bit_identical(library, plan, tmp_path):
     _, python = library
     model, n, shards = "composite", 3000, 3
     out = tmp_path / "api.json"
-    env = dict(os.environ, PYTHONWARNINGS="ignore", MIXLE_MPI_FAULT_PLAN=plan or "",
-               MIXLE_MPI_EVENT_LOG=str(tmp_path / "events.jsonl"))
-    cmd = [python, "-m", "mixle_mpi", "run", "-n", "4", "--timeout", "240", "--",
-           python, str(JOB), model, str(n), str(shards), str(out), str(tmp_path / "work")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=str(tmp_path), env=env)
+    env = dict(
+        os.environ,
+        PYTHONWARNINGS="ignore",
+        MIXLE_MPI_FAULT_PLAN=plan or "",
+        MIXLE_MPI_EVENT_LOG=str(tmp_path / "events.jsonl"),
+    )
+    cmd = [
+        python,
+        "-m",
+        "mixle_mpi",
+        "run",
+        "-n",
+        "4",
+        "--timeout",
+        "240",
+        "--",
+        python,
+        str(JOB),
+        model,
+        str(n),
+        str(shards),
+        str(out),
+        str(tmp_path / "work"),
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, cwd=str(tmp_path), env=env
+    )
     assert proc.returncode == 0, proc.stderr[-5000:]
     got = json.loads(out.read_text())
     rounds = got.pop("rounds")

@@ -21,7 +21,7 @@ CASES = {
     "ragged": "has shape (2,), expected (3,)",
     "mismatch": "does not match the data",
     "columns_1d": "do not flatten the rows (that would mix the variables up); use a multivariate estimator instead, "
-                  "such as DiagonalGaussianEstimator(dim=3)",
+    "such as DiagonalGaussianEstimator(dim=3)",
     "num_shards": "num_shards must be an integer >= 1; found 0",
     "max_retries": "max_retries must be an integer >= 1; found 0",
     "unwritable": "/proc/mixle_mpi_cannot_write_here",
@@ -35,8 +35,23 @@ MATRIX = [(case, 4) for case in sorted(CASES)] + [("num_shards", 3), ("nan", 8),
 
 def _launch(python: str, ranks: int, args: list[str], tmp_path: Path, timeout: float = 90):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    cmd = [python, "-m", "mixle_mpi", "run", "-n", str(ranks), "--timeout", str(timeout), "--", python, JOB, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30, cwd=str(tmp_path), env=env)
+    cmd = [
+        python,
+        "-m",
+        "mixle_mpi",
+        "run",
+        "-n",
+        str(ranks),
+        "--timeout",
+        str(timeout),
+        "--",
+        python,
+        JOB,
+        *args,
+    ]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout + 30, cwd=str(tmp_path), env=env
+    )
 
 
 def assert_ended_cleanly(proc, code: int, needle: str, marker: str) -> None:
@@ -44,7 +59,9 @@ def assert_ended_cleanly(proc, code: int, needle: str, marker: str) -> None:
     left no process behind."""
     assert proc.returncode == code, proc.stderr[-4000:]
     assert needle in proc.stderr, proc.stderr[-4000:]
-    assert "driver reported" not in proc.stderr, proc.stderr[-4000:]  # the launcher does not repeat the error
+    assert "driver reported" not in proc.stderr, proc.stderr[
+        -4000:
+    ]  # the launcher does not repeat the error
     assert "MPI_ABORT" not in proc.stderr and "MPI_Abort" not in proc.stderr, proc.stderr[-4000:]
     assert "UNEXPECTED" not in proc.stdout
     assert no_leftover_processes(marker) == []
@@ -61,16 +78,29 @@ def test_bad_input_is_a_clear_error(library, case, ranks, tmp_path):
 
 def test_single_rank_is_refused(tmp_path):
     """Run without mpiexec (a singleton MPI world of one rank): no workers, a clear error."""
-    proc = subprocess.run([OMPI_PYTHON, JOB, "single", str(tmp_path / "work")], capture_output=True, text=True,
-                          timeout=90, cwd=str(tmp_path), env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    proc = subprocess.run(
+        [OMPI_PYTHON, JOB, "single", str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=str(tmp_path),
+        env=dict(os.environ, PYTHONWARNINGS="ignore"),
+    )
     assert proc.returncode == 2, proc.stderr[-4000:]
     assert "found 1 MPI rank but needs at least 2" in proc.stderr
-    assert "help-mpi-api" not in proc.stderr and "MPI_ABORT" not in proc.stderr  # one line, not Open MPI's noise
+    assert (
+        "help-mpi-api" not in proc.stderr and "MPI_ABORT" not in proc.stderr
+    )  # one line, not Open MPI's noise
 
 
 def test_launcher_refuses_one_rank(tmp_path):
-    proc = subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "run", "-n", "1", "--", sys.executable, JOB, "single"],
-                          capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    proc = subprocess.run(
+        [OMPI_PYTHON, "-m", "mixle_mpi", "run", "-n", "1", "--", sys.executable, JOB, "single"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 2
     assert "found -n 1 but needs at least 2 ranks" in proc.stderr
 
@@ -116,10 +146,17 @@ FIT_ERRORS = {
 # A missing file at 3, 4 and 8 ranks under both MPIs; every other mistake at 4 under Open MPI
 # (they take the same path, and each message is checked without MPI in test_unit_csv and
 # test_unit_cli_inputs).
-FIT_MATRIX = [pytest.param(lib.values[0], "missing_file", ranks, id=f"{lib.id}-missing_file-{ranks}", marks=lib.marks)
-              for lib in LIBRARIES for ranks in (3, 4, 8)] + [
+FIT_MATRIX = [
+    pytest.param(
+        lib.values[0], "missing_file", ranks, id=f"{lib.id}-missing_file-{ranks}", marks=lib.marks
+    )
+    for lib in LIBRARIES
+    for ranks in (3, 4, 8)
+] + [
     pytest.param(LIBRARIES[0].values[0], name, 4, id=f"openmpi-{name}-4")
-    for name in sorted(FIT_ERRORS) if name != "missing_file"]
+    for name in sorted(FIT_ERRORS)
+    if name != "missing_file"
+]
 
 
 @pytest.mark.parametrize("library, name, ranks", FIT_MATRIX)
@@ -129,9 +166,30 @@ def test_fit_input_errors_end_the_job_at_any_rank_count(library, name, ranks, tm
         (tmp_path / fname).write_text(text)
     data, model, extra, needle = FIT_ERRORS[name]
     out = tmp_path / "out"
-    proc = subprocess.run([python, "-m", "mixle_mpi", "fit", "-n", str(ranks), "--timeout", "90", "--data", data,
-                           "--model", model, *extra, "--out-dir", str(out)], capture_output=True, text=True,
-                          timeout=150, cwd=str(tmp_path), env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    proc = subprocess.run(
+        [
+            python,
+            "-m",
+            "mixle_mpi",
+            "fit",
+            "-n",
+            str(ranks),
+            "--timeout",
+            "90",
+            "--data",
+            data,
+            "--model",
+            model,
+            *extra,
+            "--out-dir",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        cwd=str(tmp_path),
+        env=dict(os.environ, PYTHONWARNINGS="ignore"),
+    )
     assert_ended_cleanly(proc, 2, needle, str(out))
     assert "Traceback" not in proc.stderr
 
@@ -143,13 +201,45 @@ def test_a_model_too_large_for_memory_is_refused_with_the_estimate(tmp_path):
     import numpy as np
 
     np.save(tmp_path / "wide.npy", np.random.default_rng(0).normal(size=(40, 10_000)))
-    args = ["--data", "wide.npy", "--model", "gmm:k=40,cov=full", "--num-shards", "2", "--out-dir", "out"]
+    args = [
+        "--data",
+        "wide.npy",
+        "--model",
+        "gmm:k=40,cov=full",
+        "--num-shards",
+        "2",
+        "--out-dir",
+        "out",
+    ]
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    dry = subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "fit", "-n", "3", "--dry-run", *args], capture_output=True,
-                         text=True, timeout=120, cwd=str(tmp_path), env=env)
-    assert dry.returncode == 2 and "the driver would need about" in dry.stderr and "model 29.8 GB" in dry.stderr, dry.stderr
-    proc = subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "fit", "-n", "3", "--timeout", "90", *args],
-                          capture_output=True, text=True, timeout=150, cwd=str(tmp_path), env=env)
+    dry = subprocess.run(
+        [OMPI_PYTHON, "-m", "mixle_mpi", "fit", "-n", "3", "--dry-run", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+        env=env,
+    )
+    assert (
+        dry.returncode == 2
+        and "the driver would need about" in dry.stderr
+        and "model 29.8 GB" in dry.stderr
+    ), dry.stderr
+    proc = subprocess.run(
+        [OMPI_PYTHON, "-m", "mixle_mpi", "fit", "-n", "3", "--timeout", "90", *args],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        cwd=str(tmp_path),
+        env=env,
+    )
     assert_ended_cleanly(proc, 2, "the driver would need about", str(tmp_path / "out"))
-    assert "model 29.8 GB" in proc.stderr and "--no-memory-check" in proc.stderr and "Traceback" not in proc.stderr
-    assert not (tmp_path / "out" / "model.json").exists() and not (tmp_path / "out" / "work" / "shards.h5").exists()
+    assert (
+        "model 29.8 GB" in proc.stderr
+        and "--no-memory-check" in proc.stderr
+        and "Traceback" not in proc.stderr
+    )
+    assert (
+        not (tmp_path / "out" / "model.json").exists()
+        and not (tmp_path / "out" / "work" / "shards.h5").exists()
+    )

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from fakehosts import available as fakehosts_missing
-from slurmnodes import available as slurmnodes_missing
 from mpiharness import no_leftover_processes
+from slurmnodes import available as slurmnodes_missing
 
 pytestmark = pytest.mark.mpijob
 
@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bench(args: list[str], timeout: float) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert no_leftover_processes(str(ROOT / "bench" / "_job.py")) == []
     assert no_leftover_processes(str(ROOT / "bench" / "_scale_job.py")) == []
@@ -32,22 +34,45 @@ def _bench(args: list[str], timeout: float) -> subprocess.CompletedProcess:
 def test_the_failure_cost_benchmark_kills_a_worker_in_every_mode_and_splits_the_call():
     proc = _bench([str(ROOT / "bench" / "failure_cost.py"), "--quick", "--reps", "1"], timeout=400)
     out = proc.stdout
-    figures = json.loads(out[out.index("\n[\n") + 1:])
+    figures = json.loads(out[out.index("\n[\n") + 1 :])
     failed = {f["name"].split("(")[1].split(";")[0]: f for f in figures if f["item"] == "2"}
     assert sorted(failed) == ["no respawn", "respawn", "spares=1"], out[-3000:]
     for mode, fig in failed.items():
         # n = 1: the job ran and its planned kill fired (a job whose kill did not fire is left out)
-        assert fig["ratio"]["n"] == 1 and fig["values"][0] > 0, (mode, fig, proc.stderr[-4000:])  # the bench log says why
+        assert fig["ratio"]["n"] == 1 and fig["values"][0] > 0, (
+            mode,
+            fig,
+            proc.stderr[-4000:],
+        )  # the bench log says why
         parts = fig["split_over_normal"]
         assert parts["detection"]["median"] > 0 and parts["recompute"]["median"] > 0, (mode, parts)
         assert fig["causes"], (mode, fig)
     idle = [f for f in figures if f["item"] == "11" and f["name"].startswith("failure-free")]
-    assert len(idle) == 1 and idle[0]["ratio"]["n"] == 1, (figures, proc.stderr[-4000:])  # the bench log says why
+    assert len(idle) == 1 and idle[0]["ratio"]["n"] == 1, (
+        figures,
+        proc.stderr[-4000:],
+    )  # the bench log says why
 
 
 def test_the_scale_benchmark_measures_the_drivers_round_at_each_world_size(tmp_path):
-    _bench([str(ROOT / "bench" / "scale_real.py"), "--workers", "2,3", "--its", "4", "--reps", "1",
-            "--idle-seconds", "0.5", "--results", str(tmp_path), "--name", "smoke"], timeout=300)
+    _bench(
+        [
+            str(ROOT / "bench" / "scale_real.py"),
+            "--workers",
+            "2,3",
+            "--its",
+            "4",
+            "--reps",
+            "1",
+            "--idle-seconds",
+            "0.5",
+            "--results",
+            str(tmp_path),
+            "--name",
+            "smoke",
+        ],
+        timeout=300,
+    )
     record = json.loads((tmp_path / "smoke.json").read_text())
     assert (tmp_path / "smoke.md").exists()
     per = record["per_workers"]
@@ -79,12 +104,25 @@ def test_the_host_loss_benchmark_splits_the_time_a_lost_host_costs(tmp_path):
     """bench/host_loss.py, one run under Open MPI: host C lost mid-fit, the job relaunched
     without it to the failure-free bits, and every part of the time measured."""
     out = tmp_path / "host_loss.json"
-    _bench([str(ROOT / "bench" / "host_loss.py"), "--reps", "1", "--libraries", "openmpi", "--out", str(out)],
-           timeout=300)
+    _bench(
+        [
+            str(ROOT / "bench" / "host_loss.py"),
+            "--reps",
+            "1",
+            "--libraries",
+            "openmpi",
+            "--out",
+            str(out),
+        ],
+        timeout=300,
+    )
     report = json.loads(out.read_text())
     (row,) = report["rows"]
     assert row["ok"] and row["identical"], row
-    assert all(row[k] >= 0 for k in ("detection", "teardown", "probe", "relaunch", "reload")) and row["total"] > 0, row
+    assert (
+        all(row[k] >= 0 for k in ("detection", "teardown", "probe", "relaunch", "reload"))
+        and row["total"] > 0
+    ), row
 
 
 @pytest.mark.skipif(bool(slurmnodes_missing()), reason=slurmnodes_missing() or "ok")
@@ -93,8 +131,20 @@ def test_the_node_loss_benchmark_runs_a_clean_and_a_lost_node_job_on_three_slurm
     once clean and once with node2 lost mid-fit; both COMPLETED with the same bits, and the
     loss was detected and recovered in the job."""
     out = tmp_path / "node_loss.json"
-    _bench([str(ROOT / "bench" / "node_loss_slurm.py"), "--cases", "srun-openmpi", "--its", "60", "--rows", "200000",
-            "--out", str(out)], timeout=400)
+    _bench(
+        [
+            str(ROOT / "bench" / "node_loss_slurm.py"),
+            "--cases",
+            "srun-openmpi",
+            "--its",
+            "60",
+            "--rows",
+            "200000",
+            "--out",
+            str(out),
+        ],
+        timeout=400,
+    )
     (row,) = json.loads(out.read_text())["rows"]
     assert row["ok"] and row["identical"] and not row["relaunched"], row
     assert 0 < row["detection"] <= row["recovery"], row

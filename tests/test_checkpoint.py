@@ -12,11 +12,17 @@ from pathlib import Path
 
 import pytest
 from conftest import LIBRARIES
-from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit, wait_for_checkpoint
+from mpiharness import (
+    OMPI_PYTHON,
+    fit_args,
+    no_leftover_processes,
+    run_job,
+    same_fit,
+    wait_for_checkpoint,
+)
 
+from mixle_mpi.chaos.faults import FIRED_ENV, read_fired, unfired
 from mixle_mpi.storage import checkpoint as ckpt
-from mixle_mpi.chaos.faults import read_fired, unfired
-from mixle_mpi.chaos.faults import FIRED_ENV
 
 pytestmark = pytest.mark.mpijob
 
@@ -32,7 +38,9 @@ def killed_job(ranks: int, args: list[str], tmp: Path, plan: str):
     log = tmp.parent / f"{tmp.name}-faults.jsonl"
     job = run_job(OMPI_PYTHON, ranks, args, tmp, plan=plan, env={FIRED_ENV: str(log)})
     records = read_fired(str(log))
-    assert unfired(plan, records) == [], f"planned faults that did not fire: {plan}\n" + job.describe()
+    assert unfired(plan, records) == [], (
+        f"planned faults that did not fire: {plan}\n" + job.describe()
+    )
     return job
 
 
@@ -42,8 +50,7 @@ def uninterrupted(uninterrupted_fit):
     return uninterrupted_fit
 
 
-@pytest.mark.parametrize("model,n,call", [("gmm1d", 4000, 2), ("hmm", 600, 4),
-                                          ("gmm1d", 4000, 4)])
+@pytest.mark.parametrize("model,n,call", [("gmm1d", 4000, 2), ("hmm", 600, 4), ("gmm1d", 4000, 4)])
 def test_driver_killed_mid_estep_resumes_exactly(model, n, call, tmp_path, uninterrupted):
     ck = tmp_path / "ck.h5"
     first = killed_job(4, _args(model, n, ck), tmp_path / "a", f"0:kill:estep_before:{call}")
@@ -61,7 +68,7 @@ def test_driver_killed_while_writing_a_checkpoint(tmp_path, uninterrupted):
     ck = tmp_path / "ck.h5"
     first = killed_job(4, _args("gmm1d", 4000, ck), tmp_path / "a", "0:kill:checkpoint_write:3")
     assert first.rc != 0, first.describe()
-    assert ckpt.read(str(ck)).iteration == 2          # the half-written one never replaced it
+    assert ckpt.read(str(ck)).iteration == 2  # the half-written one never replaced it
     second = run_job(OMPI_PYTHON, 4, _args("gmm1d", 4000, ck), tmp_path / "b")
     assert second.rc == 0, second.describe()
     assert same_fit(second.result, uninterrupted("gmm1d", 4000))
@@ -91,14 +98,45 @@ def test_a_driver_lost_before_the_finished_checkpoint_resumes_exactly(its, tmp_p
     assert same_fit(again.result, whole.result), again.describe()
 
 
-def _start(tmp_path: Path, ck: Path, n: int, python: str = OMPI_PYTHON) -> tuple[subprocess.Popen, Path]:
+def _start(
+    tmp_path: Path, ck: Path, n: int, python: str = OMPI_PYTHON
+) -> tuple[subprocess.Popen, Path]:
     events = tmp_path / "events.jsonl"
-    env = dict(os.environ, PYTHONWARNINGS="ignore", MIXLE_MPI_EVENT_LOG=str(events), MIXLE_MPI_FAULT_PLAN="")
-    cmd = [python, "-m", "mixle_mpi", "run", "-n", "4", "--timeout", "200", "--", python, "-m",
-           "mixle_mpi.fitting.fitjob", *_args("gmm1d", n, ck), "--max-its", "40", "--workdir", str(tmp_path / "work"),
-           "--quiet"]
-    proc = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = dict(
+        os.environ,
+        PYTHONWARNINGS="ignore",
+        MIXLE_MPI_EVENT_LOG=str(events),
+        MIXLE_MPI_FAULT_PLAN="",
+    )
+    cmd = [
+        python,
+        "-m",
+        "mixle_mpi",
+        "run",
+        "-n",
+        "4",
+        "--timeout",
+        "200",
+        "--",
+        python,
+        "-m",
+        "mixle_mpi.fitting.fitjob",
+        *_args("gmm1d", n, ck),
+        "--max-its",
+        "40",
+        "--workdir",
+        str(tmp_path / "work"),
+        "--quiet",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=str(tmp_path),
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return proc, events
 
 
@@ -133,8 +171,14 @@ def test_signal_to_the_driver_checkpoints_and_asks_for_requeue(sig, tmp_path):
     assert proc.returncode == 75, err[-4000:]
     assert f"received {sig.name}" in err and "rerun the same command to resume" in err
     # a planned stop is a checkpoint and a requeue, said once: not a failure, no worker exit lines
-    assert "driver failed" not in err and "exiting with code" not in err and "driver reported" not in err, err
-    assert len([ln for ln in err.splitlines() if "rerun the same command to resume" in ln]) == 1, err
+    assert (
+        "driver failed" not in err
+        and "exiting with code" not in err
+        and "driver reported" not in err
+    ), err
+    assert len([ln for ln in err.splitlines() if "rerun the same command to resume" in ln]) == 1, (
+        err
+    )
     saved = ckpt.read(str(ck))
     assert not saved.finished and saved.iteration >= 2
     _resume_and_compare(tmp_path, ck, n)
@@ -169,18 +213,23 @@ def killed_checkpoint(tmp_path_factory):
     return ck
 
 
-@pytest.mark.parametrize("change,field", [
-    (["--data-seed", "2"], "fingerprint.data"),
-    (["--sub-chunks", "2"], "layout.sub_chunks"),
-    (["--num-shards", "3"], "layout.num_shards"),
-    (["--seed", "8"], "fingerprint.config"),
-])
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        (["--data-seed", "2"], "fingerprint.data"),
+        (["--sub-chunks", "2"], "layout.sub_chunks"),
+        (["--num-shards", "3"], "layout.num_shards"),
+        (["--seed", "8"], "fingerprint.config"),
+    ],
+)
 def test_checkpoint_of_another_fit_is_refused(change, field, tmp_path, killed_checkpoint):
     ck = tmp_path / "ck.h5"
     ck.write_bytes(killed_checkpoint.read_bytes())  # each case gets the same checkpoint, untouched
     again = run_job(OMPI_PYTHON, 3, _args("gmm1d", 3000, ck) + change, tmp_path / "b")
     assert again.rc == 2, again.describe()
-    assert "is a checkpoint of a different fit" in again.stderr and field in again.stderr, again.describe()
+    assert "is a checkpoint of a different fit" in again.stderr and field in again.stderr, (
+        again.describe()
+    )
 
 
 def test_corrupt_checkpoint_falls_back_or_fails_clearly(tmp_path, uninterrupted):
@@ -188,7 +237,9 @@ def test_corrupt_checkpoint_falls_back_or_fails_clearly(tmp_path, uninterrupted)
     first = killed_job(4, _args("gmm1d", 4000, ck), tmp_path / "a", "0:kill:estep_before:5")
     assert first.rc != 0
     assert ckpt.read_file(str(ck)).iteration == 5
-    prev_iteration = ckpt.read_file(str(ck) + ".prev").iteration  # the good one left to fall back to
+    prev_iteration = ckpt.read_file(
+        str(ck) + ".prev"
+    ).iteration  # the good one left to fall back to
     assert 1 <= prev_iteration < 5
     data = bytearray(ck.read_bytes())
     i = data.find(b'"iteration"')
@@ -213,7 +264,9 @@ def test_corrupt_checkpoint_falls_back_or_fails_clearly(tmp_path, uninterrupted)
     for p in (ck, Path(str(ck) + ".prev")):
         p.write_bytes(b"garbage")
     bad = run_job(OMPI_PYTHON, 3, _args("gmm1d", 4000, ck), tmp_path / "c")
-    assert bad.rc == 2 and "no usable checkpoint" in bad.stderr and str(ck) in bad.stderr, bad.describe()
+    assert bad.rc == 2 and "no usable checkpoint" in bad.stderr and str(ck) in bad.stderr, (
+        bad.describe()
+    )
 
 
 def test_missing_checkpoint_directory_fails_before_work(tmp_path):
@@ -227,7 +280,9 @@ def test_missing_checkpoint_directory_fails_before_work(tmp_path):
 def test_driver_killed_mid_fold_recomputes_only_missing_shards(tmp_path, uninterrupted):
     """With the fold journal, the round's shards that had arrived are not recomputed."""
     ck = tmp_path / "ck.h5"
-    first = killed_job(4, _args("gmm1d", 4000, ck, ["--fold-journal"]), tmp_path / "a", "0:kill:estep_mid:3")
+    first = killed_job(
+        4, _args("gmm1d", 4000, ck, ["--fold-journal"]), tmp_path / "a", "0:kill:estep_mid:3"
+    )
     assert first.rc != 0, first.describe()
     second = run_job(OMPI_PYTHON, 4, _args("gmm1d", 4000, ck, ["--fold-journal"]), tmp_path / "b")
     assert second.rc == 0, second.describe()
@@ -239,7 +294,9 @@ def test_driver_killed_mid_fold_recomputes_only_missing_shards(tmp_path, uninter
     assert same_fit(second.result, uninterrupted("gmm1d", 4000))
 
 
-@pytest.mark.parametrize("library", LIBRARIES)  # Open MPI's ULFM reports the death anyway: the pid check is MPICH's
+@pytest.mark.parametrize(
+    "library", LIBRARIES
+)  # Open MPI's ULFM reports the death anyway: the pid check is MPICH's
 def test_workers_see_a_dead_driver_on_their_host_at_once(library, tmp_path):
     """A SIGKILLed driver is noticed by the workers on its host within a few heartbeats (its
     pid is gone), not after driver_timeout (60 s here): the job ends quickly with the
@@ -249,12 +306,20 @@ def test_workers_see_a_dead_driver_on_their_host_at_once(library, tmp_path):
     log = tmp_path / "faults.jsonl"
     plan = "0:kill:estep_before:3"
     t0 = time.monotonic()
-    job = run_job(python, 4, _args("gmm1d", 4000, ck), tmp_path / "a", plan=plan,
-                  env={FIRED_ENV: str(log), "MIXLE_MPI_DRIVER_TIMEOUT": "60"})
+    job = run_job(
+        python,
+        4,
+        _args("gmm1d", 4000, ck),
+        tmp_path / "a",
+        plan=plan,
+        env={FIRED_ENV: str(log), "MIXLE_MPI_DRIVER_TIMEOUT": "60"},
+    )
     seconds = time.monotonic() - t0
     assert unfired(plan, read_fired(str(log))) == [], job.describe()
     assert job.rc != 0 and ckpt.read(str(ck)).iteration == 3, job.describe()
-    assert seconds < 50, f"the job took {seconds:.0f} s to end after the driver died\n" + job.describe()
+    assert seconds < 50, (
+        f"the job took {seconds:.0f} s to end after the driver died\n" + job.describe()
+    )
     if "mpich" in python:  # no ULFM there: the workers' own check of the driver's pid ended them
         assert "the driver process (pid" in job.stderr and "is gone" in job.stderr, job.describe()
     assert no_leftover_processes(str(tmp_path)) == []

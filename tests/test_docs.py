@@ -40,7 +40,9 @@ def blocks(doc: str) -> list[tuple[str, str, str]]:
 def test_every_shell_block_is_run_or_says_why_not(doc):
     for lang, tag, body in blocks(doc):
         if lang == "bash":
-            assert tag in NOT_RUN | {""}, f"{doc}: a bash block tagged {tag!r}: run it, or tag it one of {NOT_RUN}"
+            assert tag in NOT_RUN | {""}, (
+                f"{doc}: a bash block tagged {tag!r}: run it, or tag it one of {NOT_RUN}"
+            )
 
 
 @pytest.mark.parametrize("doc", DOCS)
@@ -55,9 +57,17 @@ def test_the_commands_of_the_docs_run(doc, tmp_path):
             (tmp_path / tag).write_text(body)
         if lang != "bash" or tag:
             continue
-        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=BLOCK_TIMEOUT)
-        assert proc.returncode == 0, f"{doc}: this block exited {proc.returncode}:\n{body}\n" \
-                                     f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+        proc = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", body],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=BLOCK_TIMEOUT,
+        )
+        assert proc.returncode == 0, (
+            f"{doc}: this block exited {proc.returncode}:\n{body}\n"
+            f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+        )
         ran += 1
     assert ran >= 2, f"{doc}: only {ran} block(s) ran"

@@ -20,7 +20,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("model,n,shards,sub", CASES, ids=[c.values[0] if hasattr(c, "values") else c[0] for c in CASES])
+@pytest.mark.parametrize(
+    "model,n,shards,sub", CASES, ids=[c.values[0] if hasattr(c, "values") else c[0] for c in CASES]
+)
 def test_matches_mixle_resilient_mp(model, n, shards, sub, tmp_path, reference):
     job = run_job(OMPI_PYTHON, 4, fit_args(model, n, shards, sub, 5), tmp_path)
     assert job.rc == 0, job.describe()
@@ -35,8 +37,13 @@ def test_bits_do_not_depend_on_rank_count(library, ranks, tmp_path, reference):
     from mixle_mpi.core.layout import default_num_shards
 
     _, python = library
-    job = run_job(python, ranks, fit_args("diag", 2500, None, 2, 5), tmp_path,
-                  env={"MIXLE_MPI_ALLOW_MANY_RANKS": "1"})  # 9 ranks: more than 4 per core here
+    job = run_job(
+        python,
+        ranks,
+        fit_args("diag", 2500, None, 2, 5),
+        tmp_path,
+        env={"MIXLE_MPI_ALLOW_MANY_RANKS": "1"},
+    )  # 9 ranks: more than 4 per core here
     assert job.rc == 0, job.describe()
     assert job.result["num_shards"] == default_num_shards(2500) == 16
     assert same_fit(job.result, reference("diag", 2500, 16, 2, 5, 7)), job.describe()

@@ -18,8 +18,15 @@ def _planned_fault_job(python: str, plan: str, tmp_path, reference):
     """A job with fan-in at 2 and one planned fault that must fire; it ends with the
     reference's bits and nothing left over. Returns its failure_detected events."""
     fault_log = tmp_path / "fired.jsonl"
-    job = run_job(python, 5, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan=plan, timeout=180,
-                  env={**FANIN_2, "MIXLE_MPI_FAULT_LOG": str(fault_log)})
+    job = run_job(
+        python,
+        5,
+        fit_args(MODEL, N, SHARDS, SUB, ITS),
+        tmp_path,
+        plan=plan,
+        timeout=180,
+        env={**FANIN_2, "MIXLE_MPI_FAULT_LOG": str(fault_log)},
+    )
     assert unfired(plan, read_fired(str(fault_log))) == [], job.describe()
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
@@ -35,7 +42,9 @@ def _loaded(job) -> dict:
 
 @pytest.mark.parametrize("library", LIBRARIES)
 @pytest.mark.parametrize("action", ["stop", "kill"])
-def test_a_relayed_worker_that_dies_or_hangs_is_recovered_to_the_same_bits(library, action, tmp_path, reference):
+def test_a_relayed_worker_that_dies_or_hangs_is_recovered_to_the_same_bits(
+    library, action, tmp_path, reference
+):
     """Worker 2 beats only to its relay (worker 1). SIGSTOPped, it is seen silent through
     the relay (one hop late); SIGKILLed, by the relay's MPI error (ULFM) or its silence."""
     _, python = library
@@ -48,7 +57,9 @@ def test_a_relayed_worker_that_dies_or_hangs_is_recovered_to_the_same_bits(libra
         assert cause.startswith(("ulfm:", "heartbeat:")), cause
 
 
-def test_a_dead_relays_members_beat_to_the_driver_and_the_fit_ends_with_the_same_bits(tmp_path, reference):
+def test_a_dead_relays_members_beat_to_the_driver_and_the_fit_ends_with_the_same_bits(
+    tmp_path, reference
+):
     """Worker 1, the relay of worker 2, is SIGSTOPped: the driver fails it and gives worker 2
     a new role; worker 2 is not taken for dead meanwhile."""
     detected, job = _planned_fault_job(OMPI_PYTHON, "1:stop:estep_before:2", tmp_path, reference)
@@ -64,8 +75,13 @@ def test_own_reads_and_streaming_give_the_same_bits(library, model, n, sub, tmp_
     _, python = library
     want = reference(model, n, 3, sub, 4, 7)
     for mode, readers in (("1", [1, 2, 3]), ("0", [])):
-        job = run_job(python, 4, fit_args(model, n, 3, sub, 4), tmp_path / f"read{mode}",
-                      env={"MIXLE_MPI_WORKERS_READ_STORE": mode, "MIXLE_MPI_OWN_READ_MIN_BYTES": "0"})
+        job = run_job(
+            python,
+            4,
+            fit_args(model, n, 3, sub, 4),
+            tmp_path / f"read{mode}",
+            env={"MIXLE_MPI_WORKERS_READ_STORE": mode, "MIXLE_MPI_OWN_READ_MIN_BYTES": "0"},
+        )
         assert job.rc == 0, job.describe()
         assert _loaded(job)["read_by_workers"] == readers, job.describe()
         assert same_fit(job.result, want), job.describe()

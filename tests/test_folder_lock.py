@@ -21,38 +21,84 @@ ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
 
 
 def _fit_args(data, out):
-    return ["-m", "mixle_mpi", "fit", "--data", str(data), "--model", "gmm:k=3,cov=diag", "--max-its", "40",
-            "--delta", "none", "--seed", "3", "--out-dir", str(out), "--progress", "off"]
+    return [
+        "-m",
+        "mixle_mpi",
+        "fit",
+        "--data",
+        str(data),
+        "--model",
+        "gmm:k=3,cov=diag",
+        "--max-its",
+        "40",
+        "--delta",
+        "none",
+        "--seed",
+        "3",
+        "--out-dir",
+        str(out),
+        "--progress",
+        "off",
+    ]
 
 
-def test_a_second_fit_on_a_running_fits_folder_exits_2_at_once_and_the_first_keeps_its_bits(tmp_path):
+def test_a_second_fit_on_a_running_fits_folder_exits_2_at_once_and_the_first_keeps_its_bits(
+    tmp_path,
+):
     data = tmp_path / "d.npy"
     np.save(data, get_model("diag").sample(300_000, 5))
     alone, shared = tmp_path / "alone", tmp_path / "shared"
-    ref = subprocess.run([OMPI_PYTHON, *_fit_args(data, alone), "-n", "3"], capture_output=True, text=True,
-                         timeout=300, env=ENV)
+    ref = subprocess.run(
+        [OMPI_PYTHON, *_fit_args(data, alone), "-n", "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=ENV,
+    )
     assert ref.returncode == 0, ref.stderr[-3000:]
-    first = subprocess.Popen([OMPI_PYTHON, *_fit_args(data, shared), "-n", "3"], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, env=ENV)
+    first = subprocess.Popen(
+        [OMPI_PYTHON, *_fit_args(data, shared), "-n", "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=ENV,
+    )
     try:
         lock = shared / LOCK_NAME
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (lock.exists() and lock.read_text().strip()):
             time.sleep(0.05)
         held = json.loads(lock.read_text())
-        for how in (["-n", "3"],  # mixle-mpi fit -n: refused before MPI starts
-                    None):        # under a launcher it does not know: the driver refuses
+        for how in (
+            ["-n", "3"],  # mixle-mpi fit -n: refused before MPI starts
+            None,
+        ):  # under a launcher it does not know: the driver refuses
             t0 = time.monotonic()
             if how is None:
-                cmd = [OMPI_PYTHON, "-m", "mixle_mpi", "run", "-n", "3", "--", OMPI_PYTHON, *_fit_args(data, shared)]
+                cmd = [
+                    OMPI_PYTHON,
+                    "-m",
+                    "mixle_mpi",
+                    "run",
+                    "-n",
+                    "3",
+                    "--",
+                    OMPI_PYTHON,
+                    *_fit_args(data, shared),
+                ]
             else:
                 cmd = [OMPI_PYTHON, *_fit_args(data, shared), *how]
             second = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=ENV)
             took = time.monotonic() - t0
             assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-3000:]
-            assert "is in use by another job" in second.stderr and f"pid {held['pid']}" in second.stderr, second.stderr
+            assert (
+                "is in use by another job" in second.stderr
+                and f"pid {held['pid']}" in second.stderr
+            ), second.stderr
             assert took < 30, took
-            assert first.poll() is None, "the first fit ended before the second one was refused: make it longer"
+            assert first.poll() is None, (
+                "the first fit ended before the second one was refused: make it longer"
+            )
         out, _ = first.communicate(timeout=300)
         assert first.returncode == 0, out[-3000:]
     finally:

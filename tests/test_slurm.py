@@ -21,22 +21,48 @@ from pathlib import Path
 import pytest
 from mpiharness import OMPI_PYTHON, REPO, mpich_python, no_leftover_processes, same_fit
 
+from mixle_mpi.chaos.faults import FIRED_ENV, read_fired, unfired
 from mixle_mpi.cli import slurm
-from mixle_mpi.chaos.faults import read_fired, unfired
-from mixle_mpi.chaos.faults import FIRED_ENV
 
-SLURM_BINARIES = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "srun", "slurmctld", "slurmd", "munged", "mungekey")
+SLURM_BINARIES = (
+    "sbatch",
+    "squeue",
+    "scontrol",
+    "scancel",
+    "sinfo",
+    "srun",
+    "slurmctld",
+    "slurmd",
+    "munged",
+    "mungekey",
+)
 MISSING = [b for b in SLURM_BINARIES if shutil.which(b) is None]
 
-pytestmark = [pytest.mark.mpijob,
-              pytest.mark.skipif(bool(MISSING), reason=f"SLURM is not installed (missing {', '.join(MISSING)}); "
-                                                      "scripts/install-slurm.sh installs it")]
+pytestmark = [
+    pytest.mark.mpijob,
+    pytest.mark.skipif(
+        bool(MISSING),
+        reason=f"SLURM is not installed (missing {', '.join(MISSING)}); "
+        "scripts/install-slurm.sh installs it",
+    ),
+]
 
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
-            "PREEMPTED"}
-FIT = ('"$PY" -m mixle_mpi.fitjob --model gmm1d --n {n} --max-its {its} --num-shards 4 --quiet '
-       '--workdir "$OUT_DIR/work" --checkpoint "$OUT_DIR/fit.ckpt.h5" --out "$OUT_DIR/result.json"')
-SINGLE_FIT = FIT.format(n=20000, its=10)   # the same fit under ft (plain and interrupted) and srun
+TERMINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "PREEMPTED",
+}
+FIT = (
+    '"$PY" -m mixle_mpi.fitjob --model gmm1d --n {n} --max-its {its} --num-shards 4 --quiet '
+    '--workdir "$OUT_DIR/work" --checkpoint "$OUT_DIR/fit.ckpt.h5" --out "$OUT_DIR/result.json"'
+)
+SINGLE_FIT = FIT.format(n=20000, its=10)  # the same fit under ft (plain and interrupted) and srun
 
 
 def _free_port() -> int:
@@ -57,15 +83,25 @@ class Cluster:
         folder.mkdir(parents=True, exist_ok=True)
         script = folder / f"{name}.sbatch"
         script.write_text(text)
-        out = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=30,
-                             env={**self.env, **(env or {})}, cwd=str(folder))
+        out = subprocess.run(
+            ["sbatch", "--parsable", str(script)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**self.env, **(env or {})},
+            cwd=str(folder),
+        )
         assert out.returncode == 0, out.stderr
         return out.stdout.strip().split(";")[0]
 
     def jobs(self, job: str) -> list[dict]:
         """``scontrol -o show job`` as one dict per job (an array gives one per task)."""
         out = self.run("scontrol", "-o", "show", "job", job)
-        return [dict(re.findall(r"(\w+)=(\S*)", line)) for line in out.stdout.splitlines() if line.strip()]
+        return [
+            dict(re.findall(r"(\w+)=(\S*)", line))
+            for line in out.stdout.splitlines()
+            if line.strip()
+        ]
 
     def wait(self, job: str, until, deadline: float, what: str) -> list[dict]:
         end = time.monotonic() + deadline
@@ -75,36 +111,59 @@ class Cluster:
             if records and until(records):
                 return records
             time.sleep(0.2)
-        raise AssertionError(f"job {job}: gave up after {deadline:.0f} s waiting for {what}; last seen {records}")
+        raise AssertionError(
+            f"job {job}: gave up after {deadline:.0f} s waiting for {what}; last seen {records}"
+        )
 
     def wait_done(self, job: str, deadline: float = 120) -> list[dict]:
         def done(records):
             queued = self.run("squeue", "-h", "-j", job, "-o", "%i").stdout.strip()
             return not queued and all(r.get("JobState") in TERMINAL for r in records)
+
         return self.wait(job, done, deadline, "the end of the job")
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("slurm")
-    env = dict(os.environ, SLURM_CONF=str(state / "slurm.conf"), PYTHONWARNINGS="ignore",
-               SLURM_LOCAL_CTLD_PORT=str(_free_port()), SLURM_LOCAL_SLURMD_PORT=str(_free_port()),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ,
+        SLURM_CONF=str(state / "slurm.conf"),
+        PYTHONWARNINGS="ignore",
+        SLURM_LOCAL_CTLD_PORT=str(_free_port()),
+        SLURM_LOCAL_SLURMD_PORT=str(_free_port()),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    )
     env.pop("MIXLE_MPI_FAULT_PLAN", None)
     script = str(REPO / "scripts" / "slurm-local.sh")
-    up = subprocess.run(["bash", script, "start", str(state)], capture_output=True, text=True, timeout=90, env=env)
+    up = subprocess.run(
+        ["bash", script, "start", str(state)], capture_output=True, text=True, timeout=90, env=env
+    )
     try:
         assert up.returncode == 0, f"could not start SLURM:\n{up.stdout}\n{up.stderr}"
         yield Cluster(env)
     finally:
-        down = subprocess.run(["bash", script, "stop", str(state)], capture_output=True, text=True, timeout=120,
-                              env=env)
+        down = subprocess.run(
+            ["bash", script, "stop", str(state)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
         assert down.returncode == 0, f"could not stop SLURM:\n{down.stdout}\n{down.stderr}"
 
 
 def _render(kind: str, out_dir: Path, **opts) -> str:
-    base = {"job_name": f"t-{kind}", "ntasks": 3, "time": "10", "signal_margin": 60, "max_restarts": 1,
-            "python": OMPI_PYTHON, "out_dir": str(out_dir), "fit_cmd": SINGLE_FIT}
+    base = {
+        "job_name": f"t-{kind}",
+        "ntasks": 3,
+        "time": "10",
+        "signal_margin": 60,
+        "max_restarts": 1,
+        "python": OMPI_PYTHON,
+        "out_dir": str(out_dir),
+        "fit_cmd": SINGLE_FIT,
+    }
     return slurm.render(kind, **{**base, **opts})
 
 
@@ -117,7 +176,11 @@ def _result(out_dir: Path) -> dict:
 
 
 def _events(out_dir: Path) -> list[dict]:
-    return [json.loads(l) for l in (out_dir / "work" / "events.jsonl").read_text().splitlines() if l.strip()]
+    return [
+        json.loads(l)
+        for l in (out_dir / "work" / "events.jsonl").read_text().splitlines()
+        if l.strip()
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -140,10 +203,19 @@ def test_ft_template_completes_a_fit(uninterrupted):
 
 
 def test_default_ft_template_runs_mixle_mpi_fit_with_a_job_file(cluster, tmp_path):
-    (tmp_path / "job.toml").write_text('[fit]\ndata = "builtin:iris"\ncolumns = "0:4"\nmodel = "gmm:k=3,cov=full"\n'
-                                       'num_shards = 4\nmax_its = 5\nseed = 3\n')
-    text = slurm.render("ft", job_name="t-default", ntasks=3, time="10", signal_margin=60, python=OMPI_PYTHON,
-                        out_dir="out")
+    (tmp_path / "job.toml").write_text(
+        '[fit]\ndata = "builtin:iris"\ncolumns = "0:4"\nmodel = "gmm:k=3,cov=full"\n'
+        "num_shards = 4\nmax_its = 5\nseed = 3\n"
+    )
+    text = slurm.render(
+        "ft",
+        job_name="t-default",
+        ntasks=3,
+        time="10",
+        signal_margin=60,
+        python=OMPI_PYTHON,
+        out_dir="out",
+    )
     job = cluster.submit(text, tmp_path, "ft")
     (rec,) = cluster.wait_done(job)
     log = _output(tmp_path)
@@ -157,9 +229,18 @@ def test_default_ft_template_runs_mixle_mpi_fit_with_a_job_file(cluster, tmp_pat
 def test_ft_template_with_a_mistyped_data_path_fails_fast(cluster, ntasks, tmp_path):
     """A user's typo in job.toml: the job FAILS with exit 2 and the message, within seconds;
     it does not sit RUNNING until its time limit (as it did at 4+ ranks under Open MPI)."""
-    (tmp_path / "job.toml").write_text('[fit]\ndata = "mesurements.h5:/run1/X"\nmodel = "gmm:k=3"\n')
-    text = slurm.render("ft", job_name="t-typo", ntasks=ntasks, time="10", signal_margin=60, python=OMPI_PYTHON,
-                        out_dir="out")
+    (tmp_path / "job.toml").write_text(
+        '[fit]\ndata = "mesurements.h5:/run1/X"\nmodel = "gmm:k=3"\n'
+    )
+    text = slurm.render(
+        "ft",
+        job_name="t-typo",
+        ntasks=ntasks,
+        time="10",
+        signal_margin=60,
+        python=OMPI_PYTHON,
+        out_dir="out",
+    )
     job = cluster.submit(text, tmp_path, "ft")
     (rec,) = cluster.wait_done(job, deadline=120)
     log = _output(tmp_path)
@@ -169,12 +250,16 @@ def test_ft_template_with_a_mistyped_data_path_fails_fast(cluster, ntasks, tmp_p
     assert no_leftover_processes(str(tmp_path)) == []
 
 
-def test_time_limit_signal_checkpoints_requeues_and_resumes_to_the_same_bits(cluster, uninterrupted, tmp_path):
+def test_time_limit_signal_checkpoints_requeues_and_resumes_to_the_same_bits(
+    cluster, uninterrupted, tmp_path
+):
     job = cluster.submit(_render("ft", tmp_path / "out"), tmp_path, "ft")
     # The launcher takes signals once it has said "launching"; before that the script ignores them.
     end = time.monotonic() + 60
     while "launching:" not in _output(tmp_path):
-        assert time.monotonic() < end, f"the launcher did not start:\n{_output(tmp_path)}\n{cluster.jobs(job)}"
+        assert time.monotonic() < end, (
+            f"the launcher did not start:\n{_output(tmp_path)}\n{cluster.jobs(job)}"
+        )
         time.sleep(0.1)
     sent = cluster.run("scancel", "--signal=USR1", "--batch", job)
     assert sent.returncode == 0, sent.stderr
@@ -186,7 +271,11 @@ def test_time_limit_signal_checkpoints_requeues_and_resumes_to_the_same_bits(clu
     assert "received SIGUSR1 after iteration" in log and "ready for a requeue" in log
     assert f"checkpointed (exit 75): requeueing job {job} (restart 1 of at most 1)" in log
     # a planned stop is a checkpoint and a requeue: not a failure, said once, no worker acted on it
-    assert "driver failed" not in log and "driver reported" not in log and "exiting with code" not in log, log
+    assert (
+        "driver failed" not in log
+        and "driver reported" not in log
+        and "exiting with code" not in log
+    ), log
     assert log.count("received SIGUSR1 after iteration") == 1, log
     # second start (SLURM_RESTART_COUNT=1) resumed from the checkpoint and finished
     assert "start 2, restart count 1 of at most 1" in log and "the fit finished (exit 0)" in log
@@ -206,13 +295,21 @@ def test_restart_bound_fails_clearly_with_exit_75(cluster, tmp_path):
     (rec,) = cluster.wait_done(job, deadline=90)
     log = _output(tmp_path)
     assert (rec["JobState"], rec["ExitCode"], rec["Restarts"]) == ("FAILED", "75:0", "0"), log
-    assert "max_restarts 0): not requeueing; resubmit this script to resume from the checkpoint" in log
+    assert (
+        "max_restarts 0): not requeueing; resubmit this script to resume from the checkpoint" in log
+    )
 
 
 def test_array_best_of_n_is_collected(cluster, tmp_path):
     out = tmp_path / "out"
-    text = _render("array", out, ntasks=2, array="0-2", base_seed=11,
-                   fit_cmd=FIT.format(n=3000, its=6) + ' --seed "$SEED"')
+    text = _render(
+        "array",
+        out,
+        ntasks=2,
+        array="0-2",
+        base_seed=11,
+        fit_cmd=FIT.format(n=3000, its=6) + ' --seed "$SEED"',
+    )
     job = cluster.submit(text, tmp_path, "array")
     records = cluster.wait_done(job, deadline=150)
     log = _output(tmp_path)
@@ -225,8 +322,13 @@ def test_array_best_of_n_is_collected(cluster, tmp_path):
     assert len(set(finals.values())) == 3, finals  # three seeds, three different fits
     best = max(finals, key=finals.get)
     report = tmp_path / "best.json"
-    got = subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "collect", str(out), "-o", str(report)],
-                         capture_output=True, text=True, timeout=60, env=cluster.env)
+    got = subprocess.run(
+        [OMPI_PYTHON, "-m", "mixle_mpi", "collect", str(out), "-o", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cluster.env,
+    )
     assert got.returncode == 0, got.stderr
     collected = json.loads(report.read_text())
     assert collected["best"] == str(out / f"task-{best}" / "result.json")
@@ -258,9 +360,14 @@ def _job_processes_gone(marker: str, grace: float = 10.0) -> list[str]:
 # Every MPI that srun can launch: Open MPI through SLURM's pmix plugin, MPICH through pmi2
 # (the Open MPI wheel under --mpi=pmi2 runs each task as its own one-rank job; MPICH under
 # --mpi=pmix does not start: its wheel has no PMIx client).
-SRUN_MPIS = [pytest.param(("openmpi", OMPI_PYTHON, "pmix", "keep", 1), id="openmpi-pmix-spare"),
-             pytest.param(("mpich", mpich_python(), "pmi2", "emulated", 0), id="mpich-pmi2",
-                          marks=pytest.mark.skipif(mpich_python() is None, reason="no MPICH environment"))]
+SRUN_MPIS = [
+    pytest.param(("openmpi", OMPI_PYTHON, "pmix", "keep", 1), id="openmpi-pmix-spare"),
+    pytest.param(
+        ("mpich", mpich_python(), "pmi2", "emulated", 0),
+        id="mpich-pmi2",
+        marks=pytest.mark.skipif(mpich_python() is None, reason="no MPICH environment"),
+    ),
+]
 SRUN_DEATH = "2:kill:estep_mid:3"
 
 
@@ -276,18 +383,24 @@ def srun_deaths(cluster, tmp_path_factory):
         if python is None:
             continue
         folder = tmp_path_factory.mktemp(f"srun-death-{name}")
-        env = {"MIXLE_MPI_FAULT_PLAN": SRUN_DEATH, FIRED_ENV: str(folder / "faults.jsonl"),
-               "MIXLE_MPI_RECONFIGURE_TIMEOUT": "15", "MIXLE_MPI_SPARES": str(spares),
-               # a start that hangs anyway (as MPICH's did on a stale /dev/shm segment, slurm/README.md)
-               # is ended by the startup alarm and launched again (exit 73 path) within the deadline
-               "MIXLE_MPI_STARTUP_TIMEOUT": "45"}
+        env = {
+            "MIXLE_MPI_FAULT_PLAN": SRUN_DEATH,
+            FIRED_ENV: str(folder / "faults.jsonl"),
+            "MIXLE_MPI_RECONFIGURE_TIMEOUT": "15",
+            "MIXLE_MPI_SPARES": str(spares),
+            # a start that hangs anyway (as MPICH's did on a stale /dev/shm segment, slurm/README.md)
+            # is ended by the startup alarm and launched again (exit 73 path) within the deadline
+            "MIXLE_MPI_STARTUP_TIMEOUT": "45",
+        }
         text = _render("srun", folder / "out", python=python, ntasks=3 + spares)
         jobs[name] = (folder, cluster.submit(text, folder, "srun", env=env))
     return jobs
 
 
 @pytest.mark.parametrize("mpi", SRUN_MPIS)
-def test_srun_template_survives_a_worker_death_with_the_same_bits(cluster, uninterrupted, srun_deaths, mpi):
+def test_srun_template_survives_a_worker_death_with_the_same_bits(
+    cluster, uninterrupted, srun_deaths, mpi
+):
     """Issue 11.4: under a direct srun launch a SIGKILLed worker is survived. srun -K0
     --wait=0 keeps the other tasks; Open MPI's ranks left SLURM's PMIx after the start, so the
     pmix plugin does not cancel the step; the death is detected by heartbeat, the shards are
@@ -301,7 +414,9 @@ def test_srun_template_survives_a_worker_death_with_the_same_bits(cluster, unint
     log = _output(folder)
     assert (rec["JobState"], rec["ExitCode"]) == ("COMPLETED", "0:0"), log
     assert f"srun --mpi={plugin} --kill-on-bad-exit=0 --wait=0" in log, log
-    records = read_fired(str(folder / "faults.jsonl"))  # written by the victim just before it SIGKILLed itself
+    records = read_fired(
+        str(folder / "faults.jsonl")
+    )  # written by the victim just before it SIGKILLed itself
     assert unfired(SRUN_DEATH, records) == [] and len(records) == 1, (records, log)
     result = _result(folder / "out")
     assert same_fit(result, _result(uninterrupted[0] / "out")), log
@@ -311,8 +426,13 @@ def test_srun_template_survives_a_worker_death_with_the_same_bits(cluster, unint
     (chosen,) = [e for e in events if e["event"] == "continuation"]
     assert chosen["method"] == method and "unavailable" in chosen["respawn"], chosen
     detected = [e for e in events if e["event"] == "failure_detected"]
-    assert [e["worker"] for e in detected] == [2] and detected[0]["cause"].startswith("heartbeat"), log
-    assert detected[0]["pid"] == records[0]["pid"], (detected, records)  # the victim is the one detected
+    assert [e["worker"] for e in detected] == [2] and detected[0]["cause"].startswith(
+        "heartbeat"
+    ), log
+    assert detected[0]["pid"] == records[0]["pid"], (
+        detected,
+        records,
+    )  # the victim is the one detected
     if method == "keep":
         (kept,) = [e for e in events if e["event"] == "kept"]
         assert kept["dropped"] == [2] and kept["survivors"] == [1, 3], kept  # rank 3 is the spare
@@ -322,9 +442,15 @@ def test_srun_template_survives_a_worker_death_with_the_same_bits(cluster, unint
     if spares:  # the spare (rank 3) takes worker 2's place at once: no Spawn, no migration
         (adopted,) = [e for e in events if e["event"] == "spare_adopted"]
         assert (adopted["worker"], adopted["spare"]) == (2, 3), adopted
-        assert result["blacklist"] == [] and "migrated" not in kinds and "spawn_unavailable" not in kinds, kinds
+        assert (
+            result["blacklist"] == []
+            and "migrated" not in kinds
+            and "spawn_unavailable" not in kinds
+        ), kinds
     else:  # no Spawn under srun: the place is given up and its shards move to the survivor
-        assert result["blacklist"] == [2] and "spawn_unavailable" in kinds and "migrated" in kinds, kinds
+        assert (
+            result["blacklist"] == [2] and "spawn_unavailable" in kinds and "migrated" in kinds
+        ), kinds
     assert "the fit finished (exit 0)" in log and "CANCELLED" not in log, log
     assert _job_processes_gone(str(folder)) == []
 
@@ -342,14 +468,24 @@ def srun_driver_deaths(cluster, tmp_path_factory):
         if python is None:
             continue
         folder = tmp_path_factory.mktemp(f"srun-driver-{name}")
-        env = {"MIXLE_MPI_FAULT_PLAN": SRUN_DRIVER_DEATH, FIRED_ENV: str(folder / "faults.jsonl"),
-               "MIXLE_MPI_FAILOVER": "1", "MIXLE_MPI_RECONFIGURE_TIMEOUT": "15", "MIXLE_MPI_STARTUP_TIMEOUT": "45"}
-        jobs[name] = (folder, cluster.submit(_render("srun", folder / "out", python=python), folder, "srun", env=env))
+        env = {
+            "MIXLE_MPI_FAULT_PLAN": SRUN_DRIVER_DEATH,
+            FIRED_ENV: str(folder / "faults.jsonl"),
+            "MIXLE_MPI_FAILOVER": "1",
+            "MIXLE_MPI_RECONFIGURE_TIMEOUT": "15",
+            "MIXLE_MPI_STARTUP_TIMEOUT": "45",
+        }
+        jobs[name] = (
+            folder,
+            cluster.submit(_render("srun", folder / "out", python=python), folder, "srun", env=env),
+        )
     return jobs
 
 
 @pytest.mark.parametrize("mpi", SRUN_MPIS)
-def test_srun_template_survives_its_driver_death_with_the_same_bits(cluster, uninterrupted, srun_driver_deaths, mpi):
+def test_srun_template_survives_its_driver_death_with_the_same_bits(
+    cluster, uninterrupted, srun_driver_deaths, mpi
+):
     """Issue 12 under srun: the driver (task 0) is SIGKILLed; srun -K0 keeps the others, the
     two workers agree by messages, and the lower takes over: over views of the job's own
     communicator under Open MPI (keep), over a Create_from_group one under MPICH. It resumes
@@ -365,8 +501,13 @@ def test_srun_template_survives_its_driver_death_with_the_same_bits(cluster, uni
     events = _events(folder / "out")
     continuations = [e for e in events if e["event"] == "continuation"]
     assert [e["method"] for e in continuations] == [method, method], continuations
-    (failed,), (elected,) = ([e for e in events if e["event"] == kind] for kind in ("driver_failed", "driver_elected"))
-    assert failed["pid"] == records[0]["pid"] and (elected["rank"], elected["survivors"]) == (1, 2), (failed, elected)
+    (failed,), (elected,) = (
+        [e for e in events if e["event"] == kind] for kind in ("driver_failed", "driver_elected")
+    )
+    assert failed["pid"] == records[0]["pid"] and (elected["rank"], elected["survivors"]) == (
+        1,
+        2,
+    ), (failed, elected)
     (back,) = [e for e in events if e["event"] == "driver_resumed"]
     assert back["iteration"] == 3 and back["pid"] == elected["pid"], back
     assert "the fit finished (exit 0)" in log and "CANCELLED" not in log, log

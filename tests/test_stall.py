@@ -23,12 +23,21 @@ MODEL, N, SHARDS, SUB, ITS = "gmm1d", 6000, 4, 2, 5
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
-def test_a_hung_main_thread_is_detected_and_recovered_to_the_same_bits(library, tmp_path, reference):
+def test_a_hung_main_thread_is_detected_and_recovered_to_the_same_bits(
+    library, tmp_path, reference
+):
     _, python = library
     plan = "2:hang:estep_before:1"
     fault_log = tmp_path / "fired.jsonl"
-    job = run_job(python, 4, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan=plan, timeout=180,
-                  env={"MIXLE_MPI_STALL_TIMEOUT": "2", "MIXLE_MPI_FAULT_LOG": str(fault_log)})
+    job = run_job(
+        python,
+        4,
+        fit_args(MODEL, N, SHARDS, SUB, ITS),
+        tmp_path,
+        plan=plan,
+        timeout=180,
+        env={"MIXLE_MPI_STALL_TIMEOUT": "2", "MIXLE_MPI_FAULT_LOG": str(fault_log)},
+    )
     assert unfired(plan, read_fired(str(fault_log))) == [], job.describe()
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
@@ -45,16 +54,48 @@ def test_a_long_healthy_estep_is_not_taken_for_a_stall(tmp_path):
     stall = 1.0  # as the heartbeat timeout: the E-step below must outlast both, on any machine
     env = dict(os.environ, PYTHONWARNINGS="ignore", MIXLE_MPI_STALL_TIMEOUT=str(stall))
     out = tmp_path / "out"
-    proc = subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "fit", "-n", "3", "--timeout", "240", "--data", str(data), "--model", "gmm:k=30,cov=full",
-                           "--num-shards", "2", "--sub-chunks", "8", "--max-its", "3", "--out-dir", str(out)],
-                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path), env=env)
+    proc = subprocess.run(
+        [
+            OMPI_PYTHON,
+            "-m",
+            "mixle_mpi",
+            "fit",
+            "-n",
+            "3",
+            "--timeout",
+            "240",
+            "--data",
+            str(data),
+            "--model",
+            "gmm:k=30,cov=full",
+            "--num-shards",
+            "2",
+            "--sub-chunks",
+            "8",
+            "--max-its",
+            "3",
+            "--out-dir",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(tmp_path),
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines() if line.strip()]
+    events = [
+        json.loads(line) for line in (out / "events.jsonl").read_text().splitlines() if line.strip()
+    ]
     assert not [e for e in events if e["event"] == "failure_detected"], proc.stderr[-3000:]
-    assert not (out / "work" / "shards.h5").exists(), "a finished fit keeps no copy of the data without --keep-store"
+    assert not (out / "work" / "shards.h5").exists(), (
+        "a finished fit keeps no copy of the data without --keep-store"
+    )
     summary = json.loads((out / "summary.json").read_text())
     per_it = summary["wall_seconds"] / summary["iterations"]
-    assert per_it > 1.2 * stall, f"the E-step took {per_it:.2f} s per iteration: too short to prove anything"
+    assert per_it > 1.2 * stall, (
+        f"the E-step took {per_it:.2f} s per iteration: too short to prove anything"
+    )
 
 
 def test_a_driver_blocked_for_good_outside_mpi_ends_with_74_and_the_launcher_resumes_it(tmp_path):
@@ -73,9 +114,29 @@ def test_a_driver_blocked_for_good_outside_mpi_ends_with_74_and_the_launcher_res
     env.pop("MIXLE_MPI_FAULT_PLAN", None)
 
     def launch(ck, mode):
-        return subprocess.run([OMPI_PYTHON, "-m", "mixle_mpi", "run", "-n", "3", "--timeout", "150", "--", OMPI_PYTHON,
-                               job, str(tmp_path / ck), str(tmp_path / f"work-{ck}"), mode], capture_output=True,
-                              text=True, timeout=200, cwd=str(tmp_path), env=env)
+        return subprocess.run(
+            [
+                OMPI_PYTHON,
+                "-m",
+                "mixle_mpi",
+                "run",
+                "-n",
+                "3",
+                "--timeout",
+                "150",
+                "--",
+                OMPI_PYTHON,
+                job,
+                str(tmp_path / ck),
+                str(tmp_path / f"work-{ck}"),
+                mode,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=200,
+            cwd=str(tmp_path),
+            env=env,
+        )
 
     t0 = time.monotonic()
     blocked = launch("ck.h5", "block")
@@ -84,8 +145,14 @@ def test_a_driver_blocked_for_good_outside_mpi_ends_with_74_and_the_launcher_res
     assert blocked.returncode == 0, text
     assert "BLOCKING at iteration 3" in blocked.stdout
     assert "(exit 74): the driver's main thread made no progress for" in blocked.stderr, text
-    assert "computed nothing meanwhile" in blocked.stderr and "running it again to resume" in blocked.stderr, text
-    assert "resumed" in blocked.stderr and took < 120, (took, text)  # the watchdog ended it, not --timeout
+    assert (
+        "computed nothing meanwhile" in blocked.stderr
+        and "running it again to resume" in blocked.stderr
+    ), text
+    assert "resumed" in blocked.stderr and took < 120, (
+        took,
+        text,
+    )  # the watchdog ended it, not --timeout
     assert no_leftover_processes(str(tmp_path)) == []
     clean = launch("clean.h5", "go")
     assert clean.returncode == 0, clean.stderr[-3000:]

@@ -27,24 +27,38 @@ import pytest
 from conftest import LIBRARIES, with_libraries
 from mpiharness import fit_args, no_leftover_processes, run_job, same_fit
 
-from mixle_mpi.core import exitcodes
 from mixle_mpi.chaos.faults import read_fired, unfired
+from mixle_mpi.core import exitcodes
 
 pytestmark = pytest.mark.mpijob
 MODEL, N, SHARDS, SUB, ITS = "gmm1d", 6000, 3, 1, 5
 STARTUP_TIMEOUT = "15"
 
 
-@pytest.mark.parametrize("library, phase", [
-    pytest.param(lib.values[0], phase, marks=lib.marks, id=f"{phase}-{lib.id}")
-    for phase in ("startup", "handshake") for lib in LIBRARIES])
+@pytest.mark.parametrize(
+    "library, phase",
+    [
+        pytest.param(lib.values[0], phase, marks=lib.marks, id=f"{phase}-{lib.id}")
+        for phase in ("startup", "handshake")
+        for lib in LIBRARIES
+    ],
+)
 def test_worker_dying_while_the_job_starts_gives_the_same_bits(library, phase, tmp_path, reference):
     name, python = library
     plan = f"2:kill:{phase}"
     fault_log = tmp_path / "fired.jsonl"
-    job = run_job(python, 4, fit_args(MODEL, N, SHARDS, SUB, ITS), tmp_path, plan=plan, timeout=240,
-                  env={"MIXLE_MPI_FAULT_LOG": str(fault_log), "MIXLE_MPI_STARTUP_TIMEOUT": STARTUP_TIMEOUT})
-    assert unfired(plan, read_fired(str(fault_log))) == [], "the planned fault did not fire\n" + job.describe()
+    job = run_job(
+        python,
+        4,
+        fit_args(MODEL, N, SHARDS, SUB, ITS),
+        tmp_path,
+        plan=plan,
+        timeout=240,
+        env={"MIXLE_MPI_FAULT_LOG": str(fault_log), "MIXLE_MPI_STARTUP_TIMEOUT": STARTUP_TIMEOUT},
+    )
+    assert unfired(plan, read_fired(str(fault_log))) == [], (
+        "the planned fault did not fire\n" + job.describe()
+    )
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
     retried = "starting it again" in job.stderr
@@ -54,7 +68,9 @@ def test_worker_dying_while_the_job_starts_gives_the_same_bits(library, phase, t
     assert "did not report within startup_timeout" not in job.stderr, job.describe()
     assert "did not finish within" not in job.stderr, job.describe()
     if name == "mpich":  # MPI itself says nothing of the death: the driver's host sees it
-        assert "its process (pid " in job.stderr and "while the job started" in job.stderr, job.describe()
+        assert "its process (pid " in job.stderr and "while the job started" in job.stderr, (
+            job.describe()
+        )
     assert no_leftover_processes(str(tmp_path)) == []
 
 
@@ -69,13 +85,21 @@ print("UNEXPECTED: MPI came up without rank 2", flush=True)
 """
 
 
-def _start_losing_a_rank(python: str, tmp_path, cmd: list[str], alarm: int) -> tuple[subprocess.CompletedProcess, float]:
+def _start_losing_a_rank(
+    python: str, tmp_path, cmd: list[str], alarm: int
+) -> tuple[subprocess.CompletedProcess, float]:
     """``mixle-mpi run -n 4 -- cmd`` with no second attempt and the ranks' alarm at
     ``alarm`` s; the finished launcher and how long it took."""
     env = dict(os.environ, MIXLE_MPI_STARTUP_TIMEOUT=str(alarm), PYTHONWARNINGS="ignore")
     t0 = time.monotonic()
-    proc = subprocess.run([python, "-m", "mixle_mpi", "run", "-n", "4", "--start-retries", "0", "--", *cmd],
-                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=env)
+    proc = subprocess.run(
+        [python, "-m", "mixle_mpi", "run", "-n", "4", "--start-retries", "0", "--", *cmd],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+        env=env,
+    )
     return proc, time.monotonic() - t0
 
 
@@ -105,7 +129,9 @@ print("UNEXPECTED: MPI came up without rank 2", flush=True)
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
-def test_a_rank_lost_before_mpi_is_up_ends_the_start_at_once_not_at_the_startup_deadline(library, tmp_path):
+def test_a_rank_lost_before_mpi_is_up_ends_the_start_at_once_not_at_the_startup_deadline(
+    library, tmp_path
+):
     """The others would wait inside MPI_Init until MIXLE_MPI_STARTUP_TIMEOUT (60 s here, 120 s
     by default): the launcher sees the rank process gone and ends the attempt within seconds."""
     _, python = library
@@ -123,21 +149,46 @@ def test_a_rank_lost_before_mpi_is_up_ends_the_start_at_once_not_at_the_startup_
 
 # Rank 2 SIGKILLs itself as it starts, before it is a Python process (a real signal death of
 # a real rank, earlier than any look of the launcher); the others exec our fit.
-DIES_AT_BIRTH = 'r="${OMPI_COMM_WORLD_RANK:-$PMI_RANK}"; if [ "$r" = 2 ]; then kill -9 $$; fi; exec "$@"'
+DIES_AT_BIRTH = (
+    'r="${OMPI_COMM_WORLD_RANK:-$PMI_RANK}"; if [ "$r" = 2 ]; then kill -9 $$; fi; exec "$@"'
+)
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
-def test_a_rank_killed_before_any_look_saw_it_ends_the_start_once_it_has_not_appeared(library, tmp_path):
+def test_a_rank_killed_before_any_look_saw_it_ends_the_start_once_it_has_not_appeared(
+    library, tmp_path
+):
     """An external campaign killed ranks 0.3 s after the launch: no look had seen them, so
     the others waited for their 20 s alarm. On one host the launcher knows how many ranks
     must appear, and ends the attempt 5 s after another began MPI init."""
     _, python = library
-    fit = [python, "-m", "mixle_mpi", "fit", "--data", "builtin:iris", "--columns", "0:4", "--model", "gmm:k=3",
-           "--max-its", "5", "--out-dir", str(tmp_path / "out"), "--no-plot", "--progress", "off"]
-    proc, took = _start_losing_a_rank(python, tmp_path, ["sh", "-c", DIES_AT_BIRTH, "sh", *fit], alarm=60)
+    fit = [
+        python,
+        "-m",
+        "mixle_mpi",
+        "fit",
+        "--data",
+        "builtin:iris",
+        "--columns",
+        "0:4",
+        "--model",
+        "gmm:k=3",
+        "--max-its",
+        "5",
+        "--out-dir",
+        str(tmp_path / "out"),
+        "--no-plot",
+        "--progress",
+        "off",
+    ]
+    proc, took = _start_losing_a_rank(
+        python, tmp_path, ["sh", "-c", DIES_AT_BIRTH, "sh", *fit], alarm=60
+    )
     assert proc.returncode == exitcodes.NEVER_STARTED, proc.stderr[-3000:]
-    assert "the job never started: rank 2 never appeared on this host, 5 s after another rank began MPI " \
-           "initialisation" in proc.stderr, proc.stderr[-3000:]
+    assert (
+        "the job never started: rank 2 never appeared on this host, 5 s after another rank began MPI "
+        "initialisation" in proc.stderr
+    ), proc.stderr[-3000:]
     assert "instead of at MIXLE_MPI_STARTUP_TIMEOUT=60 s" in proc.stderr
     assert not (tmp_path / "out" / "model.json").exists()
     assert took < 40, f"ended only after {took:.0f} s"  # not at the ranks' 60 s alarm
@@ -150,10 +201,31 @@ def test_killing_the_launcher_kills_the_whole_job(library, delay, tmp_path):
     _, python = library
     mixle = os.path.join(os.path.dirname(python), "mixle-mpi")
     out = tmp_path / "out"
-    cmd = [mixle, "fit", "-n", "4", "--data", "builtin:iris", "--columns", "0:4", "--model", "gmm:k=3",
-           "--max-its", "100000", "--delta", "none", "--out-dir", str(out)]
-    launcher = subprocess.Popen(cmd, cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+    cmd = [
+        mixle,
+        "fit",
+        "-n",
+        "4",
+        "--data",
+        "builtin:iris",
+        "--columns",
+        "0:4",
+        "--model",
+        "gmm:k=3",
+        "--max-its",
+        "100000",
+        "--delta",
+        "none",
+        "--out-dir",
+        str(out),
+    ]
+    launcher = subprocess.Popen(
+        cmd,
+        cwd=str(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     time.sleep(delay)
     assert launcher.poll() is None, "the job ended before the launcher could be killed"
     os.killpg(launcher.pid, signal.SIGKILL)
@@ -166,7 +238,13 @@ def test_killing_the_launcher_kills_the_whole_job(library, delay, tmp_path):
 
 def test_bad_startup_timeout_is_refused_before_launch(tmp_path):
     env = dict(os.environ, MIXLE_MPI_STARTUP_TIMEOUT="soon")
-    proc = subprocess.run([sys.executable, "-m", "mixle_mpi", "run", "-n", "3", "--", "true"],
-                          capture_output=True, text=True, timeout=60, cwd=str(tmp_path), env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mixle_mpi", "run", "-n", "3", "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+        env=env,
+    )
     assert proc.returncode == 2
     assert "MIXLE_MPI_STARTUP_TIMEOUT='soon' must be a number of seconds > 0" in proc.stderr

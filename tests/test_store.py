@@ -95,7 +95,7 @@ def test_scalar_lists(tmp_path):
     floats = [float(x) for x in np.random.default_rng(4).standard_normal(17)] + [-0.0, 5e-324]
     with make(tmp_path, floats, 3, block_rows=4) as store:
         check_all(store, floats, "scalars")
-    ints = list(range(-5, 12)) + [2**63 - 1, -2**63]
+    ints = list(range(-5, 12)) + [2**63 - 1, -(2**63)]
     with make(tmp_path, ints, 4, block_rows=3) as store:
         check_all(store, ints, "scalars")
 
@@ -108,11 +108,15 @@ def test_numpy_scalars_in_list_read_back_as_python_scalars(tmp_path):
         assert_same(store.read_shard(0), [-3, 9])
 
 
-@pytest.mark.parametrize("data", [
-    [1, 2.5, 3, 4.0],               # mixed int/float would change types in float64: general keeps them
-    [True, False, True],            # bools are not scalars
-    [2**63, 1, 2],                  # does not fit int64
-], ids=["mixed", "bool", "bigint"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        [1, 2.5, 3, 4.0],  # mixed int/float would change types in float64: general keeps them
+        [True, False, True],  # bools are not scalars
+        [2**63, 1, 2],  # does not fit int64
+    ],
+    ids=["mixed", "bool", "bigint"],
+)
 def test_lists_that_need_general_keep_types(tmp_path, data):
     with make(tmp_path, data, 2) as store:
         check_all(store, data, "general")
@@ -125,11 +129,15 @@ def test_list_of_arrays(tmp_path):
         check_all(store, data, "arrays")
 
 
-@pytest.mark.parametrize("data", [
-    [np.array([1.0, 2.0]), np.array([1, 2])],                       # dtypes differ
-    [np.array(1.5), np.array(2.5)],                                 # 0-d rows
-    [np.array(["a", "b"]), np.array(["c", "d"])],                   # str dtype
-], ids=["mixed-dtype", "0-d", "str"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        [np.array([1.0, 2.0]), np.array([1, 2])],  # dtypes differ
+        [np.array(1.5), np.array(2.5)],  # 0-d rows
+        [np.array(["a", "b"]), np.array(["c", "d"])],  # str dtype
+    ],
+    ids=["mixed-dtype", "0-d", "str"],
+)
 def test_array_lists_that_need_general(tmp_path, data):
     with make(tmp_path, data, 2) as store:
         check_all(store, data, "general")
@@ -138,7 +146,9 @@ def test_array_lists_that_need_general(tmp_path, data):
 GENERAL = {
     "tuples": [(1.5, "a", 3), (2.5, "b", 4), (-0.0, "", 5), (1e-300, "\u00e9", 6), (0.1, "x", 7)],
     "array-tuples": [(np.arange(i, dtype=np.float32) / 3, [1, 2]) for i in range(9)],
-    "hmm": [[float(x) for x in np.random.default_rng(i).standard_normal(i % 5 + 1)] for i in range(13)],
+    "hmm": [
+        [float(x) for x in np.random.default_rng(i).standard_normal(i % 5 + 1)] for i in range(13)
+    ],
     "dicts": [{"w": i, 1: [i * 0.5], "nested": {"t": (i, None)}} for i in range(6)],
     "mixed": [None, "s", 3, 2.5, [1], (2,), {"k": np.arange(2)}, np.array([[1, 2]], dtype=np.int8)],
 }
@@ -172,7 +182,9 @@ def assert_fails(tmp_path, data, s, match, **kw):
 def test_empty_and_too_few_rows(tmp_path):
     for empty in ([], (), np.zeros((0, 3))):
         assert_fails(tmp_path, empty, 2, r"data is empty: need at least num_shards=2 observations")
-    assert_fails(tmp_path, [1.0, 2.0, 3.0], 4, r"found 3 observations but num_shards=4 needs at least 4")
+    assert_fails(
+        tmp_path, [1.0, 2.0, 3.0], 4, r"found 3 observations but num_shards=4 needs at least 4"
+    )
 
 
 @pytest.mark.parametrize("s", [0, -1, True, 1.5, "2"])
@@ -212,10 +224,15 @@ def test_ragged_ndarray_rows(tmp_path):
     assert_fails(tmp_path, data, 2, r"row 17 has shape \(3,\), expected \(4,\) like row 0")
 
 
-@pytest.mark.parametrize("data, match", [
-    ({"a": 1}, "found builtins.dict"), (iter([1.0, 2.0]), "found builtins.list_iterator"),
-    (np.array(3.0), "0-d ndarray"), (np.ma.array([1.0, 2.0]), "MaskedArray"),
-])
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ({"a": 1}, "found builtins.dict"),
+        (iter([1.0, 2.0]), "found builtins.list_iterator"),
+        (np.array(3.0), "0-d ndarray"),
+        (np.ma.array([1.0, 2.0]), "MaskedArray"),
+    ],
+)
 def test_bad_data_container(tmp_path, data, match):
     assert_fails(tmp_path, data, 1, match)
 
@@ -327,7 +344,11 @@ def test_packed_shards_rebuild_the_same_rows(tmp_path):
 
     from mixle_mpi.storage.store import rows_from_packed
 
-    cases = [np.arange(40.0).reshape(20, 2), [1.5, 2.5, 3.5, 4.5], [(1.0, "a"), (2.0, "b"), (3.0, "c")]]
+    cases = [
+        np.arange(40.0).reshape(20, 2),
+        [1.5, 2.5, 3.5, 4.5],
+        [(1.0, "a"), (2.0, "b"), (3.0, "c")],
+    ]
     for k, data in enumerate(cases):
         with ShardStore.create(str(tmp_path / f"s{k}.h5"), data, 2) as st:
             for i in range(2):
@@ -339,11 +360,14 @@ def test_packed_shards_rebuild_the_same_rows(tmp_path):
                     assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
 
 
-@pytest.mark.parametrize("kind,data", [
-    ("ndarray", np.arange(3000.0).reshape(1000, 3)),
-    ("scalars", [float(x) for x in range(1001)]),
-    ("general", [("a", i, {"k": [i]}) for i in range(999)]),
-])
+@pytest.mark.parametrize(
+    "kind,data",
+    [
+        ("ndarray", np.arange(3000.0).reshape(1000, 3)),
+        ("scalars", [float(x) for x in range(1001)]),
+        ("general", [("a", i, {"k": [i]}) for i in range(999)]),
+    ],
+)
 def test_blocks_rebuild_each_shard_exactly(tmp_path, kind, data):
     """The driver streams a shard in blocks; the worker's concatenated rows equal the shard."""
     from mixle_mpi.storage.store import rows_from_packed
@@ -352,7 +376,10 @@ def test_blocks_rebuild_each_shard_exactly(tmp_path, kind, data):
         for i in range(3):
             blocks = st.blocks(i, max_bytes=64)
             assert blocks[0][0] == 0 and blocks[-1][1] == st.shard_size(i)
-            assert all(a < b and b == c for (a, b), (c, _) in zip(blocks, blocks[1:] + [(blocks[-1][1], None)]))
+            assert all(
+                a < b and b == c
+                for (a, b), (c, _) in zip(blocks, blocks[1:] + [(blocks[-1][1], None)])
+            )
             rows = [r for a, b in blocks for r in rows_from_packed(st.read_packed(i, a, b))]
             assert_same(rows, expected(data, i, 3))
 
@@ -373,7 +400,9 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
 
 
 def _page_faults(mode: str) -> str:
-    proc = subprocess.run([sys.executable, "-c", PAGE_FAULTS, mode], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", PAGE_FAULTS, mode], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
@@ -384,13 +413,17 @@ def test_retain_freed_memory_reuses_heap_pages():
     temporaries then reuse freed heap pages instead of faulting in fresh zeroed ones
     (thousands of minor faults per call without it)."""
     without, retained = int(_page_faults("default")), int(_page_faults("retain"))
-    assert without > 2000, f"the baseline shows no page faults to save ({without}); the test cannot tell"
+    assert without > 2000, (
+        f"the baseline shows no page faults to save ({without}); the test cannot tell"
+    )
     assert retained < 200 and retained * 10 < without, (retained, without)
 
 
-
-@pytest.mark.parametrize("data", [np.arange(40000, dtype=float).reshape(-1, 2),
-                                  [("a", i, float(i)) for i in range(30000)]], ids=["ndarray", "general"])
+@pytest.mark.parametrize(
+    "data",
+    [np.arange(40000, dtype=float).reshape(-1, 2), [("a", i, float(i)) for i in range(30000)]],
+    ids=["ndarray", "general"],
+)
 def test_a_worker_reads_the_rows_the_driver_would_stream(tmp_path, data, monkeypatch):
     """``read_rows`` (a worker reading its own shard) gives the rows ``Load`` blocks rebuild,
     block by block, with small blocks so a shard spans several."""
@@ -417,9 +450,11 @@ def test_each_store_has_its_own_id_and_a_worker_tells_another_file_at_the_same_p
     with ShardStore.create(path, np.arange(10.0), 2) as first:
         first_id = first.store_id
     assert len(first_id) == 32 and opens_store(str(path), first_id)
-    with ShardStore.create(path, np.arange(10.0), 2) as second:  # the same data again: another store
+    with ShardStore.create(
+        path, np.arange(10.0), 2
+    ) as second:  # the same data again: another store
         assert second.store_id != first_id
-    assert not opens_store(str(path), first_id)                   # a node-local copy, say: streamed instead
+    assert not opens_store(str(path), first_id)  # a node-local copy, say: streamed instead
     assert not opens_store(str(tmp_path / "absent.h5"), first_id)
     (tmp_path / "junk.h5").write_bytes(b"not hdf5")
     assert not opens_store(str(tmp_path / "junk.h5"), first_id)
@@ -431,10 +466,18 @@ def test_blocks_have_a_byte_budget_at_any_width(tmp_path):
     from mixle_mpi.cli.datainput import BLOCK_CELLS, block_rows
     from mixle_mpi.storage.store import WRITE_BLOCK_BYTES, write_block_rows
 
-    assert write_block_rows("ndarray", np.float64, (10_000,), 65536) == WRITE_BLOCK_BYTES // 80_000 == 838
+    assert (
+        write_block_rows("ndarray", np.float64, (10_000,), 65536)
+        == WRITE_BLOCK_BYTES // 80_000
+        == 838
+    )
     assert write_block_rows("scalars", np.float64, (), 65536) == 65536
     assert write_block_rows("general", object, (), 8192) == 8192
-    assert block_rows(10_000) == BLOCK_CELLS // 10_000 and block_rows(1) == 4096 and block_rows(10**9) == 1
+    assert (
+        block_rows(10_000) == BLOCK_CELLS // 10_000
+        and block_rows(1) == 4096
+        and block_rows(10**9) == 1
+    )
     wide = np.arange(3 * 10_000, dtype=np.float64).reshape(3, 10_000)
     with ShardStore.create(tmp_path / "wide.h5", wide, 2, block_rows=1) as store:
         assert np.array_equal(np.asarray(store.read_shard(0)), wide[0::2])
@@ -446,12 +489,18 @@ def test_a_damaged_hdf5_input_is_named_as_the_input_not_the_store(tmp_path):
 
     src = tmp_path / "in.h5"
     with h5py.File(src, "w") as f:
-        f.create_dataset("x", data=np.arange(400_000, dtype=np.float64), chunks=(10_000,), compression="gzip")
+        f.create_dataset(
+            "x", data=np.arange(400_000, dtype=np.float64), chunks=(10_000,), compression="gzip"
+        )
     size = os.path.getsize(src)
-    with open(src, "r+b") as fh:  # damaged in the middle (a bad copy): its chunks no longer decompress
+    with open(
+        src, "r+b"
+    ) as fh:  # damaged in the middle (a bad copy): its chunks no longer decompress
         fh.seek(size // 2)
         fh.write(b"\xff" * (size // 4))
     with h5py.File(src, "r") as f:
-        with pytest.raises(DataError, match=r"cannot read rows .* of the input .*truncated or damaged"):
+        with pytest.raises(
+            DataError, match=r"cannot read rows .* of the input .*truncated or damaged"
+        ):
             ShardStore.create(tmp_path / "s.h5", f["x"], 2)
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]

@@ -24,8 +24,14 @@ def test_a_slow_worker_is_copied_then_placed_around_with_the_same_bits(tmp_path,
     _, python = lib
     log = tmp_path / "faults.jsonl"
     plan = "2:slow:estep_before:1:0::8"
-    job = run_job(python, 4, fit_args("gmm1d", ROWS, SHARDS, 1, ITS), tmp_path, plan=plan,
-                  env={FIRED_ENV: str(log), "MIXLE_MPI_DRIVER_COMPUTES": "0"})
+    job = run_job(
+        python,
+        4,
+        fit_args("gmm1d", ROWS, SHARDS, 1, ITS),
+        tmp_path,
+        plan=plan,
+        env={FIRED_ENV: str(log), "MIXLE_MPI_DRIVER_COMPUTES": "0"},
+    )
     assert unfired(plan, read_fired(str(log))) == [], job.describe()
     assert job.rc == 0, job.describe()
     assert same_fit(job.result, reference("gmm1d", ROWS, SHARDS, 1, ITS, 7)), job.describe()
@@ -34,8 +40,12 @@ def test_a_slow_worker_is_copied_then_placed_around_with_the_same_bits(tmp_path,
     copied = [e for e in ev if e["event"] == "speculated"]
     assert copied and all(set(e["stragglers"]) == {"2"} for e in copied), job.describe()
     won = [s for e in ev if e["event"] == "speculation_won" for s in e["shards"]]
-    assert won and set(won) <= {1, 4, 7, 10}, job.describe()  # worker 2's own shards (placed round robin)
+    assert won and set(won) <= {1, 4, 7, 10}, (
+        job.describe()
+    )  # worker 2's own shards (placed round robin)
     moved = [e for e in ev if e["event"] == "rebalanced"]
-    assert moved and all(src == 2 for e in moved[:1] for src, _ in e["moves"].values()), job.describe()
+    assert moved and all(src == 2 for e in moved[:1] for src, _ in e["moves"].values()), (
+        job.describe()
+    )
     assert moved[0]["shards"]["2"] < SHARDS // 3, job.describe()
     assert no_leftover_processes(str(tmp_path)) == []

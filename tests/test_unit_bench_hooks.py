@@ -24,7 +24,11 @@ def package_names(tree: ast.AST) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {(a.asname or a.name.split(".")[0]) for a in node.names if a.name.split(".")[0] == "mixle_mpi"}
+            names |= {
+                (a.asname or a.name.split(".")[0])
+                for a in node.names
+                if a.name.split(".")[0] == "mixle_mpi"
+            }
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "mixle_mpi":
             names |= {a.asname or a.name for a in node.names}
     bindings = []
@@ -55,28 +59,43 @@ def violations(source: str) -> list[str]:
         elif isinstance(node, ast.Delete):
             targets = node.targets
         for t in targets:
-            for sub in (t.elts if isinstance(t, ast.Tuple) else [t]):
+            for sub in t.elts if isinstance(t, ast.Tuple) else [t]:
                 if isinstance(sub, ast.Attribute) and root(sub) in pkg:
                     out.append(f"line {node.lineno}: assigns {ast.unparse(sub)}")
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr")
-                and node.args and root(node.args[0]) in pkg):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("setattr", "delattr")
+            and node.args
+            and root(node.args[0]) in pkg
+        ):
             out.append(f"line {node.lineno}: {node.func.id} on {ast.unparse(node.args[0])}")
-        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                and root(node) in pkg):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and root(node) in pkg
+        ):
             out.append(f"line {node.lineno}: private {ast.unparse(node)}")
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "mixle_mpi":
-            out += [f"line {node.lineno}: imports private {a.name}" for a in node.names if a.name.startswith("_")]
+            out += [
+                f"line {node.lineno}: imports private {a.name}"
+                for a in node.names
+                if a.name.startswith("_")
+            ]
     return out
 
 
 def test_no_benchmark_patches_the_package_or_uses_its_private_names():
     found = {p.name: v for p in sorted(BENCH.glob("*.py")) if (v := violations(p.read_text()))}
-    assert found == {}, "use the package's probes (mixle_mpi/core/probes.py) or a public name instead"
+    assert found == {}, (
+        "use the package's probes (mixle_mpi/core/probes.py) or a public name instead"
+    )
 
 
 def test_the_scan_finds_each_way_of_patching():
     """The scan is not vacuous: the patches the benchmarks used to make are each found."""
-    old = '''
+    old = """
 from mixle_mpi.runtime import worker
 from mixle_mpi.runtime.transport import Backoff
 import mixle_mpi.core.estep as estep
@@ -92,21 +111,30 @@ def instrument(timing_dir):
     drv = enc._driver
     drv.run_round = timed_round
     est = models._diag(dim=16)
-'''
+"""
     found = violations(old)
-    assert {int(f.split(":")[0].split()[1]) for f in found} == {9, 10, 11, 12, 14, 15, 16}, found  # not line 13
-    for what in ("assigns worker.Worker._body", "assigns estep.estep_shard", "assigns Backoff.__init__",
-                 "setattr on worker.Worker", "private enc._driver", "assigns drv.run_round", "private models._diag"):
+    assert {int(f.split(":")[0].split()[1]) for f in found} == {9, 10, 11, 12, 14, 15, 16}, (
+        found
+    )  # not line 13
+    for what in (
+        "assigns worker.Worker._body",
+        "assigns estep.estep_shard",
+        "assigns Backoff.__init__",
+        "setattr on worker.Worker",
+        "private enc._driver",
+        "assigns drv.run_round",
+        "private models._diag",
+    ):
         assert any(what in f for f in found), (what, found)
 
 
 def test_the_scan_leaves_the_benchmarks_own_objects_alone():
-    mine = '''
+    mine = """
 from bench import _job
 import mixle as mx
 
 _job.write_json = mine
 mx.something = 1
 setattr(obj, "name", wrapper)
-'''
+"""
     assert violations(mine) == []

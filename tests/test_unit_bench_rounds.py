@@ -20,20 +20,28 @@ def ev(label, start_ms, end_ms, rank):
 
 
 def test_a_round_less_its_slowest_process_compute_and_how_it_started():
-    stamps = [0.0, 100 * MS]                       # iteration 2 starts at 0
-    rounds = [(10 * MS, 20 * MS, True), (-5 * MS, -1 * MS, True)]  # the second is iteration 1: left out
-    wev = [ev("worker_estep", 10.2, 15.2, 0), ev("worker_llsum", 15.2, 17.2, 0),   # the driver: 7 ms
-           ev("worker_recv", 9.0, 10.5, 1), ev("worker_body", 10.5, 10.8, 1),
-           ev("worker_estep", 10.9, 16.9, 1), ev("worker_llsum", 16.9, 18.9, 1),  # the worker: 8 ms
-           ev("worker_estep", 30.0, 31.0, 1)]                                     # another round's
+    stamps = [0.0, 100 * MS]  # iteration 2 starts at 0
+    rounds = [
+        (10 * MS, 20 * MS, True),
+        (-5 * MS, -1 * MS, True),
+    ]  # the second is iteration 1: left out
+    wev = [
+        ev("worker_estep", 10.2, 15.2, 0),
+        ev("worker_llsum", 15.2, 17.2, 0),  # the driver: 7 ms
+        ev("worker_recv", 9.0, 10.5, 1),
+        ev("worker_body", 10.5, 10.8, 1),
+        ev("worker_estep", 10.9, 16.9, 1),
+        ev("worker_llsum", 16.9, 18.9, 1),  # the worker: 8 ms
+        ev("worker_estep", 30.0, 31.0, 1),
+    ]  # another round's
     announces = [("announce", 10.1 * MS, 0.1 * MS)]
     (r,) = rounds_beyond_compute(wev, rounds, stamps, announces)
-    assert r["beyond"] == pytest.approx(2 * MS)    # 10 ms round - the worker's 8 ms
+    assert r["beyond"] == pytest.approx(2 * MS)  # 10 ms round - the worker's 8 ms
     assert r["slowest"] == 1 and r["scored"] is True
     assert r["rung"] == pytest.approx(0.1 * MS)
     assert r["received"] == pytest.approx(0.5 * MS)
     assert r["model"] == pytest.approx(0.8 * MS)
-    assert r["computing"] == pytest.approx(0.9 * MS)   # the worker's, not the driver's 0.2
+    assert r["computing"] == pytest.approx(0.9 * MS)  # the worker's, not the driver's 0.2
     s = round_start([r])
     assert s["rounds_worker_slowest"] == 1 and s["rounds_driver_slowest"] == 0
     assert s["beyond_where_worker_slowest"] == pytest.approx(2 * MS)

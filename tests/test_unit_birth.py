@@ -35,7 +35,10 @@ def test_a_process_that_ended_is_reported_with_its_pid(tmp_path):
     assert birth.died(str(path)) is None  # still running
     proc.kill()
     proc.wait()
-    assert birth.died(str(path)) == (proc.pid, f"its process (pid {proc.pid}) died before it had joined MPI")
+    assert birth.died(str(path)) == (
+        proc.pid,
+        f"its process (pid {proc.pid}) died before it had joined MPI",
+    )
 
 
 def test_a_zombie_counts_as_dead_and_a_stopped_process_as_alive(tmp_path):
@@ -56,10 +59,15 @@ def test_a_zombie_counts_as_dead_and_a_stopped_process_as_alive(tmp_path):
 
 def test_the_verdict_needs_a_record_of_this_host_and_a_process_that_is_gone():
     gone, there = (lambda ident: False), (lambda ident: True)
-    assert birth.verdict(None, HERE, gone) is None                    # not written yet
-    assert birth.verdict(("other", (12, "99")), HERE, gone) is None  # another host: not visible here
+    assert birth.verdict(None, HERE, gone) is None  # not written yet
+    assert (
+        birth.verdict(("other", (12, "99")), HERE, gone) is None
+    )  # another host: not visible here
     assert birth.verdict((HERE, (12, "99")), HERE, there) is None
-    assert birth.verdict((HERE, (12, "99")), HERE, gone) == "its process (pid 12) died before it had joined MPI"
+    assert (
+        birth.verdict((HERE, (12, "99")), HERE, gone)
+        == "its process (pid 12) died before it had joined MPI"
+    )
 
 
 def test_a_torn_or_missing_record_reads_as_none(tmp_path):
@@ -71,7 +79,9 @@ def test_a_torn_or_missing_record_reads_as_none(tmp_path):
 
 
 def test_a_record_that_cannot_be_written_is_left_out(tmp_path):
-    birth.write(str(tmp_path / "no" / "such" / "dir"))  # no error: the driver falls back on its deadline
+    birth.write(
+        str(tmp_path / "no" / "such" / "dir")
+    )  # no error: the driver falls back on its deadline
 
 
 def test_the_entry_takes_its_folder_and_record_in_any_order():
@@ -98,7 +108,10 @@ def test_before_its_record_a_replacement_is_found_by_its_command_line_and_its_de
         assert watch.seen == {procs.identity(young.pid)}
         young.kill()
         young.wait()
-        assert watch.dead() == (young.pid, f"its process (pid {young.pid}) died before it had joined MPI")
+        assert watch.dead() == (
+            young.pid,
+            f"its process (pid {young.pid}) died before it had joined MPI",
+        )
     finally:
         older.kill()
         older.wait()
@@ -133,7 +146,9 @@ def test_a_process_never_seen_here_is_dead_after_its_time_and_only_where_it_star
     assert here.dead() is None and there.dead() is None
     clock[0] += birth.SCAN_EVERY * 2
     pid, why = here.dead()
-    assert pid is None and why.startswith(f"its process was not seen on this host within {birth.APPEAR_WITHIN:g} s")
+    assert pid is None and why.startswith(
+        f"its process was not seen on this host within {birth.APPEAR_WITHIN:g} s"
+    )
     assert there.dead() is None  # on another host: its Spawn's deadline decides
 
 

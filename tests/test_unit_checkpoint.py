@@ -6,14 +6,19 @@ import os
 
 import pytest
 
-from mixle_mpi.storage import checkpoint as ckpt
 from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.storage import checkpoint as ckpt
 
 
 def _state(i: int, **kw) -> ckpt.FitState:
-    base = dict(iteration=i, model='{"m": %d}' % i, ll=[-1.5 * k for k in range(i)],
-                layout={"num_shards": 4, "sub_chunks": 1}, fingerprint={"data": "d", "estimator": "e", "config": "c"},
-                versions={"mixle": "0.8.2", "numpy": "2.4.6", "mpi": "Open MPI 5.0.11", "blas_threads": 1})
+    base = dict(
+        iteration=i,
+        model='{"m": %d}' % i,
+        ll=[-1.5 * k for k in range(i)],
+        layout={"num_shards": 4, "sub_chunks": 1},
+        fingerprint={"data": "d", "estimator": "e", "config": "c"},
+        versions={"mixle": "0.8.2", "numpy": "2.4.6", "mpi": "Open MPI 5.0.11", "blas_threads": 1},
+    )
     base.update(kw)
     return ckpt.FitState(**base)
 
@@ -81,9 +86,12 @@ def test_kill_before_rename_leaves_the_old_checkpoint(tmp_path):
 
 def test_differences_list_every_field():
     saved = _state(3)
-    other = _state(0, layout={"num_shards": 8, "sub_chunks": 2},
-                   fingerprint={"data": "X", "estimator": "e", "config": "c"},
-                   versions={**saved.versions, "numpy": "9.9"})
+    other = _state(
+        0,
+        layout={"num_shards": 8, "sub_chunks": 2},
+        fingerprint={"data": "X", "estimator": "e", "config": "c"},
+        versions={**saved.versions, "numpy": "9.9"},
+    )
     diff = ckpt.differences(saved, other)
     assert any(d.startswith("layout.num_shards") for d in diff)
     assert any(d.startswith("layout.sub_chunks") for d in diff)
@@ -140,42 +148,69 @@ def test_store_checkpoint_and_journal_are_owner_only_whatever_the_umask(tmp_path
 def test_refused_resume_says_exactly_what_to_pass_for_another_layout():
     """A -n 4 fit (S = 3 workers) rerun with -n 3 (S = 2): the data fingerprint, taken over
     the shards, differs too, but the layout is what to fix."""
-    saved = _state(5, layout={"num_shards": 3, "sub_chunks": 1}, config={"seed": 1, "init_p": 0.1, "delta": 1e-9})
-    rerun = _state(0, layout={"num_shards": 2, "sub_chunks": 1}, fingerprint={**saved.fingerprint, "data": "other"},
-                   config=saved.config)
+    saved = _state(
+        5,
+        layout={"num_shards": 3, "sub_chunks": 1},
+        config={"seed": 1, "init_p": 0.1, "delta": 1e-9},
+    )
+    rerun = _state(
+        0,
+        layout={"num_shards": 2, "sub_chunks": 1},
+        fingerprint={**saved.fingerprint, "data": "other"},
+        config=saved.config,
+    )
     text = ckpt.refusal("out/ck.h5", saved, rerun)
     assert text.startswith("out/ck.h5 is a checkpoint of a different fit; refusing to resume:")
     assert "layout.num_shards: checkpoint has 3, this run has 2" in text
     assert "fingerprint.data: not compared while the layout differs" in text
-    assert "To resume it, pass --num-shards 3 (num_shards=3 in the Python API) (any number of ranks will do)" in text
+    assert (
+        "To resume it, pass --num-shards 3 (num_shards=3 in the Python API) (any number of ranks will do)"
+        in text
+    )
     assert "--resume no" in text
     assert ckpt.remedies(saved, rerun) == ["--num-shards 3 (num_shards=3 in the Python API)"]
     assert ckpt.refusal("ck.h5", saved, _state(0, config=saved.config, layout=saved.layout)) is None
 
 
 def test_remedies_name_every_setting_to_pass():
-    saved = _state(5, layout={"num_shards": 4, "sub_chunks": 2}, config={"seed": 1, "init_p": 0.1, "delta": None},
-                   fingerprint={"data": "d", "estimator": "e", "config": "c1"})
-    rerun = _state(0, layout={"num_shards": 4, "sub_chunks": 1}, config={"seed": 8, "init_p": 0.1, "delta": 1e-9},
-                   fingerprint={"data": "d", "estimator": "E", "config": "c2"},
-                   versions={**saved.versions, "numpy": "9.9"})
+    saved = _state(
+        5,
+        layout={"num_shards": 4, "sub_chunks": 2},
+        config={"seed": 1, "init_p": 0.1, "delta": None},
+        fingerprint={"data": "d", "estimator": "e", "config": "c1"},
+    )
+    rerun = _state(
+        0,
+        layout={"num_shards": 4, "sub_chunks": 1},
+        config={"seed": 8, "init_p": 0.1, "delta": 1e-9},
+        fingerprint={"data": "d", "estimator": "E", "config": "c2"},
+        versions={**saved.versions, "numpy": "9.9"},
+    )
     assert ckpt.remedies(saved, rerun) == [
         "--sub-chunks 2 (sub_chunks=2 in the Python API)",
         "the model it was made with (--model as then)",
-        "--seed 1 (seed=1 in the Python API)", "--delta none (delta=None in the Python API)",
-        "--allow-version-change (allow_version_change=True in the Python API) to accept other versions"]
+        "--seed 1 (seed=1 in the Python API)",
+        "--delta none (delta=None in the Python API)",
+        "--allow-version-change (allow_version_change=True in the Python API) to accept other versions",
+    ]
     assert ckpt.remedies(saved, rerun, allow_version_change=True)[-1].startswith("--delta none")
     same_layout = _state(0, fingerprint={"data": "X", "estimator": "e", "config": "c"})
-    assert ckpt.remedies(_state(5), same_layout) == ["the data it was made from (--data and --columns as then)"]
+    assert ckpt.remedies(_state(5), same_layout) == [
+        "the data it was made from (--data and --columns as then)"
+    ]
     # a checkpoint from before the plain config was kept: the flags are named, not their values
     old = _state(5)
-    assert ckpt.remedies(old, _state(0, fingerprint={"data": "d", "estimator": "e", "config": "other"})) == [
-        "the --seed, --init-p and --delta it was made with"]
+    assert ckpt.remedies(
+        old, _state(0, fingerprint={"data": "d", "estimator": "e", "config": "other"})
+    ) == ["the --seed, --init-p and --delta it was made with"]
 
 
 def test_wall_time_and_segments_survive_a_write(tmp_path):
     p = str(tmp_path / "ck.h5")
-    ckpt.write(p, _state(3, wall_seconds=12.5, segments=2, config={"seed": 1, "init_p": 0.1, "delta": None}))
+    ckpt.write(
+        p,
+        _state(3, wall_seconds=12.5, segments=2, config={"seed": 1, "init_p": 0.1, "delta": None}),
+    )
     back = ckpt.read(p)
     assert back.wall_seconds == 12.5 and back.segments == 2 and back.config["delta"] is None
 
@@ -185,8 +220,8 @@ def test_segments_add_the_earlier_ones_from_the_checkpoint():
 
     seg = Segments(started=100.0)
     assert seg.total(now=104.0) == 4.0 and seg.count == 1
-    seg.resumed(_state(3, wall_seconds=30.0, segments=2))      # restart 0's checkpoint
-    seg.resumed(_state(1, wall_seconds=20.0, segments=1))      # an earlier one does not lower it
+    seg.resumed(_state(3, wall_seconds=30.0, segments=2))  # restart 0's checkpoint
+    seg.resumed(_state(1, wall_seconds=20.0, segments=1))  # an earlier one does not lower it
     assert seg.total(now=104.0) == 34.0 and seg.this_segment(now=104.0) == 4.0 and seg.count == 3
 
 
@@ -199,7 +234,9 @@ def test_a_damaged_checkpoint_never_replaces_a_good_prev(tmp_path):
     ckpt.write(p, _state(2))
     os.truncate(p, os.path.getsize(p) // 2)  # damaged on disk (a torn copy, a full disk)
     fell = []
-    assert ckpt.read(p, on_fallback=lambda path, why: fell.append(path)) == _state(1) and fell == [p + ".prev"]
+    assert ckpt.read(p, on_fallback=lambda path, why: fell.append(path)) == _state(1) and fell == [
+        p + ".prev"
+    ]
     ckpt.write(p, _state(3))
     assert ckpt.read_file(p) == _state(3)
     assert ckpt.read_file(p + ".prev") == _state(1)  # not the damaged file
@@ -223,15 +260,23 @@ def test_every_output_is_written_through_a_name_of_its_own_never_through_a_link(
     assert not target.is_symlink() and target.read_text() == '{"a": 1}\n'
     write_text(str(target), "x" * (3 << 20))  # a large one is written whole
     assert target.stat().st_size == 3 << 20
-    assert sorted(n for n in os.listdir(tmp_path) if n.endswith(".tmp")) == ["model.json.tmp"]  # only the planted one
+    assert sorted(n for n in os.listdir(tmp_path) if n.endswith(".tmp")) == [
+        "model.json.tmp"
+    ]  # only the planted one
     ck = tmp_path / "ck.h5"
     ck.symlink_to(outside)
     ckpt.write(str(ck), _state(1))
-    assert outside.read_text() == "keep me" and not ck.is_symlink() and ckpt.read_file(str(ck)) == _state(1)
+    assert (
+        outside.read_text() == "keep me"
+        and not ck.is_symlink()
+        and ckpt.read_file(str(ck)) == _state(1)
+    )
     assert not os.path.exists(str(ck) + ".prev")  # a link is no good checkpoint to keep
 
 
-def test_a_checkpoint_write_that_hangs_ends_the_fit_with_an_error_not_a_silent_hang(tmp_path, monkeypatch):
+def test_a_checkpoint_write_that_hangs_ends_the_fit_with_an_error_not_a_silent_hang(
+    tmp_path, monkeypatch
+):
     """Issue 33: a write on a hung file system stopped the driver's main thread for good while
     its heartbeat thread went on, so nothing ended the job. It is now waited for within a
     deadline, and the error says what happened and that the previous checkpoint is intact."""
@@ -241,9 +286,13 @@ def test_a_checkpoint_write_that_hangs_ends_the_fit_with_an_error_not_a_silent_h
     from mixle_mpi.fitting import fitloop
 
     stuck = threading.Event()
-    monkeypatch.setattr(ckpt, "write", lambda *a, **k: stuck.wait(30))  # the file system never answers
+    monkeypatch.setattr(
+        ckpt, "write", lambda *a, **k: stuck.wait(30)
+    )  # the file system never answers
     t0 = time.monotonic()
-    with pytest.raises(ckpt.CheckpointError, match="did not finish within 0.3 s .*file system may hang.*intact"):
+    with pytest.raises(
+        ckpt.CheckpointError, match="did not finish within 0.3 s .*file system may hang.*intact"
+    ):
         fitloop.write_within(str(tmp_path / "ck.h5"), _state(1), None, 0.3)
     assert time.monotonic() - t0 < 5
     stuck.set()
@@ -261,14 +310,29 @@ def test_a_stop_signal_landing_mid_step_never_claims_a_checkpoint_that_was_not_w
 
     p = str(tmp_path / "ck.h5")
     model = SimpleNamespace(to_json=lambda: '{"m": 1}')
-    enc = SimpleNamespace(failures={}, blacklist=[], fault_point=lambda *a: None,
-                          settings=SimpleNamespace(reconfigure_timeout=30.0),
-                          events=SimpleNamespace(emit=lambda *a, **k: None))
+    enc = SimpleNamespace(
+        failures={},
+        blacklist=[],
+        fault_point=lambda *a: None,
+        settings=SimpleNamespace(reconfigure_timeout=30.0),
+        events=SimpleNamespace(emit=lambda *a, **k: None),
+    )
     stop = fitloop._StopFlag()
-    steps = fitloop._Steps(enc, p, _state(0), None, fitloop.Segments(), stop, 100, None,
-                           lambda i, ll, saved: setattr(stop, "signal", signal.SIGINT),
-                           Cadence(every=50))
-    steps.on_step(SimpleNamespace(iter=1, log_density=-3.0, delta=1.0, model=model))  # not due: no save
+    steps = fitloop._Steps(
+        enc,
+        p,
+        _state(0),
+        None,
+        fitloop.Segments(),
+        stop,
+        100,
+        None,
+        lambda i, ll, saved: setattr(stop, "signal", signal.SIGINT),
+        Cadence(every=50),
+    )
+    steps.on_step(
+        SimpleNamespace(iter=1, log_density=-3.0, delta=1.0, model=model)
+    )  # not due: no save
     assert ckpt.read(p) is None
     with pytest.raises(fitloop.Interrupted, match="after iteration 2; checkpoint written to"):
         steps.on_step(SimpleNamespace(iter=2, log_density=-2.0, delta=1.0, model=model))

@@ -2,46 +2,65 @@
 
 from __future__ import annotations
 
-
 import h5py
 import mixle.stats as st
 import numpy as np
 import pytest
 
 from mixle_mpi.cli import datainput
-from mixle_mpi.fitting import modelspec
-from mixle_mpi.core.errors import ConfigError, DataError
 from mixle_mpi.cli.jobconfig import FitConfig, read_toml, resolve, to_argv
+from mixle_mpi.core.errors import ConfigError, DataError
+from mixle_mpi.fitting import modelspec
 
 
 # -- model specs --------------------------------------------------------------------
-@pytest.mark.parametrize("text, family, params", [
-    ("gmm:k=8,cov=diag", "gmm", {"k": 8, "cov": "diag"}),
-    ("gmm:k=2", "gmm", {"k": 2, "cov": "diag"}),
-    ("GMM:k=3,cov=FULL", "gmm", {"k": 3, "cov": "full"}),
-    ("poisson:k=4", "poisson", {"k": 4}),
-    ("hmm:states=3,emission=poisson", "hmm", {"states": 3, "emission": "poisson", "lengths": "none"}),
-    ("hmm:states=2,lengths=poisson", "hmm", {"states": 2, "emission": "gaussian", "lengths": "poisson"}),
-    ("composite:k=2,parts=gaussian+categorical+poisson", "composite",
-     {"k": 2, "parts": ("gaussian", "categorical", "poisson")}),
-])
+@pytest.mark.parametrize(
+    "text, family, params",
+    [
+        ("gmm:k=8,cov=diag", "gmm", {"k": 8, "cov": "diag"}),
+        ("gmm:k=2", "gmm", {"k": 2, "cov": "diag"}),
+        ("GMM:k=3,cov=FULL", "gmm", {"k": 3, "cov": "full"}),
+        ("poisson:k=4", "poisson", {"k": 4}),
+        (
+            "hmm:states=3,emission=poisson",
+            "hmm",
+            {"states": 3, "emission": "poisson", "lengths": "none"},
+        ),
+        (
+            "hmm:states=2,lengths=poisson",
+            "hmm",
+            {"states": 2, "emission": "gaussian", "lengths": "poisson"},
+        ),
+        (
+            "composite:k=2,parts=gaussian+categorical+poisson",
+            "composite",
+            {"k": 2, "parts": ("gaussian", "categorical", "poisson")},
+        ),
+    ],
+)
 def test_model_specs_parse(text, family, params):
     spec = modelspec.parse_spec(text)
     assert (spec.family, spec.params) == (family, params)
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("kmeans:k=3", "unknown model family 'kmeans'"),
-    ("gmm:k=3,covariance=diag", "has no parameter 'covariance'; valid parameters are ['cov', 'k']"),
-    ("gmm:cov=diag", "needs k=..."),
-    ("gmm:k=0", "k must be an integer >= 1; found '0'"),
-    ("gmm:k=two", "k must be an integer >= 1; found 'two'"),
-    ("gmm:k=2,cov=spherical", "cov must be one of ['diag', 'full']; found 'spherical'"),
-    ("composite:k=2,parts=gaussian+beta", "composite parts must be"),
-    ("gmm:k", "must be key=value"),
-    ("json:", "json: needs a file"),
-    ("", "a model spec is needed"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("kmeans:k=3", "unknown model family 'kmeans'"),
+        (
+            "gmm:k=3,covariance=diag",
+            "has no parameter 'covariance'; valid parameters are ['cov', 'k']",
+        ),
+        ("gmm:cov=diag", "needs k=..."),
+        ("gmm:k=0", "k must be an integer >= 1; found '0'"),
+        ("gmm:k=two", "k must be an integer >= 1; found 'two'"),
+        ("gmm:k=2,cov=spherical", "cov must be one of ['diag', 'full']; found 'spherical'"),
+        ("composite:k=2,parts=gaussian+beta", "composite parts must be"),
+        ("gmm:k", "must be key=value"),
+        ("json:", "json: needs a file"),
+        ("", "a model spec is needed"),
+    ],
+)
 def test_bad_model_specs_say_what_is_valid(text, needle):
     with pytest.raises(ConfigError) as err:
         modelspec.parse_spec(text)
@@ -54,14 +73,18 @@ def test_bad_model_specs_say_what_is_valid(text, needle):
 def test_estimators_follow_the_data_shape():
     gmm = modelspec.build_estimator(modelspec.parse_spec("gmm:k=2,cov=diag"), 3)
     assert isinstance(gmm, st.MixtureEstimator) and len(gmm.estimators) == 2
-    assert isinstance(gmm.estimators[0], st.DiagonalGaussianEstimator) and gmm.estimators[0].dim == 3
+    assert (
+        isinstance(gmm.estimators[0], st.DiagonalGaussianEstimator) and gmm.estimators[0].dim == 3
+    )
     full = modelspec.build_estimator(modelspec.parse_spec("gmm:k=2,cov=full"), 4)
     assert isinstance(full.estimators[0], st.MultivariateGaussianEstimator)
     scalar = modelspec.build_estimator(modelspec.parse_spec("gmm:k=2"), None)
     assert isinstance(scalar.estimators[0], st.GaussianEstimator)
     hmm = modelspec.build_estimator(modelspec.parse_spec("hmm:states=2"), None)
     assert type(hmm).__name__.startswith("HiddenMarkov")
-    comp = modelspec.build_estimator(modelspec.parse_spec("composite:k=2,parts=gaussian+categorical"), 2)
+    comp = modelspec.build_estimator(
+        modelspec.parse_spec("composite:k=2,parts=gaussian+categorical"), 2
+    )
     assert isinstance(comp.estimators[0], st.CompositeEstimator)
 
 
@@ -70,9 +93,14 @@ def test_json_specs_take_an_estimator_or_a_fitted_model(tmp_path):
 
     est_file = tmp_path / "est.json"
     est_file.write_text(to_json(st.MixtureEstimator([st.PoissonEstimator()] * 2)))
-    assert isinstance(modelspec.build_estimator(modelspec.parse_spec(f"json:{est_file}"), None), st.MixtureEstimator)
+    assert isinstance(
+        modelspec.build_estimator(modelspec.parse_spec(f"json:{est_file}"), None),
+        st.MixtureEstimator,
+    )
     model_file = tmp_path / "model.json"
-    model_file.write_text(to_json(st.MixtureDistribution([st.GaussianDistribution(0.0, 1.0)] * 2, [0.5, 0.5])))
+    model_file.write_text(
+        to_json(st.MixtureDistribution([st.GaussianDistribution(0.0, 1.0)] * 2, [0.5, 0.5]))
+    )
     est = modelspec.build_estimator(modelspec.parse_spec(f"json:{model_file}"), None)
     assert isinstance(est, st.MixtureEstimator)
     bad = tmp_path / "bad.json"
@@ -85,7 +113,9 @@ def test_json_specs_take_an_estimator_or_a_fitted_model(tmp_path):
 
 # -- data sources -------------------------------------------------------------------
 def test_data_sources_parse():
-    assert datainput.parse_source("x.h5:/g/X") == datainput.DataSource("h5", "x.h5", "/g/X", "x.h5:/g/X")
+    assert datainput.parse_source("x.h5:/g/X") == datainput.DataSource(
+        "h5", "x.h5", "/g/X", "x.h5:/g/X"
+    )
     assert datainput.parse_source("dir.v2/x.hdf5").dataset is None
     assert datainput.parse_source("a.npy").kind == "npy"
     assert datainput.parse_source("a.csv").kind == "csv"
@@ -139,7 +169,9 @@ def test_a_wrong_dataset_name_lists_the_datasets(h5file):
 def test_hdf5_type_errors_say_what_was_needed(h5file):
     with pytest.raises(DataError, match="needs a numeric dataset"):
         datainput.load(datainput.parse_source(f"{h5file}:/labels"), "matrix")
-    with pytest.raises(DataError, match="Poisson mixture needs one column of non-negative integers"):
+    with pytest.raises(
+        DataError, match="Poisson mixture needs one column of non-negative integers"
+    ):
         datainput.load(datainput.parse_source(f"{h5file}:/group/X"), "integers")
     with pytest.raises(DataError, match="variable-length dataset"):
         datainput.load(datainput.parse_source(f"{h5file}:/counts"), "sequences")
@@ -159,7 +191,9 @@ def test_npy_is_memory_mapped(tmp_path):
 
 
 def test_csv_header_columns_and_types(tmp_path):
-    iris = datainput.load(datainput.parse_source("builtin:iris"), "matrix", datainput.parse_columns("0:4"))
+    iris = datainput.load(
+        datainput.parse_source("builtin:iris"), "matrix", datainput.parse_columns("0:4")
+    )
     assert iris.data.shape == (150, 4) and iris.ncols == 4 and "sepal_length_cm" in iris.describe
     by_name = datainput.load(datainput.parse_source("builtin:iris"), "matrix", ["petal_length_cm"])
     assert by_name.data.shape == (150,) and by_name.ncols is None
@@ -169,7 +203,9 @@ def test_csv_header_columns_and_types(tmp_path):
         datainput.load(datainput.parse_source("builtin:iris"), "matrix")
     counts = tmp_path / "c.csv"
     counts.write_text("n\n1\n2\n2.5\n")
-    with pytest.raises(DataError, match=r"c.csv line 4, column 1 \(n\): found '2.5', needs a non-negative integer"):
+    with pytest.raises(
+        DataError, match=r"c.csv line 4, column 1 \(n\): found '2.5', needs a non-negative integer"
+    ):
         datainput.load(datainput.parse_source(str(counts)), "integers")
     ragged = tmp_path / "r.csv"
     ragged.write_text("1,2\n3\n")
@@ -192,21 +228,32 @@ def test_composite_tables_are_typed_by_part(tmp_path):
 # -- job files ----------------------------------------------------------------------
 def test_flags_override_the_job_file(tmp_path):
     job = tmp_path / "job.toml"
-    job.write_text('[fit]\ndata = "builtin:iris"\nmodel = "gmm:k=3"\nmax_its = 50\nseed = 4\ndelta = "none"\n')
+    job.write_text(
+        '[fit]\ndata = "builtin:iris"\nmodel = "gmm:k=3"\nmax_its = 50\nseed = 4\ndelta = "none"\n'
+    )
     cfg = resolve(read_toml(str(job)), {"max_its": "7", "seed": None})
-    assert (cfg.data, cfg.model, cfg.max_its, cfg.seed, cfg.delta) == ("builtin:iris", "gmm:k=3", 7, 4, None)
+    assert (cfg.data, cfg.model, cfg.max_its, cfg.seed, cfg.delta) == (
+        "builtin:iris",
+        "gmm:k=3",
+        7,
+        4,
+        None,
+    )
 
 
-@pytest.mark.parametrize("values, needle", [
-    ({"max_itz": 3}, "unknown option 'max_itz'"),
-    ({"max_its": "ten"}, "max_its must be int; found 'ten'"),
-    ({"max_its": 0}, "max_its must be an integer >= 1; found 0"),
-    ({"heartbeat_timeout": -1}, "heartbeat_timeout must be a number > 0"),
-    ({"init_p": 2}, "init_p must be in (0, 1]"),
-    ({"resume": "maybe"}, "resume must be one of ['auto', 'yes', 'no']"),
-    ({"resume": "yes", "checkpoint": "none"}, "resume=yes needs a checkpoint"),
-    ({"data": ""}, "no data given"),
-])
+@pytest.mark.parametrize(
+    "values, needle",
+    [
+        ({"max_itz": 3}, "unknown option 'max_itz'"),
+        ({"max_its": "ten"}, "max_its must be int; found 'ten'"),
+        ({"max_its": 0}, "max_its must be an integer >= 1; found 0"),
+        ({"heartbeat_timeout": -1}, "heartbeat_timeout must be a number > 0"),
+        ({"init_p": 2}, "init_p must be in (0, 1]"),
+        ({"resume": "maybe"}, "resume must be one of ['auto', 'yes', 'no']"),
+        ({"resume": "yes", "checkpoint": "none"}, "resume=yes needs a checkpoint"),
+        ({"data": ""}, "no data given"),
+    ],
+)
 def test_bad_job_values_say_what_was_needed(values, needle):
     base = {"data": "builtin:iris", "model": "gmm:k=2"}
     with pytest.raises(ConfigError) as err:
@@ -227,8 +274,18 @@ def test_to_argv_reproduces_the_config_exactly():
     from mixle_mpi.cli.commands import build_parser
     from mixle_mpi.cli.jobconfig import from_args
 
-    cfg = resolve(None, {"data": "x.csv", "model": "gmm:k=2", "delta": "0.1", "plot": True, "checkpoint": "c.h5",
-                         "heartbeat_timeout": "0.3", "respawn": False})
+    cfg = resolve(
+        None,
+        {
+            "data": "x.csv",
+            "model": "gmm:k=2",
+            "delta": "0.1",
+            "plot": True,
+            "checkpoint": "c.h5",
+            "heartbeat_timeout": "0.3",
+            "respawn": False,
+        },
+    )
     args = build_parser().parse_args(["fit", *to_argv(cfg)])
     assert from_args(args) == cfg
     assert isinstance(FitConfig().max_its, int)
@@ -242,7 +299,9 @@ def test_negative_poisson_counts_from_hdf5_and_npy_are_refused_naming_the_row(tm
         f["n"] = counts
         f["ok"] = np.abs(counts).astype(np.uint16)
     for text in (f"{tmp_path}/c.npy", f"{tmp_path}/c.h5:/n"):
-        with pytest.raises(DataError, match="row 3 is -2; a Poisson mixture needs non-negative integer counts"):
+        with pytest.raises(
+            DataError, match="row 3 is -2; a Poisson mixture needs non-negative integer counts"
+        ):
             datainput.load(datainput.parse_source(text), "integers")
     loaded = datainput.load(datainput.parse_source(f"{tmp_path}/c.h5:/ok"), "integers")
     loaded.close()
@@ -254,6 +313,9 @@ def test_rows_of_several_values_name_the_multivariate_estimators_never_flattenin
     from mixle_mpi.runtime.handle import several_values_hint
 
     hint = several_values_hint(np.zeros(3))
-    assert "DiagonalGaussianEstimator(dim=3)" in hint and "MultivariateGaussianEstimator(dim=3)" in hint
+    assert (
+        "DiagonalGaussianEstimator(dim=3)" in hint
+        and "MultivariateGaussianEstimator(dim=3)" in hint
+    )
     assert "do not flatten" in hint and "numpy.ravel" not in hint
     assert several_values_hint(1.5) == "" and several_values_hint(np.zeros(1)) == ""

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from mixle_mpi.core.settings import ENV_PREFIX, Settings
 from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.core.settings import ENV_PREFIX, Settings
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(Settings)}
 NAMES = list(DEFAULTS)
@@ -42,7 +42,11 @@ def test_env_overrides_default():
 
 
 def test_argument_overrides_env():
-    env = {"MIXLE_MPI_HEARTBEAT_TIMEOUT": "3", "MIXLE_MPI_BLAS_THREADS": "4", "MIXLE_MPI_RESPAWN": "0"}
+    env = {
+        "MIXLE_MPI_HEARTBEAT_TIMEOUT": "3",
+        "MIXLE_MPI_BLAS_THREADS": "4",
+        "MIXLE_MPI_RESPAWN": "0",
+    }
     s = Settings.resolve({"heartbeat_timeout": 5, "blas_threads": 2, "respawn": True}, environ=env)
     assert s.heartbeat_timeout == 5.0 and type(s.heartbeat_timeout) is float
     assert s.blas_threads == 2
@@ -62,28 +66,43 @@ def test_empty_env_value_means_unset():
 
 
 def test_unrelated_env_ignored():
-    s = Settings.resolve({}, environ={"HEARTBEAT_PERIOD": "5", "MIXLE_MPI_UNKNOWN": "x", "mixle_mpi_blas_threads": "9"})
+    s = Settings.resolve(
+        {},
+        environ={"HEARTBEAT_PERIOD": "5", "MIXLE_MPI_UNKNOWN": "x", "mixle_mpi_blas_threads": "9"},
+    )
     assert s == Settings()
 
 
-@pytest.mark.parametrize("raw,expected", [
-    ("1", True), ("true", True), ("YES", True), (" On ", True),
-    ("0", False), ("False", False), ("no", False), ("OFF", False),
-])
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("1", True),
+        ("true", True),
+        ("YES", True),
+        (" On ", True),
+        ("0", False),
+        ("False", False),
+        ("no", False),
+        ("OFF", False),
+    ],
+)
 def test_env_booleans(raw, expected):
     assert Settings.resolve({}, environ={"MIXLE_MPI_RESPAWN": raw}).respawn is expected
 
 
-@pytest.mark.parametrize("name,raw", [
-    ("respawn", "maybe"),
-    ("respawn", "2"),
-    ("blas_threads", "two"),
-    ("blas_threads", "2.0"),
-    ("heartbeat_period", "fast"),
-    ("heartbeat_timeout", "1s"),
-    ("driver_timeout", "sixty"),
-    ("reconfigure_timeout", "1,5"),
-])
+@pytest.mark.parametrize(
+    "name,raw",
+    [
+        ("respawn", "maybe"),
+        ("respawn", "2"),
+        ("blas_threads", "two"),
+        ("blas_threads", "2.0"),
+        ("heartbeat_period", "fast"),
+        ("heartbeat_timeout", "1s"),
+        ("driver_timeout", "sixty"),
+        ("reconfigure_timeout", "1,5"),
+    ],
+)
 def test_unparsable_env_quotes_variable_and_value(name, raw):
     var = ENV_PREFIX + name.upper()
     with pytest.raises(ConfigError) as exc:
@@ -122,7 +141,9 @@ FLOAT_FIELDS = ["heartbeat_period", "heartbeat_timeout", "driver_timeout", "reco
 
 
 @pytest.mark.parametrize("name", FLOAT_FIELDS)
-@pytest.mark.parametrize("value", [0, 0.0, -1.0, -0.5, math.nan, math.inf, -math.inf, True, False, "1.0", [1.0]])
+@pytest.mark.parametrize(
+    "value", [0, 0.0, -1.0, -0.5, math.nan, math.inf, -math.inf, True, False, "1.0", [1.0]]
+)
 def test_invalid_float_arguments(name, value):
     with pytest.raises(ConfigError) as exc:
         overrides = {name: value}
@@ -140,7 +161,9 @@ def test_invalid_blas_threads(value):
 
 
 def test_numpy_numbers_accepted():
-    s = Settings.resolve({"blas_threads": np.int64(3), "driver_timeout": np.float32(2.5)}, environ={})
+    s = Settings.resolve(
+        {"blas_threads": np.int64(3), "driver_timeout": np.float32(2.5)}, environ={}
+    )
     assert s.blas_threads == 3
     assert s.driver_timeout == 2.5 and type(s.driver_timeout) is float
 
@@ -156,7 +179,9 @@ def test_int_for_float_accepted_and_converted():
 
 
 def test_heartbeat_timeout_at_least_twice_period():
-    s = Settings.resolve({"heartbeat_period": 0.5, "heartbeat_timeout": 1.0}, environ={})  # exactly 2x is fine
+    s = Settings.resolve(
+        {"heartbeat_period": 0.5, "heartbeat_timeout": 1.0}, environ={}
+    )  # exactly 2x is fine
     assert (s.heartbeat_period, s.heartbeat_timeout) == (0.5, 1.0)
     with pytest.raises(ConfigError) as exc:
         Settings.resolve({"heartbeat_period": 0.5, "heartbeat_timeout": 0.75}, environ={})

@@ -29,7 +29,7 @@ def test_values_equal_a_plain_parse_across_blocks(tmp_path, small_blocks):
     x = rng.normal(size=(53, 3))
     path = tmp_path / "x.csv"
     lines = ["a,b,c"] + [",".join(repr(float(v)) for v in row) for row in x]
-    lines.insert(10, "")            # blank lines are skipped
+    lines.insert(10, "")  # blank lines are skipped
     lines.insert(30, " , ,")
     path.write_text("\n".join(lines))  # no final newline
     got = load(path)
@@ -50,18 +50,33 @@ def test_integers_and_sequences(tmp_path, small_blocks):
     assert load(seqs, "sequences").data == [[1.0, 2.0, 3.0], [4.0], [5.0, 6.0]]
 
 
-@pytest.mark.parametrize("body, need, message", [
-    ("x,y\n1,2\n\n3,abc\n", "matrix", "line 4, column 2 (y): found 'abc', needs a finite number"),
-    ("x,y\n1,2\n3,\n", "matrix", "line 3, column 2 (y): found '', needs a finite number"),
-    ("1,2\n3,nan\n", "matrix", "line 2, column 2: found 'nan', needs a finite number"),
-    ("1,2\n-inf,2\n", "matrix", "line 2, column 1: found '-inf', needs a finite number"),
-    ("x,y\n1,2\n\n3\n", "matrix", "line 4 has 1 columns, expected 2 like line 2"),
-    ("n\n1\n-2\n", "integers", "line 3, column 1 (n): found '-2', needs a non-negative integer"),
-    ("n\n1\ninf\n", "integers", "line 3, column 1 (n): found 'inf', needs a non-negative integer"),
-    ("1,2\n3,x\n", "sequences", "line 2: found 'x', needs a finite number"),
-    ("x,y,z\n", "matrix", "has a header row (x, y, z) but no data rows"),
-    ("\n \n", "matrix", "is empty: found no header and no data rows"),
-])
+@pytest.mark.parametrize(
+    "body, need, message",
+    [
+        (
+            "x,y\n1,2\n\n3,abc\n",
+            "matrix",
+            "line 4, column 2 (y): found 'abc', needs a finite number",
+        ),
+        ("x,y\n1,2\n3,\n", "matrix", "line 3, column 2 (y): found '', needs a finite number"),
+        ("1,2\n3,nan\n", "matrix", "line 2, column 2: found 'nan', needs a finite number"),
+        ("1,2\n-inf,2\n", "matrix", "line 2, column 1: found '-inf', needs a finite number"),
+        ("x,y\n1,2\n\n3\n", "matrix", "line 4 has 1 columns, expected 2 like line 2"),
+        (
+            "n\n1\n-2\n",
+            "integers",
+            "line 3, column 1 (n): found '-2', needs a non-negative integer",
+        ),
+        (
+            "n\n1\ninf\n",
+            "integers",
+            "line 3, column 1 (n): found 'inf', needs a non-negative integer",
+        ),
+        ("1,2\n3,x\n", "sequences", "line 2: found 'x', needs a finite number"),
+        ("x,y,z\n", "matrix", "has a header row (x, y, z) but no data rows"),
+        ("\n \n", "matrix", "is empty: found no header and no data rows"),
+    ],
+)
 def test_errors_name_the_file_and_its_line(tmp_path, body, need, message):
     path = tmp_path / "bad.csv"
     path.write_text(body)
@@ -82,7 +97,9 @@ def test_table_errors_name_the_line(tmp_path):
     path.write_text("x,colour\n1.5,red\n\n-2,blue\nfoo,red\n")
     loaded = load(path, "table")
     assert loaded.lines == [2, 4, 5]
-    with pytest.raises(DataError, match="t.csv line 5, column 1: found 'foo', needs a finite number"):
+    with pytest.raises(
+        DataError, match="t.csv line 5, column 1: found 'foo', needs a finite number"
+    ):
         datainput.convert_table(loaded.data, ("gaussian", "categorical"), str(path), loaded.lines)
 
 
@@ -93,7 +110,9 @@ def test_reading_holds_about_one_float_array(tmp_path, monkeypatch):
     rows = 30_000
     path = tmp_path / "big.csv"
     rng = np.random.RandomState(1)
-    np.savetxt(path, rng.normal(size=(rows, 4)), delimiter=",", header="a,b,c,d", comments="", fmt="%.6f")
+    np.savetxt(
+        path, rng.normal(size=(rows, 4)), delimiter=",", header="a,b,c,d", comments="", fmt="%.6f"
+    )
     tracemalloc.start()
     try:
         got = load(path)
@@ -101,7 +120,9 @@ def test_reading_holds_about_one_float_array(tmp_path, monkeypatch):
     finally:
         tracemalloc.stop()
     assert got.data.shape == (rows, 4)
-    assert peak < 2 * got.data.nbytes, f"peak {peak / 1e6:.1f} MB for a {got.data.nbytes / 1e6:.1f} MB array"
+    assert peak < 2 * got.data.nbytes, (
+        f"peak {peak / 1e6:.1f} MB for a {got.data.nbytes / 1e6:.1f} MB array"
+    )
 
 
 def test_big_csv_goes_through_a_temporary_hdf5_file(tmp_path, small_blocks, monkeypatch):
@@ -119,27 +140,41 @@ def test_big_csv_goes_through_a_temporary_hdf5_file(tmp_path, small_blocks, monk
     spill_dir.mkdir()
     monkeypatch.setattr(datainput, "SPILL_BYTES", 1000)
     spilled = datainput.load(datainput.parse_source(str(path)), "matrix", spill_dir=str(spill_dir))
-    assert isinstance(spilled.data, h5py.Dataset) and spilled.data.shape == (200, 3) and spilled.ncols == 3
+    assert (
+        isinstance(spilled.data, h5py.Dataset)
+        and spilled.data.shape == (200, 3)
+        and spilled.ncols == 3
+    )
     assert list(spill_dir.iterdir()) == []  # unlinked at once: nothing is left if the driver dies
     assert np.array_equal(spilled.data[()], x) and np.array_equal(spilled.data[()], in_memory.data)
-    with ShardStore.create(tmp_path / "a.h5", in_memory.data, 3) as a, ShardStore.create(tmp_path / "b.h5", spilled.data, 3) as b:
+    with (
+        ShardStore.create(tmp_path / "a.h5", in_memory.data, 3) as a,
+        ShardStore.create(tmp_path / "b.h5", spilled.data, 3) as b,
+    ):
         assert a.fingerprint() == b.fingerprint()
     spilled.close()
     assert not spilled.data.id.valid
     for columns, want in ((None, x), (["b"], x[:, 1])):
-        trimmed = datainput.load(datainput.parse_source(str(gaps)), "matrix", columns, spill_dir=str(spill_dir))
+        trimmed = datainput.load(
+            datainput.parse_source(str(gaps)), "matrix", columns, spill_dir=str(spill_dir)
+        )
         assert trimmed.data.shape == want.shape and np.array_equal(trimmed.data[()], want)
         trimmed.close()
 
 
-def test_a_bad_cell_in_a_spilled_csv_is_named_and_the_file_closed(tmp_path, small_blocks, monkeypatch):
+def test_a_bad_cell_in_a_spilled_csv_is_named_and_the_file_closed(
+    tmp_path, small_blocks, monkeypatch
+):
     path = tmp_path / "bad.csv"
     path.write_text("n\n" + "1\n" * 50 + "-1\n")
     monkeypatch.setattr(datainput, "SPILL_BYTES", 64)
     opened = []
     real = datainput._spill_file
     monkeypatch.setattr(datainput, "_spill_file", lambda d: opened.append(real(d)) or opened[-1])
-    with pytest.raises(DataError, match="bad.csv line 52, column 1 \\(n\\): found '-1', needs a non-negative integer"):
+    with pytest.raises(
+        DataError,
+        match="bad.csv line 52, column 1 \\(n\\): found '-1', needs a non-negative integer",
+    ):
         load(path, "integers")
     assert len(opened) == 1 and not opened[0].id.valid
 
@@ -154,7 +189,9 @@ def test_spilling_keeps_the_array_out_of_memory(tmp_path, monkeypatch):
         np.savetxt(path, np.random.RandomState(1).normal(size=(rows, 4)), delimiter=",", fmt="%.6f")
         tracemalloc.start()
         try:
-            got = datainput.load(datainput.parse_source(str(path)), "matrix", spill_dir=str(tmp_path))
+            got = datainput.load(
+                datainput.parse_source(str(path)), "matrix", spill_dir=str(tmp_path)
+            )
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
@@ -164,7 +201,9 @@ def test_spilling_keeps_the_array_out_of_memory(tmp_path, monkeypatch):
 
     peak_for(2_000)  # first use: imports and caches
     small, large = peak_for(10_000), peak_for(40_000)
-    assert large - small < 0.1 * 30_000 * 4 * 8, f"peak grew from {small / 1e6:.2f} MB to {large / 1e6:.2f} MB"
+    assert large - small < 0.1 * 30_000 * 4 * 8, (
+        f"peak grew from {small / 1e6:.2f} MB to {large / 1e6:.2f} MB"
+    )
 
 
 def test_array_errors_name_the_dataset_and_a_0_based_row(tmp_path):
@@ -173,7 +212,9 @@ def test_array_errors_name_the_dataset_and_a_0_based_row(tmp_path):
     with h5py.File(tmp_path / "d.h5", "w") as f:
         f["/g/X"] = x
     h5 = load(f"{tmp_path / 'd.h5'}:/g/X")
-    with pytest.raises(DataError, match=r"d\.h5:/g/X: row 13 contains a NaN .*\(rows are counted from 0\)"):
+    with pytest.raises(
+        DataError, match=r"d\.h5:/g/X: row 13 contains a NaN .*\(rows are counted from 0\)"
+    ):
         ShardStore.create(tmp_path / "s1.h5", h5.data, 2)
     h5.close()
     np.save(tmp_path / "d.npy", x)

@@ -8,7 +8,9 @@ import pytest
 
 from mixle_mpi.runtime.doorbell import Doorbell, own
 
-pytestmark = pytest.mark.skipif(own() is None, reason="no abstract-namespace sockets on this platform")
+pytestmark = pytest.mark.skipif(
+    own() is None, reason="no abstract-namespace sockets on this platform"
+)
 
 
 def test_a_ring_ends_the_wait_long_before_its_timeout():
@@ -62,7 +64,13 @@ def test_ring_all_rings_every_bell_in_one_call_and_says_which_are_gone():
     bells, ringer, gone = [Doorbell() for _ in range(3)], Doorbell(), Doorbell()
     address = gone.address
     gone.close()
-    addresses = [bells[0].address, address, bells[1].address, "mixle-mpi-bell-no-such", bells[2].address]
+    addresses = [
+        bells[0].address,
+        address,
+        bells[1].address,
+        "mixle-mpi-bell-no-such",
+        bells[2].address,
+    ]
     for _ in range(2):  # the second time from the message array built the first time
         assert ringer.ring_all(addresses) == [True, False, True, False, True]
         assert all(b.wait(1.0) for b in bells)

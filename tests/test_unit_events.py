@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import io
 import json
-import socket
-
 import logging
+import socket
 import time
 
 import pytest
@@ -20,13 +19,17 @@ def test_emit_writes_json_lines_and_echo(tmp_path):
     echo = io.StringIO()
     log = EventLog(str(path), echo=echo)
     a = log.emit("start", workers=3, num_shards=6)
-    b = log.emit("worker_failed", worker=2, pid=4321, host="node-a", cause="heartbeat timeout", round=5)
+    b = log.emit(
+        "worker_failed", worker=2, pid=4321, host="node-a", cause="heartbeat timeout", round=5
+    )
     log.close()
 
     records = read_events(str(path))
     assert records == [a, b] == log.events
     assert records[0]["event"] == "start" and records[0]["workers"] == 3
-    assert records[1]["worker"] == 2 and records[1]["pid"] == 4321 and records[1]["host"] == "node-a"
+    assert (
+        records[1]["worker"] == 2 and records[1]["pid"] == 4321 and records[1]["host"] == "node-a"
+    )
     for r in records:
         assert isinstance(r["time"], float)
         assert r["driver_host"] == socket.gethostname()
@@ -105,33 +108,65 @@ def test_describe_forms():
     assert describe({"event": "detect", "worker": 2}) == "detect rank 2"
     assert describe({"event": "detect", "worker": 2, "pid": None, "host": "h"}) == "detect rank 2"
     assert describe({"event": "detect", "worker": 2, "pid": 7}) == "detect rank 2 (pid 7 on ?)"
-    assert describe({"event": "detect", "worker": 2, "pid": 7, "host": "h", "cause": "x", "round": 3}) == (
-        "detect rank 2 (pid 7 on h) cause=x round=3"
-    )
+    assert describe(
+        {"event": "detect", "worker": 2, "pid": 7, "host": "h", "cause": "x", "round": 3}
+    ) == ("detect rank 2 (pid 7 on h) cause=x round=3")
     assert describe({}) == "?"
 
 
-START = {"event": "start", "time": 1.0, "driver_pid": 7, "workers": 3, "num_shards": 6, "sub_chunks": 1,
-         "max_retries": 2, "shrink": "ulfm", "shrink_reason": "Open MPI 5.0.11 with ULFM: Comm.Shrink works",
-         "mpi": "Open MPI 5.0.11",
-         "blas": [{"internal_api": "openblas", "version": "0.3.30", "num_threads": 1, "threading_layer": "pthreads",
-                   "architecture": "SkylakeX"},
-                  {"internal_api": "openblas", "version": "0.3.31", "num_threads": 2, "threading_layer": "pthreads",
-                   "architecture": "SkylakeX"}],
-         "settings": {"heartbeat_period": 0.4, "heartbeat_timeout": 1.0, "driver_timeout": 60.0,
-                      "reconfigure_timeout": 60.0, "blas_threads": 1, "respawn": True}, "fault_plan": []}
+START = {
+    "event": "start",
+    "time": 1.0,
+    "driver_pid": 7,
+    "workers": 3,
+    "num_shards": 6,
+    "sub_chunks": 1,
+    "max_retries": 2,
+    "shrink": "ulfm",
+    "shrink_reason": "Open MPI 5.0.11 with ULFM: Comm.Shrink works",
+    "mpi": "Open MPI 5.0.11",
+    "blas": [
+        {
+            "internal_api": "openblas",
+            "version": "0.3.30",
+            "num_threads": 1,
+            "threading_layer": "pthreads",
+            "architecture": "SkylakeX",
+        },
+        {
+            "internal_api": "openblas",
+            "version": "0.3.31",
+            "num_threads": 2,
+            "threading_layer": "pthreads",
+            "architecture": "SkylakeX",
+        },
+    ],
+    "settings": {
+        "heartbeat_period": 0.4,
+        "heartbeat_timeout": 1.0,
+        "driver_timeout": 60.0,
+        "reconfigure_timeout": 60.0,
+        "blas_threads": 1,
+        "respawn": True,
+    },
+    "fault_plan": [],
+}
 
 
 def test_start_line_names_mpi_and_blas_in_one_readable_line():
     line = describe(START)
-    assert line == ("start: 3 workers, 6 shards, max_retries 2; MPI: Open MPI 5.0.11 (shrink: ulfm); "
-                    "BLAS: openblas 0.3.30 (1 thread), openblas 0.3.31 (2 threads); heartbeat every 0.4 s, timeout 1 s")
+    assert line == (
+        "start: 3 workers, 6 shards, max_retries 2; MPI: Open MPI 5.0.11 (shrink: ulfm); "
+        "BLAS: openblas 0.3.30 (1 thread), openblas 0.3.31 (2 threads); heartbeat every 0.4 s, timeout 1 s"
+    )
     assert not any(c in line for c in "{}[]'")  # no dicts of dicts
 
 
 def test_times_in_a_line_are_clock_times_not_epoch_floats():
     t = 1796093100.782367
-    line = describe({"event": "failure_detected", "worker": 2, "pid": 5, "host": "h", "detected_at": t})
+    line = describe(
+        {"event": "failure_detected", "worker": 2, "pid": 5, "host": "h", "detected_at": t}
+    )
     assert f"detected_at={logs.clock(t, ms=True)}" in line and "1796093100" not in line
     assert logs.clock(t, ms=True) == time.strftime("%H:%M:%S", time.localtime(t)) + ".782"
 
@@ -139,9 +174,20 @@ def test_times_in_a_line_are_clock_times_not_epoch_floats():
 def test_resumed_line_says_it_fell_back_to_prev():
     plain = describe({"event": "resumed", "path": "ck.h5", "iteration": 5, "finished": False})
     assert plain == "resumed ck.h5 after iteration 5"
-    fell = describe({"event": "resumed", "path": "ck.h5", "iteration": 4, "finished": False, "source": "ck.h5.prev",
-                     "fallback": "ck.h5 is damaged (checksum mismatch)"})
-    assert fell == "resumed ck.h5 after iteration 4; read ck.h5.prev instead, because ck.h5 is damaged (checksum mismatch)"
+    fell = describe(
+        {
+            "event": "resumed",
+            "path": "ck.h5",
+            "iteration": 4,
+            "finished": False,
+            "source": "ck.h5.prev",
+            "fallback": "ck.h5 is damaged (checksum mismatch)",
+        }
+    )
+    assert (
+        fell
+        == "resumed ck.h5 after iteration 4; read ck.h5.prev instead, because ck.h5 is damaged (checksum mismatch)"
+    )
 
 
 @pytest.fixture
@@ -187,12 +233,21 @@ def test_no_nul_or_control_bytes_reach_stderr(captured):
 
 def test_the_drivers_share_reads_as_which_shards_or_why_none():
     base = {"event": "driver_shards", "share": 5, "setting": True, "max_bytes": 1 << 20}
-    assert describe({**base, "shards": [0, 1, 2, 3, 4], "share_bytes": 1 << 19, "num_shards": 16}) == (
-        "the driver computes shards 0-4 itself (5 of 16, 0.50 MiB stored; setting driver_computes)")
-    assert describe({**base, "shards": [0], "share": 1, "share_bytes": 1 << 10, "num_shards": 2}) == (
-        "the driver computes shard 0 itself (1 of 2, 0.00 MiB stored; setting driver_computes)")
-    assert "over driver_share_max_bytes (1.0 MiB)" in describe({**base, "shards": [], "share_bytes": 27 << 20})
+    assert describe(
+        {**base, "shards": [0, 1, 2, 3, 4], "share_bytes": 1 << 19, "num_shards": 16}
+    ) == (
+        "the driver computes shards 0-4 itself (5 of 16, 0.50 MiB stored; setting driver_computes)"
+    )
+    assert describe(
+        {**base, "shards": [0], "share": 1, "share_bytes": 1 << 10, "num_shards": 2}
+    ) == ("the driver computes shard 0 itself (1 of 2, 0.00 MiB stored; setting driver_computes)")
+    assert "over driver_share_max_bytes (1.0 MiB)" in describe(
+        {**base, "shards": [], "share_bytes": 27 << 20}
+    )
     assert "27.0 MiB stored" in describe({**base, "shards": [], "share_bytes": 27 << 20})
     assert describe({**base, "shards": [], "setting": False, "share": 0, "share_bytes": 0}) == (
-        "the driver computes no shard (setting driver_computes off)")
-    assert "S // (workers + 1) is 0" in describe({**base, "shards": [], "share": 0, "share_bytes": 0})
+        "the driver computes no shard (setting driver_computes off)"
+    )
+    assert "S // (workers + 1) is 0" in describe(
+        {**base, "shards": [], "share": 0, "share_bytes": 0}
+    )

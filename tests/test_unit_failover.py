@@ -6,8 +6,19 @@ from __future__ import annotations
 import pytest
 
 from mixle_mpi.cli.fitcmd import done_line
-from mixle_mpi.policy.failover_plan import (BY_KEEPING, BY_MESSAGES, BY_SHRINK, OFF, Election, agrees_by_messages,
-                                       can_take_over, election_window, failover_status, successor, takes_over_on)
+from mixle_mpi.policy.failover_plan import (
+    BY_KEEPING,
+    BY_MESSAGES,
+    BY_SHRINK,
+    OFF,
+    Election,
+    agrees_by_messages,
+    can_take_over,
+    election_window,
+    failover_status,
+    successor,
+    takes_over_on,
+)
 from mixle_mpi.policy.reconfig_plan import EMULATED, KEEP, ULFM
 from mixle_mpi.storage.events import describe
 
@@ -18,19 +29,31 @@ def test_how_survivors_agree_follows_how_the_job_continues():
     assert how == BY_SHRINK and why.startswith("on: ") and "ULFM's Shrink" in why
     how, why = failover_status(True, EMULATED)
     assert how == BY_MESSAGES and "by messages" in why and "share the driver's host" in why
-    how, why = failover_status(True, KEEP)  # srun with Open MPI: the dead driver stays in the communicator
+    how, why = failover_status(
+        True, KEEP
+    )  # srun with Open MPI: the dead driver stays in the communicator
     assert how == BY_KEEPING and "by messages, over the job's own communicator" in why
     assert failover_status(True, "other")[0] == OFF
-    assert [agrees_by_messages(h) for h in (BY_SHRINK, BY_MESSAGES, BY_KEEPING)] == [False, True, True]
+    assert [agrees_by_messages(h) for h in (BY_SHRINK, BY_MESSAGES, BY_KEEPING)] == [
+        False,
+        True,
+        True,
+    ]
 
 
 def test_a_worker_that_cannot_read_the_store_drops_out_of_failover():
     assert can_take_over("/shared/run/shards.h5", True) == ""
     why = can_take_over("/local/run/shards.h5", False)
-    assert why.startswith("cannot read the shard store /local/run/shards.h5") and "every rank reads" in why
+    assert (
+        why.startswith("cannot read the shard store /local/run/shards.h5")
+        and "every rank reads" in why
+    )
     assert can_take_over("", False) == ""  # failover off: nothing to check
     why = can_take_over("/local/run", False, "the checkpoint's folder")
-    assert why == "cannot read the checkpoint's folder /local/run (put it on a file system every rank reads)"
+    assert (
+        why
+        == "cannot read the checkpoint's folder /local/run (put it on a file system every rank reads)"
+    )
 
 
 def test_the_lowest_survivor_drives_whatever_the_order():
@@ -76,11 +99,11 @@ def test_no_majority_no_driver():
 def test_a_survivor_builds_only_a_communicator_it_may_join():
     e = Election(3, frozenset({1, 2, 3, 4}), 0.0, 1.0, heard={2, 4})
     assert e.accepts(2, (2, 3, 4))
-    assert not e.accepts(2, (2, 4))          # without this rank
-    assert not e.accepts(4, (2, 3, 4))       # not from its lowest member
-    assert not e.accepts(1, (1, 3))          # no majority
+    assert not e.accepts(2, (2, 4))  # without this rank
+    assert not e.accepts(4, (2, 3, 4))  # not from its lowest member
+    assert not e.accepts(1, (1, 3))  # no majority
     e.hear(1)
-    assert not e.accepts(2, (2, 3, 4))       # rank 1 lives and leads: wait for its word
+    assert not e.accepts(2, (2, 3, 4))  # rank 1 lives and leads: wait for its word
     assert e.accepts(1, (1, 2, 3, 4))
 
 
@@ -90,19 +113,55 @@ def test_the_window_covers_a_few_beats():
 
 
 def test_the_log_says_who_died_and_who_drives():
-    failed = {"event": "driver_failed", "host": "n1", "pid": 41, "cause": "lost the driver (MPI error class 75)",
-              "seen_at": 1.0, "seen_by": 2}
-    assert describe(failed) == "the driver (pid 41 on n1) died: rank 2 saw it (lost the driver (MPI error class 75))"
-    elected = {"event": "driver_elected", "rank": 1, "pid": 42, "host": "n1", "survivors": 3, "agreed_seconds": 0.002}
-    assert describe(elected) == "rank 1 (pid 42 on n1) drives now, over 3 surviving rank(s), agreed in 0.002 s"
-    cont = {"event": "continuation", "method": "ulfm", "reason": "r", "respawn": "on", "failover": "off"}
+    failed = {
+        "event": "driver_failed",
+        "host": "n1",
+        "pid": 41,
+        "cause": "lost the driver (MPI error class 75)",
+        "seen_at": 1.0,
+        "seen_by": 2,
+    }
+    assert (
+        describe(failed)
+        == "the driver (pid 41 on n1) died: rank 2 saw it (lost the driver (MPI error class 75))"
+    )
+    elected = {
+        "event": "driver_elected",
+        "rank": 1,
+        "pid": 42,
+        "host": "n1",
+        "survivors": 3,
+        "agreed_seconds": 0.002,
+    }
+    assert (
+        describe(elected)
+        == "rank 1 (pid 42 on n1) drives now, over 3 surviving rank(s), agreed in 0.002 s"
+    )
+    cont = {
+        "event": "continuation",
+        "method": "ulfm",
+        "reason": "r",
+        "respawn": "on",
+        "failover": "off",
+    }
     assert "failover" not in describe(cont)
     assert describe({**cont, "failover": "on: x"}).endswith("; driver failover on: x")
 
 
 def test_the_done_line_counts_takeovers():
-    summary = {"iterations": 5, "stopped": "max_its", "final_ll": -1.5, "failures_survived": 0,
-               "wall_seconds": 2.0, "wall_seconds_total": 2.0, "segments": 1, "driver_takeovers": 1}
+    summary = {
+        "iterations": 5,
+        "stopped": "max_its",
+        "final_ll": -1.5,
+        "failures_survived": 0,
+        "wall_seconds": 2.0,
+        "wall_seconds_total": 2.0,
+        "segments": 1,
+        "driver_takeovers": 1,
+    }
     summary["failures_survived"] = 1
-    assert "failures survived 1 (the driver's death once among them: a survivor took over)," in done_line(summary, "m")
+    assert (
+        "failures survived 1 (the driver's death once among them: a survivor took over),"
+        in done_line(summary, "m")
+    )
     assert "took over" not in done_line({**summary, "driver_takeovers": 0}, "m")

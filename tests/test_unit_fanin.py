@@ -15,13 +15,15 @@ def test_at_or_below_the_threshold_everyone_beats_to_the_driver():
     assert plan(range(100), 0) == {w: None for w in range(100)}  # 0: fan-in off
 
 
-@pytest.mark.parametrize("n,max_direct", [(17, 16), (64, 16), (1000, 16), (10_000, 16), (5, 2), (33, 32)])
+@pytest.mark.parametrize(
+    "n,max_direct", [(17, 16), (64, 16), (1000, 16), (10_000, 16), (5, 2), (33, 32)]
+)
 def test_the_driver_hears_at_most_max_direct_workers_and_every_worker_is_heard(n, max_direct):
     relay_of = plan(range(n), max_direct)
     relays = [w for w, r in relay_of.items() if r is None]
     assert 1 < len(relays) <= max_direct
     assert set(relay_of) == set(range(n))
-    assert all(relay_of[r] is None for r in relays)                  # no relay is relayed
+    assert all(relay_of[r] is None for r in relays)  # no relay is relayed
     assert all(r in relays for r in relay_of.values() if r is not None)  # one level only
     size = -(-n // max_direct)
     sizes = [1 + sum(1 for r in relay_of.values() if r == x) for x in sorted(relays)]
@@ -99,7 +101,7 @@ def test_a_member_is_not_named_silent_while_its_relay_is_silent_too():
     from mixle_mpi.policy.fanin_plan import named_silent
 
     via = {2: 1, 3: 1, 5: 4}
-    assert named_silent([1, 2, 3], via, suspects=[]) == [1]        # the relay stopped: only it
-    assert named_silent([2, 3], via, suspects=[1]) == []           # its members wait for new roles
-    assert named_silent([2, 5], via, suspects=[]) == [2, 5]        # relays beating: members are silent
-    assert named_silent([6, 1], via, suspects=[6]) == [1]          # named once
+    assert named_silent([1, 2, 3], via, suspects=[]) == [1]  # the relay stopped: only it
+    assert named_silent([2, 3], via, suspects=[1]) == []  # its members wait for new roles
+    assert named_silent([2, 5], via, suspects=[]) == [2, 5]  # relays beating: members are silent
+    assert named_silent([6, 1], via, suspects=[6]) == [1]  # named once

@@ -7,9 +7,19 @@ import json
 import pytest
 
 import mixle_mpi.chaos.faults as faults
+from mixle_mpi.chaos.faults import (
+    ACTIONS,
+    ENV_VAR,
+    PHASES,
+    SCOPES,
+    Fault,
+    FaultInjector,
+    parse_plan,
+    plan_from_env,
+    plan_to_json,
+    read_fired,
+)
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.chaos.faults import (ACTIONS, ENV_VAR, PHASES, SCOPES, Fault, FaultInjector, parse_plan, plan_from_env,
-                                   plan_to_json, read_fired)
 
 
 # -- parse_plan: empty forms -------------------------------------------------------
@@ -41,10 +51,19 @@ def test_single_fault_object():
 
 
 def test_json_list():
-    text = json.dumps([
-        {"worker": 2, "action": "kill", "phase": "estep_mid", "call": 1, "incarnation": 1, "scope": "recovery"},
-        {"worker": 3, "action": "stop", "phase": "init"},
-    ])
+    text = json.dumps(
+        [
+            {
+                "worker": 2,
+                "action": "kill",
+                "phase": "estep_mid",
+                "call": 1,
+                "incarnation": 1,
+                "scope": "recovery",
+            },
+            {"worker": 3, "action": "stop", "phase": "init"},
+        ]
+    )
     assert parse_plan(text) == (
         Fault(2, "kill", "estep_mid", 1, 1, "recovery"),
         Fault(3, "stop", "init", 0, 0, "any"),
@@ -71,11 +90,14 @@ def test_list_entry_string_rejected():
         parse_plan(["2:kill:init"])
 
 
-@pytest.mark.parametrize("entry", [
-    {"worker": 2, "action": "kill"},  # missing phase
-    {"worker": 2, "action": "kill", "phase": "init", "when": 3},  # unknown field
-    {},
-])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"worker": 2, "action": "kill"},  # missing phase
+        {"worker": 2, "action": "kill", "phase": "init", "when": 3},  # unknown field
+        {},
+    ],
+)
 def test_bad_dict_entries(entry):
     with pytest.raises(ConfigError, match="bad fault entry"):
         parse_plan([entry])
@@ -104,7 +126,9 @@ def test_compact_with_scope_and_blank_incarnation():
 
 
 def test_compact_all_fields():
-    assert parse_plan("5:exit:estep_after_reply:2:3:own") == (Fault(5, "exit", "estep_after_reply", 2, 3, "own"),)
+    assert parse_plan("5:exit:estep_after_reply:2:3:own") == (
+        Fault(5, "exit", "estep_after_reply", 2, 3, "own"),
+    )
 
 
 def test_compact_several_items():
@@ -118,11 +142,16 @@ def test_compact_several_items():
 
 @pytest.mark.parametrize("text", ["2", "2:kill", "2:kill:init:0:0:any:4:extra", "1:2:3:4:5:6:7:8"])
 def test_compact_wrong_number_of_fields(text):
-    with pytest.raises(ConfigError, match=r"worker:action:phase\[:call\[:incarnation\[:scope\[:factor\]\]\]\]"):
+    with pytest.raises(
+        ConfigError, match=r"worker:action:phase\[:call\[:incarnation\[:scope\[:factor\]\]\]\]"
+    ):
         parse_plan(text)
 
 
-@pytest.mark.parametrize("text", ["x:kill:init", "2:kill:init:once", "2:kill:init:1:first", "2:kill:init:", "2.5:kill:init"])
+@pytest.mark.parametrize(
+    "text",
+    ["x:kill:init", "2:kill:init:once", "2:kill:init:1:first", "2:kill:init:", "2.5:kill:init"],
+)
 def test_compact_non_integers(text):
     with pytest.raises(ConfigError, match="must be integers"):
         parse_plan(text)
@@ -188,13 +217,20 @@ def test_worker_zero_is_the_driver_with_driver_phases_only():
     assert parse_plan("0:kill:checkpoint_write:2")[0].phase == "checkpoint_write"
     with pytest.raises(ConfigError, match="driver only"):
         parse_plan("2:kill:checkpoint_write:2")
-    assert parse_plan("0:kill:shrink:1")[0].phase == "shrink"  # the driver, once it told the survivors to shrink
+    assert (
+        parse_plan("0:kill:shrink:1")[0].phase == "shrink"
+    )  # the driver, once it told the survivors to shrink
     with pytest.raises(ConfigError, match="'shrink' happens on the driver only"):
         parse_plan("1:kill:shrink:1")
     # the driver's respawn phase is its own process (incarnation 0), a worker's its replacement's
-    assert parse_plan("0:kill:respawn")[0].incarnation == 0 and parse_plan("2:kill:respawn")[0].incarnation == 1
+    assert (
+        parse_plan("0:kill:respawn")[0].incarnation == 0
+        and parse_plan("2:kill:respawn")[0].incarnation == 1
+    )
     driver = FaultInjector(parse_plan("0:kill:estep_mid:3:0:recovery"), 0, 0)
-    assert not driver.plan[0].matches(0, 0, "estep_mid", 3, False)  # a journaled result is not a recovery
+    assert not driver.plan[0].matches(
+        0, 0, "estep_mid", 3, False
+    )  # a journaled result is not a recovery
     assert driver.plan[0].matches(0, 0, "estep_mid", 3, True)
 
 
@@ -279,12 +315,16 @@ def test_pending_from_env_skips_what_the_fault_log_says_fired(tmp_path):
     faults.record_fired(Fault(2, "kill", "spawn"), str(log))
     assert [f.worker for f in faults.pending_from_env(("spawn",), env)] == [3]
     assert [f.phase for f in faults.pending_from_env(faults.STARTUP_PHASES, env)] == ["startup"]
-    assert faults.pending_from_env(("spawn",), {faults.ENV_VAR: "bad plan"}) == []  # the driver reports it
+    assert (
+        faults.pending_from_env(("spawn",), {faults.ENV_VAR: "bad plan"}) == []
+    )  # the driver reports it
 
 
 def test_a_replacement_is_known_by_its_environment_before_mpi_init():
     assert not faults.started_by_spawn({"PMI_RANK": "0"})
-    assert faults.started_by_spawn({"PMI_SPAWNED": "1"}) and faults.started_by_spawn({"OMPI_PARENT_PORT": "x"})
+    assert faults.started_by_spawn({"PMI_SPAWNED": "1"}) and faults.started_by_spawn(
+        {"OMPI_PARENT_PORT": "x"}
+    )
 
 
 def test_scope_own_and_recovery():
@@ -391,8 +431,14 @@ def _victim(plan: str, env_log, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != faults.FIRED_ENV}
     if env_log is not None:
         env[faults.FIRED_ENV] = str(env_log)
-    return subprocess.run([sys.executable, "-c", VICTIM, plan], capture_output=True, text=True, env=env,
-                          cwd=str(tmp_path), timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", VICTIM, plan],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize("action, returncode", [("kill", -9), ("exit", 3)])
@@ -405,9 +451,17 @@ def test_victim_process_records_before_it_dies(action, returncode, tmp_path):
     assert proc.returncode == returncode, proc.stderr
     assert "survived" not in proc.stdout  # it really acted
     (rec,) = read_fired(str(log))
-    assert {k: rec[k] for k in ("event", "worker", "action", "phase", "call", "incarnation", "scope")} == {
-        "event": "fault_fired", "worker": 2, "action": action, "phase": "estep_before", "call": 1,
-        "incarnation": 0, "scope": "any"}
+    assert {
+        k: rec[k] for k in ("event", "worker", "action", "phase", "call", "incarnation", "scope")
+    } == {
+        "event": "fault_fired",
+        "worker": 2,
+        "action": action,
+        "phase": "estep_before",
+        "call": 1,
+        "incarnation": 0,
+        "scope": "any",
+    }
     assert isinstance(rec["pid"], int) and rec["pid"] > 1 and rec["host"]
     assert f"pid={rec['pid']}" in proc.stderr  # the stderr line names the same process
     assert unfired(plan, [rec]) == []
@@ -446,8 +500,10 @@ def test_records_append_one_whole_line_each(tmp_path):
         faults.record_fired(f, str(log))
     lines = log.read_text().splitlines()
     assert len(lines) == 3 and all(json.loads(x)["event"] == "fault_fired" for x in lines)
-    assert [Fault(**{k: r[k] for k in ("worker", "action", "phase", "call", "incarnation", "scope")})
-            for r in read_fired(str(log))] == list(plan)
+    assert [
+        Fault(**{k: r[k] for k in ("worker", "action", "phase", "call", "incarnation", "scope")})
+        for r in read_fired(str(log))
+    ] == list(plan)
 
 
 # -- planned against fired ----------------------------------------------------------------
@@ -460,10 +516,25 @@ def test_unfired_matches_every_field():
     from mixle_mpi.chaos.faults import unfired
 
     plan = "1:kill:estep_mid:2:0,1:stop:estep_before:4:1,2:kill:estep_before:2:0:recovery"
-    assert unfired(plan, [_rec("1:kill:estep_mid:2:0"), _rec("1:stop:estep_before:4:1"),
-                          _rec("2:kill:estep_before:2:0:recovery")]) == []
-    missing = unfired(plan, [_rec("1:kill:estep_mid:2:0"), _rec("1:stop:estep_before:4:0"),  # other incarnation
-                             _rec("2:kill:estep_before:2:0:own")])  # other scope
+    assert (
+        unfired(
+            plan,
+            [
+                _rec("1:kill:estep_mid:2:0"),
+                _rec("1:stop:estep_before:4:1"),
+                _rec("2:kill:estep_before:2:0:recovery"),
+            ],
+        )
+        == []
+    )
+    missing = unfired(
+        plan,
+        [
+            _rec("1:kill:estep_mid:2:0"),
+            _rec("1:stop:estep_before:4:0"),  # other incarnation
+            _rec("2:kill:estep_before:2:0:own"),
+        ],
+    )  # other scope
     assert missing == list(parse_plan(plan))[1:]
     assert unfired(plan, [_rec("1:kill:estep_mid:3:0")]) == list(parse_plan(plan))  # other call
     assert unfired("", []) == []
@@ -482,21 +553,29 @@ def test_read_fired_skips_other_events_and_a_torn_line(tmp_path):
 
     log = tmp_path / "events.jsonl"
     good = _rec("3:stop:estep_mid:1")
-    log.write_text(json.dumps({"event": "start", "time": 1.0}) + "\n" + json.dumps(good) + "\n"
-                   + '{"event": "fault_fired", "worker": 1, "act')
+    log.write_text(
+        json.dumps({"event": "start", "time": 1.0})
+        + "\n"
+        + json.dumps(good)
+        + "\n"
+        + '{"event": "fault_fired", "worker": 1, "act'
+    )
     assert read_fired(str(log)) == [good]
     assert read_fired(str(tmp_path / "absent.jsonl")) == []
 
 
 # -- the campaign's verdict ---------------------------------------------------------------
-@pytest.mark.parametrize("args, verdict", [
-    ((0, False, True, [], []), "ok"),
-    ((0, False, True, [], [Fault(1, "kill", "init")]), "UNFIRED"),
-    ((0, False, True, ["model.json differs"], [Fault(1, "kill", "init")]), "DIVERGED"),
-    ((1, False, False, [], [Fault(1, "kill", "init")]), "FAILED(1)"),
-    ((0, False, False, [], []), "FAILED(0)"),  # exit 0 but no model: not ok
-    ((-1, True, False, [], []), "HUNG"),
-])
+@pytest.mark.parametrize(
+    "args, verdict",
+    [
+        ((0, False, True, [], []), "ok"),
+        ((0, False, True, [], [Fault(1, "kill", "init")]), "UNFIRED"),
+        ((0, False, True, ["model.json differs"], [Fault(1, "kill", "init")]), "DIVERGED"),
+        ((1, False, False, [], [Fault(1, "kill", "init")]), "FAILED(1)"),
+        ((0, False, False, [], []), "FAILED(0)"),  # exit 0 but no model: not ok
+        ((-1, True, False, [], []), "HUNG"),
+    ],
+)
 def test_outcome(args, verdict):
     from mixle_mpi.chaos.campaign import outcome
 
@@ -504,9 +583,21 @@ def test_outcome(args, verdict):
 
 
 # -- campaign plans only hold faults the fit reaches -------------------------------------------
-@pytest.mark.parametrize("workers, shards, driver_computes", [(2, None, False), (3, None, False), (3, 6, False),
-                                                             (4, 2, False), (5, 3, False), (3, 1, False),
-                                                             (6, 16, False), (3, 8, True), (2, 16, True), (3, 3, True)])
+@pytest.mark.parametrize(
+    "workers, shards, driver_computes",
+    [
+        (2, None, False),
+        (3, None, False),
+        (3, 6, False),
+        (4, 2, False),
+        (5, 3, False),
+        (3, 1, False),
+        (6, 16, False),
+        (3, 8, True),
+        (2, 16, True),
+        (3, 3, True),
+    ],
+)
 def test_random_plans_pick_victims_that_reach_their_fault(workers, shards, driver_computes):
     import random
 
@@ -568,15 +659,17 @@ def test_the_load_phase_names_a_workers_nth_load_in_one_process():
     (first,) = parse_plan("3:kill:load")
     assert (first.phase, first.call, first.incarnation) == ("load", 0, 0)
     assert first.matches(3, 0, "load", 0, False)
-    assert not first.matches(3, 0, "load", 1, False)      # its second load (a migration, say)
-    assert not first.matches(3, 1, "load", 0, False)      # its replacement's first load
+    assert not first.matches(3, 0, "load", 1, False)  # its second load (a migration, say)
+    assert not first.matches(3, 1, "load", 0, False)  # its replacement's first load
     (replacement,) = parse_plan("3:kill:load:0:1")
     assert replacement.matches(3, 1, "load", 0, False)
     with pytest.raises(ConfigError, match="driver .* can only fault at"):
         parse_plan("0:kill:load")
 
 
-def test_slow_stretches_each_shard_from_its_call_on_and_only_for_a_worker_at_a_tasks_start(tmp_path, monkeypatch):
+def test_slow_stretches_each_shard_from_its_call_on_and_only_for_a_worker_at_a_tasks_start(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("MIXLE_MPI_FAULT_LOG", str(tmp_path / "fired.jsonl"))
     plan = parse_plan("2:slow:estep_before:1,3:slow:estep_before:0:0::2.5")
     assert plan[0].factor == 4.0 and plan[1].factor == 2.5

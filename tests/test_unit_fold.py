@@ -16,9 +16,9 @@ import pytest
 import mixle_mpi
 from mixle_mpi import checkpointed_fold
 from mixle_mpi.core.estep import encode_shard, estep_shard, init_shard
+from mixle_mpi.fitting.models import get_model
 from mixle_mpi.policy.lookahead import Lookahead
 from mixle_mpi.runtime.handle import ResilientMPIEncodedData
-from mixle_mpi.fitting.models import get_model
 
 MODELS = ["gmm1d", "diag", "poisson", "hmm", "composite"]
 N, S, SEED = 300, 4, 20240607
@@ -29,9 +29,14 @@ def same_bits(a, b) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and a.shape == b.shape and (
-            np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
-            if a.dtype.kind != "O" else all(same_bits(x, y) for x, y in zip(a.ravel(), b.ravel()))
+        return (
+            a.dtype == b.dtype
+            and a.shape == b.shape
+            and (
+                np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+                if a.dtype.kind != "O"
+                else all(same_bits(x, y) for x, y in zip(a.ravel(), b.ravel()))
+            )
         )
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(same_bits(x, y) for x, y in zip(a, b))
@@ -97,8 +102,10 @@ def test_checkpoint_position_never_changes_the_result(name, sub_chunks):
 @pytest.mark.parametrize("name", MODELS)
 def test_checkpoint_after_past_the_end_is_a_plain_fold(name):
     est, payloads = setup(name)
-    assert same_bits(checkpointed_fold(est, list(payloads), checkpoint_after=S + 5),
-                     checkpointed_fold(est, list(payloads)))
+    assert same_bits(
+        checkpointed_fold(est, list(payloads), checkpoint_after=S + 5),
+        checkpointed_fold(est, list(payloads)),
+    )
 
 
 def _bare_handle(num_shards: int) -> ResilientMPIEncodedData:
@@ -117,10 +124,14 @@ def test_driver_fold_uses_shard_id_order_not_arrival_order(name):
     canonical = checkpointed_fold(est, list(payloads))
     canonical_bytes = pickle.dumps(canonical, protocol=pickle.HIGHEST_PROTOCOL)
     rng = random.Random(7)
-    orders = [list(range(S)), list(reversed(range(S)))] + [rng.sample(range(S), S) for _ in range(8)]
+    orders = [list(range(S)), list(reversed(range(S)))] + [
+        rng.sample(range(S), S) for _ in range(8)
+    ]
     for order in orders:
         h = _bare_handle(S)
-        h._driver = _FakeDriver({s: payloads[s] for s in order})  # insertion order = "arrival" order
+        h._driver = _FakeDriver(
+            {s: payloads[s] for s in order}
+        )  # insertion order = "arrival" order
         got = h._folded("estep", est, (est, None))
         assert same_bits(got, canonical), (name, order)
         assert pickle.dumps(got, protocol=pickle.HIGHEST_PROTOCOL) == canonical_bytes, (name, order)

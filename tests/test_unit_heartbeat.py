@@ -147,7 +147,7 @@ def test_grace_extends_one_worker_then_restores():
     t.set_grace(1, 10.0)
     now[0] = 5.0
     assert t.overdue() == [2]
-    t.set_grace(1, 0.0)           # restored, with a fresh start
+    t.set_grace(1, 0.0)  # restored, with a fresh start
     now[0] = 5.9
     assert t.overdue() == [2]
     now[0] = 6.1
@@ -255,8 +255,10 @@ def test_the_watchdog_ends_the_driver_when_no_heartbeat_pass_completes_and_not_b
 
     ended: list[str] = []
     healthy, stuck = Listener(), Listener()
-    dogs = [Watchdog(healthy, limit=0.3, check_every=0.02, end=lambda m: ended.append("healthy: " + m)),
-            Watchdog(stuck, limit=0.3, check_every=0.02, end=ended.append)]
+    dogs = [
+        Watchdog(healthy, limit=0.3, check_every=0.02, end=lambda m: ended.append("healthy: " + m)),
+        Watchdog(stuck, limit=0.3, check_every=0.02, end=ended.append),
+    ]
     for d in dogs:
         d.start()
     end = time.monotonic() + 1.0
@@ -265,7 +267,9 @@ def test_the_watchdog_ends_the_driver_when_no_heartbeat_pass_completes_and_not_b
         time.sleep(0.02)
     for d in dogs:
         d.stop()
-    assert len(ended) == 1 and ended[0].startswith("the driver's MPI library made no progress for"), ended
+    assert len(ended) == 1 and ended[0].startswith(
+        "the driver's MPI library made no progress for"
+    ), ended
     assert "run the same command again to resume" in ended[0]
 
 
@@ -273,25 +277,39 @@ def test_the_driver_answers_only_a_worker_it_heard_so_a_dead_one_is_sent_nothing
     from mixle_mpi.policy.heartbeat import answer_due
 
     assert answer_due(1, False) and answer_due(3, False)
-    assert not answer_due(0, False)  # silent (maybe dead): under MPICH each send would keep a cell for good
-    assert answer_due(0, True)       # a role or a note still goes out
+    assert not answer_due(
+        0, False
+    )  # silent (maybe dead): under MPICH each send would keep a cell for good
+    assert answer_due(0, True)  # a role or a note still goes out
 
 
 def test_a_quiet_driver_is_waited_for_as_long_as_it_said_beyond_the_usual_limit():
     from mixle_mpi.policy.heartbeat import driver_silence_limit
 
     assert driver_silence_limit(60.0, last_heard=100.0, quiet_until=0.0) == 60.0  # never told
-    assert driver_silence_limit(60.0, last_heard=100.0, quiet_until=160.0) == 120.0  # 60 s of quiet announced
-    assert driver_silence_limit(60.0, last_heard=200.0, quiet_until=160.0) == 60.0  # heard since: back to normal
+    assert (
+        driver_silence_limit(60.0, last_heard=100.0, quiet_until=160.0) == 120.0
+    )  # 60 s of quiet announced
+    assert (
+        driver_silence_limit(60.0, last_heard=200.0, quiet_until=160.0) == 60.0
+    )  # heard since: back to normal
 
 
 def test_a_main_thread_is_stuck_only_when_silent_past_the_limit_and_not_computing():
     from mixle_mpi.policy.heartbeat import main_thread_stuck
 
-    assert main_thread_stuck(marked_at=100.0, now=150.0, cpu_since_mark=0.0, limit=90.0) is None   # within the limit
-    assert main_thread_stuck(marked_at=100.0, now=200.0, cpu_since_mark=0.0, limit=90.0) == 100.0  # blocked
-    assert main_thread_stuck(marked_at=100.0, now=200.0, cpu_since_mark=60.0, limit=90.0) is None  # an M-step
-    assert main_thread_stuck(marked_at=100.0, now=200.0, cpu_since_mark=9.0, limit=90.0) == 100.0  # 9 % of a core
+    assert (
+        main_thread_stuck(marked_at=100.0, now=150.0, cpu_since_mark=0.0, limit=90.0) is None
+    )  # within the limit
+    assert (
+        main_thread_stuck(marked_at=100.0, now=200.0, cpu_since_mark=0.0, limit=90.0) == 100.0
+    )  # blocked
+    assert (
+        main_thread_stuck(marked_at=100.0, now=200.0, cpu_since_mark=60.0, limit=90.0) is None
+    )  # an M-step
+    assert (
+        main_thread_stuck(marked_at=100.0, now=200.0, cpu_since_mark=9.0, limit=90.0) == 100.0
+    )  # 9 % of a core
 
 
 def test_the_watchdog_ends_a_fit_whose_main_thread_blocks_outside_mpi_and_spares_one_that_computes():
@@ -322,8 +340,13 @@ def test_the_watchdog_ends_a_fit_whose_main_thread_blocks_outside_mpi_and_spares
         return ended
 
     blocked = run(lambda: threading.Event().wait(1.5))
-    assert len(blocked) == 1 and blocked[0].startswith("the driver's main thread made no progress for"), blocked
-    assert "computed nothing meanwhile" in blocked[0] and "run the same command again to resume" in blocked[0]
+    assert len(blocked) == 1 and blocked[0].startswith(
+        "the driver's main thread made no progress for"
+    ), blocked
+    assert (
+        "computed nothing meanwhile" in blocked[0]
+        and "run the same command again to resume" in blocked[0]
+    )
 
     def compute():
         end = time.monotonic() + 1.5
@@ -331,4 +354,6 @@ def test_the_watchdog_ends_a_fit_whose_main_thread_blocks_outside_mpi_and_spares
             sum(i * i for i in range(10_000))
 
     assert run(compute) == []
-    assert run(lambda: threading.Event().wait(1.5), armed=False) == []  # between fits: the caller's time
+    assert (
+        run(lambda: threading.Event().wait(1.5), armed=False) == []
+    )  # between fits: the caller's time

@@ -23,7 +23,11 @@ def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPa
 
 PARSER = build_parser()
 FULL = build_parser(full_help=True)
-ALL = {"mixle-mpi": PARSER, **subparsers(PARSER), **{f"{k} (--help-all)": v for k, v in subparsers(FULL).items()}}
+ALL = {
+    "mixle-mpi": PARSER,
+    **subparsers(PARSER),
+    **{f"{k} (--help-all)": v for k, v in subparsers(FULL).items()},
+}
 
 
 def test_version_comes_from_the_package_metadata(capsys):
@@ -35,7 +39,9 @@ def test_version_comes_from_the_package_metadata(capsys):
 
 
 def test_version_from_the_command_line():
-    proc = subprocess.run([sys.executable, "-m", "mixle_mpi", "--version"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mixle_mpi", "--version"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == f"mixle-mpi {mixle_mpi.__version__}"
 
 
@@ -45,8 +51,11 @@ def test_every_option_shows_its_default(name):
     formatter = parser._get_formatter()
     missing = []
     for action in parser._actions:
-        if (not action.option_strings or isinstance(action, (argparse._HelpAction, argparse._VersionAction))
-                or action.help == argparse.SUPPRESS):
+        if (
+            not action.option_strings
+            or isinstance(action, (argparse._HelpAction, argparse._VersionAction))
+            or action.help == argparse.SUPPRESS
+        ):
             continue
         text = formatter._format_action(action)  # the option's lines, exactly as --help prints them
         if action.required or "(required)" in text:
@@ -65,8 +74,17 @@ def test_help_has_no_docstring_markup(name):
 @pytest.mark.parametrize("name", sorted(ALL))
 def test_help_speaks_to_users_not_developers(name):
     text = " ".join(ALL[name].format_help().split())
-    for word in ("mixle_mpi.cli", "mixle_mpi.runtime", "mixle_mpi.launch", "mixle_mpi.chaos", "golden", "SignalForwarder", "SUMMARY_FILES",
-                 "unit-tested", "pure function"):
+    for word in (
+        "mixle_mpi.cli",
+        "mixle_mpi.runtime",
+        "mixle_mpi.launch",
+        "mixle_mpi.chaos",
+        "golden",
+        "SignalForwarder",
+        "SUMMARY_FILES",
+        "unit-tested",
+        "pure function",
+    ):
         assert word not in text, f"{name} --help says {word!r}"
 
 
@@ -77,10 +95,20 @@ def test_every_subcommand_says_what_it_is_for():
 
 def test_fit_help_fits_on_a_screen_and_help_all_has_the_rest(capsys):
     env = {**os.environ, "COLUMNS": "80"}
-    short = subprocess.run([sys.executable, "-m", "mixle_mpi", "fit", "--help"], capture_output=True, text=True,
-                           timeout=60, env=env)
-    full = subprocess.run([sys.executable, "-m", "mixle_mpi", "fit", "--help-all"], capture_output=True, text=True,
-                          timeout=60, env=env)
+    short = subprocess.run(
+        [sys.executable, "-m", "mixle_mpi", "fit", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    full = subprocess.run(
+        [sys.executable, "-m", "mixle_mpi", "fit", "--help-all"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert short.returncode == 0 and full.returncode == 0
     assert len(short.stdout.splitlines()) <= 60, short.stdout
     for group in ("launch:", "data and model:", "EM:", "resilience:", "output:"):
@@ -92,19 +120,34 @@ def test_fit_help_fits_on_a_screen_and_help_all_has_the_rest(capsys):
 def test_fit_defaults_are_the_real_ones_not_none():
     text = ALL["fit (--help-all)"].format_help()
     flat = " ".join(text.split())
-    for needle in ("EM iterations at most (default: 100)", "(default: 1e-09)", "(default: 0.4, or MIXLE_MPI_HEARTBEAT_PERIOD)",
-                   "(default: all columns)", "--dry-run", "ck.r0.h5, ck.r1.h5"):
+    for needle in (
+        "EM iterations at most (default: 100)",
+        "(default: 1e-09)",
+        "(default: 0.4, or MIXLE_MPI_HEARTBEAT_PERIOD)",
+        "(default: all columns)",
+        "--dry-run",
+        "ck.r0.h5, ck.r1.h5",
+    ):
         assert needle in flat, needle
     assert "(default: None)" not in text
 
 
-@pytest.mark.parametrize("text, plain", [
-    ("``mixle-mpi run`` starts", "mixle-mpi run starts"),
-    ("see :func:`mixle_mpi.chaos.faults.record_fired`.", "see mixle_mpi.chaos.faults.record_fired."),
-    ("(:class:`~mixle_mpi.launch.launcher.SignalForwarder`)", "(mixle_mpi.launch.launcher.SignalForwarder)"),
-    ("no markup", "no markup"),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "text, plain",
+    [
+        ("``mixle-mpi run`` starts", "mixle-mpi run starts"),
+        (
+            "see :func:`mixle_mpi.chaos.faults.record_fired`.",
+            "see mixle_mpi.chaos.faults.record_fired.",
+        ),
+        (
+            "(:class:`~mixle_mpi.launch.launcher.SignalForwarder`)",
+            "(mixle_mpi.launch.launcher.SignalForwarder)",
+        ),
+        ("no markup", "no markup"),
+        (None, None),
+    ],
+)
 def test_plain_removes_roles_and_literals(text, plain):
     assert helptext.plain(text) == plain
 
@@ -119,13 +162,22 @@ def test_advice_names_a_command_that_runs_as_printed(tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     python = bindir / "python"
-    assert command(str(python)) == f"{python} -m mixle_mpi"           # no console script beside it
+    assert command(str(python)) == f"{python} -m mixle_mpi"  # no console script beside it
     script = bindir / "mixle-mpi"
     script.write_text("#!/bin/sh\n")
     script.chmod(0o755)
     assert command(str(python)) == str(script)
     here = command()  # this interpreter's: run it with no venv on PATH, from another folder
-    env = {"PATH": "/usr/bin:/bin", **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {})}
-    proc = subprocess.run(shlex.split(here) + ["--version"], capture_output=True, text=True, timeout=60,
-                          cwd=str(tmp_path), env=env)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
+    }
+    proc = subprocess.run(
+        shlex.split(here) + ["--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+        env=env,
+    )
     assert proc.returncode == 0 and proc.stdout.startswith("mixle-mpi "), (here, proc.stderr)

@@ -34,7 +34,11 @@ def test_a_launch_on_one_host_has_no_host_list_to_shorten():
 
 
 def test_a_slurm_allocation_of_several_nodes_gives_its_nodes_and_tasks():
-    env = {"SLURM_JOB_NODELIST": "n[1-3]", "SLURM_JOB_NUM_NODES": "3", "SLURM_TASKS_PER_NODE": "2(x2),1"}
+    env = {
+        "SLURM_JOB_NODELIST": "n[1-3]",
+        "SLURM_JOB_NUM_NODES": "3",
+        "SLURM_TASKS_PER_NODE": "2(x2),1",
+    }
     got = hostlist.of_launch([], env, expand=lambda text: ["n1", "n2", "n3"])
     assert got.slots == (("n1", 2), ("n2", 2), ("n3", 1)) and got.source == "slurm"
     assert hostlist.from_slurm({**env, "SLURM_JOB_NUM_NODES": "1"}, expand=lambda t: ["n1"]) is None
@@ -47,7 +51,14 @@ def test_without_rewrites_the_host_flag_a_hostfile_or_the_allocation(tmp_path):
     extra = ["--prtemca", "plm_ssh_agent", "/x", "--host", "a:1,b:2,c:2", "--map-by", "slot"]
     hosts = hostlist.from_args(extra)
     assert hostlist.without(extra, hosts, {"c"}, "openmpi") == [
-        "--prtemca", "plm_ssh_agent", "/x", "--host", "a:1,b:2", "--map-by", "slot"]
+        "--prtemca",
+        "plm_ssh_agent",
+        "/x",
+        "--host",
+        "a:1,b:2",
+        "--map-by",
+        "slot",
+    ]
     f = tmp_path / "hosts"
     f.write_text("a slots=1\nb slots=2\nc slots=2\n")
     extra = ["--hostfile", str(f)]
@@ -76,11 +87,15 @@ def test_a_probe_runs_true_on_one_host_through_the_jobs_own_flags():
 
 def test_a_probe_of_a_host_that_cannot_run_anything_says_why(tmp_path):
     fake = tmp_path / "mpiexec"
-    fake.write_text("#!/bin/sh\ncase \"$*\" in *down*) echo 'ssh: connect to host down: No route to host' >&2; "
-                    "exit 255;; *slow*) sleep 30;; esac\nexit 0\n")
+    fake.write_text(
+        "#!/bin/sh\ncase \"$*\" in *down*) echo 'ssh: connect to host down: No route to host' >&2; "
+        "exit 255;; *slow*) sleep 30;; esac\nexit 0\n"
+    )
     fake.chmod(0o755)
     hosts = hostlist.Hosts((("up", 1), ("down", 1), ("slow", 1)), "-hosts")
-    got = hostprobe.probe(str(fake), "mpich", ["-hosts", "up,down,slow"], hosts, ["up", "down", "slow"], {}, timeout=1)
+    got = hostprobe.probe(
+        str(fake), "mpich", ["-hosts", "up,down,slow"], hosts, ["up", "down", "slow"], {}, timeout=1
+    )
     assert got["up"][0] is True
     assert got["down"] == (False, "exit 255: ssh: connect to host down: No route to host", True)
     assert got["slow"] == (False, "no answer within 1 s", True)
@@ -91,31 +106,56 @@ def test_a_probe_tells_a_host_without_the_launchs_folder_from_a_lost_one(tmp_pat
     own /tmp) fails the launch as if lost. A probe that did not see the folder there runs
     again from / and looks for it; a host up with the folder answers the first probe."""
     cmd = hostprobe.probe_command("mpiexec", "mpich", ["-hosts", "b:1"], "/x y")
-    assert cmd[:5] == ["mpiexec", "-hosts", "b:1", "-n", "1"] and cmd[5:7] == ["sh", "-c"] and cmd[-1] == "/x y"
+    assert (
+        cmd[:5] == ["mpiexec", "-hosts", "b:1", "-n", "1"]
+        and cmd[5:7] == ["sh", "-c"]
+        and cmd[-1] == "/x y"
+    )
     # a stand-in: "lacking" fails from any folder but / (as Hydra's proxy does), "quiet"
     # ends 0 without running anything but from / (as Open MPI's job does); each call logs its folder
     fake = tmp_path / "mpiexec"
-    fake.write_text('#!/bin/sh\necho "$*" "$(pwd)" >> "$0.calls"\ncase "$*" in\n'
-                    '  *lacking*) [ "$(pwd)" = / ] || exit 255; echo "%s";;\n'
-                    '  *quiet*) [ "$(pwd)" = / ] && echo "%s";;\n'
-                    '  *) shift 4; "$@";;\nesac\nexit 0\n' % (hostprobe.NO_FOLDER, hostprobe.NO_FOLDER))
+    fake.write_text(
+        '#!/bin/sh\necho "$*" "$(pwd)" >> "$0.calls"\ncase "$*" in\n'
+        '  *lacking*) [ "$(pwd)" = / ] || exit 255; echo "%s";;\n'
+        '  *quiet*) [ "$(pwd)" = / ] && echo "%s";;\n'
+        '  *) shift 4; "$@";;\nesac\nexit 0\n' % (hostprobe.NO_FOLDER, hostprobe.NO_FOLDER)
+    )
     fake.chmod(0o755)
     names = ["up", "lacking", "quiet"]
     hosts = hostlist.Hosts(tuple((h, 1) for h in names), "-hosts")
-    got = hostprobe.probe(str(fake), "mpich", ["-hosts", ",".join(names)], hosts, names, {}, timeout=5, folder=str(tmp_path))
+    got = hostprobe.probe(
+        str(fake),
+        "mpich",
+        ["-hosts", ",".join(names)],
+        hosts,
+        names,
+        {},
+        timeout=5,
+        folder=str(tmp_path),
+    )
     assert got["up"] == (True, got["up"].how, True)
-    assert got["lacking"] == (True, got["lacking"].how, False) and got["quiet"] == (True, got["quiet"].how, False)
+    assert got["lacking"] == (True, got["lacking"].how, False) and got["quiet"] == (
+        True,
+        got["quiet"].how,
+        False,
+    )
     calls = (tmp_path / "mpiexec.calls").read_text().splitlines()
     assert sum(" up:1 " in c for c in calls) == 1 and sum(" lacking:1 " in c for c in calls) == 2
     said = hostprobe.missing_folder(str(tmp_path), got)
-    assert said.startswith(f"the folder this job was launched from, {tmp_path}, is not on host(s) lacking, quiet: ")
+    assert said.startswith(
+        f"the folder this job was launched from, {tmp_path}, is not on host(s) lacking, quiet: "
+    )
     assert hostprobe.missing_folder(str(tmp_path), {"up": got["up"]}) is None
 
 
 def test_which_exits_may_have_lost_a_host():
     assert host_plan.worth_probing(exitcodes.RERUN_TO_RESUME, False)
-    assert host_plan.worth_probing(255, False) and host_plan.worth_probing(exitcodes.NEVER_STARTED, False)
-    assert not host_plan.worth_probing(exitcodes.RERUN_TO_RESUME, True)   # past --timeout: never again
+    assert host_plan.worth_probing(255, False) and host_plan.worth_probing(
+        exitcodes.NEVER_STARTED, False
+    )
+    assert not host_plan.worth_probing(
+        exitcodes.RERUN_TO_RESUME, True
+    )  # past --timeout: never again
     for code in (exitcodes.OK, exitcodes.BAD_INPUT, exitcodes.CHECKPOINTED, exitcodes.INTERRUPTED):
         assert not host_plan.worth_probing(code, False)
     # Open MPI's job ends with a bad input (too few ranks) when a host lacks the launch's folder
@@ -130,25 +170,37 @@ SLOTS = {"a": 1, "b": 2, "c": 2}
 
 def test_a_host_that_does_not_answer_is_left_out_and_the_job_fits_the_slots_left():
     book = HostBook(max_failures=2, cooldown=600)
-    nxt = book.decide(list(SLOTS), SLOTS, {"a": True, "b": True, "c": False}, 5, now=100.0, why="exit 74")
+    nxt = book.decide(
+        list(SLOTS), SLOTS, {"a": True, "b": True, "c": False}, 5, now=100.0, why="exit 74"
+    )
     assert nxt.relaunch and nxt.left_out == {"c"} and nxt.ranks == 3 and nxt.lost_now == ("c",)
     assert "without c on 3 ranks (was 5); host loss 1 of at most 2" in nxt.message
     # every host answers next time, c still cooling down (not probed): nothing new is lost
     assert book.to_probe(list(SLOTS), 200.0) == ["a", "b"]
     again = book.decide(list(SLOTS), SLOTS, {"a": True, "b": True}, 5, now=200.0, why="exit 74")
-    assert not again.relaunch and again.lost_now == () and again.left_out == {"c"} and again.ranks == 3
+    assert (
+        not again.relaunch and again.lost_now == () and again.left_out == {"c"} and again.ranks == 3
+    )
 
 
 def test_a_host_comes_back_after_its_cooldown_if_it_answers_and_losing_it_again_costs_budget():
     book = HostBook(max_failures=2, cooldown=60)
     book.decide(list(SLOTS), SLOTS, {"a": True, "b": True, "c": False}, 5, now=0.0, why="x")
-    assert book.to_probe(list(SLOTS), 59.0) == ["a", "b"] and book.to_probe(list(SLOTS), 60.0) == ["a", "b", "c"]
+    assert book.to_probe(list(SLOTS), 59.0) == ["a", "b"] and book.to_probe(list(SLOTS), 60.0) == [
+        "a",
+        "b",
+        "c",
+    ]
     back = book.decide(list(SLOTS), SLOTS, {"a": True, "b": True, "c": True}, 5, now=61.0, why="x")
     assert back.left_out == frozenset() and back.ranks == 5 and not back.lost_now
     lost = book.decide(list(SLOTS), SLOTS, {"a": True, "b": True, "c": False}, 5, now=70.0, why="x")
     assert lost.relaunch and "host loss 2 of at most 2" in lost.message
-    still_out = book.decide(list(SLOTS), SLOTS, {"a": True, "b": True, "c": False}, 5, now=200.0, why="x")
-    assert still_out.lost_now == () and still_out.left_out == {"c"}  # down after its cooldown: no new loss
+    still_out = book.decide(
+        list(SLOTS), SLOTS, {"a": True, "b": True, "c": False}, 5, now=200.0, why="x"
+    )
+    assert still_out.lost_now == () and still_out.left_out == {
+        "c"
+    }  # down after its cooldown: no new loss
 
 
 def test_the_failure_budget_and_too_few_slots_end_the_job_with_a_clear_message():
@@ -159,7 +211,9 @@ def test_the_failure_budget_and_too_few_slots_end_the_job_with_a_clear_message()
     book = HostBook(max_failures=5, cooldown=600)
     nxt = book.decide(list(SLOTS), SLOTS, {"a": True, "b": False, "c": False}, 5, now=0.0, why="x")
     assert not nxt.relaunch and nxt.ranks == 1
-    assert "the hosts left (a:1) have 1 slot(s)" in nxt.message and "at least 2 ranks" in nxt.message
+    assert (
+        "the hosts left (a:1) have 1 slot(s)" in nxt.message and "at least 2 ranks" in nxt.message
+    )
     spares = HostBook(max_failures=5, cooldown=600, fewest=4)  # a fit with 2 hot spares
     nxt = spares.decide(list(SLOTS), SLOTS, {"a": True, "b": True, "c": False}, 5, now=0.0, why="x")
     assert not nxt.relaunch and nxt.ranks == 3
@@ -169,7 +223,9 @@ def test_the_failure_budget_and_too_few_slots_end_the_job_with_a_clear_message()
 def test_when_no_host_answers_the_probe_is_at_fault_and_none_is_left_out():
     book = HostBook()
     nxt = book.decide(list(SLOTS), SLOTS, {"a": False, "b": False, "c": False}, 5, now=0.0, why="x")
-    assert not nxt.relaunch and nxt.lost_now == () and nxt.left_out == frozenset() and nxt.ranks == 5
+    assert (
+        not nxt.relaunch and nxt.lost_now == () and nxt.left_out == frozenset() and nxt.ranks == 5
+    )
     assert "no host answered" in nxt.message and book.losses == []
 
 
@@ -205,14 +261,45 @@ def test_status_inspect_and_the_event_line_say_which_host_was_lost():
     from mixle_mpi.cli.status import FitFiles, report
     from mixle_mpi.storage.events import describe
 
-    rec = {"time": 10.0, "event": "relaunched", "attempt": 2, "lost_hosts": ["hostc"], "left_out": ["hostc"],
-           "ranks": 3, "was_ranks": 5, "exit": 74, "ended_at": 9.0, "decided_at": 9.5, "probe_seconds": 0.4}
-    assert describe(rec) == "relaunched without lost host(s) hostc (attempt 2, 3 ranks, was 5; left out: hostc)"
-    files = FitFiles("out", None, None, None, None, [{"time": 9.9, "event": "start", "workers": 2}, rec])
-    assert "hosts lost: hostc; launched again without them 1 time(s), now on 3 ranks" in report(files, True, 11.0)
-    assert any("relaunched without lost host(s) hostc" in line for line in summarize_events(files.events))
-    lines = summarize_summary({"relaunches": [{"attempt": 2, "lost_hosts": ["hostc"], "left_out": ["hostc"],
-                                               "ranks": 3, "was_ranks": 5}]})
+    rec = {
+        "time": 10.0,
+        "event": "relaunched",
+        "attempt": 2,
+        "lost_hosts": ["hostc"],
+        "left_out": ["hostc"],
+        "ranks": 3,
+        "was_ranks": 5,
+        "exit": 74,
+        "ended_at": 9.0,
+        "decided_at": 9.5,
+        "probe_seconds": 0.4,
+    }
+    assert (
+        describe(rec)
+        == "relaunched without lost host(s) hostc (attempt 2, 3 ranks, was 5; left out: hostc)"
+    )
+    files = FitFiles(
+        "out", None, None, None, None, [{"time": 9.9, "event": "start", "workers": 2}, rec]
+    )
+    assert "hosts lost: hostc; launched again without them 1 time(s), now on 3 ranks" in report(
+        files, True, 11.0
+    )
+    assert any(
+        "relaunched without lost host(s) hostc" in line for line in summarize_events(files.events)
+    )
+    lines = summarize_summary(
+        {
+            "relaunches": [
+                {
+                    "attempt": 2,
+                    "lost_hosts": ["hostc"],
+                    "left_out": ["hostc"],
+                    "ranks": 3,
+                    "was_ranks": 5,
+                }
+            ]
+        }
+    )
     assert "host(s) hostc lost: launched again without them on 3 ranks (was 5)" in lines
 
 
@@ -226,18 +313,30 @@ def test_a_relaunch_leaves_out_the_host_that_did_not_answer_and_records_it(monke
     from mixle_mpi.launch.hostrelaunch import HostRelaunch
 
     extra = ["--host", "a:1,b:2,c:2", "--map-by", "slot"]
-    answers = {"a": hostprobe.Answer(True, "ok"), "b": hostprobe.Answer(True, "ok"),
-               "c": hostprobe.Answer(False, "exit 255: ssh: connect to host c port 22: No route to host")}
+    answers = {
+        "a": hostprobe.Answer(True, "ok"),
+        "b": hostprobe.Answer(True, "ok"),
+        "c": hostprobe.Answer(False, "exit 255: ssh: connect to host c port 22: No route to host"),
+    }
     monkeypatch.setattr(hostprobe, "probe", lambda *a, **k: {h: answers[h] for h in a[4]})
     monkeypatch.chdir(tmp_path)
-    relaunch = HostRelaunch("mpiexec", "openmpi", 5, extra, hostlist.from_args(extra), HostBook(), {})
+    relaunch = HostRelaunch(
+        "mpiexec", "openmpi", 5, extra, hostlist.from_args(extra), HostBook(), {}
+    )
     failed = SimpleNamespace(code=exitcodes.RERUN_TO_RESUME, timed_out=False, ended_at=12.5)
     assert relaunch.after(failed, 2) is True
     assert relaunch.extra == ["--host", "a:1,b:2", "--map-by", "slot"] and relaunch.ranks == 3
     (record,) = relaunch.records
-    assert (record["attempt"], record["lost_hosts"], record["ranks"], record["was_ranks"]) == (2, ["c"], 3, 5)
+    assert (record["attempt"], record["lost_hosts"], record["ranks"], record["was_ranks"]) == (
+        2,
+        ["c"],
+        3,
+        5,
+    )
     assert contract.RELAUNCHES_ENV in relaunch.env()
-    assert relaunch.after(SimpleNamespace(code=exitcodes.OK, timed_out=False, ended_at=0), 3) is None  # finished
+    assert (
+        relaunch.after(SimpleNamespace(code=exitcodes.OK, timed_out=False, ended_at=0), 3) is None
+    )  # finished
     answers["b"] = hostprobe.Answer(True, "ok", has_folder=False)
     with pytest.raises(ConfigError, match="is not on host\\(s\\) b"):
         relaunch.after(failed, 3)
@@ -253,7 +352,9 @@ def test_under_slurm_a_node_slurm_knows_is_lost_is_not_launched_on(tmp_path):
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "sinfo").write_text("#!/bin/sh\nprintf 'n1 mixed\\nn2 down*\\n'\n")
-    (fake / "mpiexec").write_text("#!/bin/sh\necho \"$@\" >> " + str(tmp_path / "launched") + "\nexit 0\n")
+    (fake / "mpiexec").write_text(
+        '#!/bin/sh\necho "$@" >> ' + str(tmp_path / "launched") + "\nexit 0\n"
+    )
     for f in fake.iterdir():
         f.chmod(0o755)
     hosts = hostlist.Hosts((("n1", 2), ("n2", 2)), "slurm")

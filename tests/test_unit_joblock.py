@@ -12,8 +12,10 @@ import pytest
 from mixle_mpi.core import joblock
 from mixle_mpi.core.errors import ConfigError
 
-HOLD = ("import sys, time; from mixle_mpi.core import joblock; joblock.hold(sys.argv[1], 'output'); "
-        "print('held', flush=True); time.sleep(60)")
+HOLD = (
+    "import sys, time; from mixle_mpi.core import joblock; joblock.hold(sys.argv[1], 'output'); "
+    "print('held', flush=True); time.sleep(60)"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +25,9 @@ def _release():
 
 
 def _holder(folder):
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -34,7 +38,9 @@ def test_a_second_job_is_refused_naming_the_first_and_a_dead_ones_lock_is_taken_
         with pytest.raises(joblock.FolderBusy) as exc:
             joblock.hold(str(tmp_path), "output")
         text = str(exc.value)
-        assert f"pid {other.pid}" in text and "in use by another job" in text and "--out-dir" in text
+        assert (
+            f"pid {other.pid}" in text and "in use by another job" in text and "--out-dir" in text
+        )
         assert isinstance(exc.value, ConfigError)  # exit 2, bad configuration
     finally:
         other.kill()
@@ -60,7 +66,10 @@ def test_a_fresh_folder_is_taken_quietly_and_a_link_as_lock_file_is_refused(tmp_
 
 def test_describe_names_host_pid_and_start():
     t = time.mktime((2026, 12, 4, 17, 10, 2, 0, 0, -1))
-    assert joblock.describe({"host": "vm", "pid": 12, "time": t}) == "host vm, pid 12, started 2026-12-04 17:10:02"
+    assert (
+        joblock.describe({"host": "vm", "pid": 12, "time": t})
+        == "host vm, pid 12, started 2026-12-04 17:10:02"
+    )
     assert joblock.describe(None) == "host and pid unknown"
 
 

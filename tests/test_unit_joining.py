@@ -27,7 +27,7 @@ def test_a_replacement_of_a_place_without_shards_joins_when_ready():
 
 def test_survivors_compute_the_shards_they_keep_for_a_place_that_is_joining():
     owners = {1: [0, 3], 2: [1, 4], 3: [2, 5]}
-    kept = {1: 3, 4: 1}   # place 2 died; its shards were recomputed (and kept) by 3 and 1
+    kept = {1: 3, 4: 1}  # place 2 died; its shards were recomputed (and kept) by 3 and 1
     assert work_of(owners, kept, [1, 3]) == {1: [0, 3, 4], 3: [1, 2, 5]}
     # place 2 is back: it computes its own shards; the copies are ignored until released
     assert work_of(owners, kept, [1, 2, 3]) == {1: [0, 3], 2: [1, 4], 3: [2, 5]}

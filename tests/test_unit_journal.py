@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
 from mixle_mpi import checkpointed_fold
 from mixle_mpi.core import estep
 from mixle_mpi.core.codec import decode_value, encode_value
-from mixle_mpi.storage.journal import FoldJournal
 from mixle_mpi.fitting.models import MODELS
+from mixle_mpi.storage.journal import FoldJournal
 
 
 def _payloads(name: str):
@@ -19,7 +18,11 @@ def _payloads(name: str):
     d = m.sample(400, 1)
     enc = est.accumulator_factory().make().acc_to_encoder()
     shards = [estep.encode_shard(enc, d[i::4], 2) for i in range(4)]
-    model = est.estimate(*checkpointed_fold(est, [estep.init_shard(est, 0.5, 3 + i, c) for i, c in enumerate(shards)]))
+    model = est.estimate(
+        *checkpointed_fold(
+            est, [estep.init_shard(est, 0.5, 3 + i, c) for i, c in enumerate(shards)]
+        )
+    )
     return est, model, [estep.estep_shard(est, model, c) for c in shards]
 
 
@@ -34,7 +37,10 @@ def test_journaled_payloads_fold_to_the_same_model(name, tmp_path):
     found = FoldJournal(str(tmp_path / "round.h5")).begin("k1")
     assert sorted(found) == [1, 3]
     mixed = [pays[0], found[1], pays[2], found[3]]
-    assert est.estimate(*checkpointed_fold(est, mixed)).to_json() == est.estimate(*checkpointed_fold(est, pays)).to_json()
+    assert (
+        est.estimate(*checkpointed_fold(est, mixed)).to_json()
+        == est.estimate(*checkpointed_fold(est, pays)).to_json()
+    )
 
 
 def test_other_round_or_damage_means_recompute(tmp_path):
@@ -44,13 +50,19 @@ def test_other_round_or_damage_means_recompute(tmp_path):
     j.begin("k1")
     j.record(0, pays[0])
     j.close()
-    assert FoldJournal(path).begin("k2") == {}          # another round: start afresh
+    assert FoldJournal(path).begin("k2") == {}  # another round: start afresh
     open(path, "wb").write(b"half a file")
-    assert FoldJournal(path).begin("k2") == {}          # unreadable: recompute everything
+    assert FoldJournal(path).begin("k2") == {}  # unreadable: recompute everything
 
 
 def test_exact_value_codec_keeps_numpy_scalar_types():
-    v = (np.float64(1.5), np.int64(3), np.float32(0.1), [np.array([1.0, np.inf]), {"a": np.float64(-0.0)}], float("nan"))
+    v = (
+        np.float64(1.5),
+        np.int64(3),
+        np.float32(0.1),
+        [np.array([1.0, np.inf]), {"a": np.float64(-0.0)}],
+        float("nan"),
+    )
     back = decode_value(encode_value(v))
     assert type(back[0]) is np.float64 and type(back[1]) is np.int64 and type(back[2]) is np.float32
     assert back[2] == np.float32(0.1) and np.array_equal(back[3][0], v[3][0])

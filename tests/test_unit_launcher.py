@@ -6,11 +6,20 @@ import os
 
 import pytest
 
-from mixle_mpi.launch import launcher
 from mixle_mpi.core import exitcodes
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.launch.launcher import (MANY_RANKS_ENV, MPICH, OPENMPI, build_command, judge, launch_env, too_many_ranks,
-                                verdict_level, wrapper_path)
+from mixle_mpi.launch import launcher
+from mixle_mpi.launch.launcher import (
+    MANY_RANKS_ENV,
+    MPICH,
+    OPENMPI,
+    build_command,
+    judge,
+    launch_env,
+    too_many_ranks,
+    verdict_level,
+    wrapper_path,
+)
 
 CMD = ["python", "-m", "mixle_mpi.fitjob", "--model", "gmm1d"]
 
@@ -34,7 +43,7 @@ def test_openmpi_command_as_user(as_user):
     assert "--allow-run-as-root" not in argv
     n = argv.index("-n")
     assert argv[n + 1] == "3"
-    assert argv[n + 2:] == CMD  # the command comes last, unchanged
+    assert argv[n + 2 :] == CMD  # the command comes last, unchanged
     assert all(flag in argv[:n] for flag in ("--with-ft", "ulfm", "--oversubscribe"))
 
 
@@ -43,15 +52,15 @@ def test_openmpi_command_as_root(as_root):
     assert "--allow-run-as-root" in argv
     assert argv.index("--allow-run-as-root") < argv.index("-n")
     assert argv[argv.index("-n") + 1] == "2"
-    assert argv[-len(CMD):] == CMD
+    assert argv[-len(CMD) :] == CMD
 
 
 def test_openmpi_extra_before_n(as_user):
     argv = build_command("mpiexec", OPENMPI, 4, CMD, extra=["--mca", "btl", "self,tcp"])
     n = argv.index("-n")
-    assert argv[n - 3:n] == ["--mca", "btl", "self,tcp"]
+    assert argv[n - 3 : n] == ["--mca", "btl", "self,tcp"]
     assert argv[n + 1] == "4"
-    assert argv[n + 2:] == CMD
+    assert argv[n + 2 :] == CMD
 
 
 def test_mpich_command(as_root):
@@ -63,14 +72,14 @@ def test_mpich_command(as_root):
     assert argv[n + 1] == "5"
     assert argv[n + 2] == "sh"
     assert argv[n + 3] == wrapper_path()
-    assert argv[n + 4:] == CMD  # wrapper first, then the command
+    assert argv[n + 4 :] == CMD  # wrapper first, then the command
 
 
 def test_mpich_extra_before_n():
     argv = build_command("mpiexec", MPICH, 2, CMD, extra=["-hosts", "a,b"])
     n = argv.index("-n")
     assert argv[1] == "-disable-auto-cleanup"
-    assert argv[n - 2:n] == ["-hosts", "a,b"]
+    assert argv[n - 2 : n] == ["-hosts", "a,b"]
 
 
 def test_wrapper_file_exists():
@@ -130,9 +139,13 @@ def test_judge_status_ok_after_timeout():
 
 
 @pytest.mark.parametrize("rc", [0, 1, 255, None])
-@pytest.mark.parametrize("reported", [exitcodes.BAD_INPUT, exitcodes.FAILED, exitcodes.RECONFIG_TIMEOUT])
+@pytest.mark.parametrize(
+    "reported", [exitcodes.BAD_INPUT, exitcodes.FAILED, exitcodes.RECONFIG_TIMEOUT]
+)
 def test_judge_status_error_uses_its_code(rc, reported):
-    code, note = judge(rc, {"status": "error", "exit_code": reported, "message": "NoWorkersLeft: all dead"})
+    code, note = judge(
+        rc, {"status": "error", "exit_code": reported, "message": "NoWorkersLeft: all dead"}
+    )
     assert code == reported
     assert "error" in note and "NoWorkersLeft" in note
     assert "ignored" not in note
@@ -169,14 +182,23 @@ def test_judge_timeout_without_status():
 def test_verdict_is_not_repeated_when_the_driver_printed_it():
     import logging
 
-    said = {"status": "error", "exit_code": 2, "message": "DataError: bad.csv line 3", "reported": True}
-    assert verdict_level(2, said) == logging.DEBUG          # shown with -v only
+    said = {
+        "status": "error",
+        "exit_code": 2,
+        "message": "DataError: bad.csv line 3",
+        "reported": True,
+    }
+    assert verdict_level(2, said) == logging.DEBUG  # shown with -v only
     assert verdict_level(2, {**said, "reported": False}) == logging.ERROR
-    assert verdict_level(1, None) == logging.ERROR          # no status: the launcher's own finding
+    assert verdict_level(1, None) == logging.ERROR  # no status: the launcher's own finding
     assert verdict_level(0, {"status": "ok", "exit_code": 0}) == logging.DEBUG
     assert verdict_level(75, None) == logging.WARNING
-    assert verdict_level(130, {**said, "exit_code": 130}) == logging.DEBUG   # the driver's own Ctrl-C line
-    assert verdict_level(130, {**said, "exit_code": 75}) == logging.WARNING  # the launcher's word differs
+    assert (
+        verdict_level(130, {**said, "exit_code": 130}) == logging.DEBUG
+    )  # the driver's own Ctrl-C line
+    assert (
+        verdict_level(130, {**said, "exit_code": 75}) == logging.WARNING
+    )  # the launcher's word differs
 
 
 # -- too many ranks ---------------------------------------------------------------------------
@@ -186,11 +208,15 @@ def test_far_more_ranks_than_cores_is_refused_with_how_to_allow_it():
     assert "--allow-many-ranks" in why and f"{MANY_RANKS_ENV}=1" in why
     assert too_many_ranks(300, 2, allowed=True, environ={}) is None
     assert too_many_ranks(300, 2, environ={MANY_RANKS_ENV: "yes"}) is None
-    assert too_many_ranks(300, 2, environ={"SLURM_JOB_ID": "17"}) is None   # the allocation places them
+    assert (
+        too_many_ranks(300, 2, environ={"SLURM_JOB_ID": "17"}) is None
+    )  # the allocation places them
 
 
-@pytest.mark.parametrize("n, cores, refused", [(8, 1, False), (9, 1, True), (8, 2, False), (9, 2, True),
-                                               (64, 16, False), (65, 16, True)])
+@pytest.mark.parametrize(
+    "n, cores, refused",
+    [(8, 1, False), (9, 1, True), (8, 2, False), (9, 2, True), (64, 16, False), (65, 16, True)],
+)
 def test_limit_is_four_ranks_per_core_but_never_below_eight(n, cores, refused):
     assert (too_many_ranks(n, cores, environ={}) is not None) == refused
 
@@ -262,43 +288,62 @@ def test_rank_wrapper_keeps_the_rank_stderr_but_not_its_own_killed_report():
     import sys
 
     victim = "import os, sys; sys.stderr.write('rank says\\n'); sys.stderr.flush(); os.kill(os.getpid(), 9)"
-    proc = subprocess.run(["sh", wrapper_path(), "--worker", sys.executable, "-c", victim], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        ["sh", wrapper_path(), "--worker", sys.executable, "-c", victim],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0  # a worker killed by a signal does not end Hydra's job
     assert proc.stderr == "rank says\n"
-    driver = subprocess.run(["sh", wrapper_path(), sys.executable, "-c", "import sys; sys.exit(2)"],
-                            capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PMI_RANK": "0"})
+    driver = subprocess.run(
+        ["sh", wrapper_path(), sys.executable, "-c", "import sys; sys.exit(2)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PMI_RANK": "0"},
+    )
     assert driver.returncode == 2  # the driver's own code passes through
 
 
-@pytest.mark.parametrize("extra, environ, here", [
-    ([], {}, True),
-    (None, {"SLURM_JOB_NUM_NODES": "1"}, True),
-    (["--host", "a,b"], {}, False),
-    (["--hostfile=hosts"], {}, False),
-    ([], {"SLURM_JOB_NUM_NODES": "2"}, False),
-    ([], {"SLURM_NNODES": "x"}, False),
-    ([], {"PBS_NODEFILE": "/var/spool/nodes"}, False),
-])
-def test_a_launch_is_one_host_only_with_no_hosts_named_and_no_multi_node_allocation(extra, environ, here):
+@pytest.mark.parametrize(
+    "extra, environ, here",
+    [
+        ([], {}, True),
+        (None, {"SLURM_JOB_NUM_NODES": "1"}, True),
+        (["--host", "a,b"], {}, False),
+        (["--hostfile=hosts"], {}, False),
+        ([], {"SLURM_JOB_NUM_NODES": "2"}, False),
+        ([], {"SLURM_NNODES": "x"}, False),
+        ([], {"PBS_NODEFILE": "/var/spool/nodes"}, False),
+    ],
+)
+def test_a_launch_is_one_host_only_with_no_hosts_named_and_no_multi_node_allocation(
+    extra, environ, here
+):
     assert launcher.one_host(extra, environ) is here
 
 
 def test_one_host_launch_leaves_out_the_between_host_transports():
     assert launcher.one_host_transports([], {}) == {"OMPI_MCA_btl": launcher.ONE_HOST_BTL}
-    assert launcher.one_host_transports(None, {"SLURM_JOB_NUM_NODES": "1"}) == {"OMPI_MCA_btl": launcher.ONE_HOST_BTL}
+    assert launcher.one_host_transports(None, {"SLURM_JOB_NUM_NODES": "1"}) == {
+        "OMPI_MCA_btl": launcher.ONE_HOST_BTL
+    }
 
 
-@pytest.mark.parametrize("extra, environ", [
-    ([], {"OMPI_MCA_btl": "self,sm"}),                  # the user chose
-    (["--mca", "btl", "^tcp"], {}),
-    (["--hostfile", "hosts.txt"], {}),                  # other hosts named
-    (["--host=a,b"], {}),
-    (["-H", "a:2,b:2"], {}),
-    ([], {"SLURM_JOB_NUM_NODES": "4"}),                 # a multi-node allocation
-    ([], {"SLURM_NNODES": "2"}),
-    ([], {"PBS_NODEFILE": "/var/spool/pbs/aux/1"}),
-])
+@pytest.mark.parametrize(
+    "extra, environ",
+    [
+        ([], {"OMPI_MCA_btl": "self,sm"}),  # the user chose
+        (["--mca", "btl", "^tcp"], {}),
+        (["--hostfile", "hosts.txt"], {}),  # other hosts named
+        (["--host=a,b"], {}),
+        (["-H", "a:2,b:2"], {}),
+        ([], {"SLURM_JOB_NUM_NODES": "4"}),  # a multi-node allocation
+        ([], {"SLURM_NNODES": "2"}),
+        ([], {"PBS_NODEFILE": "/var/spool/pbs/aux/1"}),
+    ],
+)
 def test_transports_are_left_alone_off_one_host_or_when_chosen(extra, environ):
     assert launcher.one_host_transports(extra, environ) == {}
 
@@ -311,7 +356,9 @@ def test_exit_watch_sleeps_until_the_child_ends_and_gives_its_code():
     from mixle_mpi.launch.launcher import ChildExitWait
 
     for use_pidfd in (True, False):
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3); raise SystemExit(7)"])
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(0.3); raise SystemExit(7)"]
+        )
         with ChildExitWait(child) as exited:
             if not use_pidfd:  # the fallback where Linux has no pidfd: Popen.wait(timeout)
                 os.close(exited.fd)

@@ -10,22 +10,25 @@ import warnings
 import pytest
 
 from mixle_mpi.core import exitcodes, logs
+from mixle_mpi.core.errors import NoWorkersLeft
+from mixle_mpi.fitting.fitloop import Interrupted, Preempted, stopped
 from mixle_mpi.launch import contract
 from mixle_mpi.runtime import exiting
 from mixle_mpi.storage.checkpoint import CheckpointError
-from mixle_mpi.core.errors import NoWorkersLeft
-from mixle_mpi.fitting.fitloop import Interrupted, Preempted, stopped
 
 
-@pytest.mark.parametrize("quiet, verbose, env, level", [
-    (False, False, {}, logging.INFO),
-    (True, False, {}, logging.WARNING),
-    (False, True, {}, logging.DEBUG),
-    (True, True, {}, logging.DEBUG),                              # -v wins
-    (False, False, {logs.LEVEL_ENV: "debug"}, logging.DEBUG),
-    (False, False, {logs.LEVEL_ENV: " Warning "}, logging.WARNING),
-    (True, False, {logs.LEVEL_ENV: "debug"}, logging.WARNING),    # a flag beats the environment
-])
+@pytest.mark.parametrize(
+    "quiet, verbose, env, level",
+    [
+        (False, False, {}, logging.INFO),
+        (True, False, {}, logging.WARNING),
+        (False, True, {}, logging.DEBUG),
+        (True, True, {}, logging.DEBUG),  # -v wins
+        (False, False, {logs.LEVEL_ENV: "debug"}, logging.DEBUG),
+        (False, False, {logs.LEVEL_ENV: " Warning "}, logging.WARNING),
+        (True, False, {logs.LEVEL_ENV: "debug"}, logging.WARNING),  # a flag beats the environment
+    ],
+)
 def test_level_from_flags_then_environment(quiet, verbose, env, level):
     assert logs.level_from(quiet, verbose, env) == (level, None)
     assert logs.LEVELS[logs.level_name(level)] == level  # what the launcher passes to the ranks
@@ -33,7 +36,9 @@ def test_level_from_flags_then_environment(quiet, verbose, env, level):
 
 def test_a_bad_level_in_the_environment_is_quoted_and_info_is_used():
     level, problem = logs.level_from(environ={logs.LEVEL_ENV: "loud"})
-    assert level == logging.INFO and "MIXLE_MPI_LOG_LEVEL='loud'" in problem and "'debug'" in problem
+    assert (
+        level == logging.INFO and "MIXLE_MPI_LOG_LEVEL='loud'" in problem and "'debug'" in problem
+    )
 
 
 def _record(level: int, msg: str) -> logging.LogRecord:
@@ -48,7 +53,9 @@ def test_line_format_has_a_clock_time_and_says_warning_or_error():
     assert len(clock) == 8 and clock.count(":") == 2
     assert " warning: x" in fmt.format(_record(logging.WARNING, "x"))
     assert " error: x" in fmt.format(_record(logging.ERROR, "x"))
-    assert "\x00" not in fmt.format(_record(logging.ERROR, "lost the driver (Process Failure\x00\x00)"))
+    assert "\x00" not in fmt.format(
+        _record(logging.ERROR, "lost the driver (Process Failure\x00\x00)")
+    )
 
 
 @pytest.fixture
@@ -67,8 +74,8 @@ def fresh_logging():
 
 def test_setup_keeps_a_level_chosen_by_a_flag(fresh_logging, monkeypatch):
     monkeypatch.setenv(logs.LEVEL_ENV, "error")
-    logs.setup(logging.DEBUG)          # -v in the command line
-    logs.setup()                        # later, from the handle: the flag's level stays
+    logs.setup(logging.DEBUG)  # -v in the command line
+    logs.setup()  # later, from the handle: the flag's level stays
     assert fresh_logging.level == logging.DEBUG
     assert sum(getattr(h, "_mixle_mpi", False) for h in fresh_logging.handlers) == 1
 
@@ -80,29 +87,51 @@ def test_a_warning_is_one_line_without_its_source_line(fresh_logging, capsys):
     err = capsys.readouterr().err
     lines = err.splitlines()
     assert len(lines) == 1, err
-    assert "warning: UserWarning: this mixture fit left 2 of 3 component(s) with less data" in lines[0]
+    assert (
+        "warning: UserWarning: this mixture fit left 2 of 3 component(s) with less data" in lines[0]
+    )
     assert "warnings.warn(" not in err and ".py:" not in err
 
 
 def test_one_line_per_ending_and_the_right_exit_code():
     level, line = exiting.failure_line(stopped(signal.SIGTERM, 12, "ck.h5"))
     assert level == logging.WARNING and "driver failed" not in line
-    assert line == "preempted: received SIGTERM after iteration 12; checkpoint written to ck.h5, ready for a " \
-                   "requeue: rerun the same command to resume"
+    assert (
+        line
+        == "preempted: received SIGTERM after iteration 12; checkpoint written to ck.h5, ready for a "
+        "requeue: rerun the same command to resume"
+    )
     ctrl_c = stopped(signal.SIGINT, 4, None)
-    assert isinstance(ctrl_c, Interrupted) and exiting.exit_code_for(ctrl_c) == exitcodes.INTERRUPTED == 130
-    assert exiting.failure_line(ctrl_c)[1].startswith("interrupted (Ctrl-C, SIGINT) after iteration 4; no checkpoint")
+    assert (
+        isinstance(ctrl_c, Interrupted)
+        and exiting.exit_code_for(ctrl_c) == exitcodes.INTERRUPTED == 130
+    )
+    assert exiting.failure_line(ctrl_c)[1].startswith(
+        "interrupted (Ctrl-C, SIGINT) after iteration 4; no checkpoint"
+    )
     assert exiting.exit_code_for(stopped(signal.SIGUSR1, 1, "c.h5")) == exitcodes.CHECKPOINTED
     assert isinstance(stopped(signal.SIGUSR1, 1, "c.h5"), Preempted)
     unsaved = stopped(signal.SIGTERM, 3, None)  # no checkpoint: never claims one (issue 33)
     assert exiting.exit_code_for(unsaved) == exitcodes.PREEMPTED_UNSAVED == 76
-    assert "nothing was saved" in str(unsaved) and "checkpoint written" not in str(unsaved) and "starts over" in str(unsaved)
+    assert (
+        "nothing was saved" in str(unsaved)
+        and "checkpoint written" not in str(unsaved)
+        and "starts over" in str(unsaved)
+    )
     assert exiting.exit_code_for(KeyboardInterrupt()) == 130
     assert exiting.failure_line(NoWorkersLeft("every worker rank is dead")) == (
-        logging.ERROR, "NoWorkersLeft: every worker rank is dead")
-    assert exiting.failure_line(CheckpointError("bad"), "rank 3 (h, pid 9)")[1] == "rank 3 (h, pid 9) failed: CheckpointError: bad"
+        logging.ERROR,
+        "NoWorkersLeft: every worker rank is dead",
+    )
+    assert (
+        exiting.failure_line(CheckpointError("bad"), "rank 3 (h, pid 9)")[1]
+        == "rank 3 (h, pid 9) failed: CheckpointError: bad"
+    )
     # anything else was shown with its traceback: the line does not repeat the message
-    assert exiting.failure_line(RuntimeError("user code failed")) == (logging.ERROR, "failed: RuntimeError (traceback above)")
+    assert exiting.failure_line(RuntimeError("user code failed")) == (
+        logging.ERROR,
+        "failed: RuntimeError (traceback above)",
+    )
 
 
 def test_status_says_whether_the_driver_printed_its_message(tmp_path, monkeypatch):
@@ -112,8 +141,12 @@ def test_status_says_whether_the_driver_printed_its_message(tmp_path, monkeypatc
     exiting.write_status(2, "DataError: x", reported=True)
     import json
 
-    assert json.loads(path.read_text()) == {"exit_code": 2, "status": "error", "message": "DataError: x",
-                                            "reported": True}
+    assert json.loads(path.read_text()) == {
+        "exit_code": 2,
+        "status": "error",
+        "message": "DataError: x",
+        "reported": True,
+    }
 
 
 @pytest.mark.parametrize("held", [False, True])
@@ -134,7 +167,9 @@ def test_a_failing_driver_tells_the_workers_unless_its_mpi_is_held(held, tmp_pat
     monkeypatch.setattr(exiting.os, "_exit", ended.append)
     error = ReconfigurationTimeout("spawn given up", mpi_held=held)
     exiting._driver_excepthook(type(error), error, None)
-    assert ended == [exitcodes.RERUN_TO_RESUME] and told == ([] if held else [exitcodes.RERUN_TO_RESUME])
+    assert ended == [exitcodes.RERUN_TO_RESUME] and told == (
+        [] if held else [exitcodes.RERUN_TO_RESUME]
+    )
 
 
 def test_event_echo_to_a_stream_keeps_its_prefix():

@@ -37,5 +37,7 @@ def test_an_e_step_call_with_nothing_computed_ahead_is_no_miss():
 def test_wanted_only_with_an_estimator_no_checkpoints_and_the_setting_on():
     assert Lookahead(True).wanted(True, False)
     assert not Lookahead(True).wanted(False, False)  # no E-step or initialization yet
-    assert not Lookahead(True).wanted(True, True)    # checkpoints: iteration k is saved before E-step k+1
+    assert not Lookahead(True).wanted(
+        True, True
+    )  # checkpoints: iteration k is saved before E-step k+1
     assert not Lookahead(False).wanted(True, False)

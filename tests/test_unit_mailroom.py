@@ -25,7 +25,11 @@ class FakeLink:
     """A link whose peer answered ``replies``; ``dead``: every MPI call fails (ULFM)."""
 
     def __init__(self, peer: int, replies=(), dead: bool = False, pending_sends: int = 0) -> None:
-        self.comm, self.peer, self.inter = object(), peer, None  # not an Intracomm: drained link by link
+        self.comm, self.peer, self.inter = (
+            object(),
+            peer,
+            None,
+        )  # not an Intracomm: drained link by link
         self.replies, self.dead = list(replies), dead
         self.sends = [object()] * pending_sends
         self.posted: list = []
@@ -91,7 +95,9 @@ def test_a_worker_that_fails_mid_drain_keeps_what_came_before_and_is_failed():
 
 
 def test_gather_drains_each_link_that_shares_no_communicator():
-    room, failed = mailroom({1: FakeLink(1, replies=["x"]), 2: FakeLink(2), 3: FakeLink(3, replies=["y", "z"])})
+    room, failed = mailroom(
+        {1: FakeLink(1, replies=["x"]), 2: FakeLink(2), 3: FakeLink(3, replies=["y", "z"])}
+    )
     assert room.gather([1, 2, 3]) == {1: ["x"], 2: [], 3: ["y", "z"]} and not failed
 
 
@@ -164,8 +170,15 @@ def test_wait_runs_steps_until_one_says_done_and_sleeps_between_idle_ones():
 
 
 def test_sent_says_done_pending_or_failed():
-    room, failed = mailroom({1: FakeLink(1), 2: FakeLink(2, pending_sends=1), 3: FakeLink(3, dead=True)})
-    assert room.sent(1) is True and room.sent(2) is False and room.sent(3) is None and room.sent(4) is None
+    room, failed = mailroom(
+        {1: FakeLink(1), 2: FakeLink(2, pending_sends=1), 3: FakeLink(3, dead=True)}
+    )
+    assert (
+        room.sent(1) is True
+        and room.sent(2) is False
+        and room.sent(3) is None
+        and room.sent(4) is None
+    )
     assert [w for w, _ in failed] == [3]
 
 
@@ -193,7 +206,7 @@ def test_a_matched_message_that_never_arrives_whole_fails_its_peer_instead_of_bl
         def irecv(self):
             return self.req
 
-    assert receive(Message(0)) == "payload"          # a whole message: at once
+    assert receive(Message(0)) == "payload"  # a whole message: at once
     assert receive(Message(3), within=5.0) == "payload"  # arriving: waited for
     t0 = time.monotonic()
     with _pytest.raises(PeerFailed, match="did not arrive whole within 0.2 s"):

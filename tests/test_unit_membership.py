@@ -166,8 +166,8 @@ def test_a_failed_worker_on_another_host_is_fenced_by_the_lowest_live_worker_the
     m.mark_failed(2)
     assert m.fencer("b", exclude=2) == 1
     m.mark_failed(1)
-    assert m.fencer("b", exclude=2) == 4          # the dead ones never fence
+    assert m.fencer("b", exclude=2) == 4  # the dead ones never fence
     m.mark_failed(4)
-    assert m.fencer("b", exclude=2) is None       # nobody left on that host: it cannot be fenced
+    assert m.fencer("b", exclude=2) is None  # nobody left on that host: it cannot be fenced
     assert m.fencer("c", exclude=3) == 5
     assert m.fencer(None, exclude=3) is None and m.fencer("", exclude=3) is None

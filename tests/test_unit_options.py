@@ -8,9 +8,9 @@ import dataclasses
 import pathlib
 import pickle
 import re
-import tomllib
 
 import pytest
+import tomllib
 
 from mixle_mpi.cli.commands import build_parser
 from mixle_mpi.cli.jobconfig import FitConfig, resolve
@@ -101,13 +101,17 @@ def test_the_job_file_checks_follow_the_table():
     base = {"data": "builtin:iris", "model": "gmm:k=2"}
     for o in options.JOB:
         if o.at_least is not None:
-            with pytest.raises(ConfigError, match=re.escape(f"{o.name} must be an integer >= {o.at_least}")):
+            with pytest.raises(
+                ConfigError, match=re.escape(f"{o.name} must be an integer >= {o.at_least}")
+            ):
                 resolve({**base, o.name: o.at_least - 1}, {})
         if o.positive:
             with pytest.raises(ConfigError, match=re.escape(f"{o.name} must be a number > 0")):
                 resolve({**base, o.name: 0}, {})
         if o.choices:
-            with pytest.raises(ConfigError, match=re.escape(f"{o.name} must be one of {list(o.choices)}")):
+            with pytest.raises(
+                ConfigError, match=re.escape(f"{o.name} must be one of {list(o.choices)}")
+            ):
                 resolve({**base, o.name: "nonsense"}, {})
 
 

@@ -4,8 +4,21 @@ import math
 
 import pytest
 
-from mixle_mpi.policy.pacing import (BELL_CAP, DUE_FROM, DUE_MARGIN, DUE_UNTIL, FINE, FIRST_ROUND_WINDOW, HIGH, LOW, NEVER,
-                                     NEXT_TASK_WINDOW, Pacing, next_task_window, round_window)
+from mixle_mpi.policy.pacing import (
+    BELL_CAP,
+    DUE_FROM,
+    DUE_MARGIN,
+    DUE_UNTIL,
+    FINE,
+    FIRST_ROUND_WINDOW,
+    HIGH,
+    LOW,
+    NEVER,
+    NEXT_TASK_WINDOW,
+    Pacing,
+    next_task_window,
+    round_window,
+)
 
 
 def delays(p: Pacing, times):
@@ -61,13 +74,18 @@ def test_fine_is_never_above_high():
 
 def test_an_expensive_pass_is_followed_by_a_proportionally_longer_sleep():
     from mixle_mpi.policy.pacing import PASS_SLEEP_FACTOR
+
     p = Pacing(window=(0.0, 10.0))
     assert p.next_delay(1.0, pass_seconds=0.001) == pytest.approx(PASS_SLEEP_FACTOR * 0.001)
-    assert p.next_delay(1.0, pass_seconds=0.00001) <= FINE  # a cheap pass (small W) keeps the fine polls
+    assert (
+        p.next_delay(1.0, pass_seconds=0.00001) <= FINE
+    )  # a cheap pass (small W) keeps the fine polls
 
 
 def test_a_worker_expects_its_next_task_after_about_the_last_gap():
-    assert next_task_window(7.0, 0.01) == pytest.approx((7.0 + DUE_FROM * 0.01, 7.0 + DUE_UNTIL * 0.01 + DUE_MARGIN))
+    assert next_task_window(7.0, 0.01) == pytest.approx(
+        (7.0 + DUE_FROM * 0.01, 7.0 + DUE_UNTIL * 0.01 + DUE_MARGIN)
+    )
 
 
 def test_with_a_doorbell_there_is_no_fine_window_and_the_cap_is_the_bells():

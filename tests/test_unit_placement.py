@@ -175,9 +175,18 @@ def test_plan_recovery_equal_loads_stay_balanced():
 def test_default_num_shards_depends_on_the_rows_alone():
     from mixle_mpi.core.layout import MAX_SHARDS, MIN_SHARDS, default_num_shards
 
-    assert [default_num_shards(n) for n in (1, 7, 150, 16_000, 200_000, 10**6, 10**8)] == \
-        [1, 7, 16, 16, 20, 100, MAX_SHARDS]
-    assert all(MIN_SHARDS <= default_num_shards(n) <= MAX_SHARDS for n in range(16, 5_000_000, 9_973))
+    assert [default_num_shards(n) for n in (1, 7, 150, 16_000, 200_000, 10**6, 10**8)] == [
+        1,
+        7,
+        16,
+        16,
+        20,
+        100,
+        MAX_SHARDS,
+    ]
+    assert all(
+        MIN_SHARDS <= default_num_shards(n) <= MAX_SHARDS for n in range(16, 5_000_000, 9_973)
+    )
 
 
 # -- spread's heap against the linear scan it replaced ---------------------------------------
@@ -205,8 +214,9 @@ def test_spread_is_the_linear_scan_shard_for_shard():
         shards = [rng.randrange(400) for _ in range(rng.randint(0, rng.choice([5, 40, 300])))]
         got, want = spread(shards, load), reference_spread(shards, load)
         assert list(got.items()) == list(want.items()), (shards, load)
-        assert list(plan_recovery(shards, {w: [0] * n for w, n in load.items() if n > 0}, workers).items()) == list(
-            reference_spread(shards, {w: max(n, 0) for w, n in sorted(load.items())}).items())
+        assert list(
+            plan_recovery(shards, {w: [0] * n for w, n in load.items() if n > 0}, workers).items()
+        ) == list(reference_spread(shards, {w: max(n, 0) for w, n in sorted(load.items())}).items())
 
 
 def test_plan_recovery_splits_evenly_when_the_survivors_hold_equal_loads():
@@ -230,7 +240,7 @@ def test_only_workers_that_can_read_the_store_and_have_enough_to_load_read_their
     from mixle_mpi.policy.placement import own_readers
 
     loads = {1: 10 << 20, 2: 1 << 20, 3: 10 << 20, 4: 8 << 20}
-    assert own_readers(loads, can_read=[1, 2, 4]) == {1, 4}       # 2: too little; 3: cannot open it
+    assert own_readers(loads, can_read=[1, 2, 4]) == {1, 4}  # 2: too little; 3: cannot open it
     assert own_readers(loads, can_read=[1, 2, 3, 4], min_bytes=0) == {1, 2, 3, 4}
     assert own_readers(loads, can_read=[]) == set()
 
@@ -238,12 +248,12 @@ def test_only_workers_that_can_read_the_store_and_have_enough_to_load_read_their
 def test_a_replacement_goes_back_to_its_host_while_it_is_up_else_to_the_least_loaded_one():
     from mixle_mpi.policy.placement import respawn_host
 
-    assert respawn_host("a", ["a", "a", "a"], driver_host="a") is None           # one host: MPI maps it
-    assert respawn_host("b", ["b", "c", "c"], driver_host="a") == "b"           # b is up (a live worker)
-    assert respawn_host("b", ["c", "c", "d"], driver_host="a") == "d"           # b is gone: fewest there
-    assert respawn_host("b", ["d", "c"], driver_host="a") == "c"                # ties: by name
+    assert respawn_host("a", ["a", "a", "a"], driver_host="a") is None  # one host: MPI maps it
+    assert respawn_host("b", ["b", "c", "c"], driver_host="a") == "b"  # b is up (a live worker)
+    assert respawn_host("b", ["c", "c", "d"], driver_host="a") == "d"  # b is gone: fewest there
+    assert respawn_host("b", ["d", "c"], driver_host="a") == "c"  # ties: by name
     assert respawn_host(None, [], driver_host="a") is None
-    assert respawn_host("b", [], driver_host="a") is None                       # nothing live to judge by
+    assert respawn_host("b", [], driver_host="a") is None  # nothing live to judge by
 
 
 def test_driver_share_is_a_workers_share_of_the_lowest_ids_and_none_when_off():
@@ -251,7 +261,7 @@ def test_driver_share_is_a_workers_share_of_the_lowest_ids_and_none_when_off():
 
     assert driver_share(16, 3, True) == [0, 1, 2, 3]
     assert driver_share(2, 1, True) == [0]
-    assert driver_share(3, 3, True) == []       # S <= W: every shard stays a worker's
+    assert driver_share(3, 3, True) == []  # S <= W: every shard stays a worker's
     assert driver_share(256, 31, True) == list(range(8))
     assert driver_share(16, 3, False) == [] and driver_share(16, 0, True) == []
 
@@ -260,10 +270,10 @@ def test_driver_share_is_none_when_its_stored_bytes_are_over_the_cap():
     from mixle_mpi.policy.placement import driver_share
 
     sizes = {0: 100, 1: 300, 2: 50, 3: 50}.get
-    assert driver_share(16, 3, True, sizes, max_bytes=500) == [0, 1, 2, 3]   # 500 bytes: at the cap
-    assert driver_share(16, 3, True, sizes, max_bytes=499) == []             # over it: all or nothing
+    assert driver_share(16, 3, True, sizes, max_bytes=500) == [0, 1, 2, 3]  # 500 bytes: at the cap
+    assert driver_share(16, 3, True, sizes, max_bytes=499) == []  # over it: all or nothing
     assert driver_share(16, 3, True, sizes, max_bytes=None) == [0, 1, 2, 3]  # no cap
-    assert driver_share(3, 3, True, sizes, max_bytes=0) == []                # no share, nothing to weigh
+    assert driver_share(3, 3, True, sizes, max_bytes=0) == []  # no share, nothing to weigh
     assert driver_share(16, 3, False, sizes, max_bytes=10**9) == []
 
 
@@ -284,10 +294,12 @@ def test_initial_placement_skips_the_drivers_share_and_deals_the_rest_evenly(S, 
 def test_a_replacement_is_known_to_start_here_only_when_named_here_or_everything_is_on_one_host():
     from mixle_mpi.policy.placement import replacement_here
 
-    assert replacement_here("a", ["b"], "a", {})                 # asked for on the driver's host
-    assert not replacement_here("b", ["a"], "a", {})             # asked for on another
-    assert replacement_here(None, ["a", "a"], "a", {})           # one host: MPI maps it there
-    assert not replacement_here(None, ["a", "b"], "a", {})       # MPI may map it on b
-    assert not replacement_here(None, ["a"], "a", {"SLURM_JOB_NUM_NODES": "2"})  # a host not used yet
+    assert replacement_here("a", ["b"], "a", {})  # asked for on the driver's host
+    assert not replacement_here("b", ["a"], "a", {})  # asked for on another
+    assert replacement_here(None, ["a", "a"], "a", {})  # one host: MPI maps it there
+    assert not replacement_here(None, ["a", "b"], "a", {})  # MPI may map it on b
+    assert not replacement_here(
+        None, ["a"], "a", {"SLURM_JOB_NUM_NODES": "2"}
+    )  # a host not used yet
     assert replacement_here(None, ["a"], "a", {"SLURM_JOB_NUM_NODES": "1"})
-    assert not replacement_here(None, ["a"], "a", {"PBS_NUM_NODES": "x"})        # unreadable: not sure
+    assert not replacement_here(None, ["a"], "a", {"PBS_NUM_NODES": "x"})  # unreadable: not sure

@@ -58,9 +58,28 @@ def test_a_good_fit_has_no_problem_and_its_shape(folder):
 
 
 def test_fit_n_exits_2_before_mpi_starts_naming_every_problem(folder):
-    proc = subprocess.run([sys.executable, "-m", "mixle_mpi", "fit", "-n", "4", "--data", "mesurements.h5:/run1/X",
-                           "--model", "gmm:kk=3", "--out-dir", "out"], capture_output=True, text=True, timeout=60,
-                          cwd=folder)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mixle_mpi",
+            "fit",
+            "-n",
+            "4",
+            "--data",
+            "mesurements.h5:/run1/X",
+            "--model",
+            "gmm:kk=3",
+            "--out-dir",
+            "out",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=folder,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "2 problems" in proc.stderr and "did you mean 'measurements.h5'?" in proc.stderr
-    assert "mpiexec" not in proc.stderr and not os.path.exists(folder / "out")  # no MPI, no folder left
+    assert "mpiexec" not in proc.stderr and not os.path.exists(
+        folder / "out"
+    )  # no MPI, no folder left

@@ -38,7 +38,12 @@ def fails():
 def test_a_span_is_heard_at_its_begin_and_its_end_with_its_call(heard):
     assert add(2, b=3) == 5
     begin, end = heard
-    assert (begin.name, begin.phase, begin.args, begin.kwargs) == ("unit_span", "begin", (2,), {"b": 3})
+    assert (begin.name, begin.phase, begin.args, begin.kwargs) == (
+        "unit_span",
+        "begin",
+        (2,),
+        {"b": 3},
+    )
     assert (end.name, end.phase, end.result, end.error) == ("unit_span", "end", 5, None)
     assert end.at >= begin.at and end.seconds == pytest.approx(end.at - begin.at, abs=1e-6)
 
@@ -57,6 +62,7 @@ def test_a_mark_is_heard_with_its_arguments(heard):
 
 def test_the_runtimes_own_points_are_heard_under_their_names(heard):
     """estep.shard_result reports the per-shard compute under the names POINTS lists."""
+
     class Model:
         def seq_log_density(self, x):
             return x
@@ -98,9 +104,16 @@ def test_a_listener_that_raises_is_removed_and_logged_and_the_call_goes_on(heard
     with caplog.at_level(logging.WARNING, logger="mixle_mpi.probes"):
         assert add(4) == 4  # the call's own result, whatever its listeners did
     assert broken not in probes.LISTENERS
-    assert [(e.name, e.phase) for e in heard] == [("unit_span", "begin"), ("unit_span", "end")]  # others still hear
+    assert [(e.name, e.phase) for e in heard] == [
+        ("unit_span", "begin"),
+        ("unit_span", "end"),
+    ]  # others still hear
     warned = [r.getMessage() for r in caplog.records]
-    assert len(warned) == 1 and "'unit_span' (begin)" in warned[0] and "RuntimeError: listener bug" in warned[0]
+    assert (
+        len(warned) == 1
+        and "'unit_span' (begin)" in warned[0]
+        and "RuntimeError: listener bug" in warned[0]
+    )
 
 
 def test_a_decorated_function_keeps_its_name_and_signature():
@@ -114,9 +127,13 @@ def test_every_probe_in_the_package_is_listed_in_points():
     used = set()
     for path in PKG.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in ("spanned", "mark") and node.args
-                    and isinstance(node.args[0], ast.Constant)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("spanned", "mark")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
                 used.add(node.args[0].value)
     assert used == set(probes.POINTS)
     guide = (PKG.parent / "docs" / "developer.md").read_text()

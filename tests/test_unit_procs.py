@@ -63,7 +63,10 @@ def test_a_reused_pid_is_never_signalled_and_the_refusal_is_logged(caplog):
         with caplog.at_level(logging.WARNING, logger="mixle_mpi.procs"):
             assert procs.kill_same(named, signal.SIGKILL, why="a test") is False
         assert unrelated.poll() is None  # untouched
-        assert any("now names another process" in r.getMessage() and "a test" in r.getMessage() for r in caplog.records)
+        assert any(
+            "now names another process" in r.getMessage() and "a test" in r.getMessage()
+            for r in caplog.records
+        )
         assert not procs.running(named) and procs.running(procs.identity(unrelated.pid))
     finally:
         unrelated.kill()
@@ -88,8 +91,16 @@ def test_another_users_process_is_never_signalled_even_by_root(caplog):
 def test_identity_is_the_same_text_in_every_process_of_the_host():
     """The driver reads a worker's identity from the worker's own report: both must compute
     the same text for one process."""
-    out = subprocess.run([sys.executable, "-c", "import os; from mixle_mpi.core import procs; "
-                          f"print(procs.identity({os.getpid()})[1])"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import os; from mixle_mpi.core import procs; print(procs.identity({os.getpid()})[1])",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == procs.identity(os.getpid())[1]
 
 
@@ -104,7 +115,11 @@ def test_gone_states_are_one_set():
     assert procs.state(child.pid) in procs.GONE and procs.gone(child.pid)
     assert procs.not_reaped(ident) and not procs.running(ident)
     child.wait()
-    assert procs.gone(child.pid) and procs.identity(child.pid) is None and procs.kill_same(ident) is None
+    assert (
+        procs.gone(child.pid)
+        and procs.identity(child.pid) is None
+        and procs.kill_same(ident) is None
+    )
 
 
 def _row(pid, ppid, argv, rank=None):
@@ -116,15 +131,18 @@ def test_a_rank_is_found_whatever_runs_it():
     """``run -- ./fit.py`` (a shebang: the command line is the interpreter's), a compiled
     program, a user's shell wrapper and mixle_mpi's own rank wrapper (and its forked
     subshell): the rank is the innermost process with the rank number (pure)."""
-    rows = {r.pid: r for r in [
-        _row(10, 1, ["mpiexec", "-n", "4", "./fit.py"]),
-        _row(11, 10, ["/usr/bin/python3.11", "./fit.py"], rank=0),              # shebang script
-        _row(12, 10, ["./a.out"], rank=1),                                       # no interpreter at all
-        _row(13, 10, ["bash", "./fit.sh"], rank=2),                              # a user's wrapper ...
-        _row(14, 13, ["pypy3", "fit.py"], rank=2),                               # ... and its rank
-        _row(15, 10, ["sh", "/x/rankwrap.sh", "fit"], rank=3),                   # our MPICH wrapper
-        _row(16, 15, ["sh", "/x/rankwrap.sh", "fit"], rank=3),                   # its subshell, forked
-    ]}
+    rows = {
+        r.pid: r
+        for r in [
+            _row(10, 1, ["mpiexec", "-n", "4", "./fit.py"]),
+            _row(11, 10, ["/usr/bin/python3.11", "./fit.py"], rank=0),  # shebang script
+            _row(12, 10, ["./a.out"], rank=1),  # no interpreter at all
+            _row(13, 10, ["bash", "./fit.sh"], rank=2),  # a user's wrapper ...
+            _row(14, 13, ["pypy3", "fit.py"], rank=2),  # ... and its rank
+            _row(15, 10, ["sh", "/x/rankwrap.sh", "fit"], rank=3),  # our MPICH wrapper
+            _row(16, 15, ["sh", "/x/rankwrap.sh", "fit"], rank=3),  # its subshell, forked
+        ]
+    }
     assert ranks.rank_processes(rows, rows) == [11, 12, 14]  # rank 3 has no process of its own yet
     rows[17] = _row(17, 16, ["fit"], rank=3)
     assert ranks.rank_processes(rows, rows) == [11, 12, 14, 17]
@@ -138,7 +156,9 @@ def test_the_launcher_sees_a_shebang_script_rank_by_its_tag(tmp_path):
     script.chmod(0o755)
     env = {**os.environ, TAG_ENV: "tag-shebang", "PMI_RANK": "1"}
     direct = subprocess.Popen([str(script)], env=env)
-    wrapped = subprocess.Popen(["sh", "-c", textwrap.dedent(f"{script}; true")], env={**env, "PMI_RANK": "2"})
+    wrapped = subprocess.Popen(
+        ["sh", "-c", textwrap.dedent(f"{script}; true")], env={**env, "PMI_RANK": "2"}
+    )
     try:
         end = time.monotonic() + 30
         while time.monotonic() < end:

@@ -9,10 +9,18 @@ from mixle_mpi.policy.rebalance_plan import GAIN, ROUNDS, Rebalancer, moves, rou
 
 def test_the_target_gives_shards_in_proportion_to_speed_and_keeps_one_each():
     assert target(12, {1: 1.0, 2: 1.0, 3: 1.0}) == {1: 4, 2: 4, 3: 4}
-    assert target(12, {1: 1.0, 2: 1.0, 3: 4.0}) == {1: 6, 2: 5, 3: 1}  # ends at 6, not 8 with {5, 5, 2}
+    assert target(12, {1: 1.0, 2: 1.0, 3: 4.0}) == {
+        1: 6,
+        2: 5,
+        3: 1,
+    }  # ends at 6, not 8 with {5, 5, 2}
     assert target(13, {1: 1.0, 2: 1.0, 3: 2.0}) == {1: 6, 2: 5, 3: 2}
     assert target(12, {1: 1.0, 2: 1.0, 3: 100.0}) == {1: 6, 2: 5, 3: 1}
-    assert target(2, {1: 1.0, 2: 1.0, 3: 1.0}) == {1: 1, 2: 1, 3: 1}  # fewer shards than workers: one each
+    assert target(2, {1: 1.0, 2: 1.0, 3: 1.0}) == {
+        1: 1,
+        2: 1,
+        3: 1,
+    }  # fewer shards than workers: one each
 
 
 def test_the_target_ends_a_round_no_later_than_any_other_placement():
@@ -68,7 +76,7 @@ def test_paces_within_the_spread_count_as_equal_so_a_shared_core_moves_nothing_b
     r = Rebalancer(rounds=1)
     owners = {1: [0, 3, 6, 9], 2: [1, 4, 7, 10], 3: [2, 5, 8, 11]}
     shared = {1: 0.010, 2: 0.019, 3: 0.010}  # three ranks on two cores: one looks slower
-    assert r.plan(owners, shared) != {}           # by the paces alone, shards would move
+    assert r.plan(owners, shared) != {}  # by the paces alone, shards would move
     assert r.plan(owners, shared, spread=2.0) == {}
     uneven = {1: [0, 3, 6, 9, 2, 5, 13], 2: [1, 4, 7, 10, 8, 11, 14], 3: [12]}
     back = r.plan(uneven, {1: 0.01, 2: 0.01, 3: 0.018}, spread=2.0)  # recovered, within the spread

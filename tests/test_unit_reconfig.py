@@ -8,9 +8,24 @@ import random
 import pytest
 
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.policy.reconfig_plan import (AUTO, EMULATED, KEEP, ULFM, blacklist_cause, choose_method, detach_from_pmix,
-                                       migration, renumber, replacement_command, requested_method, shrink_method,
-                                       shrink_needed, spawn_timeout_is_fatal, spawn_unavailable, srun_plugin)
+from mixle_mpi.policy.reconfig_plan import (
+    AUTO,
+    EMULATED,
+    KEEP,
+    ULFM,
+    blacklist_cause,
+    choose_method,
+    detach_from_pmix,
+    migration,
+    renumber,
+    replacement_command,
+    requested_method,
+    shrink_method,
+    shrink_needed,
+    spawn_timeout_is_fatal,
+    spawn_unavailable,
+    srun_plugin,
+)
 
 
 def test_only_a_failure_of_an_original_rank_shrinks():
@@ -18,14 +33,17 @@ def test_only_a_failure_of_an_original_rank_shrinks():
     assert shrink_needed([3], original) and not shrink_needed([2], original)
 
 
-@pytest.mark.parametrize("configured, started, reported, method, fallback", [
-    (ULFM, True, True, ULFM, False),
-    (ULFM, True, False, EMULATED, True),    # ULFM would wait for good for a fenced, live rank
-    (ULFM, False, True, EMULATED, True),    # a death inside the startup collectives
-    (EMULATED, True, True, EMULATED, False),
-    (KEEP, True, True, KEEP, False),
-    (KEEP, False, False, KEEP, False),      # keeping needs no collective, even while the job starts
-])
+@pytest.mark.parametrize(
+    "configured, started, reported, method, fallback",
+    [
+        (ULFM, True, True, ULFM, False),
+        (ULFM, True, False, EMULATED, True),  # ULFM would wait for good for a fenced, live rank
+        (ULFM, False, True, EMULATED, True),  # a death inside the startup collectives
+        (EMULATED, True, True, EMULATED, False),
+        (KEEP, True, True, KEEP, False),
+        (KEEP, False, False, KEEP, False),  # keeping needs no collective, even while the job starts
+    ],
+)
 def test_shrink_method(configured, started, reported, method, fallback):
     got, why = shrink_method(configured, started, reported)
     assert got == method and (why is not None) == fallback
@@ -79,7 +97,9 @@ def _failed(membership, *workers):
 
 def test_an_original_rank_below_max_retries_shrinks_then_respawns():
     m = Membership([1, 2, 3], max_retries=2)
-    actions = reconfig_plan.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3}, m, can_spawn=True, respawn_setting=True)
+    actions = reconfig_plan.plan(
+        _failed(m, 2), {1: 1, 2: 2, 3: 3}, m, can_spawn=True, respawn_setting=True
+    )
     assert actions == [reconfig_plan.ShrinkComm(), reconfig_plan.Respawn(2)]
 
 
@@ -87,18 +107,30 @@ def test_a_respawned_worker_failing_again_is_respawned_without_a_shrink():
     m = Membership([1, 2, 3], max_retries=3)
     _failed(m, 2)
     m.revive(2)
-    actions = reconfig_plan.plan(_failed(m, 2), {1: 1, 3: 2}, m, can_spawn=True, respawn_setting=True)
+    actions = reconfig_plan.plan(
+        _failed(m, 2), {1: 1, 3: 2}, m, can_spawn=True, respawn_setting=True
+    )
     assert actions == [reconfig_plan.Respawn(2)]
 
 
 def test_max_retries_and_no_spawn_blacklist_with_their_causes():
     m = Membership([1, 2, 3], max_retries=1)
-    actions = reconfig_plan.plan(_failed(m, 1, 3), {1: 1, 2: 2, 3: 3}, m, can_spawn=True, respawn_setting=True)
-    assert actions == [reconfig_plan.ShrinkComm(), reconfig_plan.Blacklist(1, "max_retries=1 reached"),
-                       reconfig_plan.Blacklist(3, "max_retries=1 reached")]
+    actions = reconfig_plan.plan(
+        _failed(m, 1, 3), {1: 1, 2: 2, 3: 3}, m, can_spawn=True, respawn_setting=True
+    )
+    assert actions == [
+        reconfig_plan.ShrinkComm(),
+        reconfig_plan.Blacklist(1, "max_retries=1 reached"),
+        reconfig_plan.Blacklist(3, "max_retries=1 reached"),
+    ]
     m = Membership([1, 2, 3], max_retries=3)
-    actions = reconfig_plan.plan(_failed(m, 3), {1: 1, 2: 2, 3: 3}, m, can_spawn=False, respawn_setting=False)
-    assert actions == [reconfig_plan.ShrinkComm(), reconfig_plan.Blacklist(3, blacklist_cause(1, 3, False))]
+    actions = reconfig_plan.plan(
+        _failed(m, 3), {1: 1, 2: 2, 3: 3}, m, can_spawn=False, respawn_setting=False
+    )
+    assert actions == [
+        reconfig_plan.ShrinkComm(),
+        reconfig_plan.Blacklist(3, blacklist_cause(1, 3, False)),
+    ]
     assert reconfig_plan.respawn_failed(m, 3, True).cause.startswith("respawn unavailable")
 
 
@@ -115,32 +147,54 @@ def test_a_spare_adopts_the_failed_place_before_any_respawn_and_without_spawn():
     owners = {1: [0, 2], 2: [1, 3], 3: [], 4: []}
     m = Membership([1, 2, 3, 4], max_retries=2)
     assert reconfig_plan.idle_places(owners, m.live()) == [3, 4]
-    actions = reconfig_plan.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3, 4: 4}, m, can_spawn=False, respawn_setting=True,
-                            owners=owners, spares=[3, 4])
+    actions = reconfig_plan.plan(
+        _failed(m, 2),
+        {1: 1, 2: 2, 3: 3, 4: 4},
+        m,
+        can_spawn=False,
+        respawn_setting=True,
+        owners=owners,
+        spares=[3, 4],
+    )
     assert actions == [reconfig_plan.ShrinkComm(), reconfig_plan.Adopt(2, 3)]
 
 
 def test_when_spares_run_out_respawn_or_migration_takes_over():
     owners = {1: [0], 2: [1], 3: [2], 4: []}
     m = Membership([1, 2, 3, 4], max_retries=2)
-    both = reconfig_plan.plan(_failed(m, 1, 2), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[4])
+    both = reconfig_plan.plan(
+        _failed(m, 1, 2), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[4]
+    )
     assert both == [reconfig_plan.Adopt(1, 4), reconfig_plan.Respawn(2)]
     m = Membership([1, 2, 3, 4], max_retries=2)
-    nospawn = reconfig_plan.plan(_failed(m, 1, 2), {}, m, can_spawn=False, respawn_setting=False, owners=owners, spares=[4])
-    assert nospawn == [reconfig_plan.Adopt(1, 4), reconfig_plan.Blacklist(2, blacklist_cause(1, 2, False))]
+    nospawn = reconfig_plan.plan(
+        _failed(m, 1, 2), {}, m, can_spawn=False, respawn_setting=False, owners=owners, spares=[4]
+    )
+    assert nospawn == [
+        reconfig_plan.Adopt(1, 4),
+        reconfig_plan.Blacklist(2, blacklist_cause(1, 2, False)),
+    ]
 
 
 def test_a_failed_spare_is_given_up_and_max_retries_still_blacklists():
     owners = {1: [0], 2: [1], 3: []}
     m = Membership([1, 2, 3], max_retries=1)
-    actions = reconfig_plan.plan(_failed(m, 3), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[3])
+    actions = reconfig_plan.plan(
+        _failed(m, 3), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[3]
+    )
     assert actions == [reconfig_plan.Blacklist(3, "max_retries=1 reached")]
     m = Membership([1, 2, 3], max_retries=2)
-    actions = reconfig_plan.plan(_failed(m, 3), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[3])
+    actions = reconfig_plan.plan(
+        _failed(m, 3), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[3]
+    )
     assert actions == [reconfig_plan.Blacklist(3, reconfig_plan.SPARE_LOST)]
     m = Membership([1, 2, 3], max_retries=1)
-    actions = reconfig_plan.plan(_failed(m, 1), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[3])
-    assert actions == [reconfig_plan.Blacklist(1, "max_retries=1 reached")]  # its shards then migrate (to the spare)
+    actions = reconfig_plan.plan(
+        _failed(m, 1), {}, m, can_spawn=True, respawn_setting=True, owners=owners, spares=[3]
+    )
+    assert actions == [
+        reconfig_plan.Blacklist(1, "max_retries=1 reached")
+    ]  # its shards then migrate (to the spare)
 
 
 def test_a_retired_spare_leaves_the_membership():
@@ -150,19 +204,26 @@ def test_a_retired_spare_leaves_the_membership():
 
 
 # -- the three ways to continue: which one, where ------------------------------------------
-@pytest.mark.parametrize("ulfm, group, method", [
-    (True, True, ULFM),        # mpiexec --with-ft ulfm (Open MPI)
-    (False, True, EMULATED),   # MPICH (mpiexec or srun --mpi=pmi2), Open MPI mpiexec without ULFM
-    (False, False, KEEP),      # Open MPI under srun --mpi=pmix: no PMIx groups in SLURM's plugin
-    (True, False, ULFM),
-])
+@pytest.mark.parametrize(
+    "ulfm, group, method",
+    [
+        (True, True, ULFM),  # mpiexec --with-ft ulfm (Open MPI)
+        (
+            False,
+            True,
+            EMULATED,
+        ),  # MPICH (mpiexec or srun --mpi=pmi2), Open MPI mpiexec without ULFM
+        (False, False, KEEP),  # Open MPI under srun --mpi=pmix: no PMIx groups in SLURM's plugin
+        (True, False, ULFM),
+    ],
+)
 def test_choose_method_prefers_ulfm_then_the_emulation_then_keep(ulfm, group, method):
     got, why = choose_method(AUTO, ulfm, group)
     assert got == method and why
 
 
 def test_a_requested_method_is_used_only_where_it_works():
-    assert choose_method(KEEP, True, True)[0] == KEEP      # keep always works
+    assert choose_method(KEEP, True, True)[0] == KEEP  # keep always works
     assert choose_method(EMULATED, True, True)[0] == EMULATED
     with pytest.raises(ConfigError, match="MIXLE_MPI_CONTINUATION=emulated.*does not work"):
         choose_method(EMULATED, False, False)
@@ -171,20 +232,47 @@ def test_a_requested_method_is_used_only_where_it_works():
 
 
 def test_requested_method_from_the_environment():
-    assert requested_method({}) == AUTO and requested_method({"MIXLE_MPI_CONTINUATION": " Keep "}) == KEEP
+    assert (
+        requested_method({}) == AUTO
+        and requested_method({"MIXLE_MPI_CONTINUATION": " Keep "}) == KEEP
+    )
     with pytest.raises(ConfigError, match="valid values are auto, ulfm, emulated, keep"):
         requested_method({"MIXLE_MPI_CONTINUATION": "shrink"})
 
 
-@pytest.mark.parametrize("env, plugin", [
-    ({"PMIX_NAMESPACE": "slurm.pmix.13.0", "SLURM_MPI_TYPE": "pmix", "SLURM_STEP_ID": "0"}, "pmix"),
-    ({"PMI_JOBID": "9.0", "PMI_RANK": "0", "SLURM_MPI_TYPE": "pmi2", "SLURM_STEP_ID": "0"}, "pmi2"),
-    ({"PMIX_NAMESPACE": "prterun-vm-17627@1", "SLURM_JOB_ID": "7"}, None),   # Open MPI mpiexec in an allocation
-    ({"PMI_RANK": "0", "PMI_FD": "9", "PMI_HOSTNAME": "vm", "SLURM_JOB_ID": "7"}, None),  # MPICH's Hydra
-    ({"PMI_RANK": "0", "PMI_FD": "5", "PMI_HOSTNAME": "vm", "PMI_JOBID": "21.0", "SLURM_MPI_TYPE": "pmi2",
-      "SLURM_STEP_ID": "0"}, None),  # Hydra in an allocation whose MpiDefault is pmi2: its proxies ran under srun
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "env, plugin",
+    [
+        (
+            {"PMIX_NAMESPACE": "slurm.pmix.13.0", "SLURM_MPI_TYPE": "pmix", "SLURM_STEP_ID": "0"},
+            "pmix",
+        ),
+        (
+            {"PMI_JOBID": "9.0", "PMI_RANK": "0", "SLURM_MPI_TYPE": "pmi2", "SLURM_STEP_ID": "0"},
+            "pmi2",
+        ),
+        (
+            {"PMIX_NAMESPACE": "prterun-vm-17627@1", "SLURM_JOB_ID": "7"},
+            None,
+        ),  # Open MPI mpiexec in an allocation
+        (
+            {"PMI_RANK": "0", "PMI_FD": "9", "PMI_HOSTNAME": "vm", "SLURM_JOB_ID": "7"},
+            None,
+        ),  # MPICH's Hydra
+        (
+            {
+                "PMI_RANK": "0",
+                "PMI_FD": "5",
+                "PMI_HOSTNAME": "vm",
+                "PMI_JOBID": "21.0",
+                "SLURM_MPI_TYPE": "pmi2",
+                "SLURM_STEP_ID": "0",
+            },
+            None,
+        ),  # Hydra in an allocation whose MpiDefault is pmi2: its proxies ran under srun
+        ({}, None),
+    ],
+)
 def test_srun_direct_launch_is_told_from_the_environment(env, plugin):
     assert srun_plugin(env) == plugin
 
@@ -199,36 +287,58 @@ def test_only_open_mpi_under_srun_pmix_leaves_pmix_and_srun_never_spawns():
 def test_a_replacement_starts_by_the_fast_entry_unless_it_must_unpickle_the_users_script():
     full, fast = ["python", "script.py"], ["python", "-m", "mixle_mpi.runtime.spawned"]
     assert replacement_command(full, fast, (b"encoder", b"model")) == fast
-    assert replacement_command(full, fast, (b"encoder", b"c__main__\nMyModel")) == full  # only the script defines it
+    assert (
+        replacement_command(full, fast, (b"encoder", b"c__main__\nMyModel")) == full
+    )  # only the script defines it
     assert replacement_command(full, None, (b"encoder", b"model")) == full
 
 
 def test_keep_drops_the_dead_original_ranks_without_a_shrink_or_renumbering():
     m = Membership([1, 2, 3], max_retries=2)
-    actions = reconfig_plan.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3}, m, can_spawn=False, respawn_setting=True,
-                            method=KEEP)
-    assert actions == [reconfig_plan.KeepComm((2,)), reconfig_plan.Blacklist(2, blacklist_cause(1, 2, True))]
+    actions = reconfig_plan.plan(
+        _failed(m, 2), {1: 1, 2: 2, 3: 3}, m, can_spawn=False, respawn_setting=True, method=KEEP
+    )
+    assert actions == [
+        reconfig_plan.KeepComm((2,)),
+        reconfig_plan.Blacklist(2, blacklist_cause(1, 2, True)),
+    ]
     assert not any(isinstance(a, reconfig_plan.ShrinkComm) for a in actions)
 
 
 def test_keep_ignores_a_respawned_worker_and_still_respawns_where_spawn_works():
     m = Membership([1, 2, 3], max_retries=3)
     _failed(m, 2)
-    m.revive(2)                                   # worker 2 now lives in its own intercommunicator
-    actions = reconfig_plan.plan(_failed(m, 2, 3), {1: 1, 3: 3}, m, can_spawn=True, respawn_setting=True, method=KEEP)
-    assert actions == [reconfig_plan.KeepComm((3,)), reconfig_plan.Respawn(2), reconfig_plan.Respawn(3)]
+    m.revive(2)  # worker 2 now lives in its own intercommunicator
+    actions = reconfig_plan.plan(
+        _failed(m, 2, 3), {1: 1, 3: 3}, m, can_spawn=True, respawn_setting=True, method=KEEP
+    )
+    assert actions == [
+        reconfig_plan.KeepComm((3,)),
+        reconfig_plan.Respawn(2),
+        reconfig_plan.Respawn(3),
+    ]
 
 
 def test_under_keep_a_spare_adopts_the_dead_rank_place_without_spawn():
     """srun: no Spawn, no shrink; the spare (an original rank) takes the place and keeps its rank."""
     owners = {1: [0, 2], 2: [1, 3], 3: []}
     m = Membership([1, 2, 3], max_retries=2)
-    actions = reconfig_plan.plan(_failed(m, 2), {1: 1, 2: 2, 3: 3}, m, can_spawn=False, respawn_setting=True,
-                            owners=owners, spares=[3], method=KEEP)
+    actions = reconfig_plan.plan(
+        _failed(m, 2),
+        {1: 1, 2: 2, 3: 3},
+        m,
+        can_spawn=False,
+        respawn_setting=True,
+        owners=owners,
+        spares=[3],
+        method=KEEP,
+    )
     assert actions == [reconfig_plan.KeepComm((2,)), reconfig_plan.Adopt(2, 3)]
 
 
-def reference_plan(failed, original, membership, can_spawn, respawn_setting, owners=None, spares=()):
+def reference_plan(
+    failed, original, membership, can_spawn, respawn_setting, owners=None, spares=()
+):
     """reconfig_plan.plan as it was, with a list scan for the spare pool."""
     failed = sorted(failed)
     pool = [s for s in sorted(spares) if s not in failed]
@@ -244,7 +354,11 @@ def reference_plan(failed, original, membership, can_spawn, respawn_setting, own
             actions.append(reconfig_plan.Respawn(w))
         else:
             later.append(reconfig_plan.blacklisting(membership, w, respawn_setting))
-    return actions + later + [reconfig_plan.blacklisting(membership, w, respawn_setting) for w in decision.blacklist]
+    return (
+        actions
+        + later
+        + [reconfig_plan.blacklisting(membership, w, respawn_setting) for w in decision.blacklist]
+    )
 
 
 def test_plan_is_the_reference_on_random_failures_and_spares():
@@ -262,13 +376,16 @@ def test_plan_is_the_reference_on_random_failures_and_spares():
         original = {w: w for w in ids if rng.random() < 0.5}
         for can_spawn, setting in ((True, True), (False, True), (False, False)):
             args = (failed, original, m, can_spawn, setting)
-            assert reconfig_plan.plan(*args, owners, spares) == reference_plan(*args, owners, spares)
+            assert reconfig_plan.plan(*args, owners, spares) == reference_plan(
+                *args, owners, spares
+            )
             assert reconfig_plan.plan(*args) == reference_plan(*args)
 
 
 def reference_migration(owners, blacklisted, live):
     """reconfig_plan.migration as it was (a scan of every place, sorted candidates)."""
     from mixle_mpi.policy.placement import spread
+
     gone = set(blacklisted)
     homeless = sorted(s for w, ss in owners.items() if w in gone for s in ss)
     new = {w: ([] if w in gone else sorted(ss)) for w, ss in owners.items()}

@@ -21,7 +21,8 @@ def _source() -> str:
 def test_the_committed_reference_is_the_generated_one():
     committed = (ROOT / reference.REFERENCE_PATH).read_text()
     assert committed == reference.render(), (
-        "docs/reference.md is out of date: run .venv/bin/python -m mixle_mpi.cli.reference --write")
+        "docs/reference.md is out of date: run .venv/bin/python -m mixle_mpi.cli.reference --write"
+    )
 
 
 def test_every_emitted_event_is_documented_and_every_documented_one_is_emitted():
@@ -38,6 +39,11 @@ def test_every_environment_variable_the_package_reads_is_documented():
     found = set(re.findall(r"MIXLE_MPI_[A-Z_]*[A-Z]", source))
     settings = {ENV_PREFIX + f.name.upper() for f in fields(Settings)}
     documented = settings | set(reference.ENVIRONMENT) | set(reference.launcher_set())
-    prefixes = {"MIXLE_MPI_DRIVER_PID", "MIXLE_MPI_INIT_BEGUN"}  # prose naming a contract file's variable
+    prefixes = {
+        "MIXLE_MPI_DRIVER_PID",
+        "MIXLE_MPI_INIT_BEGUN",
+    }  # prose naming a contract file's variable
     assert found - documented - prefixes == set()
-    assert set(reference.ENVIRONMENT) <= found, "reference.ENVIRONMENT names a variable nothing reads"
+    assert set(reference.ENVIRONMENT) <= found, (
+        "reference.ENVIRONMENT names a variable nothing reads"
+    )

@@ -18,11 +18,11 @@ def test_a_result_counts_once_and_only_from_its_live_assignee():
     rs = RoundState(2)
     rs.sent(1, 0, [0, 1])
     live = {1: 0, 2: 0}
-    assert not rs.accept(2, 0, 0, live)           # not its shard
-    assert not rs.accept(1, 1, 0, live)           # another incarnation of the place
+    assert not rs.accept(2, 0, 0, live)  # not its shard
+    assert not rs.accept(1, 1, 0, live)  # another incarnation of the place
     assert rs.accept(1, 0, 0, live)
-    assert not rs.accept(1, 0, 0, live)           # a duplicate
-    assert not rs.accept(1, 0, 1, {2: 0})         # worker 1 failed: its late reply is dropped
+    assert not rs.accept(1, 0, 0, live)  # a duplicate
+    assert not rs.accept(1, 0, 1, {2: 0})  # worker 1 failed: its late reply is dropped
     assert rs.orphans({2: 0}) == [1]
 
 
@@ -33,7 +33,7 @@ def test_orphans_go_to_survivors_and_a_recomputed_result_replaces_nothing():
         rs.sent(w, 0, sids)
     assert rs.accept(1, 0, 0, {1: 0, 2: 0})
     assert isinstance(rs.next_step(owners, {1: 0, 2: 0}), Wait)
-    step = rs.next_step(owners, {2: 0})           # worker 1 died holding shard 2
+    step = rs.next_step(owners, {2: 0})  # worker 1 died holding shard 2
     assert step == Recover({2: [2]})
     rs.sent(2, 0, [2], recovery=True)
     for s in (1, 2, 3):
@@ -46,9 +46,9 @@ def test_no_live_worker_asks_for_workers_and_a_replacement_process_gets_the_orph
     rs = RoundState(2)
     rs.sent(1, 0, [0, 1])
     assert rs.next_step({1: [0, 1]}, {}) == NeedWorkers([0, 1])
-    step = rs.next_step({1: [0, 1]}, {1: 1})      # respawned: incarnation 1 holds the place now
+    step = rs.next_step({1: [0, 1]}, {1: 1})  # respawned: incarnation 1 holds the place now
     assert step == Recover({1: [0, 1]})
-    assert not rs.accept(1, 0, 0, {1: 1})          # the dead incarnation's reply
+    assert not rs.accept(1, 0, 0, {1: 1})  # the dead incarnation's reply
 
 
 def simulate_round(seed: int, ahead: float, speculate: float = 0.0) -> RoundState:
@@ -156,8 +156,14 @@ def test_indexed_orphans_are_the_full_scan_on_random_event_sequences():
         rng = random.Random(seed)
         workers = list(range(1, rng.randint(2, 7)))
         shards = rng.randint(0, 25)
-        preloaded = frozenset(rng.sample(range(shards + 2), rng.randint(0, 2))) if rng.random() < 0.3 else frozenset()
-        owners = {w: [s for s in range(shards) if s % len(workers) == i] for i, w in enumerate(workers)}
+        preloaded = (
+            frozenset(rng.sample(range(shards + 2), rng.randint(0, 2)))
+            if rng.random() < 0.3
+            else frozenset()
+        )
+        owners = {
+            w: [s for s in range(shards) if s % len(workers) == i] for i, w in enumerate(workers)
+        }
         live = {w: 0 for w in workers}
         new, ref = RoundState(shards, preloaded), ReferenceRoundState(shards, preloaded)
         if rng.random() < 0.5:  # the driver's first dispatch, or none and recovery of everything
@@ -181,7 +187,11 @@ def test_indexed_orphans_are_the_full_scan_on_random_event_sequences():
             elif r < 0.7:  # a reply from anyone
                 if new.assigned and rng.random() < 0.8:
                     s = rng.choice(sorted(new.assigned))
-                    w, inc = new.assigned[s] if rng.random() < 0.8 else (rng.choice(workers), rng.randint(0, 2))
+                    w, inc = (
+                        new.assigned[s]
+                        if rng.random() < 0.8
+                        else (rng.choice(workers), rng.randint(0, 2))
+                    )
                 else:
                     s, w, inc = rng.randrange(shards + 2), rng.choice(workers), rng.randint(0, 2)
                 assert new.accept(w, inc, s, live) == ref.accept(w, inc, s, live), seed
@@ -194,7 +204,11 @@ def test_indexed_orphans_are_the_full_scan_on_random_event_sequences():
                         new.sent(w, live[w], sids, True)
                         ref.sent(w, live[w], sids, True)
             assert (new.assigned, new.accepted, new.recomputed, new.done()) == (
-                ref.assigned, ref.accepted, ref.recomputed, ref.done()), seed
+                ref.assigned,
+                ref.accepted,
+                ref.recomputed,
+                ref.done(),
+            ), seed
         assert new.orphans(live) == ref.orphans(live) and new.reused == ref.reused, seed
 
 
@@ -246,18 +260,18 @@ def test_a_payload_sent_ahead_is_folded_once_from_its_live_assignee_and_never_ag
     state.sent(1, 0, [0])
     state.sent(2, 0, [1])
     live = {1: 0, 2: 0}
-    assert not state.take_stats(2, 0, 0, live)          # not its shard
-    assert not state.take_stats(1, 1, 0, live)          # another incarnation of the place
-    assert not state.take_stats(1, 0, 0, {2: 0})        # worker 1 is known dead
+    assert not state.take_stats(2, 0, 0, live)  # not its shard
+    assert not state.take_stats(1, 1, 0, live)  # another incarnation of the place
+    assert not state.take_stats(1, 0, 0, {2: 0})  # worker 1 is known dead
     assert state.take_stats(1, 0, 0, live)
-    assert not state.take_stats(1, 0, 0, live)          # a duplicate
-    assert not state.accepted                           # the scores are still to come
-    del live[1]                                         # worker 1 dies before its result
+    assert not state.take_stats(1, 0, 0, live)  # a duplicate
+    assert not state.accepted  # the scores are still to come
+    del live[1]  # worker 1 dies before its result
     assert state.next_step({2: [1]}, live) == Recover({2: [0]})
     state.sent(2, 0, [0], recovery=True)
-    assert not state.take_stats(2, 0, 0, live)          # the recomputation's payload: folded already
-    assert state.accept(2, 0, 0, live)                  # its scores count
-    assert not state.fold_once(0)                       # and its payload is not folded again
+    assert not state.take_stats(2, 0, 0, live)  # the recomputation's payload: folded already
+    assert state.accept(2, 0, 0, live)  # its scores count
+    assert not state.fold_once(0)  # and its payload is not folded again
     assert state.take_stats(2, 0, 1, live) and state.accept(2, 0, 1, live)
     assert not state.fold_once(1)
     assert state.done() and state.folded == {0, 1}
@@ -274,7 +288,10 @@ def test_random_event_orders_with_speculative_copies_fold_each_shard_once():
     """Copies of outstanding shards sent to any live process at random moments, besides
     failures, respawns, duplicates and payloads ahead: still one accepted reply and one fold
     per shard, each from a live process that computes it, and every round ends."""
-    won = sum(len(simulate_round(seed, ahead=0.3 if seed % 2 else 0.0, speculate=0.15).won) for seed in range(2000))
+    won = sum(
+        len(simulate_round(seed, ahead=0.3 if seed % 2 else 0.0, speculate=0.15).won)
+        for seed in range(2000)
+    )
     assert won > 500  # the copies did win, often
 
 
@@ -285,13 +302,16 @@ def test_a_copy_wins_once_and_a_shard_is_an_orphan_only_when_no_holder_lives():
     live = {1: 0, 2: 0, 3: 0}
     assert rs.idle(live) == [3] and rs.outstanding(live) == {1: [0, 1], 2: [2, 3]}
     rs.sent(3, 0, [1, 3], copy=True)
-    assert rs.idle(live) == [] and rs.outstanding(live) == {1: [0, 1], 2: [2, 3]}  # copies are not their own
+    assert rs.idle(live) == [] and rs.outstanding(live) == {
+        1: [0, 1],
+        2: [2, 3],
+    }  # copies are not their own
     assert rs.holders(1) == {(1, 0), (3, 0)}
     assert rs.accept(3, 0, 1, live) and rs.won == {1: (3, 0)}
-    assert not rs.accept(1, 0, 1, live)                 # the straggler's late copy is dropped
-    del live[2]                                          # 2 dies: shard 3 has a live copy, 2 none
+    assert not rs.accept(1, 0, 1, live)  # the straggler's late copy is dropped
+    del live[2]  # 2 dies: shard 3 has a live copy, 2 none
     assert rs.orphans(live) == [2] and rs.assigned[3] == (3, 0)
-    del live[3]                                          # and now the copy's holder too
+    del live[3]  # and now the copy's holder too
     assert rs.orphans(live) == [2, 3]
     assert rs.accept(1, 0, 0, live) and rs.outstanding(live) == {} and rs.idle(live) == [1]
 

@@ -8,8 +8,7 @@ import socket
 
 import pytest
 
-from mixle_mpi.core import rundir
-from mixle_mpi.core import procs
+from mixle_mpi.core import procs, rundir
 from mixle_mpi.runtime import birth
 
 NOBODY = 65534
@@ -50,7 +49,11 @@ def test_the_launchers_folder_is_used_only_if_it_can_be_trusted(tmp_path, monkey
     bad.chmod(0o755)
     monkeypatch.setenv(rundir.RUN_DIR_ENV, str(bad))
     made = rundir.own()  # one of this process's own instead, private and unpredictable
-    assert made != str(bad) and rundir.problem(made) is None and os.path.basename(made).startswith("mixle_mpi_run_")
+    assert (
+        made != str(bad)
+        and rundir.problem(made) is None
+        and os.path.basename(made).startswith("mixle_mpi_run_")
+    )
     assert rundir.own() == made
 
 
@@ -83,7 +86,11 @@ def test_a_birth_record_planted_by_another_user_names_no_process(tmp_path):
     path.write_text(f"{socket.gethostname()} {ident[0]} {ident[1]} {procs.pid_space()}\n")
     assert birth.read(str(path)) is not None  # this user's own: believed
     os.chown(path, NOBODY, NOBODY)
-    assert birth.read(str(path)) is None and birth.identity_here(str(path)) is None and birth.died(str(path)) is None
+    assert (
+        birth.read(str(path)) is None
+        and birth.identity_here(str(path)) is None
+        and birth.died(str(path)) is None
+    )
 
 
 def test_a_record_from_another_pid_space_names_no_process_here(tmp_path):
@@ -111,7 +118,9 @@ def test_a_signal_reaches_only_the_process_that_was_named(tmp_path):
 
     proc = subprocess.Popen(["sleep", "30"])
     ident = procs.identity(proc.pid)
-    assert procs.kill_same((proc.pid, "1"), signal.SIGKILL) is False  # another start time: another process
+    assert (
+        procs.kill_same((proc.pid, "1"), signal.SIGKILL) is False
+    )  # another start time: another process
     assert proc.poll() is None  # untouched
     assert procs.kill_same(ident, signal.SIGKILL) is True
     proc.wait()
@@ -126,12 +135,19 @@ def test_the_launchers_files_are_written_only_into_a_trusted_run_folder(tmp_path
     good.mkdir(mode=0o700)
     assert rundir.write_marker(str(good / "status.json"), {"exit_code": 0})
     assert (good / "status.json").read_text() == '{"exit_code": 0}\n'
-    assert rundir.append_line(str(good / "init_begun.txt"), "1 0 h\n") and rundir.append_line(str(good / "init_begun.txt"), "2 1 h\n")
+    assert rundir.append_line(str(good / "init_begun.txt"), "1 0 h\n") and rundir.append_line(
+        str(good / "init_begun.txt"), "2 1 h\n"
+    )
     assert (good / "init_begun.txt").read_text() == "1 0 h\n2 1 h\n"
-    assert not rundir.write_marker(str(tmp_path / "elsewhere" / "status.json"), {"exit_code": 0})  # another host's
+    assert not rundir.write_marker(
+        str(tmp_path / "elsewhere" / "status.json"), {"exit_code": 0}
+    )  # another host's
     assert not rundir.append_line(str(tmp_path / "elsewhere" / "init_begun.txt"), "x\n")
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    assert not rundir.write_marker(str(shared / "driver.json"), {"pid": 1}) and not (shared / "driver.json").exists()
+    assert (
+        not rundir.write_marker(str(shared / "driver.json"), {"pid": 1})
+        and not (shared / "driver.json").exists()
+    )
     assert not rundir.write_marker(None, {}) and not rundir.append_line("", "x\n")

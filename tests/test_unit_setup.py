@@ -18,7 +18,11 @@ def _readme_commands() -> list[str]:
 def test_ci_runs_exactly_the_readme_test_command():
     demo, tests = _readme_commands()
     assert demo == "bash scripts/setup.sh && .venv/bin/mixle-mpi demo"
-    ci = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line.startswith("bash scripts/setup.sh")]
+    ci = [
+        line
+        for line in (REPO / ".ci" / "run").read_text().splitlines()
+        if line.startswith("bash scripts/setup.sh")
+    ]
     assert ci == [tests] and "--tests" in tests and tests.endswith(".venv/bin/python -m pytest -q")
 
 
@@ -36,8 +40,13 @@ def _setup(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, str
     builder.write_text(f'#!/bin/sh\necho "$*" >> {record}\nexit 1\n')
     for exe in (stub, builder):
         exe.chmod(0o755)
-    proc = subprocess.run(["bash", str(tmp_path / "scripts" / "setup.sh"), *args], capture_output=True, text=True,
-                          timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHON": str(builder)})
+    proc = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "setup.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": str(builder)},
+    )
     return proc, record.read_text() if record.exists() else ""
 
 

@@ -39,7 +39,9 @@ def test_ten_thousand_schedules_fold_exactly_once_with_the_failure_free_bits_and
     finished = [o for o in outcomes if not o.no_workers]
     from mixle_mpi.sim.schedule import Schedule
 
-    assert all(o.rounds_done == Schedule.draw(i).rounds for i, o in enumerate(outcomes) if not o.no_workers)
+    assert all(
+        o.rounds_done == Schedule.draw(i).rounds for i, o in enumerate(outcomes) if not o.no_workers
+    )
     # a job runs out of workers only sometimes (every place past max_retries or unreplaceable)
     assert 0 < len(outcomes) - len(finished) < len(outcomes) // 10
 
@@ -47,18 +49,20 @@ def test_ten_thousand_schedules_fold_exactly_once_with_the_failure_free_bits_and
 def test_the_schedules_exercise_every_recovery_path(outcomes):
     """A simulation that never fails anyone proves nothing: each path runs many times."""
     assert total(outcomes, "failure_detected") > 2000
-    assert total(outcomes, "recovery") > 2000          # orphaned shards recomputed on survivors
-    assert total(outcomes, "respawned") > 300          # replacements that joined in the background
+    assert total(outcomes, "recovery") > 2000  # orphaned shards recomputed on survivors
+    assert total(outcomes, "respawned") > 300  # replacements that joined in the background
     assert total(outcomes, "respawn_started") > total(outcomes, "respawned")  # some died on the way
     assert total(outcomes, "spare_adopted") > 100
     assert total(outcomes, "blacklisted") > 500 and total(outcomes, "migrated") > 500
-    assert total(outcomes, "store_unread") > 500       # a worker could not read its own shards
+    assert total(outcomes, "store_unread") > 500  # a worker could not read its own shards
     assert total(outcomes, "spawn_unavailable") > 20
-    assert sum(o.late for o in outcomes) > 100         # fenced processes answered late: never folded
+    assert sum(o.late for o in outcomes) > 100  # fenced processes answered late: never folded
     assert sum(o.duplicates for o in outcomes) > 1000  # Results delivered twice: folded once
-    assert total(outcomes, "speculated") > 1000        # slow workers' shards copied to idle ones ...
-    assert total(outcomes, "speculation_won") > 500    # ... and the copies won: the first result counts
-    assert total(outcomes, "rebalanced") > 300         # shards moved off a worker that stayed slow
+    assert total(outcomes, "speculated") > 1000  # slow workers' shards copied to idle ones ...
+    assert (
+        total(outcomes, "speculation_won") > 500
+    )  # ... and the copies won: the first result counts
+    assert total(outcomes, "rebalanced") > 300  # shards moved off a worker that stayed slow
 
 
 def test_a_replay_of_a_seed_is_identical():
@@ -69,8 +73,12 @@ def test_a_replay_of_a_seed_is_identical():
 
 
 def test_a_seed_replays_from_the_command_line():
-    out = subprocess.run([sys.executable, "-m", "mixle_mpi.sim", "--seed", "65"], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "mixle_mpi.sim", "--seed", "65"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "Schedule(seed=65" in out.stdout and "Outcome(rounds_done=" in out.stdout
 
@@ -93,7 +101,9 @@ def test_the_simulation_catches_a_round_that_folds_a_shard_twice(monkeypatch):
 
     check, world = _sim()
     monkeypatch.setattr(round_module, "RoundState", FoldsEveryCopy)
-    with pytest.raises(world.Violation, match=r"(?s)folded twice.*replay: python -m mixle_mpi\.sim --seed \d+"):
+    with pytest.raises(
+        world.Violation, match=r"(?s)folded twice.*replay: python -m mixle_mpi\.sim --seed \d+"
+    ):
         check.simulate(range(3000))
 
 
@@ -122,5 +132,9 @@ def test_a_large_job_runs_one_round_with_deaths_and_hangs():
 
     check, _ = _sim()
     faults = [(0.3, 7, "die", 0.0), (0.5, 19, "hang", 5.0), (1.0, 33, "die", 0.0)]
-    out = check.run(Schedule(1, 50, 0, 2000, 1, 3, True, True, False, False, False, 0.0, False, {}, faults))
-    assert out.rounds_done == 1 and out.counts["failure_detected"] >= 3 and out.counts["recovery"] >= 3
+    out = check.run(
+        Schedule(1, 50, 0, 2000, 1, 3, True, True, False, False, False, 0.0, False, {}, faults)
+    )
+    assert (
+        out.rounds_done == 1 and out.counts["failure_detected"] >= 3 and out.counts["recovery"] >= 3
+    )

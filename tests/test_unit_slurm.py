@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from mixle_mpi.cli import commands as cli, collect, slurm
+from mixle_mpi.cli import collect, slurm
+from mixle_mpi.cli import commands as cli
 from mixle_mpi.core import exitcodes, procs
-from mixle_mpi.launch import contract
-from mixle_mpi.runtime import exiting
 from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.launch import contract
 from mixle_mpi.launch.launcher import SRUN, SignalForwarder, build_command, judge
+from mixle_mpi.runtime import exiting
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,17 +39,30 @@ def test_write_golden_writes_every_kind(tmp_path):
 
 
 def _sbatch(text: str) -> list[str]:
-    return [line[len("#SBATCH "):] for line in text.splitlines() if line.startswith("#SBATCH ")]
+    return [line[len("#SBATCH ") :] for line in text.splitlines() if line.startswith("#SBATCH ")]
 
 
 def test_ft_directives():
-    text = slurm.render("ft", job_name="j1", ntasks=6, time="2:00:00", signal_margin=120, max_restarts=5)
-    assert _sbatch(text) == ["--job-name=j1", "--ntasks=6", "--time=2:00:00", "--no-kill", "--requeue",
-                             "--signal=B:USR1@120", "--open-mode=append", "--output=%x-%j.out"]
+    text = slurm.render(
+        "ft", job_name="j1", ntasks=6, time="2:00:00", signal_margin=120, max_restarts=5
+    )
+    assert _sbatch(text) == [
+        "--job-name=j1",
+        "--ntasks=6",
+        "--time=2:00:00",
+        "--no-kill",
+        "--requeue",
+        "--signal=B:USR1@120",
+        "--open-mode=append",
+        "--output=%x-%j.out",
+    ]
     assert text.startswith("#!/bin/bash\n")
     assert "MAX_RESTARTS=5" in text and "RESTARTS=${SLURM_RESTART_COUNT:-0}" in text
     assert '"$PY" -m mixle_mpi run -n "${SLURM_NTASKS:-6}" -- ' in text
-    assert "--with-ft ulfm" in text and "not supported when ranks are launched directly by srun" in text
+    assert (
+        "--with-ft ulfm" in text
+        and "not supported when ranks are launched directly by srun" in text
+    )
     assert 'scontrol requeue "$SLURM_JOB_ID"' in text
 
 
@@ -64,20 +78,31 @@ def test_exit_code_branches_use_the_project_codes():
 def test_srun_kind_launches_with_srun_and_states_the_tradeoffs():
     text = slurm.render("srun")
     assert '"$PY" -m mixle_mpi run --mpi srun -n' in text
-    for phrase in ("heartbeats only", "--kill-on-bad-exit=0 --wait=0", "--mpi=pmi2", "no respawn",
-                   "continuation method \"keep\"", "bit-identical"):
+    for phrase in (
+        "heartbeats only",
+        "--kill-on-bad-exit=0 --wait=0",
+        "--mpi=pmi2",
+        "no respawn",
+        'continuation method "keep"',
+        "bit-identical",
+    ):
         assert phrase in text
 
 
 def test_array_kind_seeds_and_folders_per_task():
     text = slurm.render("array", array="0-15%4", base_seed=100, out_dir="runs")
     assert "--array=0-15%4" in _sbatch(text) and "--output=%x-%A_%a.out" in _sbatch(text)
-    assert "BASE_SEED=100\nSEED=$((BASE_SEED + SLURM_ARRAY_TASK_ID))\nOUT_DIR=runs/task-$SLURM_ARRAY_TASK_ID" in text
+    assert (
+        "BASE_SEED=100\nSEED=$((BASE_SEED + SLURM_ARRAY_TASK_ID))\nOUT_DIR=runs/task-$SLURM_ARRAY_TASK_ID"
+        in text
+    )
     assert '--seed "$SEED"' in text and "mixle_mpi collect" in text
 
 
 def test_options_are_quoted_and_extra_directives_appended():
-    text = slurm.render("ft", python="/opt/my env/bin/python", out_dir="out dir", sbatch=("--partition=debug",))
+    text = slurm.render(
+        "ft", python="/opt/my env/bin/python", out_dir="out dir", sbatch=("--partition=debug",)
+    )
     assert "PY='/opt/my env/bin/python'" in text and "OUT_DIR='out dir'" in text
     assert _sbatch(text)[-1] == "--partition=debug"
 
@@ -94,9 +119,21 @@ def test_render_depends_on_its_arguments_only(monkeypatch, tmp_path):
     opts = {"ntasks": 6, "sbatch": ("--partition=x",)}
     before, defaults = dict(opts), dict(slurm.DEFAULTS)
     custom = slurm.render("ft", **opts)
-    assert "--ntasks=6" in _sbatch(custom) and _sbatch(custom)[-1] == "--partition=x" and custom != golden["ft"]
+    assert (
+        "--ntasks=6" in _sbatch(custom)
+        and _sbatch(custom)[-1] == "--partition=x"
+        and custom != golden["ft"]
+    )
     monkeypatch.chdir(tmp_path)
-    for var in ("SLURM_NTASKS", "SLURM_JOB_ID", "SLURM_ARRAY_TASK_ID", "PY", "OUT_DIR", "SEED", "MIXLE_MPI_WORKDIR"):
+    for var in (
+        "SLURM_NTASKS",
+        "SLURM_JOB_ID",
+        "SLURM_ARRAY_TASK_ID",
+        "PY",
+        "OUT_DIR",
+        "SEED",
+        "MIXLE_MPI_WORKDIR",
+    ):
         monkeypatch.setenv(var, "from-the-environment")
     for kind in slurm.KINDS:
         assert slurm.render(kind) == golden[kind], kind
@@ -104,31 +141,48 @@ def test_render_depends_on_its_arguments_only(monkeypatch, tmp_path):
     assert opts == before and slurm.DEFAULTS == defaults and slurm.DEFAULTS["sbatch"] == ()
 
 
-@pytest.mark.parametrize("limit,seconds", [("90", 5400), ("5:30", 330), ("01:00:00", 3600), ("1-0", 86400),
-                                           ("2-03:04", 183840), ("1-00:00:10", 86410)])
+@pytest.mark.parametrize(
+    "limit,seconds",
+    [
+        ("90", 5400),
+        ("5:30", 330),
+        ("01:00:00", 3600),
+        ("1-0", 86400),
+        ("2-03:04", 183840),
+        ("1-00:00:10", 86410),
+    ],
+)
 def test_time_limit_seconds(limit, seconds):
     assert slurm.time_limit_seconds(limit) == seconds
 
 
 def test_unknown_kind_lists_the_valid_ones():
-    with pytest.raises(ConfigError, match=r"unknown template kind 'mpich'; valid kinds are ft, srun, array"):
+    with pytest.raises(
+        ConfigError, match=r"unknown template kind 'mpich'; valid kinds are ft, srun, array"
+    ):
         slurm.render("mpich")
 
 
-@pytest.mark.parametrize("opts,message", [
-    ({"ntasks": 1}, "ntasks must be an integer >= 2; found 1"),
-    ({"ntasks": "four"}, "ntasks must be an integer >= 2; found 'four'"),
-    ({"ntasks": True}, "ntasks must be an integer >= 2; found True"),
-    ({"time": "1h"}, "time limit '1h' is not a SLURM time"),
-    ({"time": "5", "signal_margin": 300}, r"signal_margin \(300 s\) must be shorter than the time limit '5' \(300 s\)"),
-    ({"signal_margin": 0}, "signal_margin must be an integer between 1 and 65535; found 0"),
-    ({"max_restarts": -1}, "max_restarts must be an integer >= 0; found -1"),
-    ({"job_name": "a b"}, "job_name must be letters"),
-    ({"array": "0-"}, "array must be a SLURM index list"),
-    ({"fit_cmd": "a\nb"}, "fit_cmd must be one non-empty line"),
-    ({"fit_cmd": " "}, "fit_cmd must be one non-empty line"),
-    ({"colour": "red"}, "unknown option.*colour.*valid options are job_name"),
-])
+@pytest.mark.parametrize(
+    "opts,message",
+    [
+        ({"ntasks": 1}, "ntasks must be an integer >= 2; found 1"),
+        ({"ntasks": "four"}, "ntasks must be an integer >= 2; found 'four'"),
+        ({"ntasks": True}, "ntasks must be an integer >= 2; found True"),
+        ({"time": "1h"}, "time limit '1h' is not a SLURM time"),
+        (
+            {"time": "5", "signal_margin": 300},
+            r"signal_margin \(300 s\) must be shorter than the time limit '5' \(300 s\)",
+        ),
+        ({"signal_margin": 0}, "signal_margin must be an integer between 1 and 65535; found 0"),
+        ({"max_restarts": -1}, "max_restarts must be an integer >= 0; found -1"),
+        ({"job_name": "a b"}, "job_name must be letters"),
+        ({"array": "0-"}, "array must be a SLURM index list"),
+        ({"fit_cmd": "a\nb"}, "fit_cmd must be one non-empty line"),
+        ({"fit_cmd": " "}, "fit_cmd must be one non-empty line"),
+        ({"colour": "red"}, "unknown option.*colour.*valid options are job_name"),
+    ],
+)
 def test_bad_values_say_what_was_found_and_needed(opts, message):
     with pytest.raises(ConfigError, match=message):
         slurm.render("ft", **opts)
@@ -139,14 +193,16 @@ def test_array_fit_cmd_must_vary_per_task(var):
     cmd = slurm.DEFAULT_ARRAY_FIT.replace(f'"${var}', '"fixed')
     with pytest.raises(ConfigError, match=rf"must use \${var}"):
         slurm.render("array", fit_cmd=cmd)
-    slurm.render("array", fit_cmd=cmd.replace('"fixed', '"${' + var + '}'))  # braces are fine
+    slurm.render("array", fit_cmd=cmd.replace('"fixed', '"${' + var + "}"))  # braces are fine
 
 
 def test_rendered_scripts_are_valid_bash(tmp_path):
     for kind in slurm.KINDS:
         path = tmp_path / f"{kind}.sbatch"
         path.write_text(slurm.render(kind))
-        check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, timeout=30)
+        check = subprocess.run(
+            ["bash", "-n", str(path)], capture_output=True, text=True, timeout=30
+        )
         assert check.returncode == 0, check.stderr
 
 
@@ -158,8 +214,25 @@ def test_cli_renders_to_stdout(capsys):
 
 def test_cli_writes_a_file(tmp_path, capsys):
     out = tmp_path / "job.sbatch"
-    assert cli.main(["slurm", "array", "--array", "0-3", "--base-seed", "5", "--sbatch=--partition=x", "-o", str(out)]) == 0
-    assert out.read_text() == slurm.render("array", array="0-3", base_seed="5", sbatch=("--partition=x",))
+    assert (
+        cli.main(
+            [
+                "slurm",
+                "array",
+                "--array",
+                "0-3",
+                "--base-seed",
+                "5",
+                "--sbatch=--partition=x",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert out.read_text() == slurm.render(
+        "array", array="0-3", base_seed="5", sbatch=("--partition=x",)
+    )
     assert f"sbatch {out}" in capsys.readouterr().err
 
 
@@ -172,17 +245,27 @@ def test_cli_bad_kind_exits_2_with_the_valid_ones(capsys):
 
 def test_module_write_regenerates_the_golden_files(tmp_path, capsys):
     assert slurm.main(["--write", str(tmp_path)]) == 0
-    assert (tmp_path / "fit-ft.sbatch").read_text() == (REPO / "slurm" / "fit-ft.sbatch").read_text()
+    assert (tmp_path / "fit-ft.sbatch").read_text() == (
+        REPO / "slurm" / "fit-ft.sbatch"
+    ).read_text()
 
 
 # -- collect ---------------------------------------------------------------------------------
 def test_pick_best_takes_the_highest_final_ll():
-    s = [{"path": "a", "ll": [-5.0, -3.0]}, {"path": "b", "ll": [-9.0, -2.5]}, {"path": "c", "final_ll": -2.9}]
+    s = [
+        {"path": "a", "ll": [-5.0, -3.0]},
+        {"path": "b", "ll": [-9.0, -2.5]},
+        {"path": "c", "final_ll": -2.9},
+    ]
     assert collect.pick_best(s)["path"] == "b"
 
 
 def test_pick_best_ties_go_to_the_first_and_nan_never_wins():
-    s = [{"path": "a", "ll": [float("nan")]}, {"path": "b", "ll": [-1.0]}, {"path": "c", "ll": [-1.0]}]
+    s = [
+        {"path": "a", "ll": [float("nan")]},
+        {"path": "b", "ll": [-1.0]},
+        {"path": "c", "ll": [-1.0]},
+    ]
     assert collect.pick_best(s)["path"] == "b"
     with pytest.raises(ConfigError, match="NaN"):
         collect.pick_best([{"path": "a", "final_ll": math.nan}])
@@ -208,7 +291,7 @@ def _task(root: Path, name: str, ll: list[float] | None, file: str = "result.jso
 def test_collect_an_array_folder(tmp_path, capsys):
     _task(tmp_path, "task-0", [-10.0, -4.0])
     _task(tmp_path, "task-1", [-10.0, -3.0], file="summary.json")
-    _task(tmp_path, "task-2", None)                       # failed: no summary
+    _task(tmp_path, "task-2", None)  # failed: no summary
     (tmp_path / "task-2" / "fit.ckpt.h5").write_text("x")
     report = collect.collect([str(tmp_path)])
     assert report["best"] == str(tmp_path / "task-1" / "summary.json")
@@ -262,14 +345,20 @@ class Recorder:
 
 def _forwarder(tmp_path, host="h1"):
     rec = Recorder()
-    fw = SignalForwarder(str(tmp_path / "driver.json"), kill=rec.kill, host=host, log=rec.logs.append,
-                         terminate=rec.terminate)
+    fw = SignalForwarder(
+        str(tmp_path / "driver.json"),
+        kill=rec.kill,
+        host=host,
+        log=rec.logs.append,
+        terminate=rec.terminate,
+    )
     return fw, rec
 
 
 def _ready(tmp_path, pid=4242, host="h1", start="12.34"):
-    (tmp_path / "driver.json").write_text(json.dumps({"pid": pid, "host": host, "start": start,
-                                                      "space": procs.pid_space()}))
+    (tmp_path / "driver.json").write_text(
+        json.dumps({"pid": pid, "host": host, "start": start, "space": procs.pid_space()})
+    )
 
 
 def test_forwarder_sends_to_the_driver_only(tmp_path):
@@ -285,8 +374,14 @@ def test_under_mpich_a_usr1_reaches_the_driver_as_sigterm(tmp_path):
     """MPICH's ranks ignore SIGUSR1 (Hydra sends it to every rank at any rank's death), the
     driver too: SLURM's time-limit USR1 is passed on as SIGTERM, which means the same to it."""
     rec = Recorder()
-    fw = SignalForwarder(str(tmp_path / "driver.json"), kill=rec.kill, host="h1", log=rec.logs.append,
-                         terminate=rec.terminate, usr1_as_term=True)
+    fw = SignalForwarder(
+        str(tmp_path / "driver.json"),
+        kill=rec.kill,
+        host="h1",
+        log=rec.logs.append,
+        terminate=rec.terminate,
+        usr1_as_term=True,
+    )
     _ready(tmp_path)
     fw.receive(signal.SIGUSR1)
     assert rec.kills == [(4242, signal.SIGTERM)] and fw.delivered == [(4242, signal.SIGUSR1)]
@@ -309,8 +404,13 @@ def test_a_second_sigterm_inside_the_handling_of_the_first_is_no_crash(tmp_path)
                 self.receive(signal.SIGTERM)  # the second SIGTERM lands here
             return super().deliver()
 
-    fw = Nested(str(tmp_path / "driver.json"), kill=rec.kill, host="h1", log=rec.logs.append,
-                terminate=rec.terminate)
+    fw = Nested(
+        str(tmp_path / "driver.json"),
+        kill=rec.kill,
+        host="h1",
+        log=rec.logs.append,
+        terminate=rec.terminate,
+    )
     _ready(tmp_path)
     fw.receive(signal.SIGTERM)
     assert rec.kills == [(4242, signal.SIGTERM), (4242, signal.SIGTERM)]
@@ -322,11 +422,11 @@ def test_forwarder_holds_usr1_until_the_driver_is_ready(tmp_path):
     fw.receive(signal.SIGUSR1)
     assert rec.kills == [] and fw.pending == [signal.SIGUSR1]
     assert "holding it" in rec.logs[-1]
-    assert fw.deliver() == []                      # still not ready
+    assert fw.deliver() == []  # still not ready
     _ready(tmp_path)
     assert fw.deliver() == [signal.SIGUSR1]
     assert rec.kills == [(4242, signal.SIGUSR1)] and fw.pending == []
-    assert fw.deliver() == []                      # delivered once
+    assert fw.deliver() == []  # delivered once
 
 
 def test_forwarder_ends_the_job_on_an_early_sigterm(tmp_path):
@@ -339,11 +439,15 @@ def test_forwarder_ignores_a_half_written_or_foreign_pid_file(tmp_path):
     fw, rec = _forwarder(tmp_path)
     (tmp_path / "driver.json").write_text('{"pid": ')
     assert fw.driver() is None
-    (tmp_path / "driver.json").write_text('{"pid": 4242, "host": "h1"}')  # no start time: no identity
+    (tmp_path / "driver.json").write_text(
+        '{"pid": 4242, "host": "h1"}'
+    )  # no start time: no identity
     assert fw.driver() is None
     _ready(tmp_path, host="elsewhere")
     assert fw.driver() is None and "not on this host h1" in rec.logs[-1]
-    (tmp_path / "driver.json").write_text(json.dumps({"pid": 4242, "host": "h1", "start": "1.00", "space": "x:1"}))
+    (tmp_path / "driver.json").write_text(
+        json.dumps({"pid": 4242, "host": "h1", "start": "1.00", "space": "x:1"})
+    )
     assert fw.driver() is None and "another pid space" in rec.logs[-1]
 
 
@@ -369,12 +473,17 @@ def test_a_signal_for_a_dead_driver_goes_to_the_one_that_takes_over(tmp_path):
             return None
         return rec.kill(ident, sig)
 
-    fw = SignalForwarder(str(tmp_path / "driver.json"), kill=kill, host="h1", log=rec.logs.append,
-                         terminate=rec.terminate)
-    _ready(tmp_path)                  # the first driver, dead by now
+    fw = SignalForwarder(
+        str(tmp_path / "driver.json"),
+        kill=kill,
+        host="h1",
+        log=rec.logs.append,
+        terminate=rec.terminate,
+    )
+    _ready(tmp_path)  # the first driver, dead by now
     fw.receive(signal.SIGTERM)
     assert rec.kills == [] and fw.pending == [signal.SIGTERM] and rec.terminated == 0
-    _ready(tmp_path, pid=4243)        # failover: its successor wrote its pid
+    _ready(tmp_path, pid=4243)  # failover: its successor wrote its pid
     assert fw.deliver() == [signal.SIGTERM]
     assert rec.kills == [(4243, signal.SIGTERM)] and fw.pending == []
 
@@ -384,47 +493,77 @@ def test_ctrl_c_goes_to_the_driver_and_a_second_one_ends_the_job(tmp_path):
     _ready(tmp_path)
     fw.receive(signal.SIGINT)
     assert rec.kills == [(4242, signal.SIGINT)] and rec.terminated == 0 and fw.interrupted
-    fw.receive(signal.SIGINT)                       # Ctrl-C again: at once
+    fw.receive(signal.SIGINT)  # Ctrl-C again: at once
     assert rec.kills == [(4242, signal.SIGINT)] and rec.terminated == 1 and fw.terminated
 
 
 def test_ctrl_c_before_the_driver_is_ready_ends_the_job(tmp_path):
     fw, rec = _forwarder(tmp_path)
     fw.receive(signal.SIGINT)
-    assert rec.terminated == 1 and fw.terminated and fw.interrupted and fw.pending == [] and rec.kills == []
+    assert (
+        rec.terminated == 1
+        and fw.terminated
+        and fw.interrupted
+        and fw.pending == []
+        and rec.kills == []
+    )
 
 
 def test_judge_ctrl_c_exits_130_whatever_the_driver_managed():
-    assert judge(None, {"status": "error", "exit_code": 130, "reported": True}, interrupted=True)[0] == 130
+    assert (
+        judge(None, {"status": "error", "exit_code": 130, "reported": True}, interrupted=True)[0]
+        == 130
+    )
     code, note = judge(143, None, terminated=True, interrupted=True)
-    assert code == exitcodes.INTERRUPTED == 130 and "interrupted (Ctrl-C)" in note and "rerun" in note
-    assert judge(143, {"status": "error", "exit_code": 75}, terminated=True, interrupted=True)[0] == 130
+    assert (
+        code == exitcodes.INTERRUPTED == 130 and "interrupted (Ctrl-C)" in note and "rerun" in note
+    )
+    assert (
+        judge(143, {"status": "error", "exit_code": 75}, terminated=True, interrupted=True)[0]
+        == 130
+    )
     assert judge(0, {"status": "ok", "exit_code": 0}, interrupted=True)[0] == 0  # it had finished
 
 
 def test_judge_early_sigterm_asks_for_requeue():
     code, note = judge(143, None, terminated=True)
     assert code == exitcodes.CHECKPOINTED and "rerun" in note
-    assert judge(0, {"status": "ok", "exit_code": 0}, terminated=True)[0] == 0  # the driver's word wins
+    assert (
+        judge(0, {"status": "ok", "exit_code": 0}, terminated=True)[0] == 0
+    )  # the driver's word wins
 
 
 def test_srun_flavor_command():
     argv = build_command("/usr/bin/srun", SRUN, 4, ["python", "job.py"], extra=["--cpu-bind=none"])
     # -K0 against a site's KillOnBadExit=1, --wait=0 against its WaitTime: the survivors live on
-    assert argv == ["/usr/bin/srun", "--mpi=pmix", "--kill-on-bad-exit=0", "--wait=0", "--no-kill", "--cpu-bind=none", "-n", "4",
-                    "python", "job.py"]
+    assert argv == [
+        "/usr/bin/srun",
+        "--mpi=pmix",
+        "--kill-on-bad-exit=0",
+        "--wait=0",
+        "--no-kill",
+        "--cpu-bind=none",
+        "-n",
+        "4",
+        "python",
+        "job.py",
+    ]
     assert build_command("srun", SRUN, 3, ["python"], srun_mpi="pmi2")[1] == "--mpi=pmi2"
 
 
 def test_srun_plugin_follows_the_mpi_beside_the_python(tmp_path):
     from mixle_mpi.launch.launcher import srun_mpi_plugin
 
-    assert srun_mpi_plugin(str(tmp_path / "python"), environ={}) == "pmix"        # nothing beside it: Open MPI's
+    assert (
+        srun_mpi_plugin(str(tmp_path / "python"), environ={}) == "pmix"
+    )  # nothing beside it: Open MPI's
     fake = tmp_path / "mpiexec"
     fake.write_text("#!/bin/sh\necho 'HYDRA build details:'\n")
     fake.chmod(0o755)
-    assert srun_mpi_plugin(str(tmp_path / "python"), environ={}) == "pmi2"        # MPICH: no PMIx client
-    assert srun_mpi_plugin(str(tmp_path / "python"), environ={"MIXLE_MPI_SRUN_MPI": "pmix"}) == "pmix"
+    assert srun_mpi_plugin(str(tmp_path / "python"), environ={}) == "pmi2"  # MPICH: no PMIx client
+    assert (
+        srun_mpi_plugin(str(tmp_path / "python"), environ={"MIXLE_MPI_SRUN_MPI": "pmix"}) == "pmix"
+    )
 
 
 def test_driver_writes_its_pid_where_the_launcher_said(tmp_path, monkeypatch):
@@ -439,13 +578,19 @@ def test_driver_writes_its_pid_where_the_launcher_said(tmp_path, monkeypatch):
 
 def test_default_fit_takes_out_dir_and_checkpoint_from_the_job_file():
     text = slurm.render("ft")
-    assert '-- "$PY" -m mixle_mpi fit --config job.toml &' in text  # the job file's out_dir and checkpoint win
+    assert (
+        '-- "$PY" -m mixle_mpi fit --config job.toml &' in text
+    )  # the job file's out_dir and checkpoint win
     assert "OUT_DIR" not in text.split("set -u", 1)[1]
     given = slurm.render("srun", out_dir="runs/a b")
-    assert "OUT_DIR='runs/a b'" in given and '--config job.toml --out-dir "$OUT_DIR" &' in given  # asked for: passed
+    assert (
+        "OUT_DIR='runs/a b'" in given and '--config job.toml --out-dir "$OUT_DIR" &' in given
+    )  # asked for: passed
     array = slurm.render("array")
     assert array.count('--seed "$SEED"') == 1
-    assert '--out-dir "$OUT_DIR" --checkpoint "$OUT_DIR/checkpoint.h5"' in array  # each task its own folder
+    assert (
+        '--out-dir "$OUT_DIR" --checkpoint "$OUT_DIR/checkpoint.h5"' in array
+    )  # each task its own folder
     assert "OUT_DIR=mixle-out/task-$SLURM_ARRAY_TASK_ID" in array
 
 
@@ -469,8 +614,10 @@ def test_mpich_in_a_slurm_allocation_lets_a_replacements_step_overlap():
     job = {"SLURM_JOB_ID": "42"}
     assert hydra_overlap(MPICH, job, "slurm 22.05.8\n") == {HYDRA_EXTRA_ENV: "--overlap"}
     assert hydra_overlap(MPICH, job, "slurm 20.11.0") == {HYDRA_EXTRA_ENV: "--overlap"}
-    assert hydra_overlap(MPICH, job, "slurm 20.02.7") == {}          # no --overlap there
-    assert hydra_overlap(MPICH, job, None) == {}                      # no srun answer
-    assert hydra_overlap(MPICH, {}, "slurm 22.05.8") == {}            # not in an allocation
-    assert hydra_overlap(OPENMPI, job, "slurm 22.05.8") == {}         # PRRTE's daemons spawn in place
-    assert hydra_overlap(MPICH, {**job, HYDRA_EXTRA_ENV: "--mpi=none"}, "slurm 22.05.8") == {}  # the user's
+    assert hydra_overlap(MPICH, job, "slurm 20.02.7") == {}  # no --overlap there
+    assert hydra_overlap(MPICH, job, None) == {}  # no srun answer
+    assert hydra_overlap(MPICH, {}, "slurm 22.05.8") == {}  # not in an allocation
+    assert hydra_overlap(OPENMPI, job, "slurm 22.05.8") == {}  # PRRTE's daemons spawn in place
+    assert (
+        hydra_overlap(MPICH, {**job, HYDRA_EXTRA_ENV: "--mpi=none"}, "slurm 22.05.8") == {}
+    )  # the user's

@@ -73,9 +73,14 @@ def test_a_failed_background_spawn_is_handed_over_with_its_error_and_a_running_o
 
     failed, running = _background(refused), _background(lambda: release.wait(30))
     failed.thread.join(5)
-    spawner.running = {2: _underway(failed, time.monotonic()), 3: _underway(running, time.monotonic())}
+    spawner.running = {
+        2: _underway(failed, time.monotonic()),
+        3: _underway(running, time.monotonic()),
+    }
     ended = spawner.finished(time.monotonic())
-    assert [w for w, _ in ended] == [2] and ended[0][1].why and not ended[0][1].died, ended  # spawning failed
+    assert [w for w, _ in ended] == [2] and ended[0][1].why and not ended[0][1].died, (
+        ended
+    )  # spawning failed
     assert list(spawner.running) == [3]
     release.set()
     running.thread.join(5)
@@ -90,7 +95,9 @@ def test_a_background_spawn_past_its_deadline_is_given_up_once_mpi_is_checked(mo
     release = threading.Event()
     stuck = _background(lambda: release.wait(30))
     spawner.running = {4: _underway(stuck, time.monotonic() - 3.0)}
-    assert spawner.finished(time.monotonic()) == [(4, module.SpawnFailed("spawn did not finish within 2 s"))]
+    assert spawner.finished(time.monotonic()) == [
+        (4, module.SpawnFailed("spawn did not finish within 2 s"))
+    ]
     assert spawner.running == {} and checked == ["spawn did not finish within 2 s"]
     release.set()
     stuck.thread.join(5)
@@ -109,11 +116,15 @@ def test_at_exit_a_spawn_under_way_gets_the_rest_of_its_deadline_and_no_more():
     stuck.thread.join(5)
 
 
-def test_at_exit_a_spawn_gets_at_most_exit_wait_which_ends_before_the_launcher_kills_the_job(monkeypatch):
+def test_at_exit_a_spawn_gets_at_most_exit_wait_which_ends_before_the_launcher_kills_the_job(
+    monkeypatch,
+):
     from mixle_mpi.launch.jobchecks import FINISH_GRACE
     from mixle_mpi.runtime import spawner as module
 
-    assert module.EXIT_WAIT < FINISH_GRACE  # the driver exits before the launcher gives up on its ranks
+    assert (
+        module.EXIT_WAIT < FINISH_GRACE
+    )  # the driver exits before the launcher gives up on its ranks
     monkeypatch.setattr(module, "EXIT_WAIT", 0.5)
     spawner = _spawner(reconfigure_timeout=60.0)
     release = threading.Event()
@@ -138,17 +149,27 @@ def test_a_background_spawn_whose_process_died_is_given_up_at_once(monkeypatch, 
     stuck, record = _background(lambda: release.wait(30)), _dead_record(tmp_path)
     spawner.running = {2: _underway(stuck, time.monotonic(), record)}
     ((worker, failed),) = spawner.finished(time.monotonic())
-    assert worker == 2 and failed.died and failed.why == f"spawn given up: its process (pid {failed.pid}) died before it had joined MPI"
-    assert spawner.running == {} and checked == [failed.why]  # MPI answers: the place may get another Spawn
+    assert (
+        worker == 2
+        and failed.died
+        and failed.why
+        == f"spawn given up: its process (pid {failed.pid}) died before it had joined MPI"
+    )
+    assert spawner.running == {} and checked == [
+        failed.why
+    ]  # MPI answers: the place may get another Spawn
     assert not (tmp_path / "birth").exists()  # the record is cleaned up with the Spawn
     release.set()
     stuck.thread.join(5)
 
 
-def test_a_background_spawn_whose_process_never_showed_on_this_host_is_given_up_as_a_death(monkeypatch, tmp_path):
+def test_a_background_spawn_whose_process_never_showed_on_this_host_is_given_up_as_a_death(
+    monkeypatch, tmp_path
+):
     """Killed before any look found it (external campaign, MPICH seed 906: 16 ms after it
     appeared): where it surely starts on this host, not seen within APPEAR_WITHIN is a death."""
-    from mixle_mpi.runtime import birth, spawner as module
+    from mixle_mpi.runtime import birth
+    from mixle_mpi.runtime import spawner as module
     from mixle_mpi.runtime.spawner import Underway
 
     checked: list = []
@@ -158,14 +179,26 @@ def test_a_background_spawn_whose_process_never_showed_on_this_host_is_given_up_
     stuck = _background(lambda: release.wait(30))
     clock = [100.0]
     here = birth.SpawnDeathCheck(str(tmp_path / "never-here"), here=True, clock=lambda: clock[0])
-    elsewhere = birth.SpawnDeathCheck(str(tmp_path / "never-there"), here=False, clock=lambda: clock[0])
-    spawner.running = {2: Underway(stuck, time.monotonic(), here), 3: Underway(stuck, time.monotonic(), elsewhere)}
+    elsewhere = birth.SpawnDeathCheck(
+        str(tmp_path / "never-there"), here=False, clock=lambda: clock[0]
+    )
+    spawner.running = {
+        2: Underway(stuck, time.monotonic(), here),
+        3: Underway(stuck, time.monotonic(), elsewhere),
+    }
     clock[0] += birth.APPEAR_WITHIN - 0.5
     assert spawner.finished(time.monotonic()) == []  # within its time: it may still show
     clock[0] += 1.0
     ((worker, failed),) = spawner.finished(time.monotonic())
-    assert worker == 2 and failed.died and failed.pid is None and "was not seen on this host within" in failed.why
-    assert list(spawner.running) == [3] and checked == [failed.why]  # the one on another host waits its deadline
+    assert (
+        worker == 2
+        and failed.died
+        and failed.pid is None
+        and "was not seen on this host within" in failed.why
+    )
+    assert list(spawner.running) == [3] and checked == [
+        failed.why
+    ]  # the one on another host waits its deadline
     release.set()
     stuck.thread.join(5)
 
@@ -179,10 +212,14 @@ def test_a_background_spawn_whose_process_runs_or_has_not_written_yet_goes_on(tm
     spawner = _spawner(reconfigure_timeout=60.0)
     release = threading.Event()
     alive = tmp_path / "alive"
-    alive.write_text(f"{socket.gethostname()} {os.getpid()} {procs.identity(os.getpid())[1]} {procs.pid_space()}\n")
+    alive.write_text(
+        f"{socket.gethostname()} {os.getpid()} {procs.identity(os.getpid())[1]} {procs.pid_space()}\n"
+    )
     a, b = _background(lambda: release.wait(30)), _background(lambda: release.wait(30))
-    spawner.running = {2: _underway(a, time.monotonic(), str(alive)),
-                       3: _underway(b, time.monotonic(), str(tmp_path / "not-yet"))}
+    spawner.running = {
+        2: _underway(a, time.monotonic(), str(alive)),
+        3: _underway(b, time.monotonic(), str(tmp_path / "not-yet")),
+    }
     assert spawner.finished(time.monotonic()) == [] and sorted(spawner.running) == [2, 3]
     release.set()
     a.thread.join(5)
@@ -196,7 +233,9 @@ def test_at_exit_a_spawn_whose_process_died_is_not_waited_for(tmp_path):
     spawner.running = {2: _underway(stuck, time.monotonic(), record)}
     t0 = time.monotonic()
     spawner.settle()
-    assert time.monotonic() - t0 < 1.0 and list(spawner.running) == [2]  # still there: the driver reports it
+    assert time.monotonic() - t0 < 1.0 and list(spawner.running) == [
+        2
+    ]  # still there: the driver reports it
     assert not (tmp_path / "birth").exists()
     release.set()
     stuck.thread.join(5)
@@ -223,7 +262,10 @@ def test_the_fast_entry_is_told_where_to_write_its_birth_record_and_the_script_i
         underway.call.thread.join(5)
     record = spawner.running[2].watch.path
     assert record and spawner.running[3].watch is None
-    assert calls == [fast + [birth.ARG, record, birth.DRIVER_ARG, birth.driver_arg()], ["python", "script.py", "--its", "3"]]
+    assert calls == [
+        fast + [birth.ARG, record, birth.DRIVER_ARG, birth.driver_arg()],
+        ["python", "script.py", "--its", "3"],
+    ]
 
 
 def test_a_spawn_that_connected_leaves_its_process_pid_for_the_driver_to_watch(tmp_path):
@@ -236,7 +278,9 @@ def test_a_spawn_that_connected_leaves_its_process_pid_for_the_driver_to_watch(t
 
     spawner = _spawner(reconfigure_timeout=60.0)
     record = tmp_path / "born"
-    record.write_text(f"{socket.gethostname()} {os.getpid()} {procs.identity(os.getpid())[1]} {procs.pid_space()}\n")
+    record.write_text(
+        f"{socket.gethostname()} {os.getpid()} {procs.identity(os.getpid())[1]} {procs.pid_space()}\n"
+    )
     connected = _background(lambda: "link")
     connected.thread.join(5)
     spawner.running = {2: _underway(connected, time.monotonic(), str(record))}

@@ -12,9 +12,9 @@ import tempfile
 import pytest
 
 from mixle_mpi.core import exitcodes, procs
+from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.launch import contract, launcher, reaper
 from mixle_mpi.runtime import startup
-from mixle_mpi.core.errors import ConfigError
 
 
 def test_startup_timeout_default_and_environment():
@@ -24,30 +24,58 @@ def test_startup_timeout_default_and_environment():
 
 @pytest.mark.parametrize("raw", ["soon", "0", "-3", "nan", "inf"])
 def test_startup_timeout_refuses_bad_values(raw):
-    with pytest.raises(ConfigError, match=f"MIXLE_MPI_STARTUP_TIMEOUT='{raw}' must be a number of seconds > 0"):
+    with pytest.raises(
+        ConfigError, match=f"MIXLE_MPI_STARTUP_TIMEOUT='{raw}' must be a number of seconds > 0"
+    ):
         contract.startup_timeout({contract.STARTUP_TIMEOUT_ENV: raw})
 
 
 def test_never_started_says_why_only_when_the_job_did_not_start():
     assert launcher.never_started(mpi_up=True, started=True, seconds=500, limit=10) is None
-    assert "startup handshake" in launcher.never_started(mpi_up=True, started=False, seconds=1, limit=10)
-    assert "MIXLE_MPI_STARTUP_TIMEOUT=10" in launcher.never_started(mpi_up=False, started=False, seconds=11, limit=10)
+    assert "startup handshake" in launcher.never_started(
+        mpi_up=True, started=False, seconds=1, limit=10
+    )
+    assert "MIXLE_MPI_STARTUP_TIMEOUT=10" in launcher.never_started(
+        mpi_up=False, started=False, seconds=11, limit=10
+    )
     # a script that failed fast before MPI (a typo) is a plain failure, not "never started"
     assert launcher.never_started(mpi_up=False, started=False, seconds=2, limit=10) is None
-    assert launcher.never_started(mpi_up=False, started=False, seconds=2, limit=10, mpiexec_rc=1) is None
+    assert (
+        launcher.never_started(mpi_up=False, started=False, seconds=2, limit=10, mpiexec_rc=1)
+        is None
+    )
 
 
 def test_a_job_that_ended_fast_inside_mpi_init_never_started():
     """Campaign finding: a rank killed inside MPI_Init made the others' MPI_Init fail at once,
     before the startup deadline; some rank had begun MPI initialisation, so it never started."""
-    why = launcher.never_started(mpi_up=False, started=False, seconds=2.5, limit=20, init_begun=True, mpiexec_rc=14)
+    why = launcher.never_started(
+        mpi_up=False, started=False, seconds=2.5, limit=20, init_begun=True, mpiexec_rc=14
+    )
     assert "MPI initialisation failed after 2.5 s" in why and "mpiexec exited 14" in why
     # mixle_mpi's own fit: mpiexec failing before any rank began MPI init did not start it either
-    why = launcher.never_started(mpi_up=False, started=False, seconds=0.6, limit=20, own_job=True, mpiexec_rc=213)
+    why = launcher.never_started(
+        mpi_up=False, started=False, seconds=0.6, limit=20, own_job=True, mpiexec_rc=213
+    )
     assert "mpiexec exited 213" in why and "before any rank began MPI initialisation" in why
-    assert launcher.never_started(mpi_up=False, started=False, seconds=0.6, limit=20, own_job=True, mpiexec_rc=0) is None
-    assert launcher.never_started(mpi_up=True, started=True, seconds=1, limit=20, init_begun=True, own_job=True,
-                                  mpiexec_rc=1) is None
+    assert (
+        launcher.never_started(
+            mpi_up=False, started=False, seconds=0.6, limit=20, own_job=True, mpiexec_rc=0
+        )
+        is None
+    )
+    assert (
+        launcher.never_started(
+            mpi_up=True,
+            started=True,
+            seconds=1,
+            limit=20,
+            init_begun=True,
+            own_job=True,
+            mpiexec_rc=1,
+        )
+        is None
+    )
 
 
 def test_every_rank_marks_the_start_of_its_mpi_init(tmp_path, monkeypatch):
@@ -74,16 +102,23 @@ def test_a_rank_whose_process_ended_on_this_host_is_named_at_once_and_others_are
     records.write_text("101 0 here\n102 1 here\n103 2 there\n104 - here\nnonsense\n105 3 here\n")
     clock = [0.0]
     dead = {102, 103, 104}
-    gone = startup.RanksGone(str(records), "here", gone=lambda pid: pid in dead, every=0.25, clock=lambda: clock[0])
+    gone = startup.RanksGone(
+        str(records), "here", gone=lambda pid: pid in dead, every=0.25, clock=lambda: clock[0]
+    )
     assert gone([1, 2, 3]) == {1: "its process (pid 102) ended on here while the job started"}
-    assert gone.give_up((0, 1, 2)) == "rank 1: its process (pid 102) ended on here while the job started"
-    assert gone.give_up((0, 2, 3)) is None   # rank 2's pid is of another host; 3 lives
+    assert (
+        gone.give_up((0, 1, 2))
+        == "rank 1: its process (pid 102) ended on here while the job started"
+    )
+    assert gone.give_up((0, 2, 3)) is None  # rank 2's pid is of another host; 3 lives
     dead.add(105)
-    assert gone([3]) == {}                    # the file is read again only after `every`
+    assert gone([3]) == {}  # the file is read again only after `every`
     clock[0] = 0.3
     assert gone([3]) == {3: "its process (pid 105) ended on here while the job started"}
-    assert gone.give_up((0, 1, 3)) == ("rank 1: its process (pid 102) ended on here while the job started; "
-                                       "rank 3: its process (pid 105) ended on here while the job started")
+    assert gone.give_up((0, 1, 3)) == (
+        "rank 1: its process (pid 102) ended on here while the job started; "
+        "rank 3: its process (pid 105) ended on here while the job started"
+    )
 
 
 def test_without_the_launchers_records_no_rank_is_called_gone(tmp_path):
@@ -95,11 +130,16 @@ def test_the_launcher_runs_a_job_again_for_73_and_74_within_their_budgets():
     left = {exitcodes.NEVER_STARTED: 1, exitcodes.RERUN_TO_RESUME: 2}
     assert launcher.relaunch_note(exitcodes.NEVER_STARTED, left) == "starting it again"
     assert launcher.relaunch_note(exitcodes.NEVER_STARTED, left) is None
-    assert launcher.relaunch_note(exitcodes.RERUN_TO_RESUME, left).startswith("running it again to resume")
+    assert launcher.relaunch_note(exitcodes.RERUN_TO_RESUME, left).startswith(
+        "running it again to resume"
+    )
     assert launcher.relaunch_note(exitcodes.RERUN_TO_RESUME, left) is not None
     assert launcher.relaunch_note(exitcodes.RERUN_TO_RESUME, left) is None
     for code in (0, 1, 2, 70, 75, 130):  # only 73 and 74 have a budget
-        assert launcher.relaunch_note(code, {exitcodes.NEVER_STARTED: 5, exitcodes.RERUN_TO_RESUME: 5}) is None
+        assert (
+            launcher.relaunch_note(code, {exitcodes.NEVER_STARTED: 5, exitcodes.RERUN_TO_RESUME: 5})
+            is None
+        )
 
 
 def test_own_fit_is_known_from_its_command():
@@ -113,32 +153,58 @@ def test_a_driver_that_could_not_reconfigure_asks_for_a_rerun():
     from mixle_mpi.core.errors import ReconfigurationTimeout
     from mixle_mpi.runtime import exiting
 
-    assert exiting.exit_code_for(ReconfigurationTimeout("spawn stuck")) == exitcodes.RERUN_TO_RESUME == 74
+    assert (
+        exiting.exit_code_for(ReconfigurationTimeout("spawn stuck"))
+        == exitcodes.RERUN_TO_RESUME
+        == 74
+    )
 
 
 def test_judge_never_started():
     code, note = launcher.judge(0, None, never_started="a rank died")
-    assert code == exitcodes.NEVER_STARTED and "never started: a rank died" in note and "loses nothing" in note
-    code, note = launcher.judge(1, {"exit_code": exitcodes.NEVER_STARTED, "status": "error", "message": "X"})
+    assert (
+        code == exitcodes.NEVER_STARTED
+        and "never started: a rank died" in note
+        and "loses nothing" in note
+    )
+    code, note = launcher.judge(
+        1, {"exit_code": exitcodes.NEVER_STARTED, "status": "error", "message": "X"}
+    )
     assert code == exitcodes.NEVER_STARTED and note == "the job never started: X"
     # a driver's own status wins over the launcher's guess
     assert launcher.judge(0, {"exit_code": 0, "status": "ok"}, never_started="x")[0] == 0
 
 
 def test_launch_env_sets_this_launch_markers_and_drops_an_outer_launchers():
-    outer = {contract.MPI_UP_ENV: "/outer/up", contract.STARTED_ENV: "/outer/s", contract.TAG_ENV: "outer",
-             contract.STATUS_ENV: "/outer/status", contract.DRIVER_PID_ENV: "/outer/d", "MIXLE_MPI_RUN_DIR": "/outer"}
+    outer = {
+        contract.MPI_UP_ENV: "/outer/up",
+        contract.STARTED_ENV: "/outer/s",
+        contract.TAG_ENV: "outer",
+        contract.STATUS_ENV: "/outer/status",
+        contract.DRIVER_PID_ENV: "/outer/d",
+        "MIXLE_MPI_RUN_DIR": "/outer",
+    }
     files = contract.RunFiles()
     try:
         env = launcher.launch_env(1, files.env("t1"), base=outer)
-        assert (env[contract.MPI_UP_ENV], env[contract.STARTED_ENV], env[contract.TAG_ENV]) == (files.mpi_up, files.started, "t1")
-        assert env["MIXLE_MPI_RUN_DIR"] == files.dir and env[contract.DRIVER_PID_ENV] == files.driver
+        assert (env[contract.MPI_UP_ENV], env[contract.STARTED_ENV], env[contract.TAG_ENV]) == (
+            files.mpi_up,
+            files.started,
+            "t1",
+        )
+        assert (
+            env["MIXLE_MPI_RUN_DIR"] == files.dir and env[contract.DRIVER_PID_ENV] == files.driver
+        )
         assert all(os.path.dirname(env[v]) == files.dir for v in contract.FILE_VARS)
-        assert contract.DRIVER_PID_ENV not in launcher.launch_env(1, files.env("t1", signals=False), base=outer)
+        assert contract.DRIVER_PID_ENV not in launcher.launch_env(
+            1, files.env("t1", signals=False), base=outer
+        )
     finally:
         files.remove()
     bare = launcher.launch_env(1, base=outer)
-    assert not {*contract.FILE_VARS, contract.TAG_ENV, "MIXLE_MPI_RUN_DIR"} & set(bare)  # never an outer launcher's
+    assert not {*contract.FILE_VARS, contract.TAG_ENV, "MIXLE_MPI_RUN_DIR"} & set(
+        bare
+    )  # never an outer launcher's
 
 
 def test_run_files_are_private_and_removed():
@@ -157,7 +223,9 @@ def test_the_run_folder_of_a_launch_over_several_hosts_is_in_the_shared_launch_f
     (hidden, private); where it cannot be made there, in this host's temp folder."""
     files = contract.RunFiles(str(tmp_path))
     try:
-        assert os.path.dirname(files.dir) == str(tmp_path) and os.path.basename(files.dir).startswith(".mixle_mpi_run_")
+        assert os.path.dirname(files.dir) == str(tmp_path) and os.path.basename(
+            files.dir
+        ).startswith(".mixle_mpi_run_")
         assert os.stat(files.dir).st_mode & 0o777 == 0o700
     finally:
         files.remove()
@@ -172,8 +240,10 @@ def test_the_run_folder_of_a_launch_over_several_hosts_is_in_the_shared_launch_f
 def test_reaper_finds_processes_by_their_tag_only(tmp_path):
     env = dict(os.environ, **{contract.TAG_ENV: "tag-under-test"})
     tagged = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                             env=dict(os.environ, **{contract.TAG_ENV: "tag-under-test-2"}))
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env=dict(os.environ, **{contract.TAG_ENV: "tag-under-test-2"}),
+    )
     try:
         assert reaper.tagged_pids("tag-under-test") == [tagged.pid]
         assert reaper.sweep("tag-under-test", grace=0.2) == [tagged.pid]
@@ -189,10 +259,18 @@ def test_reaper_leaves_the_job_alone_when_the_launcher_says_done():
     env = dict(os.environ, **{contract.TAG_ENV: "tag-done"})
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     try:
-        r = subprocess.run([sys.executable, "-m", "mixle_mpi.launch.reaper", "tag-done"], input=reaper.DONE, timeout=30)
+        r = subprocess.run(
+            [sys.executable, "-m", "mixle_mpi.launch.reaper", "tag-done"],
+            input=reaper.DONE,
+            timeout=30,
+        )
         assert r.returncode == 0 and victim.poll() is None
-        r = subprocess.run([sys.executable, "-m", "mixle_mpi.launch.reaper", "tag-done"], input=b"", timeout=30,
-                           capture_output=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "mixle_mpi.launch.reaper", "tag-done"],
+            input=b"",
+            timeout=30,
+            capture_output=True,
+        )
         assert victim.wait(timeout=10) == -9
         assert b"killed the job's 1 remaining processes" in r.stderr
     finally:
@@ -209,12 +287,12 @@ from mixle_mpi.launch.jobchecks import StuckJobCheck  # noqa: E402
 def test_a_job_whose_only_remaining_rank_is_stopped_is_killed_after_the_grace():
     clock = FakeClock(0.0)
     watch = StuckJobCheck(finish_grace=30, stuck_grace=10, clock=clock)
-    assert watch.observe(False, {}) is None                      # ranks not started yet: never stuck
+    assert watch.observe(False, {}) is None  # ranks not started yet: never stuck
     clock.now = 100
     assert watch.observe(False, {}) is None
     assert watch.observe(False, {11: "R", 12: "S", 13: "T"}) is None
     clock.now = 105
-    assert watch.observe(False, {11: "Z", 13: "T"}) is None      # the others ended; 13 stays stopped
+    assert watch.observe(False, {11: "Z", 13: "T"}) is None  # the others ended; 13 stays stopped
     clock.now = 116
     assert "every remaining rank process is stopped ([13])" in watch.observe(False, {13: "T"})
 
@@ -224,7 +302,7 @@ def test_a_stop_that_is_resumed_or_a_running_rank_is_not_stuck():
     watch = StuckJobCheck(stuck_grace=10, clock=clock)
     watch.observe(False, {11: "T", 12: "T"})
     clock.now = 8
-    assert watch.observe(False, {11: "S", 12: "T"}) is None     # 11 runs again
+    assert watch.observe(False, {11: "S", 12: "T"}) is None  # 11 runs again
     clock.now = 30
     assert watch.observe(False, {11: "R", 12: "T"}) is None
 
@@ -237,7 +315,7 @@ def test_ranks_that_outlive_the_drivers_verdict_are_killed_after_the_finish_grac
     assert watch.observe(True, {11: "S"}) is None
     clock.now = 31
     assert "the driver finished 31 s ago" in watch.observe(True, {11: "S"})
-    assert StuckJobCheck(clock=clock).observe(True, {}) is None       # nothing left: mpiexec is ending
+    assert StuckJobCheck(clock=clock).observe(True, {}) is None  # nothing left: mpiexec is ending
 
 
 def test_rank_states_sees_a_stopped_python_rank_of_the_job(tmp_path):
@@ -246,8 +324,10 @@ def test_rank_states_sees_a_stopped_python_rank_of_the_job(tmp_path):
 
     env = dict(os.environ, **{contract.TAG_ENV: "tag-states", "PMI_RANK": "1"})
     rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                             env=dict(os.environ, **{contract.TAG_ENV: "tag-states"}))  # tagged, no rank: not a rank
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env=dict(os.environ, **{contract.TAG_ENV: "tag-states"}),
+    )  # tagged, no rank: not a rank
     try:
         time.sleep(0.3)
         assert reaper.rank_states("tag-states") == {rank.pid: "S"}
@@ -281,12 +361,16 @@ def test_process_gone_sees_exited_and_zombie_processes():
 def test_mpich_shm_names_are_read_from_the_maps_of_the_process():
     from mixle_mpi.runtime.startup import mpich_shm_names
 
-    maps = ("7f10 rw-s 00000000 00:1a 5 /dev/shm/mpich_shm_4871a0ef_0\n"
-            "7f20 rw-s 00001000 00:1a 5 /dev/shm/mpich_shm_4871a0ef_0\n"
-            "7f30 rw-s 00000000 00:1a 6 /dev/shm/mpich_vci_4871a0ef_0 (deleted)\n"
-            "7f40 rw-s 00000000 00:1a 7 /dev/shm/sm_segment.vm.0.114e0001.0\n"
-            "7f50 r-xp 00000000 08:01 8 /usr/lib/libc.so.6\n")
-    assert mpich_shm_names(maps) == ["/dev/shm/mpich_shm_4871a0ef_0"]  # once; not one already unlinked
+    maps = (
+        "7f10 rw-s 00000000 00:1a 5 /dev/shm/mpich_shm_4871a0ef_0\n"
+        "7f20 rw-s 00001000 00:1a 5 /dev/shm/mpich_shm_4871a0ef_0\n"
+        "7f30 rw-s 00000000 00:1a 6 /dev/shm/mpich_vci_4871a0ef_0 (deleted)\n"
+        "7f40 rw-s 00000000 00:1a 7 /dev/shm/sm_segment.vm.0.114e0001.0\n"
+        "7f50 r-xp 00000000 08:01 8 /usr/lib/libc.so.6\n"
+    )
+    assert mpich_shm_names(maps) == [
+        "/dev/shm/mpich_shm_4871a0ef_0"
+    ]  # once; not one already unlinked
 
 
 def test_a_fenced_workers_mpich_wrapper_is_found_and_seen_reaped(tmp_path):
@@ -298,14 +382,18 @@ def test_a_fenced_workers_mpich_wrapper_is_found_and_seen_reaped(tmp_path):
 
     from mixle_mpi.launch.rankwrapper import wrapper_of, wrapper_path
 
-    wrapper = subprocess.Popen(["sh", wrapper_path(), sys.executable, "-c", "import time; time.sleep(60)"],
-                               env={**os.environ, "PMI_RANK": "1"})
+    wrapper = subprocess.Popen(
+        ["sh", wrapper_path(), sys.executable, "-c", "import time; time.sleep(60)"],
+        env={**os.environ, "PMI_RANK": "1"},
+    )
     try:
         deadline = time.monotonic() + 30
         child = None
         while child is None and time.monotonic() < deadline:
             kids = [pid for pid in procs.pids() if procs.parent(pid) == wrapper.pid]
-            child = next((k for k in kids if "time.sleep" in " ".join(procs.cmdline(k) or ())), None)
+            child = next(
+                (k for k in kids if "time.sleep" in " ".join(procs.cmdline(k) or ())), None
+            )
             time.sleep(0.01)
         assert child is not None, "the wrapper's Python child did not start"
         ident = wrapper_of(child)
@@ -325,26 +413,33 @@ from mixle_mpi.launch.jobchecks import LostStartCheck  # noqa: E402
 
 def test_a_rank_lost_before_mpi_is_up_ends_the_start_at_the_second_look():
     watch = LostStartCheck()
-    assert watch.observe(False, [], {11: "S", 12: "R"}) is None           # nobody began MPI init yet
+    assert watch.observe(False, [], {11: "S", 12: "R"}) is None  # nobody began MPI init yet
     assert watch.observe(False, [11], {11: "S", 12: "R", 13: "R"}) is None
-    assert watch.observe(False, [11], {11: "S", 13: "R"}) is None          # 12 missing once: look again
+    assert watch.observe(False, [11], {11: "S", 13: "R"}) is None  # 12 missing once: look again
     why = watch.observe(False, [11], {11: "S", 13: "R"})
-    assert why.startswith("rank process 12 ended before MPI was up on every rank (before its MPI initialisation)")
+    assert why.startswith(
+        "rank process 12 ended before MPI was up on every rank (before its MPI initialisation)"
+    )
 
 
 def test_a_rank_that_began_mpi_init_and_died_is_named_so_and_a_zombie_counts_as_gone():
     watch = LostStartCheck()
     watch.observe(False, [11, 12], {11: "S", 12: "Z"})
-    assert "rank 2 (pid 12) ended before MPI was up on every rank (inside MPI initialisation)" in \
-        watch.observe(False, [11, 12], {11: "S"}, {11: 1, 12: 2})
+    assert (
+        "rank 2 (pid 12) ended before MPI was up on every rank (inside MPI initialisation)"
+        in watch.observe(False, [11, 12], {11: "S"}, {11: 1, 12: 2})
+    )
 
 
 def test_a_rank_processs_mpi_rank_is_read_from_its_environment():
     env = dict(os.environ, PMI_RANK="3")
     env.pop("OMPI_COMM_WORLD_RANK", None)
     env.pop("PMIX_RANK", None)
-    proc = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
-                            env=env, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
+        env=env,
+        stdout=subprocess.PIPE,
+    )
     try:
         assert proc.stdout.readline() == b"up\n"  # exec'd: /proc shows its own environment now
         assert reaper.rank_number(proc.pid) == 3
@@ -357,10 +452,10 @@ def test_a_rank_processs_mpi_rank_is_read_from_its_environment():
 def test_a_rank_missing_once_or_after_mpi_is_up_is_no_verdict():
     watch = LostStartCheck()
     watch.observe(False, [11], {11: "S", 12: "S"})
-    assert watch.observe(False, [11], {11: "S"}) is None                  # a look that missed it
-    assert watch.observe(False, [11], {11: "S", 12: "S"}) is None         # there again
+    assert watch.observe(False, [11], {11: "S"}) is None  # a look that missed it
+    assert watch.observe(False, [11], {11: "S", 12: "S"}) is None  # there again
     assert watch.observe(False, [11], {11: "S"}) is None
-    assert watch.observe(True, [11], {11: "S"}) is None                   # MPI is up: the driver handles deaths
+    assert watch.observe(True, [11], {11: "S"}) is None  # MPI is up: the driver handles deaths
 
 
 def test_a_rank_no_look_ever_saw_is_lost_once_another_began_mpi_init_long_enough_ago():
@@ -369,22 +464,27 @@ def test_a_rank_no_look_ever_saw_is_lost_once_another_began_mpi_init_long_enough
     clock = [0.0]
     watch = LostStartCheck(expect_here=4, appear_within=5.0, clock=lambda: clock[0])
     seen = {11: 0, 12: 2}
-    assert watch.observe(False, [], {11: "R", 12: "R"}, seen) is None       # no MPI init begun yet
+    assert watch.observe(False, [], {11: "R", 12: "R"}, seen) is None  # no MPI init begun yet
     clock[0] = 1.0
-    assert watch.observe(False, [11], {11: "S", 12: "R"}, seen) is None     # the window starts here
+    assert watch.observe(False, [11], {11: "S", 12: "R"}, seen) is None  # the window starts here
     clock[0] = 5.9
     assert watch.observe(False, [11, 12], {11: "S", 12: "S"}, seen) is None
     clock[0] = 6.0
     why = watch.observe(False, [11, 12], {11: "S", 12: "S"}, seen)
-    assert why.startswith("ranks 1, 3 never appeared on this host, 5 s after another rank began MPI initialisation")
+    assert why.startswith(
+        "ranks 1, 3 never appeared on this host, 5 s after another rank began MPI initialisation"
+    )
     assert watch.observe(True, [11, 12], {11: "S", 12: "S"}, seen) is None  # MPI up: no verdict
 
 
-@pytest.mark.parametrize("expect_here, rank_of", [
-    (None, {11: 0}),   # ranks on other hosts too, or not our fit: nothing to count
-    (2, {}),           # no rank recognised at all: the looks cannot see this job's ranks
-    (2, {11: 0, 12: 1}),
-])
+@pytest.mark.parametrize(
+    "expect_here, rank_of",
+    [
+        (None, {11: 0}),  # ranks on other hosts too, or not our fit: nothing to count
+        (2, {}),  # no rank recognised at all: the looks cannot see this job's ranks
+        (2, {11: 0, 12: 1}),
+    ],
+)
 def test_ranks_not_seen_are_no_verdict_unless_counted_and_some_were_seen(expect_here, rank_of):
     clock = [0.0]
     watch = LostStartCheck(expect_here=expect_here, appear_within=5.0, clock=lambda: clock[0])
@@ -395,10 +495,18 @@ def test_ranks_not_seen_are_no_verdict_unless_counted_and_some_were_seen(expect_
 
 
 def test_never_started_names_the_lost_rank_and_how_much_sooner_it_ended():
-    why = launcher.never_started(mpi_up=False, started=False, seconds=4.2, limit=120, init_begun=True,
-                                 lost="rank process 12 ended before MPI was up on every rank")
-    assert why == ("rank process 12 ended before MPI was up on every rank; ended after 4.2 s instead of at "
-                   "MIXLE_MPI_STARTUP_TIMEOUT=120 s")
+    why = launcher.never_started(
+        mpi_up=False,
+        started=False,
+        seconds=4.2,
+        limit=120,
+        init_begun=True,
+        lost="rank process 12 ended before MPI was up on every rank",
+    )
+    assert why == (
+        "rank process 12 ended before MPI was up on every rank; ended after 4.2 s instead of at "
+        "MIXLE_MPI_STARTUP_TIMEOUT=120 s"
+    )
 
 
 def test_init_begun_pids_are_read_back_as_written(tmp_path, monkeypatch):
@@ -421,8 +529,15 @@ def test_a_rank_stopped_while_the_job_starts_is_fenced_and_left_out_after_a_seco
     records = tmp_path / "init_begun.txt"
     records.write_text("101 0 here\n102 1 here\n103 2 here\n")
     clock, states, fenced = [0.0], {101: "S", 102: "T", 103: "t"}, []
-    gone = startup.RanksGone(str(records), "here", gone=lambda pid: False, every=0.25, clock=lambda: clock[0],
-                             state=states.get, fence=lambda pid: fenced.append(pid) or True)
+    gone = startup.RanksGone(
+        str(records),
+        "here",
+        gone=lambda pid: False,
+        every=0.25,
+        clock=lambda: clock[0],
+        state=states.get,
+        fence=lambda pid: fenced.append(pid) or True,
+    )
     assert gone([1, 2]) == {}
     clock[0] = 0.6
     states[102] = "S"  # it ran again: its clock starts over
@@ -432,7 +547,9 @@ def test_a_rank_stopped_while_the_job_starts_is_fenced_and_left_out_after_a_seco
         clock[0] = t
         assert gone([1, 2]) == {}
     clock[0] = 2.0
-    assert gone([1, 2]) == {1: "its process (pid 102) on here stayed stopped for over 1 s while the job started; fenced"}
+    assert gone([1, 2]) == {
+        1: "its process (pid 102) on here stayed stopped for over 1 s while the job started; fenced"
+    }
     assert fenced == [102]  # a tracer's stop ("t", a debugger) is never judged
 
 

@@ -13,17 +13,23 @@ ROOT = Path(__file__).resolve().parents[1]
 def _section(text: str, heading: str) -> str:
     start = text.index(heading)
     end = text.find("\n#", start + len(heading))
-    return text[start:end if end > 0 else len(text)]
+    return text[start : end if end > 0 else len(text)]
 
 
 def _user_rows() -> list[list[str]]:
     table = _section((ROOT / "docs" / "user-guide.md").read_text(), "## What survives what")
-    rows = [ln.strip("|").split("|") for ln in table.splitlines() if ln.startswith("| ") and not ln.startswith("| failure")]
+    rows = [
+        ln.strip("|").split("|")
+        for ln in table.splitlines()
+        if ln.startswith("| ") and not ln.startswith("| failure")
+    ]
     return [[c.strip() for c in r] for r in rows]
 
 
 def _developer_marks() -> dict[str, str]:
-    table = _section((ROOT / "docs" / "developer.md").read_text(), "### What survives what: the tests")
+    table = _section(
+        (ROOT / "docs" / "developer.md").read_text(), "### What survives what: the tests"
+    )
     return {m.group(1): m.group(2) for m in re.finditer(r"^\| ([A-Z]\d) \| (.*) \|$", table, re.M)}
 
 
@@ -34,11 +40,15 @@ def test_every_cell_is_backed_by_tests_or_says_it_is_not():
     for row in rows:
         for cell in row[1:]:
             found = re.findall(r"\[([A-Z]\d)\]", cell)
-            assert found or cell == "not tested", f"a cell with neither a mark nor 'not tested': {cell!r}"
+            assert found or cell == "not tested", (
+                f"a cell with neither a mark nor 'not tested': {cell!r}"
+            )
             for mark in found:
                 assert mark in marks, f"mark {mark} of the user guide is not in docs/developer.md"
     used = {m for row in rows for cell in row[1:] for m in re.findall(r"\[([A-Z]\d)\]", cell)}
-    assert used == set(marks), f"marks in docs/developer.md but not in the table: {set(marks) - used}"
+    assert used == set(marks), (
+        f"marks in docs/developer.md but not in the table: {set(marks) - used}"
+    )
 
 
 def test_every_test_named_for_a_mark_exists():
@@ -47,4 +57,6 @@ def test_every_test_named_for_a_mark_exists():
         assert names or text.startswith("the same"), f"{mark} names no test"
         for path, name in names:
             source = (ROOT / path).read_text()
-            assert re.search(rf"^def {name}\(", source, re.M), f"{mark}: {path}::{name} does not exist"
+            assert re.search(rf"^def {name}\(", source, re.M), (
+                f"{mark}: {path}::{name} does not exist"
+            )

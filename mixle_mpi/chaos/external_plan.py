@@ -21,12 +21,12 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from mixle_mpi.chaos.faults import SPAWNED_ENV
+from mixle_mpi.core import procs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.exitcodes import NEVER_STARTED
-from mixle_mpi.core import procs
 from mixle_mpi.launch import ranks
 from mixle_mpi.launch.contract import TAG_ENV
-from mixle_mpi.chaos.faults import SPAWNED_ENV
 
 # kind: what is killed. "worker": SIGKILL of one worker at a random time (see external_plan); "two_workers": a second worker SIGKILLed 0-300 ms after the first;
 # "during_recovery": a second SIGKILL 0.2-2 s after the first, while the job recovers (half of
@@ -61,7 +61,9 @@ FIT_SHARE = 0.75
 
 # outcomes: the passing ones, then the failing ones (FAILED carries the exit code)
 OK, RESUMED_OK, RETRIED_OK, MISSED = "ok", "resumed-ok", "never-started-retried", "missed"
-RELAUNCHED_OK = "relaunched-resumed"  # the driver could not reconfigure (exit 74); the launcher's rerun resumed
+RELAUNCHED_OK = (
+    "relaunched-resumed"  # the driver could not reconfigure (exit 74); the launcher's rerun resumed
+)
 DIVERGED, HUNG, LEFTOVER, FAILED = "DIVERGED", "HUNG", "LEFTOVER", "FAILED"
 EXTRA = "EXTRA-FAILURES"  # the job failed more places than the kills took processes (a live one taken for dead)
 TAKEN_OVER_OK = "taken-over"  # the driver died and a survivor took over in the same job (failover)
@@ -79,6 +81,7 @@ class KillSpec:
     started marker when ``after`` is ``started``) or after the previous kill (the others); ``signal`` ``SIGKILL``, ``SIGSTOP``
     or ``SLOW`` (the duty cycle of the slow kind); ``target`` ``worker`` or
     ``driver``; ``pick`` in [0, 1) chooses among the candidates alive at that moment."""
+
     delay: float
     signal: str
     target: str
@@ -89,8 +92,8 @@ class KillSpec:
 
 @dataclass(frozen=True)
 class ExternalPlan:
-    index: int   # the run slot, from 1
-    draw: int    # 0, or the redraw after ``draw`` missed attempts of this slot
+    index: int  # the run slot, from 1
+    draw: int  # 0, or the redraw after ``draw`` missed attempts of this slot
     kind: str
     kills: tuple
 
@@ -99,9 +102,14 @@ class ExternalPlan:
         from the started marker is ``@started+3.12s`` (pure)."""
         out = []
         for i, k in enumerate(self.kills):
-            when = (f"@started+{k.delay:.2f}s" if k.after == STARTED else f"@{k.delay:.2f}s") if i == 0 \
+            when = (
+                (f"@started+{k.delay:.2f}s" if k.after == STARTED else f"@{k.delay:.2f}s")
+                if i == 0
                 else f"+{k.delay:.2f}s"
-            out.append(f"{k.signal} {k.target}{' (replacement)' if k.prefer_replacement else ''} {when}")
+            )
+            out.append(
+                f"{k.signal} {k.target}{' (replacement)' if k.prefer_replacement else ''} {when}"
+            )
         return ", ".join(out)
 
 
@@ -120,13 +128,19 @@ def kinds_from_text(text: str | None) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     bad = [k for k in kinds if k not in ALL_KINDS]
     if bad or not kinds:
-        raise ConfigError(f"--kinds: unknown kind(s) {bad or [text]}; valid kinds are {', '.join(ALL_KINDS)}")
+        raise ConfigError(
+            f"--kinds: unknown kind(s) {bad or [text]}; valid kinds are {', '.join(ALL_KINDS)}"
+        )
     return kinds
 
 
 START_WINDOW = "start"  # --kill-window start: first kills over the job's handshake and shard load
-START_BEFORE = 1.5       # seconds before the reference's started marker that window begins (the handshake)
-START_PAST = 0.5         # seconds past the reference's started marker that window reaches (the first round)
+START_BEFORE = (
+    1.5  # seconds before the reference's started marker that window begins (the handshake)
+)
+START_PAST = (
+    0.5  # seconds past the reference's started marker that window reaches (the first round)
+)
 
 
 def window_from_text(text: str) -> float | str:
@@ -138,8 +152,10 @@ def window_from_text(text: str) -> float | str:
     except ValueError:
         value = float("nan")
     if not (value > 0 and math.isfinite(value)):
-        raise ConfigError(f"--kill-window must be a factor > 0 of the reference run's wall time, or "
-                          f"'{START_WINDOW}' (the job's start and shard load); found {text!r}")
+        raise ConfigError(
+            f"--kill-window must be a factor > 0 of the reference run's wall time, or "
+            f"'{START_WINDOW}' (the job's start and shard load); found {text!r}"
+        )
     return value
 
 
@@ -149,29 +165,47 @@ def start_span(t_started: float | None) -> tuple[float, float]:
     worker held its shards) to ``START_PAST`` after it, so that first kills land in the end
     of MPI init, the handshake, the setup and the shard load, and the first round (pure)."""
     if t_started is None:
-        raise ConfigError("--kill-window start needs the reference run's started marker, and it was not seen; "
-                          "give --kill-window-seconds instead")
+        raise ConfigError(
+            "--kill-window start needs the reference run's started marker, and it was not seen; "
+            "give --kill-window-seconds instead"
+        )
     return max(0.0, t_started - START_BEFORE), t_started + START_PAST
 
 
-def check_campaign(workers: int, runs: int, window: float, kinds: tuple, fit_share: float = FIT_SHARE) -> None:
+def check_campaign(
+    workers: int, runs: int, window: float, kinds: tuple, fit_share: float = FIT_SHARE
+) -> None:
     """Refuse a campaign that cannot run as asked, saying what was found and what is needed."""
     if not 0.0 <= fit_share <= 1.0:
-        raise ConfigError(f"--fit-share must be a fraction in [0, 1] of the first kills; found {fit_share}")
+        raise ConfigError(
+            f"--fit-share must be a fraction in [0, 1] of the first kills; found {fit_share}"
+        )
     if runs < 1:
         raise ConfigError(f"--runs must be >= 1; found {runs}")
     if window != START_WINDOW and not (window > 0 and math.isfinite(window)):
-        raise ConfigError(f"--kill-window must be a factor > 0 of the reference run's wall time; found {window}")
+        raise ConfigError(
+            f"--kill-window must be a factor > 0 of the reference run's wall time; found {window}"
+        )
     need = 3 if any(k in TWO_KILL_KINDS for k in kinds) else 2
     if "host" in kinds:  # a whole host lost, and a worker on another one left
         need = max(need, HOST_SIZE + 1)
     if workers < need:
-        raise ConfigError(f"an external campaign with kinds {', '.join(kinds)} needs at least {need} workers "
-                          f"(-n {need + 1} or more); found {workers} (-n {workers + 1})")
+        raise ConfigError(
+            f"an external campaign with kinds {', '.join(kinds)} needs at least {need} workers "
+            f"(-n {need + 1} or more); found {workers} (-n {workers + 1})"
+        )
 
 
-def external_plan(seed: int, index: int, draw: int, kind: str, window: float, fit_window: float | None = None,
-                  fit_share: float = FIT_SHARE, window_from: float = 0.0) -> ExternalPlan:
+def external_plan(
+    seed: int,
+    index: int,
+    draw: int,
+    kind: str,
+    window: float,
+    fit_window: float | None = None,
+    fit_share: float = FIT_SHARE,
+    window_from: float = 0.0,
+) -> ExternalPlan:
     """Run ``index``'s plan (its ``draw``-th draw) of kind ``kind`` (pure; one run is replayed
     from ``(seed, index, draw)`` and the windows alone, whatever the other runs did).
 
@@ -184,7 +218,9 @@ def external_plan(seed: int, index: int, draw: int, kind: str, window: float, fi
     if kind not in ALL_KINDS:
         raise ConfigError(f"unknown external kind {kind!r}; valid kinds are {', '.join(ALL_KINDS)}")
     rng = random.Random(f"mixle-mpi chaos --external/{seed}/{index}/{draw}")
-    in_fit = fit_window is not None and fit_window > 0 and fit_share > 0 and rng.random() < fit_share
+    in_fit = (
+        fit_window is not None and fit_window > 0 and fit_share > 0 and rng.random() < fit_share
+    )
     first = rng.uniform(0.0, fit_window) if in_fit else rng.uniform(window_from, window)
     after = STARTED if in_fit else LAUNCH
     if kind == "driver":
@@ -205,11 +241,22 @@ def external_plan(seed: int, index: int, draw: int, kind: str, window: float, fi
     return ExternalPlan(index, draw, kind, kills)
 
 
-def campaign_plans(seed: int, runs: int, window: float, kinds: tuple = KINDS, fit_window: float | None = None,
-                   fit_share: float = FIT_SHARE, window_from: float = 0.0) -> list[ExternalPlan]:
+def campaign_plans(
+    seed: int,
+    runs: int,
+    window: float,
+    kinds: tuple = KINDS,
+    fit_window: float | None = None,
+    fit_share: float = FIT_SHARE,
+    window_from: float = 0.0,
+) -> list[ExternalPlan]:
     """The first draw of every run slot; kinds cycle so that every kind appears early (pure)."""
-    return [external_plan(seed, i + 1, 0, kinds[i % len(kinds)], window, fit_window, fit_share, window_from)
-            for i in range(runs)]
+    return [
+        external_plan(
+            seed, i + 1, 0, kinds[i % len(kinds)], window, fit_window, fit_share, window_from
+        )
+        for i in range(runs)
+    ]
 
 
 def parse_replay(text: str | None) -> list[tuple[int, int]]:
@@ -221,25 +268,45 @@ def parse_replay(text: str | None) -> list[tuple[int, int]]:
             continue
         run, _, draw = item.partition(".")
         if not run.isdigit() or int(run) < 1 or (draw and not draw.isdigit()):
-            raise ConfigError(f"--replay takes runs as RUN or RUN.DRAW (e.g. 4,7.1), as the table numbers them; "
-                              f"found {item!r}")
+            raise ConfigError(
+                f"--replay takes runs as RUN or RUN.DRAW (e.g. 4,7.1), as the table numbers them; "
+                f"found {item!r}"
+            )
         out.append((int(run), int(draw or 0)))
     return out
 
 
-def replay_plans(seed: int, slots: list[tuple[int, int]], window: float, kinds: tuple = KINDS,
-                 fit_window: float | None = None, fit_share: float = FIT_SHARE,
-                 window_from: float = 0.0) -> list[ExternalPlan]:
+def replay_plans(
+    seed: int,
+    slots: list[tuple[int, int]],
+    window: float,
+    kinds: tuple = KINDS,
+    fit_window: float | None = None,
+    fit_share: float = FIT_SHARE,
+    window_from: float = 0.0,
+) -> list[ExternalPlan]:
     """The plans of the given (run, draw) slots of a campaign with this seed, windows, share
     and kinds: the same kills as in that campaign (pure)."""
-    return [external_plan(seed, run, draw, kinds[(run - 1) % len(kinds)], window, fit_window, fit_share, window_from)
-            for run, draw in slots]
+    return [
+        external_plan(
+            seed,
+            run,
+            draw,
+            kinds[(run - 1) % len(kinds)],
+            window,
+            fit_window,
+            fit_share,
+            window_from,
+        )
+        for run, draw in slots
+    ]
 
 
 # -- the process table ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Proc:
     """One row of a process table (what ``/proc`` says about a process)."""
+
     pid: int
     ppid: int
     state: str
@@ -251,6 +318,7 @@ class Proc:
 class RankProc:
     """A rank's Python process: ``rank`` is its world rank (0 for a respawned one, which is
     rank 0 of a world of its own); ``role`` is ``driver`` or ``worker``."""
+
     pid: int
     role: str
     rank: int
@@ -264,7 +332,11 @@ class RankProc:
         return self.state not in procs.GONE
 
     def label(self) -> str:
-        who = "driver" if self.role == "driver" else ("respawned worker" if self.respawned else f"worker {self.rank}")
+        who = (
+            "driver"
+            if self.role == "driver"
+            else ("respawned worker" if self.respawned else f"worker {self.rank}")
+        )
         return f"{who} pid {self.pid}"
 
 
@@ -290,23 +362,32 @@ def classify(table: dict, root: int, tags: frozenset | set = frozenset()) -> lis
     respawned worker; the driver is world rank 0 of an original job. Under MPICH the rank
     is the wrapper's Python child, never the ``sh`` wrapper itself (pure)."""
     under = set(descendants(table, root))
-    candidates = [pid for pid, p in table.items()
-                  if pid != root and (pid in under or (p.env.get(TAG_ENV) is not None and p.env.get(TAG_ENV) in tags))]
+    candidates = [
+        pid
+        for pid, p in table.items()
+        if pid != root
+        and (pid in under or (p.env.get(TAG_ENV) is not None and p.env.get(TAG_ENV) in tags))
+    ]
     out = []
     for pid in ranks.rank_processes(table, candidates):
         p = table[pid]
         rank = ranks.world_rank(p.env)
         parent = table.get(p.ppid)
         wrapper = parent.pid if parent is not None and ranks.is_rank_wrapper(parent.argv) else None
-        respawned = (any(var in p.env for var in RESPAWN_ENV) or
-                     (wrapper is not None and "--worker" in parent.argv[2:3]))
+        respawned = any(var in p.env for var in RESPAWN_ENV) or (
+            wrapper is not None and "--worker" in parent.argv[2:3]
+        )
         role = "driver" if rank == 0 and not respawned else "worker"
         out.append(RankProc(pid, role, rank, respawned, p.state, p.env.get(TAG_ENV), wrapper))
     return out
 
 
-def choose_victim(ranks: list[RankProc], spec: KillSpec, done: set | frozenset = frozenset(),
-                  hold_for_replacement: bool = False) -> RankProc | None:
+def choose_victim(
+    ranks: list[RankProc],
+    spec: KillSpec,
+    done: set | frozenset = frozenset(),
+    hold_for_replacement: bool = False,
+) -> RankProc | None:
     """The victim of ``spec`` among ``ranks`` (pure): a live rank of the target role that
     this run has not signalled yet (a SIGSTOP never picks a stopped rank); with
     ``prefer_replacement``, a respawned worker when one is there, and none at all while
@@ -314,8 +395,14 @@ def choose_victim(ranks: list[RankProc], spec: KillSpec, done: set | frozenset =
     the moment it does, inside its spawn). Candidates are ordered by (respawned, rank, pid)
     and ``spec.pick`` indexes them, so a replay with the same table picks the same process.
     None when there is no candidate."""
-    cands = [r for r in ranks if r.role == spec.target and r.alive and r.pid not in done
-             and not (spec.signal in ("SIGSTOP", SLOW) and r.state in STOPPED_STATES)]
+    cands = [
+        r
+        for r in ranks
+        if r.role == spec.target
+        and r.alive
+        and r.pid not in done
+        and not (spec.signal in ("SIGSTOP", SLOW) and r.state in STOPPED_STATES)
+    ]
     if spec.prefer_replacement:
         if any(r.respawned for r in cands):
             cands = [r for r in cands if r.respawned]
@@ -333,11 +420,15 @@ def host_of(rank: int) -> int:
     return 0 if rank <= 0 else 1 + (rank - 1) // HOST_SIZE
 
 
-def choose_host(ranks: list[RankProc], spec: KillSpec, done: set | frozenset = frozenset()) -> list[RankProc]:
+def choose_host(
+    ranks: list[RankProc], spec: KillSpec, done: set | frozenset = frozenset()
+) -> list[RankProc]:
     """The victims of a lost host (pure): every live original worker of the host that
     ``spec.pick`` indexes among the hosts that have one, the driver's host never (its loss is
     the kind ``driver``). Empty when no worker host is left."""
-    cands = [r for r in ranks if r.role == "worker" and r.alive and not r.respawned and r.pid not in done]
+    cands = [
+        r for r in ranks if r.role == "worker" and r.alive and not r.respawned and r.pid not in done
+    ]
     hosts = sorted({host_of(r.rank) for r in cands} - {0})
     if not hosts:
         return []
@@ -352,8 +443,13 @@ def never_started_explained(victim_tags: list, attempts: int) -> bool:
     return attempts >= 1 and len({t for t in victim_tags if t is not None}) >= attempts
 
 
-def phase_at(wall: float, events: list[dict], mpi_up: bool | None = None, started: bool | None = None,
-             checkpoints: bool = True) -> str:
+def phase_at(
+    wall: float,
+    events: list[dict],
+    mpi_up: bool | None = None,
+    started: bool | None = None,
+    checkpoints: bool = True,
+) -> str:
     """Where the job was at wall-clock time ``wall`` (pure), from its event log and the
     launcher's startup markers as they were at that moment (``mpi_up``: MPI initialisation
     had finished on rank 0; ``started``: every live worker held its shards):
@@ -368,7 +464,10 @@ def phase_at(wall: float, events: list[dict], mpi_up: bool | None = None, starte
         return "startup" if mpi_up is None else ("handshake" if mpi_up else "start/init")
     last_start = max(i for i, e in enumerate(before) if e.get("event") == "start")
     since = before[last_start:]
-    if any(e.get("event") == "closed" or (e.get("event") == "checkpoint" and e.get("finished")) for e in since):
+    if any(
+        e.get("event") == "closed" or (e.get("event") == "checkpoint" and e.get("finished"))
+        for e in since
+    ):
         return "close"
     its = [e.get("iteration") or 0 for e in since if e.get("event") in ("checkpoint", "resumed")]
     if its:
@@ -387,14 +486,17 @@ def phase_group(phase: str | None) -> str:
 @dataclass
 class Launch:
     """What one launch of the job did, as observed from outside."""
+
     code: int | None
     seconds: float
     hung: bool = False
     has_result: bool = False
     diffs: list = field(default_factory=list)
     leftovers: list = field(default_factory=list)
-    retried: bool = False   # the launcher itself started the job again (exit 73 on its first try)
-    relaunched: bool = False  # the launcher ran it again to resume (exit 74: the driver could not reconfigure)
+    retried: bool = False  # the launcher itself started the job again (exit 73 on its first try)
+    relaunched: bool = (
+        False  # the launcher ran it again to resume (exit 74: the driver could not reconfigure)
+    )
     taken_over: bool = False  # a survivor took over from a dead driver in the same job (failover)
 
     @property
@@ -402,8 +504,16 @@ class Launch:
         return self.code == 0 and self.has_result and not self.diffs
 
 
-def judge(kind: str, first: Launch, *, missed: bool, explained_73: bool, rerun: Launch | None = None,
-          failed_places: int = 0, killed: int = 0) -> str:
+def judge(
+    kind: str,
+    first: Launch,
+    *,
+    missed: bool,
+    explained_73: bool,
+    rerun: Launch | None = None,
+    failed_places: int = 0,
+    killed: int = 0,
+) -> str:
     """One run's outcome (pure). Failing outcomes win over passing ones, so a run whose kill
     missed but whose job went wrong still fails the campaign:
 
@@ -425,8 +535,18 @@ def judge(kind: str, first: Launch, *, missed: bool, explained_73: bool, rerun: 
     if any(x.hung for x in launches):
         return HUNG
     if first.code == 0:
-        final, verdict = first, (RELAUNCHED_OK if first.relaunched else RETRIED_OK if first.retried
-                                 else TAKEN_OVER_OK if first.taken_over else OK)
+        final, verdict = (
+            first,
+            (
+                RELAUNCHED_OK
+                if first.relaunched
+                else RETRIED_OK
+                if first.retried
+                else TAKEN_OVER_OK
+                if first.taken_over
+                else OK
+            ),
+        )
     elif needs_rerun(kind, first, explained_73) and rerun is not None:
         final, verdict = rerun, (RETRIED_OK if first.code == NEVER_STARTED else RESUMED_OK)
     else:
@@ -469,8 +589,14 @@ def percentile(xs: list, p: float) -> float | None:
 
 def distribution(xs: list) -> dict:
     xs = [x for x in xs if x is not None]
-    return {"n": len(xs), "min": min(xs) if xs else None, "p50": percentile(xs, 50), "p90": percentile(xs, 90),
-            "p99": percentile(xs, 99), "max": max(xs) if xs else None}
+    return {
+        "n": len(xs),
+        "min": min(xs) if xs else None,
+        "p50": percentile(xs, 50),
+        "p90": percentile(xs, 90),
+        "p99": percentile(xs, 99),
+        "max": max(xs) if xs else None,
+    }
 
 
 def summarize(rows: list[dict], kinds: tuple = KINDS) -> dict:
@@ -502,7 +628,9 @@ def summarize(rows: list[dict], kinds: tuple = KINDS) -> dict:
         "kills_per_phase": dict(sorted(phases.items())),
         "recovery_seconds": distribution(rec),
         "seconds_from_kill": distribution([r.get("seconds_from_kill") for r in counted]),
-        "recovery_seconds_per_kind": {k: distribution([r.get("recovery_seconds") for r in counted if r["kind"] == k])
-                                      for k in per_kind},
+        "recovery_seconds_per_kind": {
+            k: distribution([r.get("recovery_seconds") for r in counted if r["kind"] == k])
+            for k in per_kind
+        },
         "ok": not failures and len(counted) > 0,
     }

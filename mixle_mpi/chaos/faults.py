@@ -29,15 +29,52 @@ from mixle_mpi.core import logs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.exitcodes import FAULT_EXIT
 
-ACTIONS = ("kill", "stop", "exit", "hang", "delay", "slow")  # hang: the main thread blocks for good, heartbeats go on
-DELAY_SECONDS = 10.0  # "delay": a straggler, whose main thread sleeps this long once (heartbeats go on)
-SLOW_FACTOR = 4.0     # "slow": from then on each shard takes this many times as long (``Fault.factor``)
-PHASES = ("init", "estep_before", "estep_mid", "stats_sent", "estep_after_reply", "llsum", "respawn", "checkpoint_write",
-          "startup", "handshake", "spawn", "shrink", "load")
-STARTUP_PHASES = ("startup", "handshake")  # an original worker, before setup: read from the environment
+ACTIONS = (
+    "kill",
+    "stop",
+    "exit",
+    "hang",
+    "delay",
+    "slow",
+)  # hang: the main thread blocks for good, heartbeats go on
+DELAY_SECONDS = (
+    10.0  # "delay": a straggler, whose main thread sleeps this long once (heartbeats go on)
+)
+SLOW_FACTOR = (
+    4.0  # "slow": from then on each shard takes this many times as long (``Fault.factor``)
+)
+PHASES = (
+    "init",
+    "estep_before",
+    "estep_mid",
+    "stats_sent",
+    "estep_after_reply",
+    "llsum",
+    "respawn",
+    "checkpoint_write",
+    "startup",
+    "handshake",
+    "spawn",
+    "shrink",
+    "load",
+)
+STARTUP_PHASES = (
+    "startup",
+    "handshake",
+)  # an original worker, before setup: read from the environment
 SPAWN_PHASE = "spawn"  # a replacement, as its process starts: read from the environment
-SPAWNED_ENV = ("OMPI_PARENT_PORT", "PMI_SPAWNED")  # Open MPI / MPICH: this process was started by MPI_Comm_spawn
-DRIVER_PHASES = ("estep_before", "estep_mid", "llsum", "checkpoint_write", "respawn", "shrink")  # worker 0 is the driver
+SPAWNED_ENV = (
+    "OMPI_PARENT_PORT",
+    "PMI_SPAWNED",
+)  # Open MPI / MPICH: this process was started by MPI_Comm_spawn
+DRIVER_PHASES = (
+    "estep_before",
+    "estep_mid",
+    "llsum",
+    "checkpoint_write",
+    "respawn",
+    "shrink",
+)  # worker 0 is the driver
 DRIVER_ONLY = ("checkpoint_write", "shrink")
 SCOPES = ("any", "own", "recovery")
 ENV_VAR = "MIXLE_MPI_FAULT_PLAN"
@@ -86,32 +123,62 @@ class Fault:
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
-            raise ConfigError(f"fault action {self.action!r} is unknown; valid actions are {list(ACTIONS)}")
+            raise ConfigError(
+                f"fault action {self.action!r} is unknown; valid actions are {list(ACTIONS)}"
+            )
         if self.phase not in PHASES:
-            raise ConfigError(f"fault phase {self.phase!r} is unknown; valid phases are {list(PHASES)}")
+            raise ConfigError(
+                f"fault phase {self.phase!r} is unknown; valid phases are {list(PHASES)}"
+            )
         if self.scope not in SCOPES:
-            raise ConfigError(f"fault scope {self.scope!r} is unknown; valid scopes are {list(SCOPES)}")
+            raise ConfigError(
+                f"fault scope {self.scope!r} is unknown; valid scopes are {list(SCOPES)}"
+            )
         if isinstance(self.worker, bool) or not isinstance(self.worker, int) or self.worker < 0:
-            raise ConfigError(f"fault worker must be a rank >= 0 (0 is the driver); found {self.worker!r}")
-        if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not self.factor >= 1:
-            raise ConfigError(f"fault factor must be a number >= 1 (how many times as long a shard takes); "
-                              f"found {self.factor!r}")
-        if self.action == "slow" and (self.worker == 0 or self.phase not in ("init", "estep_before", "llsum")):
-            raise ConfigError("action 'slow' is for a worker at a task's start (phase init, estep_before or llsum); "
-                              f"found worker {self.worker}, phase {self.phase!r}")
+            raise ConfigError(
+                f"fault worker must be a rank >= 0 (0 is the driver); found {self.worker!r}"
+            )
+        if (
+            isinstance(self.factor, bool)
+            or not isinstance(self.factor, (int, float))
+            or not self.factor >= 1
+        ):
+            raise ConfigError(
+                f"fault factor must be a number >= 1 (how many times as long a shard takes); "
+                f"found {self.factor!r}"
+            )
+        if self.action == "slow" and (
+            self.worker == 0 or self.phase not in ("init", "estep_before", "llsum")
+        ):
+            raise ConfigError(
+                "action 'slow' is for a worker at a task's start (phase init, estep_before or llsum); "
+                f"found worker {self.worker}, phase {self.phase!r}"
+            )
         if self.worker == 0 and self.action == "hang":
-            raise ConfigError("action 'hang' is for workers: the driver has no stall detection (use kill or stop)")
+            raise ConfigError(
+                "action 'hang' is for workers: the driver has no stall detection (use kill or stop)"
+            )
         if self.worker == 0 and self.phase not in DRIVER_PHASES:
-            raise ConfigError(f"the driver (rank 0) can only fault at {list(DRIVER_PHASES)}; found phase {self.phase!r}")
+            raise ConfigError(
+                f"the driver (rank 0) can only fault at {list(DRIVER_PHASES)}; found phase {self.phase!r}"
+            )
         if self.worker > 0 and self.phase in DRIVER_ONLY:
             raise ConfigError(f"phase {self.phase!r} happens on the driver only: use worker 0")
         if isinstance(self.call, bool) or not isinstance(self.call, int) or self.call < 0:
             raise ConfigError(f"fault call must be an integer >= 0; found {self.call!r}")
         if self.incarnation is None:
-            replacement = self.phase in ("respawn", SPAWN_PHASE) and self.worker > 0  # the driver is the original
+            replacement = (
+                self.phase in ("respawn", SPAWN_PHASE) and self.worker > 0
+            )  # the driver is the original
             object.__setattr__(self, "incarnation", 1 if replacement else 0)
-        if isinstance(self.incarnation, bool) or not isinstance(self.incarnation, int) or self.incarnation < 0:
-            raise ConfigError(f"fault incarnation must be an integer >= 0; found {self.incarnation!r}")
+        if (
+            isinstance(self.incarnation, bool)
+            or not isinstance(self.incarnation, int)
+            or self.incarnation < 0
+        ):
+            raise ConfigError(
+                f"fault incarnation must be an integer >= 0; found {self.incarnation!r}"
+            )
 
     def matches(self, worker: int, incarnation: int, phase: str, call: int, recovery: bool) -> bool:
         if phase == SPAWN_PHASE:  # the starting process knows no worker yet (see the class doc)
@@ -141,7 +208,9 @@ def parse_plan(spec) -> tuple[Fault, ...]:
     if isinstance(spec, (Fault, dict)):
         spec = [spec]
     if not isinstance(spec, (list, tuple)):
-        raise ConfigError(f"a fault plan must be a list, a dict, a Fault or a string; found {type(spec).__name__} {spec!r}")
+        raise ConfigError(
+            f"a fault plan must be a list, a dict, a Fault or a string; found {type(spec).__name__} {spec!r}"
+        )
     faults = []
     for item in spec:
         if isinstance(item, Fault):
@@ -169,7 +238,9 @@ def _parse_compact(item: str) -> dict:
         if len(parts) > 4 and parts[4] != "":
             out["incarnation"] = int(parts[4])
     except ValueError:
-        raise ConfigError(f"compact fault {item!r}: worker, call and incarnation must be integers") from None
+        raise ConfigError(
+            f"compact fault {item!r}: worker, call and incarnation must be integers"
+        ) from None
     if len(parts) > 5 and parts[5] != "":
         out["scope"] = parts[5]
     if len(parts) > 6:
@@ -200,9 +271,13 @@ class FaultInjector:
 
     def check(self, phase: str, call: int = 0, recovery: bool = False) -> None:
         for i, fault in enumerate(self.plan):
-            if i not in self._fired and fault.matches(self.worker, self.incarnation, phase, call, recovery):
+            if i not in self._fired and fault.matches(
+                self.worker, self.incarnation, phase, call, recovery
+            ):
                 self._fired.add(i)
-                if fault.action == "slow":  # the worker's task loop stretches each shard from now on
+                if (
+                    fault.action == "slow"
+                ):  # the worker's task loop stretches each shard from now on
                     _announce(fault)
                     self.slowdown = float(fault.factor)
                 else:
@@ -211,8 +286,13 @@ class FaultInjector:
 
 def fired_record(fault: Fault) -> dict:
     """What the victim records about itself, just before it acts."""
-    return {"time": round(time.time(), 6), "event": "fault_fired", **asdict(fault),
-            "pid": os.getpid(), "host": socket.gethostname()}
+    return {
+        "time": round(time.time(), 6),
+        "event": "fault_fired",
+        **asdict(fault),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+    }
 
 
 def record_fired(fault: Fault, path: str | None = None) -> None:
@@ -238,8 +318,10 @@ def _announce(fault: Fault) -> None:
     record_fired(fault)
     sys.stdout.flush()
     slow = f" x{fault.factor:g}" if fault.action == "slow" else ""
-    logs.get("faults").warning(f"chaos: worker {fault.worker} {fault.action}{slow} at {fault.phase} (call {fault.call}) "
-                               f"pid={os.getpid()}")
+    logs.get("faults").warning(
+        f"chaos: worker {fault.worker} {fault.action}{slow} at {fault.phase} (call {fault.call}) "
+        f"pid={os.getpid()}"
+    )
 
 
 def _perform(fault: Fault) -> None:

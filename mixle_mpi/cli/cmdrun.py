@@ -28,7 +28,10 @@ def run_command(args, name: str) -> int:
 
 def module_main(name: str, doc: str, add_arguments, argv=None) -> int:
     """``python -m mixle_mpi.<name>``: the same as ``mixle-mpi <name>``."""
-    p = argparse.ArgumentParser(prog=f"python -m mixle_mpi.{name}", description=doc,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=f"python -m mixle_mpi.{name}",
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(p)
     return run_command(p.parse_args(argv), name)

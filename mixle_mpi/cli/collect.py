@@ -32,12 +32,16 @@ def final_ll(summary: dict) -> float:
     elif isinstance(summary.get("ll"), list) and summary["ll"]:
         value = summary["ll"][-1]
     else:
-        raise ConfigError(f"summary {summary.get('path', '?')} has no final log-likelihood "
-                          "(needed 'final_ll' or a non-empty 'll' list)")
+        raise ConfigError(
+            f"summary {summary.get('path', '?')} has no final log-likelihood "
+            "(needed 'final_ll' or a non-empty 'll' list)"
+        )
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"summary {summary.get('path', '?')}: final log-likelihood {value!r} is not a number") from None
+        raise ConfigError(
+            f"summary {summary.get('path', '?')}: final log-likelihood {value!r} is not a number"
+        ) from None
 
 
 def pick_best(summaries: list[dict]) -> dict:
@@ -52,8 +56,10 @@ def pick_best(summaries: list[dict]) -> dict:
 
     usable = [s for s in summaries if not math.isnan(final_ll(s))]
     if not usable:
-        raise ConfigError("every summary's final log-likelihood is NaN: "
-                          + ", ".join(str(s.get("path", "?")) for s in summaries))
+        raise ConfigError(
+            "every summary's final log-likelihood is NaN: "
+            + ", ".join(str(s.get("path", "?")) for s in summaries)
+        )
     return usable[best_restart([{"ll": [final_ll(s)]} for s in usable])]
 
 
@@ -81,9 +87,13 @@ def find_summaries(dirs: list[str]) -> tuple[list[str], list[str]]:
         found += inner
         without = [s for s in subdirs if not _summary_in(s)]
         for s in without:
-            notes.append(f"{s}: no summary (holds: {', '.join(sorted(os.listdir(s))) or 'nothing'})")
+            notes.append(
+                f"{s}: no summary (holds: {', '.join(sorted(os.listdir(s))) or 'nothing'})"
+            )
         if not subdirs:
-            notes.append(f"{d}: no summary and no task folders (holds: {', '.join(sorted(os.listdir(d))) or 'nothing'})")
+            notes.append(
+                f"{d}: no summary and no task folders (holds: {', '.join(sorted(os.listdir(d))) or 'nothing'})"
+            )
     return sorted(set(found)), notes
 
 
@@ -102,8 +112,10 @@ def collect(dirs: list[str]) -> dict:
     """The best task of ``dirs``: its summary, its path, and every candidate's final log-likelihood."""
     paths, notes = find_summaries(dirs)
     if not paths:
-        raise ConfigError(f"no task produced a summary ({' or '.join(SUMMARY_FILES)}) under "
-                          f"{', '.join(dirs)}; found:\n  " + "\n  ".join(notes or ["nothing"]))
+        raise ConfigError(
+            f"no task produced a summary ({' or '.join(SUMMARY_FILES)}) under "
+            f"{', '.join(dirs)}; found:\n  " + "\n  ".join(notes or ["nothing"])
+        )
     summaries, problems = [], list(notes)
     for p in paths:
         try:
@@ -117,17 +129,24 @@ def collect(dirs: list[str]) -> dict:
         raise ConfigError("no usable summary; found:\n  " + "\n  ".join(problems))
     best = pick_best(summaries)
     model = os.path.join(os.path.dirname(best["path"]), "model.json")
-    return {"best": best["path"], "final_ll": final_ll(best), "model": model if os.path.isfile(model) else None,
-            "candidates": [{"path": s["path"], "final_ll": final_ll(s)} for s in summaries],
-            "skipped": problems, "summary": {k: v for k, v in best.items() if k != "path"}}
+    return {
+        "best": best["path"],
+        "final_ll": final_ll(best),
+        "model": model if os.path.isfile(model) else None,
+        "candidates": [{"path": s["path"], "final_ll": final_ll(s)} for s in summaries],
+        "skipped": problems,
+        "summary": {k: v for k, v in best.items() if k != "path"},
+    }
 
 
 def _cmd_collect(args) -> int:
     report = collect(args.dirs)
     for line in report["skipped"]:
         sys.stderr.write(f"[mixle_mpi] collect: skipped {line}\n")
-    sys.stderr.write(f"[mixle_mpi] collect: best of {len(report['candidates'])} is {report['best']} "
-                     f"(final log-likelihood {report['final_ll']!r})\n")
+    sys.stderr.write(
+        f"[mixle_mpi] collect: best of {len(report['candidates'])} is {report['best']} "
+        f"(final log-likelihood {report['final_ll']!r})\n"
+    )
     text = json.dumps(report, indent=1)
     if args.out in (None, "-"):
         sys.stdout.write(text + "\n")
@@ -137,16 +156,28 @@ def _cmd_collect(args) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="a task's output folder, or a folder of them")
-    p.add_argument("-o", "--out", default=None,
-                   help="write the report (best path, its summary, all candidates) here; default stdout")
+    p.add_argument(
+        "dirs", nargs="+", metavar="DIR", help="a task's output folder, or a folder of them"
+    )
+    p.add_argument(
+        "-o",
+        "--out",
+        default=None,
+        help="write the report (best path, its summary, all candidates) here; default stdout",
+    )
     p.set_defaults(func=_cmd_collect)
 
 
 def add_subcommand(subparsers) -> None:
     """Register ``mixle-mpi collect``."""
-    add_arguments(subparsers.add_parser("collect", help="pick the best model of an array's tasks",
-                                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    add_arguments(
+        subparsers.add_parser(
+            "collect",
+            help="pick the best model of an array's tasks",
+            description=__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
 
 
 def main(argv=None) -> int:

@@ -27,7 +27,7 @@ FORMS = "PATH.h5:/dataset, PATH.npy, PATH.csv or builtin:iris"
 
 @dataclass(frozen=True)
 class DataSource:
-    kind: str           # "h5", "npy", "csv"
+    kind: str  # "h5", "npy", "csv"
     path: str
     dataset: str | None = None
     text: str = ""
@@ -35,8 +35,8 @@ class DataSource:
 
 @dataclass
 class Loaded:
-    data: object        # what the handle takes: ndarray, h5py.Dataset or list of rows
-    ncols: int | None   # columns of a matrix; None for 1-D rows
+    data: object  # what the handle takes: ndarray, h5py.Dataset or list of rows
+    ncols: int | None  # columns of a matrix; None for 1-D rows
     describe: str
     closer: object = None
     lines: list[int] | None = None  # CSV tables: each row's file line number, for error messages
@@ -53,16 +53,20 @@ def parse_source(text: str) -> DataSource:
         raise ConfigError(f"no data given; needs one of {FORMS}")
     text = text.strip()
     if text.startswith("builtin:"):
-        name = text[len("builtin:"):]
+        name = text[len("builtin:") :]
         if name not in BUILTIN:
-            raise ConfigError(f"unknown built-in data set {name!r}; valid ones are {sorted(BUILTIN)}")
-        return DataSource("csv", str(resources.files("mixle_mpi").joinpath("data", BUILTIN[name])), None, text)
+            raise ConfigError(
+                f"unknown built-in data set {name!r}; valid ones are {sorted(BUILTIN)}"
+            )
+        return DataSource(
+            "csv", str(resources.files("mixle_mpi").joinpath("data", BUILTIN[name])), None, text
+        )
     lower = text.lower()
     for suffix in H5_SUFFIXES:
         pos = lower.find(suffix + ":")
         if pos >= 0:
             cut = pos + len(suffix)
-            return DataSource("h5", text[:cut], text[cut + 1:] or None, text)
+            return DataSource("h5", text[:cut], text[cut + 1 :] or None, text)
         if lower.endswith(suffix):
             return DataSource("h5", text, None, text)
     if lower.endswith(".npy"):
@@ -85,7 +89,9 @@ def parse_columns(text: str | None) -> list[str] | None:
         elif item:
             out.append(item)
     if not out:
-        raise ConfigError(f"--columns {text!r} selects no column; give names or indices like 0,1 or 0:4")
+        raise ConfigError(
+            f"--columns {text!r} selects no column; give names or indices like 0,1 or 0:4"
+        )
     return out
 
 
@@ -98,19 +104,28 @@ def _close_names(path: str) -> list[str]:
         names = os.listdir(folder)
     except OSError:
         return []
-    return [os.path.join(os.path.dirname(path), n) for n in difflib.get_close_matches(os.path.basename(path), names, 3, 0.6)]
+    return [
+        os.path.join(os.path.dirname(path), n)
+        for n in difflib.get_close_matches(os.path.basename(path), names, 3, 0.6)
+    ]
 
 
 def _check_source(source: DataSource, columns: list[str] | None) -> None:
     if not os.path.exists(source.path):
         close = _close_names(source.path)
-        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else f"; needs one of {FORMS}"
+        hint = (
+            f"; did you mean {' or '.join(repr(c) for c in close)}?"
+            if close
+            else f"; needs one of {FORMS}"
+        )
         raise ConfigError(f"no such data file {source.path!r} (from --data {source.text!r}){hint}")
     if columns and source.kind != "csv":
         raise ConfigError(f"--columns selects CSV columns only; {source.path!r} is {source.kind}")
 
 
-def load(source: DataSource, need: str, columns: list[str] | None = None, spill_dir: str | None = None) -> Loaded:
+def load(
+    source: DataSource, need: str, columns: list[str] | None = None, spill_dir: str | None = None
+) -> Loaded:
     """Open ``source`` for a model that needs ``need`` rows (see modelspec.row_shape_needed).
 
     A big numeric CSV is parsed into a temporary HDF5 file in ``spill_dir`` (default: the
@@ -124,20 +139,22 @@ def load(source: DataSource, need: str, columns: list[str] | None = None, spill_
 
 
 # -- shape only, for a dry run ----------------------------------------------------------
-PY_VALUE_BYTES = 32   # a float in a Python list: the object (24 bytes) and its pointer (8)
-SAMPLE_ROWS = 1000    # sequences sampled for their mean length
+PY_VALUE_BYTES = 32  # a float in a Python list: the object (24 bytes) and its pointer (8)
+SAMPLE_ROWS = 1000  # sequences sampled for their mean length
 
 
 @dataclass(frozen=True)
 class DataShape:
     """The size of the data, read from headers only (``mixle-mpi fit --dry-run``)."""
 
-    rows: int             # observations (CSV: data lines, blank ones included)
-    values: float         # numbers per observation (sequences: the mean length of a sample)
-    value_bytes: int      # bytes per value on a rank: the dtype's in an array, PY_VALUE_BYTES in Python rows
+    rows: int  # observations (CSV: data lines, blank ones included)
+    values: float  # numbers per observation (sequences: the mean length of a sample)
+    value_bytes: (
+        int  # bytes per value on a rank: the dtype's in an array, PY_VALUE_BYTES in Python rows
+    )
     driver_reads_all: bool  # the driver holds the whole data while it writes the shard store
     describe: str
-    ncols: int | None     # as Loaded.ncols, to build the estimator
+    ncols: int | None  # as Loaded.ncols, to build the estimator
 
 
 def probe(source: DataSource, need: str, columns: list[str] | None = None) -> DataShape:
@@ -152,7 +169,9 @@ def probe(source: DataSource, need: str, columns: list[str] | None = None) -> Da
     try:
         arr = loaded.data
         values = int(np.prod(arr.shape[1:], dtype=np.int64))
-        return DataShape(arr.shape[0], values, arr.dtype.itemsize, False, loaded.describe, loaded.ncols)
+        return DataShape(
+            arr.shape[0], values, arr.dtype.itemsize, False, loaded.describe, loaded.ncols
+        )
     finally:
         loaded.close()
 
@@ -164,8 +183,14 @@ def _probe_h5_sequences(source: DataSource) -> DataShape:
         _require_vlen(ds, where)
         sample = ds[:SAMPLE_ROWS]
         mean = float(np.mean([len(r) for r in sample])) if len(sample) else 0.0
-        return DataShape(ds.shape[0], mean, PY_VALUE_BYTES, True,
-                         f"{where}: {ds.shape[0]} sequences, mean length {mean:.1f} (first {len(sample)})", None)
+        return DataShape(
+            ds.shape[0],
+            mean,
+            PY_VALUE_BYTES,
+            True,
+            f"{where}: {ds.shape[0]} sequences, mean length {mean:.1f} (first {len(sample)})",
+            None,
+        )
 
 
 def _probe_csv(source: DataSource, need: str, columns) -> DataShape:
@@ -175,14 +200,24 @@ def _probe_csv(source: DataSource, need: str, columns) -> DataShape:
     rows = _count_lines(path) - head.first_line + 1
     if need == "sequences":
         values = float(sum(1 for c in head.first if c != ""))
-        return DataShape(rows, values, PY_VALUE_BYTES, True, f"{path}: {rows} data lines (sequences)", None)
+        return DataShape(
+            rows, values, PY_VALUE_BYTES, True, f"{path}: {rows} data lines (sequences)", None
+        )
     if need == "integers" and len(index) != 1:
-        raise DataError(f"{path} has {len(index)} columns; a Poisson mixture needs one (select it with --columns)")
+        raise DataError(
+            f"{path} has {len(index)} columns; a Poisson mixture needs one (select it with --columns)"
+        )
     value_bytes = PY_VALUE_BYTES if need == "table" else 8
     in_memory = need == "table" or rows * len(index) * value_bytes <= SPILL_BYTES
     names = f" ({', '.join(head.header[i] for i in index)})" if head.header else ""
-    return DataShape(rows, len(index), value_bytes, in_memory, f"{path}: {rows} data lines x {len(index)} columns{names}",
-                     None if len(index) == 1 and need != "table" else len(index))
+    return DataShape(
+        rows,
+        len(index),
+        value_bytes,
+        in_memory,
+        f"{path}: {rows} data lines x {len(index)} columns{names}",
+        None if len(index) == 1 and need != "table" else len(index),
+    )
 
 
 # -- HDF5 ---------------------------------------------------------------------------
@@ -190,7 +225,13 @@ def list_datasets(f) -> list[str]:
     import h5py
 
     found: list[str] = []
-    f.visititems(lambda name, obj: found.append(f"/{name} {obj.shape} {obj.dtype}") if isinstance(obj, h5py.Dataset) else None)
+    f.visititems(
+        lambda name, obj: (
+            found.append(f"/{name} {obj.shape} {obj.dtype}")
+            if isinstance(obj, h5py.Dataset)
+            else None
+        )
+    )
     return found
 
 
@@ -206,15 +247,19 @@ def _open_h5(source: DataSource):
         names = list_datasets(f)
         if source.dataset is None:
             if len(names) != 1:
-                raise ConfigError(f"{source.path} holds {len(names)} datasets; name one as {source.path}:/NAME. "
-                                  f"Its datasets are: {', '.join(names) or 'none'}")
+                raise ConfigError(
+                    f"{source.path} holds {len(names)} datasets; name one as {source.path}:/NAME. "
+                    f"Its datasets are: {', '.join(names) or 'none'}"
+                )
             ds = f[names[0].split(" ")[0]]
         else:
             ds = f.get(source.dataset)
             if not isinstance(ds, h5py.Dataset):
                 what = "a group, not a dataset" if ds is not None else "not there"
-                raise ConfigError(f"dataset {source.dataset!r} in {source.path} is {what}; "
-                                  f"its datasets are: {', '.join(names) or 'none'}")
+                raise ConfigError(
+                    f"dataset {source.dataset!r} in {source.path} is {what}; "
+                    f"its datasets are: {', '.join(names) or 'none'}"
+                )
     except BaseException:
         f.close()
         raise
@@ -243,20 +288,26 @@ def _from_h5_dataset(ds, need: str, where: str) -> Loaded:
     if need == "table":
         raise DataError(f"{where}: a composite model reads mixed-type rows from CSV only")
     if vlen is not None or ds.dtype.kind not in "biuf" or ds.ndim not in (1, 2):
-        raise DataError(f"{where} has dtype {ds.dtype} and shape {ds.shape}; needs a numeric dataset "
-                        "with one row per observation (1-D, or 2-D with one column per variable)")
+        raise DataError(
+            f"{where} has dtype {ds.dtype} and shape {ds.shape}; needs a numeric dataset "
+            "with one row per observation (1-D, or 2-D with one column per variable)"
+        )
     _check_need(need, ds.dtype, ds.ndim, where)
     if need == "integers":
         _check_counts(ds, where)
-    return Loaded(ds, ds.shape[1] if ds.ndim == 2 else None, f"{where}: shape {ds.shape}, {ds.dtype}")
+    return Loaded(
+        ds, ds.shape[1] if ds.ndim == 2 else None, f"{where}: shape {ds.shape}, {ds.dtype}"
+    )
 
 
 def _require_vlen(ds, where: str) -> None:
     import h5py
 
     if h5py.check_vlen_dtype(ds.dtype) is None:
-        raise DataError(f"{where} has dtype {ds.dtype}; an HMM needs one sequence per row, stored as a "
-                        "variable-length dataset (h5py.vlen_dtype(float))")
+        raise DataError(
+            f"{where} has dtype {ds.dtype}; an HMM needs one sequence per row, stored as a "
+            "variable-length dataset (h5py.vlen_dtype(float))"
+        )
 
 
 def _finite_sequences(seqs, where: str) -> list[list]:
@@ -279,12 +330,18 @@ def _load_npy(source: DataSource, need: str) -> Loaded:
     except (OSError, ValueError) as exc:
         raise DataError(f"{source.path!r} is not a numeric .npy file: {exc}") from None
     if need in ("sequences", "table") or arr.dtype.kind not in "biuf" or arr.ndim not in (1, 2):
-        raise DataError(f"{source.path} has dtype {arr.dtype} and shape {arr.shape}; .npy input must be a numeric "
-                        "1-D or 2-D array (sequences and mixed tables: use HDF5 or CSV)")
+        raise DataError(
+            f"{source.path} has dtype {arr.dtype} and shape {arr.shape}; .npy input must be a numeric "
+            "1-D or 2-D array (sequences and mixed tables: use HDF5 or CSV)"
+        )
     _check_need(need, arr.dtype, arr.ndim, source.path)
     if need == "integers":
         _check_counts(arr, source.path)
-    return Loaded(np.asarray(arr), arr.shape[1] if arr.ndim == 2 else None, f"{source.path}: shape {arr.shape}, {arr.dtype}")
+    return Loaded(
+        np.asarray(arr),
+        arr.shape[1] if arr.ndim == 2 else None,
+        f"{source.path}: shape {arr.shape}, {arr.dtype}",
+    )
 
 
 def _check_counts(values, where: str) -> None:
@@ -294,18 +351,22 @@ def _check_counts(values, where: str) -> None:
         return
     step = 1 << 20
     for a in range(0, values.shape[0], step):
-        block = np.asarray(values[a:a + step])
+        block = np.asarray(values[a : a + step])
         bad = np.flatnonzero(block < 0)
         if bad.size:
             row = a + int(bad[0])
-            raise DataError(f"{where}: row {row} is {block[bad[0]]}; a Poisson mixture needs non-negative integer "
-                            "counts")
+            raise DataError(
+                f"{where}: row {row} is {block[bad[0]]}; a Poisson mixture needs non-negative integer "
+                "counts"
+            )
 
 
 def _check_need(need: str, dtype, ndim: int, where: str) -> None:
     if need == "integers" and (dtype.kind not in "biu" or ndim != 1):
-        raise DataError(f"{where} has dtype {dtype} with {ndim} dimension(s); a Poisson mixture needs "
-                        "one column of non-negative integers")
+        raise DataError(
+            f"{where} has dtype {dtype} with {ndim} dimension(s); a Poisson mixture needs "
+            "one column of non-negative integers"
+        )
 
 
 # -- CSV ----------------------------------------------------------------------------
@@ -315,13 +376,19 @@ def _check_need(need: str, dtype, ndim: int, where: str) -> None:
 # memory does not grow with the data at all. Errors name the file and its 1-based line
 # number, as an editor shows it.
 BLOCK_ROWS = 4096
-BLOCK_CELLS = 1 << 18  # cells per parsed block, at most: a byte budget at any width (10,000 columns: 26 rows)
+BLOCK_CELLS = (
+    1 << 18
+)  # cells per parsed block, at most: a byte budget at any width (10,000 columns: 26 rows)
 
 
 def block_rows(width: int) -> int:
     """Records per parsed block for ``width`` cells a record: BLOCK_ROWS, fewer when wide (pure)."""
     return max(1, min(BLOCK_ROWS, BLOCK_CELLS // max(1, width)))
-SPILL_BYTES = 8 << 20  # a numeric CSV bigger than this as numbers is parsed to a temporary HDF5 file
+
+
+SPILL_BYTES = (
+    8 << 20
+)  # a numeric CSV bigger than this as numbers is parsed to a temporary HDF5 file
 
 
 @dataclass(frozen=True)
@@ -329,8 +396,8 @@ class CsvHead:
     """What the first records of a CSV say: its header (if any) and its first data record."""
 
     header: list[str] | None
-    first: list[str]        # the first data record's cells
-    first_line: int         # its file line number
+    first: list[str]  # the first data record's cells
+    first_line: int  # its file line number
 
 
 def _is_number(cell: str) -> bool:
@@ -365,7 +432,11 @@ def _open_csv(path: str):
     second = next(records, None)
     if second is None and not all(_is_number(c) for c in first[1]):
         raise DataError(f"{path} has a header row ({', '.join(first[1])}) but no data rows")
-    if second is not None and not all(_is_number(c) for c in first[1]) and any(_is_number(c) for c in second[1]):
+    if (
+        second is not None
+        and not all(_is_number(c) for c in first[1])
+        and any(_is_number(c) for c in second[1])
+    ):
         return CsvHead(first[1], second[1], second[0]), itertools.chain([second], records)
     head = [first] if second is None else [first, second]
     return CsvHead(None, first[1], first[0]), itertools.chain(head, records)
@@ -384,7 +455,9 @@ def _column_index(head: CsvHead, columns: list[str] | None, path: str) -> list[i
         elif header is not None and c in header:
             i = header.index(c)
         else:
-            raise ConfigError(f"{path} has no column {c!r}; its columns are {header if header else list(range(width))}")
+            raise ConfigError(
+                f"{path} has no column {c!r}; its columns are {header if header else list(range(width))}"
+            )
         if i >= width:
             raise ConfigError(f"{path} has {width} columns; column index {i} is out of range")
         index.append(i)
@@ -399,8 +472,10 @@ def _column_name(head: CsvHead, i: int) -> str:
 
 def _check_width(cells: list[str], line: int, head: CsvHead, path: str) -> None:
     if len(cells) != len(head.first):
-        raise DataError(f"{path} line {line} has {len(cells)} columns, expected {len(head.first)} "
-                        f"like line {head.first_line}")
+        raise DataError(
+            f"{path} line {line} has {len(cells)} columns, expected {len(head.first)} "
+            f"like line {head.first_line}"
+        )
 
 
 def _convert(cell: str, kind: str, where: str):
@@ -457,8 +532,10 @@ def _block_values(block, index: list[int], head: CsvHead, kind: str, path: str) 
         ok = bool((values >= 0).all() and (values == np.floor(values)).all())
     if not ok:
         r, j = _bad_cell(cells, values, kind)
-        raise DataError(f"{path} line {block[r][0]}, {_column_name(head, index[j])}: found {cells[r][j]!r}, "
-                        f"needs {NEEDS[kind]}{_text_advice(head, block, cells[r][j])}")
+        raise DataError(
+            f"{path} line {block[r][0]}, {_column_name(head, index[j])}: found {cells[r][j]!r}, "
+            f"needs {NEEDS[kind]}{_text_advice(head, block, cells[r][j])}"
+        )
     return values
 
 
@@ -541,22 +618,26 @@ def _trim(out, n: int, spill):
     rows = spill.create_dataset("rows", shape=(n,) + out.shape[1:], dtype=out.dtype)
     step = block_rows(int(np.prod(out.shape[1:], dtype=np.int64)))
     for a in range(0, n, step):
-        rows[a:a + step] = out[a:min(a + step, n)]
+        rows[a : a + step] = out[a : min(a + step, n)]
     return rows
 
 
-def _read_numeric(path: str, head: CsvHead, records, index: list[int], kind: str, spill_dir: str | None = None):
+def _read_numeric(
+    path: str, head: CsvHead, records, index: list[int], kind: str, spill_dir: str | None = None
+):
     """Parse block by block into one sink (rows x selected columns; 1-D for one column);
     returns (the data, the spill file to close or None)."""
     width = len(index)
     lines = _count_lines(path) - head.first_line + 1  # the rows, unless blank lines are among them
     shape = (lines,) if width == 1 else (lines, width)
-    out, spill = _numeric_sink(shape, np.dtype(np.int64 if kind == "poisson" else np.float64), spill_dir)
+    out, spill = _numeric_sink(
+        shape, np.dtype(np.int64 if kind == "poisson" else np.float64), spill_dir
+    )
     try:
         n = 0
         for block in _blocks(records, head, path):
             values = _block_values(block, index, head, kind, path)
-            out[n:n + len(block)] = values[:, 0] if width == 1 else values
+            out[n : n + len(block)] = values[:, 0] if width == 1 else values
             n += len(block)
         return _trim(out, n, spill), spill
     except BaseException:
@@ -569,7 +650,10 @@ def _load_csv(source: DataSource, need: str, columns, spill_dir: str | None = No
     path = source.path
     head, records = _open_csv(path)
     if need == "sequences":
-        seqs = [[_convert(c, "gaussian", f"{path} line {line}") for c in cells if c != ""] for line, cells in records]
+        seqs = [
+            [_convert(c, "gaussian", f"{path} line {line}") for c in cells if c != ""]
+            for line, cells in records
+        ]
         return Loaded(seqs, None, f"{path}: {len(seqs)} sequences")
     index = _column_index(head, columns, path)
     header = [head.header[i] for i in index] if head.header else None
@@ -581,21 +665,39 @@ def _load_csv(source: DataSource, need: str, columns, spill_dir: str | None = No
             lines.extend(line for line, _ in block)
         return Loaded(rows, width, f"{path}: {len(rows)} rows x {width} columns", lines=lines)
     if need == "integers" and width != 1:
-        raise DataError(f"{path} has {width} columns; a Poisson mixture needs one (select it with --columns)")
-    arr, spill = _read_numeric(path, head, records, index, "poisson" if need == "integers" else "gaussian", spill_dir)
-    return Loaded(arr, None if width == 1 else width, f"{path}: {len(arr)} rows x {width} columns"
-                  + (f" ({', '.join(header)})" if header else ""), closer=spill)
+        raise DataError(
+            f"{path} has {width} columns; a Poisson mixture needs one (select it with --columns)"
+        )
+    arr, spill = _read_numeric(
+        path, head, records, index, "poisson" if need == "integers" else "gaussian", spill_dir
+    )
+    return Loaded(
+        arr,
+        None if width == 1 else width,
+        f"{path}: {len(arr)} rows x {width} columns"
+        + (f" ({', '.join(header)})" if header else ""),
+        closer=spill,
+    )
 
 
-def convert_table(rows: list[tuple], parts: tuple[str, ...], where: str, lines: list[int] | None = None) -> list[tuple]:
+def convert_table(
+    rows: list[tuple], parts: tuple[str, ...], where: str, lines: list[int] | None = None
+) -> list[tuple]:
     """Type a CSV table's cells by the composite model's parts (one part per column).
 
     ``lines`` are the rows' file line numbers (``Loaded.lines``), so that an error points
     at the line an editor shows; without them rows are counted from 1.
     """
     if rows and len(rows[0]) != len(parts):
-        raise DataError(f"{where} has {len(rows[0])} columns but the model has {len(parts)} parts "
-                        f"({'+'.join(parts)}); select columns with --columns or change parts=")
+        raise DataError(
+            f"{where} has {len(rows[0])} columns but the model has {len(parts)} parts "
+            f"({'+'.join(parts)}); select columns with --columns or change parts="
+        )
     label, numbers = ("line", lines) if lines is not None else ("row", range(1, len(rows) + 1))
-    return [tuple(_convert(c, k, f"{where} {label} {n}, column {j + 1}") for j, (c, k) in enumerate(zip(r, parts)))
-            for n, r in zip(numbers, rows)]
+    return [
+        tuple(
+            _convert(c, k, f"{where} {label} {n}, column {j + 1}")
+            for j, (c, k) in enumerate(zip(r, parts))
+        )
+        for n, r in zip(numbers, rows)
+    ]

@@ -26,12 +26,12 @@ MODEL_COPIES = 3  # a rank holds the model, one shard's statistics and the runni
 
 @dataclass(frozen=True)
 class Layout:
-    workers: int | None     # None: the rank count is not known (no -n, no SLURM_NTASKS)
+    workers: int | None  # None: the rank count is not known (no -n, no SLURM_NTASKS)
     num_shards: int
-    per_worker: tuple[int, int] | None   # fewest and most shards a worker starts with
+    per_worker: tuple[int, int] | None  # fewest and most shards a worker starts with
     rows_per_shard: int
-    driver: int = 0                      # shards the driver computes itself (driver_computes)
-    driver_refused: int = 0              # ... the shards of its share, when over driver_share_max_bytes
+    driver: int = 0  # shards the driver computes itself (driver_computes)
+    driver_refused: int = 0  # ... the shards of its share, when over driver_share_max_bytes
 
 
 def rank_count(args, environ=os.environ) -> tuple[int | None, str]:
@@ -43,22 +43,32 @@ def rank_count(args, environ=os.environ) -> tuple[int | None, str]:
     return None, ""
 
 
-def layout(rows: int, num_shards: int | None, ranks: int | None, driver_computes: bool = False,
-           row_bytes: int = 0, driver_max_bytes: int | None = None) -> Layout:
+def layout(
+    rows: int,
+    num_shards: int | None,
+    ranks: int | None,
+    driver_computes: bool = False,
+    row_bytes: int = 0,
+    driver_max_bytes: int | None = None,
+) -> Layout:
     """Shards and their placement as the handle makes them (pure); ``row_bytes`` estimates a
     shard's stored bytes for the cap on the driver's share (``driver_share_max_bytes``)."""
     from mixle_mpi.core.layout import default_num_shards
     from mixle_mpi.policy.placement import driver_share, initial_placement
 
     if ranks is not None and ranks < 2:
-        raise ConfigError(f"found {ranks} rank(s) but needs at least 2: rank 0 drives and ranks 1.. compute")
+        raise ConfigError(
+            f"found {ranks} rank(s) but needs at least 2: rank 0 drives and ranks 1.. compute"
+        )
     workers = None if ranks is None else ranks - 1
     s = num_shards if num_shards is not None else default_num_shards(rows)
     if rows < s:
         raise ConfigError(f"found {rows} observations but num_shards={s} needs at least {s}")
     per, here, refused = None, [], 0
     if workers is not None:
-        here = driver_share(s, workers, driver_computes, lambda _: -(-rows // s) * row_bytes, driver_max_bytes)
+        here = driver_share(
+            s, workers, driver_computes, lambda _: -(-rows // s) * row_bytes, driver_max_bytes
+        )
         refused = 0 if here else len(driver_share(s, workers, driver_computes))
         counts = [len(v) for v in initial_placement(s, range(1, workers + 1), skip=here).values()]
         per = (min(counts), max(counts))
@@ -79,23 +89,36 @@ def memory(shape, lay: Layout, model: tuple[int, int] = (0, 1)) -> dict[str, flo
     block_rows = max(1, int(WRITE_BLOCK_BYTES // max(1, row)))
     driver_rows = shape.rows if shape.driver_reads_all else min(shape.rows, block_rows)
     workers = lay.workers or 1
-    return {"worker": most * lay.rows_per_shard * row + MODEL_COPIES * params + lay.rows_per_shard * k * 8,
-            "driver": (driver_rows + lay.driver * lay.rows_per_shard) * row + (MODEL_COPIES + workers) * params,
-            "total": shape.rows * row, "row": row, "model": params}
+    return {
+        "worker": most * lay.rows_per_shard * row
+        + MODEL_COPIES * params
+        + lay.rows_per_shard * k * 8,
+        "driver": (driver_rows + lay.driver * lay.rows_per_shard) * row
+        + (MODEL_COPIES + workers) * params,
+        "total": shape.rows * row,
+        "row": row,
+        "model": params,
+    }
 
 
 def memory_problem(mem: dict, available: float, total: float) -> str | None:
     """Why the fit cannot fit in this host's memory, or None (pure): the driver's need against
     what is free now, a worker's against the whole memory of a host like this one."""
     if mem["row"] > available:
-        return (f"one row is about {_fmt(mem['row'])}, more than the {_fmt(available)} free on this host: "
-                "it cannot be held at all")
+        return (
+            f"one row is about {_fmt(mem['row'])}, more than the {_fmt(available)} free on this host: "
+            "it cannot be held at all"
+        )
     if mem["driver"] > available:
-        return (f"the driver would need about {_fmt(mem['driver'])} (model {_fmt(mem['model'])}), more than the "
-                f"{_fmt(available)} free on this host")
+        return (
+            f"the driver would need about {_fmt(mem['driver'])} (model {_fmt(mem['model'])}), more than the "
+            f"{_fmt(available)} free on this host"
+        )
     if mem["worker"] > total:
-        return (f"each worker would need about {_fmt(mem['worker'])} (model {_fmt(mem['model'])}), more than "
-                f"this host's {_fmt(total)} of memory: use more ranks (fewer shards each) or a smaller model")
+        return (
+            f"each worker would need about {_fmt(mem['worker'])} (model {_fmt(mem['model'])}), more than "
+            f"this host's {_fmt(total)} of memory: use more ranks (fewer shards each) or a smaller model"
+        )
     return None
 
 
@@ -111,8 +134,10 @@ def check_memory(shape, lay: Layout, model: tuple[int, int]) -> None:
     """Refuse (exit 2) a fit whose rough estimate does not fit this host, with the estimate."""
     problem = memory_problem(memory(shape, lay, model), *host_memory())
     if problem:
-        raise ConfigError(f"{problem}. The estimate is rough (see `mixle-mpi fit --dry-run`); "
-                          "--no-memory-check starts the fit anyway")
+        raise ConfigError(
+            f"{problem}. The estimate is rough (see `mixle-mpi fit --dry-run`); "
+            "--no-memory-check starts the fit anyway"
+        )
 
 
 def _mpiexec_line(exe: str) -> str:
@@ -145,8 +170,8 @@ def _fmt(nbytes: float) -> str:
 
 def _report_mpi(args, cfg, ranks: int | None, problems: list[str]) -> list[str]:
     """The MPI lines: library, mpiexec and flavor, and the launch command."""
-    from mixle_mpi.launch import launcher
     from mixle_mpi.cli.jobconfig import to_argv
+    from mixle_mpi.launch import launcher
 
     lines = [f"MPI library (mpi4py): {mpi_library()}"]
     try:
@@ -157,8 +182,13 @@ def _report_mpi(args, cfg, ranks: int | None, problems: list[str]) -> list[str]:
         return lines + [f"mpiexec: NOT USABLE: {exc}"]
     lines.append(f"mpiexec: {exe} ({flavor}: {_mpiexec_line(exe)})")
     fit_cmd = [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)]
-    typo = None if ranks is None else launcher.too_many_ranks(ranks, launcher.usable_cores(),
-                                                              getattr(args, "allow_many_ranks", False))
+    typo = (
+        None
+        if ranks is None
+        else launcher.too_many_ranks(
+            ranks, launcher.usable_cores(), getattr(args, "allow_many_ranks", False)
+        )
+    )
     if typo:
         problems.append(typo)
     if ranks is None:
@@ -171,10 +201,16 @@ def _report_mpi(args, cfg, ranks: int | None, problems: list[str]) -> list[str]:
 def _layout_match(saved: int | None, lay: Layout | None) -> tuple[str, bool]:
     """How a checkpoint's shard count compares with this run's: (phrase, resume refused)."""
     if lay is None:
-        return f"it has num_shards={saved}: pass --num-shards {saved} to resume on any rank count", False
+        return (
+            f"it has num_shards={saved}: pass --num-shards {saved} to resume on any rank count",
+            False,
+        )
     if saved == lay.num_shards:
         return "same layout", False
-    return f"it has num_shards={saved} but this run has {lay.num_shards}: pass --num-shards {saved} to resume", True
+    return (
+        f"it has num_shards={saved} but this run has {lay.num_shards}: pass --num-shards {saved} to resume",
+        True,
+    )
 
 
 def _checkpoint_line(path: str, cfg, lay: Layout | None, problems: list[str]) -> str:
@@ -187,10 +223,14 @@ def _checkpoint_line(path: str, cfg, lay: Layout | None, problems: list[str]) ->
     checkpoint.check_writable(path)
     exists = os.path.exists(path) or os.path.exists(path + ".prev")
     if cfg.resume == "no":
-        return f"checkpoint {path}: resume=no: the fit starts afresh" + (" and overwrites it" if exists else "")
+        return f"checkpoint {path}: resume=no: the fit starts afresh" + (
+            " and overwrites it" if exists else ""
+        )
     fallback: list[str] = []
     try:
-        state = checkpoint.read(path, on_fallback=lambda p, why: fallback.append(f"{path} is damaged ({why}); "))
+        state = checkpoint.read(
+            path, on_fallback=lambda p, why: fallback.append(f"{path} is damaged ({why}); ")
+        )
     except checkpoint.CheckpointError as exc:
         problems.append(str(exc))
         return f"checkpoint {path}: damaged, and no good .prev: a resume would fail"
@@ -202,8 +242,10 @@ def _checkpoint_line(path: str, cfg, lay: Layout | None, problems: list[str]) ->
     if refused:
         problems.append(f"{path}: {match}")
     where = f"{fallback[0]}falls back to {path}.prev, which " if fallback else ""
-    return (f"checkpoint {path}: {where}resumes after iteration {state.iteration}"
-            f"{' (finished)' if state.finished else ''}; {match}")
+    return (
+        f"checkpoint {path}: {where}resumes after iteration {state.iteration}"
+        f"{' (finished)' if state.finished else ''}; {match}"
+    )
 
 
 def _report_checkpoint(cfg, lay: Layout | None, problems: list[str]) -> list[str]:
@@ -211,21 +253,31 @@ def _report_checkpoint(cfg, lay: Layout | None, problems: list[str]) -> list[str
 
     if not cfg.checkpoint:
         return ["checkpoint: none (--checkpoint not given)"]
-    return [_checkpoint_line(path, cfg, lay, problems) for path in restart_checkpoints(cfg.checkpoint, cfg.restarts)]
+    return [
+        _checkpoint_line(path, cfg, lay, problems)
+        for path in restart_checkpoints(cfg.checkpoint, cfg.restarts)
+    ]
 
 
 def _layout_line(lay: Layout, ranks: int | None, origin: str) -> str:
-    who = (f"{ranks} ranks ({origin}) = 1 driver + {lay.workers} workers" if ranks is not None
-           else "rank count unknown (give -n N to see the split over workers)")
+    who = (
+        f"{ranks} ranks ({origin}) = 1 driver + {lay.workers} workers"
+        if ranks is not None
+        else "rank count unknown (give -n N to see the split over workers)"
+    )
     per = ""
     if lay.per_worker:
         low, high = lay.per_worker
-        per = f"; {low}{'' if low == high else f'-{high}'} shard{'s' if high > 1 else ''} per worker"
+        per = (
+            f"; {low}{'' if low == high else f'-{high}'} shard{'s' if high > 1 else ''} per worker"
+        )
     if lay.driver:
         per += f", {lay.driver} computed by the driver (driver_computes)"
     elif lay.driver_refused:
-        per += (f"; the driver computes none: its share, {lay.driver_refused} shards, is over "
-                "driver_share_max_bytes")
+        per += (
+            f"; the driver computes none: its share, {lay.driver_refused} shards, is over "
+            "driver_share_max_bytes"
+        )
     return f"layout: {who}; S = {lay.num_shards} shards of about {lay.rows_per_shard} rows{per}"
 
 
@@ -234,31 +286,40 @@ def _memory_lines(shape, lay: Layout, model: tuple[int, int], problems: list[str
     problem = memory_problem(mem, *host_memory())
     if problem:
         problems.append(problem)
-    how = ("it reads the whole data before writing the shard store" if shape.driver_reads_all
-           else "it streams the data into the shard store block by block")
+    how = (
+        "it reads the whole data before writing the shard store"
+        if shape.driver_reads_all
+        else "it streams the data into the shard store block by block"
+    )
     runtime = peak_rss_mb() * MB
-    return [f"memory (rough, data and model): each worker about {_fmt(mem['worker'])}, the driver about "
-            f"{_fmt(mem['driver'])} ({how}); all the data {_fmt(mem['total'])}, the model {_fmt(mem['model'])}",
-            f"memory per rank for Python, numpy, h5py and mixle: about {_fmt(runtime)} (measured in this process)"]
+    return [
+        f"memory (rough, data and model): each worker about {_fmt(mem['worker'])}, the driver about "
+        f"{_fmt(mem['driver'])} ({how}); all the data {_fmt(mem['total'])}, the model {_fmt(mem['model'])}",
+        f"memory per rank for Python, numpy, h5py and mixle: about {_fmt(runtime)} (measured in this process)",
+    ]
 
 
 def _outputs_line(cfg) -> str:
     state = "exists" if os.path.isdir(cfg.out_dir) else "will be created"
-    return (f"outputs: {cfg.out_dir} ({state}): model.json, summary.json, events.jsonl, progress.json"
-            + (", fit.png" if cfg.plot else ""))
+    return (
+        f"outputs: {cfg.out_dir} ({state}): model.json, summary.json, events.jsonl, progress.json"
+        + (", fit.png" if cfg.plot else "")
+    )
 
 
 def report(args, lines: list[str], problems: list[str]) -> None:
     """Append the report to ``lines`` step by step (so that what was found before an error
     is still shown) and what would stop the fit to ``problems``; errors raise."""
     from mixle_mpi.cli import preflight
-    from mixle_mpi.fitting import modelspec
     from mixle_mpi.cli.jobconfig import from_args, resolved_settings
+    from mixle_mpi.fitting import modelspec
 
     cfg = from_args(args)
     found = preflight.check(cfg)
     if found.spec is not None:
-        lines.append(f"fit: {found.spec.text}, max_its {cfg.max_its}, seed {cfg.seed}, restarts {cfg.restarts}")
+        lines.append(
+            f"fit: {found.spec.text}, max_its {cfg.max_its}, seed {cfg.seed}, restarts {cfg.restarts}"
+        )
     if found.shape is not None:
         lines.append(f"data: {found.shape.describe}")
     if found.errors:
@@ -267,8 +328,14 @@ def report(args, lines: list[str], problems: list[str]) -> None:
     spec, shape = found.spec, found.shape
     ranks, origin = rank_count(args)
     settings = resolved_settings(cfg)
-    lay = layout(shape.rows, cfg.num_shards, ranks, settings.driver_computes, shape.values * shape.value_bytes,
-                 settings.driver_share_max_bytes)
+    lay = layout(
+        shape.rows,
+        cfg.num_shards,
+        ranks,
+        settings.driver_computes,
+        shape.values * shape.value_bytes,
+        settings.driver_share_max_bytes,
+    )
     lines.append(_layout_line(lay, ranks, origin))
     lines += _memory_lines(shape, lay, modelspec.model_bytes(spec, shape.ncols), problems)
     lines += _report_mpi(args, cfg, ranks, problems)

@@ -11,8 +11,8 @@ import argparse
 import copy
 import re
 
-_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")     # :func:`mixle_mpi.x.y` / :class:`~a.B`
-_LITERAL = re.compile(r"``([^`]+)``")          # ``code``
+_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")  # :func:`mixle_mpi.x.y` / :class:`~a.B`
+_LITERAL = re.compile(r"``([^`]+)``")  # ``code``
 
 
 def plain(text: str | None) -> str | None:
@@ -57,9 +57,14 @@ class DefaultsFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if (not action.option_strings or action.required or "default" in text.lower() or "(required)" in text
-                or action.default is argparse.SUPPRESS or isinstance(action, (argparse._HelpAction,
-                                                                               argparse._VersionAction))):
+        if (
+            not action.option_strings
+            or action.required
+            or "default" in text.lower()
+            or "(required)" in text
+            or action.default is argparse.SUPPRESS
+            or isinstance(action, (argparse._HelpAction, argparse._VersionAction))
+        ):
             return text
         shown = "none" if action.default is None else "%(default)s"
         if action.default is False and action.nargs == 0:
@@ -83,30 +88,30 @@ class RawDefaultsFormatter(argparse.RawDescriptionHelpFormatter, DefaultsFormatt
 # modules' docstrings are for the people who maintain them).
 DESCRIPTIONS = {
     "run": "Launch any command on N MPI ranks with the flags each MPI library needs to survive a rank's "
-           "death (Open MPI: --with-ft ulfm; MPICH: -disable-auto-cleanup and a rank wrapper). Returns the "
-           "driver's exit code. Example: mixle-mpi run -n 5 -- python my_fit.py",
+    "death (Open MPI: --with-ft ulfm; MPICH: -disable-auto-cleanup and a rank wrapper). Returns the "
+    "driver's exit code. Example: mixle-mpi run -n 5 -- python my_fit.py",
     "inspect": "Show, for a person, what a fit's files hold: an output folder or summary.json (what happened "
-               "to which rank, when, how it was detected, where its shards were recomputed and how long it "
-               "took), a checkpoint (iteration, trace, checksum; DAMAGED when it is), a fitted model.json "
-               "(weights, means, covariances, transitions, rates) or a shard store. ck.h5 stands for every "
-               "restart's checkpoint (ck.r0.h5, ck.r1.h5, ...).",
+    "to which rank, when, how it was detected, where its shards were recomputed and how long it "
+    "took), a checkpoint (iteration, trace, checksum; DAMAGED when it is), a fitted model.json "
+    "(weights, means, covariances, transitions, rates) or a shard store. ck.h5 stands for every "
+    "restart's checkpoint (ck.r0.h5, ck.r1.h5, ...).",
     "collect": "Pick the best of several fits (best-of-N random restarts, a SLURM job array). Each DIR is a "
-               "fit's output folder, or a folder of them. The best fit has the highest final log-likelihood; "
-               "ties go to the first in path order. A folder without a summary (a failed or running task) "
-               "is listed and skipped.",
+    "fit's output folder, or a folder of them. The best fit has the highest final log-likelihood; "
+    "ties go to the first in path order. A folder without a summary (a failed or running task) "
+    "is listed and skipped.",
     "status": "How a running or finished fit is doing, read from its output folder alone (so it works "
-              "from a login node while the job runs, and never disturbs it): state, iteration, "
-              "log-likelihood, time per iteration, ETA, live, failed and blacklisted ranks, which rank "
-              "runs where, and the last events.",
+    "from a login node while the job runs, and never disturbs it): state, iteration, "
+    "log-likelihood, time per iteration, ETA, live, failed and blacklisted ranks, which rank "
+    "runs where, and the last events.",
     "demo": "Fit a 3-component Gaussian mixture to the built-in Iris data on a few MPI ranks twice: once "
-            "undisturbed, once with a worker SIGKILLed in the middle of an E-step. Prints both results and "
-            "checks that they are equal to the last bit; exits 1 if they are not.",
+    "undisturbed, once with a worker SIGKILLed in the middle of an E-step. Prints both results and "
+    "checks that they are equal to the last bit; exits 1 if they are not.",
     "slurm": "Write a SLURM batch script for a resilient fit. Kinds: ft (recommended: mpiexec inside the "
-             "allocation, checkpoints, failover, requeue on preemption and time limit), srun (ranks "
-             "started by srun itself, for sites that require it; a dead worker's place goes to a spare or "
-             "its shards to the survivors) and array (best of N random restarts; then mixle-mpi collect). "
-             "The script runs mixle-mpi fit --config job.toml in the folder you submit from; SLURM's "
-             "warning signal before the time limit makes the fit checkpoint and requeue itself.",
+    "allocation, checkpoints, failover, requeue on preemption and time limit), srun (ranks "
+    "started by srun itself, for sites that require it; a dead worker's place goes to a spare or "
+    "its shards to the survivors) and array (best of N random restarts; then mixle-mpi collect). "
+    "The script runs mixle-mpi fit --config job.toml in the folder you submit from; SLURM's "
+    "warning signal before the time limit makes the fit checkpoint and requeue itself.",
 }
 
 

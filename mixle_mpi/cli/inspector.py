@@ -19,7 +19,6 @@ from typing import IO
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.storage.events import describe, read_events
 
-
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
@@ -77,13 +76,17 @@ def kind_of(path: str) -> str:
     except OSError:
         if _looks_like_hdf5(path) or path.endswith(".prev"):
             return "damaged"
-        raise ConfigError(f"{path} is not an event log (.jsonl), a summary or model (.json) or an HDF5 file "
-                          "(shard store or checkpoint)") from None
+        raise ConfigError(
+            f"{path} is not an event log (.jsonl), a summary or model (.json) or an HDF5 file "
+            "(shard store or checkpoint)"
+        ) from None
     if fmt == store.FORMAT:
         return "store"
     if fmt == checkpoint.FORMAT:
         return "checkpoint"
-    raise ConfigError(f"{path} is HDF5 but neither a mixle_mpi shard store nor a checkpoint (format={fmt!r})")
+    raise ConfigError(
+        f"{path} is HDF5 but neither a mixle_mpi shard store nor a checkpoint (format={fmt!r})"
+    )
 
 
 def _speed_story(stories: dict, e: dict, t: float) -> None:
@@ -92,25 +95,36 @@ def _speed_story(stories: dict, e: dict, t: float) -> None:
         typical = e.get("typical") or 0.0
         for w, pace in e.get("stragglers", {}).items():
             onto = ", ".join(f"rank {h}: {ss}" for h, ss in e.get("copies", {}).items())
-            stories[int(w)].append(f"t+{t:.2f}s slow ({pace:.4f} s a shard, the idle ranks {typical:.4f}): "
-                                   f"copies of its shards on {onto} ({e.get('kind')} round {e.get('call')})")
+            stories[int(w)].append(
+                f"t+{t:.2f}s slow ({pace:.4f} s a shard, the idle ranks {typical:.4f}): "
+                f"copies of its shards on {onto} ({e.get('kind')} round {e.get('call')})"
+            )
         return
     for shard, (src, dst) in e.get("moves", {}).items():
-        stories[int(src)].append(f"t+{t:.2f}s gave shard {shard} to rank {dst} (paces {e.get('paces')})")
+        stories[int(src)].append(
+            f"t+{t:.2f}s gave shard {shard} to rank {dst} (paces {e.get('paces')})"
+        )
         stories[int(dst)].append(f"t+{t:.2f}s took shard {shard} from slower rank {src}")
 
 
 def rank_stories(events: list[dict]) -> dict[int, list[str]]:
     """Per worker rank, what happened to it, in order, with times relative to the start (pure)."""
-    t0 = next((e["time"] for e in events if e.get("event") == "start"), events[0]["time"] if events else 0.0)
+    t0 = next(
+        (e["time"] for e in events if e.get("event") == "start"),
+        events[0]["time"] if events else 0.0,
+    )
     stories: dict[int, list[str]] = defaultdict(list)
     last_fail: dict[int, float] = {}
     for e in events:
         ev, w, t = e.get("event"), e.get("worker"), e.get("time", t0) - t0
-        if ev == "kept":  # continuation "keep": no shrink; the dead ranks are left out of every message
+        if (
+            ev == "kept"
+        ):  # continuation "keep": no shrink; the dead ranks are left out of every message
             for d in e.get("dropped", []):
-                stories[d].append(f"t+{t:.2f}s dropped from the kept communicator (never addressed again; "
-                                  f"survivors {e.get('survivors')} keep their ranks)")
+                stories[d].append(
+                    f"t+{t:.2f}s dropped from the kept communicator (never addressed again; "
+                    f"survivors {e.get('survivors')} keep their ranks)"
+                )
             continue
         if ev in ("speculated", "rebalanced"):
             _speed_story(stories, e, t)
@@ -120,30 +134,46 @@ def rank_stories(events: list[dict]) -> dict[int, list[str]]:
         if ev == "failure_detected":
             last_fail[w] = e["time"]
             cause = str(e.get("cause", "?")).split(":")[0]
-            stories[w].append(f"t+{t:.2f}s failed (pid {e.get('pid')} on {e.get('host')}, incarnation "
-                              f"{e.get('incarnation')}, failure #{e.get('failures')}), detected by {cause}"
-                              + (", fenced" if e.get("fenced") else ""))
+            stories[w].append(
+                f"t+{t:.2f}s failed (pid {e.get('pid')} on {e.get('host')}, incarnation "
+                f"{e.get('incarnation')}, failure #{e.get('failures')}), detected by {cause}"
+                + (", fenced" if e.get("fenced") else "")
+            )
         elif ev == "recovery":
-            stories[w].append(f"t+{t:.2f}s recomputed shards {e.get('shards')} of a failed rank ({e.get('kind')} round "
-                              f"{e.get('call')})")
+            stories[w].append(
+                f"t+{t:.2f}s recomputed shards {e.get('shards')} of a failed rank ({e.get('kind')} round "
+                f"{e.get('call')})"
+            )
         elif ev == "respawn_started":
-            stories[w].append(f"t+{t:.2f}s a replacement is starting (incarnation {e.get('incarnation')}); "
-                              f"survivors carry shards {e.get('shards')} meanwhile")
+            stories[w].append(
+                f"t+{t:.2f}s a replacement is starting (incarnation {e.get('incarnation')}); "
+                f"survivors carry shards {e.get('shards')} meanwhile"
+            )
         elif ev == "respawn_ready":
-            stories[w].append(f"t+{t:.2f}s respawned as pid {e.get('pid')} on {e.get('host')} (incarnation "
-                              f"{e.get('incarnation')}), loading its shards in the background")
+            stories[w].append(
+                f"t+{t:.2f}s respawned as pid {e.get('pid')} on {e.get('host')} (incarnation "
+                f"{e.get('incarnation')}), loading its shards in the background"
+            )
         elif ev == "respawned" and e.get("background"):
             took = e["time"] - last_fail[w] if w in last_fail else None
-            stories[w].append(f"t+{t:.2f}s took back shards {e.get('shards')} ({e.get('seconds', 0):.2f}s after it "
-                              "was started" + (f", {took:.2f}s after its failure" if took is not None else "") + ")")
+            stories[w].append(
+                f"t+{t:.2f}s took back shards {e.get('shards')} ({e.get('seconds', 0):.2f}s after it "
+                "was started"
+                + (f", {took:.2f}s after its failure" if took is not None else "")
+                + ")"
+            )
         elif ev == "respawned":
             took = e["time"] - last_fail[w] if w in last_fail else None
-            stories[w].append(f"t+{t:.2f}s respawned as pid {e.get('pid')} on {e.get('host')} (incarnation "
-                              f"{e.get('incarnation')}, spawn {e.get('seconds', 0):.2f}s"
-                              + (f", {took:.2f}s after its failure" if took is not None else "")
-                              + f"), got back shards {e.get('shards')}")
+            stories[w].append(
+                f"t+{t:.2f}s respawned as pid {e.get('pid')} on {e.get('host')} (incarnation "
+                f"{e.get('incarnation')}, spawn {e.get('seconds', 0):.2f}s"
+                + (f", {took:.2f}s after its failure" if took is not None else "")
+                + f"), got back shards {e.get('shards')}"
+            )
         elif ev == "blacklisted":
-            stories[w].append(f"t+{t:.2f}s blacklisted ({e.get('cause')}); its shards move for good")
+            stories[w].append(
+                f"t+{t:.2f}s blacklisted ({e.get('cause')}); its shards move for good"
+            )
         elif ev == "migrated":
             stories[w].append(f"t+{t:.2f}s took over shards {e.get('shards')} for good")
         elif ev == "spawn_unavailable":
@@ -157,7 +187,9 @@ def driver_story(events: list[dict], t0: float) -> list[str]:
     for e in events:
         ev, t = e.get("event"), e.get("time", t0) - t0
         if ev == "driver_failed":
-            out.append(f"t+{t:.2f}s the driver (pid {e.get('pid')} on {e.get('host')}) died: {e.get('cause')}")
+            out.append(
+                f"t+{t:.2f}s the driver (pid {e.get('pid')} on {e.get('host')}) died: {e.get('cause')}"
+            )
         elif ev == "driver_elected":
             out.append(f"t+{t:.2f}s {describe(e)}")
         elif ev == "driver_resumed":
@@ -172,18 +204,25 @@ def summarize_events(events: list[dict]) -> list[str]:
     t0 = start.get("time", events[0]["time"])
     lines = []
     if start:
-        lines.append(f"job: {start.get('workers')} workers, {start.get('num_shards')} shards, shrink by "
-                     f"{start.get('shrink')}, MPI {start.get('mpi')}, driver pid {start.get('driver_pid')} on "
-                     f"{start.get('driver_host')}")
+        lines.append(
+            f"job: {start.get('workers')} workers, {start.get('num_shards')} shards, shrink by "
+            f"{start.get('shrink')}, MPI {start.get('mpi')}, driver pid {start.get('driver_pid')} on "
+            f"{start.get('driver_host')}"
+        )
     counts = defaultdict(int)
     for e in events:
         counts[e.get("event")] += 1
     span = events[-1]["time"] - t0
-    lines.append(f"{len(events)} events over {span:.1f}s: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())))
+    lines.append(
+        f"{len(events)} events over {span:.1f}s: "
+        + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))
+    )
     shrinks = [e for e in events if e.get("event") == "shrink"]
     if shrinks:
-        lines.append(f"shrinks: {len(shrinks)}, {sum(e.get('seconds', 0) for e in shrinks):.3f}s in all "
-                     f"({', '.join(str(e.get('method')) for e in shrinks)})")
+        lines.append(
+            f"shrinks: {len(shrinks)}, {sum(e.get('seconds', 0) for e in shrinks):.3f}s in all "
+            f"({', '.join(str(e.get('method')) for e in shrinks)})"
+        )
     stories = rank_stories(events)
     driver = driver_story(events, t0)
     if not stories and not driver:
@@ -198,31 +237,48 @@ def summarize_events(events: list[dict]) -> list[str]:
         if e.get("event") in ("preempted", "resumed", "checkpoint_fallback", "relaunched"):
             lines.append(f"t+{e['time'] - t0:.2f}s {describe(e)}")
     closed = next((e for e in reversed(events) if e.get("event") == "closed"), None)
-    lines.append(f"ended: live {closed.get('live')}, blacklisted {closed.get('blacklisted')}" if closed
-                 else "no 'closed' event: the job did not end cleanly (killed, preempted or still running)")
+    lines.append(
+        f"ended: live {closed.get('live')}, blacklisted {closed.get('blacklisted')}"
+        if closed
+        else "no 'closed' event: the job did not end cleanly (killed, preempted or still running)"
+    )
     return lines
 
 
 def summarize_summary(s: dict) -> list[str]:
     from mixle_mpi.fitting.progress import summary_stop_text, summary_wall_text
 
-    lines = [f"fit of {s.get('model_spec')} on {s.get('data')}: final ll {s.get('final_ll')!r} after "
-             f"{s.get('iterations')} iterations ({summary_stop_text(s)}), {summary_wall_text(s)}",
-             f"failures survived {s.get('failures_survived')} {s.get('failures')}, blacklisted {s.get('blacklisted')}, "
-             f"shards recomputed {s.get('recovered_shards')}; {s.get('workers')} workers, {s.get('num_shards')} shards"]
+    lines = [
+        f"fit of {s.get('model_spec')} on {s.get('data')}: final ll {s.get('final_ll')!r} after "
+        f"{s.get('iterations')} iterations ({summary_stop_text(s)}), {summary_wall_text(s)}",
+        f"failures survived {s.get('failures_survived')} {s.get('failures')}, blacklisted {s.get('blacklisted')}, "
+        f"shards recomputed {s.get('recovered_shards')}; {s.get('workers')} workers, {s.get('num_shards')} shards",
+    ]
     if len(s.get("restarts", [])) > 1:
-        lines.append("restarts: " + ", ".join(f"seed {r['seed']}: {r['final_ll']!r}" for r in s["restarts"])
-                     + f"; best is restart {s.get('best_restart', 0) + 1}")
+        lines.append(
+            "restarts: "
+            + ", ".join(f"seed {r['seed']}: {r['final_ll']!r}" for r in s["restarts"])
+            + f"; best is restart {s.get('best_restart', 0) + 1}"
+        )
     spec = s.get("speculation") or {}
     if spec.get("copies") or spec.get("rebalanced"):
-        lines.append(f"slow workers: {spec.get('copies')} shard copies started, {spec.get('won')} won, about "
-                     f"{spec.get('saved_seconds', 0):.2f}s saved; shards moved {spec.get('rebalanced')} time(s)")
+        lines.append(
+            f"slow workers: {spec.get('copies')} shard copies started, {spec.get('won')} won, about "
+            f"{spec.get('saved_seconds', 0):.2f}s saved; shards moved {spec.get('rebalanced')} time(s)"
+        )
     for r in s.get("relaunches") or []:
-        lines.append(f"host(s) {', '.join(r.get('lost_hosts') or [])} lost: launched again without them on "
-                     f"{r.get('ranks')} ranks (was {r.get('was_ranks')})")
+        lines.append(
+            f"host(s) {', '.join(r.get('lost_hosts') or [])} lost: launched again without them on "
+            f"{r.get('ranks')} ranks (was {r.get('was_ranks')})"
+        )
     if s.get("peak_rss_mb"):
-        lines.append("peak RSS: " + ", ".join(f"{'driver' if r == '0' else f'rank {r}'} {mb:.0f} MB"
-                                               for r, mb in s["peak_rss_mb"].items()))
+        lines.append(
+            "peak RSS: "
+            + ", ".join(
+                f"{'driver' if r == '0' else f'rank {r}'} {mb:.0f} MB"
+                for r, mb in s["peak_rss_mb"].items()
+            )
+        )
     if s.get("versions"):
         lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in s["versions"].items()))
     return lines
@@ -233,9 +289,11 @@ def summarize_store(path: str) -> list[str]:
 
     with ShardStore.open(path) as st:
         sizes = [st.shard_size(i) for i in range(st.num_shards)]
-        return [f"shard store: {st.num_rows} rows of kind {st.row_kind!r} in {st.num_shards} shards "
-                f"(sizes {min(sizes)}..{max(sizes)}), {os.path.getsize(path) / 1e6:.1f} MB",
-                f"sha256 {st.fingerprint()}"]
+        return [
+            f"shard store: {st.num_rows} rows of kind {st.row_kind!r} in {st.num_shards} shards "
+            f"(sizes {min(sizes)}..{max(sizes)}), {os.path.getsize(path) / 1e6:.1f} MB",
+            f"sha256 {st.fingerprint()}",
+        ]
 
 
 def _previous(path: str) -> list[str]:
@@ -243,7 +301,9 @@ def _previous(path: str) -> list[str]:
     prev = path + ".prev"
     if path.endswith(".prev") or not os.path.exists(prev):
         return ["no previous checkpoint (.prev) to fall back to: a resume would fail"]
-    return ["previous checkpoint (.prev), which a resume uses instead:"] + ["  " + x for x in summarize_checkpoint(prev)]
+    return ["previous checkpoint (.prev), which a resume uses instead:"] + [
+        "  " + x for x in summarize_checkpoint(prev)
+    ]
 
 
 def summarize_damaged(path: str, why: str) -> list[str]:
@@ -268,12 +328,17 @@ def summarize_checkpoint(path: str) -> list[str]:
     except checkpoint.CheckpointError as exc:
         return summarize_damaged(path, str(exc).removeprefix(f"{path}: "))
     tail = ", ".join(f"{x:.10g}" for x in state.ll[-3:])
-    return [f"checkpoint after iteration {state.iteration} ({'finished' if state.finished else 'in progress'}"
-            f"{', converged' if state.converged else ''}), checksum ok",
-            f"log-likelihood: last {tail}" if state.ll else "no iteration completed yet",
-            f"layout {state.layout}; failures {state.failures}; blacklisted {state.blacklist}",
-            "versions: " + ", ".join(f"{k} {v}" for k, v in state.versions.items())] + (
-        [f"wall time so far {state.wall_seconds:.1f}s over {state.segments} job segment(s)"] if state.segments else [])
+    return [
+        f"checkpoint after iteration {state.iteration} ({'finished' if state.finished else 'in progress'}"
+        f"{', converged' if state.converged else ''}), checksum ok",
+        f"log-likelihood: last {tail}" if state.ll else "no iteration completed yet",
+        f"layout {state.layout}; failures {state.failures}; blacklisted {state.blacklist}",
+        "versions: " + ", ".join(f"{k} {v}" for k, v in state.versions.items()),
+    ] + (
+        [f"wall time so far {state.wall_seconds:.1f}s over {state.segments} job segment(s)"]
+        if state.segments
+        else []
+    )
 
 
 def summarize_model(path: str) -> list[str]:
@@ -313,9 +378,14 @@ def summarize(path: str) -> list[str]:
     if kind == "summary":
         with open(path, encoding="utf-8") as fh:
             return summarize_summary(json.load(fh))
-    readers = {"model": summarize_model, "progress": summarize_progress, "store": summarize_store,
-               "restarts": summarize_restarts, "checkpoint": summarize_checkpoint,
-               "damaged": summarize_unreadable_hdf5}
+    readers = {
+        "model": summarize_model,
+        "progress": summarize_progress,
+        "store": summarize_store,
+        "restarts": summarize_restarts,
+        "checkpoint": summarize_checkpoint,
+        "damaged": summarize_unreadable_hdf5,
+    }
     return readers[kind](path)
 
 
@@ -325,15 +395,21 @@ def _summarize_outdir(path: str) -> list[str]:
     from mixle_mpi.fitting.progress import PROGRESS_FILE
 
     lines = []
-    if not os.path.exists(os.path.join(path, "summary.json")) and os.path.exists(os.path.join(path, PROGRESS_FILE)):
-        lines += [f"== {os.path.join(path, PROGRESS_FILE)} (no summary.json yet: the fit is running or was stopped)"]
+    if not os.path.exists(os.path.join(path, "summary.json")) and os.path.exists(
+        os.path.join(path, PROGRESS_FILE)
+    ):
+        lines += [
+            f"== {os.path.join(path, PROGRESS_FILE)} (no summary.json yet: the fit is running or was stopped)"
+        ]
         lines += summarize(os.path.join(path, PROGRESS_FILE))
     for name in OUTDIR_FILES:
         p = os.path.join(path, name)
         if os.path.exists(p):
             lines += [f"== {p}"] + summarize(p)
     if not lines:
-        raise ConfigError(f"{path} holds no summary.json, model.json or events.jsonl; is it a `mixle-mpi fit` out_dir?")
+        raise ConfigError(
+            f"{path} holds no summary.json, model.json or events.jsonl; is it a `mixle-mpi fit` out_dir?"
+        )
     return lines
 
 

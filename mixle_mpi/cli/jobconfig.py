@@ -9,24 +9,34 @@ from __future__ import annotations
 
 import argparse
 import os
-import tomllib
 from dataclasses import asdict, field, fields, make_dataclass
+
+import tomllib
 
 from mixle_mpi.core import options
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.fitting.cadence import AUTO as AUTO_CHECKPOINT, CHECKPOINT_NAME  # out_dir/checkpoint.h5 unless --no-checkpoint
-
+from mixle_mpi.core.options import AUTO as AUTO_CHECKPOINT  # out_dir/checkpoint.h5 by default
+from mixle_mpi.fitting.cadence import CHECKPOINT_NAME
 
 # FitConfig: one field per job option of ``core.options`` (a setting's default is None: the
 # handle's setting, from MIXLE_MPI_<NAME> or its default, unless the fit sets it).
-FitConfig = make_dataclass("FitConfig", [(o.name, o.job_type, field(default=o.job_default)) for o in options.JOB])
+FitConfig = make_dataclass(
+    "FitConfig", [(o.name, o.job_type, field(default=o.job_default)) for o in options.JOB]
+)
 FitConfig.__module__ = __name__  # pickles by name, as a class statement would
 FitConfig.__doc__ = "The options of one ``mixle-mpi fit``, as the job file and the flags give them."
 
 
 # The built-in default job: `mixle-mpi demo`, and `mixle-mpi chaos` without --data.
-DEMO_JOB = {"data": "builtin:iris", "columns": "0:4", "model": "gmm:k=3,cov=full", "max_its": "40",
-            "init_p": "0.5", "num_shards": "6", "seed": "3"}
+DEMO_JOB = {
+    "data": "builtin:iris",
+    "columns": "0:4",
+    "model": "gmm:k=3,cov=full",
+    "max_its": "40",
+    "init_p": "0.5",
+    "num_shards": "6",
+    "seed": "3",
+}
 
 TYPES = {o.name: o.job_type for o in options.JOB}  # annotations as text ("int | None")
 GROUPS = options.FIT_GROUPS  # how `fit --help` groups the options
@@ -50,8 +60,11 @@ def add_fit_options(p: argparse.ArgumentParser, full_help: bool = True) -> None:
     for title, names in GROUPS.items():
         group = p.add_argument_group(title)
         if title == "data and model":
-            group.add_argument("--config", metavar="FILE", help="a TOML job file of these options; flags "
-                                                                "override it (default: none)")
+            group.add_argument(
+                "--config",
+                metavar="FILE",
+                help="a TOML job file of these options; flags override it (default: none)",
+            )
         for option in map(options.BY_NAME.get, names):
             if full_help or option.short:
                 text = option.help if full_help else option.short
@@ -60,14 +73,29 @@ def add_fit_options(p: argparse.ArgumentParser, full_help: bool = True) -> None:
             else:
                 text = argparse.SUPPRESS
             if option.kind is bool:
-                group.add_argument(option.flag, dest=option.name, default=None, action=argparse.BooleanOptionalAction,
-                                   help=text)
+                group.add_argument(
+                    option.flag,
+                    dest=option.name,
+                    default=None,
+                    action=argparse.BooleanOptionalAction,
+                    help=text,
+                )
             else:
-                group.add_argument(option.flag, dest=option.name, default=None, help=text,
-                                   metavar=option.metavar or option.name.upper())
+                group.add_argument(
+                    option.flag,
+                    dest=option.name,
+                    default=None,
+                    help=text,
+                    metavar=option.metavar or option.name.upper(),
+                )
             if option.name == "checkpoint":
-                group.add_argument("--no-checkpoint", dest=option.name, action="store_const", const="none",
-                                   help="write no checkpoint: a dead driver loses the fit (default: off)")
+                group.add_argument(
+                    "--no-checkpoint",
+                    dest=option.name,
+                    action="store_const",
+                    const="none",
+                    help="write no checkpoint: a dead driver loses the fit (default: off)",
+                )
 
 
 def _coerce(name: str, value, where: str):
@@ -112,7 +140,9 @@ def read_toml(path: str) -> dict:
     table = doc.get("fit", doc)
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [fit] must be a table of options")
-    return {k.replace("-", "_"): v for k, v in table.items() if not (k == "fit" and isinstance(v, dict))}
+    return {
+        k.replace("-", "_"): v for k, v in table.items() if not (k == "fit" and isinstance(v, dict))
+    }
 
 
 def resolve(file_values: dict | None, flag_values: dict, where_file: str = "job file") -> FitConfig:
@@ -122,7 +152,9 @@ def resolve(file_values: dict | None, flag_values: dict, where_file: str = "job 
     for source, values in ((where_file, file_values or {}), ("flag", flag_values)):
         for key, value in values.items():
             if key not in valid:
-                raise ConfigError(f"unknown option {key!r} in the {source}; valid options are {valid}")
+                raise ConfigError(
+                    f"unknown option {key!r} in the {source}; valid options are {valid}"
+                )
             if value is not None or source != "flag":
                 merged[key] = _coerce(key, value, source)
     cfg = FitConfig(**{**asdict(FitConfig()), **merged})
@@ -132,7 +164,9 @@ def resolve(file_values: dict | None, flag_values: dict, where_file: str = "job 
 
 def validate(cfg: FitConfig) -> None:
     if not cfg.data:
-        raise ConfigError("no data given: use --data PATH (PATH.h5:/dataset, PATH.npy, PATH.csv or builtin:iris)")
+        raise ConfigError(
+            "no data given: use --data PATH (PATH.h5:/dataset, PATH.npy, PATH.csv or builtin:iris)"
+        )
     if not cfg.model:
         raise ConfigError("no model given: use --model, e.g. gmm:k=3,cov=diag")
     if cfg.checkpoint == AUTO_CHECKPOINT:
@@ -142,7 +176,9 @@ def validate(cfg: FitConfig) -> None:
         if value is None:
             continue
         if option.at_least is not None and value < option.at_least:
-            raise ConfigError(f"{option.name} must be an integer >= {option.at_least}; found {value}")
+            raise ConfigError(
+                f"{option.name} must be an integer >= {option.at_least}; found {value}"
+            )
         if option.positive and not value > 0:
             raise ConfigError(f"{option.name} must be a number > 0; found {value}")
     if cfg.delta is not None and (cfg.delta < 0 or cfg.delta != cfg.delta):
@@ -153,8 +189,10 @@ def validate(cfg: FitConfig) -> None:
         raise ConfigError(f"init_p must be in (0, 1]; found {cfg.init_p}")
     for option in options.JOB:
         if option.choices and getattr(cfg, option.name) not in option.choices:
-            raise ConfigError(f"{option.name} must be one of {list(option.choices)}; found "
-                              f"{getattr(cfg, option.name)!r}")
+            raise ConfigError(
+                f"{option.name} must be one of {list(option.choices)}; found "
+                f"{getattr(cfg, option.name)!r}"
+            )
     if cfg.resume == "yes" and not cfg.checkpoint:
         raise ConfigError("resume=yes needs a checkpoint: drop --no-checkpoint (checkpoint = none)")
 
@@ -187,7 +225,9 @@ def moved_to(cfg: FitConfig, out_dir: str) -> FitConfig:
     from dataclasses import replace
 
     checkpoint = cfg.checkpoint
-    if checkpoint is not None and os.path.abspath(checkpoint) == os.path.abspath(os.path.join(cfg.out_dir, CHECKPOINT_NAME)):
+    if checkpoint is not None and os.path.abspath(checkpoint) == os.path.abspath(
+        os.path.join(cfg.out_dir, CHECKPOINT_NAME)
+    ):
         checkpoint = os.path.join(out_dir, CHECKPOINT_NAME)
     return replace(cfg, out_dir=out_dir, checkpoint=checkpoint)
 

@@ -33,11 +33,18 @@ def _gaussian(d, indent: str) -> list[str]:
 
 
 def _diagonal(d, indent: str) -> list[str]:
-    return [f"{indent}diagonal Gaussian ({d.dim}-D): mean {_vec(d.mu)}", f"{indent}  variances {_vec(d.covar)}"]
+    return [
+        f"{indent}diagonal Gaussian ({d.dim}-D): mean {_vec(d.mu)}",
+        f"{indent}  variances {_vec(d.covar)}",
+    ]
 
 
 def _full(d, indent: str) -> list[str]:
-    return [f"{indent}Gaussian ({d.dim}-D): mean {_vec(d.mu)}", f"{indent}  covariance:", *_matrix(d.covar, indent + "    ")]
+    return [
+        f"{indent}Gaussian ({d.dim}-D): mean {_vec(d.mu)}",
+        f"{indent}  covariance:",
+        *_matrix(d.covar, indent + "    "),
+    ]
 
 
 def _poisson(d, indent: str) -> list[str]:
@@ -59,10 +66,12 @@ def _mixture(d, indent: str) -> list[str]:
 
 
 def _hmm(d, indent: str) -> list[str]:
-    lines = [f"{indent}hidden Markov model with {d.n_states} states",
-             f"{indent}  initial state probabilities {_vec(d.w)}",
-             f"{indent}  transition matrix (row: from state, column: to state):",
-             *_matrix(d.transitions, indent + "    ")]
+    lines = [
+        f"{indent}hidden Markov model with {d.n_states} states",
+        f"{indent}  initial state probabilities {_vec(d.w)}",
+        f"{indent}  transition matrix (row: from state, column: to state):",
+        *_matrix(d.transitions, indent + "    "),
+    ]
     for i, emission in enumerate(d.topics):
         lines.append(f"{indent}  state {i + 1} emits:")
         lines += describe_model(emission, indent + "    ")
@@ -80,10 +89,16 @@ def _composite(d, indent: str) -> list[str]:
 def _describers() -> list[tuple[type, object]]:
     import mixle.stats as st
 
-    return [(st.MixtureDistribution, _mixture), (st.HiddenMarkovModelDistribution, _hmm),
-            (st.CompositeDistribution, _composite), (st.MultivariateGaussianDistribution, _full),
-            (st.DiagonalGaussianDistribution, _diagonal), (st.GaussianDistribution, _gaussian),
-            (st.PoissonDistribution, _poisson), (st.CategoricalDistribution, _categorical)]
+    return [
+        (st.MixtureDistribution, _mixture),
+        (st.HiddenMarkovModelDistribution, _hmm),
+        (st.CompositeDistribution, _composite),
+        (st.MultivariateGaussianDistribution, _full),
+        (st.DiagonalGaussianDistribution, _diagonal),
+        (st.GaussianDistribution, _gaussian),
+        (st.PoissonDistribution, _poisson),
+        (st.CategoricalDistribution, _categorical),
+    ]
 
 
 def describe_model(model, indent: str = "") -> list[str]:

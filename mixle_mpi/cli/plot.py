@@ -44,11 +44,15 @@ def require_matplotlib():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ConfigError("--plot needs matplotlib, which is not installed: pip install 'mixle-mpi[plot]'") from None
+        raise ConfigError(
+            "--plot needs matplotlib, which is not installed: pip install 'mixle-mpi[plot]'"
+        ) from None
     return plt
 
 
-def plot_fit(path: str, traces: list[list[float]], timeline: list[tuple], events_path: str | None) -> str:
+def plot_fit(
+    path: str, traces: list[list[float]], timeline: list[tuple], events_path: str | None
+) -> str:
     plt = require_matplotlib()
     events = read_events(events_path) if events_path and os.path.exists(events_path) else []
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
@@ -65,14 +69,30 @@ def plot_fit(path: str, traces: list[list[float]], timeline: list[tuple], events
                 continue
             label, colour, style = mark
             # a checkpoint belongs to the iteration it saved; other events to when they happened
-            x = float(e["iteration"]) if e.get("event") == "checkpoint" else event_position(e["time"], times, its)
-            ax.axvline(x, color=colour, linestyle=style, linewidth=1.2,
-                       label=None if label in seen else label, alpha=0.8)
+            x = (
+                float(e["iteration"])
+                if e.get("event") == "checkpoint"
+                else event_position(e["time"], times, its)
+            )
+            ax.axvline(
+                x,
+                color=colour,
+                linestyle=style,
+                linewidth=1.2,
+                label=None if label in seen else label,
+                alpha=0.8,
+            )
             seen.add(label)
     ax.set_xlabel("EM iteration")
     ax.set_ylabel("log-likelihood")
-    ax.set_title("mixle_mpi fit" + (f" ({sum(1 for e in events if e.get('event') == 'failure_detected')} failures survived)"
-                                    if events else ""))
+    ax.set_title(
+        "mixle_mpi fit"
+        + (
+            f" ({sum(1 for e in events if e.get('event') == 'failure_detected')} failures survived)"
+            if events
+            else ""
+        )
+    )
     ax.legend(loc="lower right", fontsize="small")
     fig.tight_layout()
     fig.savefig(path)

@@ -17,9 +17,9 @@ from mixle_mpi.core.errors import ConfigError, MixleMPIError
 
 @dataclass
 class Preflight:
-    spec: Any = None        # the parsed model spec (None: it is wrong)
-    source: Any = None      # the parsed data source
-    shape: Any = None       # the data's shape, from its headers
+    spec: Any = None  # the parsed model spec (None: it is wrong)
+    source: Any = None  # the parsed data source
+    shape: Any = None  # the data's shape, from its headers
     errors: list[MixleMPIError] = field(default_factory=list)
 
     @property
@@ -39,7 +39,9 @@ class Preflight:
         if len(self.errors) == 1:
             raise self.errors[0]
         if self.errors:
-            raise ConfigError(f"{len(self.errors)} problems:\n" + "\n".join(f"  - {p}" for p in self.problems))
+            raise ConfigError(
+                f"{len(self.errors)} problems:\n" + "\n".join(f"  - {p}" for p in self.problems)
+            )
 
 
 def check(cfg) -> Preflight:

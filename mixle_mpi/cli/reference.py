@@ -80,13 +80,18 @@ def _settings_rows() -> list[tuple[str, str, str]]:
 
 
 # Where docs/reference.md describes an option given on each surface.
-SECTIONS = {"setting": "[Settings](#settings)", "job": "[fit](#mixle-mpi-fit)",
-            "fitjob": "[fitjob](#python--m-mixle_mpifitjob)", "env": "[variables](#other-environment-variables)"}
+SECTIONS = {
+    "setting": "[Settings](#settings)",
+    "job": "[fit](#mixle-mpi-fit)",
+    "fitjob": "[fitjob](#python--m-mixle_mpifitjob)",
+    "env": "[variables](#other-environment-variables)",
+}
 
 
 def _option_rows() -> list[tuple[str, ...]]:
     """Each option once: its type and default, the places it is given (``-``: not there),
     and where this page describes it."""
+
     def code(text):
         return f"`{text}`" if text else "-"
 
@@ -97,10 +102,26 @@ def _option_rows() -> list[tuple[str, ...]]:
             default = o.default_text
         fit_flag = (f"{o.flag}, --no-{o.flag[2:]}" if o.kind is bool else o.flag) if o.job else None
         fitjob = f"`{o.flag}` ({options.show(o.fitjob.default)})" if o.fitjob is not None else "-"
-        where = {"setting": o.setting, "job": o.job, "fitjob": o.fitjob is not None, "env": bool(o.env)}
-        rows.append((f"`{o.name}`", o.kind.__name__, default, code(o.setting and o.name), code(o.job and o.name),
-                     code(o.env_var), code(fit_flag), fitjob, ", ".join(f"`{f}`" for f in o.flags) or "-",
-                     ", ".join(SECTIONS[k] for k, on in where.items() if on)))
+        where = {
+            "setting": o.setting,
+            "job": o.job,
+            "fitjob": o.fitjob is not None,
+            "env": bool(o.env),
+        }
+        rows.append(
+            (
+                f"`{o.name}`",
+                o.kind.__name__,
+                default,
+                code(o.setting and o.name),
+                code(o.job and o.name),
+                code(o.env_var),
+                code(fit_flag),
+                fitjob,
+                ", ".join(f"`{f}`" for f in o.flags) or "-",
+                ", ".join(SECTIONS[k] for k, on in where.items() if on),
+            )
+        )
     return rows
 
 
@@ -143,61 +164,121 @@ def _table(header: tuple[str, ...], rows) -> list[str]:
 
 def render() -> str:
     """The whole reference, as Markdown (pure: the same code gives the same text)."""
+    from mixle_mpi.chaos import faults
     from mixle_mpi.cli import helptext
     from mixle_mpi.cli.commands import build_parser
-    from mixle_mpi.chaos import faults
     from mixle_mpi.fitting import fitjob
 
     parser = build_parser(full_help=True)
-    out = ["# Reference", "",
-           "Generated from the code by `python -m mixle_mpi.cli.reference --write`; do not edit by hand",
-           "(a test fails when this file and the code disagree). The user guide explains; this lists.", "",
-           "## Commands", ""]
+    out = [
+        "# Reference",
+        "",
+        "Generated from the code by `python -m mixle_mpi.cli.reference --write`; do not edit by hand",
+        "(a test fails when this file and the code disagree). The user guide explains; this lists.",
+        "",
+        "## Commands",
+        "",
+    ]
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
     for name in sub.choices:
         out += [f"### `mixle-mpi {name}`", "", "```text", _command_help(parser, name), "```", ""]
-    out += ["### `python -m mixle_mpi.fitjob`", "", "```text", _command_help(fitjob.build_parser(), None), "```", ""]
-    out += ["## Settings", "",
-            "Arguments of `ResilientMPIEncodedData(...)`; each one also reads `MIXLE_MPI_<NAME>` when it",
-            "is not passed (argument > environment variable > default). `mixle-mpi fit` passes those of",
-            "its options that name a setting.", ""]
-    out += _table(("setting", "default", "variable", "meaning"),
-                  [(f"`{n}`", d, f"`{options.env_var(n)}`", m) for n, d, m in _settings_rows()])
-    out += ["", "## Options", "",
-            "Every option once (`core/options.py`, from which the settings, the job file, the flags and",
-            "this page are made): as a setting of the handle, a key of a `fit --config` job file, an",
-            "environment variable, a `mixle-mpi fit` flag, a `python -m mixle_mpi.fitjob` flag (with its",
-            "default there) or a flag of another command. A setting given as a `fit` flag or in a job",
-            "file overrides its variable; a flag overrides the job file.", ""]
-    out += _table(("option", "type", "default", "setting", "job file", "variable", "`fit` flag",
-                   "fitjob flag (default)", "also", "described in"), _option_rows())
+    out += [
+        "### `python -m mixle_mpi.fitjob`",
+        "",
+        "```text",
+        _command_help(fitjob.build_parser(), None),
+        "```",
+        "",
+    ]
+    out += [
+        "## Settings",
+        "",
+        "Arguments of `ResilientMPIEncodedData(...)`; each one also reads `MIXLE_MPI_<NAME>` when it",
+        "is not passed (argument > environment variable > default). `mixle-mpi fit` passes those of",
+        "its options that name a setting.",
+        "",
+    ]
+    out += _table(
+        ("setting", "default", "variable", "meaning"),
+        [(f"`{n}`", d, f"`{options.env_var(n)}`", m) for n, d, m in _settings_rows()],
+    )
+    out += [
+        "",
+        "## Options",
+        "",
+        "Every option once (`core/options.py`, from which the settings, the job file, the flags and",
+        "this page are made): as a setting of the handle, a key of a `fit --config` job file, an",
+        "environment variable, a `mixle-mpi fit` flag, a `python -m mixle_mpi.fitjob` flag (with its",
+        "default there) or a flag of another command. A setting given as a `fit` flag or in a job",
+        "file overrides its variable; a flag overrides the job file.",
+        "",
+    ]
+    out += _table(
+        (
+            "option",
+            "type",
+            "default",
+            "setting",
+            "job file",
+            "variable",
+            "`fit` flag",
+            "fitjob flag (default)",
+            "also",
+            "described in",
+        ),
+        _option_rows(),
+    )
     out += ["", "## Other environment variables", ""]
     out += _table(("variable", "meaning"), [(f"`{k}`", v) for k, v in ENVIRONMENT.items()])
-    out += ["", "Set by `mixle-mpi run` for the ranks it starts (the launcher and rank contract,",
-            "`launch/contract.py`); never set them yourself:", ""]
+    out += [
+        "",
+        "Set by `mixle-mpi run` for the ranks it starts (the launcher and rank contract,",
+        "`launch/contract.py`); never set them yourself:",
+        "",
+    ]
     out += [", ".join(f"`{v}`" for v in launcher_set()), ""]
     out += ["## Exit codes", ""]
     out += _table(("code", "name", "meaning"), [(c, f"`{n}`", m) for c, n, m in _exit_rows()])
-    out += ["", "## Events", "",
-            "One JSON line each in `events.jsonl`, with the time, and the rank, pid and host concerned.", ""]
+    out += [
+        "",
+        "## Events",
+        "",
+        "One JSON line each in `events.jsonl`, with the time, and the rank, pid and host concerned.",
+        "",
+    ]
     out += _table(("event", "what happened"), [(f"`{k}`", v) for k, v in EVENTS.items()])
-    out += ["", "## Fault plans", "",
-            f"`{faults.ENV_VAR}=\"worker:action:phase[:call[:incarnation[:scope]]],...\"` (or `fault_plan=`)",
-            "makes a chosen rank act at a fixed point, for tests. Worker 0 is the driver.", "",
-            f"- actions: {', '.join(f'`{a}`' for a in faults.ACTIONS)}",
-            f"- phases: {', '.join(f'`{p}`' for p in faults.PHASES)}",
-            f"- phases while the job starts (from the environment): {', '.join(f'`{p}`' for p in faults.STARTUP_PHASES)}"
-            f", and `{faults.SPAWN_PHASE}` in a replacement as its process starts",
-            f"- the driver's phases: {', '.join(f'`{p}`' for p in faults.DRIVER_PHASES)}",
-            f"- scopes: {', '.join(f'`{s}`' for s in faults.SCOPES)}", "",
-            f"Version {helptext.version()}.", ""]
+    out += [
+        "",
+        "## Fault plans",
+        "",
+        f'`{faults.ENV_VAR}="worker:action:phase[:call[:incarnation[:scope]]],..."` (or `fault_plan=`)',
+        "makes a chosen rank act at a fixed point, for tests. Worker 0 is the driver.",
+        "",
+        f"- actions: {', '.join(f'`{a}`' for a in faults.ACTIONS)}",
+        f"- phases: {', '.join(f'`{p}`' for p in faults.PHASES)}",
+        f"- phases while the job starts (from the environment): {', '.join(f'`{p}`' for p in faults.STARTUP_PHASES)}"
+        f", and `{faults.SPAWN_PHASE}` in a replacement as its process starts",
+        f"- the driver's phases: {', '.join(f'`{p}`' for p in faults.DRIVER_PHASES)}",
+        f"- scopes: {', '.join(f'`{s}`' for s in faults.SCOPES)}",
+        "",
+        f"Version {helptext.version()}.",
+        "",
+    ]
     return "\n".join(out)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mixle_mpi.cli.reference", description=__doc__.split("\n\n")[0])
-    p.add_argument("--write", nargs="?", const=REFERENCE_PATH, default=None, metavar="PATH",
-                   help=f"write the reference to PATH (default: {REFERENCE_PATH}) instead of stdout")
+    p = argparse.ArgumentParser(
+        prog="python -m mixle_mpi.cli.reference", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--write",
+        nargs="?",
+        const=REFERENCE_PATH,
+        default=None,
+        metavar="PATH",
+        help=f"write the reference to PATH (default: {REFERENCE_PATH}) instead of stdout",
+    )
     args = p.parse_args(argv)
     text = render()
     if args.write is None:

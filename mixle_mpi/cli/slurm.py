@@ -55,7 +55,9 @@ GOLDEN = {"ft": "fit-ft.sbatch", "srun": "fit-srun.sbatch", "array": "best-of-ar
 # An array task gets its own seed, $SEED, output folder and checkpoint, $OUT_DIR.
 DEFAULT_FIT = '"$PY" -m mixle_mpi fit --config job.toml'
 OUT_DIR_FLAG = ' --out-dir "$OUT_DIR"'
-DEFAULT_ARRAY_FIT = DEFAULT_FIT + ' --out-dir "$OUT_DIR" --checkpoint "$OUT_DIR/checkpoint.h5" --seed "$SEED"'
+DEFAULT_ARRAY_FIT = (
+    DEFAULT_FIT + ' --out-dir "$OUT_DIR" --checkpoint "$OUT_DIR/checkpoint.h5" --seed "$SEED"'
+)
 ARRAY_OUT_DIR = "mixle-out"
 
 DEFAULTS = {
@@ -64,12 +66,12 @@ DEFAULTS = {
     "time": "01:00:00",
     "signal_margin": 300,
     "max_restarts": 3,
-    "out_dir": None,      # None: the job file's (ft, srun), ARRAY_OUT_DIR (array)
+    "out_dir": None,  # None: the job file's (ft, srun), ARRAY_OUT_DIR (array)
     "python": "python3",
     "array": "0-7",
     "base_seed": 1,
-    "fit_cmd": None,      # None: DEFAULT_FIT (ft, srun) or DEFAULT_ARRAY_FIT (array)
-    "sbatch": (),         # extra "#SBATCH" options, e.g. ("--partition=debug",)
+    "fit_cmd": None,  # None: DEFAULT_FIT (ft, srun) or DEFAULT_ARRAY_FIT (array)
+    "sbatch": (),  # extra "#SBATCH" options, e.g. ("--partition=debug",)
 }
 
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
@@ -81,17 +83,19 @@ def time_limit_seconds(limit: str) -> int:
     """Seconds in a SLURM time limit ("M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S")."""
     m = _TIME.match(str(limit))
     if not m:
-        raise ConfigError(f"time limit {limit!r} is not a SLURM time; needed e.g. '90' (minutes), "
-                          "'01:30:00' or '1-00:00:00'")
+        raise ConfigError(
+            f"time limit {limit!r} is not a SLURM time; needed e.g. '90' (minutes), "
+            "'01:30:00' or '1-00:00:00'"
+        )
     days, a, b, c = m.groups()
     a, b, c = int(a), (int(b) if b is not None else None), (int(c) if c is not None else None)
-    if days is not None:   # D-H, D-H:M, D-H:M:S
+    if days is not None:  # D-H, D-H:M, D-H:M:S
         return int(days) * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
-    if c is not None:      # H:M:S
+    if c is not None:  # H:M:S
         return a * 3600 + b * 60 + c
-    if b is not None:      # M:S
+    if b is not None:  # M:S
         return a * 60 + b
-    return a * 60          # M
+    return a * 60  # M
 
 
 def _one_line(name: str, value: str) -> str:
@@ -107,34 +111,47 @@ def validate(kind: str, opts: dict) -> dict:
         raise ConfigError(f"unknown template kind {kind!r}; valid kinds are {', '.join(KINDS)}")
     unknown = sorted(set(opts) - set(DEFAULTS))
     if unknown:
-        raise ConfigError(f"unknown option(s) {', '.join(unknown)}; valid options are {', '.join(DEFAULTS)}")
+        raise ConfigError(
+            f"unknown option(s) {', '.join(unknown)}; valid options are {', '.join(DEFAULTS)}"
+        )
     o = {**DEFAULTS, **opts}
     if not _NAME.match(str(o["job_name"])):
-        raise ConfigError(f"job_name must be letters, digits and ._+- only; found {o['job_name']!r}")
+        raise ConfigError(
+            f"job_name must be letters, digits and ._+- only; found {o['job_name']!r}"
+        )
     o["ntasks"] = check_int("ntasks", o["ntasks"], 2, text=True)
     limit = time_limit_seconds(o["time"])
     o["signal_margin"] = check_int("signal_margin", o["signal_margin"], 1, 65535, text=True)
     if o["signal_margin"] >= limit:
-        raise ConfigError(f"signal_margin ({o['signal_margin']} s) must be shorter than the time limit "
-                          f"{o['time']!r} ({limit} s): the checkpoint signal would come at the start")
+        raise ConfigError(
+            f"signal_margin ({o['signal_margin']} s) must be shorter than the time limit "
+            f"{o['time']!r} ({limit} s): the checkpoint signal would come at the start"
+        )
     o["max_restarts"] = check_int("max_restarts", o["max_restarts"], 0, text=True)
     o["base_seed"] = check_int("base_seed", o["base_seed"], 0, text=True)
     if not _ARRAY.match(str(o["array"])):
-        raise ConfigError(f"array must be a SLURM index list such as '0-7', '0-15%4' or '1,3,5'; found {o['array']!r}")
+        raise ConfigError(
+            f"array must be a SLURM index list such as '0-7', '0-15%4' or '1,3,5'; found {o['array']!r}"
+        )
     if o["out_dir"] is None and (kind == "array" or "OUT_DIR" in (o["fit_cmd"] or "")):
         o["out_dir"] = ARRAY_OUT_DIR
     for name in ("out_dir", "python"):
         if o[name] is not None:
             _one_line(name, o[name])
     if o["fit_cmd"] is None:
-        o["fit_cmd"] = DEFAULT_ARRAY_FIT if kind == "array" else \
-            DEFAULT_FIT + (OUT_DIR_FLAG if o["out_dir"] is not None else "")
+        o["fit_cmd"] = (
+            DEFAULT_ARRAY_FIT
+            if kind == "array"
+            else DEFAULT_FIT + (OUT_DIR_FLAG if o["out_dir"] is not None else "")
+        )
     _one_line("fit_cmd", o["fit_cmd"])
     if kind == "array":
         for var in ("SEED", "OUT_DIR"):
             if f"${var}" not in o["fit_cmd"] and f"${{{var}}}" not in o["fit_cmd"]:
-                raise ConfigError(f"an array's fit_cmd must use ${var} (each task its own "
-                                  f"{'seed' if var == 'SEED' else 'output folder'}); found {o['fit_cmd']!r}")
+                raise ConfigError(
+                    f"an array's fit_cmd must use ${var} (each task its own "
+                    f"{'seed' if var == 'SEED' else 'output folder'}); found {o['fit_cmd']!r}"
+                )
     o["sbatch"] = tuple(_one_line("sbatch option", s) for s in o["sbatch"])
     return o
 
@@ -238,31 +255,60 @@ def render(kind: str, **opts) -> str:
     """The batch script of ``kind`` (one of ``KINDS``) with ``opts`` over ``DEFAULTS`` (pure)."""
     o = validate(kind, opts)
     array = kind == "array"
-    lines = ["#!/bin/bash", _HEADER[kind],
-             _COMMON_DOC.format(margin=o["signal_margin"], max_restarts=o["max_restarts"], kind=kind,
-                                ok=exitcodes.OK, ck=exitcodes.CHECKPOINTED)]
-    sbatch = [f"--job-name={o['job_name']}", f"--ntasks={o['ntasks']}", f"--time={o['time']}",
-              "--no-kill", "--requeue", f"--signal=B:USR1@{o['signal_margin']}", "--open-mode=append",
-              f"--output={'%x-%A_%a' if array else '%x-%j'}.out"]
+    lines = [
+        "#!/bin/bash",
+        _HEADER[kind],
+        _COMMON_DOC.format(
+            margin=o["signal_margin"],
+            max_restarts=o["max_restarts"],
+            kind=kind,
+            ok=exitcodes.OK,
+            ck=exitcodes.CHECKPOINTED,
+        ),
+    ]
+    sbatch = [
+        f"--job-name={o['job_name']}",
+        f"--ntasks={o['ntasks']}",
+        f"--time={o['time']}",
+        "--no-kill",
+        "--requeue",
+        f"--signal=B:USR1@{o['signal_margin']}",
+        "--open-mode=append",
+        f"--output={'%x-%A_%a' if array else '%x-%j'}.out",
+    ]
     if array:
         sbatch.append(f"--array={o['array']}")
     lines += [f"#SBATCH {s}" for s in (*sbatch, *o["sbatch"])]
     out = shlex.quote(o["out_dir"]) if o["out_dir"] is not None else None
     if array:
-        setup = (f"BASE_SEED={o['base_seed']}\n"
-                 "SEED=$((BASE_SEED + SLURM_ARRAY_TASK_ID))\n"
-                 f"OUT_DIR={out}/task-$SLURM_ARRAY_TASK_ID\n"
-                 'mkdir -p "$OUT_DIR"\n')
+        setup = (
+            f"BASE_SEED={o['base_seed']}\n"
+            "SEED=$((BASE_SEED + SLURM_ARRAY_TASK_ID))\n"
+            f"OUT_DIR={out}/task-$SLURM_ARRAY_TASK_ID\n"
+            'mkdir -p "$OUT_DIR"\n'
+        )
     elif out is not None:
         setup = f'OUT_DIR={out}\nmkdir -p "$OUT_DIR"\n'
     else:
         setup = ""
     lines.append("")
-    lines.append(_BODY.format(python=shlex.quote(o["python"]), max_restarts=o["max_restarts"], setup=setup,
-                              launch=" --mpi srun" if kind == "srun" else "", ntasks=o["ntasks"],
-                              announce=('\necho "[mixle_mpi] array task $SLURM_ARRAY_TASK_ID: seed $SEED, output $OUT_DIR"'
-                                        if array else ""),
-                              fit_cmd=o["fit_cmd"], ok=exitcodes.OK, ck=exitcodes.CHECKPOINTED))
+    lines.append(
+        _BODY.format(
+            python=shlex.quote(o["python"]),
+            max_restarts=o["max_restarts"],
+            setup=setup,
+            launch=" --mpi srun" if kind == "srun" else "",
+            ntasks=o["ntasks"],
+            announce=(
+                '\necho "[mixle_mpi] array task $SLURM_ARRAY_TASK_ID: seed $SEED, output $OUT_DIR"'
+                if array
+                else ""
+            ),
+            fit_cmd=o["fit_cmd"],
+            ok=exitcodes.OK,
+            ck=exitcodes.CHECKPOINTED,
+        )
+    )
     return "\n".join(lines)
 
 
@@ -305,34 +351,67 @@ def _cmd_slurm(args) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", nargs="?", help=f"one of: {', '.join(KINDS)}")
     p.add_argument("-o", "--output", default=None, help="write the script here (default: stdout)")
-    p.add_argument("--write", metavar="DIR", default=None,
-                   help="write every kind, with the defaults, into DIR (as slurm/*.sbatch in the source)")
+    p.add_argument(
+        "--write",
+        metavar="DIR",
+        default=None,
+        help="write every kind, with the defaults, into DIR (as slurm/*.sbatch in the source)",
+    )
     d = DEFAULTS
     p.add_argument("--job-name", dest="job_name", help=f"default {d['job_name']}")
-    p.add_argument("--ntasks", help=f"MPI ranks (driver + workers, at least 2); default {d['ntasks']}")
+    p.add_argument(
+        "--ntasks", help=f"MPI ranks (driver + workers, at least 2); default {d['ntasks']}"
+    )
     p.add_argument("--time", help=f"SLURM time limit; default {d['time']}")
-    p.add_argument("--signal-margin", dest="signal_margin",
-                   help=f"seconds before the limit at which the fit checkpoints and exits 75; default {d['signal_margin']}")
-    p.add_argument("--max-restarts", dest="max_restarts",
-                   help=f"requeue at most this many times; default {d['max_restarts']}")
-    p.add_argument("--out-dir", dest="out_dir",
-                   help=f"output folder ($OUT_DIR), overriding the job file's out_dir; default: the job file's "
-                        f"(ft, srun), {ARRAY_OUT_DIR} (array: one task-<id> folder each)")
+    p.add_argument(
+        "--signal-margin",
+        dest="signal_margin",
+        help=f"seconds before the limit at which the fit checkpoints and exits 75; default {d['signal_margin']}",
+    )
+    p.add_argument(
+        "--max-restarts",
+        dest="max_restarts",
+        help=f"requeue at most this many times; default {d['max_restarts']}",
+    )
+    p.add_argument(
+        "--out-dir",
+        dest="out_dir",
+        help=f"output folder ($OUT_DIR), overriding the job file's out_dir; default: the job file's "
+        f"(ft, srun), {ARRAY_OUT_DIR} (array: one task-<id> folder each)",
+    )
     p.add_argument("--python", help=f"the Python that has mixle_mpi; default {d['python']}")
     p.add_argument("--array", help=f"array indices (kind array); default {d['array']}")
-    p.add_argument("--base-seed", dest="base_seed", help=f"seed of task 0 (kind array); default {d['base_seed']}")
-    p.add_argument("--fit-cmd", dest="fit_cmd",
-                   help="the fit command, one shell line; may use $PY, $OUT_DIR and (array) $SEED. "
-                        f"Default: {DEFAULT_FIT}")
-    p.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
-                   help="an extra #SBATCH option, e.g. --sbatch=--partition=debug (repeatable)")
+    p.add_argument(
+        "--base-seed",
+        dest="base_seed",
+        help=f"seed of task 0 (kind array); default {d['base_seed']}",
+    )
+    p.add_argument(
+        "--fit-cmd",
+        dest="fit_cmd",
+        help="the fit command, one shell line; may use $PY, $OUT_DIR and (array) $SEED. "
+        f"Default: {DEFAULT_FIT}",
+    )
+    p.add_argument(
+        "--sbatch",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="an extra #SBATCH option, e.g. --sbatch=--partition=debug (repeatable)",
+    )
     p.set_defaults(func=_cmd_slurm)
 
 
 def add_subcommand(subparsers) -> None:
     """Register ``mixle-mpi slurm``."""
-    add_arguments(subparsers.add_parser("slurm", help="render a SLURM batch script (kinds: " + ", ".join(KINDS) + ")",
-                                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    add_arguments(
+        subparsers.add_parser(
+            "slurm",
+            help="render a SLURM batch script (kinds: " + ", ".join(KINDS) + ")",
+            description=__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
 
 
 def main(argv=None) -> int:

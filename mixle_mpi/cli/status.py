@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 from mixle_mpi.core import procs
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.storage.events import describe
 from mixle_mpi.core.logs import clock
 from mixle_mpi.fitting.progress import PROGRESS_FILE, hms, summary_stop_text, summary_wall_text
+from mixle_mpi.storage.events import describe
 
 SUMMARY_FILE, EVENTS_FILE = "summary.json", "events.jsonl"
 TAIL_BYTES = 1 << 16  # the last events are in the file's last 64 KiB
-TAIL_EVENTS = 200     # read this many to tell the fit's state, whatever number is shown
+TAIL_EVENTS = 200  # read this many to tell the fit's state, whatever number is shown
 
 
 @dataclass
@@ -47,7 +47,9 @@ def _read_json(path: str) -> tuple[dict | None, float | None]:
     except FileNotFoundError:
         return None, None
     except ValueError as exc:
-        raise ConfigError(f"{path} is not valid JSON ({exc}); was it written by another program?") from None
+        raise ConfigError(
+            f"{path} is not valid JSON ({exc}); was it written by another program?"
+        ) from None
 
 
 def tail_events(path: str, n: int) -> list[dict]:
@@ -82,8 +84,10 @@ def read_fit_files(out_dir: str) -> FitFiles:
     summary, sm = _read_json(os.path.join(out_dir, SUMMARY_FILE))
     events = tail_events(os.path.join(out_dir, EVENTS_FILE), TAIL_EVENTS)
     if progress is None and summary is None and not events:
-        raise ConfigError(f"{out_dir} holds no {PROGRESS_FILE}, {SUMMARY_FILE} or {EVENTS_FILE}: it is not the "
-                          "out_dir of a `mixle-mpi fit`, or the fit has not reached its first iteration yet")
+        raise ConfigError(
+            f"{out_dir} holds no {PROGRESS_FILE}, {SUMMARY_FILE} or {EVENTS_FILE}: it is not the "
+            "out_dir of a `mixle-mpi fit`, or the fit has not reached its first iteration yet"
+        )
     return FitFiles(out_dir, progress, pm, summary, sm, events)
 
 
@@ -103,7 +107,9 @@ def driver_alive(progress: dict, host: str | None = None) -> bool | None:
 def state(files: FitFiles, alive: bool | None) -> str:
     """One phrase for where the fit is (pure): finished, preempted, running, or ended without
     a summary."""
-    if files.summary is not None and (files.progress_mtime is None or files.summary_mtime >= files.progress_mtime):
+    if files.summary is not None and (
+        files.progress_mtime is None or files.summary_mtime >= files.progress_mtime
+    ):
         return "finished"
     since = files.progress.get("updated", 0.0) if files.progress else 0.0
     if any(e.get("event") == "preempted" and e.get("time", 0.0) >= since for e in files.events):
@@ -119,38 +125,58 @@ def _ranks_line(live, failures: dict, blacklisted, recovered, driver_takeovers: 
     failed = [f"rank {w} x{n}" for w, n in sorted(failures.items(), key=lambda kv: int(kv[0]))]
     if driver_takeovers:
         failed.append(f"the driver x{driver_takeovers}, a survivor took over")
-    return (f"ranks: {len(live)} live {list(live)}; {len(failures) + bool(driver_takeovers)} failed"
-            + (f" ({', '.join(failed)})" if failed else "")
-            + f"; {len(blacklisted)} blacklisted {list(blacklisted)}; shards recomputed {recovered}")
+    return (
+        f"ranks: {len(live)} live {list(live)}; {len(failures) + bool(driver_takeovers)} failed"
+        + (f" ({', '.join(failed)})" if failed else "")
+        + f"; {len(blacklisted)} blacklisted {list(blacklisted)}; shards recomputed {recovered}"
+    )
 
 
 def _progress_lines(p: dict, now: float) -> list[str]:
     dll = "-" if p.get("dll") is None else f"{p['dll']:+.3e}"
     spi = p.get("seconds_per_iteration")
     head = f"restart {p['restart']}, " if p.get("restart") else ""
-    lines = [f"{head}iteration {p.get('iteration')}/{p.get('max_its')}: ll {p.get('ll'):.10g}, dll {dll}, "
-             + (f"{spi:.3f} s/iteration" if spi is not None else "- s/iteration")
-             + f", eta <= {hms(p.get('eta_seconds'))} (if it runs to max_its)"
-             + f"; updated {now - p.get('updated', now):.0f}s ago"]
+    lines = [
+        f"{head}iteration {p.get('iteration')}/{p.get('max_its')}: ll {p.get('ll'):.10g}, dll {dll}, "
+        + (f"{spi:.3f} s/iteration" if spi is not None else "- s/iteration")
+        + f", eta <= {hms(p.get('eta_seconds'))} (if it runs to max_its)"
+        + f"; updated {now - p.get('updated', now):.0f}s ago"
+    ]
     ranks = p.get("ranks") or {}
     if "live" in ranks:
-        lines.append(_ranks_line(ranks["live"], ranks.get("failures", {}), ranks.get("blacklisted", []),
-                                 p.get("recovered_shards", 0), ranks.get("driver_takeovers", 0)))
+        lines.append(
+            _ranks_line(
+                ranks["live"],
+                ranks.get("failures", {}),
+                ranks.get("blacklisted", []),
+                p.get("recovered_shards", 0),
+                ranks.get("driver_takeovers", 0),
+            )
+        )
     if p.get("slow"):
-        lines.append("slow workers (times the median's seconds per shard; their shards are copied or moved): "
-                     + ", ".join(f"rank {w} x{x:g}" for w, x in sorted(p["slow"].items(), key=lambda kv: int(kv[0]))))
+        lines.append(
+            "slow workers (times the median's seconds per shard; their shards are copied or moved): "
+            + ", ".join(
+                f"rank {w} x{x:g}" for w, x in sorted(p["slow"].items(), key=lambda kv: int(kv[0]))
+            )
+        )
     return lines
 
 
 def _summary_lines(s: dict) -> list[str]:
     ll = s.get("final_ll")
     failed = {w: n for w, n in (s.get("failures") or {}).items() if n}
-    return [f"{s.get('iterations')} iterations ({summary_stop_text(s)}), final ll "
-            f"{'-' if ll is None else f'{ll:.10g}'}, {summary_wall_text(s)}; model in model.json",
-            f"ranks: {s.get('workers')} workers; failures survived {s.get('failures_survived')}"
-            + (f" ({', '.join([*(f'rank {w} x{n}' for w, n in failed.items()), *([f'the driver x{t}'] if (t := s.get('driver_takeovers')) else [])])})"
-               if failed or s.get("driver_takeovers") else "")
-            + f"; blacklisted {s.get('blacklisted')}; shards recomputed {s.get('recovered_shards')}"]
+    return [
+        f"{s.get('iterations')} iterations ({summary_stop_text(s)}), final ll "
+        f"{'-' if ll is None else f'{ll:.10g}'}, {summary_wall_text(s)}; model in model.json",
+        f"ranks: {s.get('workers')} workers; failures survived {s.get('failures_survived')}"
+        + (
+            f" ({', '.join([*(f'rank {w} x{n}' for w, n in failed.items()), *([f'the driver x{t}'] if (t := s.get('driver_takeovers')) else [])])})"
+            if failed or s.get("driver_takeovers")
+            else ""
+        )
+        + f"; blacklisted {s.get('blacklisted')}; shards recomputed {s.get('recovered_shards')}",
+    ]
 
 
 def event_line(rec: dict) -> str:
@@ -176,8 +202,10 @@ def report(files: FitFiles, alive: bool | None, now: float, n_events: int = 5) -
     relaunched = [e for e in files.events if e.get("event") == "relaunched"]
     if relaunched:
         lost = [h for e in relaunched for h in e.get("lost_hosts") or []]
-        lines.append(f"hosts lost: {', '.join(lost)}; launched again without them {len(relaunched)} time(s), now on "
-                     f"{relaunched[-1].get('ranks')} ranks")
+        lines.append(
+            f"hosts lost: {', '.join(lost)}; launched again without them {len(relaunched)} time(s), now on "
+            f"{relaunched[-1].get('ranks')} ranks"
+        )
     if phase == "finished":
         lines += _summary_lines(s)
     elif p is not None:
@@ -203,8 +231,12 @@ def cmd_status(args) -> int:
 
 def add_subcommand(subparsers) -> None:
     """Register ``mixle-mpi status``."""
-    p = subparsers.add_parser("status", help="show how a running or finished fit is doing (from its out_dir)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "status",
+        help="show how a running or finished fit is doing (from its out_dir)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("out_dir", help="the fit's --out-dir")
     p.add_argument("--events", type=int, default=5, help="how many of the last events to show")
     p.set_defaults(func=cmd_status)

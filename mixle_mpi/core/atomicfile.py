@@ -75,7 +75,7 @@ def write_text(path: str, text: str, mode: int = 0o666) -> None:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def write_json(path: str, obj, indent: int | None = None) -> None:

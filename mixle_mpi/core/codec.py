@@ -51,8 +51,10 @@ def _to_json(obj, exact: bool = False):
         return {"__d": [[_to_json(k, exact), _to_json(v, exact)] for k, v in obj.items()]}
     if type(obj) is np.ndarray:
         return _array_to_json(obj, exact)
-    raise ValueError(f"cannot encode a row containing type {type(obj).__module__}.{type(obj).__qualname__}; "
-                     "supported: None, bool, int, float, str, list, tuple, dict, numpy scalars and ndarrays")
+    raise ValueError(
+        f"cannot encode a row containing type {type(obj).__module__}.{type(obj).__qualname__}; "
+        "supported: None, bool, int, float, str, list, tuple, dict, numpy scalars and ndarrays"
+    )
 
 
 def _array_to_json(arr: np.ndarray, exact: bool = False):
@@ -60,8 +62,10 @@ def _array_to_json(arr: np.ndarray, exact: bool = False):
     if kind == "O":
         return {"__o": [shape, [_to_json(x, exact) for x in arr.reshape(-1)]]}
     if kind not in _RAW_KINDS or arr.dtype.fields is not None:
-        raise ValueError(f"cannot encode an ndarray of dtype {arr.dtype}; "
-                         "needed a bool, integer, float, complex, bytes, str or object dtype")
+        raise ValueError(
+            f"cannot encode an ndarray of dtype {arr.dtype}; "
+            "needed a bool, integer, float, complex, bytes, str or object dtype"
+        )
     if kind in "fc" and not exact and not np.isfinite(arr).all():
         raise _nonfinite()
     raw = base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode("ascii")
@@ -90,7 +94,7 @@ def _from_json(obj, exact: bool = False):
         return obj
     if len(obj) != 1:
         raise ValueError(f"bad encoded row: untagged object with keys {sorted(obj)!r}")
-    (tag, body), = obj.items()
+    ((tag, body),) = obj.items()
     if tag == "__t" and type(body) is list:
         return tuple(_from_json(x, exact) for x in body)
     if exact and tag == "__s" and type(body) is list and len(body) == 2:

@@ -10,7 +10,9 @@ import time
 from mixle_mpi.core import liveness
 
 MARK_EVERY = 1.0  # seconds: a caller waiting on a call marks its own liveness this often
-GIVE_UP_POLL = 0.02  # seconds between the caller's looks at whether the call can still end (birth.SCAN_EVERY)
+GIVE_UP_POLL = (
+    0.02  # seconds between the caller's looks at whether the call can still end (birth.SCAN_EVERY)
+)
 
 
 class GaveUp(TimeoutError):

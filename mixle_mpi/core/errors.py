@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-
 # what a job that cannot go on says about rerunning it
-RERUN_ADVICE = ("Nothing saved is lost: `mixle-mpi run`/`fit` runs the job again by itself (--resume-retries, "
-                "default 1), which resumes from the last checkpoint if one is configured; exit 74 means rerun "
-                "the same command. Or disable respawn (--no-respawn)")
+RERUN_ADVICE = (
+    "Nothing saved is lost: `mixle-mpi run`/`fit` runs the job again by itself (--resume-retries, "
+    "default 1), which resumes from the last checkpoint if one is configured; exit 74 means rerun "
+    "the same command. Or disable respawn (--no-respawn)"
+)
 
 
 class MixleMPIError(RuntimeError):
@@ -30,7 +31,11 @@ class WorkerError(MixleMPIError):
     driver, computing its own share of the shards (setting ``driver_computes``)."""
 
     def __init__(self, worker: int, host: str, pid: int, text: str) -> None:
-        who = "the driver, rank 0, computing its own shards" if worker == 0 else f"worker rank {worker}"
+        who = (
+            "the driver, rank 0, computing its own shards"
+            if worker == 0
+            else f"worker rank {worker}"
+        )
         super().__init__(f"{who} (pid {pid} on {host}) failed:\n{text}")
         self.worker, self.host, self.pid, self.text = worker, host, pid, text
 

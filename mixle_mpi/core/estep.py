@@ -40,7 +40,9 @@ def _done(on_chunk: OnChunk | None, index: int) -> None:
 
 
 @probes.spanned("estep_shard")
-def estep_shard(estimator: Any, model: Any, chunks: Chunks, on_chunk: OnChunk | None = None) -> bytes:
+def estep_shard(
+    estimator: Any, model: Any, chunks: Chunks, on_chunk: OnChunk | None = None
+) -> bytes:
     """Pickled ``(count, accumulator.value())`` of one shard (mixle's payload format)."""
     accumulator = estimator.accumulator_factory().make()
     count = 0.0
@@ -51,7 +53,9 @@ def estep_shard(estimator: Any, model: Any, chunks: Chunks, on_chunk: OnChunk | 
     return pickle.dumps((count, accumulator.value()), protocol=PROTO)
 
 
-def init_shard(estimator: Any, p: float, seed: int, chunks: Chunks, on_chunk: OnChunk | None = None) -> bytes:
+def init_shard(
+    estimator: Any, p: float, seed: int, chunks: Chunks, on_chunk: OnChunk | None = None
+) -> bytes:
     """Randomized initialization of one shard from its own fixed seed."""
     accumulator = estimator.accumulator_factory().make()
     rng_loc = np.random.RandomState(seed)
@@ -80,8 +84,15 @@ def score_shard(model: Any, chunks: Chunks, on_chunk: OnChunk | None = None) -> 
 Ahead = Callable[[bytes], bool]  # offered an E-step payload before the scores; True: it took it
 
 
-def shard_result(kind: str, body: Any, chunks: Chunks, extra: Any = None, scores: bool = False,
-                 on_chunk: OnChunk | None = None, ahead: Ahead | None = None) -> Any:
+def shard_result(
+    kind: str,
+    body: Any,
+    chunks: Chunks,
+    extra: Any = None,
+    scores: bool = False,
+    on_chunk: OnChunk | None = None,
+    ahead: Ahead | None = None,
+) -> Any:
     """One shard's result for a round of ``kind``, wherever it is computed (a worker's task,
     or the driver's own share): ``estep`` (and, with ``scores``, the score of the same
     model after it, as mixle's EM loop asks for both), ``init`` with the shard's seed

@@ -18,8 +18,8 @@ import os
 import socket
 import time
 
-from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core import procs
+from mixle_mpi.core.errors import ConfigError
 
 LOCK_NAME = ".mixle_mpi.lock"
 _held: dict[str, int] = {}  # folder (real path) -> the open descriptor that holds its lock
@@ -38,16 +38,22 @@ def hold(folder: str, what: str) -> str | None:
         return None
     path = os.path.join(folder, LOCK_NAME)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+        fd = os.open(
+            path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600
+        )
     except OSError as exc:
-        raise ConfigError(f"cannot lock the {what} folder {folder!r}: {exc.strerror} ({path})") from None
+        raise ConfigError(
+            f"cannot lock the {what} folder {folder!r}: {exc.strerror} ({path})"
+        ) from None
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
         other = _read(fd)
         os.close(fd)
         if exc.errno not in (errno.EAGAIN, errno.EACCES):
-            raise ConfigError(f"cannot lock the {what} folder {folder!r}: {exc.strerror} ({path})") from None
+            raise ConfigError(
+                f"cannot lock the {what} folder {folder!r}: {exc.strerror} ({path})"
+            ) from None
         raise _busy(folder, what, other) from None
     previous = _read(fd)
     _write(fd)
@@ -82,15 +88,21 @@ def release_all() -> None:
 
 
 def _busy(folder: str, what: str, other: dict | None) -> FolderBusy:
-    return FolderBusy(f"the {what} folder {folder!r} is in use by another job ({describe(other)}); "
-                      f"give this job a folder of its own (--out-dir), or wait for that job to end")
+    return FolderBusy(
+        f"the {what} folder {folder!r} is in use by another job ({describe(other)}); "
+        f"give this job a folder of its own (--out-dir), or wait for that job to end"
+    )
 
 
 def describe(record: dict | None) -> str:
     """``host vm, pid 123, started 2026-12-04 17:10:02`` from a lock file's record (pure)."""
     if not record:
         return "host and pid unknown"
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record["time"])) if "time" in record else "?"
+    when = (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record["time"]))
+        if "time" in record
+        else "?"
+    )
     return f"host {record.get('host', '?')}, pid {record.get('pid', '?')}, started {when}"
 
 
@@ -105,7 +117,12 @@ def _read(fd: int) -> dict | None:
 
 def _write(fd: int) -> None:
     ident = procs.identity(os.getpid())
-    record = {"host": socket.gethostname(), "pid": os.getpid(), "start": ident[1] if ident else "", "time": time.time()}
+    record = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "start": ident[1] if ident else "",
+        "time": time.time(),
+    }
     data = (json.dumps(record) + "\n").encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, data, 0)

@@ -8,7 +8,7 @@ worker's shards over every survivor. ``--num-shards`` pins S across versions of 
 
 from __future__ import annotations
 
-ROWS_PER_SHARD = 10_000       # about this many rows per shard between the two bounds
+ROWS_PER_SHARD = 10_000  # about this many rows per shard between the two bounds
 MIN_SHARDS, MAX_SHARDS = 16, 256
 
 

@@ -19,9 +19,14 @@ import time
 import warnings
 
 LEVEL_ENV = "MIXLE_MPI_LOG_LEVEL"
-LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 ROOT = "mixle_mpi"
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")   # everything but tab and newline
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # everything but tab and newline
 
 
 def get(name: str = "") -> logging.Logger:
@@ -53,7 +58,10 @@ def level_from(quiet: bool = False, verbose: bool = False, environ=None) -> tupl
         return logging.INFO, None
     level = LEVELS.get(raw.strip().lower())
     if level is None:
-        return logging.INFO, f"{LEVEL_ENV}={raw!r} is not a log level; valid levels are {list(LEVELS)}; using 'info'"
+        return (
+            logging.INFO,
+            f"{LEVEL_ENV}={raw!r} is not a log level; valid levels are {list(LEVELS)}; using 'info'",
+        )
     return level, None
 
 

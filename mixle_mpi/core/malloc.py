@@ -19,8 +19,8 @@ import ctypes
 import ctypes.util
 import functools
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3   # glibc <malloc.h>
-MMAP_THRESHOLD = 32 << 20                      # glibc refuses more (HEAP_MAX_SIZE / 2)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h>
+MMAP_THRESHOLD = 32 << 20  # glibc refuses more (HEAP_MAX_SIZE / 2)
 TRIM_THRESHOLD = 512 << 20
 
 
@@ -42,7 +42,9 @@ def retain_freed_memory(mmap_threshold: int = MMAP_THRESHOLD, trim: int = TRIM_T
     mallopt = _mallopt()
     if mallopt is None:
         return False  # nothing to tune
-    return bool(mallopt(M_MMAP_THRESHOLD, int(mmap_threshold))) and bool(mallopt(M_TRIM_THRESHOLD, int(trim)))
+    return bool(mallopt(M_MMAP_THRESHOLD, int(mmap_threshold))) and bool(
+        mallopt(M_TRIM_THRESHOLD, int(trim))
+    )
 
 
 def peak_rss_mb() -> float:

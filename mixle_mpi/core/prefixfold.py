@@ -18,7 +18,7 @@ class PrefixFold:
         self.accumulator = estimator.accumulator_factory().make()
         self.nobs = 0.0
         self.num_shards = num_shards
-        self.next = 0                        # the lowest shard not folded yet
+        self.next = 0  # the lowest shard not folded yet
         self._waiting: dict[int, bytes] = {}  # arrived above ``next``
 
     def add(self, shard: int, payload: bytes) -> None:
@@ -33,7 +33,9 @@ class PrefixFold:
     def result(self) -> tuple[float, Any]:
         """``(nobs, value)`` as ``checkpointed_fold`` returns it, once every shard is in."""
         if self.next != self.num_shards:
-            raise RuntimeError(f"fold incomplete: shards {self.next}.. of {self.num_shards} missing")
+            raise RuntimeError(
+                f"fold incomplete: shards {self.next}.. of {self.num_shards} missing"
+            )
         stats: dict[str, Any] = {}
         self.accumulator.key_merge(stats)
         self.accumulator.key_replace(stats)

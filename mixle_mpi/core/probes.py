@@ -59,11 +59,11 @@ class Event(NamedTuple):
     process of a host); ``seconds`` is a span's length at its end, else 0.0."""
 
     name: str
-    phase: str          # "begin", "end" or "mark"
+    phase: str  # "begin", "end" or "mark"
     at: float
     seconds: float = 0.0
     args: tuple = ()
-    kwargs: dict = {}   # never mutated: each event that has kwargs gets the call's own dict
+    kwargs: dict = {}  # never mutated: each event that has kwargs gets the call's own dict
     result: Any = None  # a span's "end": what the call returned (None if it raised)
     error: BaseException | None = None  # a span's "end": what the call raised, if it did
 
@@ -95,8 +95,10 @@ def emit(event: Event) -> None:
             listener(event)
         except Exception:  # noqa: BLE001 - a benchmark's bug must not end a fit
             unlisten(listener)
-            logs.get("probes").warning(f"probe listener {listener!r} raised at {event.name!r} ({event.phase}) "
-                                       f"and was removed:\n{traceback.format_exc()}")
+            logs.get("probes").warning(
+                f"probe listener {listener!r} raised at {event.name!r} ({event.phase}) "
+                f"and was removed:\n{traceback.format_exc()}"
+            )
 
 
 def mark(name: str, *args: Any) -> None:
@@ -107,6 +109,7 @@ def mark(name: str, *args: Any) -> None:
 
 def spanned(name: str) -> Callable:
     """Decorate a function so that every call of it is the span ``name``."""
+
     def decorate(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def span(*args: Any, **kwargs: Any) -> Any:
@@ -124,5 +127,7 @@ def spanned(name: str) -> Callable:
             finally:
                 t1 = time.monotonic()
                 emit(Event(name, "end", t1, t1 - t0, args, kwargs, result, error))
+
         return span
+
     return decorate

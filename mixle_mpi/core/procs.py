@@ -28,12 +28,20 @@ Ident = tuple[int, str]
 # psutil's status names as the one-letter states of ``ps`` and /proc/PID/stat; the pure
 # checks (launch/jobchecks, chaos/external_plan) speak in these letters.
 _LETTERS = {
-    psutil.STATUS_RUNNING: "R", psutil.STATUS_SLEEPING: "S", psutil.STATUS_DISK_SLEEP: "D",
-    psutil.STATUS_STOPPED: "T", psutil.STATUS_TRACING_STOP: "t", psutil.STATUS_ZOMBIE: "Z",
-    psutil.STATUS_DEAD: "X", psutil.STATUS_WAKING: "W",
-    psutil.STATUS_IDLE: "I", psutil.STATUS_PARKED: "P",
+    psutil.STATUS_RUNNING: "R",
+    psutil.STATUS_SLEEPING: "S",
+    psutil.STATUS_DISK_SLEEP: "D",
+    psutil.STATUS_STOPPED: "T",
+    psutil.STATUS_TRACING_STOP: "t",
+    psutil.STATUS_ZOMBIE: "Z",
+    psutil.STATUS_DEAD: "X",
+    psutil.STATUS_WAKING: "W",
+    psutil.STATUS_IDLE: "I",
+    psutil.STATUS_PARKED: "P",
 }
-GONE = frozenset({"Z", "X", "x"})  # a process in one of these states has ended: never signal or count it
+GONE = frozenset(
+    {"Z", "X", "x"}
+)  # a process in one of these states has ended: never signal or count it
 STOPPED = "T"
 
 _ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError)
@@ -116,7 +124,9 @@ def kill_same(ident: Ident, sig: int = signal.SIGKILL, why: str = "") -> bool | 
             return None
         except PermissionError:
             refused = f"pid {ident[0]} is not this user's to signal"
-    logs.get("procs").warning("did not send signal %s%s: %s", _signame(sig), f" ({why})" if why else "", refused)
+    logs.get("procs").warning(
+        "did not send signal %s%s: %s", _signame(sig), f" ({why})" if why else "", refused
+    )
     return False
 
 
@@ -179,8 +189,17 @@ class Row:
 
     __slots__ = ("pid", "ppid", "state", "argv", "env", "start")
 
-    def __init__(self, pid: int, ppid: int, state: str, argv: tuple, env: dict, start: str | None) -> None:
-        self.pid, self.ppid, self.state, self.argv, self.env, self.start = pid, ppid, state, argv, env, start
+    def __init__(
+        self, pid: int, ppid: int, state: str, argv: tuple, env: dict, start: str | None
+    ) -> None:
+        self.pid, self.ppid, self.state, self.argv, self.env, self.start = (
+            pid,
+            ppid,
+            state,
+            argv,
+            env,
+            start,
+        )
 
 
 def table(env_of: Iterable[int] | None = None, env_if=None) -> dict[int, Row]:
@@ -200,7 +219,9 @@ def table(env_of: Iterable[int] | None = None, env_if=None) -> dict[int, Row]:
                 env = p.environ()
             except _ERRORS:
                 env = {}
-        rows[p.pid] = Row(p.pid, info["ppid"], _LETTERS.get(info["status"], "?"), argv, env, _start(p))
+        rows[p.pid] = Row(
+            p.pid, info["ppid"], _LETTERS.get(info["status"], "?"), argv, env, _start(p)
+        )
     return rows
 
 

@@ -21,6 +21,7 @@ TAG_START, TAG_CMD, TAG_REPLY, TAG_HB, TAG_ELECT = 10, 11, 12, 13, 14
 # -- startup (TAG_START, COMM_WORLD) ------------------------------------------------------
 class Hello(NamedTuple):
     """Worker -> driver: this rank finished MPI init and waits for the driver."""
+
     rank: int
     host: str
     pid: int
@@ -29,11 +30,13 @@ class Hello(NamedTuple):
 
 class Beacon(NamedTuple):
     """Driver -> worker: still preparing (reading data); keep waiting."""
+
     seq: int
 
 
 class Go(NamedTuple):
     """Driver -> worker: build the job's communicators over ``members`` (world ranks, 0 first)."""
+
     members: tuple
     heartbeat_period: float
     driver_timeout: float
@@ -42,27 +45,37 @@ class Go(NamedTuple):
 # -- driver -> worker commands (TAG_CMD) --------------------------------------------------
 class Setup(NamedTuple):
     """Become worker ``worker`` (this process is its ``incarnation``) and start heartbeats."""
+
     worker: int
     incarnation: int
-    encoder: bytes           # the pickled mixle encoder
+    encoder: bytes  # the pickled mixle encoder
     sub_chunks: int
     heartbeat_period: float
     driver_timeout: float
     reconfigure_timeout: float
     blas_threads: int
-    fault_plan: str          # JSON, as faults.parse_plan reads it
-    driver_host: str = ""    # where the driver runs, and its pid: a worker on the same host
-    driver_pid: int = 0      # tells a dead driver from a silent one at once
-    failover: str = ""       # how the survivors of a dead driver agree: "" (they do not), "ulfm", "messages", ...
-    store_path: str = ""     # the shard store a successor reopens: a worker that cannot read it drops out
-    own_store: str = ""      # the store's id (with ``store_path``): a worker that opens the same store reads its shards itself
-    armed: bool = False      # failover is on already (a checkpoint is being written), not only asked for
-    driver_bell: str = ""    # the driver's doorbell (runtime/doorbell.py), "" if it rings no one
-    driver_space: str = ""   # the driver's pid space (procs.pid_space): its pid means something here only if equal
+    fault_plan: str  # JSON, as faults.parse_plan reads it
+    driver_host: str = ""  # where the driver runs, and its pid: a worker on the same host
+    driver_pid: int = 0  # tells a dead driver from a silent one at once
+    failover: str = (
+        ""  # how the survivors of a dead driver agree: "" (they do not), "ulfm", "messages", ...
+    )
+    store_path: str = (
+        ""  # the shard store a successor reopens: a worker that cannot read it drops out
+    )
+    own_store: str = ""  # the store's id (with ``store_path``): a worker that opens the same store reads its shards itself
+    armed: bool = (
+        False  # failover is on already (a checkpoint is being written), not only asked for
+    )
+    driver_bell: str = ""  # the driver's doorbell (runtime/doorbell.py), "" if it rings no one
+    driver_space: str = (
+        ""  # the driver's pid space (procs.pid_space): its pid means something here only if equal
+    )
 
 
 class Load(NamedTuple):
     """One block of a shard's raw rows; encode and keep the shard once ``last`` arrives."""
+
     shard: int
     packed: Any
     last: bool
@@ -72,6 +85,7 @@ class Fence(NamedTuple):
     """Driver -> a worker, on the heartbeat channel: SIGKILL process ``pid`` of your host if it
     is still the one that started at ``started`` (a failed worker on another host than the
     driver's, which the driver cannot signal itself)."""
+
     pid: int
     started: str
     worker: int
@@ -81,35 +95,44 @@ class Quiet(NamedTuple):
     """Driver -> a worker, on the heartbeat channel: my heartbeats may stop for up to
     ``seconds`` (a blocking call holds the MPI library, as MPICH's Spawn does); wait that
     much longer before taking me for gone (``heartbeat.driver_silence_limit``)."""
+
     seconds: float
 
 
 class ReadOwn(NamedTuple):
     """Read these shards from the shard store yourself, encode and keep them (one Loaded each)."""
+
     shards: tuple
 
 
 class Task(NamedTuple):
     """Compute ``kind`` (estep, init, llsum) of call ``call`` for ``items``: a list of
     (shard, raw rows or None for a resident shard, per-shard extra such as a seed)."""
+
     task_id: int
     kind: str
     call: int
-    body: bytes              # pickled once per round, shared by every task of the round
+    body: bytes  # pickled once per round, shared by every task of the round
     items: list
-    keep: bool = False       # keep shards sent with their rows encoded: a recovery that may be needed again
-    score_call: int = -1     # an E-step task that also scores its shards for this scoring call (policy/lookahead.py)
+    keep: bool = (
+        False  # keep shards sent with their rows encoded: a recovery that may be needed again
+    )
+    score_call: int = (
+        -1
+    )  # an E-step task that also scores its shards for this scoring call (policy/lookahead.py)
 
 
 class Skip(NamedTuple):
     """Leave out ``shards`` of task ``task_id`` if not started yet: a speculative copy of them
     won elsewhere (policy/speculation_plan.py). Read by a busy worker between shards."""
+
     task_id: int
     shards: tuple
 
 
 class Release(NamedTuple):
     """Drop the kept copies of ``shards``: their owner holds them again."""
+
     shards: tuple
 
 
@@ -117,12 +140,14 @@ class Reach(NamedTuple):
     """Failover: can this worker read ``path``, a file the driver just wrote beside the
     checkpoint? One that can is armed: from now on it follows a dead driver; one that cannot
     stays out (``what`` names the folder in its why)."""
+
     path: str
     what: str
 
 
 class Shrink(NamedTuple):
     """Get ready to rebuild the communicator over ``ranks`` with ``method`` (epoch ``epoch``)."""
+
     epoch: int
     ranks: list
     method: str
@@ -130,6 +155,7 @@ class Shrink(NamedTuple):
 
 class ShrinkGo(NamedTuple):
     """Every survivor is ready: rebuild now."""
+
     epoch: int
 
 
@@ -140,6 +166,7 @@ class Stop(NamedTuple):
 class Abort(NamedTuple):
     """The driver ends the job (before or after startup): exit with ``code`` at once. The
     driver has said why itself, so the worker stays silent."""
+
     code: int
     message: str = ""
 
@@ -147,14 +174,17 @@ class Abort(NamedTuple):
 # -- worker -> driver replies (TAG_REPLY) -------------------------------------------------
 class Ready(NamedTuple):
     """Set up and beating; ``no_failover`` says why this worker cannot take over (failover on)."""
+
     worker: int
     host: str
     pid: int
     no_failover: str = ""
     reads_store: bool = False  # it opened the driver's store (Setup.own_store): it can ReadOwn
-    started: str = ""          # its process's start time: with ``pid``, names it for good (a fence)
-    bell: str = ""             # its doorbell, given only on the driver's host: ring it after each command
-    space: str = ""            # its pid space (procs.pid_space): the driver signals it only if equal to its own
+    started: str = ""  # its process's start time: with ``pid``, names it for good (a fence)
+    bell: str = ""  # its doorbell, given only on the driver's host: ring it after each command
+    space: str = (
+        ""  # its pid space (procs.pid_space): the driver signals it only if equal to its own
+    )
 
     @property
     def key(self) -> tuple:
@@ -163,6 +193,7 @@ class Ready(NamedTuple):
 
 class Reached(NamedTuple):
     """The answer to ``Reach``: why this worker cannot take over, or "" (armed)."""
+
     worker: int
     no_failover: str
 
@@ -174,6 +205,7 @@ class Reached(NamedTuple):
 class Loaded(NamedTuple):
     """Shard ``shard`` is resident (``rows`` rows), or, after a ReadOwn, ``unread`` says why
     this worker could not read it (the driver then sends it)."""
+
     shard: int
     rows: int
     unread: str = ""
@@ -188,10 +220,11 @@ class Result(NamedTuple):
     computed, with the worker's peak RSS so far. A worker sends what it has at least every
     ``REPLY_BATCH_SECONDS`` and at the end of the task: one message per task when shards are
     quick (the fixed cost of a round), one per shard when they are slow (what a death loses)."""
+
     task_id: int
     results: list
     peak_rss_mb: float
-    seconds: tuple = ()      # each result's compute seconds on this worker, in order: its pace
+    seconds: tuple = ()  # each result's compute seconds on this worker, in order: its pace
 
 
 REPLY_BATCH_SECONDS = 0.05
@@ -202,6 +235,7 @@ class Stats(NamedTuple):
     (``Task.score_call``): the driver folds it while the worker computes the scores, so the
     fold is off the round's critical path. The ``Result`` that follows carries ``None`` in
     its place. Only payloads of at most ``STATS_AHEAD_MAX_BYTES`` go ahead (see there)."""
+
     task_id: int
     shard: int
     payload: bytes
@@ -234,6 +268,7 @@ class Shrunk(NamedTuple):
 
 class TaskError(NamedTuple):
     """A command raised on the worker: the driver ends the job with this traceback."""
+
     task_id: int | None
     text: str
     host: str
@@ -247,6 +282,7 @@ class Beat(NamedTuple):
     it, so a worker whose main thread is stuck still beats, but its progress stands still.
     The driver answers with ``None`` (it is alive), or with a new role (policy/fanin_plan.py).
     A relay's beat also carries its members' lines (``members``)."""
+
     worker: int
     incarnation: int
     seq: int
@@ -258,11 +294,13 @@ class Beat(NamedTuple):
 # -- failover among workers, without ULFM (TAG_ELECT, the job's communicator) ----------------
 class Elect(NamedTuple):
     """Worker -> every other worker: the driver is dead and ``rank`` is alive (policy/failover_plan.py)."""
+
     rank: int
 
 
 class Survivors(NamedTuple):
     """Coordinator -> each survivor: build a communicator over ``ranks`` (``tag`` names it);
     its rank 0, the coordinator, drives."""
+
     ranks: tuple
     tag: str

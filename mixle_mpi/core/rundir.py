@@ -89,8 +89,10 @@ def _usable(path: str) -> bool:
         _refused.add(folder)
         from mixle_mpi.core import logs
 
-        logs.get("rundir").info(f"not writing the launcher's {os.path.basename(path)}: its folder {folder}: {why} "
-                                "(a rank on another host than the launcher's); going on without it")
+        logs.get("rundir").info(
+            f"not writing the launcher's {os.path.basename(path)}: its folder {folder}: {why} "
+            "(a rank on another host than the launcher's); going on without it"
+        )
     return why is None
 
 

@@ -21,7 +21,12 @@ __all__ = ["ENV_PREFIX", "Settings"]
 
 
 def _positive_float(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, Real)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise ConfigError(f"{name} must be a finite number > 0; found {value!r}")
     return float(value)
 
@@ -40,7 +45,9 @@ class SettingsChecks:
             else:
                 object.__setattr__(self, f.name, check_int(f.name, value, option.at_least))
         if self.heartbeat_fanin == 1:
-            raise ConfigError("heartbeat_fanin must be 0 (every worker beats to the driver) or at least 2; found 1")
+            raise ConfigError(
+                "heartbeat_fanin must be 0 (every worker beats to the driver) or at least 2; found 1"
+            )
         if self.heartbeat_timeout < 2 * self.heartbeat_period:
             raise ConfigError(
                 f"heartbeat_timeout must be at least 2 x heartbeat_period; found timeout="
@@ -70,13 +77,18 @@ class SettingsChecks:
         except ConfigError as exc:
             from_env = [BY_NAME[k].env_var for k in values if k not in overrides]
             if from_env:
-                raise ConfigError(f"{exc} (settings read from the environment: {', '.join(from_env)})") from None
+                raise ConfigError(
+                    f"{exc} (settings read from the environment: {', '.join(from_env)})"
+                ) from None
             raise
 
 
 Settings = make_dataclass(
-    "Settings", [(o.name, o.kind, field(default=o.default)) for o in SETTINGS], bases=(SettingsChecks,),
-    frozen=True)
+    "Settings",
+    [(o.name, o.kind, field(default=o.default)) for o in SETTINGS],
+    bases=(SettingsChecks,),
+    frozen=True,
+)
 Settings.__module__ = __name__  # pickles by name, as a class statement would
 Settings.__doc__ = "Everything tunable about detection and recovery, validated once on the driver."
 

@@ -8,7 +8,9 @@ from numbers import Integral
 from mixle_mpi.core.errors import ConfigError
 
 
-def check_int(name: str, value, minimum: int = 1, maximum: int | None = None, text: bool = False) -> int:
+def check_int(
+    name: str, value, minimum: int = 1, maximum: int | None = None, text: bool = False
+) -> int:
     """``value`` as an int in [``minimum``, ``maximum``] (numpy integers too; never a bool;
     decimal text too when ``text``, for values read from files); else a ConfigError that
     says what was found and what was needed."""
@@ -18,8 +20,12 @@ def check_int(name: str, value, minimum: int = 1, maximum: int | None = None, te
             value = int(value.strip(), 10)
         except ValueError:
             raise ConfigError(f"{name} must be an integer {need}; found {value!r}") from None
-    if (isinstance(value, bool) or not isinstance(value, Integral) or int(value) < minimum
-            or (maximum is not None and int(value) > maximum)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, Integral)
+        or int(value) < minimum
+        or (maximum is not None and int(value) > maximum)
+    ):
         raise ConfigError(f"{name} must be an integer {need}; found {value!r}")
     return int(value)
 

@@ -21,8 +21,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from mixle_mpi.core.options import AUTO  # the default checkpoint: CHECKPOINT_NAME in the job's own folder
-
 DEFAULT_SECONDS = 60.0
 CHECKPOINT_NAME = "checkpoint.h5"
 MAX_SHARE = 0.02  # the most of the wall time the timed checkpoints may take
@@ -30,13 +28,13 @@ MAX_SHARE = 0.02  # the most of the wall time the timed checkpoints may take
 
 @dataclass
 class Cadence:
-    every: int | None = None              # every N-th iteration (None: not by count)
-    seconds: float | None = None          # every this many seconds (None: not by the clock)
+    every: int | None = None  # every N-th iteration (None: not by count)
+    seconds: float | None = None  # every this many seconds (None: not by the clock)
     clock: Callable[[], float] = time.monotonic
-    written: bool = False                 # a checkpoint of this fit exists (resumed, or written)
-    last: float = field(default=0.0)      # when the last one was written (or the segment began)
-    cost: float = 0.0                     # how long the last write took, seconds
-    default: bool = field(init=False)     # neither given: the default cadence above
+    written: bool = False  # a checkpoint of this fit exists (resumed, or written)
+    last: float = field(default=0.0)  # when the last one was written (or the segment began)
+    cost: float = 0.0  # how long the last write took, seconds
+    default: bool = field(init=False)  # neither given: the default cadence above
 
     def __post_init__(self) -> None:
         self.last = self.clock()

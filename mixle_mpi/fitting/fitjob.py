@@ -22,7 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
         if option.kind is bool:
             p.add_argument(option.flag, action="store_true", help=text)
         elif option.choices:
-            p.add_argument(option.flag, choices=list(option.choices), default=option.fitjob.default, help=text)
+            p.add_argument(
+                option.flag, choices=list(option.choices), default=option.fitjob.default, help=text
+            )
         else:
             kind = None if option.kind is str else option.kind
             p.add_argument(option.flag, type=kind, default=option.fitjob.default, help=text)
@@ -34,9 +36,9 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> None:
-    from mixle_mpi.runtime.handle import ResilientMPIEncodedData, is_driver
     from mixle_mpi.fitting.fitloop import fit
     from mixle_mpi.fitting.models import get_model
+    from mixle_mpi.runtime.handle import ResilientMPIEncodedData, is_driver
 
     args = parse_args(argv)
     model = get_model(args.model)
@@ -48,15 +50,32 @@ def main(argv=None) -> None:
     data = model.sample(args.n, args.data_seed) if is_driver() else None
     t0 = time.perf_counter()
     with ResilientMPIEncodedData(
-        data, estimator=est, num_shards=args.num_shards, sub_chunks=args.sub_chunks,
-        max_retries=args.max_retries, workdir=args.workdir, warm_serialization=True,  # its result is JSON
+        data,
+        estimator=est,
+        num_shards=args.num_shards,
+        sub_chunks=args.sub_chunks,
+        max_retries=args.max_retries,
+        workdir=args.workdir,
+        warm_serialization=True,  # its result is JSON
     ) as enc:  # worker ranks serve inside this call and end when the fit is done
         del data
-        out = None if args.quiet else sys.stdout  # mixle's progress lines; the trace comes from fit()
-        fitted, lls = fit(enc, est, max_its=args.max_its, init_p=args.init_p, seed=args.seed, out=out,
-                          checkpoint=args.checkpoint, every=args.checkpoint_every, seconds=args.checkpoint_seconds,
-                          resume=args.resume, allow_version_change=args.allow_version_change,
-                          journal=args.fold_journal)
+        out = (
+            None if args.quiet else sys.stdout
+        )  # mixle's progress lines; the trace comes from fit()
+        fitted, lls = fit(
+            enc,
+            est,
+            max_its=args.max_its,
+            init_p=args.init_p,
+            seed=args.seed,
+            out=out,
+            checkpoint=args.checkpoint,
+            every=args.checkpoint_every,
+            seconds=args.checkpoint_seconds,
+            resume=args.resume,
+            allow_version_change=args.allow_version_change,
+            journal=args.fold_journal,
+        )
         result = {
             "model": fitted.to_json(),
             "ll": lls,
@@ -71,8 +90,11 @@ def main(argv=None) -> None:
         from mixle_mpi.core.atomicfile import write_json
 
         write_json(args.out, result)
-    print(f"[mixle_mpi] fit done: {result['iterations']} log-likelihoods, final {lls[-1]!r}, "
-          f"failures survived {sum(enc.failures.values())}", flush=True)
+    print(
+        f"[mixle_mpi] fit done: {result['iterations']} log-likelihoods, final {lls[-1]!r}, "
+        f"failures survived {sum(enc.failures.values())}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -27,15 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from mixle_mpi.core import liveness, logs
-from mixle_mpi.fitting.cadence import AUTO, CHECKPOINT_NAME, Cadence
-from mixle_mpi.storage import checkpoint as ckpt
+from mixle_mpi.core import exitcodes, liveness, logs
 from mixle_mpi.core.deadlines import run_with_deadline
-from mixle_mpi.core import exitcodes
 from mixle_mpi.core.errors import Interrupted, Preempted, PreemptedUnsaved  # noqa: F401 - public here too (fitloop.Preempted)
+from mixle_mpi.core.options import AUTO
+from mixle_mpi.core.validate import sha256_text
+from mixle_mpi.fitting.cadence import CHECKPOINT_NAME, Cadence
 from mixle_mpi.fitting.progress import may_end_em, stop_reason
 from mixle_mpi.launch import contract
-from mixle_mpi.core.validate import sha256_text
+from mixle_mpi.storage import checkpoint as ckpt
 
 # mixle's notes on how a run stopped: the fit's own final line says it, in our words.
 MIXLE_STOP_NOTES = (".*max_its cap.*", ".*called with delta=None.*")
@@ -46,9 +46,9 @@ class Segments:
     """The wall time of a fit that may span several job segments (requeues): the seconds
     of the earlier segments, as their last checkpoint recorded them, plus this one's."""
 
-    started: float = field(default_factory=time.monotonic)   # this segment's start
-    before: float = 0.0                                      # earlier segments, in seconds
-    count: int = 1                                           # segments so far, this one included
+    started: float = field(default_factory=time.monotonic)  # this segment's start
+    before: float = 0.0  # earlier segments, in seconds
+    count: int = 1  # segments so far, this one included
 
     def resumed(self, state: ckpt.FitState) -> None:
         """Take the earlier segments from a checkpoint (the latest of several restarts wins)."""
@@ -80,7 +80,6 @@ class _StopFlag:
         self.signal = signum
 
 
-
 def write_within(path: str, state, before_rename, seconds: float) -> None:
     """``checkpoint.write`` in a helper thread, waited for at most ``seconds``: a write to a
     hung file system would stop the driver's main thread for good while its heartbeat
@@ -88,17 +87,28 @@ def write_within(path: str, state, before_rename, seconds: float) -> None:
     an error that says so; the previous checkpoint is intact (the write goes to a temporary
     name first)."""
     try:
-        run_with_deadline(lambda: ckpt.write(path, state, before_rename=before_rename), seconds, "the checkpoint write")
+        run_with_deadline(
+            lambda: ckpt.write(path, state, before_rename=before_rename),
+            seconds,
+            "the checkpoint write",
+        )
     except TimeoutError as exc:
-        raise ckpt.CheckpointError(f"{exc} (checkpoint {path}): its file system may hang; the previous checkpoint "
-                              f"is intact, and a rerun resumes from it") from None
+        raise ckpt.CheckpointError(
+            f"{exc} (checkpoint {path}): its file system may hang; the previous checkpoint "
+            f"is intact, and a rerun resumes from it"
+        ) from None
+
 
 def versions(blas_threads: int) -> dict:
     """The versions that the fitted bits depend on."""
     from mixle_mpi.runtime.startup import mpi_text
 
-    return {"mixle": md.version("mixle"), "numpy": np.__version__, "mpi": mpi_text(),
-            "blas_threads": int(blas_threads)}
+    return {
+        "mixle": md.version("mixle"),
+        "numpy": np.__version__,
+        "mpi": mpi_text(),
+        "blas_threads": int(blas_threads),
+    }
 
 
 def _whole_fit_provenance(model, iterations: int, max_its: int) -> None:
@@ -108,19 +118,29 @@ def _whole_fit_provenance(model, iterations: int, max_its: int) -> None:
 
     prov = model.fit_provenance() if hasattr(model, "fit_provenance") else None
     if prov is not None:
-        model._fit_provenance = dataclasses.replace(prov, iterations=iterations, max_iterations=max_its)
+        model._fit_provenance = dataclasses.replace(
+            prov, iterations=iterations, max_iterations=max_its
+        )
 
 
 def stopped(signum: int, iteration: int, checkpoint: str | None) -> Preempted:
     """The error that ends a fit stopped by a signal: what happened and what to do (pure)."""
     name, interrupted = signal.Signals(signum).name, signum == signal.SIGINT
-    saved = (f"checkpoint written to {checkpoint}{'' if interrupted else ', ready for a requeue'}: rerun the same "
-             "command to resume" if checkpoint else "no checkpoint path was given (--checkpoint), so nothing was saved")
+    saved = (
+        f"checkpoint written to {checkpoint}{'' if interrupted else ', ready for a requeue'}: rerun the same "
+        "command to resume"
+        if checkpoint
+        else "no checkpoint path was given (--checkpoint), so nothing was saved"
+    )
     if interrupted:
         return Interrupted(f"interrupted (Ctrl-C, {name}) after iteration {iteration}; {saved}")
-    if not checkpoint:  # never claim a checkpoint: exit 76, which the SLURM templates do not requeue
-        return PreemptedUnsaved(f"preempted: received {name} after iteration {iteration}; {saved}; a rerun starts "
-                                f"over (exit {exitcodes.PREEMPTED_UNSAVED}, not requeued)")
+    if (
+        not checkpoint
+    ):  # never claim a checkpoint: exit 76, which the SLURM templates do not requeue
+        return PreemptedUnsaved(
+            f"preempted: received {name} after iteration {iteration}; {saved}; a rerun starts "
+            f"over (exit {exitcodes.PREEMPTED_UNSAVED}, not requeued)"
+        )
     return Preempted(f"preempted: received {name} after iteration {iteration}; {saved}")
 
 
@@ -133,7 +153,9 @@ def _resume_state(checkpoint: str, resume: str, current: ckpt.FitState, allow_ve
         if resume == "yes":
             raise ckpt.CheckpointError(f"resume='yes' but there is no checkpoint at {checkpoint!r}")
         return None, fallback
-    refused = ckpt.refusal(fallback[0][0] if fallback else checkpoint, state, current, allow_version_change)
+    refused = ckpt.refusal(
+        fallback[0][0] if fallback else checkpoint, state, current, allow_version_change
+    )
     if refused:
         raise ckpt.CheckpointError(refused)
     return state, fallback
@@ -148,13 +170,29 @@ def _say_starting_over_after_a_lost_host(checkpoint: str) -> None:
         logs.get("fit").warning(
             f"launched again without lost host(s) {', '.join(map(str, lost))}, this job finds no checkpoint at "
             f"{checkpoint} on this host ({socket.gethostname()}): the fit starts over. For a relaunch to resume "
-            "wherever its driver runs, the checkpoint must be in a folder every host sees (a shared file system)")
+            "wherever its driver runs, the checkpoint must be in a folder every host sees (a shared file system)"
+        )
 
 
-def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_p: float = 0.1, seed: int = 1,
-        checkpoint: str | None = "auto", every: int | None = None, seconds: float | None = None, resume: str = "auto",
-        allow_version_change: bool = False, journal: bool = False, out=None,
-        on_iteration=None, segments: Segments | None = None, on_finish=None) -> tuple[Any, list[float]]:
+def fit(
+    enc,
+    estimator,
+    *,
+    max_its: int = 100,
+    delta: float | None = 1e-9,
+    init_p: float = 0.1,
+    seed: int = 1,
+    checkpoint: str | None = "auto",
+    every: int | None = None,
+    seconds: float | None = None,
+    resume: str = "auto",
+    allow_version_change: bool = False,
+    journal: bool = False,
+    out=None,
+    on_iteration=None,
+    segments: Segments | None = None,
+    on_finish=None,
+) -> tuple[Any, list[float]]:
     """Fit with ``optimize`` on the driver; returns (model, log-likelihood per iteration).
 
     ``checkpoint`` is an HDF5 path ("auto", the default: ``checkpoint.h5`` in the handle's
@@ -193,9 +231,21 @@ def fit(enc, estimator, *, max_its: int = 100, delta: float | None = 1e-9, init_
 
         enc.journal = FoldJournal(checkpoint + ".round.h5")
     stop = _StopFlag()
-    steps = _Steps(enc, checkpoint, current, state, segments, stop, max_its, delta, on_iteration,
-                   Cadence(every, seconds, written=state is not None))
-    if checkpoint:  # the scoring round of an iteration whose checkpoint is due computes no E-step ahead
+    steps = _Steps(
+        enc,
+        checkpoint,
+        current,
+        state,
+        segments,
+        stop,
+        max_its,
+        delta,
+        on_iteration,
+        Cadence(every, seconds, written=state is not None),
+    )
+    if (
+        checkpoint
+    ):  # the scoring round of an iteration whose checkpoint is due computes no E-step ahead
         enc.checkpoint_due = lambda: steps.cadence.due(len(steps.history) + 1)
     enc.note_resumed(steps.start)  # after a takeover only
     stop.install()
@@ -218,11 +268,17 @@ def _fresh_state(enc, estimator, config: dict) -> ckpt.FitState:
     from mixle.utils.serialization import to_json
 
     return ckpt.FitState(
-        iteration=0, model="", ll=[],
+        iteration=0,
+        model="",
+        ll=[],
         layout={"num_shards": enc.num_shards, "sub_chunks": enc.sub_chunks},
-        fingerprint={"data": enc.store.fingerprint(), "estimator": sha256_text(to_json(estimator)),
-                     "config": sha256_text(json.dumps(config))},
-        versions=versions(enc.settings.blas_threads), config=config,
+        fingerprint={
+            "data": enc.store.fingerprint(),
+            "estimator": sha256_text(to_json(estimator)),
+            "config": sha256_text(json.dumps(config)),
+        },
+        versions=versions(enc.settings.blas_threads),
+        config=config,
     )
 
 
@@ -237,8 +293,14 @@ def _checkpoint_path(enc, checkpoint: str | None) -> str | None:
     return checkpoint
 
 
-def _resumed(enc, checkpoint: str | None, resume: str, current: ckpt.FitState, allow_version_change: bool,
-             segments: Segments) -> ckpt.FitState | None:
+def _resumed(
+    enc,
+    checkpoint: str | None,
+    resume: str,
+    current: ckpt.FitState,
+    allow_version_change: bool,
+    segments: Segments,
+) -> ckpt.FitState | None:
     """The checkpoint this fit resumes from, if any, with its events (a fallback to ``.prev``
     and the resume itself)."""
     if not checkpoint or resume == "no":
@@ -250,14 +312,23 @@ def _resumed(enc, checkpoint: str | None, resume: str, current: ckpt.FitState, a
         _say_starting_over_after_a_lost_host(checkpoint)
         return None
     segments.resumed(state)
-    where = {"source": fallback[0][0],
-             "fallback": f"{checkpoint} is damaged ({fallback[0][1].removeprefix(checkpoint + ': ')})"} \
-        if fallback else {}
-    enc.events.emit("resumed", path=checkpoint, iteration=state.iteration, finished=state.finished, **where)
+    where = (
+        {
+            "source": fallback[0][0],
+            "fallback": f"{checkpoint} is damaged ({fallback[0][1].removeprefix(checkpoint + ': ')})",
+        }
+        if fallback
+        else {}
+    )
+    enc.events.emit(
+        "resumed", path=checkpoint, iteration=state.iteration, finished=state.finished, **where
+    )
     return state
 
 
-def _optimize(enc, estimator, state, steps: "_Steps", out, max_its: int, delta, init_p: float, seed: int):
+def _optimize(
+    enc, estimator, state, steps: "_Steps", out, max_its: int, delta, init_p: float, seed: int
+):
     """mixle's EM loop: from the seed, or from the resumed model for the iterations left."""
     from mixle.inference.estimation import optimize
     from mixle.utils.serialization import from_json
@@ -267,19 +338,48 @@ def _optimize(enc, estimator, state, steps: "_Steps", out, max_its: int, delta, 
         for note in MIXLE_STOP_NOTES:
             warnings.filterwarnings("ignore", message=note)
         if state is None:
-            return optimize(None, estimator, enc_data=enc, max_its=max_its, delta=delta, init_p=init_p,
-                            rng=np.random.RandomState(seed), on_step=steps.on_step, out=out, print_iter=print_iter)
-        return optimize(None, estimator, enc_data=enc, prev_estimate=from_json(state.model),
-                        max_its=max(0, max_its - steps.start), delta=delta, on_step=steps.on_step, out=out,
-                        print_iter=print_iter)
+            return optimize(
+                None,
+                estimator,
+                enc_data=enc,
+                max_its=max_its,
+                delta=delta,
+                init_p=init_p,
+                rng=np.random.RandomState(seed),
+                on_step=steps.on_step,
+                out=out,
+                print_iter=print_iter,
+            )
+        return optimize(
+            None,
+            estimator,
+            enc_data=enc,
+            prev_estimate=from_json(state.model),
+            max_its=max(0, max_its - steps.start),
+            delta=delta,
+            on_step=steps.on_step,
+            out=out,
+            print_iter=print_iter,
+        )
 
 
 class _Steps:
     """What happens after each accepted iteration: the history, a checkpoint when the cadence
     (or a stop signal) asks for one, the caller's ``on_iteration``, and the stop itself."""
 
-    def __init__(self, enc, checkpoint: str | None, current: ckpt.FitState, state, segments: Segments,
-                 stop: _StopFlag, max_its: int, delta, on_iteration, cadence: Cadence) -> None:
+    def __init__(
+        self,
+        enc,
+        checkpoint: str | None,
+        current: ckpt.FitState,
+        state,
+        segments: Segments,
+        stop: _StopFlag,
+        max_its: int,
+        delta,
+        on_iteration,
+        cadence: Cadence,
+    ) -> None:
         self.enc, self.checkpoint, self.current, self.segments = enc, checkpoint, current, segments
         self.stop, self.max_its, self.delta, self.on_iteration = stop, max_its, delta, on_iteration
         self.history: list[float] = list(state.ll) if state else []
@@ -289,16 +389,35 @@ class _Steps:
 
     def save(self, model, iteration: int, finished: bool = False, stopped: str = "") -> None:
         enc, t0 = self.enc, time.perf_counter()
-        s = ckpt.FitState(**{**self.current.__dict__, "iteration": iteration, "model": model.to_json(),
-                              "ll": list(self.history), "finished": finished, "converged": stopped == "converged",
-                              "stopped": stopped, "failures": {str(k): v for k, v in enc.failures.items()},
-                              "blacklist": enc.blacklist,
-                              "wall_seconds": self.segments.total(), "segments": self.segments.count})
-        write_within(self.checkpoint, s, lambda tmp: enc.fault_point("checkpoint_write", iteration),
-                     enc.settings.reconfigure_timeout)
+        s = ckpt.FitState(
+            **{
+                **self.current.__dict__,
+                "iteration": iteration,
+                "model": model.to_json(),
+                "ll": list(self.history),
+                "finished": finished,
+                "converged": stopped == "converged",
+                "stopped": stopped,
+                "failures": {str(k): v for k, v in enc.failures.items()},
+                "blacklist": enc.blacklist,
+                "wall_seconds": self.segments.total(),
+                "segments": self.segments.count,
+            }
+        )
+        write_within(
+            self.checkpoint,
+            s,
+            lambda tmp: enc.fault_point("checkpoint_write", iteration),
+            enc.settings.reconfigure_timeout,
+        )
         self.cadence.wrote(time.perf_counter() - t0)
-        enc.events.emit("checkpoint", path=self.checkpoint, iteration=iteration, finished=finished,
-                        seconds=round(time.perf_counter() - t0, 6))
+        enc.events.emit(
+            "checkpoint",
+            path=self.checkpoint,
+            iteration=iteration,
+            finished=finished,
+            seconds=round(time.perf_counter() - t0, 6),
+        )
 
     def report(self, saved: str | None) -> None:
         if self.held and self.on_iteration is not None:
@@ -306,10 +425,14 @@ class _Steps:
         self.held.clear()
 
     def on_step(self, step) -> None:
-        self.report(None)  # a held step that did not end EM after all (delta none, a step that changed nothing)
+        self.report(
+            None
+        )  # a held step that did not end EM after all (delta none, a step that changed nothing)
         self.history.append(float(step.log_density))
         i = self.start + step.iter
-        if may_end_em(i, float(step.delta), self.max_its, self.delta):  # the finished checkpoint follows at once
+        if may_end_em(
+            i, float(step.delta), self.max_its, self.delta
+        ):  # the finished checkpoint follows at once
             self.held.append((i, self.history[-1]))
             return
         # read the flag once: a signal landing after the save was decided would otherwise end
@@ -321,6 +444,7 @@ class _Steps:
         if self.on_iteration is not None:
             self.on_iteration(i, self.history[-1], saved)
         if signum is not None:
-            self.enc.events.emit("preempted", signal=signal.Signals(signum).name, iteration=i,
-                                 checkpoint=checkpoint)
+            self.enc.events.emit(
+                "preempted", signal=signal.Signals(signum).name, iteration=i, checkpoint=checkpoint
+            )
             raise stopped(signum, i, checkpoint)

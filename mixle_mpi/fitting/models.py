@@ -20,9 +20,9 @@ import numpy as np
 class Model:
     name: str
     describe: str
-    spec: str                           # a modelspec spec: the family and its parameters
-    ncols: int | None                   # columns of the data (None: scalar rows), which the estimator needs
-    sample: Callable[[int, int], Any]   # (n, seed) -> data
+    spec: str  # a modelspec spec: the family and its parameters
+    ncols: int | None  # columns of the data (None: scalar rows), which the estimator needs
+    sample: Callable[[int, int], Any]  # (n, seed) -> data
 
     def estimator(self):
         """The spec's estimator for this model's data (what ``fit --model SPEC`` builds)."""
@@ -35,7 +35,11 @@ def _gmm1d_data(n: int, seed: int):
     import mixle.stats as st
 
     d = st.MixtureDistribution(
-        [st.GaussianDistribution(-3.0, 1.0), st.GaussianDistribution(0.5, 0.5), st.GaussianDistribution(4.0, 2.0)],
+        [
+            st.GaussianDistribution(-3.0, 1.0),
+            st.GaussianDistribution(0.5, 0.5),
+            st.GaussianDistribution(4.0, 2.0),
+        ],
         [0.3, 0.3, 0.4],
     )
     return d.sampler(seed=seed).sample(n)
@@ -51,7 +55,9 @@ def _diag_data(n: int, seed: int, dim: int = 4, k: int = 3):
 def _full_data(n: int, seed: int):
     rng = np.random.RandomState(seed)
     a = rng.multivariate_normal([0, 0, 0], [[1, 0.5, 0], [0.5, 1, 0.2], [0, 0.2, 1]], size=n // 2)
-    b = rng.multivariate_normal([4, -2, 1], [[2, 0, 0.3], [0, 1, 0], [0.3, 0, 0.5]], size=n - n // 2)
+    b = rng.multivariate_normal(
+        [4, -2, 1], [[2, 0, 0.3], [0, 1, 0], [0.3, 0, 0.5]], size=n - n // 2
+    )
     x = np.concatenate([a, b])
     return x[rng.permutation(n)]
 
@@ -59,7 +65,9 @@ def _full_data(n: int, seed: int):
 def _poisson_data(n: int, seed: int):
     import mixle.stats as st
 
-    d = st.MixtureDistribution([st.PoissonDistribution(2.0), st.PoissonDistribution(12.0)], [0.4, 0.6])
+    d = st.MixtureDistribution(
+        [st.PoissonDistribution(2.0), st.PoissonDistribution(12.0)], [0.4, 0.6]
+    )
     return d.sampler(seed=seed).sample(n)
 
 
@@ -79,8 +87,20 @@ def _composite_data(n: int, seed: int):
     import mixle.stats as st
 
     comp = [
-        st.CompositeDistribution((st.GaussianDistribution(-2.0, 1.0), st.CategoricalDistribution({"a": 0.7, "b": 0.2, "c": 0.1}), st.PoissonDistribution(3.0))),
-        st.CompositeDistribution((st.GaussianDistribution(3.0, 1.5), st.CategoricalDistribution({"a": 0.1, "b": 0.3, "c": 0.6}), st.PoissonDistribution(9.0))),
+        st.CompositeDistribution(
+            (
+                st.GaussianDistribution(-2.0, 1.0),
+                st.CategoricalDistribution({"a": 0.7, "b": 0.2, "c": 0.1}),
+                st.PoissonDistribution(3.0),
+            )
+        ),
+        st.CompositeDistribution(
+            (
+                st.GaussianDistribution(3.0, 1.5),
+                st.CategoricalDistribution({"a": 0.1, "b": 0.3, "c": 0.6}),
+                st.PoissonDistribution(9.0),
+            )
+        ),
     ]
     return st.MixtureDistribution(comp, [0.5, 0.5]).sampler(seed=seed).sample(n)
 
@@ -90,19 +110,37 @@ MODELS: dict[str, Model] = {
     for m in (
         Model("gmm1d", "1-D Gaussian mixture, K=3", "gmm:k=3", None, _gmm1d_data),
         Model("diag", "diagonal Gaussian mixture, K=3, D=4", "gmm:k=3,cov=diag", 4, _diag_data),
-        Model("full", "full-covariance Gaussian mixture, K=2, D=3", "gmm:k=2,cov=full", 3, _full_data),
+        Model(
+            "full", "full-covariance Gaussian mixture, K=2, D=3", "gmm:k=2,cov=full", 3, _full_data
+        ),
         Model("poisson", "Poisson mixture, K=2", "poisson:k=2", None, _poisson_data),
-        Model("hmm", "2-state Gaussian HMM with Poisson lengths", "hmm:states=2,lengths=poisson", None, _hmm_data),
-        Model("composite", "mixture of (Gaussian, categorical, Poisson) tuples, K=2",
-              "composite:k=2,parts=gaussian+categorical+poisson", None, _composite_data),
+        Model(
+            "hmm",
+            "2-state Gaussian HMM with Poisson lengths",
+            "hmm:states=2,lengths=poisson",
+            None,
+            _hmm_data,
+        ),
+        Model(
+            "composite",
+            "mixture of (Gaussian, categorical, Poisson) tuples, K=2",
+            "composite:k=2,parts=gaussian+categorical+poisson",
+            None,
+            _composite_data,
+        ),
     )
 }
 
 
 def diag_mixture(dim: int, k: int) -> Model:
     """The ``diag`` model at another size (the benchmarks fit D=16, K=8)."""
-    return Model("diag", f"diagonal Gaussian mixture, K={k}, D={dim}", functools.partial(_diag, dim=dim, k=k),
-                 functools.partial(_diag_data, dim=dim, k=k))
+    return Model(
+        "diag",
+        f"diagonal Gaussian mixture, K={k}, D={dim}",
+        f"gmm:k={k},cov=diag",
+        dim,
+        functools.partial(_diag_data, dim=dim, k=k),
+    )
 
 
 def get_model(name: str) -> Model:

@@ -12,29 +12,51 @@ from dataclasses import dataclass, field
 
 from mixle_mpi.core.errors import ConfigError
 
+
 @dataclass(frozen=True)
 class Family:
     """One model family of the ``--model`` grammar: its help, its parameters, its rows."""
 
-    text: str                       # the grammar, as errors and help show it
-    params: dict[str, object]       # parameter -> default (None: required)
-    rows: str                       # what rows it needs, for the data loader: matrix, integers, sequences, table, any
+    text: str  # the grammar, as errors and help show it
+    params: dict[str, object]  # parameter -> default (None: required)
+    rows: str  # what rows it needs, for the data loader: matrix, integers, sequences, table, any
 
 
 # The single registry of model families; the built-in test models (fitting/models.py) are specs of these.
 FAMILIES: dict[str, Family] = {
-    "gmm": Family("Gaussian mixture: gmm:k=K[,cov=diag|full] (1-D data: a scalar Gaussian per component)",
-                  {"k": None, "cov": "diag"}, "matrix"),
-    "poisson": Family("Poisson mixture: poisson:k=K (non-negative integer data, one column)", {"k": None}, "integers"),
-    "hmm": Family("hidden Markov model: hmm:states=S[,emission=gaussian|poisson][,lengths=none|poisson] "
-                  "(data: one sequence per row)", {"states": None, "emission": "gaussian", "lengths": "none"},
-                  "sequences"),
-    "composite": Family("mixture of tuples: composite:k=K,parts=gaussian+categorical+poisson (one part per column)",
-                        {"k": None, "parts": None}, "table"),
-    "json": Family("any mixle estimator, or a fitted model whose estimator is wanted, as mixle's safe JSON: "
-                   "json:FILE", {}, "any"),
+    "gmm": Family(
+        "Gaussian mixture: gmm:k=K[,cov=diag|full] (1-D data: a scalar Gaussian per component)",
+        {"k": None, "cov": "diag"},
+        "matrix",
+    ),
+    "poisson": Family(
+        "Poisson mixture: poisson:k=K (non-negative integer data, one column)",
+        {"k": None},
+        "integers",
+    ),
+    "hmm": Family(
+        "hidden Markov model: hmm:states=S[,emission=gaussian|poisson][,lengths=none|poisson] "
+        "(data: one sequence per row)",
+        {"states": None, "emission": "gaussian", "lengths": "none"},
+        "sequences",
+    ),
+    "composite": Family(
+        "mixture of tuples: composite:k=K,parts=gaussian+categorical+poisson (one part per column)",
+        {"k": None, "parts": None},
+        "table",
+    ),
+    "json": Family(
+        "any mixle estimator, or a fitted model whose estimator is wanted, as mixle's safe JSON: "
+        "json:FILE",
+        {},
+        "any",
+    ),
 }
-CHOICES = {"cov": ("diag", "full"), "emission": ("gaussian", "poisson"), "lengths": ("none", "poisson")}
+CHOICES = {
+    "cov": ("diag", "full"),
+    "emission": ("gaussian", "poisson"),
+    "lengths": ("none", "poisson"),
+}
 PARTS = ("gaussian", "categorical", "poisson")
 INT_PARAMS = ("k", "states")
 
@@ -61,7 +83,9 @@ def parse_spec(text: str) -> ModelSpec:
     family, _, rest = text.strip().partition(":")
     family = family.strip().lower()
     if family not in FAMILIES:
-        raise ConfigError(f"unknown model family {family!r} in {text!r}; valid specs are: {valid_specs()}")
+        raise ConfigError(
+            f"unknown model family {family!r} in {text!r}; valid specs are: {valid_specs()}"
+        )
     if family == "json":
         if not rest.strip():
             raise ConfigError(f"json: needs a file, e.g. json:estimator.json; found {text!r}")
@@ -72,15 +96,21 @@ def parse_spec(text: str) -> ModelSpec:
         key, eq, value = item.partition("=")
         key, value = key.strip().lower(), value.strip()
         if not eq or not value:
-            raise ConfigError(f"model parameter {item!r} in {text!r} must be key=value; {FAMILIES[family].text}")
+            raise ConfigError(
+                f"model parameter {item!r} in {text!r} must be key=value; {FAMILIES[family].text}"
+            )
         if key not in allowed:
-            raise ConfigError(f"model {family!r} has no parameter {key!r}; valid parameters are "
-                              f"{sorted(allowed)} ({FAMILIES[family].text})")
+            raise ConfigError(
+                f"model {family!r} has no parameter {key!r}; valid parameters are "
+                f"{sorted(allowed)} ({FAMILIES[family].text})"
+            )
         params[key] = _value(family, key, value)
     for key, default in allowed.items():
         if key not in params:
             if default is None:
-                raise ConfigError(f"model {family!r} needs {key}=...; found {text!r}. {FAMILIES[family].text}")
+                raise ConfigError(
+                    f"model {family!r} needs {key}=...; found {text!r}. {FAMILIES[family].text}"
+                )
             params[key] = default
     return ModelSpec(family, params, text)
 
@@ -96,15 +126,21 @@ def _value(family: str, key: str, value: str):
         return number
     if key in CHOICES:
         if value.lower() not in CHOICES[key]:
-            raise ConfigError(f"model parameter {key} must be one of {list(CHOICES[key])}; found {value!r}")
+            raise ConfigError(
+                f"model parameter {key} must be one of {list(CHOICES[key])}; found {value!r}"
+            )
         return value.lower()
     if key == "parts":
         parts = tuple(p.strip().lower() for p in value.split("+"))
         bad = [p for p in parts if p not in PARTS]
         if bad or not parts:
-            raise ConfigError(f"composite parts must be {'+'.join(PARTS)} names joined by '+'; found {value!r}")
+            raise ConfigError(
+                f"composite parts must be {'+'.join(PARTS)} names joined by '+'; found {value!r}"
+            )
         return parts
-    raise AssertionError(f"unhandled model parameter {family}.{key}")  # FAMILIES and this function disagree
+    raise AssertionError(
+        f"unhandled model parameter {family}.{key}"
+    )  # FAMILIES and this function disagree
 
 
 def row_shape_needed(spec: ModelSpec) -> str:
@@ -146,8 +182,14 @@ def build_estimator(spec: ModelSpec, ncols: int | None):
         lengths = {"len_estimator": st.PoissonEstimator()} if p["lengths"] == "poisson" else {}
         return st.HiddenMarkovModelEstimator([emission] * p["states"], **lengths)
     if spec.family == "composite":
-        make = {"gaussian": st.GaussianEstimator, "categorical": st.CategoricalEstimator, "poisson": st.PoissonEstimator}
-        return st.MixtureEstimator([st.CompositeEstimator(tuple(make[q]() for q in p["parts"]))] * p["k"])
+        make = {
+            "gaussian": st.GaussianEstimator,
+            "categorical": st.CategoricalEstimator,
+            "poisson": st.PoissonEstimator,
+        }
+        return st.MixtureEstimator(
+            [st.CompositeEstimator(tuple(make[q]() for q in p["parts"]))] * p["k"]
+        )
     return estimator_from_json_file(p["path"])
 
 
@@ -164,9 +206,13 @@ def estimator_from_json_file(path: str):
     try:
         obj = from_json(text)
     except Exception as exc:  # noqa: BLE001 - any decoding failure is a bad file
-        raise ConfigError(f"{path} is not a mixle estimator or model in mixle's safe JSON: {exc}") from None
+        raise ConfigError(
+            f"{path} is not a mixle estimator or model in mixle's safe JSON: {exc}"
+        ) from None
     if isinstance(obj, ParameterEstimator):
         return obj
     if hasattr(obj, "estimator"):
         return obj.estimator()
-    raise ConfigError(f"{path} holds a {type(obj).__name__}; needs a mixle estimator or a fitted model")
+    raise ConfigError(
+        f"{path} holds a {type(obj).__name__}; needs a mixle estimator or a fitted model"
+    )

@@ -23,11 +23,12 @@ from typing import IO
 from mixle_mpi.core import procs
 from mixle_mpi.core.atomicfile import write_json
 
-
 LIVE_ENV = "MIXLE_MPI_LIVE_PROGRESS"
 PROGRESS_FILE = "progress.json"
 RECORD_FORMAT = "mixle_mpi.progress"
-ETA_AFTER = 3   # iterations of this job segment before an ETA is shown: the first one includes the start
+ETA_AFTER = (
+    3  # iterations of this job segment before an ETA is shown: the first one includes the start
+)
 
 
 @dataclass(frozen=True)
@@ -36,15 +37,15 @@ class Status:
     max_its: int
     ll: float
     prev_ll: float | None
-    seconds: float          # this iteration's wall time
-    recent: tuple           # recent iteration times, for the ETA
+    seconds: float  # this iteration's wall time
+    recent: tuple  # recent iteration times, for the ETA
     live: int
     blacklisted: int
-    recovered: int          # shards recomputed on another rank so far
-    restart: str = ""       # "r/R" when fitting restarts
-    failed: int = 0         # worker failures survived so far
-    checkpointed: bool = False   # a checkpoint was written after this iteration
-    slow: tuple = ()             # (worker, times slower than the median) of each slow worker
+    recovered: int  # shards recomputed on another rank so far
+    restart: str = ""  # "r/R" when fitting restarts
+    failed: int = 0  # worker failures survived so far
+    checkpointed: bool = False  # a checkpoint was written after this iteration
+    slow: tuple = ()  # (worker, times slower than the median) of each slow worker
 
 
 def eta_seconds(s: Status) -> float | None:
@@ -81,10 +82,14 @@ def may_end_em(iteration: int, gain: float, max_its: int, delta: float | None) -
 def stop_text(reason: str, delta: float | None = None) -> str:
     """How a fit stopped, in words (pure); ``reason`` from :func:`stop_reason`."""
     if reason == "converged":
-        return "converged" + (f": the log-likelihood gained less than delta={delta:g}" if delta is not None else "")
+        return "converged" + (
+            f": the log-likelihood gained less than delta={delta:g}" if delta is not None else ""
+        )
     if reason == "unchanged":
-        return ("stopped when the log-likelihood stopped changing: delta none turns the convergence test off, "
-                "but mixle still ends EM when a step no longer improves the log-likelihood")
+        return (
+            "stopped when the log-likelihood stopped changing: delta none turns the convergence test off, "
+            "but mixle still ends EM when a step no longer improves the log-likelihood"
+        )
     return "stopped at the iteration cap"
 
 
@@ -115,33 +120,54 @@ def format_line(s: Status) -> str:
     dll = "-" if s.prev_ll is None else f"{s.ll - s.prev_ll:+.3e}"
     head = f"restart {s.restart} " if s.restart else ""
     eta = eta_seconds(s)
-    return (f"{head}it {s.iteration}/{s.max_its} ll {s.ll:.10g} dll {dll} {s.seconds:.3f}s/it "
-            f"{s.live} workers ({s.failed} failed, {s.blacklisted} blacklisted)"
-            + (f" {s.recovered} shard{'s' if s.recovered != 1 else ''} recomputed" if s.recovered else "")
-            + (f" slow: {', '.join(f'w{w} x{x:g}' for w, x in s.slow)}" if s.slow else "")
-            + (f" eta<={hms(eta)}" if eta is not None else "")
-            + (" checkpointed" if s.checkpointed else ""))
+    return (
+        f"{head}it {s.iteration}/{s.max_its} ll {s.ll:.10g} dll {dll} {s.seconds:.3f}s/it "
+        f"{s.live} workers ({s.failed} failed, {s.blacklisted} blacklisted)"
+        + (
+            f" {s.recovered} shard{'s' if s.recovered != 1 else ''} recomputed"
+            if s.recovered
+            else ""
+        )
+        + (f" slow: {', '.join(f'w{w} x{x:g}' for w, x in s.slow)}" if s.slow else "")
+        + (f" eta<={hms(eta)}" if eta is not None else "")
+        + (" checkpointed" if s.checkpointed else "")
+    )
 
 
 def ranks_of(membership, driver_takeovers: int = 0) -> dict:
     """The worker ranks by state, from a :class:`~mixle_mpi.policy.membership.Membership` (pure):
     live ones, the failure count of each rank that ever failed, blacklisted ones, and how
     many times the driver died and a survivor took over."""
-    return {"live": membership.live(),
-            "failures": {str(w): n for w, n in membership.failures().items() if n},
-            "blacklisted": membership.blacklisted(), "driver_takeovers": driver_takeovers}
+    return {
+        "live": membership.live(),
+        "failures": {str(w): n for w, n in membership.failures().items() if n},
+        "blacklisted": membership.blacklisted(),
+        "driver_takeovers": driver_takeovers,
+    }
 
 
 def record(s: Status, ranks: dict | None, meta: dict, now: float) -> dict:
     """The content of progress.json after an iteration (pure): everything ``status`` shows,
     so that it never has to parse the progress line."""
-    return {"format": RECORD_FORMAT, "version": 1, "updated": now, **meta,
-            "restart": s.restart, "iteration": s.iteration, "max_its": s.max_its, "ll": s.ll,
-            "dll": None if s.prev_ll is None else s.ll - s.prev_ll, "last_seconds": s.seconds,
-            "seconds_per_iteration": statistics.median(s.recent) if s.recent else None,
-            "eta_seconds": eta_seconds(s), "recovered_shards": s.recovered,
-            "slow": {str(w): x for w, x in s.slow},
-            "ranks": ranks if ranks is not None else {"live_count": s.live, "blacklisted_count": s.blacklisted}}
+    return {
+        "format": RECORD_FORMAT,
+        "version": 1,
+        "updated": now,
+        **meta,
+        "restart": s.restart,
+        "iteration": s.iteration,
+        "max_its": s.max_its,
+        "ll": s.ll,
+        "dll": None if s.prev_ll is None else s.ll - s.prev_ll,
+        "last_seconds": s.seconds,
+        "seconds_per_iteration": statistics.median(s.recent) if s.recent else None,
+        "eta_seconds": eta_seconds(s),
+        "recovered_shards": s.recovered,
+        "slow": {str(w): x for w, x in s.slow},
+        "ranks": ranks
+        if ranks is not None
+        else {"live_count": s.live, "blacklisted_count": s.blacklisted},
+    }
 
 
 class Progress:
@@ -149,12 +175,25 @@ class Progress:
     given ``record`` (a path), the same as JSON for ``mixle-mpi status``, whatever the mode.
     ``meta`` goes into every record (the model and data of the fit, say)."""
 
-    def __init__(self, stream: IO[str] | None = None, mode: str = "auto", window: int = 5,
-                 record: str | None = None, meta: dict | None = None) -> None:
+    def __init__(
+        self,
+        stream: IO[str] | None = None,
+        mode: str = "auto",
+        window: int = 5,
+        record: str | None = None,
+        meta: dict | None = None,
+    ) -> None:
         self.record_path = record
-        ident = procs.identity(os.getpid())  # who writes: ``status`` tells a live driver by it, not by a pid
-        self.meta = {"pid": os.getpid(), "start": ident[1] if ident else "", "space": procs.pid_space(),
-                     "host": socket.gethostname(), **(meta or {})}
+        ident = procs.identity(
+            os.getpid()
+        )  # who writes: ``status`` tells a live driver by it, not by a pid
+        self.meta = {
+            "pid": os.getpid(),
+            "start": ident[1] if ident else "",
+            "space": procs.pid_space(),
+            "host": socket.gethostname(),
+            **(meta or {}),
+        }
         self.stream = stream or sys.stdout
         if mode == "auto":
             mode = "live" if os.environ.get(LIVE_ENV) == "1" else "line"
@@ -168,16 +207,41 @@ class Progress:
         self._last = time.perf_counter()
         self._times.clear()
 
-    def step(self, *, iteration: int, max_its: int, ll: float, prev_ll: float | None, live: int,
-             blacklisted: int, recovered: int, restart: str = "", ranks: dict | None = None,
-             failed: int = 0, checkpointed: bool = False, slow: dict | None = None) -> Status:
+    def step(
+        self,
+        *,
+        iteration: int,
+        max_its: int,
+        ll: float,
+        prev_ll: float | None,
+        live: int,
+        blacklisted: int,
+        recovered: int,
+        restart: str = "",
+        ranks: dict | None = None,
+        failed: int = 0,
+        checkpointed: bool = False,
+        slow: dict | None = None,
+    ) -> Status:
         """Report one iteration; ``ranks`` (see :func:`ranks_of`) goes into the record."""
         now = time.perf_counter()
         seconds, self._last = now - self._last, now
         self._times.append(seconds)
-        status = Status(iteration, max_its, ll, prev_ll, seconds, tuple(self._times[-self.window:]),
-                        live, blacklisted, recovered, restart, failed, checkpointed,
-                        tuple(sorted((slow or {}).items())))
+        status = Status(
+            iteration,
+            max_its,
+            ll,
+            prev_ll,
+            seconds,
+            tuple(self._times[-self.window :]),
+            live,
+            blacklisted,
+            recovered,
+            restart,
+            failed,
+            checkpointed,
+            tuple(sorted((slow or {}).items())),
+        )
         if self.mode == "line":
             self.stream.write("[fit] " + format_line(status) + "\n")
         elif self.mode == "live":

@@ -88,8 +88,14 @@ class RunFiles:
     def env(self, tag: str, signals: bool = True) -> dict[str, str]:
         """The variables that hand these files to the ranks (``signals``: the driver writes
         its identity, so the launcher can forward SIGTERM/SIGUSR1/SIGINT to it)."""
-        env = {rundir.RUN_DIR_ENV: self.dir, TAG_ENV: tag, INIT_BEGUN_ENV: self.init_begun,
-               MPI_UP_ENV: self.mpi_up, STARTED_ENV: self.started, STATUS_ENV: self.status}
+        env = {
+            rundir.RUN_DIR_ENV: self.dir,
+            TAG_ENV: tag,
+            INIT_BEGUN_ENV: self.init_begun,
+            MPI_UP_ENV: self.mpi_up,
+            STARTED_ENV: self.started,
+            STATUS_ENV: self.status,
+        }
         if signals:
             env[DRIVER_PID_ENV] = self.driver
         return env
@@ -125,7 +131,11 @@ def _private_folder(shared: str | None) -> str:
 def outer_vars_removed(env: dict) -> dict:
     """``env`` without an outer launcher's contract (a ``run`` inside a ``run``): a rank must
     never write into a folder its own launcher did not hand it (pure)."""
-    return {k: v for k, v in env.items() if k not in (*FILE_VARS, TAG_ENV, rundir.RUN_DIR_ENV, RELAUNCHES_ENV)}
+    return {
+        k: v
+        for k, v in env.items()
+        if k not in (*FILE_VARS, TAG_ENV, rundir.RUN_DIR_ENV, RELAUNCHES_ENV)
+    }
 
 
 def relaunches_env(records: list[dict]) -> dict[str, str]:
@@ -154,22 +164,33 @@ def read_driver(path: str, host: str | None = None) -> tuple[procs.Ident | None,
         return None, None
     host = host or socket.gethostname()
     if record.get("host") != host:
-        return None, f"the driver runs on {record.get('host')}, not on this host {host}: cannot forward signals to it"
+        return (
+            None,
+            f"the driver runs on {record.get('host')}, not on this host {host}: cannot forward signals to it",
+        )
     if record.get("space") and procs.pid_space() and record["space"] != procs.pid_space():
-        return None, "the driver runs in another pid space (another container) than the launcher: cannot signal it"
+        return (
+            None,
+            "the driver runs in another pid space (another container) than the launcher: cannot signal it",
+        )
     return ident, None
 
 
 def init_begun_pids(path: str, host: str | None = None) -> list[int]:
     """The pids ``mark_init_begun`` wrote to ``path`` (only ``host``'s, if given: the run
     folder of a launch over several hosts is shared, and another host's pid means nothing here)."""
-    return [int(f[0]) for f in _init_begun_lines(path) if host is None or (len(f) >= 3 and f[2] == host)]
+    return [
+        int(f[0]) for f in _init_begun_lines(path) if host is None or (len(f) >= 3 and f[2] == host)
+    ]
 
 
 def init_begun_here(path: str | None, host: str) -> dict[int, int]:
     """World rank -> pid of the ranks of ``host`` that marked the start of their MPI init."""
-    return {int(f[1]): int(f[0]) for f in _init_begun_lines(path)
-            if len(f) >= 3 and f[1].isdigit() and f[2] == host}
+    return {
+        int(f[1]): int(f[0])
+        for f in _init_begun_lines(path)
+        if len(f) >= 3 and f[1].isdigit() and f[2] == host
+    }
 
 
 def _init_begun_lines(path: str | None) -> list[list[str]]:
@@ -193,7 +214,9 @@ def mark_init_begun() -> None:
     own. Every rank appends a line "pid rank host" to one file (one ``write``: ranks write at
     once). A line that cannot be written only costs that knowledge."""
     rank = ranks.world_rank(os.environ)
-    rundir.append_line(init_begun_path(), f"{os.getpid()} {'-' if rank is None else rank} {socket.gethostname()}\n")
+    rundir.append_line(
+        init_begun_path(), f"{os.getpid()} {'-' if rank is None else rank} {socket.gethostname()}\n"
+    )
 
 
 def mark_mpi_up() -> None:
@@ -216,9 +239,15 @@ def write_driver() -> None:
     """The driver's identity, for the launcher's signal forwarder (its pid, start time and pid
     space: a pid reused by another process is never signalled)."""
     ident = procs.identity(os.getpid())
-    rundir.write_marker(os.environ.get(DRIVER_PID_ENV), {
-        "pid": os.getpid(), "start": ident[1] if ident else "", "space": procs.pid_space(),
-        "host": socket.gethostname()})
+    rundir.write_marker(
+        os.environ.get(DRIVER_PID_ENV),
+        {
+            "pid": os.getpid(),
+            "start": ident[1] if ident else "",
+            "space": procs.pid_space(),
+            "host": socket.gethostname(),
+        },
+    )
 
 
 def relaunches() -> list[dict]:

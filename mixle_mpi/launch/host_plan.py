@@ -19,8 +19,13 @@ DEFAULT_HOST_COOLDOWN = 600.0
 FEWEST_RANKS = 2  # a driver and a worker
 # Exits after which no host is probed: the job ended as it should, or as it was asked to,
 # or its input was wrong (no host can mend that).
-NOT_A_HOST = (exitcodes.OK, exitcodes.BAD_INPUT, exitcodes.CHECKPOINTED, exitcodes.PREEMPTED_UNSAVED,
-              exitcodes.INTERRUPTED)
+NOT_A_HOST = (
+    exitcodes.OK,
+    exitcodes.BAD_INPUT,
+    exitcodes.CHECKPOINTED,
+    exitcodes.PREEMPTED_UNSAVED,
+    exitcodes.INTERRUPTED,
+)
 
 
 def worth_probing(code: int, timed_out: bool) -> bool:
@@ -61,7 +66,9 @@ class HostBook:
 
     max_failures: int = DEFAULT_MAX_HOST_FAILURES
     cooldown: float = DEFAULT_HOST_COOLDOWN
-    fewest: int = FEWEST_RANKS  # the least ranks the job runs on (a driver, a worker, its hot spares)
+    fewest: int = (
+        FEWEST_RANKS  # the least ranks the job runs on (a driver, a worker, its hot spares)
+    )
     losses: list[Loss] = field(default_factory=list)
     out: dict = field(default_factory=dict)  # host -> when it was left out
 
@@ -69,14 +76,21 @@ class HostBook:
         """The hosts to probe: every one in use, and those left out whose cooldown is over."""
         return [h for h in names if h not in self.out or now - self.out[h] >= self.cooldown]
 
-    def decide(self, names: list[str], slots: dict, answered: dict, ranks: int, now: float, why: str) -> Next:
+    def decide(
+        self, names: list[str], slots: dict, answered: dict, ranks: int, now: float, why: str
+    ) -> Next:
         """After a failed attempt whose hosts answered a probe as ``answered`` (host -> bool;
         a host not probed is one still cooling down): which hosts the next launch leaves
         out, on how many ranks (at most ``ranks``), or why there is none. No host newly
         lost: ``relaunch`` False with an empty message (the launcher's other rules apply)."""
         if answered and not any(answered.values()):  # the probe itself fails: it cannot tell
-            return Next(False, frozenset(self.out), min(ranks, sum(n for h, n in slots.items() if h not in self.out)),
-                        (), "no host answered a probe, so none is left out (is the launcher itself at fault?)")
+            return Next(
+                False,
+                frozenset(self.out),
+                min(ranks, sum(n for h, n in slots.items() if h not in self.out)),
+                (),
+                "no host answered a probe, so none is left out (is the launcher itself at fault?)",
+            )
         lost_now = tuple(h for h in names if answered.get(h) is False and h not in self.out)
         for h in names:
             if answered.get(h) is True:
@@ -91,16 +105,37 @@ class HostBook:
             return Next(False, left_out, fit, (), "")
         lost_text = ", ".join(lost_now)
         if len(self.losses) > self.max_failures:
-            return Next(False, left_out, fit, lost_now, (
-                f"host(s) {lost_text} lost: {len(self.losses)} host losses in this job, more than "
-                f"--max-host-failures={self.max_failures}; not launching again (the checkpoint is kept: "
-                "rerun once the hosts are back, or raise --max-host-failures)"))
+            return Next(
+                False,
+                left_out,
+                fit,
+                lost_now,
+                (
+                    f"host(s) {lost_text} lost: {len(self.losses)} host losses in this job, more than "
+                    f"--max-host-failures={self.max_failures}; not launching again (the checkpoint is kept: "
+                    "rerun once the hosts are back, or raise --max-host-failures)"
+                ),
+            )
         if fit < self.fewest:
             usable = ", ".join(f"{h}:{n}" for h, n in slots.items() if h not in left_out) or "none"
-            return Next(False, left_out, fit, lost_now, (
-                f"host(s) {lost_text} lost: the hosts left ({usable}) have {room} slot(s), and a fit needs at "
-                f"least {self.fewest} ranks (a driver, a worker and its spares, if any); not launching again (the checkpoint is kept: "
-                "rerun with more hosts)"))
-        return Next(True, left_out, fit, lost_now, (
-            f"host(s) {lost_text} did not answer: launching again without {', '.join(sorted(left_out))} on "
-            f"{fit} ranks (was {ranks}); host loss {len(self.losses)} of at most {self.max_failures}"))
+            return Next(
+                False,
+                left_out,
+                fit,
+                lost_now,
+                (
+                    f"host(s) {lost_text} lost: the hosts left ({usable}) have {room} slot(s), and a fit needs at "
+                    f"least {self.fewest} ranks (a driver, a worker and its spares, if any); not launching again (the checkpoint is kept: "
+                    "rerun with more hosts)"
+                ),
+            )
+        return Next(
+            True,
+            left_out,
+            fit,
+            lost_now,
+            (
+                f"host(s) {lost_text} did not answer: launching again without {', '.join(sorted(left_out))} on "
+                f"{fit} ranks (was {ranks}); host loss {len(self.losses)} of at most {self.max_failures}"
+            ),
+        )

@@ -17,9 +17,23 @@ import tempfile
 from dataclasses import dataclass
 
 HOST_FLAGS = ("--host", "-H", "-host", "-hosts")
-FILE_FLAGS = ("--hostfile", "-hostfile", "--machinefile", "-machinefile", "-f", "--default-hostfile")
+FILE_FLAGS = (
+    "--hostfile",
+    "-hostfile",
+    "--machinefile",
+    "-machinefile",
+    "-f",
+    "--default-hostfile",
+)
 # every flag that places ranks on named hosts: those read here, and Open MPI's others
-PLACEMENT_FLAGS = (*HOST_FLAGS, *FILE_FLAGS, "--rankfile", "--dvm-hostfile", "--add-host", "--add-hostfile")
+PLACEMENT_FLAGS = (
+    *HOST_FLAGS,
+    *FILE_FLAGS,
+    "--rankfile",
+    "--dvm-hostfile",
+    "--add-host",
+    "--add-hostfile",
+)
 
 
 def names_hosts(extra: list[str]) -> bool:
@@ -104,7 +118,9 @@ def from_args(extra: list[str]) -> Hosts | None:
 
 def expand_nodelist(nodelist: str) -> list[str]:
     """SLURM's compact node list (``n[1-3,5],m``) as names, by ``scontrol show hostnames``."""
-    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30
+    )
     if out.returncode != 0:
         raise ValueError(f"scontrol show hostnames {nodelist}: {out.stderr.strip()}")
     return out.stdout.split()
@@ -147,14 +163,20 @@ def host_flag(slots: list[tuple[str, int]], flavor: str) -> list[str]:
     return ["-hosts", text] if flavor == "mpich" else ["--host", text]
 
 
-def without(extra: list[str], hosts: Hosts, leaving_out: set[str], flavor: str, folder: str | None = None) -> list[str]:
+def without(
+    extra: list[str], hosts: Hosts, leaving_out: set[str], flavor: str, folder: str | None = None
+) -> list[str]:
     """``extra`` with the hosts ``leaving_out`` left out: the host flag rewritten, a hostfile
     copied without them into ``folder`` (a private temporary one by default), or under SLURM
     ``--exclude`` for srun and an explicit host list for mpiexec."""
     kept = [(h, n) for h, n in hosts.slots if h not in leaving_out]
     if hosts.source == "slurm":
         if flavor == "srun":
-            return [*extra, "--exclude=" + ",".join(sorted(leaving_out))] if leaving_out else list(extra)
+            return (
+                [*extra, "--exclude=" + ",".join(sorted(leaving_out))]
+                if leaving_out
+                else list(extra)
+            )
         return [*extra, *host_flag(kept, flavor)]
     out, i = [], 0
     while i < len(extra):
@@ -166,7 +188,12 @@ def without(extra: list[str], hosts: Hosts, leaving_out: set[str], flavor: str, 
             else:
                 fd, path = tempfile.mkstemp(prefix="mixle_mpi_hosts_", dir=folder, text=True)
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    fh.write("".join(f"{h}:{n}\n" if flavor == "mpich" else f"{h} slots={n}\n" for h, n in kept))
+                    fh.write(
+                        "".join(
+                            f"{h}:{n}\n" if flavor == "mpich" else f"{h} slots={n}\n"
+                            for h, n in kept
+                        )
+                    )
                 out += [flag, path]
             i += taken
             continue
@@ -175,9 +202,15 @@ def without(extra: list[str], hosts: Hosts, leaving_out: set[str], flavor: str, 
     return out
 
 
-def only(extra: list[str], hosts: Hosts, host: str, flavor: str, folder: str | None = None) -> list[str]:
+def only(
+    extra: list[str], hosts: Hosts, host: str, flavor: str, folder: str | None = None
+) -> list[str]:
     """``extra`` that names ``host`` alone, with one slot: a probe's launch there."""
     one = Hosts(((host, 1),), hosts.source)
     if hosts.source == "slurm":
-        return [*extra, f"--nodelist={host}", "-N", "1"] if flavor == "srun" else [*extra, *host_flag([(host, 1)], flavor)]
+        return (
+            [*extra, f"--nodelist={host}", "-N", "1"]
+            if flavor == "srun"
+            else [*extra, *host_flag([(host, 1)], flavor)]
+        )
     return without(extra, one, set(), flavor, folder)

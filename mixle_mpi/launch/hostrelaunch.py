@@ -21,9 +21,24 @@ class HostRelaunch:
     those that do not answer (``host_plan`` decides; ``hostlist`` rewrites the flags). Keeps
     the record of each such relaunch, which the next attempt's ranks get (``contract``)."""
 
-    def __init__(self, exe: str, flavor: str, n: int, extra: list[str], hosts: hostlist.Hosts | None,
-                 book: host_plan.HostBook, probe_env: dict) -> None:
-        self.exe, self.flavor, self.n, self.base_extra, self.hosts, self.book = exe, flavor, n, extra, hosts, book
+    def __init__(
+        self,
+        exe: str,
+        flavor: str,
+        n: int,
+        extra: list[str],
+        hosts: hostlist.Hosts | None,
+        book: host_plan.HostBook,
+        probe_env: dict,
+    ) -> None:
+        self.exe, self.flavor, self.n, self.base_extra, self.hosts, self.book = (
+            exe,
+            flavor,
+            n,
+            extra,
+            hosts,
+            book,
+        )
         self.probe_env = probe_env
         self.ranks, self.extra, self.left_out = n, list(extra), frozenset()
         self.records: list[dict] = []
@@ -42,17 +57,27 @@ class HostRelaunch:
         now = time.monotonic()
         names = self.book.to_probe(self.hosts.names, now)
         folder = os.getcwd()
-        answers = hostprobe.probe(self.exe, self.flavor, self.base_extra, self.hosts, names, self.probe_env,
-                                  folder=folder)
+        answers = hostprobe.probe(
+            self.exe, self.flavor, self.base_extra, self.hosts, names, self.probe_env, folder=folder
+        )
         for host, (ok, how, _) in answers.items():
-            log.log(logging.DEBUG if ok else logging.WARNING, f"host {host}: {'answers' if ok else 'lost'} ({how})")
+            log.log(
+                logging.DEBUG if ok else logging.WARNING,
+                f"host {host}: {'answers' if ok else 'lost'} ({how})",
+            )
         needs = hostprobe.missing_folder(folder, answers)
         if needs:
             raise ConfigError(needs)
         if not host_plan.worth_probing(a.code, a.timed_out):
             return None
-        nxt = self.book.decide(self.hosts.names, dict(self.hosts.slots), {h: ans.answered for h, ans in answers.items()},
-                               self.n, time.monotonic(), f"exit {a.code}")
+        nxt = self.book.decide(
+            self.hosts.names,
+            dict(self.hosts.slots),
+            {h: ans.answered for h, ans in answers.items()},
+            self.n,
+            time.monotonic(),
+            f"exit {a.code}",
+        )
         if nxt.message and not nxt.lost_now:
             log.warning(nxt.message)
         if nxt.lost_now and not nxt.relaunch:
@@ -60,12 +85,23 @@ class HostRelaunch:
             return False
         if nxt.left_out != self.left_out and nxt.ranks >= self.book.fewest:
             self.left_out, self.ranks = nxt.left_out, nxt.ranks
-            self.extra = hostlist.without(self.base_extra, self.hosts, set(nxt.left_out), self.flavor)
+            self.extra = hostlist.without(
+                self.base_extra, self.hosts, set(nxt.left_out), self.flavor
+            )
         if not nxt.lost_now:
             return None
         log.warning(nxt.message)
-        self.records.append({"attempt": next_attempt, "lost_hosts": list(nxt.lost_now),
-                             "left_out": sorted(nxt.left_out), "ranks": nxt.ranks, "was_ranks": self.n,
-                             "exit": a.code, "ended_at": a.ended_at, "decided_at": time.time(),
-                             "probe_seconds": round(time.monotonic() - now, 3)})
+        self.records.append(
+            {
+                "attempt": next_attempt,
+                "lost_hosts": list(nxt.lost_now),
+                "left_out": sorted(nxt.left_out),
+                "ranks": nxt.ranks,
+                "was_ranks": self.n,
+                "exit": a.code,
+                "ended_at": a.ended_at,
+                "decided_at": time.time(),
+                "probe_seconds": round(time.monotonic() - now, 3),
+            }
+        )
         return True

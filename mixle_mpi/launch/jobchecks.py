@@ -14,14 +14,18 @@ from collections.abc import Callable, Collection, Mapping
 from mixle_mpi.launch.reaper import APPEAR_WITHIN
 
 FINISH_GRACE = 30.0  # seconds the ranks get to end after the driver wrote its verdict
-STUCK_GRACE = 10.0   # seconds every remaining rank may stay stopped before the job is killed
+STUCK_GRACE = 10.0  # seconds every remaining rank may stay stopped before the job is killed
 STOPPED = ("T", "t")
 GONE = ("Z", "X", "x")
 
 
 class StuckJobCheck:
-    def __init__(self, finish_grace: float = FINISH_GRACE, stuck_grace: float = STUCK_GRACE,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        finish_grace: float = FINISH_GRACE,
+        stuck_grace: float = STUCK_GRACE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.finish_grace, self.stuck_grace, self.clock = finish_grace, stuck_grace, clock
         self.seen_ranks = False
         self.done_at: float | None = None
@@ -35,16 +39,21 @@ class StuckJobCheck:
         if driver_done:
             self.done_at = self.done_at if self.done_at is not None else now
             if alive and now - self.done_at > self.finish_grace:
-                return (f"the driver finished {now - self.done_at:.0f} s ago but rank processes "
-                        f"{sorted(alive)} are still running")
+                return (
+                    f"the driver finished {now - self.done_at:.0f} s ago but rank processes "
+                    f"{sorted(alive)} are still running"
+                )
         if alive:
             self.seen_ranks = True
         if self.seen_ranks and all(st in STOPPED for st in alive.values()):
             self.stuck_at = self.stuck_at if self.stuck_at is not None else now
             if now - self.stuck_at > self.stuck_grace:
                 stopped = sorted(alive)
-                return (f"every remaining rank process is stopped ({stopped}) and nothing else runs"
-                        if stopped else "no rank process is left but mpiexec has not ended")
+                return (
+                    f"every remaining rank process is stopped ({stopped}) and nothing else runs"
+                    if stopped
+                    else "no rank process is left but mpiexec has not ended"
+                )
         else:
             self.stuck_at = None
         return None
@@ -60,15 +69,24 @@ class LostStartCheck:
     rank killed before any look saw it is lost too once it has not appeared ``appear_within``
     seconds after another rank began MPI initialisation."""
 
-    def __init__(self, expect_here: int | None = None, appear_within: float = APPEAR_WITHIN,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        expect_here: int | None = None,
+        appear_within: float = APPEAR_WITHIN,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.expect_here, self.appear_within, self.clock = expect_here, appear_within, clock
         self.seen: set[int] = set()
         self.missing: set[int] = set()
         self.began_at: float | None = None
 
-    def observe(self, mpi_up: bool, began: Collection[int], ranks: Mapping[int, str],
-                rank_of: Mapping[int, int] | None = None) -> str | None:
+    def observe(
+        self,
+        mpi_up: bool,
+        began: Collection[int],
+        ranks: Mapping[int, str],
+        rank_of: Mapping[int, int] | None = None,
+    ) -> str | None:
         """``began``: the pids that began MPI initialisation; ``ranks``: each rank process's
         state letter; ``rank_of``: the MPI rank of each pid seen so far. Why the job can no
         longer start, or None."""
@@ -85,9 +103,11 @@ class LostStartCheck:
         if lost:
             pid = lost[0]
             who = f"rank {rank_of[pid]} (pid {pid})" if pid in rank_of else f"rank process {pid}"
-            return (f"{who} ended before MPI was up on every rank ("
-                    + ("inside MPI initialisation" if pid in began else "before its MPI initialisation")
-                    + "): the other ranks could only wait inside MPI_Init for it")
+            return (
+                f"{who} ended before MPI was up on every rank ("
+                + ("inside MPI initialisation" if pid in began else "before its MPI initialisation")
+                + "): the other ranks could only wait inside MPI_Init for it"
+            )
         return self._never_appeared(rank_of)
 
     def _never_appeared(self, rank_of: Mapping[int, int]) -> str | None:
@@ -102,10 +122,12 @@ class LostStartCheck:
         if not absent:
             return None
         names = ", ".join(map(str, absent))
-        return (f"rank{'s' if len(absent) > 1 else ''} {names} never appeared on this host, "
-                f"{self.appear_within:g} s after another rank began MPI initialisation (killed or dead "
-                "as it started): the other ranks could only wait inside MPI_Init for "
-                + ("them" if len(absent) > 1 else "it"))
+        return (
+            f"rank{'s' if len(absent) > 1 else ''} {names} never appeared on this host, "
+            f"{self.appear_within:g} s after another rank began MPI initialisation (killed or dead "
+            "as it started): the other ranks could only wait inside MPI_Init for "
+            + ("them" if len(absent) > 1 else "it")
+        )
 
 
 STOPPED_AT_START = 1.0  # seconds a starting rank may stay stopped before it counts as lost (heartbeat_timeout's default)
@@ -117,7 +139,9 @@ class StoppedAtStartCheck:
     whole ``startup_timeout`` (an external campaign stopped one there: 21.7 s). A rank seen
     running again starts over."""
 
-    def __init__(self, limit: float = STOPPED_AT_START, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, limit: float = STOPPED_AT_START, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.limit, self.clock = limit, clock
         self.since: dict[int, float] = {}
 

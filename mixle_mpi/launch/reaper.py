@@ -83,7 +83,9 @@ def main(argv: list[str]) -> int:
         return 0
     killed = sweep(tag, grace=0.0)
     if killed:
-        sys.stderr.write(f"[mixle_mpi] the launcher is gone: killed the job's {len(killed)} remaining processes\n")
+        sys.stderr.write(
+            f"[mixle_mpi] the launcher is gone: killed the job's {len(killed)} remaining processes\n"
+        )
     return 0
 
 

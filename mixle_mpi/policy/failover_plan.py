@@ -36,17 +36,24 @@ def failover_status(requested: bool, method: str) -> tuple[str, str]:
     after a worker failure (policy.reconfig_plan): the same way, with the driver's death."""
     if not requested:
         return OFF, "off"
-    on = ("on: once the fit writes a checkpoint, if the driver dies the lowest surviving rank takes over and "
-          "resumes from it")
+    on = (
+        "on: once the fit writes a checkpoint, if the driver dies the lowest surviving rank takes over and "
+        "resumes from it"
+    )
     if method == ULFM:
         return BY_SHRINK, f"{on} (survivors agreed by ULFM's Shrink)"
     host = "; a worker must share the driver's host to see its death at once"
     if method == EMULATED:
         return BY_MESSAGES, f"{on} (survivors agreed by messages{host})"
     if method == KEEP:
-        return BY_KEEPING, (f"{on} (survivors agreed by messages, over the job's own communicator: the dead driver is "
-                            f"never addressed again{host})")
-    return OFF, f"off: no way to agree without the driver under {method!r}; rerun a dead driver's job to resume"
+        return BY_KEEPING, (
+            f"{on} (survivors agreed by messages, over the job's own communicator: the dead driver is "
+            f"never addressed again{host})"
+        )
+    return (
+        OFF,
+        f"off: no way to agree without the driver under {method!r}; rerun a dead driver's job to resume",
+    )
 
 
 def agrees_by_messages(how: str) -> bool:
@@ -126,8 +133,11 @@ class Election:
             return None
         alive = self.alive()
         if not self.has_quorum(alive):
-            return ("give_up", f"only {len(alive)} of {len(self.members)} workers answered: no majority, so "
-                               "no driver may take over (another group might)")
+            return (
+                "give_up",
+                f"only {len(alive)} of {len(self.members)} workers answered: no majority, so "
+                "no driver may take over (another group might)",
+            )
         if self.coordinator() == self.me:
             return ("lead", tuple(sorted(alive)))
         return ("follow", self.coordinator())
@@ -136,5 +146,9 @@ class Election:
         """Whether to build the communicator a coordinator named: it includes this rank, is a
         majority, and comes from its lowest member, no higher than any rank this one heard."""
         ranks = tuple(ranks)
-        return (self.me in ranks and self.has_quorum(ranks) and sender == successor(ranks)
-                and sender <= self.coordinator())
+        return (
+            self.me in ranks
+            and self.has_quorum(ranks)
+            and sender == successor(ranks)
+            and sender <= self.coordinator()
+        )

@@ -25,6 +25,7 @@ class Role(NamedTuple):
     """Driver -> worker, on the heartbeat channel: whom to beat to. ``relay`` is the rank of
     this worker's relay (None: beat to the driver); ``members`` are (worker, rank) pairs this
     worker relays for (empty unless it is a relay)."""
+
     relay: int | None
     members: tuple[tuple[int, int], ...]
 
@@ -34,12 +35,14 @@ DIRECT = Role(None, ())
 
 class RelayBack(NamedTuple):
     """Relay -> member: the relay is alive, and last heard the driver ``driver_age`` s ago."""
+
     driver_age: float
 
 
 class Relayed(NamedTuple):
     """One member's line in a relay's beat: ``age`` s since the relay last heard it, or the
     ``cause`` of its failure when the relay's MPI reported one (ULFM)."""
+
     worker: int
     age: float
     progress: int
@@ -55,7 +58,7 @@ def plan(workers: Iterable[int], max_direct: int) -> dict[int, int | None]:
     size = -(-len(ws) // max_direct)  # ceil: at most max_direct groups
     out: dict[int, int | None] = {}
     for i in range(0, len(ws), size):
-        group = ws[i:i + size]
+        group = ws[i : i + size]
         out[group[0]] = None
         out.update((m, group[0]) for m in group[1:])
     return out
@@ -67,8 +70,10 @@ def roles(relay_of: Mapping[int, int | None], rank: Mapping[int, int]) -> dict[i
     for w, r in relay_of.items():
         if r is not None:
             members.setdefault(r, []).append((w, rank[w]))
-    return {w: Role(None if r is None else rank[r], tuple(members.get(w, ())))
-            for w, r in relay_of.items()}
+    return {
+        w: Role(None if r is None else rank[r], tuple(members.get(w, ())))
+        for w, r in relay_of.items()
+    }
 
 
 class MemberBook:
@@ -76,7 +81,7 @@ class MemberBook:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self.members: dict[int, int] = {}          # rank -> worker
+        self.members: dict[int, int] = {}  # rank -> worker
         self._seen: dict[int, tuple[float, int, bool]] = {}  # rank -> (when, progress, busy)
         self._failed: dict[int, str] = {}
 
@@ -99,11 +104,15 @@ class MemberBook:
 
     def report(self) -> tuple[Relayed, ...]:
         now = self.clock()
-        return tuple(Relayed(self.members[r], now - t, p, b, self._failed.get(r, ""))
-                     for r, (t, p, b) in sorted(self._seen.items()))
+        return tuple(
+            Relayed(self.members[r], now - t, p, b, self._failed.get(r, ""))
+            for r, (t, p, b) in sorted(self._seen.items())
+        )
 
 
-def named_silent(overdue: Iterable[int], via: Mapping[int, int], suspects: Iterable[int]) -> list[int]:
+def named_silent(
+    overdue: Iterable[int], via: Mapping[int, int], suspects: Iterable[int]
+) -> list[int]:
     """The overdue workers to name failed now: not a member whose relay is overdue or
     suspect itself (the relay's silence is the member's; the member gets a new role and a
     fresh deadline once the relay is failed), and not one named already."""

@@ -124,7 +124,9 @@ def driver_silence_limit(driver_timeout: float, last_heard: float, quiet_until: 
     return driver_timeout + max(0.0, quiet_until - last_heard)
 
 
-WATCHDOG_MARGIN = 30.0  # seconds past reconfigure_timeout: the driver's own deadlines always act first
+WATCHDOG_MARGIN = (
+    30.0  # seconds past reconfigure_timeout: the driver's own deadlines always act first
+)
 
 
 def listener_stuck(passed_at: float, now: float, limit: float) -> float | None:
@@ -135,11 +137,18 @@ def listener_stuck(passed_at: float, now: float, limit: float) -> float | None:
     return silent if silent > limit else None
 
 
-MAIN_BUSY_SHARE = 0.1  # of one core: a main thread that used more than this while silent is computing, not stuck
+MAIN_BUSY_SHARE = (
+    0.1  # of one core: a main thread that used more than this while silent is computing, not stuck
+)
 
 
-def main_thread_stuck(marked_at: float, now: float, cpu_since_mark: float, limit: float,
-                      busy_share: float = MAIN_BUSY_SHARE) -> float | None:
+def main_thread_stuck(
+    marked_at: float,
+    now: float,
+    cpu_since_mark: float,
+    limit: float,
+    busy_share: float = MAIN_BUSY_SHARE,
+) -> float | None:
     """Seconds the driver's main thread has been stuck, when it is (pure): it passed none of
     its wait loops' marks (``core/liveness``) for over ``limit`` and used less than
     ``busy_share`` of a core meanwhile, so it is not computing (an M-step of a large model

@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 class Join:
     """One replacement on its way in: set up (``ready``), then its shards' blocks sent
     (``parts`` left to send) and encoded (``loading``: shards whose ``Loaded`` is awaited)."""
+
     worker: int
-    started: float                       # monotonic time the replacement was spawned
+    started: float  # monotonic time the replacement was spawned
     ready: bool = False
     parts: list = field(default_factory=list)
     loading: set = field(default_factory=set)
-    since: float = 0.0                   # monotonic time of its last step forward
-    pid: int | None = None               # its process, when on the driver's host (its end is seen at once)
+    since: float = 0.0  # monotonic time of its last step forward
+    pid: int | None = None  # its process, when on the driver's host (its end is seen at once)
 
     def __post_init__(self) -> None:
         self.since = self.since or self.started
@@ -56,7 +57,9 @@ class Join:
         return now - self.since > timeout
 
 
-def work_of(owners: Mapping[int, Iterable[int]], kept: Mapping[int, int], live: Iterable[int]) -> dict[int, list[int]]:
+def work_of(
+    owners: Mapping[int, Iterable[int]], kept: Mapping[int, int], live: Iterable[int]
+) -> dict[int, list[int]]:
     """Each live worker's resident work for a round (pure): its place's shards, plus the
     shards it keeps for a place that is not live (a replacement still joining), in id order."""
     live = set(live)

@@ -24,8 +24,10 @@ MISSES_ALLOWED = 2
 @dataclass
 class Lookahead:
     on: bool
-    key: bytes | None = None   # the pickled (estimator, model) the last scoring round computed the E-step of
-    value: Any = None          # that E-step's results (the caller's)
+    key: bytes | None = (
+        None  # the pickled (estimator, model) the last scoring round computed the E-step of
+    )
+    value: Any = None  # that E-step's results (the caller's)
     hits: int = 0
     misses: int = 0
 

@@ -74,8 +74,14 @@ class Membership:
         the lowest live worker there (a signal reaches only its own host's processes)."""
         if not host:
             return None
-        return next((w for w in sorted(self.records) if w != exclude and self.records[w].state == LIVE
-                     and self.records[w].host == host), None)
+        return next(
+            (
+                w
+                for w in sorted(self.records)
+                if w != exclude and self.records[w].state == LIVE and self.records[w].host == host
+            ),
+            None,
+        )
 
     def blacklist(self, worker: int) -> None:
         self.records[worker].state = BLACKLISTED

@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-LOW = 0.0001     # s: first sleep after progress
-FINE = 0.0002    # s: longest sleep while a message is due
-HIGH = 0.001     # s: longest sleep otherwise (the latency a poll may add outside the window)
+LOW = 0.0001  # s: first sleep after progress
+FINE = 0.0002  # s: longest sleep while a message is due
+HIGH = 0.001  # s: longest sleep otherwise (the latency a poll may add outside the window)
 BELL_CAP = 0.005  # s: longest sleep while a ring announces each message waited for
 
 NEVER = (math.inf, math.inf)
@@ -89,7 +89,10 @@ class Pacing:
 
     def __post_init__(self) -> None:
         if WHAT_IF:
-            self.low, self.high = min(self.low, WHAT_IF.get("ceiling", self.low)), WHAT_IF.get("ceiling", self.high)
+            self.low, self.high = (
+                min(self.low, WHAT_IF.get("ceiling", self.low)),
+                WHAT_IF.get("ceiling", self.high),
+            )
             self.window = self.window if WHAT_IF.get("windows", True) else NEVER
         self.fine = min(self.fine, self.high)
         self.delay = self.low

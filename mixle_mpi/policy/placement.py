@@ -7,11 +7,13 @@ shard-id order); it only decides where work runs, so it aims for balance and sta
 from __future__ import annotations
 
 import heapq
-from itertools import repeat
 from collections.abc import Callable, Iterable, Mapping
+from itertools import repeat
 
 
-def initial_placement(num_shards: int, workers: Iterable[int], skip: Iterable[int] = ()) -> dict[int, list[int]]:
+def initial_placement(
+    num_shards: int, workers: Iterable[int], skip: Iterable[int] = ()
+) -> dict[int, list[int]]:
     """Shard s goes to the (s mod W)-th worker: shard i on worker i when S == W. ``skip``:
     shards no worker holds (the driver's own, ``driver_share``); the others are dealt
     round-robin in id order all the same."""
@@ -25,15 +27,24 @@ def initial_placement(num_shards: int, workers: Iterable[int], skip: Iterable[in
     return owners
 
 
-def driver_share(num_shards: int, workers: int, on: bool, shard_bytes: Callable[[int], int] | None = None,
-                 max_bytes: int | None = None) -> list[int]:
+def driver_share(
+    num_shards: int,
+    workers: int,
+    on: bool,
+    shard_bytes: Callable[[int], int] | None = None,
+    max_bytes: int | None = None,
+) -> list[int]:
     """The shards the driver computes itself (setting ``driver_computes``): a worker's
     share, S // (W + 1), none when off or when their stored bytes (``shard_bytes(s)``)
     add up to more than ``max_bytes``. The lowest ids: the fold takes them first, so the
     driver has folded them by the time the workers reply. No worker holds them, so no
     failure orphans them; a successor driver (failover) computes its own share again."""
     share = list(range(num_shards // (workers + 1))) if on and workers > 0 else []
-    if max_bytes is not None and shard_bytes is not None and sum(map(shard_bytes, share)) > max_bytes:
+    if (
+        max_bytes is not None
+        and shard_bytes is not None
+        and sum(map(shard_bytes, share)) > max_bytes
+    ):
         return []
     return share
 
@@ -58,16 +69,22 @@ def spread(shards: Iterable[int], load: Mapping[int, int]) -> dict[int, list[int
     return plan
 
 
-def plan_recovery(orphans: Iterable[int], owners: Mapping[int, list[int]], survivors: Iterable[int]) -> dict[int, list[int]]:
+def plan_recovery(
+    orphans: Iterable[int], owners: Mapping[int, list[int]], survivors: Iterable[int]
+) -> dict[int, list[int]]:
     """Which survivor recomputes which orphaned shard this round, balancing by resident load."""
     live = list(survivors)  # (spread's answer does not depend on their order)
     return spread(orphans, dict(zip(live, map(len, map(owners.get, live, repeat((), len(live)))))))
 
 
-OWN_READ_MIN_BYTES = 8 << 20  # below this a worker's shards come faster from the driver (bench/results/startup_scale.md)
+OWN_READ_MIN_BYTES = (
+    8 << 20
+)  # below this a worker's shards come faster from the driver (bench/results/startup_scale.md)
 
 
-def own_readers(loads: Mapping[int, int], can_read: Iterable[int], min_bytes: int = OWN_READ_MIN_BYTES) -> set[int]:
+def own_readers(
+    loads: Mapping[int, int], can_read: Iterable[int], min_bytes: int = OWN_READ_MIN_BYTES
+) -> set[int]:
     """The workers that read their own shards from the store: those that can open it and
     have at least ``min_bytes`` to load (``loads``: worker -> stored bytes of its shards).
     Opening the store costs each worker a fixed time; streaming costs the driver per byte,
@@ -81,8 +98,9 @@ def own_readers(loads: Mapping[int, int], can_read: Iterable[int], min_bytes: in
 ALLOCATION_HOSTS = ("SLURM_JOB_NUM_NODES", "SLURM_NNODES", "PBS_NUM_NODES", "NHOSTS")
 
 
-def replacement_here(host: str | None, live_hosts: Iterable[str], driver_host: str,
-                     env: Mapping[str, str]) -> bool:
+def replacement_here(
+    host: str | None, live_hosts: Iterable[str], driver_host: str, env: Mapping[str, str]
+) -> bool:
     """Whether a replacement spawned for ``host`` (``respawn_host``) surely starts on the
     driver's host, where the driver sees its process appear (runtime/birth.py): named so, or
     left to MPI in a job whose ranks and allocation are all on that one host."""
@@ -99,7 +117,9 @@ def replacement_here(host: str | None, live_hosts: Iterable[str], driver_host: s
     return True
 
 
-def respawn_host(failed_host: str | None, live_hosts: Iterable[str], driver_host: str) -> str | None:
+def respawn_host(
+    failed_host: str | None, live_hosts: Iterable[str], driver_host: str
+) -> str | None:
     """Where a failed worker's replacement starts, when the job spans several hosts: back on
     its own host while that host still runs a live worker (it is up: the process died, not
     the machine), else on the host with the fewest live workers (ties: by name). None on one

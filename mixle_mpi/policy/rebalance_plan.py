@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
-GAIN = 0.2    # the target must end a round at least this much sooner (a fraction) ...
-ROUNDS = 3    # ... in this many rounds in a row, before shards move
+GAIN = 0.2  # the target must end a round at least this much sooner (a fraction) ...
+ROUNDS = 3  # ... in this many rounds in a row, before shards move
 
 
 def round_time(counts: Mapping[int, int], paces: Mapping[int, float]) -> float:
@@ -49,13 +49,15 @@ def target(total: int, paces: Mapping[int, float]) -> dict[int, int]:
     return counts
 
 
-def moves(owners: Mapping[int, Sequence[int]], goal: Mapping[int, int]) -> dict[int, tuple[int, int]]:
+def moves(
+    owners: Mapping[int, Sequence[int]], goal: Mapping[int, int]
+) -> dict[int, tuple[int, int]]:
     """shard -> (from, to): the fewest moves from ``owners`` to the counts of ``goal``; a
     worker with too many gives its highest shard ids, the one short of most receives first."""
     give = []
     for w in sorted(owners):
         extra = len(owners[w]) - goal.get(w, len(owners[w]))
-        give += [(s, w) for s in sorted(owners[w])[len(owners[w]) - extra:]] if extra > 0 else []
+        give += [(s, w) for s in sorted(owners[w])[len(owners[w]) - extra :]] if extra > 0 else []
     short = {w: goal[w] - len(owners[w]) for w in goal if goal[w] > len(owners[w])}
     out = {}
     for s, w in sorted(give):
@@ -76,8 +78,12 @@ class Rebalancer:
     streak: int = 0
     last_goal: dict = field(default_factory=dict)
 
-    def plan(self, owners: Mapping[int, Sequence[int]], paces: Mapping[int, float | None],
-             spread: float = 1.0) -> dict[int, tuple[int, int]]:
+    def plan(
+        self,
+        owners: Mapping[int, Sequence[int]],
+        paces: Mapping[int, float | None],
+        spread: float = 1.0,
+    ) -> dict[int, tuple[int, int]]:
         """``owners``: each live worker holding shards -> its shards; ``paces``: its seconds
         per shard (None: unknown, taken as the median); paces within ``spread`` times the
         median count as the median. Returns the moves to make now."""

@@ -25,22 +25,23 @@ from collections.abc import Iterable, Mapping
 from itertools import repeat
 from typing import NamedTuple
 
-from mixle_mpi.policy.placement import spread
-
 from mixle_mpi.core.errors import ConfigError
+from mixle_mpi.policy.placement import spread
 
 ULFM, EMULATED, KEEP = "ulfm", "emulated", "keep"
 METHODS = (ULFM, EMULATED, KEEP)
 AUTO = "auto"
-CONTINUATION_ENV = "MIXLE_MPI_CONTINUATION"   # auto (default) or one of METHODS
+CONTINUATION_ENV = "MIXLE_MPI_CONTINUATION"  # auto (default) or one of METHODS
 
 
 def requested_method(environ: Mapping[str, str]) -> str:
     """``MIXLE_MPI_CONTINUATION``: ``auto`` (the default) or one of :data:`METHODS`."""
     raw = (environ.get(CONTINUATION_ENV) or AUTO).strip().lower()
     if raw not in (AUTO, *METHODS):
-        raise ConfigError(f"{CONTINUATION_ENV}={raw!r} is not a continuation method; valid values are "
-                          f"{', '.join((AUTO, *METHODS))}")
+        raise ConfigError(
+            f"{CONTINUATION_ENV}={raw!r} is not a continuation method; valid values are "
+            f"{', '.join((AUTO, *METHODS))}"
+        )
     return raw
 
 
@@ -54,8 +55,11 @@ def srun_plugin(environ: Mapping[str, str]) -> str | None:
     ``MpiDefault=pmi2`` its ranks inherit both, but Hydra also sets ``PMI_HOSTNAME`` (measured)."""
     if environ.get("PMIX_NAMESPACE", "").startswith("slurm.pmix."):
         return "pmix"
-    if (environ.get("SLURM_MPI_TYPE", "").startswith("pmi2") and environ.get("PMI_JOBID")
-            and not environ.get("PMI_HOSTNAME")):
+    if (
+        environ.get("SLURM_MPI_TYPE", "").startswith("pmi2")
+        and environ.get("PMI_JOBID")
+        and not environ.get("PMI_HOSTNAME")
+    ):
         return "pmi2"
     return None
 
@@ -86,15 +90,20 @@ def choose_method(requested: str, ulfm_works: bool, group_works: bool) -> tuple[
     works = {ULFM: ulfm_works, EMULATED: group_works, KEEP: True}
     if requested != AUTO:
         if not works[requested]:
-            raise ConfigError(f"{CONTINUATION_ENV}={requested} was asked for, but it does not work here "
-                              f"(ULFM Shrink {'works' if ulfm_works else 'does not work'}, Create_from_group "
-                              f"{'works' if group_works else 'does not work'}); use auto, or keep")
+            raise ConfigError(
+                f"{CONTINUATION_ENV}={requested} was asked for, but it does not work here "
+                f"(ULFM Shrink {'works' if ulfm_works else 'does not work'}, Create_from_group "
+                f"{'works' if group_works else 'does not work'}); use auto, or keep"
+            )
         return requested, f"{CONTINUATION_ENV}={requested}"
     if ulfm_works:
         return ULFM, "ULFM's Comm.Shrink works"
     if group_works:
         return EMULATED, "no working ULFM Shrink; Create_from_group works"
-    return KEEP, "neither ULFM's Shrink nor Create_from_group works: keep the communicator, never address the dead"
+    return (
+        KEEP,
+        "neither ULFM's Shrink nor Create_from_group works: keep the communicator, never address the dead",
+    )
 
 
 def shrink_needed(failed: Iterable[int], original: Mapping[int, int]) -> bool:
@@ -103,7 +112,9 @@ def shrink_needed(failed: Iterable[int], original: Mapping[int, int]) -> bool:
     return any(w in original for w in failed)
 
 
-def shrink_method(configured: str, started: bool, ulfm_reports_failed: bool) -> tuple[str, str | None]:
+def shrink_method(
+    configured: str, started: bool, ulfm_reports_failed: bool
+) -> tuple[str, str | None]:
     """(method, why it fell back to the emulation, or None).
 
     ULFM's ``Shrink`` waits for good for a member the library does not know to be dead (one
@@ -136,8 +147,9 @@ def blacklist_cause(failures: int, max_retries: int, respawn_setting: bool) -> s
     return "respawn unavailable (spawning failed): shards migrate to survivors"
 
 
-def migration(owners: Mapping[int, list[int]], blacklisted: Iterable[int],
-              live: Iterable[int]) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+def migration(
+    owners: Mapping[int, list[int]], blacklisted: Iterable[int], live: Iterable[int]
+) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
     """(new owners, worker -> shards it receives): the shards of blacklisted places move for
     good onto the least-loaded live workers. Raises ValueError when there is none."""
     gone = set(blacklisted)
@@ -160,23 +172,27 @@ class ShrinkComm(NamedTuple):
 class KeepComm(NamedTuple):
     """Keep the original ranks' communicator: ``dropped`` (dead original workers) are never
     addressed again, survivors keep their ranks. No collective, no handshake."""
+
     dropped: tuple
 
 
 class Respawn(NamedTuple):
     """Start a replacement process for ``worker``; it gets the same shards back."""
+
     worker: int
 
 
 class Adopt(NamedTuple):
     """The process of idle ``spare`` takes failed ``worker``'s place (same shards, next
     incarnation): no Spawn, and the spare was set up and beating already."""
+
     worker: int
     spare: int
 
 
 class Blacklist(NamedTuple):
     """``worker``'s place is given up for good; its shards migrate."""
+
     worker: int
     cause: str
 
@@ -184,6 +200,7 @@ class Blacklist(NamedTuple):
 class Migrate(NamedTuple):
     """Shards of blacklisted places move for good: the new ``owners``, and ``plan`` (worker ->
     shards it receives and must load)."""
+
     owners: dict
     plan: dict
 
@@ -196,9 +213,16 @@ def idle_places(owners: Mapping[int, list[int]], live: Iterable[int]) -> list[in
     return sorted(w for w in live if not owners.get(w))
 
 
-def plan(failed: Iterable[int], original: Mapping[int, int], membership, can_spawn: bool,
-         respawn_setting: bool, owners: Mapping[int, list[int]] | None = None, spares: Iterable[int] = (),
-         method: str = ULFM) -> list:
+def plan(
+    failed: Iterable[int],
+    original: Mapping[int, int],
+    membership,
+    can_spawn: bool,
+    respawn_setting: bool,
+    owners: Mapping[int, list[int]] | None = None,
+    spares: Iterable[int] = (),
+    method: str = ULFM,
+) -> list:
     """What to do about ``failed`` workers between rounds: if one was an original rank,
     ``ShrinkComm`` (``method`` ULFM or EMULATED) or ``KeepComm`` (KEEP); then, for each place
     below ``max_retries``, an ``Adopt`` by the next idle spare, else a ``Respawn`` when
@@ -210,7 +234,9 @@ def plan(failed: Iterable[int], original: Mapping[int, int], membership, can_spa
     pool = deque(s for s in sorted(spares) if s not in gone)
     actions: list = []
     if shrink_needed(failed, original):
-        actions.append(KeepComm(tuple(w for w in failed if w in original)) if method == KEEP else ShrinkComm())
+        actions.append(
+            KeepComm(tuple(w for w in failed if w in original)) if method == KEEP else ShrinkComm()
+        )
     decision = membership.decide(failed, can_spawn or bool(pool))
     later: list = []
     for w in decision.respawn:
@@ -228,8 +254,12 @@ def plan(failed: Iterable[int], original: Mapping[int, int], membership, can_spa
 
 def blacklisting(membership, worker: int, respawn_setting: bool) -> Blacklist:
     """The ``Blacklist`` action for ``worker``, with its cause."""
-    return Blacklist(worker, blacklist_cause(membership.records[worker].failures, membership.max_retries,
-                                             respawn_setting))
+    return Blacklist(
+        worker,
+        blacklist_cause(
+            membership.records[worker].failures, membership.max_retries, respawn_setting
+        ),
+    )
 
 
 def respawn_failed(membership, worker: int, respawn_setting: bool) -> Blacklist:
@@ -237,7 +267,9 @@ def respawn_failed(membership, worker: int, respawn_setting: bool) -> Blacklist:
     return blacklisting(membership, worker, respawn_setting)
 
 
-def migrate(owners: Mapping[int, list[int]], blacklisted: Iterable[int], live: Iterable[int]) -> Migrate | None:
+def migrate(
+    owners: Mapping[int, list[int]], blacklisted: Iterable[int], live: Iterable[int]
+) -> Migrate | None:
     """The ``Migrate`` action, or None when no blacklisted place holds a shard."""
     gone = set(blacklisted)
     if not any(owners.get(w) for w in gone):
@@ -254,7 +286,9 @@ def spawn_timeout_is_fatal(vendor: str) -> bool:
     return vendor == "MPICH"
 
 
-def replacement_command(full: list[str], fast: list[str] | None, pickled: tuple[bytes, ...]) -> list[str]:
+def replacement_command(
+    full: list[str], fast: list[str] | None, pickled: tuple[bytes, ...]
+) -> list[str]:
     """The fast entry (it joins before importing, ``runtime/spawned.py``), unless what the
     replacement must unpickle names ``__main__`` (a class defined in the user's script):
     only the script itself can define it again."""

@@ -41,12 +41,14 @@ class Wait:
 @dataclass(frozen=True)
 class Recover:
     """Send these orphaned shards (worker -> shards, with their rows) to survivors."""
+
     plan: dict[int, list[int]]
 
 
 @dataclass(frozen=True)
 class NeedWorkers:
     """Orphans but no live worker: reconfigure (respawn) first; if none comes back, fail."""
+
     orphans: list[int]
 
 
@@ -61,14 +63,16 @@ Step = Wait | Recover | NeedWorkers | Done
 @dataclass
 class RoundState:
     num_shards: int
-    preloaded: frozenset = frozenset()   # results already known (a fold journal)
-    here: frozenset = frozenset()        # shards the driver computes itself (driver_computes)
+    preloaded: frozenset = frozenset()  # results already known (a fold journal)
+    here: frozenset = frozenset()  # shards the driver computes itself (driver_computes)
     assigned: dict[int, Process] = field(default_factory=dict)
     accepted: set = field(default_factory=set)
     recomputed: set = field(default_factory=set)
     folded: set = field(default_factory=set)  # shards whose E-step payload went to the fold
-    copies: dict = field(default_factory=dict)  # shard -> the processes computing a speculative copy
-    won: dict = field(default_factory=dict)     # shard -> the copy holder whose result was accepted
+    copies: dict = field(
+        default_factory=dict
+    )  # shard -> the processes computing a speculative copy
+    won: dict = field(default_factory=dict)  # shard -> the copy holder whose result was accepted
 
     def __post_init__(self) -> None:
         self.preloaded = frozenset(self.preloaded)
@@ -85,7 +89,9 @@ class RoundState:
         self._unsent: set | None = None
 
     # -- what the driver tells it ----------------------------------------------------------
-    def own_work(self, owners: Mapping[int, Iterable[int]], live: Mapping[int, int]) -> dict[int, list[int]]:
+    def own_work(
+        self, owners: Mapping[int, Iterable[int]], live: Mapping[int, int]
+    ) -> dict[int, list[int]]:
         """The first dispatch: each live worker's resident shards that are still missing."""
         plan = {w: [s for s in owners.get(w, ()) if s not in self.accepted] for w in sorted(live)}
         return {w: ss for w, ss in plan.items() if ss}
@@ -97,8 +103,14 @@ class RoundState:
             raise ValueError(f"shard {shard} is not the driver's to compute in this round")
         self.accepted.add(shard)
 
-    def sent(self, worker: int, incarnation: int, shards: Iterable[int], recovery: bool = False,
-             copy: bool = False) -> None:
+    def sent(
+        self,
+        worker: int,
+        incarnation: int,
+        shards: Iterable[int],
+        recovery: bool = False,
+        copy: bool = False,
+    ) -> None:
         """A task for ``shards`` reached ``worker``'s current process (its send did not fail);
         ``copy``: speculative copies, the assignees keep their shards."""
         who = (worker, incarnation)
@@ -159,7 +171,9 @@ class RoundState:
             out.add(self.assigned[shard])
         return out
 
-    def take_stats(self, worker: int, incarnation: int, shard: int, live: Mapping[int, int]) -> bool:
+    def take_stats(
+        self, worker: int, incarnation: int, shard: int, live: Mapping[int, int]
+    ) -> bool:
         """Whether a payload sent ahead of ``shard``'s result (``protocol.Stats``) is to be
         folded now: it comes from the shard's assignee while it is live, as ``accept`` asks
         of a result, and no payload of the shard was folded yet. The shard is not accepted:
@@ -182,7 +196,11 @@ class RoundState:
         """Missing shards whose assignee is not a live process any more (or that have none)."""
         accepted, n = self.accepted, self.num_shards
         if self._unsent is None:
-            self._unsent = {s for s in range(n) if s not in self.assigned and s not in accepted and s not in self.here}
+            self._unsent = {
+                s
+                for s in range(n)
+                if s not in self.assigned and s not in accepted and s not in self.here
+            }
         elif self._unsent:
             self._unsent = {s for s in self._unsent if s not in accepted}
         found = set(self._unsent)

@@ -38,10 +38,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
-MULTIPLIER = 1.5   # a straggler's pace is more than this times the typical one (Spark's default)
-COPY_COST = 1.25   # a copy's time on an idle worker, in typical shards: rows sent from the store and encoded
-WINDOW = 5         # a pace is the median of this many last shards
-MIN_LAG = 0.1      # seconds behind the typical pace before a round's own pace can make a straggler
+MULTIPLIER = 1.5  # a straggler's pace is more than this times the typical one (Spark's default)
+COPY_COST = (
+    1.25  # a copy's time on an idle worker, in typical shards: rows sent from the store and encoded
+)
+WINDOW = 5  # a pace is the median of this many last shards
+MIN_LAG = 0.1  # seconds behind the typical pace before a round's own pace can make a straggler
 MIN_SAVING = 0.02  # seconds a round must end sooner for copies to be made
 
 
@@ -53,8 +55,10 @@ class Paces:
 
     window: int = WINDOW
     seconds: dict = field(default_factory=dict)  # (kind, worker) -> its last shards' seconds
-    paces: dict = field(default_factory=dict)    # (kind, worker) -> their median
-    copies: dict = field(default_factory=dict)   # kind -> the last speculative copies' seconds (rows encoded too)
+    paces: dict = field(default_factory=dict)  # (kind, worker) -> their median
+    copies: dict = field(
+        default_factory=dict
+    )  # kind -> the last speculative copies' seconds (rows encoded too)
 
     def note_copy(self, kind: str, seconds: float) -> None:
         self.copies.setdefault(kind, deque(maxlen=self.window)).append(max(0.0, float(seconds)))
@@ -89,10 +93,10 @@ class Busy:
     """A worker with shards of this round still to reply."""
 
     worker: int
-    uncopied: tuple     # its shards with no copy yet, in the order it computes them
-    left: int           # all its shards not replied yet, copied or not
-    done: int           # its shards replied this round
-    elapsed: float      # seconds since its task went out
+    uncopied: tuple  # its shards with no copy yet, in the order it computes them
+    left: int  # all its shards not replied yet, copied or not
+    done: int  # its shards replied this round
+    elapsed: float  # seconds since its task went out
     pace: float | None  # its seconds per shard from earlier shards (Paces), None if unknown
 
     @property
@@ -117,7 +121,7 @@ class Copies:
     each straggler the time it would have needed without them (what a copy may save)."""
 
     plan: dict
-    projected: dict     # straggler -> its remaining seconds when the copies were planned
+    projected: dict  # straggler -> its remaining seconds when the copies were planned
 
 
 def is_straggler(b: Busy, typical: float, multiplier: float = MULTIPLIER) -> bool:
@@ -145,18 +149,26 @@ def how_many(b: Busy, helpers: int, typical: float, copy: float | None = None) -
     return best_k if alone - best >= max(typical, MIN_SAVING) else 0
 
 
-def plan_copies(busy: Sequence[Busy], idle: Sequence[int], typical: float | None,
-                multiplier: float = MULTIPLIER, copy: float | None = None) -> Copies:
+def plan_copies(
+    busy: Sequence[Busy],
+    idle: Sequence[int],
+    typical: float | None,
+    multiplier: float = MULTIPLIER,
+    copy: float | None = None,
+) -> Copies:
     """Which idle worker copies which straggler's shards now (see the module's rule).
     Stragglers are served slowest first; each gets its share of the idle workers."""
     if not idle or not typical or typical <= 0:
         return Copies({}, {})
-    slow = sorted((b for b in busy if is_straggler(b, typical, multiplier)), key=lambda b: (-b.remaining(), b.worker))
+    slow = sorted(
+        (b for b in busy if is_straggler(b, typical, multiplier)),
+        key=lambda b: (-b.remaining(), b.worker),
+    )
     plan: dict[int, list[int]] = {}
     projected: dict[int, float] = {}
     helpers = sorted(idle)
-    for i, b in enumerate(slow[:len(helpers)]):
-        mine = helpers[i::min(len(slow), len(helpers))]
+    for i, b in enumerate(slow[: len(helpers)]):
+        mine = helpers[i :: min(len(slow), len(helpers))]
         k = how_many(b, len(mine), typical, copy)
         if not k:
             continue
@@ -167,8 +179,15 @@ def plan_copies(busy: Sequence[Busy], idle: Sequence[int], typical: float | None
     return Copies(plan, projected)
 
 
-def busy_workers(outstanding: Mapping[int, Iterable[int]], copied: Iterable[int], done: Mapping[int, int],
-                 sent_at: Mapping[int, float], now: float, paces: Paces, kind: str) -> list[Busy]:
+def busy_workers(
+    outstanding: Mapping[int, Iterable[int]],
+    copied: Iterable[int],
+    done: Mapping[int, int],
+    sent_at: Mapping[int, float],
+    now: float,
+    paces: Paces,
+    kind: str,
+) -> list[Busy]:
     """The round's busy workers as ``plan_copies`` reads them: ``outstanding`` maps each to
     its shards not replied yet (its own, in the order it computes them: by id)."""
     copied = set(copied)
@@ -177,12 +196,22 @@ def busy_workers(outstanding: Mapping[int, Iterable[int]], copied: Iterable[int]
         ss = sorted(shards)
         if not ss or w not in sent_at:
             continue
-        out.append(Busy(w, tuple(s for s in ss if s not in copied), len(ss), done.get(w, 0),
-                        max(0.0, now - sent_at[w]), paces.of(kind, w)))
+        out.append(
+            Busy(
+                w,
+                tuple(s for s in ss if s not in copied),
+                len(ss),
+                done.get(w, 0),
+                max(0.0, now - sent_at[w]),
+                paces.of(kind, w),
+            )
+        )
     return out
 
 
-def slow_places(paces: Paces, kind: str, workers: Iterable[int], multiplier: float = MULTIPLIER) -> dict[int, float]:
+def slow_places(
+    paces: Paces, kind: str, workers: Iterable[int], multiplier: float = MULTIPLIER
+) -> dict[int, float]:
     """The workers whose pace is more than ``multiplier`` times the median of ``workers``,
     each with how many times slower (rounded to 0.1), for progress lines and ``status``."""
     workers = list(workers)

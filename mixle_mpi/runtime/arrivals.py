@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 import time
 
-from mixle_mpi.core.protocol import Load, Loaded, Ready
 from mixle_mpi.core import clock, procs
+from mixle_mpi.core.protocol import Load, Loaded, Ready
+from mixle_mpi.core.settings import Settings
 from mixle_mpi.policy.join_plan import Join
 from mixle_mpi.policy.placement import replacement_here, respawn_host
-from mixle_mpi.core.settings import Settings
-from mixle_mpi.runtime.spawner import SpawnFailed, Spawner, SpawnUnavailable
+from mixle_mpi.runtime.spawner import Spawner, SpawnFailed, SpawnUnavailable
 from mixle_mpi.runtime.transport import Link
 
 
@@ -33,9 +33,11 @@ class Arrivals:
         self.d = driver
         self.spawner = spawner
         self.can_spawn = settings.respawn and spawner.command is not None
-        self.respawn_hosts: dict[int, str | None] = {}  # place -> the host its last replacement was asked on
-        self.joining: dict[int, Join] = {}             # replacements on their way in (policy/join_plan.py)
-        self.spawn_failed: list[int] = []              # places whose background Spawn failed
+        self.respawn_hosts: dict[
+            int, str | None
+        ] = {}  # place -> the host its last replacement was asked on
+        self.joining: dict[int, Join] = {}  # replacements on their way in (policy/join_plan.py)
+        self.spawn_failed: list[int] = []  # places whose background Spawn failed
 
     def respawn(self, worker: int) -> bool:
         """Start a replacement process for ``worker``; it gets the same shards back. It joins
@@ -46,9 +48,13 @@ class Arrivals:
         failed_host = self.d.info.get(worker, (None, None))[0]
         live_hosts = [self.d.info[w][0] for w in self.d.live() if w != worker and w in self.d.info]
         host = respawn_host(failed_host, live_hosts, self.d.host)
-        here = replacement_here(host, [*live_hosts, *([failed_host] if failed_host else [])], self.d.host, os.environ)
+        here = replacement_here(
+            host, [*live_hosts, *([failed_host] if failed_host else [])], self.d.host, os.environ
+        )
         if not self.spawner.background and not self.spawner.unavailable:
-            self.d.monitor.quiet(self.spawner.timeout)  # a Spawn in this thread may hold MPI, and the beats (MPICH)
+            self.d.monitor.quiet(
+                self.spawner.timeout
+            )  # a Spawn in this thread may hold MPI, and the beats (MPICH)
         try:
             link = self.spawner.start(worker, host, (self.d.encoder_b, self.d.body_b), here)
         except SpawnUnavailable as exc:  # the shards migrate
@@ -71,14 +77,21 @@ class Arrivals:
         self.d.grank.pop(worker, None)
         incarnation = self.d.membership.revive(worker)
         self.joining[worker] = Join(worker, clock.monotonic())
-        self.d.events.emit("respawn_started", worker=worker, incarnation=incarnation,
-                         shards=list(self.d.owners.get(worker, [])), seconds=round(time.perf_counter() - t0, 6),
-                         **({"on_host": self.respawn_hosts[worker]} if self.respawn_hosts.get(worker) else {}))
+        self.d.events.emit(
+            "respawn_started",
+            worker=worker,
+            incarnation=incarnation,
+            shards=list(self.d.owners.get(worker, [])),
+            seconds=round(time.perf_counter() - t0, 6),
+            **({"on_host": self.respawn_hosts[worker]} if self.respawn_hosts.get(worker) else {}),
+        )
         self.d.faults.check("respawn")  # the driver's own chaos, while a replacement is on its way
 
     def _spawn_unavailable(self, worker: int, cause: str) -> None:
         self.can_spawn = False
-        self.d.events.emit("spawn_unavailable", worker=worker, cause=cause, action="shards migrate to survivors")
+        self.d.events.emit(
+            "spawn_unavailable", worker=worker, cause=cause, action="shards migrate to survivors"
+        )
 
     def _begin_join(self, worker: int, link: Link) -> None:
         """The replacement's process is connected: set it up (it imports before it beats)."""
@@ -97,7 +110,9 @@ class Arrivals:
             return None
         self.d.info[worker] = (self.d.host, ident[0])
         self.d.started_at[worker] = ident[1]  # its identity: only that process is ever fenced
-        self.d.spaces[worker] = self.d.space    # its record is of this host and pid space (birth.identity_here)
+        self.d.spaces[worker] = (
+            self.d.space
+        )  # its record is of this host and pid space (birth.identity_here)
         return ident[0]
 
     def advance_spawns(self, now: float) -> bool:
@@ -111,7 +126,10 @@ class Arrivals:
                 self._begin_join(w, got)
                 progressed = True
             elif got.died:
-                self.d.info[w] = (self.d.host, got.pid)  # the dead replacement (watched on this host)
+                self.d.info[w] = (
+                    self.d.host,
+                    got.pid,
+                )  # the dead replacement (watched on this host)
                 self.d.fail(w, got.why)
             else:
                 self._spawn_failed(w, got.why)
@@ -132,15 +150,22 @@ class Arrivals:
             if w in self.spawner.running:
                 continue
             join = self.joining[w]
-            if join.pid is not None and procs.gone(join.pid):  # no heartbeat verdict yet: it has a grace
+            if join.pid is not None and procs.gone(
+                join.pid
+            ):  # no heartbeat verdict yet: it has a grace
                 self.d.fail(w, f"its process (pid {join.pid}) ended while it joined")
                 continue
             for msg in self.d.mail.drain(w):
                 if isinstance(msg, Ready) and not join.ready:
                     self.d.note_ready(w, msg)
                     join.got_ready(self.d.load_parts(self.d.owners.get(w, [])), now)
-                    self.d.events.emit("respawn_ready", worker=w, host=msg.host, pid=msg.pid,
-                                     incarnation=self.d.membership.records[w].incarnation)
+                    self.d.events.emit(
+                        "respawn_ready",
+                        worker=w,
+                        host=msg.host,
+                        pid=msg.pid,
+                        incarnation=self.d.membership.records[w].incarnation,
+                    )
                     progressed = True
                 elif isinstance(msg, Loaded):
                     join.got_loaded(msg.shard, now)
@@ -149,9 +174,15 @@ class Arrivals:
                 continue  # it failed meanwhile
             if join.parts and self.d.mail.sent(w):
                 sid, a, b, last = join.next_part(now)
-                progressed = self.d.mail.post(w, Load(sid, self.d.store.read_packed(sid, a, b), last)) or progressed
+                progressed = (
+                    self.d.mail.post(w, Load(sid, self.d.store.read_packed(sid, a, b), last))
+                    or progressed
+                )
             elif w in self.joining and join.stalled(now, self.d.settings.reconfigure_timeout):
-                self.d.fail(w, f"no progress joining within reconfigure_timeout={self.d.settings.reconfigure_timeout:g} s (hung)")
+                self.d.fail(
+                    w,
+                    f"no progress joining within reconfigure_timeout={self.d.settings.reconfigure_timeout:g} s (hung)",
+                )
         return progressed
 
     def finish_joins(self) -> None:
@@ -166,13 +197,21 @@ class Arrivals:
             shards = list(self.d.owners.get(w, []))
             self.d.release(shards)
             host, pid = self.d.info[w]
-            self.d.events.emit("respawned", worker=w, host=host, pid=pid,
-                             incarnation=self.d.membership.records[w].incarnation, shards=shards,
-                             seconds=round(clock.monotonic() - join.started, 6), background=True)
+            self.d.events.emit(
+                "respawned",
+                worker=w,
+                host=host,
+                pid=pid,
+                incarnation=self.d.membership.records[w].incarnation,
+                shards=shards,
+                seconds=round(clock.monotonic() - join.started, 6),
+                background=True,
+            )
 
     def await_a_worker(self) -> None:
         """No worker computes, but replacements are joining: wait for one (bounded by its own
         join deadline), since nobody else can take the orphans. Fails if none comes."""
+
         def step() -> bool | None:
             self.d.check_failures()
             self.finish_joins()
@@ -198,7 +237,9 @@ class Arrivals:
         self.d.owners.pop(spare, None)
         self.d.membership.retire(spare)
         if spare in self.d.info:
-            self.d.info[worker] = self.d.info.pop(spare)  # fencing must aim at the spare's process now
+            self.d.info[worker] = self.d.info.pop(
+                spare
+            )  # fencing must aim at the spare's process now
         else:
             self.d.info.pop(worker, None)
         warm = {s for s, h in self.d.kept.items() if h == spare}
@@ -208,11 +249,21 @@ class Arrivals:
                 del self.d.kept[s]
             else:
                 self.d.kept[s] = worker
-        self._bring_up(worker, link, "spare_adopted", t0, held=warm, spare=spare, warm=sorted(warm & place))
+        self._bring_up(
+            worker, link, "spare_adopted", t0, held=warm, spare=spare, warm=sorted(warm & place)
+        )
         return True
 
-    def _bring_up(self, worker: int, link: Link, event: str, t0: float, held=frozenset(), watch: int | None = None,
-                  **fields) -> None:
+    def _bring_up(
+        self,
+        worker: int,
+        link: Link,
+        event: str,
+        t0: float,
+        held=frozenset(),
+        watch: int | None = None,
+        **fields,
+    ) -> None:
         """The process now on ``link`` takes ``worker``'s place (a replacement or a spare):
         set it up, wait for it to be ready, send it the place's shards less those it
         ``held`` already, then log ``event`` with ``fields``. A failure on the way is one of
@@ -221,18 +272,32 @@ class Arrivals:
         once while it has no heartbeat verdict yet (MPICH has no ULFM to report it)."""
         self.d.mail.connect(worker, link)
         incarnation = self.d.membership.revive(worker)
-        self.d.monitor.grace(worker, self.d.settings.reconfigure_timeout)  # a replacement imports before it beats
+        self.d.monitor.grace(
+            worker, self.d.settings.reconfigure_timeout
+        )  # a replacement imports before it beats
         if self.d.mail.post(worker, self.d.setup_message(worker)):
             self.d.monitor.watch(worker, link)
-        ready = self.d.collect({worker: {(Ready, worker)}}, "ready",
-                             watch={worker: (watch, self.d.started_at[worker])} if watch is not None else None)
+        ready = self.d.collect(
+            {worker: {(Ready, worker)}},
+            "ready",
+            watch={worker: (watch, self.d.started_at[worker])} if watch is not None else None,
+        )
         if worker in ready:
             self.d.note_ready(worker, ready[worker][0])
             self.d.load({worker: [s for s in self.d.owners.get(worker, []) if s not in held]})
         self.d.monitor.grace(worker, 0.0)
         if self.d.membership.is_live(worker):
-            self.d.release(list(self.d.owners.get(worker, [])))  # survivors' copies from the recovery
+            self.d.release(
+                list(self.d.owners.get(worker, []))
+            )  # survivors' copies from the recovery
             host, pid = self.d.info[worker]
-            self.d.events.emit(event, worker=worker, host=host, pid=pid, incarnation=incarnation,
-                             shards=list(self.d.owners.get(worker, [])), **fields,
-                             seconds=round(time.perf_counter() - t0, 6))
+            self.d.events.emit(
+                event,
+                worker=worker,
+                host=host,
+                pid=pid,
+                incarnation=incarnation,
+                shards=list(self.d.owners.get(worker, [])),
+                **fields,
+                seconds=round(time.perf_counter() - t0, 6),
+            )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from mpi4py import MPI
 
 from mixle_mpi.core.protocol import TAG_HB, Beat
-from mixle_mpi.policy.fanin_plan import DIRECT, MemberBook, Relayed, RelayBack, Role
+from mixle_mpi.policy.fanin_plan import DIRECT, MemberBook, RelayBack, Relayed, Role
 from mixle_mpi.policy.heartbeat import answer_due
 from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, Link
 
@@ -21,8 +21,8 @@ class BeatRelay:
     def __init__(self) -> None:
         self.role = DIRECT
         self.book = MemberBook()
-        self._hb = None                            # the communicator the role was given on
-        self._sends: dict[int, list] = {}          # rank -> pending sends to the relay or a member
+        self._hb = None  # the communicator the role was given on
+        self._sends: dict[int, list] = {}  # rank -> pending sends to the relay or a member
 
     @property
     def relaying(self) -> bool:
@@ -39,7 +39,9 @@ class BeatRelay:
         if isinstance(msg, Role):
             self.role = msg
             self.book.assign(msg.members)
-            self._sends = {r: s for r, s in self._sends.items() if r == msg.relay or r in self.book.members}
+            self._sends = {
+                r: s for r, s in self._sends.items() if r == msg.relay or r in self.book.members
+            }
 
     def report(self) -> tuple[Relayed, ...]:
         return self.book.report() if self.relaying else ()

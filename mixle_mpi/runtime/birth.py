@@ -21,8 +21,7 @@ import socket
 import sys
 import time
 
-from mixle_mpi.core import rundir
-from mixle_mpi.core import procs
+from mixle_mpi.core import procs, rundir
 from mixle_mpi.launch.reaper import APPEAR_WITHIN
 
 ARG = "--birth"  # the replacement's argument naming where it writes the record
@@ -52,10 +51,14 @@ def write(path: str) -> None:
     if ident is None:
         return
     try:
-        rundir.create_new(path, f"{socket.gethostname()} {ident[0]} {ident[1]} {procs.pid_space() or '-'}\n")
+        rundir.create_new(
+            path, f"{socket.gethostname()} {ident[0]} {ident[1]} {procs.pid_space() or '-'}\n"
+        )
     except OSError as exc:  # another host, which cannot see the driver's run folder
-        sys.stderr.write(f"[mixle_mpi] replacement pid {os.getpid()}: no birth record at {path} "
-                         f"({exc.strerror}); the driver falls back on the Spawn's deadline\n")
+        sys.stderr.write(
+            f"[mixle_mpi] replacement pid {os.getpid()}: no birth record at {path} "
+            f"({exc.strerror}); the driver falls back on the Spawn's deadline\n"
+        )
 
 
 def read(path: str) -> tuple[str, tuple[int, str]] | None:
@@ -128,7 +131,9 @@ class SpawnDeathCheck:
     def __init__(self, path: str, here: bool = False, clock=time.monotonic) -> None:
         self.path, self.here, self.clock = path, here, clock
         self.seen: set[tuple[int, str]] = set()
-        self.older = procs.pids()  # before the Spawn: a scan then reads a few new command lines, not all
+        self.older = (
+            procs.pids()
+        )  # before the Spawn: a scan then reads a few new command lines, not all
         self.began = clock()
         self._next_scan = 0.0
 
@@ -144,6 +149,8 @@ class SpawnDeathCheck:
             pid = min(self.seen)[0]
             return pid, f"its process (pid {pid}) died before it had joined MPI"
         if self.here and not self.seen and now - self.began > APPEAR_WITHIN:
-            return None, (f"its process was not seen on this host within {APPEAR_WITHIN:g} s of the Spawn "
-                          "(it died as it started, or never started)")
+            return None, (
+                f"its process was not seen on this host within {APPEAR_WITHIN:g} s of the Spawn "
+                "(it died as it started, or never started)"
+            )
         return None

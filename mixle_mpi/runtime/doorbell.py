@@ -37,9 +37,15 @@ class _Iovec(ctypes.Structure):
 
 
 class _Msghdr(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32), ("iov", ctypes.POINTER(_Iovec)),
-                ("iovlen", ctypes.c_size_t), ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
-                ("flags", ctypes.c_int)]
+    _fields_ = [
+        ("name", ctypes.c_void_p),
+        ("namelen", ctypes.c_uint32),
+        ("iov", ctypes.POINTER(_Iovec)),
+        ("iovlen", ctypes.c_size_t),
+        ("control", ctypes.c_void_p),
+        ("controllen", ctypes.c_size_t),
+        ("flags", ctypes.c_int),
+    ]
 
 
 class _Mmsghdr(ctypes.Structure):
@@ -146,7 +152,10 @@ class Doorbell:
                 out += [True] * sent
                 continue
             code = ctypes.get_errno()  # the first message of the rest failed: judge it alone
-            out.append(code in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR) and self.ring(addresses[len(out)]))
+            out.append(
+                code in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR)
+                and self.ring(addresses[len(out)])
+            )
         return out
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ result only from the worker it is currently assigned to, and recomputes the shar
 worker that fails on survivors from the HDF5 shard store. Reconfiguration (shrink,
 respawn, blacklist, migration) happens between rounds, when every worker is idle.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,31 +19,41 @@ from typing import Any
 
 from mpi4py import MPI
 
-from mixle_mpi.core import clock, logs, probes
-from mixle_mpi.core.settings import Settings
-from mixle_mpi.core.errors import NoWorkersLeft
-from mixle_mpi.core import estep
-from mixle_mpi.core.malloc import retain_freed_memory
-from mixle_mpi.core import procs
-from mixle_mpi.core.protocol import Abort, Fence, Load, Loaded, Reach, Reached, ReadOwn, Ready, Release, Setup, Stop
-from mixle_mpi.storage.events import EventLog
 from mixle_mpi.chaos.faults import FaultInjector, plan_to_json
+from mixle_mpi.core import clock, estep, logs, probes, procs
+from mixle_mpi.core.deadlines import run_with_deadline
+from mixle_mpi.core.errors import NoWorkersLeft
+from mixle_mpi.core.malloc import retain_freed_memory
+from mixle_mpi.core.protocol import (
+    Abort,
+    Fence,
+    Load,
+    Loaded,
+    Reach,
+    Reached,
+    ReadOwn,
+    Ready,
+    Release,
+    Setup,
+    Stop,
+)
+from mixle_mpi.core.settings import Settings
+from mixle_mpi.policy.join_plan import release_plan
 from mixle_mpi.policy.membership import Membership
+from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers
 from mixle_mpi.policy.rebalance_plan import Rebalancer
 from mixle_mpi.policy.speculation_plan import Paces
 from mixle_mpi.runtime.arrivals import Arrivals
 from mixle_mpi.runtime.mailroom import Mailroom
+from mixle_mpi.runtime.monitor import Monitor
 from mixle_mpi.runtime.reconfiguring import Reconfiguring
 from mixle_mpi.runtime.round import Round
-from mixle_mpi.runtime.monitor import Monitor
-from mixle_mpi.runtime.wiring import Wiring
-from mixle_mpi.policy.join_plan import release_plan
-from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers
-from mixle_mpi.core.deadlines import run_with_deadline
-from mixle_mpi.storage.store import ShardStore, rows_from_packed
 from mixle_mpi.runtime.transport import ABORT_SEND_WAIT
+from mixle_mpi.runtime.wiring import Wiring
+from mixle_mpi.storage.events import EventLog
+from mixle_mpi.storage.store import ShardStore, rows_from_packed
 
-STOP_SEND_WAIT = 5.0       # seconds for "stop" messages to leave at the end
+STOP_SEND_WAIT = 5.0  # seconds for "stop" messages to leave at the end
 DISCONNECT_TIMEOUT = 10.0  # seconds for one respawned worker's Disconnect at exit
 
 
@@ -68,48 +79,58 @@ class Driver:
         self.store = store
         self.num_shards = store.num_shards
         self.encoder_b = encoder_b
-        self.failover = failover  # how the workers agree on a dead driver's successor (Setup.failover)
-        self.armed = False        # failover armed by reach(): a checkpoint is being written
+        self.failover = (
+            failover  # how the workers agree on a dead driver's successor (Setup.failover)
+        )
+        self.armed = False  # failover armed by reach(): a checkpoint is being written
         self.unreached: set[int] = set()  # workers that cannot read the checkpoint's folder
         self.sub_chunks = sub_chunks
         self.settings = settings
         self.events = events
         self.fault_plan_json = plan_to_json(fault_plan)
-        self.faults = FaultInjector(fault_plan, 0, 0)   # the driver's own chaos (rank 0)
+        self.faults = FaultInjector(fault_plan, 0, 0)  # the driver's own chaos (rank 0)
         self.shrink_method = shrink_method
-        self.body_b = b""                               # the last round's pickled body
+        self.body_b = b""  # the last round's pickled body
         self.arrivals = Arrivals(self, settings, wiring.spawner)
         self.reconfiguring = Reconfiguring(self)
         self.host = wiring.host
-        self.space = procs.pid_space()                      # this process's pid space: a worker's pid is ours to signal only in it
-        self.spaces: dict[int, str] = {}              # worker -> its pid space (Ready.space, a birth record)
+        self.space = (
+            procs.pid_space()
+        )  # this process's pid space: a worker's pid is ours to signal only in it
+        self.spaces: dict[int, str] = {}  # worker -> its pid space (Ready.space, a birth record)
 
         self.gcomm = gcomm
         # Worker ids are the world ranks 1..workers, whoever came up: a rank left out at
         # startup is placed like the others and then recovered as a failed worker. The last
         # ``spares`` ids are spares: places with no shard until one adopts a failed place.
         ids = list(range(1, workers + 1))
-        holders = ids[:len(ids) - spares]
+        holders = ids[: len(ids) - spares]
         self.membership = Membership(ids, max_retries)
-        self.grank = dict(ranks)                      # original-group members: rank in gcomm
+        self.grank = dict(ranks)  # original-group members: rank in gcomm
         self.mail = Mailroom(dict(wiring.links), wiring.bell, self.fail, wiring.idle)
-        self.info: dict[int, tuple[str, int]] = {}    # worker -> (host, pid)
-        self.reads_store: set[int] = set()            # workers that read their own shards (Ready.reads_store)
-        self.started_at: dict[int, str] = {}          # worker -> its process's start time (Ready.started)
-        self.read_own: set[int] = set()               # the workers that read their own shards at the last load
+        self.info: dict[int, tuple[str, int]] = {}  # worker -> (host, pid)
+        self.reads_store: set[int] = set()  # workers that read their own shards (Ready.reads_store)
+        self.started_at: dict[int, str] = {}  # worker -> its process's start time (Ready.started)
+        self.read_own: set[int] = set()  # the workers that read their own shards at the last load
         self.here = self._driver_share(len(holders))  # the shards this process computes itself
         self.here_chunks: dict[int, Any] | None = None  # encoded at the first round
-        self.owners = {**initial_placement(self.num_shards, holders, skip=self.here),
-                       **{s: [] for s in ids[len(holders):]}}
-        self.pending: set[int] = set()                # failed since the last reconfiguration
-        self.kept: dict[int, int] = {}                # shard -> the live worker keeping it encoded for its place
+        self.owners = {
+            **initial_placement(self.num_shards, holders, skip=self.here),
+            **{s: [] for s in ids[len(holders) :]},
+        }
+        self.pending: set[int] = set()  # failed since the last reconfiguration
+        self.kept: dict[int, int] = {}  # shard -> the live worker keeping it encoded for its place
         self.calls = {"estep": 0, "init": 0, "llsum": 0}
-        self.monitor = monitor                        # started by the handle at the handshake
+        self.monitor = monitor  # started by the handle at the handshake
         self.rounds: list[dict[str, Any]] = []
-        self.round_seconds: dict[str, float] = {}     # kind -> the last round's dispatch-to-results time
-        self.paces = Paces()                          # each place's seconds per shard (policy/speculation_plan.py)
-        self.rebalancer = Rebalancer()                # speed-aware placement between rounds (policy/rebalance_plan.py)
-        self.started = False                          # every worker set up and loaded once
+        self.round_seconds: dict[
+            str, float
+        ] = {}  # kind -> the last round's dispatch-to-results time
+        self.paces = Paces()  # each place's seconds per shard (policy/speculation_plan.py)
+        self.rebalancer = (
+            Rebalancer()
+        )  # speed-aware placement between rounds (policy/rebalance_plan.py)
+        self.started = False  # every worker set up and loaded once
         self.closed = False
 
     # -- failure handling ------------------------------------------------------
@@ -137,9 +158,15 @@ class Driver:
         self.pending.add(worker)
         rec = self.membership.records[worker]
         self.events.emit(
-            "failure_detected", worker=worker, host=host, pid=pid, cause=cause,
-            failures=rec.failures, incarnation=rec.incarnation,
-            detected_at=detected_at or time.time(), fenced=fenced,
+            "failure_detected",
+            worker=worker,
+            host=host,
+            pid=pid,
+            cause=cause,
+            failures=rec.failures,
+            incarnation=rec.incarnation,
+            detected_at=detected_at or time.time(),
+            fenced=fenced,
             **({"fenced_by": fenced_by} if fenced_by is not None else {}),
         )
 
@@ -148,10 +175,14 @@ class Driver:
         that started at the time it reported (``procs.kill_same``): a reused pid is refused,
         with a line that says so. True once that process is surely gone."""
         started = self.started_at.get(worker)
-        outcome = procs.kill_same((pid, started)) if started else (None if procs.gone(pid) else False)
+        outcome = (
+            procs.kill_same((pid, started)) if started else (None if procs.gone(pid) else False)
+        )
         if outcome is False:
-            logs.get("driver").warning(f"not fencing worker {worker}: pid {pid} no longer names its process "
-                                       f"(started {started or 'unknown'}); nothing was signalled")
+            logs.get("driver").warning(
+                f"not fencing worker {worker}: pid {pid} no longer names its process "
+                f"(started {started or 'unknown'}); nothing was signalled"
+            )
         return outcome is not False
 
     def check_failures(self) -> None:
@@ -160,7 +191,11 @@ class Driver:
 
     def live(self) -> list[int]:
         """The workers that compute this round (a replacement still joining does not)."""
-        return [w for w in self.membership.live() if w in self.mail.links and w not in self.arrivals.joining]
+        return [
+            w
+            for w in self.membership.live()
+            if w in self.mail.links and w not in self.arrivals.joining
+        ]
 
     def _reachable(self) -> list[int]:
         """Every worker process to stop at the end: the live ones and those still joining."""
@@ -184,7 +219,9 @@ class Driver:
         return self.reconfiguring.reconfigure()
 
     # -- waiting for replies -----------------------------------------------------
-    def collect(self, expect: dict[int, set], what: str, watch: dict | None = None) -> dict[int, list]:
+    def collect(
+        self, expect: dict[int, set], what: str, watch: dict | None = None
+    ) -> dict[int, list]:
         """Wait until each expected worker sent the replies whose ``key`` is expected (for
         example ``(Ready, worker)``), or failed. Returns the replies per worker; failed
         workers are simply absent.
@@ -207,8 +244,11 @@ class Driver:
                     self.fail(w, f"its process (pid {ident[0]}) ended before its {what!r} reply")
             if clock.monotonic() > deadline[0]:
                 for w in sorted(waiting):
-                    self.fail(w, f"no {what!r} reply within reconfigure_timeout="
-                                  f"{self.settings.reconfigure_timeout:g} s (hung)")
+                    self.fail(
+                        w,
+                        f"no {what!r} reply within reconfigure_timeout="
+                        f"{self.settings.reconfigure_timeout:g} s (hung)",
+                    )
                 deadline[0] = float("inf")
             progressed = False
             for w in list(waiting):
@@ -240,25 +280,40 @@ class Driver:
         self._setup(self.live())
         t_setup = time.perf_counter()
         self.load({w: list(self.owners[w]) for w in self.live()})
-        self.events.emit("loaded", workers=len(self.live()), shards=self.num_shards,
-                         read_by_workers=sorted(self.read_own & set(self.live())),
-                         hosts={w: self.info[w][0] for w in self.live() if w in self.info},
-                         setup_seconds=round(t_setup - t0, 6), load_seconds=round(time.perf_counter() - t_setup, 6))
+        self.events.emit(
+            "loaded",
+            workers=len(self.live()),
+            shards=self.num_shards,
+            read_by_workers=sorted(self.read_own & set(self.live())),
+            hosts={w: self.info[w][0] for w in self.live() if w in self.info},
+            setup_seconds=round(t_setup - t0, 6),
+            load_seconds=round(time.perf_counter() - t_setup, 6),
+        )
         self.reconfigure()
         self.started = True
 
     def setup_message(self, worker: int) -> Setup:
         own = self.store.store_id if self.settings.workers_read_store else ""
         s = self.settings
-        return Setup(worker=worker, incarnation=self.membership.records[worker].incarnation,
-                     encoder=self.encoder_b, sub_chunks=self.sub_chunks, heartbeat_period=s.heartbeat_period,
-                     driver_timeout=s.driver_timeout, reconfigure_timeout=s.reconfigure_timeout,
-                     blas_threads=s.blas_threads, fault_plan=self.fault_plan_json,
-                     driver_host=self.host, driver_pid=os.getpid(), failover=self.failover,
-                     store_path=os.path.abspath(self.store.path) if self.failover or own else "",
-                     own_store=own, armed=self.armed and worker not in self.unreached,
-                     driver_bell=self.mail.bell.address if self.mail.bell is not None else "",
-                     driver_space=self.space)
+        return Setup(
+            worker=worker,
+            incarnation=self.membership.records[worker].incarnation,
+            encoder=self.encoder_b,
+            sub_chunks=self.sub_chunks,
+            heartbeat_period=s.heartbeat_period,
+            driver_timeout=s.driver_timeout,
+            reconfigure_timeout=s.reconfigure_timeout,
+            blas_threads=s.blas_threads,
+            fault_plan=self.fault_plan_json,
+            driver_host=self.host,
+            driver_pid=os.getpid(),
+            failover=self.failover,
+            store_path=os.path.abspath(self.store.path) if self.failover or own else "",
+            own_store=own,
+            armed=self.armed and worker not in self.unreached,
+            driver_bell=self.mail.bell.address if self.mail.bell is not None else "",
+            driver_space=self.space,
+        )
 
     def note_ready(self, worker: int, ready: Ready) -> None:
         """``worker`` is set up: it beats from now on, so a replacement's grace for its
@@ -296,7 +351,9 @@ class Driver:
         for w, why in lost.items():
             self._out_of_failover(w, why)
         self.armed = True
-        self.events.emit("failover_armed", workers=sorted(set(workers) - set(lost)), out=sorted(lost))
+        self.events.emit(
+            "failover_armed", workers=sorted(set(workers) - set(lost)), out=sorted(lost)
+        )
         return lost
 
     def _out_of_failover(self, worker: int, why: str) -> None:
@@ -321,17 +378,24 @@ class Driver:
         the driver streams the rest (``_stream``), and any shard a worker could not read.
         Heartbeats cover a loading worker as at any other moment (it is set up: it beats), so
         a death while it loads is found within heartbeat_timeout."""
-        readers = own_readers({w: sum(self.store.shard_bytes(s) for s in sids) for w, sids in plan.items()},
-                              self.reads_store, self.settings.own_read_min_bytes)
+        readers = own_readers(
+            {w: sum(self.store.shard_bytes(s) for s in sids) for w, sids in plan.items()},
+            self.reads_store,
+            self.settings.own_read_min_bytes,
+        )
         own = {w: sids for w, sids in plan.items() if sids and w in readers}
         for w, sids in list(own.items()):
-            if not self.mail.post(w, ReadOwn(tuple(sids))):  # it failed: streamed to nobody (it is recovered)
+            if not self.mail.post(
+                w, ReadOwn(tuple(sids))
+            ):  # it failed: streamed to nobody (it is recovered)
                 own.pop(w)
         streamed = {w: sids for w, sids in plan.items() if w not in own}
         expect = self._stream(streamed)
         for w, sids in own.items():
             expect.setdefault(w, set()).update((Loaded, sid) for sid in sids)
-        got = self.collect({w: keys for w, keys in expect.items() if w in self.mail.links}, "loaded")
+        got = self.collect(
+            {w: keys for w, keys in expect.items() if w in self.mail.links}, "loaded"
+        )
         unread: dict[int, list[int]] = {}
         for w, msgs in got.items():
             for m in msgs:
@@ -341,7 +405,10 @@ class Driver:
                     self.events.emit("store_unread", worker=w, shard=m.shard, why=m.unread)
         self.read_own = set(own) - set(unread)
         if unread:
-            self.collect({w: keys for w, keys in self._stream(unread).items() if w in self.mail.links}, "loaded")
+            self.collect(
+                {w: keys for w, keys in self._stream(unread).items() if w in self.mail.links},
+                "loaded",
+            )
 
     def _stream(self, plan: dict[int, list[int]]) -> dict[int, set]:
         """Send raw shards (read from the store) for workers to encode and keep resident;
@@ -365,8 +432,11 @@ class Driver:
                     continue
                 if not done:
                     if clock.monotonic() - last_progress[w] > self.settings.reconfigure_timeout:
-                        self.fail(w, f"no progress receiving its shards within reconfigure_timeout="
-                                      f"{self.settings.reconfigure_timeout:g} s (hung)")
+                        self.fail(
+                            w,
+                            f"no progress receiving its shards within reconfigure_timeout="
+                            f"{self.settings.reconfigure_timeout:g} s (hung)",
+                        )
                         parts.pop(w)
                     continue
                 sid, a, b, last = parts[w].pop(0)
@@ -390,9 +460,17 @@ class Driver:
 
     # -- rounds --------------------------------------------------------------------
     @probes.spanned("round")
-    def run_round(self, kind: str, body: Any, extras: dict[int, Any] | None = None,
-                  preloaded: dict[int, Any] | None = None, record=None, fold=None,
-                  body_b: bytes | None = None, scores: dict[int, Any] | None = None) -> dict[int, Any]:
+    def run_round(
+        self,
+        kind: str,
+        body: Any,
+        extras: dict[int, Any] | None = None,
+        preloaded: dict[int, Any] | None = None,
+        record=None,
+        fold=None,
+        body_b: bytes | None = None,
+        scores: dict[int, Any] | None = None,
+    ) -> dict[int, Any]:
         """Compute every shard's result for one call; exact whatever fails meanwhile
         (``runtime.round.Round`` says how)."""
         return Round(self, kind, body, extras, preloaded, record, fold, body_b, scores).run()
@@ -402,22 +480,37 @@ class Driver:
         if self.here_chunks is None:
             retain_freed_memory()  # as on a worker: E-step temporaries reuse heap pages (core/malloc.py)
             encoder = pickle.loads(self.encoder_b)  # nosec B301 - pickled by this process
-            self.here_chunks = {s: estep.encode_shard(encoder, rows_from_packed(self.store.read_packed(s)), self.sub_chunks)
-                                for s in self.here}
+            self.here_chunks = {
+                s: estep.encode_shard(
+                    encoder, rows_from_packed(self.store.read_packed(s)), self.sub_chunks
+                )
+                for s in self.here
+            }
         return self.here_chunks
 
     def _driver_share(self, holders: int) -> list[int]:
         """The driver's own shards (``placement.driver_share``), and an event saying which and
         why: the setting, the share's stored bytes and the cap on them."""
         on, cap = self.settings.driver_computes, self.settings.driver_share_max_bytes
-        sizes = {s: self.store.shard_bytes(s) for s in driver_share(self.num_shards, holders, on)}  # uncapped
+        sizes = {
+            s: self.store.shard_bytes(s) for s in driver_share(self.num_shards, holders, on)
+        }  # uncapped
         share = driver_share(self.num_shards, holders, on, sizes.__getitem__, cap)
-        self.events.emit("driver_shards", shards=share, share=len(sizes), setting=on, num_shards=self.num_shards,
-                         share_bytes=sum(sizes.values()), max_bytes=cap)
+        self.events.emit(
+            "driver_shards",
+            shards=share,
+            share=len(sizes),
+            setting=on,
+            num_shards=self.num_shards,
+            share_bytes=sum(sizes.values()),
+            max_bytes=cap,
+        )
         return share
 
     def no_workers_error(self) -> NoWorkersLeft:
-        fails = ", ".join(f"rank {w}: {n} failure(s)" for w, n in self.membership.failures().items())
+        fails = ", ".join(
+            f"rank {w}: {n} failure(s)" for w, n in self.membership.failures().items()
+        )
         return NoWorkersLeft(
             f"every worker rank is dead or blacklisted ({fails}); max_retries={self.membership.max_retries}"
             f"{'' if self.arrivals.can_spawn else ', respawn unavailable'}. The fit cannot continue."
@@ -440,8 +533,12 @@ class Driver:
         self.closed = True
         live = self.live()
         self._stop([w for w in live if self.mail.links[w].inter is None])
-        self.events.emit("closed", live=live, blacklisted=self.membership.blacklisted(),
-                         failures=self.membership.failures())
+        self.events.emit(
+            "closed",
+            live=live,
+            blacklisted=self.membership.blacklisted(),
+            failures=self.membership.failures(),
+        )
 
     def finish(self) -> None:
         """At process exit: stop and disconnect respawned workers (a Spawn still under way is
@@ -450,11 +547,20 @@ class Driver:
         t0 = clock.monotonic()
         self.arrivals.spawner.settle()
         self.arrivals.advance_spawns(clock.monotonic())
-        if self.arrivals.spawner.running:  # its process died as it started: under Open MPI that Spawn never returns
-            self.events.emit("spawn_abandoned", workers=sorted(self.arrivals.spawner.running),
-                             waited=round(clock.monotonic() - t0, 3),
-                             cause="a replacement's Spawn had not finished at the fit's end; the results are saved")
-        spawned = {w: self.mail.links[w].inter for w in self._reachable() if self.mail.links[w].inter is not None}
+        if (
+            self.arrivals.spawner.running
+        ):  # its process died as it started: under Open MPI that Spawn never returns
+            self.events.emit(
+                "spawn_abandoned",
+                workers=sorted(self.arrivals.spawner.running),
+                waited=round(clock.monotonic() - t0, 3),
+                cause="a replacement's Spawn had not finished at the fit's end; the results are saved",
+            )
+        spawned = {
+            w: self.mail.links[w].inter
+            for w in self._reachable()
+            if self.mail.links[w].inter is not None
+        }
         self._stop(list(spawned))
         self.monitor.stop()
         for w, inter in spawned.items():  # a worker failed meanwhile is disconnected all the same
@@ -471,7 +577,9 @@ class Driver:
         pending = list(workers)
 
         def step() -> bool | None:
-            pending[:] = [w for w in pending if self.mail.sent(w) is False]  # None: it failed meanwhile
+            pending[:] = [
+                w for w in pending if self.mail.sent(w) is False
+            ]  # None: it failed meanwhile
             return None if not pending or clock.monotonic() >= deadline else False
 
         self.mail.wait(step)

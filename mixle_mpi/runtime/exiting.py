@@ -21,19 +21,35 @@ import sys
 import traceback
 
 from mixle_mpi.core import exitcodes, logs
+from mixle_mpi.core.errors import (
+    ConfigError,
+    DataError,
+    Interrupted,
+    Preempted,
+    PreemptedUnsaved,
+    ReconfigurationTimeout,
+)
 from mixle_mpi.launch import contract
-from mixle_mpi.core.errors import ConfigError, DataError, Interrupted, Preempted, PreemptedUnsaved, ReconfigurationTimeout
 
 _state: dict = {"role": None, "handle": None, "status_written": False}
 
 
-def write_status(code: int, message: str = "", extra: dict | None = None, reported: bool = False) -> None:
+def write_status(
+    code: int, message: str = "", extra: dict | None = None, reported: bool = False
+) -> None:
     """The driver's verdict for the launcher; ``reported``: ``message`` is on stderr already."""
     if not contract.status_wanted() or _state["status_written"]:
         return
     _state["status_written"] = True
-    contract.write_status({"exit_code": int(code), "status": "ok" if code == 0 else "error", "message": message,
-                           "reported": bool(reported), **(extra or {})})
+    contract.write_status(
+        {
+            "exit_code": int(code),
+            "status": "ok" if code == 0 else "error",
+            "message": message,
+            "reported": bool(reported),
+            **(extra or {}),
+        }
+    )
 
 
 def write_driver_pid() -> None:
@@ -51,8 +67,8 @@ def _flush() -> None:
 
 
 def exit_code_for(exc: BaseException) -> int:
-    from mixle_mpi.storage.checkpoint import CheckpointError
     from mixle_mpi.runtime.startup import StartupFailed
+    from mixle_mpi.storage.checkpoint import CheckpointError
 
     if isinstance(exc, (Interrupted, KeyboardInterrupt)):
         return exitcodes.INTERRUPTED
@@ -79,7 +95,10 @@ def failure_line(exc: BaseException, who: str = "") -> tuple[int, str]:
     if isinstance(exc, Preempted):
         return logging.WARNING, str(exc)
     if isinstance(exc, KeyboardInterrupt):
-        return logging.WARNING, f"{who or 'this rank'} was interrupted (Ctrl-C) before the fit started; nothing was saved"
+        return (
+            logging.WARNING,
+            f"{who or 'this rank'} was interrupted (Ctrl-C) before the fit started; nothing was saved",
+        )
     head = f"{who} failed: " if who else ""
     if isinstance(exc, MixleMPIError):
         return logging.ERROR, f"{head}{type(exc).__name__}: {exc}"
@@ -105,7 +124,9 @@ def _driver_excepthook(tp, value, tb) -> None:
     except OSError:
         pass
     handle = _state["handle"]
-    if handle is not None and not getattr(value, "mpi_held", False):  # held: the call would only wait
+    if handle is not None and not getattr(
+        value, "mpi_held", False
+    ):  # held: the call would only wait
         _bounded(lambda: handle.abort_workers(code, f"{tp.__name__}: {value}"))
     _flush()
     os._exit(code)
@@ -132,7 +153,10 @@ def _driver_atexit() -> None:
         try:
             handle.close()
         except Exception as exc:  # noqa: BLE001 - reported through the status and exit code
-            code, message = exitcodes.FAILED, f"closing the handle at exit failed: {type(exc).__name__}: {exc}"
+            code, message = (
+                exitcodes.FAILED,
+                f"closing the handle at exit failed: {type(exc).__name__}: {exc}",
+            )
     write_status(code, message)
     _flush()
     if handle is not None:
@@ -150,7 +174,12 @@ def _rank_excepthook(tp, value, tb) -> None:
     rank = MPI.COMM_WORLD.Get_rank()
     driver = rank == 0 and MPI.Comm.Get_parent() == MPI.COMM_NULL
     # The driver's own mistake needs no rank, host or pid; another rank's does.
-    _report(tp, value, tb, "" if driver else f"rank {rank} ({MPI.Get_processor_name()}, pid {os.getpid()})")
+    _report(
+        tp,
+        value,
+        tb,
+        "" if driver else f"rank {rank} ({MPI.Get_processor_name()}, pid {os.getpid()})",
+    )
     code = exit_code_for(value)
     if driver:
         # The driver failed before the job started: the workers wait for it point to point,
@@ -167,7 +196,9 @@ def _rank_excepthook(tp, value, tb) -> None:
     _flush()
     from mixle_mpi.runtime.startup import pmix_detached
 
-    if pmix_detached():  # srun --mpi=pmix: MPI_Abort needs PMIx; the driver survives this rank's exit
+    if (
+        pmix_detached()
+    ):  # srun --mpi=pmix: MPI_Abort needs PMIx; the driver survives this rank's exit
         os._exit(code)
     MPI.COMM_WORLD.Abort(code)
 

@@ -17,20 +17,24 @@ from typing import Any
 
 import numpy as np
 from mixle.utils.parallel.planner import EncodedDataHandle
-from mixle.utils.vector import validate_initialization_probability, validated_initialized_observations
+from mixle.utils.vector import (
+    validate_initialization_probability,
+    validated_initialized_observations,
+)
 
+from mixle_mpi.chaos.faults import ENV_VAR as FAULT_ENV
+from mixle_mpi.chaos.faults import FIRED_ENV, parse_plan, plan_from_env, read_fired, unfired
 from mixle_mpi.core import joblock, logs, probes
-from mixle_mpi.launch import contract
-from mixle_mpi.runtime import exiting
-from mixle_mpi.core.settings import Settings
 from mixle_mpi.core.errors import ConfigError, DataError, ReconfigurationTimeout
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.prefixfold import PrefixFold
-from mixle_mpi.policy.speculation_plan import slow_places
-from mixle_mpi.policy.lookahead import Lookahead
-from mixle_mpi.storage.events import EventLog
-from mixle_mpi.chaos.faults import ENV_VAR as FAULT_ENV, FIRED_ENV, parse_plan, plan_from_env, read_fired, unfired
+from mixle_mpi.core.settings import Settings
 from mixle_mpi.core.validate import check_int
+from mixle_mpi.launch import contract
+from mixle_mpi.policy.lookahead import Lookahead
+from mixle_mpi.policy.speculation_plan import slow_places
+from mixle_mpi.runtime import exiting
+from mixle_mpi.storage.events import EventLog
 
 DEFAULT_WORKDIR = "mixle_mpi_run"
 INIT_SAMPLE_NOTE = ".*with less data than they have parameters.*"
@@ -89,7 +93,9 @@ class ResilientMPIEncodedData(EncodedDataHandle):
     """
 
     journal = None  # a FoldJournal while fitloop.fit(journal=True) runs
-    checkpoint_due = None  # fitloop.fit: is the checkpoint after the next scoring due? (policy/lookahead.py)
+    checkpoint_due = (
+        None  # fitloop.fit: is the checkpoint after the next scoring due? (policy/lookahead.py)
+    )
 
     def __init__(
         self,
@@ -128,40 +134,71 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             exiting.install("worker")
             from mixle_mpi.runtime.worker import serve_original
 
-            self.took_over = serve_original(world)  # returns only with failover on, to the successor
+            self.took_over = serve_original(
+                world
+            )  # returns only with failover on, to the successor
             world = self.took_over.comm
 
         exiting.install("driver", self)
         try:
-            self._start(data, estimator, encoder, num_shards, sub_chunks, max_retries,
-                        workdir, store_path, event_log, fault_plan, settings, world)
+            self._start(
+                data,
+                estimator,
+                encoder,
+                num_shards,
+                sub_chunks,
+                max_retries,
+                workdir,
+                store_path,
+                event_log,
+                fault_plan,
+                settings,
+                world,
+            )
         except BaseException as exc:
             self.abort_workers(exiting.exit_code_for(exc), f"{type(exc).__name__}: {exc}")
             raise
 
     # -- driver setup ------------------------------------------------------------
-    def _start(self, data, estimator, encoder, num_shards, sub_chunks, max_retries,
-               workdir, store_path, event_log, fault_plan, settings, world) -> None:
+    def _start(
+        self,
+        data,
+        estimator,
+        encoder,
+        num_shards,
+        sub_chunks,
+        max_retries,
+        workdir,
+        store_path,
+        event_log,
+        fault_plan,
+        settings,
+        world,
+    ) -> None:
         """Check the configuration, hold the work folder, meet the workers, write the shard
         store and start the Driver; every problem of the user's input is found here."""
-        from mixle_mpi.runtime import startup
-        from mixle_mpi.runtime.driver import Driver
-        from mixle_mpi.runtime.wiring import over_mpi
-        from mixle_mpi.runtime.shrink import probe_continuation
+        from mpi4py import MPI
+
+        from mixle_mpi.core.blas import pin_blas_threads
         from mixle_mpi.policy.failover_plan import failover_status
         from mixle_mpi.policy.reconfig_plan import spawn_unavailable, srun_plugin
-        from mpi4py import MPI
-        from mixle_mpi.core.blas import pin_blas_threads
+        from mixle_mpi.runtime import startup
+        from mixle_mpi.runtime.driver import Driver
+        from mixle_mpi.runtime.shrink import probe_continuation
+        from mixle_mpi.runtime.wiring import over_mpi
 
-        workers, spares, num_shards = self._check_config(world.Get_size(), num_shards, sub_chunks, max_retries,
-                                                         settings)
+        workers, spares, num_shards = self._check_config(
+            world.Get_size(), num_shards, sub_chunks, max_retries, settings
+        )
         plan = self._fault_plan(fault_plan)
         encoder = self._encoder(data, estimator, encoder)
         store_path, event_log = self._work_paths(workdir, store_path, event_log)
         members, excluded, gcomm, ghb = self._handshake(world)
         # How to continue after a failure: probed now, while PMIx is still there to answer.
         method, reason = probe_continuation()
-        detached = startup.detach_from_slurm_pmix()  # srun --mpi=pmix: a death must not end the step
+        detached = (
+            startup.detach_from_slurm_pmix()
+        )  # srun --mpi=pmix: a death must not end the step
         startup.release_mpich_shm()  # MPICH: no /dev/shm segment outlives the job (no MPI_Finalize here)
         no_spawn = spawn_unavailable(MPI.get_vendor()[0], srun_plugin(os.environ))
         ranks = {w: i + 1 for i, w in enumerate(members)}  # worker id (world rank) -> rank in gcomm
@@ -172,27 +209,54 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         self.shrink_method = method
         self._emit_start(workers, spares, method, reason, plan)
         failover, failover_why = failover_status(self.settings.failover, method)
-        self.events.emit("continuation", method=method, reason=reason, pmix=detached, failover=failover_why,
-                         respawn=("unavailable: " + no_spawn) if no_spawn else
-                         ("on" if self.settings.respawn else "off (respawn=False)"))
-        wiring = over_mpi(gcomm, ghb, ranks, self.settings, _spawn_command(), _spawn_command(fast=True), no_spawn)
+        self.events.emit(
+            "continuation",
+            method=method,
+            reason=reason,
+            pmix=detached,
+            failover=failover_why,
+            respawn=("unavailable: " + no_spawn)
+            if no_spawn
+            else ("on" if self.settings.respawn else "off (respawn=False)"),
+        )
+        wiring = over_mpi(
+            gcomm, ghb, ranks, self.settings, _spawn_command(), _spawn_command(fast=True), no_spawn
+        )
         self._driver = Driver(
-            gcomm, ranks, workers, monitor, self.store, pickle.dumps(encoder, protocol=PROTO), self.sub_chunks,
-            self.max_retries, self.settings, self.events, plan, method, wiring, spares, failover=failover,
+            gcomm,
+            ranks,
+            workers,
+            monitor,
+            self.store,
+            pickle.dumps(encoder, protocol=PROTO),
+            self.sub_chunks,
+            self.max_retries,
+            self.settings,
+            self.events,
+            plan,
+            method,
+            wiring,
+            spares,
+            failover=failover,
         )
         self._driver.start(excluded)
         self.events.emit("ranks", ranks=rank_places(self._driver.membership))
-        self._estimator = None  # the last E-step's or initialization's: a scoring round computes ahead with it
+        self._estimator = (
+            None  # the last E-step's or initialization's: a scoring round computes ahead with it
+        )
         self._ahead = Lookahead(self.settings.estep_ahead)
         contract.mark_started()
 
-    def _check_config(self, world_size: int, num_shards, sub_chunks, max_retries, settings) -> tuple[int, int, int | None]:
+    def _check_config(
+        self, world_size: int, num_shards, sub_chunks, max_retries, settings
+    ) -> tuple[int, int, int | None]:
         """(workers, spares, num_shards) of this job, its settings resolved; a world too small
         for them is a clear error."""
         if world_size < 2 and self.took_over is not None:
             raise ReconfigurationTimeout(
                 f"the driver died and rank {self.took_over.previous} took over, but no other rank survived to "
-                "compute: nothing saved is lost; run the same command again to resume from the checkpoint")
+                "compute: nothing saved is lost; run the same command again to resume from the checkpoint"
+            )
         if world_size < 2:
             raise ConfigError(
                 f"found {world_size} MPI rank but needs at least 2: rank 0 drives and ranks 1.. compute "
@@ -209,7 +273,8 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         if spares > workers - 1:
             raise ConfigError(
                 f"found {world_size} MPI ranks but spares={spares} needs at least {spares + 2}: 1 driver, at least "
-                f"1 worker and {spares} spare(s) (with -n N, mixle-mpi fit launches N + spares ranks)")
+                f"1 worker and {spares} spare(s) (with -n N, mixle-mpi fit launches N + spares ranks)"
+            )
         return workers, spares, num_shards
 
     def _fault_plan(self, fault_plan) -> tuple:
@@ -217,10 +282,16 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         fires once per job: one the fault log records (under an earlier driver, or before the
         launcher ran the job again) is spent."""
         plan = parse_plan(fault_plan) if fault_plan is not None else plan_from_env()
-        self.fault_plan = [dict(f.__dict__) for f in plan]  # summary.json says a run was under chaos
-        if plan and fault_plan is None:  # a test setting left in the environment must never act unseen
-            logs.get("driver").warning(f"chaos: {len(plan)} planned fault(s) from {FAULT_ENV} will kill or stop "
-                                       f"processes of this job; unset it for a real fit")
+        self.fault_plan = [
+            dict(f.__dict__) for f in plan
+        ]  # summary.json says a run was under chaos
+        if (
+            plan and fault_plan is None
+        ):  # a test setting left in the environment must never act unseen
+            logs.get("driver").warning(
+                f"chaos: {len(plan)} planned fault(s) from {FAULT_ENV} will kill or stop "
+                f"processes of this job; unset it for a real fit"
+            )
         return tuple(unfired(plan, read_fired(os.environ.get(FIRED_ENV))))
 
     def _encoder(self, data, estimator, encoder):
@@ -230,10 +301,14 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             encoder = pickle.loads(self.took_over.encoder)  # nosec B301 - this job's own driver sent it
         if encoder is None:
             if estimator is None:
-                raise ConfigError("ResilientMPIEncodedData needs an estimator or an explicit encoder; found neither")
+                raise ConfigError(
+                    "ResilientMPIEncodedData needs an estimator or an explicit encoder; found neither"
+                )
             encoder = estimator.accumulator_factory().make().acc_to_encoder()
         if data is None and self.took_over is None:
-            raise DataError("data is None on the driver (rank 0): the driver needs the data; workers may pass None")
+            raise DataError(
+                "data is None on the driver (rank 0): the driver needs the data; workers may pass None"
+            )
         return encoder
 
     def _work_paths(self, workdir, store_path, event_log) -> tuple[str, str]:
@@ -241,10 +316,18 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         job (a second job on it is refused)."""
         workdir = workdir or os.environ.get("MIXLE_MPI_WORKDIR") or DEFAULT_WORKDIR
         store_path = store_path or os.path.join(workdir, "shards.h5")
-        event_log = event_log or os.environ.get("MIXLE_MPI_EVENT_LOG") or os.path.join(workdir, "events.jsonl")
+        event_log = (
+            event_log
+            or os.environ.get("MIXLE_MPI_EVENT_LOG")
+            or os.path.join(workdir, "events.jsonl")
+        )
         ensure_dir(os.path.dirname(os.path.abspath(store_path)), "shard store")
-        hold_folder(os.path.dirname(os.path.abspath(store_path)), "work", strict=self.took_over is None)
-        self.workdir = os.path.dirname(os.path.abspath(store_path))  # this job's folder: fit's default checkpoint
+        hold_folder(
+            os.path.dirname(os.path.abspath(store_path)), "work", strict=self.took_over is None
+        )
+        self.workdir = os.path.dirname(
+            os.path.abspath(store_path)
+        )  # this job's folder: fit's default checkpoint
         return store_path, event_log
 
     def _handshake(self, world) -> tuple[list[int], list, Any, Any]:
@@ -259,62 +342,96 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         members, excluded = startup.gather_workers(world, timeout, gone=gone)
         if self.warm_serialization:  # the input is valid and the workers are up: a fit follows
             _warm_serialization()
-        startup.send_go(world, members, self.settings.heartbeat_period, self.settings.driver_timeout)
+        startup.send_go(
+            world, members, self.settings.heartbeat_period, self.settings.driver_timeout
+        )
         gcomm, ghb = startup.build_comms(world, tuple([0] + members), timeout, gone)
         self._gcomm = gcomm
         return members, excluded, gcomm, ghb
 
     def _monitor(self, gcomm, ghb, ranks: dict[int, int]):
         """Heartbeats and the main thread's watchdog, watching every worker from now on."""
-        from mixle_mpi.runtime.monitor import Monitor
-        from mixle_mpi.runtime.watchdog import Watchdog
         from mixle_mpi.policy.heartbeat import WATCHDOG_MARGIN
+        from mixle_mpi.runtime.monitor import Monitor
         from mixle_mpi.runtime.transport import Link
+        from mixle_mpi.runtime.watchdog import Watchdog
 
         st = self.settings
-        monitor = Monitor(st.heartbeat_period, st.heartbeat_timeout, st.stall_timeout, st.heartbeat_fanin)
+        monitor = Monitor(
+            st.heartbeat_period, st.heartbeat_timeout, st.stall_timeout, st.heartbeat_fanin
+        )
         monitor.watchdog = Watchdog(monitor, st.reconfigure_timeout + WATCHDOG_MARGIN)
         for w, r in ranks.items():
             monitor.watch(w, Link(gcomm, ghb, r))
         monitor.start()
         return monitor
 
-    def _open_store(self, data, num_shards, store_path: str, holders: int, estimator, encoder) -> None:
+    def _open_store(
+        self, data, num_shards, store_path: str, holders: int, estimator, encoder
+    ) -> None:
         """The shard store: written from ``data``, or (after a takeover) the dead driver's, on
         a path every rank reads."""
         from mixle_mpi.storage.store import ShardStore
 
-        self.store = ShardStore.create(store_path, data, num_shards) if self.took_over is None else \
-            ShardStore.open(store_path)
+        self.store = (
+            ShardStore.create(store_path, data, num_shards)
+            if self.took_over is None
+            else ShardStore.open(store_path)
+        )
         self.num_shards = self.store.num_shards
         self.size = self.store.num_rows
         if self.num_shards < holders:
             logs.get("handle").warning(
                 f"{self.num_shards} shards for {holders} workers: {holders - self.num_shards} worker(s) hold no "
                 f"shard and serve as spares; pass --num-shards (num_shards=) >= {holders} to give every worker "
-                "shards (S fixes the bits)")
+                "shards (S fixes the bits)"
+            )
         _check_estimator_matches(self.store, estimator, encoder)
 
     def _emit_start(self, workers: int, spares: int, method: str, reason: str, plan: tuple) -> None:
         """The start event, and after a takeover the dead driver and its successor."""
-        from mixle_mpi.runtime import startup
-        from mixle_mpi.core.blas import blas_description
         from mpi4py import MPI
 
+        from mixle_mpi.core.blas import blas_description
+        from mixle_mpi.runtime import startup
+
         self.events.emit(
-            "start", driver_pid=os.getpid(), workers=workers - spares, spares=spares, num_shards=self.num_shards,
-            sub_chunks=self.sub_chunks, max_retries=self.max_retries, shrink=method, shrink_reason=reason,
-            mpi=startup.mpi_text(), blas=blas_description(),
-            settings=self.settings.__dict__, fault_plan=[f.__dict__ for f in plan],
+            "start",
+            driver_pid=os.getpid(),
+            workers=workers - spares,
+            spares=spares,
+            num_shards=self.num_shards,
+            sub_chunks=self.sub_chunks,
+            max_retries=self.max_retries,
+            shrink=method,
+            shrink_reason=reason,
+            mpi=startup.mpi_text(),
+            blas=blas_description(),
+            settings=self.settings.__dict__,
+            fault_plan=[f.__dict__ for f in plan],
         )
-        for r in contract.relaunches()[-1:]:  # this launch is the relaunch the last record describes
+        for r in contract.relaunches()[
+            -1:
+        ]:  # this launch is the relaunch the last record describes
             self.events.emit("relaunched", **r)
         if self.took_over is not None:
             t = self.took_over
-            self.events.emit("driver_failed", host=t.driver[0], pid=t.driver[1], cause=t.why, seen_at=t.lost_at,
-                             seen_by=t.previous)
-            self.events.emit("driver_elected", rank=t.previous, pid=os.getpid(), host=MPI.Get_processor_name(),
-                             survivors=t.survivors, agreed_seconds=round(t.agreed_seconds, 4))
+            self.events.emit(
+                "driver_failed",
+                host=t.driver[0],
+                pid=t.driver[1],
+                cause=t.why,
+                seen_at=t.lost_at,
+                seen_by=t.previous,
+            )
+            self.events.emit(
+                "driver_elected",
+                rank=t.previous,
+                pid=os.getpid(),
+                host=MPI.Get_processor_name(),
+                survivors=t.survivors,
+                agreed_seconds=round(t.agreed_seconds, 4),
+            )
 
     def abort_workers(self, code: int = 1, message: str = "") -> None:
         """Tell every worker to end now with ``code`` (the driver is failing); bounded, once."""
@@ -333,7 +450,9 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         else:
             from mpi4py import MPI
 
-            startup.abort_startup(MPI.COMM_WORLD if self.took_over is None else self.took_over.comm, code, message)
+            startup.abort_startup(
+                MPI.COMM_WORLD if self.took_over is None else self.took_over.comm, code, message
+            )
 
     # -- instrumentation -----------------------------------------------------------
     def check_failover_reach(self, checkpoint: str) -> None:
@@ -345,8 +464,10 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         if not self._driver.failover:
             return
         if not checkpoint:
-            logs.get("handle").warning("failover stays off for this fit: it writes no checkpoint for a successor to "
-                                       "resume from (pass a checkpoint); a dead driver ends the job")
+            logs.get("handle").warning(
+                "failover stays off for this fit: it writes no checkpoint for a successor to "
+                "resume from (pass a checkpoint); a dead driver ends the job"
+            )
             return
         marker = f"{os.path.abspath(checkpoint)}.reach.{os.getpid()}"
         with open(marker, "w", encoding="utf-8") as fh:
@@ -364,9 +485,15 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             return
         from mpi4py import MPI
 
-        self.events.emit("driver_resumed", rank=t.previous, pid=os.getpid(), host=MPI.Get_processor_name(),
-                         iteration=iteration, ranks=self._gcomm.Get_size(),
-                         since_death=round(time.time() - t.lost_at, 3))
+        self.events.emit(
+            "driver_resumed",
+            rank=t.previous,
+            pid=os.getpid(),
+            host=MPI.Get_processor_name(),
+            iteration=iteration,
+            ranks=self._gcomm.Get_size(),
+            since_death=round(time.time() - t.lost_at, 3),
+        )
 
     def _last(self, key: str) -> set[int]:
         rounds = [r for r in self._driver.rounds if r["kind"] == "estep"]
@@ -434,7 +561,9 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         return {0: peak_rss_mb(), **dict(sorted(self._driver.mail.peak_rss_mb.items()))}
 
     # -- protocol recognized by mixle.stats dispatch -------------------------------
-    def _folded(self, kind: str, estimator: Any, body: Any, extras: dict | None = None) -> tuple[float, Any]:
+    def _folded(
+        self, kind: str, estimator: Any, body: Any, extras: dict | None = None
+    ) -> tuple[float, Any]:
         """One round of ``kind`` folded as its results arrive, in shard-id order (the bits of
         ``checkpointed_fold``); with the fold journal, results already journaled are reused."""
         if self.journal is None or kind != "estep":
@@ -453,7 +582,9 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         found = self.journal.begin(round_key(*body))
         if found:
             self.events.emit("journal_reused", shards=sorted(found), path=self.journal.path)
-        self._driver.run_round(kind, body, preloaded=found, record=self.journal.record, fold=fold.add)
+        self._driver.run_round(
+            kind, body, preloaded=found, record=self.journal.record, fold=fold.add
+        )
         return fold.result()
 
     def _take_ahead(self, body_b: bytes) -> PrefixFold | None:
@@ -481,7 +612,12 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         p = validate_initialization_probability(p)
         self._estimator = estimator
         seeds = rng.randint(2**31, size=self.num_shards)
-        nobs, value = self._folded("init", estimator, (estimator, float(p)), {s: int(seeds[s]) for s in range(self.num_shards)})
+        nobs, value = self._folded(
+            "init",
+            estimator,
+            (estimator, float(p)),
+            {s: int(seeds[s]) for s in range(self.num_shards)},
+        )
         with warnings.catch_warnings():
             # The initial model is estimated from an init_p sample, so a component with fewer
             # rows than parameters is expected here: EM's first step re-estimates it from all
@@ -494,7 +630,9 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         """(count, log density) summed per shard in shard-id order. The round also computes
         the E-step of ``estimate`` where the next call is likely to ask for it
         (policy/lookahead.py)."""
-        saving = self.journal is not None or (self.checkpoint_due is not None and self.checkpoint_due())
+        saving = self.journal is not None or (
+            self.checkpoint_due is not None and self.checkpoint_due()
+        )
         if self._ahead.wanted(self._estimator is not None, saving):
             body = (self._estimator, estimate)
             body_b = pickle.dumps(body, protocol=PROTO)
@@ -579,7 +717,13 @@ def _spawn_command(fast: bool = False) -> list[str]:
     from mixle_mpi.launch.rankwrapper import wrapper_path
 
     if fast:
-        command = [sys.executable, "-m", "mixle_mpi.runtime.spawned", "--path", sys.path[0] or os.getcwd()]
+        command = [
+            sys.executable,
+            "-m",
+            "mixle_mpi.runtime.spawned",
+            "--path",
+            sys.path[0] or os.getcwd(),
+        ]
     else:
         argv = list(getattr(sys, "orig_argv", [sys.executable] + sys.argv))
         command = [sys.executable] + argv[1:]
@@ -622,7 +766,9 @@ def several_values_hint(row) -> str:
     size = np.size(row) if isinstance(row, (np.ndarray, list, tuple)) else 1
     if size <= 1:
         return ""
-    return (f". Each row holds {size} values, one per variable: do not flatten the rows (that would mix the "
-            f"variables up); use a multivariate estimator instead, such as "
-            f"DiagonalGaussianEstimator(dim={size}) or MultivariateGaussianEstimator(dim={size}) "
-            "(see the user guide's table of models)")
+    return (
+        f". Each row holds {size} values, one per variable: do not flatten the rows (that would mix the "
+        f"variables up); use a multivariate estimator instead, such as "
+        f"DiagonalGaussianEstimator(dim={size}) or MultivariateGaussianEstimator(dim={size}) "
+        "(see the user guide's table of models)"
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-BAND = 100            # tags per view: the protocol's tags are all below it
+BAND = 100  # tags per view: the protocol's tags are all below it
 GENERATION = 100_000  # the bands of the views made after the k-th takeover start at k * GENERATION
 
 
@@ -29,7 +29,9 @@ class KeptComm:
         self._index = {real: i for i, real in enumerate(self.ranks)}
         me = base.Get_rank()
         if me not in self._index:
-            raise ValueError(f"rank {me} is not one of the ranks {list(self.ranks)} it would talk to")
+            raise ValueError(
+                f"rank {me} is not one of the ranks {list(self.ranks)} it would talk to"
+            )
         self._rank = self._index[me]
         if offset + BAND > base.Get_attr(MPI.TAG_UB):
             raise ValueError(f"no tags left for another view after {generation} takeovers")
@@ -47,8 +49,13 @@ class KeptComm:
         """Members ``members`` (ranks of this view) in a view of their own: the job's startup
         over the survivors (runtime.startup.build_comms)."""
         self._bands[0] += 1
-        return KeptComm(self.base, [self.ranks[m] for m in members], self.generation,
-                        self.generation * GENERATION + self._bands[0] * BAND, self._bands)
+        return KeptComm(
+            self.base,
+            [self.ranks[m] for m in members],
+            self.generation,
+            self.generation * GENERATION + self._bands[0] * BAND,
+            self._bands,
+        )
 
     def Dup(self) -> "KeptComm":
         return self.subset(range(len(self.ranks)))

@@ -16,25 +16,32 @@ from typing import Any
 
 from mpi4py import MPI
 
-from mixle_mpi.core import probes
-from mixle_mpi.core import liveness
+from mixle_mpi.core import liveness, probes
 from mixle_mpi.core.errors import WorkerError
 from mixle_mpi.core.protocol import TAG_CMD, TAG_REPLY, Result, TaskError
 from mixle_mpi.policy.pacing import NEVER
 from mixle_mpi.runtime.transport import Backoff, Link, PeerFailed, matched_probe, receive
 
 Fail = Callable[[int, str], None]  # (worker, cause): the driver fences it
-Step = Callable[[], "bool | None"]  # one pass of a wait: True progress, False nothing yet, None done
+Step = Callable[
+    [], "bool | None"
+]  # one pass of a wait: True progress, False nothing yet, None done
 
 
 class Mailroom:
-    def __init__(self, links: dict[int, Link], bell: Any, fail: Fail, idle: Callable[[], None] | None = None) -> None:
-        self.links = links                        # worker -> how to reach it (its current process)
-        self.bell = bell                          # the driver's own doorbell, rung by its host's workers; or None
-        self.bells: dict[int, str] = {}           # worker -> its doorbell (Ready.bell): rung after each command
-        self.stash: dict[int, list] = {}          # worker -> replies a wildcard probe took for it
-        self.per_link: dict[int, Any] = {}        # communicators drained link by link (ULFM, after a failure)
-        self.peak_rss_mb: dict[int, float] = {}   # worker -> highest peak RSS its processes reported
+    def __init__(
+        self, links: dict[int, Link], bell: Any, fail: Fail, idle: Callable[[], None] | None = None
+    ) -> None:
+        self.links = links  # worker -> how to reach it (its current process)
+        self.bell = bell  # the driver's own doorbell, rung by its host's workers; or None
+        self.bells: dict[
+            int, str
+        ] = {}  # worker -> its doorbell (Ready.bell): rung after each command
+        self.stash: dict[int, list] = {}  # worker -> replies a wildcard probe took for it
+        self.per_link: dict[
+            int, Any
+        ] = {}  # communicators drained link by link (ULFM, after a failure)
+        self.peak_rss_mb: dict[int, float] = {}  # worker -> highest peak RSS its processes reported
         self.fail = fail
         self.idle = idle  # the pause between polls that made no progress; None: a Backoff's sleep
 
@@ -150,7 +157,11 @@ class Mailroom:
         groups: dict[int, tuple[Any, list[int]]] = {}
         for w in workers:
             link = self.links.get(w)
-            if link is not None and isinstance(link.comm, MPI.Intracomm) and id(link.comm) not in self.per_link:
+            if (
+                link is not None
+                and isinstance(link.comm, MPI.Intracomm)
+                and id(link.comm) not in self.per_link
+            ):
                 groups.setdefault(id(link.comm), (link.comm, []))[1].append(w)
         got: dict[int, list] = {}
         for comm, ws in groups.values():
@@ -195,7 +206,9 @@ class Mailroom:
         """Whether a ring will end any wait: every worker rings the driver after each reply
         (it is on this host), and no send of the driver's is still pending (a large message
         may need its sender's progress: it is polled for)."""
-        return self.bell is not None and all(w in self.bells and not link.sends for w, link in self.links.items())
+        return self.bell is not None and all(
+            w in self.bells and not link.sends for w, link in self.links.items()
+        )
 
     def wait(self, step: Step, window: tuple[float, float] = NEVER) -> None:
         """The driver's one wait loop: ``step()`` does one pass and returns True (progress),
@@ -219,4 +232,6 @@ class Mailroom:
                 backoff.reset()
             else:
                 backoff.rung = self.rung()
-                backoff.sleep(time.thread_time() - t)  # an O(W) pass: never poll more than a share of a core
+                backoff.sleep(
+                    time.thread_time() - t
+                )  # an O(W) pass: never poll more than a share of a core

@@ -22,17 +22,24 @@ from mixle_mpi.runtime.transport import MAX_PENDING_BEATS, Link, PeerFailed
 
 
 class Monitor:
-    def __init__(self, period: float, timeout: float, stall_timeout: float = float("inf"),
-                 max_direct: int = DEFAULT_MAX_DIRECT) -> None:
+    def __init__(
+        self,
+        period: float,
+        timeout: float,
+        stall_timeout: float = float("inf"),
+        max_direct: int = DEFAULT_MAX_DIRECT,
+    ) -> None:
         self.period = period
         self.max_direct = max_direct
-        self._roles: dict[int, Role] = {}   # each watched worker's role, as last planned
-        self._via: dict[int, int] = {}      # relayed worker -> its relay
+        self._roles: dict[int, Role] = {}  # each watched worker's role, as last planned
+        self._via: dict[int, int] = {}  # relayed worker -> its relay
         self._outbox: dict[int, Role] = {}  # roles changed, not sent yet
-        self._notes: dict[int, list] = {}    # other messages for a worker's heartbeat thread (a Fence)
+        self._notes: dict[
+            int, list
+        ] = {}  # other messages for a worker's heartbeat thread (a Fence)
         self._replan = False
-        self.passed_at = time.monotonic()   # when the last pass completed (runtime/watchdog.py)
-        self.watchdog = None                # started and stopped with this thread, if set
+        self.passed_at = time.monotonic()  # when the last pass completed (runtime/watchdog.py)
+        self.watchdog = None  # started and stopped with this thread, if set
         self.tracker = HeartbeatTracker(timeout)
         self.stalls = StallTracker(stall_timeout)
         self.lock = threading.Lock()
@@ -133,7 +140,9 @@ class Monitor:
             link.hb_sends.append(link.hb.isend(note, dest=link.peer, tag=TAG_HB))
         if role is not None:  # never dropped: the worker would beat to the wrong place
             link.hb_sends.append(link.hb.isend(role, dest=link.peer, tag=TAG_HB))
-        elif not relayed and answer_due(len(beats), False) and len(link.hb_sends) < MAX_PENDING_BEATS:
+        elif (
+            not relayed and answer_due(len(beats), False) and len(link.hb_sends) < MAX_PENDING_BEATS
+        ):
             link.hb_sends.append(link.hb.isend(None, dest=link.peer, tag=TAG_HB))
         return beats
 
@@ -168,9 +177,12 @@ class Monitor:
             with self.lock:
                 if self._replan:
                     self._plan()
-                targets = [(w, link, self._outbox.pop(w, None), w in self._via, self._notes.pop(w, []))
-                           for w, link in self._links.items()
-                           if w not in self._suspects and (w not in self._via or w in self._outbox or w in self._notes)]
+                targets = [
+                    (w, link, self._outbox.pop(w, None), w in self._via, self._notes.pop(w, []))
+                    for w, link in self._links.items()
+                    if w not in self._suspects
+                    and (w not in self._via or w in self._outbox or w in self._notes)
+                ]
             results: dict[int, tuple[Link, object]] = {}
             for worker, link, role, relayed, notes in targets:
                 with self.lock:  # forgotten meanwhile (failed): never address it again
@@ -214,7 +226,10 @@ class Monitor:
             if self._via.get(w) != relay or w in self._suspects:
                 continue
             if line.cause:
-                self._suspects[w] = (f"ulfm: {line.cause} (seen by its heartbeat relay, worker {relay})", time.time())
+                self._suspects[w] = (
+                    f"ulfm: {line.cause} (seen by its heartbeat relay, worker {relay})",
+                    time.time(),
+                )
                 continue
             self.tracker.heard_ago(w, line.age)
             self.stalls.observe(w, line.progress, line.busy)
@@ -224,11 +239,19 @@ class Monitor:
         for worker in named_silent(self.tracker.overdue(), self._via, self._suspects):
             if worker not in self._suspects:
                 silent = self.tracker.silence(worker)
-                via = f", heard through its relay, worker {self._via[worker]}" if worker in self._via else ""
+                via = (
+                    f", heard through its relay, worker {self._via[worker]}"
+                    if worker in self._via
+                    else ""
+                )
                 self._suspects[worker] = (
-                    f"heartbeat: silent for {silent:.2f} s (limit {self.tracker.limit(worker):g} s{via})", time.time())
+                    f"heartbeat: silent for {silent:.2f} s (limit {self.tracker.limit(worker):g} s{via})",
+                    time.time(),
+                )
         for worker, stuck in self.stalls.stalled().items():
             if worker not in self._suspects:
                 self._suspects[worker] = (
                     f"stalled: beats, but its main thread made no progress on its task for {stuck:.1f} s "
-                    f"(limit stall_timeout={self.stalls.timeout:g} s)", time.time())
+                    f"(limit stall_timeout={self.stalls.timeout:g} s)",
+                    time.time(),
+                )

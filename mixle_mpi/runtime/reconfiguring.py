@@ -19,7 +19,16 @@ from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.errors import RERUN_ADVICE, ReconfigurationTimeout
 from mixle_mpi.core.protocol import TAG_REPLY, Release, Shrink, ShrinkGo, ShrinkReady, Shrunk
 from mixle_mpi.policy import reconfig_plan as reconfig
-from mixle_mpi.policy.reconfig_plan import EMULATED, Adopt, Blacklist, KeepComm, Respawn, ShrinkComm, renumber, shrink_method
+from mixle_mpi.policy.reconfig_plan import (
+    EMULATED,
+    Adopt,
+    Blacklist,
+    KeepComm,
+    Respawn,
+    ShrinkComm,
+    renumber,
+    shrink_method,
+)
 from mixle_mpi.runtime.shrink import shrink
 from mixle_mpi.runtime.transport import Link
 
@@ -43,9 +52,24 @@ class Reconfiguring:
             failed = sorted(self.d.pending)
             self.d.pending.clear()
             spares = reconfig.idle_places(self.d.owners, self.d.live())
-            actions = reconfig.plan(failed, self.d.grank, self.d.membership, self.d.arrivals.can_spawn, self.d.settings.respawn,
-                                    self.d.owners, spares, self.d.shrink_method) if failed else []
-            actions += [reconfig.respawn_failed(self.d.membership, w, self.d.settings.respawn) for w in self.d.arrivals.spawn_failed]
+            actions = (
+                reconfig.plan(
+                    failed,
+                    self.d.grank,
+                    self.d.membership,
+                    self.d.arrivals.can_spawn,
+                    self.d.settings.respawn,
+                    self.d.owners,
+                    spares,
+                    self.d.shrink_method,
+                )
+                if failed
+                else []
+            )
+            actions += [
+                reconfig.respawn_failed(self.d.membership, w, self.d.settings.respawn)
+                for w in self.d.arrivals.spawn_failed
+            ]
             self.d.arrivals.spawn_failed.clear()
             while actions:
                 action = actions.pop(0)
@@ -58,14 +82,24 @@ class Reconfiguring:
                         self.d.pending.add(action.worker)  # the spare died meanwhile: decide again
                 elif isinstance(action, Respawn):
                     if not self.d.arrivals.respawn(action.worker):
-                        actions.append(reconfig.respawn_failed(self.d.membership, action.worker, self.d.settings.respawn))
+                        actions.append(
+                            reconfig.respawn_failed(
+                                self.d.membership, action.worker, self.d.settings.respawn
+                            )
+                        )
                 elif isinstance(action, Blacklist):
                     w = action.worker
                     self.d.membership.blacklist(w)
                     blacklisted.append(w)
                     host, pid = self.d.info.get(w, (None, None))
-                    self.d.events.emit("blacklisted", worker=w, host=host, pid=pid,
-                                     failures=self.d.membership.records[w].failures, cause=action.cause)
+                    self.d.events.emit(
+                        "blacklisted",
+                        worker=w,
+                        host=host,
+                        pid=pid,
+                        failures=self.d.membership.records[w].failures,
+                        cause=action.cause,
+                    )
             self._migrate()
         return blacklisted
 
@@ -85,7 +119,9 @@ class Reconfiguring:
         load = {}
         for w, sids in move.plan.items():
             self.d.events.emit("migrated", worker=w, shards=sids)
-            have = [s for s in sids if self.d.kept.get(s) == w]  # encoded there already by a recovery
+            have = [
+                s for s in sids if self.d.kept.get(s) == w
+            ]  # encoded there already by a recovery
             for s in have:
                 del self.d.kept[s]
             load[w] = [s for s in sids if s not in have]
@@ -112,9 +148,12 @@ class Reconfiguring:
             d.owners[dst] = sorted([*d.owners[dst], s])
             load.setdefault(dst, []).append(s)
             drop.setdefault(src, []).append(s)
-        d.events.emit("rebalanced", moves={s: list(m) for s, m in sorted(move.items())},
-                      paces={w: round(p, 6) for w, p in paces.items() if p is not None},
-                      shards={w: len(d.owners[w]) for w in holders})
+        d.events.emit(
+            "rebalanced",
+            moves={s: list(m) for s, m in sorted(move.items())},
+            paces={w: round(p, 6) for w, p in paces.items() if p is not None},
+            shards={w: len(d.owners[w]) for w in holders},
+        )
         d.load(load)
         for src, sids in sorted(drop.items()):
             d.mail.post(src, Release(tuple(sids)))
@@ -125,12 +164,22 @@ class Reconfiguring:
         while True:
             self.epoch += 1
             epoch = self.epoch
-            survivors = sorted(w for w in self.d.grank if self.d.membership.is_live(w) and w in self.d.mail.links)
+            survivors = sorted(
+                w for w in self.d.grank if self.d.membership.is_live(w) and w in self.d.mail.links
+            )
             ranks = [0] + [self.d.grank[w] for w in survivors]
-            reported = self.d.shrink_method == EMULATED or not self.d.started or self._ulfm_knows_failed(survivors)
+            reported = (
+                self.d.shrink_method == EMULATED
+                or not self.d.started
+                or self._ulfm_knows_failed(survivors)
+            )
             method, fallback = shrink_method(self.d.shrink_method, self.d.started, reported)
             if fallback:
-                self.d.events.emit("shrink_fallback", ranks=sorted(set(self.d.grank) - set(survivors)), cause=fallback)
+                self.d.events.emit(
+                    "shrink_fallback",
+                    ranks=sorted(set(self.d.grank) - set(survivors)),
+                    cause=fallback,
+                )
             for w in survivors:
                 self.d.mail.post(w, Shrink(epoch, ranks, method))
             ready = self.d.collect({w: {(ShrinkReady, epoch)} for w in survivors}, "shrink_ready")
@@ -139,21 +188,30 @@ class Reconfiguring:
             for w in survivors:
                 self.d.mail.post(w, ShrinkGo(epoch))
                 self.d.mail.sent(w)
-            self.d.faults.check("shrink", epoch)  # the driver's own chaos: the survivors shrink without it
+            self.d.faults.check(
+                "shrink", epoch
+            )  # the driver's own chaos: the survivors shrink without it
             if any(w not in self.d.mail.links for w in survivors):
                 continue  # one died before the collective: agree again without it
             t0 = time.perf_counter()
             try:
-                comm = run_with_deadline(lambda: shrink(self.d.gcomm, ranks, method, epoch),
-                                         self.d.settings.reconfigure_timeout, "shrink")
-                hb = run_with_deadline(comm.Dup, self.d.settings.reconfigure_timeout, "heartbeat dup")
+                comm = run_with_deadline(
+                    lambda: shrink(self.d.gcomm, ranks, method, epoch),
+                    self.d.settings.reconfigure_timeout,
+                    "shrink",
+                )
+                hb = run_with_deadline(
+                    comm.Dup, self.d.settings.reconfigure_timeout, "heartbeat dup"
+                )
             except TimeoutError as exc:
                 raise ReconfigurationTimeout(
                     f"shrinking to ranks {ranks} ({method}) failed: {exc}; a rank probably died inside "
                     f"the collective on an MPI without ULFM. {RERUN_ADVICE}"
                 ) from None
             if comm.Get_size() != len(ranks):
-                raise ReconfigurationTimeout(f"shrink returned {comm.Get_size()} ranks, expected {len(ranks)}")
+                raise ReconfigurationTimeout(
+                    f"shrink returned {comm.Get_size()} ranks, expected {len(ranks)}"
+                )
             seconds = time.perf_counter() - t0
             self.d.gcomm = comm
             self.d.grank = renumber(self.d.grank, survivors)
@@ -161,7 +219,9 @@ class Reconfiguring:
                 self.d.mail.connect(w, Link(comm, hb, self.d.grank[w]))
                 self.d.monitor.watch(w, self.d.mail.links[w])
             self.d.collect({w: {(Shrunk, epoch)} for w in survivors}, "shrunk")
-            self.d.events.emit("shrink", method=method, epoch=epoch, survivors=survivors, seconds=round(seconds, 6))
+            self.d.events.emit(
+                "shrink", method=method, epoch=epoch, survivors=survivors, seconds=round(seconds, 6)
+            )
             return
 
     def _keep(self, dropped: tuple) -> None:
@@ -172,9 +232,16 @@ class Reconfiguring:
             self.d.grank.pop(w, None)
             self.d.mail.forget(w)
             self.d.monitor.forget(w)
-        survivors = sorted(w for w in self.d.grank if self.d.membership.is_live(w) and w in self.d.mail.links)
-        self.d.events.emit("kept", method="keep", dropped=list(dropped), survivors=survivors,
-                         ranks={w: self.d.grank[w] for w in survivors})
+        survivors = sorted(
+            w for w in self.d.grank if self.d.membership.is_live(w) and w in self.d.mail.links
+        )
+        self.d.events.emit(
+            "kept",
+            method="keep",
+            dropped=list(dropped),
+            survivors=survivors,
+            ranks={w: self.d.grank[w] for w in survivors},
+        )
 
     def _ulfm_knows_failed(self, survivors: list[int], wait: float = ULFM_CHECK_WAIT) -> bool:
         """ULFM's Shrink waits forever for a member the library does not know to be dead

@@ -25,7 +25,9 @@ from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.policy.speculation_plan import busy_workers, plan_copies
 
 _TASK_IDS = itertools.count(1)
-SPECULATE_EVERY = 0.02  # seconds between two looks for stragglers while a round waits (O(W + S) each)
+SPECULATE_EVERY = (
+    0.02  # seconds between two looks for stragglers while a round waits (O(W + S) each)
+)
 
 
 class Round:
@@ -38,26 +40,40 @@ class Round:
     E-step round that also serves the next scoring call (policy/lookahead.py); each shard's
     score lands there."""
 
-    def __init__(self, driver, kind: str, body: Any, extras: dict[int, Any] | None = None,
-                 preloaded: dict[int, Any] | None = None, record: Callable | None = None,
-                 fold: Callable | None = None, body_b: bytes | None = None,
-                 scores: dict[int, Any] | None = None) -> None:
+    def __init__(
+        self,
+        driver,
+        kind: str,
+        body: Any,
+        extras: dict[int, Any] | None = None,
+        preloaded: dict[int, Any] | None = None,
+        record: Callable | None = None,
+        fold: Callable | None = None,
+        body_b: bytes | None = None,
+        scores: dict[int, Any] | None = None,
+    ) -> None:
         self.d = driver
         self.kind, self.body, self.extras = kind, body, extras or {}
         self.preloaded, self.record, self.fold, self.scores = preloaded, record, fold, scores
         self.body_b = body_b
         self.results: dict[int, Any] = dict(preloaded or {})
-        self.here: list[int] = []  # the driver's own shards this round (known once its joins are finished)
+        self.here: list[
+            int
+        ] = []  # the driver's own shards this round (known once its joins are finished)
         self.state: RoundState  # made by run(), once the driver's share is known
-        self.seen_live: dict[int, int] | None = None  # the live processes at the last Wait; None: sent since
+        self.seen_live: dict[int, int] | None = (
+            None  # the live processes at the last Wait; None: sent since
+        )
         self.call = self.score_call = -1
         self.task_id = 0
-        self.sent_at: dict[int, float] = {}    # worker -> when its own task went out (clock)
-        self.done_by: dict[int, int] = {}      # worker -> its shards accepted this round
+        self.sent_at: dict[int, float] = {}  # worker -> when its own task went out (clock)
+        self.done_by: dict[int, int] = {}  # worker -> its shards accepted this round
         self.skips: dict[int, list[int]] = {}  # worker -> shards it may leave out: a copy won them
-        self.look_at = 0.0                     # the next look for stragglers (clock)
-        self.projected = 0.0                   # when the stragglers would have ended without copies (clock)
-        self.copied: dict[int, tuple] = {}     # shard -> (worker, incarnation) sent a speculative copy (kept there)
+        self.look_at = 0.0  # the next look for stragglers (clock)
+        self.projected = 0.0  # when the stragglers would have ended without copies (clock)
+        self.copied: dict[
+            int, tuple
+        ] = {}  # shard -> (worker, incarnation) sent a speculative copy (kept there)
 
     def run(self) -> dict[int, Any]:
         d, kind = self.d, self.kind
@@ -79,21 +95,35 @@ class Round:
         d.mail.wait(self.step, due)
         t_results = time.perf_counter()
         failed_now = sorted(d.pending - failed_before)
-        if not failed_now and not self.state.recomputed:  # a normal round: when the next one's replies are due
+        if (
+            not failed_now and not self.state.recomputed
+        ):  # a normal round: when the next one's replies are due
             d.round_seconds[kind] = t_results - t0
         saved = self._speculation_report(clock.monotonic())
         self._settle_copies()
         blacklisted = d.reconfigure() if (d.pending or d.arrivals.spawn_failed) else []
         rebalanced = d.settings.speculation and kind == "estep" and d.reconfiguring.rebalance()
-        d.rounds.append({
-            "kind": kind, "call": self.call, "seconds": time.perf_counter() - t0, "started_at": started_at,
-            "results_seconds": t_results - t0,  # the rest of "seconds" is the reconfiguration
-            "reused": self.state.reused, "recomputed": sorted(self.state.recomputed),
-            "journaled": sorted(self.preloaded or ()), "scored": self.score_call >= 0,
-            "failed": failed_now, "blacklisted": blacklisted,
-            "speculated": sorted(s for s, c in self.state.copies.items() if c or s in self.state.won),
-            "speculation_won": sorted(self.state.won), "saved_seconds": saved, "rebalanced": bool(rebalanced),
-        })
+        d.rounds.append(
+            {
+                "kind": kind,
+                "call": self.call,
+                "seconds": time.perf_counter() - t0,
+                "started_at": started_at,
+                "results_seconds": t_results - t0,  # the rest of "seconds" is the reconfiguration
+                "reused": self.state.reused,
+                "recomputed": sorted(self.state.recomputed),
+                "journaled": sorted(self.preloaded or ()),
+                "scored": self.score_call >= 0,
+                "failed": failed_now,
+                "blacklisted": blacklisted,
+                "speculated": sorted(
+                    s for s, c in self.state.copies.items() if c or s in self.state.won
+                ),
+                "speculation_won": sorted(self.state.won),
+                "saved_seconds": saved,
+                "rebalanced": bool(rebalanced),
+            }
+        )
         return self.results
 
     def _number(self) -> None:
@@ -124,7 +154,9 @@ class Round:
             if payload is None:  # its E-step payload came ahead (protocol.Stats) and is folded
                 payload = self.results.get(shard)
                 if payload is None or shard not in self.state.folded:
-                    raise RuntimeError(f"shard {shard}: a result without its E-step payload, and none came ahead")
+                    raise RuntimeError(
+                        f"shard {shard}: a result without its E-step payload, and none came ahead"
+                    )
         self._keep(shard, payload, self.state.fold_once(shard))
         if self.record is not None:
             self.record(shard, payload)
@@ -188,7 +220,15 @@ class Round:
             return
         typical = d.paces.typical(self.kind, idle) or d.paces.typical(self.kind, live)
         copied = [s for s, c in self.state.copies.items() if c]
-        busy = busy_workers(self.state.outstanding(live), copied, self.done_by, self.sent_at, now, d.paces, self.kind)
+        busy = busy_workers(
+            self.state.outstanding(live),
+            copied,
+            self.done_by,
+            self.sent_at,
+            now,
+            d.paces,
+            self.kind,
+        )
         multiplier = d.settings.speculation_multiplier * d.contention
         copies = plan_copies(busy, idle, typical, multiplier, d.paces.copy_cost(self.kind))
         if not copies.plan:
@@ -198,8 +238,14 @@ class Round:
             self._dispatch(target, sids, False, copy=True)
         d.mail.announce(sorted(copies.plan))
         slow = {b.worker: round(b.seen_pace, 6) for b in busy if b.worker in copies.projected}
-        d.events.emit("speculated", kind=self.kind, call=self.call, copies={w: sorted(ss) for w, ss in copies.plan.items()},
-                      stragglers=slow, typical=round(typical, 6))
+        d.events.emit(
+            "speculated",
+            kind=self.kind,
+            call=self.call,
+            copies={w: sorted(ss) for w, ss in copies.plan.items()},
+            stragglers=slow,
+            typical=round(typical, 6),
+        )
 
     def _settle_copies(self) -> None:
         """A copy is kept where it was computed until the round ends: if its shard's place
@@ -228,8 +274,14 @@ class Round:
             return 0.0
         saved = round(max(0.0, self.projected - ended), 6)
         won = sorted(self.state.won)
-        self.d.events.emit("speculation_won", kind=self.kind, call=self.call, shards=won,
-                           by={s: self.state.won[s][0] for s in won}, saved_seconds=saved)
+        self.d.events.emit(
+            "speculation_won",
+            kind=self.kind,
+            call=self.call,
+            shards=won,
+            by={s: self.state.won[s][0] for s in won},
+            saved_seconds=saved,
+        )
         return saved
 
     # -- sending -------------------------------------------------------------------
@@ -246,7 +298,9 @@ class Round:
         if not d.mail.post(worker, task, announce=False):
             return
         if copy:
-            self.copied.update((s, (worker, d.membership.records[worker].incarnation)) for s in sids)
+            self.copied.update(
+                (s, (worker, d.membership.records[worker].incarnation)) for s in sids
+            )
         if not recovery and not copy:
             self.sent_at.setdefault(worker, clock.monotonic())
         if recovery:
@@ -254,7 +308,9 @@ class Round:
         self.state.sent(worker, d.membership.records[worker].incarnation, sids, recovery, copy=copy)
         if recovery:
             d.events.emit("recovery", worker=worker, kind=self.kind, call=self.call, shards=sids)
-            if self.kind == "estep":  # the driver's own chaos, while a worker's shards are recovered
+            if (
+                self.kind == "estep"
+            ):  # the driver's own chaos, while a worker's shards are recovered
                 d.faults.check("estep_mid", self.call, True)
 
     def _send_own(self) -> None:
@@ -314,9 +370,16 @@ class Round:
             if i:
                 self.step()  # between shards: take replies, act on failures
             try:  # its E-step payload is folded with its result: nothing waits for it here
-                result = estep.shard_result(self.kind, self.body, chunks[shard], self.extras.get(shard),
-                                            self.scores is not None)
-            except Exception as exc:  # as a worker's task error: the model's code raised, on any rank it would
+                result = estep.shard_result(
+                    self.kind,
+                    self.body,
+                    chunks[shard],
+                    self.extras.get(shard),
+                    self.scores is not None,
+                )
+            except (
+                Exception
+            ) as exc:  # as a worker's task error: the model's code raised, on any rank it would
                 raise WorkerError(0, d.host, os.getpid(), traceback.format_exc()) from exc
             self._take(shard, result)
             self.state.done_here(shard)

@@ -16,8 +16,14 @@ import threading
 
 from mpi4py import MPI
 
-from mixle_mpi.policy.reconfig_plan import EMULATED, ULFM, choose_method, detach_from_pmix, requested_method, srun_plugin
-
+from mixle_mpi.policy.reconfig_plan import (
+    EMULATED,
+    ULFM,
+    choose_method,
+    detach_from_pmix,
+    requested_method,
+    srun_plugin,
+)
 
 
 def ulfm_enabled_by_launcher(environ=None) -> bool:
@@ -31,9 +37,15 @@ def probe_shrink_method(timeout: float = 5.0) -> tuple[str, str]:
     one-process ``Shrink`` of COMM_SELF really returns (in a thread, under a deadline)."""
     vendor, version = MPI.get_vendor()
     if vendor != "Open MPI":
-        return EMULATED, f"{vendor} {'.'.join(map(str, version))} has no working ULFM (mpi4py stubs it)"
+        return (
+            EMULATED,
+            f"{vendor} {'.'.join(map(str, version))} has no working ULFM (mpi4py stubs it)",
+        )
     if not ulfm_enabled_by_launcher():
-        return EMULATED, "Open MPI without --with-ft ulfm: a rank death ends the job; use `mixle-mpi run`"
+        return (
+            EMULATED,
+            "Open MPI without --with-ft ulfm: a rank death ends the job; use `mixle-mpi run`",
+        )
     box: dict = {}
 
     def attempt() -> None:
@@ -91,7 +103,10 @@ def probe_continuation(environ=None) -> tuple[str, str]:
     if plugin is not None:
         ulfm_why = "no ULFM under a direct srun launch"
     if detach_from_pmix(vendor, plugin):
-        group, group_why = False, "Create_from_group needs PMIx groups, which SLURM's pmix plugin lacks"
+        group, group_why = (
+            False,
+            "Create_from_group needs PMIx groups, which SLURM's pmix plugin lacks",
+        )
     elif ulfm == ULFM and requested == "auto":
         group, group_why = False, "not probed"
     else:

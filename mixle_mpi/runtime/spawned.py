@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> None:
     exiting.install("worker")
     from mixle_mpi.runtime.worker import serve_spawned
 
-    serve_spawned(MPI.Comm.Get_parent(), found.get(birth.ARG), birth.parse_driver(found.get(birth.DRIVER_ARG)))
+    serve_spawned(
+        MPI.Comm.Get_parent(), found.get(birth.ARG), birth.parse_driver(found.get(birth.DRIVER_ARG))
+    )
 
 
 if __name__ == "__main__":

@@ -17,19 +17,20 @@ from typing import NamedTuple
 
 from mpi4py import MPI
 
-from mixle_mpi.core import rundir
+from mixle_mpi.core import procs, rundir
 from mixle_mpi.core.deadlines import Background, run_with_deadline
 from mixle_mpi.core.errors import RERUN_ADVICE, ReconfigurationTimeout
-from mixle_mpi.core import procs
 from mixle_mpi.core.settings import Settings
+from mixle_mpi.launch.rankwrapper import wrapper_of
 from mixle_mpi.policy.reconfig_plan import replacement_command, spawn_timeout_is_fatal
 from mixle_mpi.runtime import birth
-from mixle_mpi.launch.rankwrapper import wrapper_of
 from mixle_mpi.runtime.transport import Link
 
 SPAWN_CHECK_TIMEOUT = 5.0  # after a spawn timed out: seconds MPI gets to prove it still answers
-FENCE_GONE_WAIT = 5.0      # seconds a respawn waits for a fenced worker's MPICH rank wrapper to be reaped
-FENCE_SETTLE = 0.25        # then seconds for Hydra to act on that death before a replacement is forked
+FENCE_GONE_WAIT = (
+    5.0  # seconds a respawn waits for a fenced worker's MPICH rank wrapper to be reaped
+)
+FENCE_SETTLE = 0.25  # then seconds for Hydra to act on that death before a replacement is forked
 # At exit, the most seconds a Spawn under way may still take. A normal one connects in about a
 # second; one whose process died as it started never returns under Open MPI (an external
 # campaign run: the driver sat out the rest of reconfigure_timeout after the fit, until the
@@ -86,7 +87,9 @@ def check_mpi_answers(what: str) -> None:
     except TimeoutError:
         raise ReconfigurationTimeout(
             f"{what}, and MPI no longer answers (the abandoned call holds it); this run cannot go on. "
-            f"{RERUN_ADVICE}", mpi_held=True) from None
+            f"{RERUN_ADVICE}",
+            mpi_held=True,
+        ) from None
     except MPI.Exception:
         pass  # it answered
 
@@ -97,17 +100,24 @@ def _why_dead(watch: birth.SpawnDeathCheck) -> str | None:
 
 
 class Spawner:
-    def __init__(self, settings: Settings, command: list[str] | None, fast_command: list[str] | None,
-                 unavailable: str | None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        command: list[str] | None,
+        fast_command: list[str] | None,
+        unavailable: str | None,
+    ) -> None:
         self.command, self.fast_command = command, fast_command
         self.unavailable = unavailable  # why Spawn must not be tried here (srun), or None
         self.timeout = settings.reconfigure_timeout
         self.vendor = MPI.get_vendor()[0]
         self.background = not settings.respawn_wait and not spawn_timeout_is_fatal(self.vendor)
-        self.running: dict[int, Underway] = {}                  # place -> its background Spawn
-        self.fenced_wrappers: dict[int, tuple] = {}             # worker -> its MPICH rank wrapper, when fenced
+        self.running: dict[int, Underway] = {}  # place -> its background Spawn
+        self.fenced_wrappers: dict[int, tuple] = {}  # worker -> its MPICH rank wrapper, when fenced
         self._births = itertools.count()
-        self.born: dict[int, tuple[int, str]] = {}  # place -> its connected replacement's (pid, start), from its birth record (this host)
+        self.born: dict[
+            int, tuple[int, str]
+        ] = {}  # place -> its connected replacement's (pid, start), from its birth record (this host)
 
     def fenced(self, worker: int, pid: int) -> None:
         """``worker``'s process (``pid``, on this host) is being killed: remember its MPICH
@@ -116,7 +126,9 @@ class Spawner:
         if wrapper is not None:
             self.fenced_wrappers[worker] = wrapper
 
-    def start(self, worker: int, host: str | None, pickled: tuple[bytes, ...], here: bool = False) -> Link | None:
+    def start(
+        self, worker: int, host: str | None, pickled: tuple[bytes, ...], here: bool = False
+    ) -> Link | None:
         """Start ``worker``'s replacement on ``host`` (``pickled``: what it will unpickle;
         ``here``: it surely starts on this host, ``placement.replacement_here``).
         Returns its link once connected, or None while the Spawn runs in the background
@@ -125,9 +137,13 @@ class Spawner:
             raise SpawnUnavailable(self.unavailable)
         command = replacement_command(self.command, self.fast_command, pickled)
         record = self._birth_path(worker) if command is self.fast_command else None
-        exe, *args = command + ([birth.ARG, record, birth.DRIVER_ARG, birth.driver_arg()] if record else [])
+        exe, *args = command + (
+            [birth.ARG, record, birth.DRIVER_ARG, birth.driver_arg()] if record else []
+        )
         self._wait_fenced_gone()
-        watch = birth.SpawnDeathCheck(record, here) if record else None  # before the Spawn: it knows the older processes
+        watch = (
+            birth.SpawnDeathCheck(record, here) if record else None
+        )  # before the Spawn: it knows the older processes
 
         def spawn() -> Link:
             inter = spawn_on(host, exe, args)
@@ -138,14 +154,18 @@ class Spawner:
             self.running[worker] = Underway(Background(spawn, "spawn"), time.monotonic(), watch)
             return None
         try:
-            link = run_with_deadline(spawn, self.timeout, "spawn", (lambda: _why_dead(watch)) if watch else None)
+            link = run_with_deadline(
+                spawn, self.timeout, "spawn", (lambda: _why_dead(watch)) if watch else None
+            )
             self._note_born(worker, watch)
             return link
         except TimeoutError as exc:  # or GaveUp: its process died
             if spawn_timeout_is_fatal(self.vendor):
                 raise ReconfigurationTimeout(
                     f"respawning rank {worker} failed: {exc}; under {self.vendor} the abandoned spawn holds MPI, "
-                    f"so this run cannot go on. {RERUN_ADVICE}", mpi_held=True) from None
+                    f"so this run cannot go on. {RERUN_ADVICE}",
+                    mpi_held=True,
+                ) from None
             check_mpi_answers(str(exc))
             raise SpawnUnavailable(str(exc)) from None
         except (MPI.Exception, NotImplementedError) as exc:
@@ -170,7 +190,11 @@ class Spawner:
                 except (MPI.Exception, NotImplementedError) as exc:
                     ended.append((w, SpawnFailed(str(exc))))
             elif died or now - since > self.timeout:
-                why = f"spawn given up: {died[1]}" if died else f"spawn did not finish within {self.timeout:g} s"
+                why = (
+                    f"spawn given up: {died[1]}"
+                    if died
+                    else f"spawn did not finish within {self.timeout:g} s"
+                )
                 check_mpi_answers(why)  # the abandoned call must not hold MPI
                 ended.append((w, SpawnFailed(why, True, died[0]) if died else SpawnFailed(why)))
             else:
@@ -190,7 +214,9 @@ class Spawner:
                 call.thread.join(max(0.0, min(since + self.timeout, end) - time.monotonic()))
         for underway in self.running.values():
             if underway.watch and not underway.call.done():
-                birth.remove(underway.watch.path)  # abandoned with this process: nobody reads it now
+                birth.remove(
+                    underway.watch.path
+                )  # abandoned with this process: nobody reads it now
 
     def _note_born(self, worker: int, watch: birth.SpawnDeathCheck | None) -> None:
         """A Spawn returned: its process's pid, if its record is of this host (``born``)."""
@@ -205,7 +231,9 @@ class Spawner:
         in the job's private run folder (``core/rundir.py``). The driver removes it when the
         Spawn ends (having read the pid), the replacement at its Setup (the driver cannot, on
         another host)."""
-        return os.path.join(rundir.own(), f"birth_{worker}_{next(self._births)}_{secrets.token_hex(8)}")
+        return os.path.join(
+            rundir.own(), f"birth_{worker}_{next(self._births)}_{secrets.token_hex(8)}"
+        )
 
     def _wait_fenced_gone(self) -> None:
         """Under MPICH, before forking a replacement: let Hydra see the fenced workers die

@@ -37,15 +37,15 @@ import threading
 import time
 from typing import Any
 
+from mixle_mpi.core import procs
 from mixle_mpi.core.errors import MixleMPIError
 from mixle_mpi.core.protocol import PROTOCOL, TAG_START, Abort, Beacon, Go, Hello
-from mixle_mpi.core import procs
 from mixle_mpi.launch import contract
 from mixle_mpi.launch.contract import startup_timeout
 from mixle_mpi.launch.jobchecks import StoppedAtStartCheck
 
-BEACON_PERIOD = 1.0          # seconds between the driver's "still preparing" beacons
-MAX_PENDING_BEACONS = 8      # per worker: a dead rank's beacons never complete under MPICH
+BEACON_PERIOD = 1.0  # seconds between the driver's "still preparing" beacons
+MAX_PENDING_BEACONS = 8  # per worker: a dead rank's beacons never complete under MPICH
 
 
 class StartupFailed(MixleMPIError):
@@ -69,8 +69,11 @@ def init_mpi():
 
         spawn_fault_check()  # a test's replacement that dies inside the driver's MPI_Comm_spawn
         contract.mark_init_begun()
-    armed = ("mpi4py.MPI" not in sys.modules and threading.current_thread() is threading.main_thread()
-             and hasattr(signal, "SIGALRM"))
+    armed = (
+        "mpi4py.MPI" not in sys.modules
+        and threading.current_thread() is threading.main_thread()
+        and hasattr(signal, "SIGALRM")
+    )
     if armed:
         previous = signal.signal(signal.SIGALRM, signal.SIG_DFL)
         signal.alarm(max(1, math.ceil(startup_timeout())))
@@ -94,8 +97,16 @@ class RanksGone:
     nothing, and the deadlines decide as before. Reads the file at most every ``every``
     seconds."""
 
-    def __init__(self, path: str | None = None, host: str | None = None, gone=procs.gone,
-                 every: float = 0.25, clock=time.monotonic, state=procs.state, fence=None) -> None:
+    def __init__(
+        self,
+        path: str | None = None,
+        host: str | None = None,
+        gone=procs.gone,
+        every: float = 0.25,
+        clock=time.monotonic,
+        state=procs.state,
+        fence=None,
+    ) -> None:
         self.path = contract.init_begun_path() if path is None else path
         self.host = host or socket.gethostname()
         self.gone, self.every, self.clock, self.state = gone, every, clock, state
@@ -113,10 +124,14 @@ class RanksGone:
                 if rank in self.found:
                     continue
                 if self.gone(pid):
-                    self.found[rank] = f"its process (pid {pid}) ended on {self.host} while the job started"
+                    self.found[rank] = (
+                        f"its process (pid {pid}) ended on {self.host} while the job started"
+                    )
                 elif self.stopped.too_long(rank, self.state(pid)) and self.fence(pid):
-                    self.found[rank] = (f"its process (pid {pid}) on {self.host} stayed stopped for over "
-                                        f"{self.stopped.limit:g} s while the job started; fenced")
+                    self.found[rank] = (
+                        f"its process (pid {pid}) on {self.host} stayed stopped for over "
+                        f"{self.stopped.limit:g} s while the job started; fenced"
+                    )
         return {r: self.found[r] for r in sorted(ranks) if r in self.found}
 
     def give_up(self, ranks):
@@ -198,7 +213,9 @@ def abort_startup(world, code: int, message: str) -> None:
 STARTUP_POLL = (0.0005, 0.05)  # backoff bounds (s) of the startup waits: they can last minutes
 
 
-def gather_workers(world, timeout: float, log=None, gone: RanksGone | None = None) -> tuple[list[int], dict[int, str]]:
+def gather_workers(
+    world, timeout: float, log=None, gone: RanksGone | None = None
+) -> tuple[list[int], dict[int, str]]:
     """Driver: wait for every worker's Hello. Returns (members, excluded rank -> why).
 
     A rank ULFM reports dead, or whose process ``gone`` saw end on this host, is left out
@@ -219,17 +236,23 @@ def gather_workers(world, timeout: float, log=None, gone: RanksGone | None = Non
                 msg = world.improbe(source=rank, tag=TAG_START)
                 hello = None if msg is None else msg.recv()
             except MPI.Exception as exc:
-                excluded[rank] = f"MPI reports it failed while starting (error class {exc.Get_error_class()})"
+                excluded[rank] = (
+                    f"MPI reports it failed while starting (error class {exc.Get_error_class()})"
+                )
                 waiting.discard(rank)
                 continue
             except (TypeError, AttributeError, ValueError, pickle.UnpicklingError) as exc:
-                excluded[rank] = (f"sent a message this driver cannot read ({type(exc).__name__}: {exc}): it runs "
-                                  f"another mixle_mpi version (install the same one on every node)")
+                excluded[rank] = (
+                    f"sent a message this driver cannot read ({type(exc).__name__}: {exc}): it runs "
+                    f"another mixle_mpi version (install the same one on every node)"
+                )
                 waiting.discard(rank)
                 continue
             if isinstance(hello, Hello) and hello.protocol != PROTOCOL:
-                excluded[rank] = (f"speaks message protocol {hello.protocol}, the driver {PROTOCOL}: it runs another "
-                                  f"mixle_mpi version (install the same one on every node)")
+                excluded[rank] = (
+                    f"speaks message protocol {hello.protocol}, the driver {PROTOCOL}: it runs another "
+                    f"mixle_mpi version (install the same one on every node)"
+                )
                 waiting.discard(rank)
                 continue
             if isinstance(hello, Hello):
@@ -241,7 +264,9 @@ def gather_workers(world, timeout: float, log=None, gone: RanksGone | None = Non
             waiting.discard(rank)
         if waiting and time.monotonic() > deadline:
             for rank in sorted(waiting):
-                excluded[rank] = f"did not report within startup_timeout={timeout:g} s (dead or stuck while starting)"
+                excluded[rank] = (
+                    f"did not report within startup_timeout={timeout:g} s (dead or stuck while starting)"
+                )
             break
         if progressed:
             backoff.reset()
@@ -276,7 +301,9 @@ def build_comms(world, members: tuple, timeout: float, gone: RanksGone | None = 
     from mixle_mpi.runtime.keptcomm import KeptComm
 
     def create():
-        if isinstance(world, KeptComm):  # the survivors of a driver under srun: views, no collective
+        if isinstance(
+            world, KeptComm
+        ):  # the survivors of a driver under srun: views, no collective
             return world.subset(members), world.subset(members)
         if len(members) == world.Get_size():  # everyone came: Dup works under every launcher
             return world.Dup(), world.Dup()
@@ -288,8 +315,12 @@ def build_comms(world, members: tuple, timeout: float, gone: RanksGone | None = 
         return comm, comm.Dup()
 
     try:
-        return run_with_deadline(create, timeout, "startup communicator",
-                                 give_up=None if gone is None else (lambda: gone.give_up(members)))
+        return run_with_deadline(
+            create,
+            timeout,
+            "startup communicator",
+            give_up=None if gone is None else (lambda: gone.give_up(members)),
+        )
     except (TimeoutError, MPI.Exception) as exc:
         raise StartupFailed(
             f"building the job's communicator over ranks {list(members)} failed ({exc}); a rank probably "
@@ -340,7 +371,9 @@ def detach_from_slurm_pmix(environ=None) -> str | None:
     lib.PMIx_Finalize.restype = ctypes.c_int
     lib.PMIx_Finalize.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     try:
-        rc = run_with_deadline(lambda: lib.PMIx_Finalize(None, 0), PMIX_DETACH_TIMEOUT, "PMIx_Finalize")
+        rc = run_with_deadline(
+            lambda: lib.PMIx_Finalize(None, 0), PMIX_DETACH_TIMEOUT, "PMIx_Finalize"
+        )
     except TimeoutError as exc:
         return f"could not leave PMIx ({exc}); a rank death may end the step"
     if rc != 0:
@@ -351,8 +384,13 @@ def detach_from_slurm_pmix(environ=None) -> str | None:
 
 def mpich_shm_names(maps_text: str) -> list[str]:
     """The /dev/shm files of MPICH mapped in ``maps_text`` (a /proc/PID/maps), still named (pure)."""
-    return sorted({line.split()[-1] for line in maps_text.splitlines()
-                   if "/dev/shm/mpich_" in line and not line.rstrip().endswith("(deleted)")})
+    return sorted(
+        {
+            line.split()[-1]
+            for line in maps_text.splitlines()
+            if "/dev/shm/mpich_" in line and not line.rstrip().endswith("(deleted)")
+        }
+    )
 
 
 def release_mpich_shm(maps: str = "/proc/self/maps") -> list[str]:

@@ -37,12 +37,14 @@ class Takeover:
 
     comm: Any
     encoder: bytes | None
-    previous: int          # this process's worker id under the dead driver
-    driver: tuple          # (host, pid) of the dead driver
-    why: str               # how the death was seen
-    lost_at: float         # time.time() when this process saw it
-    agreed_seconds: float  # revoke and shrink, or the election and the communicator built over its survivors
-    survivors: int         # ranks in ``comm``, this one included
+    previous: int  # this process's worker id under the dead driver
+    driver: tuple  # (host, pid) of the dead driver
+    why: str  # how the death was seen
+    lost_at: float  # time.time() when this process saw it
+    agreed_seconds: (
+        float  # revoke and shrink, or the election and the communicator built over its survivors
+    )
+    survivors: int  # ranks in ``comm``, this one included
 
 
 def by_shrink(comm, timeout: float):
@@ -97,13 +99,19 @@ def _elect_waiting(comm, probe, failed: set):
 
 def peer_says_driver_dead(comm) -> bool:
     """A survivor's Elect is waiting (it is left for :func:`by_messages` to read)."""
-    return _elect_waiting(comm, lambda source, _: comm.iprobe(source=source, tag=TAG_ELECT), set()) is not None
+    return (
+        _elect_waiting(comm, lambda source, _: comm.iprobe(source=source, tag=TAG_ELECT), set())
+        is not None
+    )
 
 
 def _next_elect(comm, failed: set):
     """(message, sender) of a waiting election message, or None."""
-    return _elect_waiting(comm, lambda source, status: comm.improbe(source=source, tag=TAG_ELECT, status=status),
-                          failed)
+    return _elect_waiting(
+        comm,
+        lambda source, status: comm.improbe(source=source, tag=TAG_ELECT, status=status),
+        failed,
+    )
 
 
 def by_messages(comm, window: float, timeout: float, announced: bool, keep: bool = False):
@@ -141,8 +149,11 @@ def by_messages(comm, window: float, timeout: float, announced: bool, keep: bool
         return KeptComm.over(comm, named.ranks)
     group = comm.Get_group().Incl(list(named.ranks))
     try:
-        return run_with_deadline(lambda: MPI.Intracomm.Create_from_group(group, stringtag=named.tag), timeout,
-                                 "the survivors' communicator")
+        return run_with_deadline(
+            lambda: MPI.Intracomm.Create_from_group(group, stringtag=named.tag),
+            timeout,
+            "the survivors' communicator",
+        )
     finally:
         group.Free()
 
@@ -152,10 +163,24 @@ def driver_in(old, new) -> bool:
     return MPI.Group.Translate_ranks(old.Get_group(), [0], new.Get_group())[0] != MPI.UNDEFINED
 
 
-def agree(comm, how: str, window: float, timeout: float, announced: bool, previous: int, driver: tuple,
-          encoder: bytes | None, why: str) -> Takeover:
+def agree(
+    comm,
+    how: str,
+    window: float,
+    timeout: float,
+    announced: bool,
+    previous: int,
+    driver: tuple,
+    encoder: bytes | None,
+    why: str,
+) -> Takeover:
     """The survivors' communicator, agreed ``how`` (policy.failover_plan), and this process's view."""
     lost_at, t0 = time.time(), time.monotonic()
-    new = by_messages(comm, window, timeout, announced, keep=how == BY_KEEPING) if agrees_by_messages(how) \
+    new = (
+        by_messages(comm, window, timeout, announced, keep=how == BY_KEEPING)
+        if agrees_by_messages(how)
         else by_shrink(comm, timeout)
-    return Takeover(new, encoder, previous, driver, why, lost_at, time.monotonic() - t0, new.Get_size())
+    )
+    return Takeover(
+        new, encoder, previous, driver, why, lost_at, time.monotonic() - t0, new.Get_size()
+    )

@@ -14,13 +14,14 @@ from typing import Any
 
 from mpi4py import MPI
 
-from mixle_mpi.core import probes
-from mixle_mpi.core import liveness
+from mixle_mpi.core import liveness, probes
 from mixle_mpi.core.protocol import TAG_CMD, Abort
 from mixle_mpi.policy.pacing import Pacing
 
 RECV_WITHIN = 30.0  # seconds a matched message may take to arrive whole (one whose sender died sending it: never)
-MAX_PENDING_BEATS = 8  # per link: a dead peer's heartbeats never complete, and each keeps an MPICH cell
+MAX_PENDING_BEATS = (
+    8  # per link: a dead peer's heartbeats never complete, and each keeps an MPICH cell
+)
 
 
 class PeerFailed(Exception):
@@ -58,8 +59,11 @@ def receive(msg: Any, within: float = RECV_WITHIN) -> Any:
         if done:
             return obj
     _abandoned.append(req)
-    raise PeerFailed(0, f"a message from this peer did not arrive whole within {within:g} s "
-                        "(its sender died while sending it)")
+    raise PeerFailed(
+        0,
+        f"a message from this peer did not arrive whole within {within:g} s "
+        "(its sender died while sending it)",
+    )
 
 
 @dataclass
@@ -103,7 +107,6 @@ class Link:
             return None if msg is None else receive(msg)
         except MPI.Exception as exc:
             raise PeerFailed(exc.Get_error_class(), str(exc)) from None
-
 
     def drain(self, tag: int, comm: Any = None) -> list:
         """Every pending message from the peer with ``tag`` (payloads may be None: a

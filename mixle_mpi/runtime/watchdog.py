@@ -53,14 +53,22 @@ class Watchdog:
         now = time.monotonic()
         stuck = listener_stuck(self.monitor.passed_at, now, self.limit)
         if stuck is not None:
-            return (f"the driver's MPI library made no progress for {stuck:.0f} s (a call into it blocked: its "
-                    f"heartbeat thread completed no pass; limit {self.limit:g} s, reconfigure_timeout + 30 s)")
+            return (
+                f"the driver's MPI library made no progress for {stuck:.0f} s (a call into it blocked: its "
+                f"heartbeat thread completed no pass; limit {self.limit:g} s, reconfigure_timeout + 30 s)"
+            )
         marked = liveness.marked_at()
-        stuck = main_thread_stuck(marked, now, cpu.since(marked), self.limit) if liveness.armed() else None
+        stuck = (
+            main_thread_stuck(marked, now, cpu.since(marked), self.limit)
+            if liveness.armed()
+            else None
+        )
         if stuck is not None:
-            return (f"the driver's main thread made no progress for {stuck:.0f} s and computed nothing meanwhile "
-                    f"(blocked outside MPI: a file system that hangs, or a callback that never returns; limit "
-                    f"{self.limit:g} s, reconfigure_timeout + 30 s)")
+            return (
+                f"the driver's main thread made no progress for {stuck:.0f} s and computed nothing meanwhile "
+                f"(blocked outside MPI: a file system that hangs, or a callback that never returns; limit "
+                f"{self.limit:g} s, reconfigure_timeout + 30 s)"
+            )
         return None
 
 

@@ -20,20 +20,31 @@ from mixle_mpi.runtime.transport import Link
 
 @dataclass
 class Wiring:
-    links: dict[int, Any]              # worker -> its Link (or a simulated one)
-    spawner: Any                        # starts replacements: spawner.Spawner, or a simulated one
-    host: str                           # the driver's host name
-    bell: Any = None                    # the driver's doorbell, or None
-    idle: Callable[[], None] | None = None  # the mailroom's pause between polls (None: sleep, transport.Backoff)
+    links: dict[int, Any]  # worker -> its Link (or a simulated one)
+    spawner: Any  # starts replacements: spawner.Spawner, or a simulated one
+    host: str  # the driver's host name
+    bell: Any = None  # the driver's doorbell, or None
+    idle: Callable[[], None] | None = (
+        None  # the mailroom's pause between polls (None: sleep, transport.Backoff)
+    )
 
 
-def over_mpi(gcomm, ghb, ranks: dict[int, int], settings: Settings, spawn_command: list[str] | None,
-             fast_spawn_command: list[str] | None, spawn_unavailable: str | None) -> Wiring:
+def over_mpi(
+    gcomm,
+    ghb,
+    ranks: dict[int, int],
+    settings: Settings,
+    spawn_command: list[str] | None,
+    fast_spawn_command: list[str] | None,
+    spawn_unavailable: str | None,
+) -> Wiring:
     """The driver's wiring in a job: a Link per worker over the group communicator and its
     heartbeat twin, MPI Spawn for replacements, this host's name and doorbell."""
     from mpi4py import MPI
 
-    return Wiring(links={w: Link(gcomm, ghb, r) for w, r in ranks.items()},
-                  spawner=Spawner(settings, spawn_command, fast_spawn_command, spawn_unavailable),
-                  host=MPI.Get_processor_name(),
-                  bell=doorbell.own() if settings.doorbells else None)
+    return Wiring(
+        links={w: Link(gcomm, ghb, r) for w, r in ranks.items()},
+        spawner=Spawner(settings, spawn_command, fast_spawn_command, spawn_unavailable),
+        host=MPI.Get_processor_name(),
+        bell=doorbell.own() if settings.doorbells else None,
+    )

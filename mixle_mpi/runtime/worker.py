@@ -14,64 +14,112 @@ import pickle
 import signal
 import sys
 import threading
-from collections import deque
 import time
 import traceback
+from collections import deque
 from typing import Any
 
 from mpi4py import MPI
 
-from mixle_mpi.core import probes
-from mixle_mpi.core import estep, logs
-from mixle_mpi.core.deadlines import run_with_deadline
-from mixle_mpi.core.blas import pin_blas_threads
-from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT
-from mixle_mpi.policy.heartbeat import driver_silence_limit
-from mixle_mpi.policy.failover_plan import agrees_by_messages, can_take_over, election_window, successor, takes_over_on
 from mixle_mpi.chaos.faults import FaultInjector, parse_plan
-from mixle_mpi.policy.pacing import NEVER, next_task_window
+from mixle_mpi.core import estep, logs, probes, procs
+from mixle_mpi.core.blas import pin_blas_threads
+from mixle_mpi.core.deadlines import run_with_deadline
+from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
-from mixle_mpi.core import procs
+from mixle_mpi.core.protocol import (
+    REPLY_BATCH_SECONDS,
+    STATS_AHEAD_MAX_BYTES,
+    TAG_CMD,
+    TAG_HB,
+    TAG_REPLY,
+    Abort,
+    Beat,
+    Fence,
+    Load,
+    Loaded,
+    Quiet,
+    Reach,
+    Reached,
+    ReadOwn,
+    Ready,
+    Release,
+    Result,
+    Setup,
+    Shrink,
+    ShrinkGo,
+    ShrinkReady,
+    Shrunk,
+    Skip,
+    Stats,
+    Stop,
+    Task,
+    TaskError,
+)
 from mixle_mpi.launch import contract
-from mixle_mpi.core.protocol import (REPLY_BATCH_SECONDS, TAG_CMD, TAG_HB, TAG_REPLY, Abort, Beat, Fence, Load, Loaded, Quiet,
-                                     Reach, Reached,
-                                     ReadOwn, Ready, Release, Result, Setup, Skip,
-                                     STATS_AHEAD_MAX_BYTES, Shrink, ShrinkGo, ShrinkReady, Shrunk, Stats, Stop, Task,
-                                     TaskError)
+from mixle_mpi.policy.failover_plan import (
+    agrees_by_messages,
+    can_take_over,
+    election_window,
+    successor,
+    takes_over_on,
+)
+from mixle_mpi.policy.heartbeat import driver_silence_limit
+from mixle_mpi.policy.pacing import NEVER, next_task_window
+from mixle_mpi.runtime import birth, doorbell
 from mixle_mpi.runtime.beatrelay import BeatRelay
 from mixle_mpi.runtime.shrink import shrink
-from mixle_mpi.runtime.takeover import NoAgreement, agree, announce, driver_in, peer_says_driver_dead
-from mixle_mpi.storage.store import ShardStore, opens_store, rows_from_packed
-from mixle_mpi.runtime import birth, doorbell
+from mixle_mpi.runtime.takeover import (
+    NoAgreement,
+    agree,
+    announce,
+    driver_in,
+    peer_says_driver_dead,
+)
 from mixle_mpi.runtime.transport import Backoff, Link, PeerFailed, host_and_pid
+from mixle_mpi.storage.store import ShardStore, opens_store, rows_from_packed
 
 
 class DriverLost(Exception):
     """The driver is known dead and failover is on: leave serving and elect a successor."""
 
 
-DRIVER_GONE_AFTER_BEATS = 3  # heartbeat periods of silence before a worker looks at the driver's pid
-_who = {"rank": None}   # this worker's rank, once the driver or the startup said it
+DRIVER_GONE_AFTER_BEATS = (
+    3  # heartbeat periods of silence before a worker looks at the driver's pid
+)
+_who = {"rank": None}  # this worker's rank, once the driver or the startup said it
 
 
 def die(code: int, why: str) -> None:
     """End this worker process now, with one line that says why."""
     rank = _who["rank"]
-    name = f"worker rank {rank} (pid {os.getpid()})" if rank is not None else f"worker pid {os.getpid()}"
+    name = (
+        f"worker rank {rank} (pid {os.getpid()})"
+        if rank is not None
+        else f"worker pid {os.getpid()}"
+    )
     logs.get("worker").error(f"{name}: {why}; exiting with code {code}")
     flush_and_exit(code)
 
 
 class Worker:
-    def __init__(self, link: Link, spawned: bool, birth_record: str | None = None,
-                 setup_within: float | None = None, driver: tuple[int, str] | None = None) -> None:
+    def __init__(
+        self,
+        link: Link,
+        spawned: bool,
+        birth_record: str | None = None,
+        setup_within: float | None = None,
+        driver: tuple[int, str] | None = None,
+    ) -> None:
         self.link = link
         self.parent = driver  # a replacement's driver (pid, start time), when on this host: watched until Setup
         self._parent_look = 0.0
         # a replacement has no heartbeats before its Setup: it waits for it this long at most
         self.setup_by = None if setup_within is None else time.monotonic() + setup_within
         self.spawned = spawned
-        self.birth_record = birth_record  # a replacement's (runtime/birth.py), until the driver has read it
+        self.birth_record = (
+            birth_record  # a replacement's (runtime/birth.py), until the driver has read it
+        )
         self.lock = threading.Lock()
         self.worker_id = -1
         self.incarnation = 0
@@ -80,37 +128,43 @@ class Worker:
         self.sub_chunks = 1
         self.resident: dict[int, estep.Chunks] = {}
         self._loading: dict[int, list] = {}  # rows of shards still arriving in parts
-        self.loads = 0                       # loads begun by this process (the ``load`` fault phase's call)
-        self._in_load = False                # a load is under way: its first shard is in
+        self.loads = 0  # loads begun by this process (the ``load`` fault phase's call)
+        self._in_load = False  # a load is under way: its first shard is in
         self.faults = FaultInjector((), -1, 0)
         self.period, self.driver_timeout, self.reconfigure_timeout = 0.1, 60.0, 60.0
         self.deadline: float | None = None  # set while inside a collective
         self.last_driver = time.monotonic()
-        self.quiet_until = 0.0               # the driver said it may not beat until then (protocol.Quiet)
+        self.quiet_until = 0.0  # the driver said it may not beat until then (protocol.Quiet)
         self.driver_proc: tuple[str, int] = ("", 0)  # (host, pid) of the driver, once set up
-        self.driver_space = ""               # the driver's pid space: its pid is looked at only if it is ours
-        self.failover = ""                   # how survivors agree on a dead driver's successor, once armed (Reach)
-        self.failover_how = ""               # the same, as the driver asked for it (Setup.failover)
-        self.store_unreadable = ""           # why this worker cannot read the shard store (failover asked for)
-        self.own_store = ""                  # the store this worker reads its own shards from (ReadOwn)
-        self.announced = False               # this rank told the others the driver is dead (failover by messages)
-        self.lost: str | None = None         # why the heartbeat thread knows the driver dead
+        self.driver_space = ""  # the driver's pid space: its pid is looked at only if it is ours
+        self.failover = ""  # how survivors agree on a dead driver's successor, once armed (Reach)
+        self.failover_how = ""  # the same, as the driver asked for it (Setup.failover)
+        self.store_unreadable = (
+            ""  # why this worker cannot read the shard store (failover asked for)
+        )
+        self.own_store = ""  # the store this worker reads its own shards from (ReadOwn)
+        self.announced = (
+            False  # this rank told the others the driver is dead (failover by messages)
+        )
+        self.lost: str | None = None  # why the heartbeat thread knows the driver dead
         self._beater: threading.Thread | None = None
-        self.fanin = BeatRelay()             # whom the heartbeat thread beats to (policy/fanin_plan.py)
+        self.fanin = BeatRelay()  # whom the heartbeat thread beats to (policy/fanin_plan.py)
         self.host = ""
         self._body_cache: tuple[int, Any] = (-1, None)
         self._stopping = False
         self._beating = False
-        self.progress = 0    # main-thread steps; read by the heartbeat thread (see Beat)
-        self.busy = False    # True while a task is being computed
+        self.progress = 0  # main-thread steps; read by the heartbeat thread (see Beat)
+        self.busy = False  # True while a task is being computed
         self._blas = None
         self._blas_threads: int | None = None  # what ``_blas`` pins the pools to
         self._store_checked: tuple = ((), False)  # ((path, store_id), whether it opens here)
         self.next_due = NEVER  # when the driver's next command is due: just after a reply
         self.replied_at: float | None = None  # when this worker last replied
-        self.last_gap: float | None = None    # from its last reply to the next command, the last time
-        self.bell = None       # this process's doorbell, when the driver rings it (its host's)
-        self.stashed: deque = deque()  # commands read while a task ran (looking for a Skip), served next
+        self.last_gap: float | None = None  # from its last reply to the next command, the last time
+        self.bell = None  # this process's doorbell, when the driver rings it (its host's)
+        self.stashed: deque = (
+            deque()
+        )  # commands read while a task ran (looking for a Skip), served next
         self.skipping: tuple[int, set] = (-1, set())  # (task id, its shards to leave out)
         self.driver_bell = ""  # the driver's doorbell, rung after each reply (the same host only)
 
@@ -153,10 +207,16 @@ class Worker:
         if self.parent is not None and now >= self._parent_look:
             self._parent_look = now + 0.2
             if not procs.running(self.parent):
-                die(DRIVER_LOST, f"the driver (pid {self.parent[0]}) died before it set this replacement up")
+                die(
+                    DRIVER_LOST,
+                    f"the driver (pid {self.parent[0]}) died before it set this replacement up",
+                )
         if now > self.setup_by:
-            die(NEVER_STARTED, "a replacement heard nothing from the driver since it joined, within "
-                               "startup_timeout (its driver died, or lost it): it ends")
+            die(
+                NEVER_STARTED,
+                "a replacement heard nothing from the driver since it joined, within "
+                "startup_timeout (its driver died, or lost it): it ends",
+            )
 
     def send_ahead(self, obj: Any) -> None:
         """Post ``obj`` to the driver and ring it, without waiting for the send to complete
@@ -192,8 +252,17 @@ class Worker:
                 try:
                     fanin = self.fanin
                     fanin.on(link)
-                    fanin.beat(link, Beat(self.worker_id, self.incarnation, seq, self.progress, self.busy,
-                                          fanin.report()))
+                    fanin.beat(
+                        link,
+                        Beat(
+                            self.worker_id,
+                            self.incarnation,
+                            seq,
+                            self.progress,
+                            self.busy,
+                            fanin.report(),
+                        ),
+                    )
                     for msg in link.drain(TAG_HB, comm=link.hb):  # every answer: most are None
                         self.last_driver = time.monotonic()
                         if isinstance(msg, Fence):
@@ -209,25 +278,36 @@ class Worker:
                         if self._lost_driver("told", "another worker saw the driver die"):
                             return
                 except (PeerFailed, MPI.Exception) as exc:
-                    if self._lost_driver("failed", f"lost the driver on the heartbeat channel ({exc})"):
+                    if self._lost_driver(
+                        "failed", f"lost the driver on the heartbeat channel ({exc})"
+                    ):
                         return
             seq += 1
             silent = time.monotonic() - self.last_driver
-            if silent > driver_silence_limit(self.driver_timeout, self.last_driver, self.quiet_until):
+            if silent > driver_silence_limit(
+                self.driver_timeout, self.last_driver, self.quiet_until
+            ):
                 self._lost_driver("silent", f"heard nothing from the driver for {silent:.1f} s")
             if silent > DRIVER_GONE_AFTER_BEATS * self.period and self._driver_gone():
-                if self._lost_driver("gone", f"the driver process (pid {self.driver_proc[1]}) is gone; "
-                                             f"silent for {silent:.1f} s"):
+                if self._lost_driver(
+                    "gone",
+                    f"the driver process (pid {self.driver_proc[1]}) is gone; "
+                    f"silent for {silent:.1f} s",
+                ):
                     return
             self._check_alive()
-            time.sleep(self.period / 2 if self.fanin.relaying else self.period)  # a relay's news is one hop late
+            time.sleep(
+                self.period / 2 if self.fanin.relaying else self.period
+            )  # a relay's news is one hop late
 
     def _lost_driver(self, cause: str, why: str) -> bool:
         """Heartbeat thread: tell the main thread to follow the driver (True: stop beating),
         or end this worker when failover is off or the driver may be alive (policy/failover_plan.py)."""
         if not (self.failover and takes_over_on(cause)):
             die(DRIVER_LOST, why)
-        if agrees_by_messages(self.failover):  # at once, so that a worker still computing counts as alive
+        if agrees_by_messages(
+            self.failover
+        ):  # at once, so that a worker still computing counts as alive
             announce(self.link.comm)
             self.announced = True
         self.lost = why
@@ -243,7 +323,12 @@ class Worker:
         """The driver's process has ended (in this pid space only: elsewhere, a container that
         shares this host name included, only driver_timeout tells)."""
         host, pid = self.driver_proc
-        return bool(pid) and host == self.host and self.driver_space == procs.pid_space() != "" and procs.gone(pid)
+        return (
+            bool(pid)
+            and host == self.host
+            and self.driver_space == procs.pid_space() != ""
+            and procs.gone(pid)
+        )
 
     # -- commands ----------------------------------------------------------------
     def start_heartbeats(self, period: float, driver_timeout: float) -> None:
@@ -252,7 +337,9 @@ class Worker:
         self.last_driver = time.monotonic()
         if not self._beating:
             self._beating = True
-            self._beater = threading.Thread(target=self._heartbeat_loop, daemon=True, name="mixle-mpi-heartbeat")
+            self._beater = threading.Thread(
+                target=self._heartbeat_loop, daemon=True, name="mixle-mpi-heartbeat"
+            )
             self._beater.start()
 
     def setup(self, cfg: Setup) -> None:
@@ -266,7 +353,9 @@ class Worker:
         self.encoder_b = cfg.encoder  # a successor (failover) sets up the others with it
         self.sub_chunks = cfg.sub_chunks
         self.reconfigure_timeout = cfg.reconfigure_timeout
-        if cfg.blas_threads != self._blas_threads:  # a spare set up again to adopt a place keeps its pin
+        if (
+            cfg.blas_threads != self._blas_threads
+        ):  # a spare set up again to adopt a place keeps its pin
             self._blas, self._blas_threads = pin_blas_threads(cfg.blas_threads), cfg.blas_threads
         retain_freed_memory()  # E-step temporaries reuse heap pages instead of faulting fresh ones
         self.faults = FaultInjector(parse_plan(cfg.fault_plan), self.worker_id, self.incarnation)
@@ -274,8 +363,9 @@ class Worker:
         self.driver_space = cfg.driver_space
         # a replacement is not in the survivors' communicator: it never follows a dead driver
         how = cfg.failover if not self.spawned else ""
-        no_failover = self.store_unreadable = \
+        no_failover = self.store_unreadable = (
             can_take_over(cfg.store_path, os.access(cfg.store_path, os.R_OK)) if how else ""
+        )
         self.failover_how = "" if no_failover else how
         self.failover = self.failover_how if cfg.armed else ""
         self.host = host_and_pid()[0]
@@ -285,11 +375,25 @@ class Worker:
         self.start_heartbeats(cfg.heartbeat_period, cfg.driver_timeout)
         if self.spawned:
             self.faults.check("respawn")
-        self.own_store = cfg.store_path if cfg.own_store and self._opens_store(cfg.store_path, cfg.own_store) else ""
+        self.own_store = (
+            cfg.store_path
+            if cfg.own_store and self._opens_store(cfg.store_path, cfg.own_store)
+            else ""
+        )
         host, pid = host_and_pid()
         me = procs.identity(pid)
-        self.reply(Ready(self.worker_id, host, pid, no_failover, bool(self.own_store), me[1] if me else "",
-                         self.bell.address if self.bell is not None else "", procs.pid_space()))
+        self.reply(
+            Ready(
+                self.worker_id,
+                host,
+                pid,
+                no_failover,
+                bool(self.own_store),
+                me[1] if me else "",
+                self.bell.address if self.bell is not None else "",
+                procs.pid_space(),
+            )
+        )
 
     def _opens_store(self, path: str, store_id: str) -> bool:
         """``storage.opens_store``, asked once per store: opening the HDF5 file takes
@@ -353,25 +457,39 @@ class Worker:
         batch: list = []
         seconds: list[float] = []
         flushed = time.monotonic()
-        if self.skipping[0] != task_id:  # a Skip read during an earlier task of this round still holds
+        if (
+            self.skipping[0] != task_id
+        ):  # a Skip read during an earlier task of this round still holds
             self.skipping = (task_id, set())
         skipped = self.skipping[1]
         for sid, rows, extra in items:
-            skip = sid in skipped or sid in self._skips(task_id, skipped)  # a copy of it won elsewhere
+            skip = sid in skipped or sid in self._skips(
+                task_id, skipped
+            )  # a copy of it won elsewhere
             if skip and not (t.keep and rows is not None):
                 continue
             t0 = time.perf_counter()
-            chunks = self.resident[sid] if rows is None else estep.encode_shard(self.encoder, rows_from_packed(rows), self.sub_chunks)
+            chunks = (
+                self.resident[sid]
+                if rows is None
+                else estep.encode_shard(self.encoder, rows_from_packed(rows), self.sub_chunks)
+            )
             if t.keep and rows is not None:
-                self.resident[sid] = chunks  # the next rounds (a replacement joining) or an adoption need no load
+                self.resident[sid] = (
+                    chunks  # the next rounds (a replacement joining) or an adoption need no load
+                )
             if skip:  # a recovered shard: kept for the next rounds, not computed
                 continue
             ahead = self._stats_ahead(task_id, sid, call, recovery) if scores else None
-            batch.append((sid, estep.shard_result(kind, body, chunks, extra, scores, on_chunk, ahead)))
+            batch.append(
+                (sid, estep.shard_result(kind, body, chunks, extra, scores, on_chunk, ahead))
+            )
             self._slowed(time.perf_counter() - t0)
             seconds.append(time.perf_counter() - t0)
             if time.monotonic() - flushed >= REPLY_BATCH_SECONDS:
-                self.reply(Result(task_id, batch, peak_rss_mb(), tuple(seconds)))  # the peak for summary.json
+                self.reply(
+                    Result(task_id, batch, peak_rss_mb(), tuple(seconds))
+                )  # the peak for summary.json
                 batch, seconds, flushed = [], [], time.monotonic()
         if batch:
             self.reply(Result(task_id, batch, peak_rss_mb(), tuple(seconds)))
@@ -390,7 +508,9 @@ class Worker:
                 return skipped
             self.last_driver = time.monotonic()
             if isinstance(msg, Skip):
-                if msg.task_id == task_id:  # a task of this round stashed behind this one shares the set
+                if (
+                    msg.task_id == task_id
+                ):  # a task of this round stashed behind this one shares the set
                     skipped.update(msg.shards)
             else:
                 self.stashed.append(msg)
@@ -407,19 +527,24 @@ class Worker:
     def _stats_ahead(self, task_id: int, sid: int, call: int, recovery: bool) -> estep.Ahead:
         """For a shard of a task that also scores: its E-step payload goes to the driver at
         once when small (``Stats``), to be folded while this worker computes the scores."""
+
         def ahead(payload: bytes) -> bool:
             if len(payload) > STATS_AHEAD_MAX_BYTES:
                 return False
             self.send_ahead(Stats(task_id, sid, payload))
             self.faults.check("stats_sent", call, recovery)
             return True
+
         return ahead
 
     def reach(self, msg: Reach) -> None:
         """Failover: arm, unless the store or the file the driver wrote beside its checkpoint
         cannot be read here (then a dead driver ends this worker, as without failover)."""
-        why = self.store_unreadable or (can_take_over(os.path.dirname(msg.path), os.path.exists(msg.path), msg.what)
-                                        if self.failover_how else "")
+        why = self.store_unreadable or (
+            can_take_over(os.path.dirname(msg.path), os.path.exists(msg.path), msg.what)
+            if self.failover_how
+            else ""
+        )
         self.failover = "" if why else self.failover_how
         self.reply(Reached(self.worker_id, why))
 
@@ -444,7 +569,9 @@ class Worker:
         # good, and with it every MPI call of the heartbeat thread, which could not end us.
         comm = self._bounded(lambda: shrink(old.comm, ranks, method, epoch), "the shrink")
         if self.failover:
-            if not driver_in(old.comm, comm):  # the driver died inside the shrink: follow it from here
+            if not driver_in(
+                old.comm, comm
+            ):  # the driver died inside the shrink: follow it from here
                 self.deadline = None
                 with self.lock:
                     self.link = Link(comm, old.hb, 0)
@@ -488,7 +615,9 @@ class Worker:
         try:
             run_with_deadline(finalize, self.reconfigure_timeout, "disconnect and finalize")
         except TimeoutError as exc:
-            sys.stderr.write(f"[mixle_mpi] respawned worker pid {os.getpid()}: {exc}; exiting anyway\n")
+            sys.stderr.write(
+                f"[mixle_mpi] respawned worker pid {os.getpid()}: {exc}; exiting anyway\n"
+            )
 
     def serve(self) -> None:
         """Answer the driver until it says stop; never returns."""
@@ -506,7 +635,9 @@ class Worker:
                     self.load_started()
                     if msg.last:
                         del self._loading[msg.shard]
-                        self.resident[msg.shard] = estep.encode_shard(self.encoder, rows, self.sub_chunks)
+                        self.resident[msg.shard] = estep.encode_shard(
+                            self.encoder, rows, self.sub_chunks
+                        )
                         self.reply(Loaded(msg.shard, len(rows)))
                 elif isinstance(msg, ReadOwn):
                     self.read_own(msg.shards)
@@ -536,7 +667,11 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - a worker-side bug is reported to the driver
                 host, pid = host_and_pid()
                 task_id = msg.task_id if isinstance(msg, Task) else None
-                self.reply(TaskError(task_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", host, pid))
+                self.reply(
+                    TaskError(
+                        task_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", host, pid
+                    )
+                )
 
 
 def fence(msg: Fence) -> None:
@@ -544,8 +679,10 @@ def fence(msg: Fence) -> None:
     still that process (its start time matches: the pid was not reused)."""
     if not procs.kill_same((msg.pid, msg.started)):
         return  # gone already, or the pid names another process now: nothing is signalled
-    logs.get("worker").warning(f"worker rank {_who['rank']} (pid {os.getpid()}): fenced failed worker "
-                               f"{msg.worker} (pid {msg.pid}) on this host for the driver")
+    logs.get("worker").warning(
+        f"worker rank {_who['rank']} (pid {os.getpid()}): fenced failed worker "
+        f"{msg.worker} (pid {msg.pid}) on this host for the driver"
+    )
 
 
 def quit_on_abort(msg: Abort) -> None:
@@ -583,20 +720,29 @@ def serve_original(world, following: bool = False):
     except MPI.Exception as exc:
         die(DRIVER_LOST, f"lost the driver while the job started ({exc})")
     if answer is None:
-        die(NEVER_STARTED, f"heard nothing from the driver (rank 0) for startup_timeout={timeout:g} s "
-                           f"while the job started (set {contract.STARTUP_TIMEOUT_ENV} to wait longer)")
+        die(
+            NEVER_STARTED,
+            f"heard nothing from the driver (rank 0) for startup_timeout={timeout:g} s "
+            f"while the job started (set {contract.STARTUP_TIMEOUT_ENV} to wait longer)",
+        )
     if isinstance(answer, Abort):
         flush_and_exit(answer.code)
     if rank not in answer.members:
-        die(0, f"rank {rank} was left out: the driver did not hear from it within startup_timeout="
-               f"{timeout:g} s; the job goes on without it")
+        die(
+            0,
+            f"rank {rank} was left out: the driver did not hear from it within startup_timeout="
+            f"{timeout:g} s; the job goes on without it",
+        )
     faults.check("handshake")
     try:
-        comm, hb = startup.build_comms(world, answer.members, timeout,
-                                       None if following else startup.RanksGone())  # world ranks at the start only
+        comm, hb = startup.build_comms(
+            world, answer.members, timeout, None if following else startup.RanksGone()
+        )  # world ranks at the start only
     except startup.StartupFailed as exc:
         die(NEVER_STARTED, str(exc))
-    detached = startup.detach_from_slurm_pmix()  # srun --mpi=pmix: a later death must not end the step
+    detached = (
+        startup.detach_from_slurm_pmix()
+    )  # srun --mpi=pmix: a later death must not end the step
     startup.release_mpich_shm()  # MPICH: no /dev/shm segment outlives the job (no MPI_Finalize here)
     if detached is not None:
         logs.get("worker").debug(f"rank {rank}: {detached}")
@@ -613,16 +759,29 @@ def follow(worker: Worker, why: str):
     """The driver is dead and failover is on: agree on the survivors with the others, then
     take over (rank 0 of their communicator: return the Takeover) or serve the one that does."""
     log = logs.get("worker")
-    log.warning(f"worker rank {worker.worker_id} (pid {os.getpid()}): {why}; agreeing on a new driver with the survivors")
+    log.warning(
+        f"worker rank {worker.worker_id} (pid {os.getpid()}): {why}; agreeing on a new driver with the survivors"
+    )
     worker.stop_heartbeats(2 * worker.period)
     try:
-        taken = agree(worker.link.comm, worker.failover, election_window(worker.period), worker.reconfigure_timeout,
-                      worker.announced, worker.worker_id, worker.driver_proc, worker.encoder_b, why)
+        taken = agree(
+            worker.link.comm,
+            worker.failover,
+            election_window(worker.period),
+            worker.reconfigure_timeout,
+            worker.announced,
+            worker.worker_id,
+            worker.driver_proc,
+            worker.encoder_b,
+            why,
+        )
     except (NoAgreement, TimeoutError, MPI.Exception) as exc:
         die(RECONFIG_TIMEOUT, f"the survivors of the driver did not agree ({exc})")
     if successor(range(taken.survivors)) == taken.comm.Get_rank():
-        log.warning(f"worker rank {worker.worker_id} (pid {os.getpid()}): taking over as the driver of "
-                    f"{taken.survivors} rank(s)")
+        log.warning(
+            f"worker rank {worker.worker_id} (pid {os.getpid()}): taking over as the driver of "
+            f"{taken.survivors} rank(s)"
+        )
         return taken
     return serve_original(taken.comm, following=True)
 
@@ -636,10 +795,11 @@ def _startup_faults(rank: int) -> FaultInjector:
     return FaultInjector(pending_from_env(STARTUP_PHASES), rank, 0)
 
 
-def serve_spawned(parent, birth_record: str | None = None, driver: tuple[int, str] | None = None) -> None:
+def serve_spawned(
+    parent, birth_record: str | None = None, driver: tuple[int, str] | None = None
+) -> None:
     """A respawned worker: merge with the driver (under a deadline), then serve.
     ``birth_record``: where it wrote its birth record, removed once the driver has read it."""
-    from mixle_mpi.runtime import startup
 
     timeout = contract.startup_timeout()
     try:
@@ -648,4 +808,8 @@ def serve_spawned(parent, birth_record: str | None = None, driver: tuple[int, st
     except (TimeoutError, MPI.Exception) as exc:
         die(NEVER_STARTED, f"a respawned worker could not join the driver: {exc}")
     link = Link(pair, hb, 0, inter=parent)
-    serve_forever(link, spawned=True, worker=Worker(link, True, birth_record, setup_within=timeout, driver=driver))
+    serve_forever(
+        link,
+        spawned=True,
+        worker=Worker(link, True, birth_record, setup_within=timeout, driver=driver),
+    )

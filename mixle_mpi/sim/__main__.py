@@ -15,7 +15,9 @@ from mixle_mpi.sim.world import Violation
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mixle_mpi.sim", description=__doc__)
     ap.add_argument("--seed", type=int, help="replay this schedule and print it and its outcome")
-    ap.add_argument("--seeds", type=int, nargs=2, metavar=("FIRST", "END"), help="run schedules FIRST..END-1")
+    ap.add_argument(
+        "--seeds", type=int, nargs=2, metavar=("FIRST", "END"), help="run schedules FIRST..END-1"
+    )
     args = ap.parse_args(argv)
     if args.seed is None and args.seeds is None:
         ap.error("give --seed N or --seeds FIRST END")

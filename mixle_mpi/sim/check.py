@@ -26,12 +26,32 @@ from mixle_mpi.runtime.driver import Driver
 from mixle_mpi.runtime.wiring import Wiring
 from mixle_mpi.sim.schedule import RECONFIGURE, STALL, Schedule
 from mixle_mpi.sim.standin import Encoder, Estimator, model_of_round
-from mixle_mpi.sim.world import SimLink, SimMonitor, SimSpawner, SimStore, Violation, World, reference_fold
+from mixle_mpi.sim.world import (
+    SimLink,
+    SimMonitor,
+    SimSpawner,
+    SimStore,
+    Violation,
+    World,
+    reference_fold,
+)
 from mixle_mpi.storage.events import EventLog
 
 EVENT_BOUND = 200_000
-COUNTED = ("failure_detected", "recovery", "respawn_started", "respawned", "spare_adopted", "blacklisted",
-           "migrated", "store_unread", "spawn_unavailable", "speculated", "speculation_won", "rebalanced")
+COUNTED = (
+    "failure_detected",
+    "recovery",
+    "respawn_started",
+    "respawned",
+    "spare_adopted",
+    "blacklisted",
+    "migrated",
+    "store_unread",
+    "spawn_unavailable",
+    "speculated",
+    "speculation_won",
+    "rebalanced",
+)
 
 
 @dataclass
@@ -39,10 +59,10 @@ class Outcome:
     rounds_done: int
     no_workers: bool
     events: int
-    seconds: float                 # simulated
-    counts: dict                   # driver event -> how many (COUNTED)
-    late: int                      # replies a fenced process sent
-    duplicates: int                # Results delivered twice
+    seconds: float  # simulated
+    counts: dict  # driver event -> how many (COUNTED)
+    late: int  # replies a fenced process sent
+    duplicates: int  # Results delivered twice
 
 
 def replay_command(seed: int) -> str:
@@ -62,11 +82,21 @@ class CheckedEvents(EventLog):
         if event == "failure_detected":
             proc = self.monitor.forgotten.get(w)
             if proc is not None and proc.state not in ("dead", "hung"):
-                raise Violation(f"worker {w}'s {proc!r} was declared failed while working: {fields.get('cause')}")
+                raise Violation(
+                    f"worker {w}'s {proc!r} was declared failed while working: {fields.get('cause')}"
+                )
             if proc is not None:
-                proc.fenced = True  # the driver gave it up: whatever it sends from now on must never count
-        if event == "blacklisted" and w in self.monitor.watched and self.monitor.watched[w].state == "up":
-            raise Violation(f"worker {w} was blacklisted while its {self.monitor.watched[w]!r} lives")
+                proc.fenced = (
+                    True  # the driver gave it up: whatever it sends from now on must never count
+                )
+        if (
+            event == "blacklisted"
+            and w in self.monitor.watched
+            and self.monitor.watched[w].state == "up"
+        ):
+            raise Violation(
+                f"worker {w} was blacklisted while its {self.monitor.watched[w]!r} lives"
+            )
         return super().emit(event, **fields)
 
 
@@ -113,19 +143,46 @@ def _world(s: Schedule) -> tuple[World, SimStore, SimMonitor, dict]:
     world = World(rng, bound, EVENT_BOUND, s.dup, s.ulfm)
     world.store = store = SimStore(rng, s.shards)
     world.monitor = monitor = SimMonitor(world, STALL)
-    links = {w: SimLink(world, world.spawn(f"sim-host-{w}", s.speeds.get(w, 1.0))) for w in range(1, s.workers + 1)}
+    links = {
+        w: SimLink(world, world.spawn(f"sim-host-{w}", s.speeds.get(w, 1.0)))
+        for w in range(1, s.workers + 1)
+    }
     for when, place, kind, seconds in s.faults:
         world.at(when, _strike, world, place, kind, seconds)
     return world, store, monitor, links
 
 
 def _driver(s: Schedule, world: World, store: SimStore, monitor: SimMonitor, links: dict) -> Driver:
-    settings = Settings(reconfigure_timeout=RECONFIGURE, stall_timeout=STALL, respawn=s.respawn,
-                        respawn_wait=not s.background, spares=s.spares, workers_read_store=s.read_store,
-                        own_read_min_bytes=0, doorbells=False, driver_computes=s.driver_computes)
-    wiring = Wiring(links, SimSpawner(world, s.background, RECONFIGURE), "sim-driver", None, world.idle)
-    return Driver(None, {w: w for w in links}, s.workers, monitor, store, pickle.dumps(Encoder()), 2,
-                  s.max_retries, settings, CheckedEvents(monitor), (), KEEP, wiring, s.spares)
+    settings = Settings(
+        reconfigure_timeout=RECONFIGURE,
+        stall_timeout=STALL,
+        respawn=s.respawn,
+        respawn_wait=not s.background,
+        spares=s.spares,
+        workers_read_store=s.read_store,
+        own_read_min_bytes=0,
+        doorbells=False,
+        driver_computes=s.driver_computes,
+    )
+    wiring = Wiring(
+        links, SimSpawner(world, s.background, RECONFIGURE), "sim-driver", None, world.idle
+    )
+    return Driver(
+        None,
+        {w: w for w in links},
+        s.workers,
+        monitor,
+        store,
+        pickle.dumps(Encoder()),
+        2,
+        s.max_retries,
+        settings,
+        CheckedEvents(monitor),
+        (),
+        KEEP,
+        wiring,
+        s.spares,
+    )
 
 
 def run(s: Schedule) -> Outcome:
@@ -147,8 +204,10 @@ def run(s: Schedule) -> Outcome:
     except Violation as exc:
         raise Violation(f"seed {s.seed}: {exc}\n  replay: {replay_command(s.seed)}") from None
     except Exception:
-        raise Violation(f"seed {s.seed}: the driver raised\n{traceback.format_exc()}"
-                        f"  replay: {replay_command(s.seed)}") from None
+        raise Violation(
+            f"seed {s.seed}: the driver raised\n{traceback.format_exc()}"
+            f"  replay: {replay_command(s.seed)}"
+        ) from None
     counts = {e: 0 for e in COUNTED}
     for rec in driver.events.events:
         if rec["event"] in counts:

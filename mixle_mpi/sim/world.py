@@ -22,17 +22,30 @@ from typing import Any
 import numpy as np
 
 from mixle_mpi.core import estep
-from mixle_mpi.core.protocol import (Abort, Load, Loaded, Ready, ReadOwn, Release, Result, Setup, Skip, Stats,
-                                     Stop, STATS_AHEAD_MAX_BYTES, Task)
+from mixle_mpi.core.protocol import (
+    STATS_AHEAD_MAX_BYTES,
+    Abort,
+    Load,
+    Loaded,
+    ReadOwn,
+    Ready,
+    Release,
+    Result,
+    Setup,
+    Skip,
+    Stats,
+    Stop,
+    Task,
+)
 from mixle_mpi.runtime.spawner import SpawnFailed, SpawnUnavailable
 from mixle_mpi.runtime.transport import PeerFailed
 from mixle_mpi.sim.standin import Encoder, Model
 from mixle_mpi.storage.store import rows_from_packed
 
-LATENCY = 0.001   # simulated seconds a message takes
-QUANTUM = 0.25    # the clock's step while nothing is scheduled (a deadline's wait)
+LATENCY = 0.001  # simulated seconds a message takes
+QUANTUM = 0.25  # the clock's step while nothing is scheduled (a deadline's wait)
 ROW_COST = 0.002  # simulated seconds per row of an E-step at speed 1
-ULFM_ERROR = 75   # the error class a send to a dead peer raises (ULFM)
+ULFM_ERROR = 75  # the error class a send to a dead peer raises (ULFM)
 
 
 class Violation(AssertionError):
@@ -42,8 +55,14 @@ class Violation(AssertionError):
 class World:
     """The clock, the event queue and everything in the world; ``rng`` draws its chances."""
 
-    def __init__(self, rng: random.Random, time_bound: float, event_bound: int, dup: float = 0.0,
-                 ulfm: bool = False) -> None:
+    def __init__(
+        self,
+        rng: random.Random,
+        time_bound: float,
+        event_bound: int,
+        dup: float = 0.0,
+        ulfm: bool = False,
+    ) -> None:
         self.rng = rng
         self.now = 0.0
         self.time_bound, self.event_bound = time_bound, event_bound
@@ -53,8 +72,8 @@ class World:
         self.events = 0
         self.pids = itertools.count(1000)
         self.procs: list[Process] = []
-        self.poisoned: dict[int, bytes] = {}   # id -> a payload only a fenced process sent
-        self.bodies: dict[int, Any] = {}       # task id -> its unpickled body
+        self.poisoned: dict[int, bytes] = {}  # id -> a payload only a fenced process sent
+        self.bodies: dict[int, Any] = {}  # task id -> its unpickled body
         self.store: SimStore | None = None
         self.monitor: SimMonitor | None = None
         self.duplicates = self.late = 0
@@ -121,18 +140,18 @@ class Process:
 
     def __init__(self, world: World, pid: int, host: str, speed: float) -> None:
         self.world, self.pid, self.host, self.speed = world, pid, host, speed
-        self.state = "up"            # up | hung | dead | ended
-        self.fenced = False          # the driver gave it up: anything it sends later is poisoned
+        self.state = "up"  # up | hung | dead | ended
+        self.fenced = False  # the driver gave it up: anything it sends later is poisoned
         self.hung_until = 0.0
         self.reads_store = world.rng.random() < 0.8
         self.worker = self.incarnation = 0
         self.link: SimLink | None = None
-        self.resident: dict[int, Any] = {}   # shard -> its encoded chunks
-        self.kept: set[int] = set()          # of those, copies kept for another place
+        self.resident: dict[int, Any] = {}  # shard -> its encoded chunks
+        self.kept: set[int] = set()  # of those, copies kept for another place
         self.loading: dict[int, list] = {}
         self.jobs: deque = deque()
         self.busy = False
-        self.skipped: dict[int, set] = {}    # task id -> shards the driver said to leave out (Skip)
+        self.skipped: dict[int, set] = {}  # task id -> shards the driver said to leave out (Skip)
 
     def __repr__(self) -> str:
         return f"process {self.pid} (worker {self.worker}.{self.incarnation}, {self.state})"
@@ -141,7 +160,9 @@ class Process:
     def die(self) -> None:
         if self.state in ("up", "hung"):
             self.state = "dead"
-            self.world.monitor.noticed(self, self.world.now + self.world.rng.uniform(0.05, 1.0), "heartbeat: silent")
+            self.world.monitor.noticed(
+                self, self.world.now + self.world.rng.uniform(0.05, 1.0), "heartbeat: silent"
+            )
 
     def hang(self, seconds: float) -> None:
         """Its main thread stops for ``seconds`` (its heartbeats go on): late, or fenced."""
@@ -162,11 +183,15 @@ class Process:
         self.link = link
         if isinstance(msg, (Stop, Abort)):
             self.state = "ended"
-        elif isinstance(msg, Release):  # as a worker: the shards are dropped, kept copies or its own
+        elif isinstance(
+            msg, Release
+        ):  # as a worker: the shards are dropped, kept copies or its own
             for s in msg.shards:
                 self.kept.discard(s)
                 self.resident.pop(s, None)
-        elif isinstance(msg, Skip):  # read between shards, as a worker does: the one under way goes on
+        elif isinstance(
+            msg, Skip
+        ):  # read between shards, as a worker does: the one under way goes on
             self.skipped.setdefault(msg.task_id, set()).update(msg.shards)
         else:
             self.jobs.append(msg)
@@ -213,7 +238,14 @@ class Process:
         """The cost and the replies of one job (computed now, sent when it is done)."""
         if isinstance(msg, Setup):
             self.worker, self.incarnation = msg.worker, msg.incarnation
-            return 0.01, [Ready(msg.worker, self.host, self.pid, reads_store=self.reads_store and bool(msg.own_store))]
+            return 0.01, [
+                Ready(
+                    msg.worker,
+                    self.host,
+                    self.pid,
+                    reads_store=self.reads_store and bool(msg.own_store),
+                )
+            ]
         if isinstance(msg, ReadOwn):
             return self._read_own(msg.shards)
         if isinstance(msg, Load):
@@ -252,14 +284,25 @@ class Process:
         shard, packed, extra = item
         if packed is not None and task.keep:
             self._hold(shard, rows_from_packed(packed), kept=True)
-        chunks = self.resident.get(shard) if packed is None or task.keep else \
-            estep.encode_shard(Encoder(), rows_from_packed(packed), 2)
+        chunks = (
+            self.resident.get(shard)
+            if packed is None or task.keep
+            else estep.encode_shard(Encoder(), rows_from_packed(packed), 2)
+        )
         if chunks is None:
-            raise Violation(f"{self!r} was asked for shard {shard}, which it does not hold "
-                            f"(resident {sorted(self.resident)})")
+            raise Violation(
+                f"{self!r} was asked for shard {shard}, which it does not hold "
+                f"(resident {sorted(self.resident)})"
+            )
         ahead: list = []
-        offer = (lambda p: len(p) <= STATS_AHEAD_MAX_BYTES and not ahead.append(p)) if task.score_call >= 0 else None
-        payload = estep.shard_result(task.kind, body, chunks, extra, task.score_call >= 0, ahead=offer)
+        offer = (
+            (lambda p: len(p) <= STATS_AHEAD_MAX_BYTES and not ahead.append(p))
+            if task.score_call >= 0
+            else None
+        )
+        payload = estep.shard_result(
+            task.kind, body, chunks, extra, task.score_call >= 0, ahead=offer
+        )
         cost = ROW_COST * sum(n for n, _ in chunks)
         replies = [Stats(task.task_id, shard, p) for p in ahead]
         replies.append(Result(task.task_id, [(shard, payload)], 0.0, (cost / self.speed,)))
@@ -298,7 +341,9 @@ class SimMonitor:
         self.world, self.stall_timeout = world, stall_timeout
         self.watched: dict[int, Process] = {}
         self.due: list[tuple[float, Process, str]] = []
-        self.forgotten: dict[int, Process | None] = {}  # worker -> the process just unwatched (failed, or a spare adopting)
+        self.forgotten: dict[
+            int, Process | None
+        ] = {}  # worker -> the process just unwatched (failed, or a spare adopting)
 
     def noticed(self, proc: Process, when: float, cause: str) -> None:
         self.due.append((when, proc, cause))
@@ -359,7 +404,9 @@ class SimSpawner:
         self.born: dict[int, tuple[int, str]] = {}
         self.started = 0
 
-    def start(self, worker: int, host: str | None, pickled: tuple, here: bool = False) -> SimLink | None:
+    def start(
+        self, worker: int, host: str | None, pickled: tuple, here: bool = False
+    ) -> SimLink | None:
         rng = self.world.rng
         if rng.random() < 0.02:
             raise SpawnUnavailable("sim: MPI_Comm_spawn refused")
@@ -371,8 +418,13 @@ class SimSpawner:
             return SimLink(self.world, proc)
         when = self.world.now + rng.uniform(0.05, 1.0)
         roll = rng.random()
-        got = SpawnFailed("sim: its process died before joining", True) if roll < 0.05 else \
-            SpawnFailed("sim: spawn error") if roll < 0.07 else SimLink(self.world, proc)
+        got = (
+            SpawnFailed("sim: its process died before joining", True)
+            if roll < 0.05
+            else SpawnFailed("sim: spawn error")
+            if roll < 0.07
+            else SimLink(self.world, proc)
+        )
         self.running[worker] = (when, got)
         self.world.at(when, lambda: None, wakes=True)
         return None
@@ -398,9 +450,14 @@ class SimStore:
 
     def __init__(self, rng: random.Random, num_shards: int) -> None:
         self.num_shards = num_shards
-        self.data = [np.array([rng.uniform(-2.0, 2.0) for _ in range(rng.randint(1, 12))]) for _ in range(num_shards)]
-        self.splits = [sorted({0, len(d), *(rng.randint(0, len(d)) for _ in range(rng.randint(0, 2)))})
-                       for d in self.data]
+        self.data = [
+            np.array([rng.uniform(-2.0, 2.0) for _ in range(rng.randint(1, 12))])
+            for _ in range(num_shards)
+        ]
+        self.splits = [
+            sorted({0, len(d), *(rng.randint(0, len(d)) for _ in range(rng.randint(0, 2)))})
+            for d in self.data
+        ]
 
     def rows(self, i: int) -> list:
         return self.data[i].tolist()

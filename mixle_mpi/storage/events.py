@@ -16,16 +16,25 @@ from typing import Any
 
 from mixle_mpi.core import logs
 
-
-LOG = object()   # EventLog's default echo: a line through the logging module
+LOG = object()  # EventLog's default echo: a line through the logging module
 
 # What a person needs to see at the default level (INFO). A checkpoint is folded into the
 # progress line and a fallback into the "resumed" line, so they only show with -v.
-LEVELS = {"failure_detected": logging.WARNING, "relaunched": logging.WARNING, "blacklisted": logging.WARNING, "spawn_unavailable": logging.WARNING,
-          "spawn_abandoned": logging.WARNING,
-          "driver_failed": logging.WARNING, "failover_unavailable": logging.WARNING,
-          "checkpoint": logging.DEBUG, "checkpoint_fallback": logging.DEBUG, "closed": logging.DEBUG,
-          "shrink_fallback": logging.DEBUG, "preempted": logging.DEBUG, "loaded": logging.DEBUG}
+LEVELS = {
+    "failure_detected": logging.WARNING,
+    "relaunched": logging.WARNING,
+    "blacklisted": logging.WARNING,
+    "spawn_unavailable": logging.WARNING,
+    "spawn_abandoned": logging.WARNING,
+    "driver_failed": logging.WARNING,
+    "failover_unavailable": logging.WARNING,
+    "checkpoint": logging.DEBUG,
+    "checkpoint_fallback": logging.DEBUG,
+    "closed": logging.DEBUG,
+    "shrink_fallback": logging.DEBUG,
+    "preempted": logging.DEBUG,
+    "loaded": logging.DEBUG,
+}
 SKIP = {"time", "event", "worker", "pid", "host", "driver_host"}
 
 
@@ -80,27 +89,37 @@ def _blas_text(blas: Any) -> str:
     parts = []
     for lib in blas:
         n = lib.get("num_threads")
-        parts.append(f"{lib.get('internal_api', '?')} {lib.get('version') or ''}".strip()
-                     + (f" ({n} thread{'s' if n != 1 else ''})" if n is not None else ""))
+        parts.append(
+            f"{lib.get('internal_api', '?')} {lib.get('version') or ''}".strip()
+            + (f" ({n} thread{'s' if n != 1 else ''})" if n is not None else "")
+        )
     return ", ".join(parts)
 
 
 def _start_text(rec: dict[str, Any]) -> str:
     """The start event in one line: the layout, then MPI and BLAS, then the detection settings."""
     s = rec.get("settings") or {}
-    layout = [f"{rec['workers']} workers" + (f" + {rec['spares']} spare(s)" if rec.get("spares") else "")]
+    layout = [
+        f"{rec['workers']} workers" + (f" + {rec['spares']} spare(s)" if rec.get("spares") else "")
+    ]
     if "num_shards" in rec:
-        layout.append(f"{rec['num_shards']} shards" + (f" x {rec['sub_chunks']} sub-chunks" if rec.get("sub_chunks", 1) != 1
-                                                        else ""))
+        layout.append(
+            f"{rec['num_shards']} shards"
+            + (f" x {rec['sub_chunks']} sub-chunks" if rec.get("sub_chunks", 1) != 1 else "")
+        )
     if "max_retries" in rec:
         layout.append(f"max_retries {rec['max_retries']}")
     parts = [", ".join(layout)]
     if "mpi" in rec:
-        parts.append(f"MPI: {rec['mpi']}" + (f" (shrink: {rec['shrink']})" if rec.get("shrink") else ""))
+        parts.append(
+            f"MPI: {rec['mpi']}" + (f" (shrink: {rec['shrink']})" if rec.get("shrink") else "")
+        )
     if "blas" in rec:
         parts.append(f"BLAS: {_blas_text(rec['blas'])}")
     if "heartbeat_period" in s and "heartbeat_timeout" in s:
-        parts.append(f"heartbeat every {s['heartbeat_period']:g} s, timeout {s['heartbeat_timeout']:g} s")
+        parts.append(
+            f"heartbeat every {s['heartbeat_period']:g} s, timeout {s['heartbeat_timeout']:g} s"
+        )
     if rec.get("fault_plan"):
         parts.append(f"fault plan: {len(rec['fault_plan'])} planned fault(s)")
     return "start: " + "; ".join(parts)
@@ -127,22 +146,30 @@ def _continuation_text(rec: dict[str, Any]) -> str:
 
 
 def _driver_failed_text(rec: dict[str, Any]) -> str:
-    return (f"the driver (pid {rec.get('pid')} on {rec.get('host', '?')}) died: rank {rec.get('seen_by')} saw it "
-            f"({rec.get('cause')})")
+    return (
+        f"the driver (pid {rec.get('pid')} on {rec.get('host', '?')}) died: rank {rec.get('seen_by')} saw it "
+        f"({rec.get('cause')})"
+    )
 
 
-TOOK_OVER = "drives now, over"  # in the line of a driver_elected event: a survivor took over (failover)
+TOOK_OVER = (
+    "drives now, over"  # in the line of a driver_elected event: a survivor took over (failover)
+)
 
 
 def _driver_elected_text(rec: dict[str, Any]) -> str:
-    return (f"rank {rec.get('rank')} (pid {rec.get('pid')} on {rec.get('host', '?')}) {TOOK_OVER} "
-            f"{rec.get('survivors')} surviving rank(s), agreed in {rec.get('agreed_seconds')} s")
+    return (
+        f"rank {rec.get('rank')} (pid {rec.get('pid')} on {rec.get('host', '?')}) {TOOK_OVER} "
+        f"{rec.get('survivors')} surviving rank(s), agreed in {rec.get('agreed_seconds')} s"
+    )
 
 
 def _driver_resumed_text(rec: dict[str, Any]) -> str:
-    return (f"rank {rec.get('rank')} (pid {rec.get('pid')} on {rec.get('host', '?')}) resumed the fit after "
-            f"iteration {rec.get('iteration')} with {rec.get('ranks')} rank(s), {rec.get('since_death')} s after "
-            "the driver died")
+    return (
+        f"rank {rec.get('rank')} (pid {rec.get('pid')} on {rec.get('host', '?')}) resumed the fit after "
+        f"iteration {rec.get('iteration')} with {rec.get('ranks')} rank(s), {rec.get('since_death')} s after "
+        "the driver died"
+    )
 
 
 def _driver_shards_text(rec: dict[str, Any]) -> str:
@@ -154,14 +181,18 @@ def _driver_shards_text(rec: dict[str, Any]) -> str:
         return "the driver computes no shard (setting driver_computes off)"
     if not rec.get("share"):
         return "the driver computes no shard: S // (workers + 1) is 0 (more shards would give it a share)"
-    return (f"the driver computes no shard: its share, {rec['share']} shard(s), is {mib:.1f} MiB stored, over "
-            f"driver_share_max_bytes ({rec.get('max_bytes', 0) / 2**20:.1f} MiB); it holds no data, so its memory stays flat")
+    return (
+        f"the driver computes no shard: its share, {rec['share']} shard(s), is {mib:.1f} MiB stored, over "
+        f"driver_share_max_bytes ({rec.get('max_bytes', 0) / 2**20:.1f} MiB); it holds no data, so its memory stays flat"
+    )
 
 
 def _ranks_text(rec: dict[str, Any]) -> str:
     """Where each rank runs: rank -> host:pid, the driver first."""
     places = rec.get("ranks") or {}
-    return "ranks: " + ", ".join(f"{r}{' (driver)' if r == '0' else ''} {where}" for r, where in places.items())
+    return "ranks: " + ", ".join(
+        f"{r}{' (driver)' if r == '0' else ''} {where}" for r, where in places.items()
+    )
 
 
 def _failover_armed_text(rec: dict[str, Any]) -> str:
@@ -170,19 +201,32 @@ def _failover_armed_text(rec: dict[str, Any]) -> str:
     out = rec.get("out") or []
     return f"driver failover armed: rank(s) {ranks} may take over" + (
         f" (not rank(s) {', '.join(map(str, out))}: they cannot read the store or the checkpoint's folder, "
-        "see failover_unavailable)" if out else "")
+        "see failover_unavailable)"
+        if out
+        else ""
+    )
 
 
 def relaunched_text(rec: dict[str, Any]) -> str:
     """A launch that lost a host, launched again without it."""
-    return (f"relaunched without lost host(s) {', '.join(rec.get('lost_hosts') or [])} (attempt {rec.get('attempt')}, "
-            f"{rec.get('ranks')} ranks, was {rec.get('was_ranks')}; left out: {', '.join(rec.get('left_out') or [])})")
+    return (
+        f"relaunched without lost host(s) {', '.join(rec.get('lost_hosts') or [])} (attempt {rec.get('attempt')}, "
+        f"{rec.get('ranks')} ranks, was {rec.get('was_ranks')}; left out: {', '.join(rec.get('left_out') or [])})"
+    )
 
 
-SPECIAL = {"start": ("workers", _start_text), "relaunched": ("lost_hosts", relaunched_text), "ranks": ("ranks", _ranks_text),
-           "failover_armed": ("workers", _failover_armed_text), "driver_shards": ("shards", _driver_shards_text), "resumed": ("iteration", _resumed_text),
-           "continuation": ("method", _continuation_text), "driver_failed": ("cause", _driver_failed_text),
-           "driver_elected": ("survivors", _driver_elected_text), "driver_resumed": ("since_death", _driver_resumed_text)}
+SPECIAL = {
+    "start": ("workers", _start_text),
+    "relaunched": ("lost_hosts", relaunched_text),
+    "ranks": ("ranks", _ranks_text),
+    "failover_armed": ("workers", _failover_armed_text),
+    "driver_shards": ("shards", _driver_shards_text),
+    "resumed": ("iteration", _resumed_text),
+    "continuation": ("method", _continuation_text),
+    "driver_failed": ("cause", _driver_failed_text),
+    "driver_elected": ("survivors", _driver_elected_text),
+    "driver_resumed": ("since_death", _driver_resumed_text),
+}
 
 
 def describe(rec: dict[str, Any]) -> str:

@@ -61,7 +61,9 @@ class FoldJournal:
         name = str(shard)
         if name in self._file:
             del self._file[name]
-        ds = self._file.create_dataset(name, data=np.frombuffer(text.encode("utf-8"), dtype=np.uint8))
+        ds = self._file.create_dataset(
+            name, data=np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+        )
         ds.attrs["sha256"] = sha256_text(text)
         self._file.flush()
 

@@ -24,10 +24,10 @@ import h5py
 import numpy as np
 
 from mixle_mpi.core import probes
+from mixle_mpi.core.atomicfile import commit, discard
 from mixle_mpi.core.codec import decode_row, encode_row
 from mixle_mpi.core.errors import ConfigError, DataError
 from mixle_mpi.core.layout import default_num_shards
-from mixle_mpi.core.atomicfile import commit, discard
 from mixle_mpi.core.privatefile import new_private_temp
 from mixle_mpi.core.validate import check_int
 
@@ -35,7 +35,9 @@ __all__ = ["ShardStore", "FORMAT", "VERSION"]
 
 FORMAT = "mixle_mpi.shards"
 WRITE_BLOCK_BYTES = 64 << 20  # input rows read per block while the store is written, at most
-LOAD_BLOCK_BYTES = 1 << 20  # rows per load message: the driver holds at most one such block per worker
+LOAD_BLOCK_BYTES = (
+    1 << 20
+)  # rows per load message: the driver holds at most one such block per worker
 VERSION = 1
 ROW_KINDS = ("ndarray", "scalars", "arrays", "general")
 _NUMERIC = "biufc"
@@ -90,9 +92,17 @@ def _classify(data):
     """Return (row_kind, n, dtype, row_shape, block(a, b) -> ndarray) without reading the data."""
     if isinstance(data, h5py.Dataset):
         if data.ndim == 0 or not _numeric(data.dtype):
-            raise DataError(f"an h5py dataset must be numeric with rows along axis 0; "
-                            f"found dtype {data.dtype} and shape {data.shape}")
-        return "ndarray", data.shape[0], data.dtype, data.shape[1:], lambda a, b: np.asarray(data[a:b])
+            raise DataError(
+                f"an h5py dataset must be numeric with rows along axis 0; "
+                f"found dtype {data.dtype} and shape {data.shape}"
+            )
+        return (
+            "ndarray",
+            data.shape[0],
+            data.dtype,
+            data.shape[1:],
+            lambda a, b: np.asarray(data[a:b]),
+        )
     if type(data) is np.ndarray:
         if data.ndim == 0:
             raise DataError("a 0-d ndarray has no rows; rows must lie along axis 0")
@@ -100,22 +110,38 @@ def _classify(data):
             return "ndarray", len(data), data.dtype, data.shape[1:], lambda a, b: data[a:b]
         return "general", len(data), _STR, (), lambda a, b: _encode_block(data, a, b)
     if type(data) not in (list, tuple):
-        raise DataError(f"data must be a numpy ndarray, an h5py dataset or a list/tuple of rows; "
-                        f"found {type(data).__module__}.{type(data).__qualname__}")
+        raise DataError(
+            f"data must be a numpy ndarray, an h5py dataset or a list/tuple of rows; "
+            f"found {type(data).__module__}.{type(data).__qualname__}"
+        )
     rows, n = data, len(data)
     if n and all(type(r) is np.ndarray for r in rows):
         shape, dtype = rows[0].shape, rows[0].dtype
         for j, r in enumerate(rows):
             if r.shape != shape:
-                raise DataError(f"row {j} has shape {r.shape}, expected {shape} like row 0 "
-                                "(ndarray rows must all have one shape)")
+                raise DataError(
+                    f"row {j} has shape {r.shape}, expected {shape} like row 0 "
+                    "(ndarray rows must all have one shape)"
+                )
         if shape and _numeric(dtype) and all(r.dtype == dtype for r in rows):
             return "arrays", n, dtype, shape, lambda a, b: np.stack(rows[a:b])
     elif n and all(_is_int(r) for r in rows):
-        if all(-2**63 <= int(r) < 2**63 for r in rows):
-            return "scalars", n, np.dtype(np.int64), (), lambda a, b: np.array(rows[a:b], dtype=np.int64)
+        if all(-(2**63) <= int(r) < 2**63 for r in rows):
+            return (
+                "scalars",
+                n,
+                np.dtype(np.int64),
+                (),
+                lambda a, b: np.array(rows[a:b], dtype=np.int64),
+            )
     elif n and all(_is_float(r) for r in rows):
-        return "scalars", n, np.dtype(np.float64), (), lambda a, b: np.array(rows[a:b], dtype=np.float64)
+        return (
+            "scalars",
+            n,
+            np.dtype(np.float64),
+            (),
+            lambda a, b: np.array(rows[a:b], dtype=np.float64),
+        )
     return "general", n, _STR, (), lambda a, b: _encode_block(rows, a, b)
 
 
@@ -142,17 +168,29 @@ def source_name(data) -> str | None:
 def nonfinite_row(source: str | None, row: int) -> DataError:
     """The error for a row with a NaN or infinity: arrays are named by 0-based index."""
     where = f"{source}: " if source else ""
-    return DataError(f"{where}row {row} contains a NaN or infinite value; finite values are needed "
-                     "(rows are counted from 0)")
+    return DataError(
+        f"{where}row {row} contains a NaN or infinite value; finite values are needed "
+        "(rows are counted from 0)"
+    )
 
 
-def _write(f: h5py.File, n: int, s: int, dtype, row_shape: tuple, block: Callable, block_rows: int,
-           source: str | None = None) -> None:
+def _write(
+    f: h5py.File,
+    n: int,
+    s: int,
+    dtype,
+    row_shape: tuple,
+    block: Callable,
+    block_rows: int,
+    source: str | None = None,
+) -> None:
     """Stream blocks of rows; rows of shard i in block [a, b) are block[(i - a) % s :: s]."""
     group = f.create_group("shards")
     try:
-        dsets = [group.create_dataset(str(i), shape=(_count(i, n, s),) + tuple(row_shape), dtype=dtype)
-                 for i in range(s)]
+        dsets = [
+            group.create_dataset(str(i), shape=(_count(i, n, s),) + tuple(row_shape), dtype=dtype)
+            for i in range(s)
+        ]
     except TypeError as exc:
         raise DataError(f"dtype {dtype} cannot be stored in HDF5: {exc}") from None
     for a in range(0, n, block_rows):
@@ -165,7 +203,7 @@ def _write(f: h5py.File, n: int, s: int, dtype, row_shape: tuple, block: Callabl
             if start < len(rows):
                 part = rows[start::s]
                 offset = (a + start - i) // s
-                dsets[i][offset:offset + len(part)] = part
+                dsets[i][offset : offset + len(part)] = part
 
 
 def write_block_rows(kind: str, dtype, row_shape: tuple, cap: int) -> int:
@@ -184,8 +222,10 @@ def _read_block(block: Callable, a: int, b: int, source: str | None):
     try:
         return block(a, b)
     except OSError as exc:
-        raise DataError(f"cannot read rows {a}..{b - 1} of the input {source or 'data'}: {exc}; the file is "
-                        "probably truncated or damaged") from None
+        raise DataError(
+            f"cannot read rows {a}..{b - 1} of the input {source or 'data'}: {exc}; the file is "
+            "probably truncated or damaged"
+        ) from None
 
 
 class ShardStore:
@@ -214,14 +254,22 @@ class ShardStore:
             raise DataError(f"{where}: found row_kind={kind!r}, needed one of {ROW_KINDS}")
         s, n = attrs.get("num_shards"), attrs.get("num_rows")
         if not isinstance(s, np.integer) or not isinstance(n, np.integer) or not 1 <= s <= n:
-            raise DataError(f"{where}: found num_shards={s!r} and num_rows={n!r}, needed 1 <= num_shards <= num_rows")
+            raise DataError(
+                f"{where}: found num_shards={s!r} and num_rows={n!r}, needed 1 <= num_shards <= num_rows"
+            )
         self._s, self._n, self._kind = int(s), int(n), kind
         group = self._file.get("shards")
         for i in range(self._s):
             ds = group.get(str(i)) if isinstance(group, h5py.Group) else None
-            if not isinstance(ds, h5py.Dataset) or ds.ndim < 1 or ds.shape[0] != _count(i, self._n, self._s):
-                raise DataError(f"{where}: shard {i} is missing or does not hold "
-                                f"{_count(i, self._n, self._s)} rows")
+            if (
+                not isinstance(ds, h5py.Dataset)
+                or ds.ndim < 1
+                or ds.shape[0] != _count(i, self._n, self._s)
+            ):
+                raise DataError(
+                    f"{where}: shard {i} is missing or does not hold "
+                    f"{_count(i, self._n, self._s)} rows"
+                )
 
     @classmethod
     def open(cls, path) -> "ShardStore":
@@ -245,15 +293,29 @@ class ShardStore:
             raise DataError(f"found {n} observations but num_shards={s} needs at least {s}")
         path = os.fspath(path)
         if os.path.isdir(path):
-            raise ConfigError(f"cannot write shard store at {path!r}: it is a directory, a file path is needed")
+            raise ConfigError(
+                f"cannot write shard store at {path!r}: it is a directory, a file path is needed"
+            )
         try:
-            tmp = new_private_temp(path)  # a full copy of the user's data: owner-only, a name of its own
+            tmp = new_private_temp(
+                path
+            )  # a full copy of the user's data: owner-only, a name of its own
         except OSError as exc:
-            raise ConfigError(f"cannot write shard store at {path!r}: {exc.strerror} (creating a file beside it)") from None
+            raise ConfigError(
+                f"cannot write shard store at {path!r}: {exc.strerror} (creating a file beside it)"
+            ) from None
         try:
             with h5py.File(tmp, "w") as f:
-                f.attrs.update({"format": FORMAT, "version": VERSION, "num_shards": s,
-                                "num_rows": n, "row_kind": kind, "store_id": uuid.uuid4().hex})
+                f.attrs.update(
+                    {
+                        "format": FORMAT,
+                        "version": VERSION,
+                        "num_shards": s,
+                        "num_rows": n,
+                        "row_kind": kind,
+                        "store_id": uuid.uuid4().hex,
+                    }
+                )
                 _write(f, n, s, dtype, row_shape, block, block_rows, source_name(data))
             commit(tmp, path)
         except BaseException as exc:
@@ -293,7 +355,11 @@ class ShardStore:
     def _dataset(self, i) -> h5py.Dataset:
         if self._file is None:
             raise ValueError(f"shard store {self.path!r} is closed")
-        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) or not 0 <= i < self._s:
+        if (
+            isinstance(i, (bool, np.bool_))
+            or not isinstance(i, (int, np.integer))
+            or not 0 <= i < self._s
+        ):
             raise IndexError(f"shard index must be an integer in [0, {self._s}); found {i!r}")
         return self._file["shards"][str(int(i))]
 
@@ -328,7 +394,10 @@ class ShardStore:
         if self._kind == "general":
             step = 8192
         else:
-            step = max(1, max_bytes // max(1, ds.dtype.itemsize * int(np.prod(ds.shape[1:], dtype=np.int64))))
+            step = max(
+                1,
+                max_bytes // max(1, ds.dtype.itemsize * int(np.prod(ds.shape[1:], dtype=np.int64))),
+            )
         return [(a, min(a + step, n)) for a in range(0, n, step)] or [(0, 0)]
 
     def fingerprint(self) -> str:
@@ -336,16 +405,20 @@ class ShardStore:
         h = hashlib.sha256(json.dumps([FORMAT, VERSION, self._s, self._n, self._kind]).encode())
         for i in range(self._s):
             ds = self._dataset(i)
-            h.update(json.dumps([i, list(ds.shape), "str" if self._kind == "general" else ds.dtype.str]).encode())
+            h.update(
+                json.dumps(
+                    [i, list(ds.shape), "str" if self._kind == "general" else ds.dtype.str]
+                ).encode()
+            )
             row_bytes = max(1, ds.dtype.itemsize * int(np.prod(ds.shape[1:], dtype=np.int64)))
             step = 1024 if self._kind == "general" else max(1, (1 << 22) // row_bytes)
             for a in range(0, ds.shape[0], step):
                 if self._kind == "general":
-                    for r in ds.asstr()[a:a + step]:
+                    for r in ds.asstr()[a : a + step]:
                         b = r.encode("utf-8")
                         h.update(len(b).to_bytes(8, "little") + b)
                 else:
-                    h.update(np.ascontiguousarray(ds[a:a + step]).tobytes())
+                    h.update(np.ascontiguousarray(ds[a : a + step]).tobytes())
         return h.hexdigest()
 
     def close(self) -> None:
@@ -360,5 +433,7 @@ class ShardStore:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"ShardStore({self.path!r}, num_shards={self._s}, num_rows={self._n}, "
-                f"row_kind={self._kind!r})")
+        return (
+            f"ShardStore({self.path!r}, num_shards={self._s}, num_rows={self._n}, "
+            f"row_kind={self._kind!r})"
+        )

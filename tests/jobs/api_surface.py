@@ -21,10 +21,17 @@ def exercise(enc, est) -> dict:
     stream = streaming_accumulate(enc, est, m1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        best_ll, best = best_of(None, None, est, 2, 3, 0.1, 1e-9, rng=np.random.RandomState(5), enc_data=enc)
+        best_ll, best = best_of(
+            None, None, est, 2, 3, 0.1, 1e-9, rng=np.random.RandomState(5), enc_data=enc
+        )
     return {
-        "m0": m0.to_json(), "m1": m1.to_json(), "count": repr(count), "ll": repr(ll),
-        "stream": pickle.dumps(stream, protocol=4).hex(), "best_ll": repr(best_ll), "best": best.to_json(),
+        "m0": m0.to_json(),
+        "m1": m1.to_json(),
+        "count": repr(count),
+        "ll": repr(ll),
+        "stream": pickle.dumps(stream, protocol=4).hex(),
+        "best_ll": repr(best_ll),
+        "best": best.to_json(),
     }
 
 
@@ -32,7 +39,13 @@ def main() -> None:
     from mixle_mpi import ResilientMPIEncodedData, is_driver
     from mixle_mpi.fitting.models import get_model
 
-    model, n, shards, out, workdir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+    model, n, shards, out, workdir = (
+        sys.argv[1],
+        int(sys.argv[2]),
+        int(sys.argv[3]),
+        sys.argv[4],
+        sys.argv[5],
+    )
     m = get_model(model)
     est = m.estimator()
     data = m.sample(n, 1) if is_driver() else None

@@ -3,9 +3,9 @@ fast on the driver with a clear message and a nonzero exit, never hang."""
 
 import sys
 
+import mixle.stats as st
 import numpy as np
 
-import mixle.stats as st
 from mixle_mpi import ResilientMPIEncodedData, is_driver
 
 case = sys.argv[1]
@@ -24,7 +24,9 @@ elif case == "ragged":
     data = [np.ones(3)] * 10 + [np.ones(2)] + [np.ones(3)] * 10
 elif case == "mismatch":
     data = [("a", 1), ("b", 2)] * 20
-elif case == "columns_1d":  # a scalar Gaussian on 3 columns: name the multivariate estimators, never "flatten"
+elif (
+    case == "columns_1d"
+):  # a scalar Gaussian on 3 columns: name the multivariate estimators, never "flatten"
     data = np.random.RandomState(0).normal(size=(100, 3))
 elif case == "num_shards":
     kwargs["num_shards"] = 0

@@ -21,6 +21,13 @@ def on_iteration(i, ll, saved):
 
 
 with ResilientMPIEncodedData(data, estimator=m.estimator(), num_shards=4, workdir=workdir) as enc:
-    model, history = fit(enc, m.estimator(), max_its=8, delta=None, checkpoint=checkpoint, every=1,
-                         on_iteration=on_iteration)  # every iteration: the rerun resumes after the block
+    model, history = fit(
+        enc,
+        m.estimator(),
+        max_its=8,
+        delta=None,
+        checkpoint=checkpoint,
+        every=1,
+        on_iteration=on_iteration,
+    )  # every iteration: the rerun resumes after the block
     print(f"DONE {len(history)} {history[-1]!r}", flush=True)

@@ -39,14 +39,20 @@ def pytest_configure(config):
     _WATCHDOG_FD.append(os.dup(2))
     from mpi4py import MPI
 
-    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:  # the driver's monitor and the workers' heartbeats are threads
-        raise pytest.UsageError(f"the in-MPI tier needs MPI_THREAD_MULTIPLE; got level {MPI.Query_thread()}")
+    if (
+        MPI.Query_thread() < MPI.THREAD_MULTIPLE
+    ):  # the driver's monitor and the workers' heartbeats are threads
+        raise pytest.UsageError(
+            f"the in-MPI tier needs MPI_THREAD_MULTIPLE; got level {MPI.Query_thread()}"
+        )
 
 
 @pytest.fixture(autouse=True)
 def _watchdog():
     # Written to the real stderr: inside a test, fd 2 is pytest's capture file, lost on exit.
-    faulthandler.dump_traceback_later(TEST_DEADLINE, exit=True, file=_WATCHDOG_FD[0] if _WATCHDOG_FD else 2)
+    faulthandler.dump_traceback_later(
+        TEST_DEADLINE, exit=True, file=_WATCHDOG_FD[0] if _WATCHDOG_FD else 2
+    )
     yield
     faulthandler.cancel_dump_traceback_later()
 
@@ -71,7 +77,9 @@ def no_exit(monkeypatch):
         raise Ended(code)
 
     monkeypatch.setattr(os, "_exit", fake_exit)
-    monkeypatch.setattr(worker, "flush_and_exit", fake_exit, raising=False)  # os._exit covers a rename
+    monkeypatch.setattr(
+        worker, "flush_and_exit", fake_exit, raising=False
+    )  # os._exit covers a rename
 
 
 REPORT_DIR_ENV = "MIXLE_MPI_TIER_REPORT_DIR"
@@ -90,10 +98,18 @@ def pytest_sessionfinish(session, exitstatus):
 
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     stats = reporter.stats if reporter is not None else {}
-    counts = {key: len(stats.get(key, [])) for key in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")}
+    counts = {
+        key: len(stats.get(key, []))
+        for key in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+    }
     rank = MPI.COMM_WORLD.Get_rank()
-    report = {"rank": rank, "size": MPI.COMM_WORLD.Get_size(), "exitstatus": int(exitstatus),
-              "collected": session.testscollected, **counts}
+    report = {
+        "rank": rank,
+        "size": MPI.COMM_WORLD.Get_size(),
+        "exitstatus": int(exitstatus),
+        "collected": session.testscollected,
+        **counts,
+    }
     path = os.path.join(folder, f"rank-{rank}.json")
     with open(path + ".tmp", "w", encoding="utf-8") as fh:
         json.dump(report, fh)

@@ -36,7 +36,9 @@ class DeadlineLink(Link):
         return super().poll(tag, comm)
 
 
-def wait_until(predicate, what: str, timeout: float = WAIT, low: float = 0.0005, high: float = 0.01):
+def wait_until(
+    predicate, what: str, timeout: float = WAIT, low: float = 0.0005, high: float = 0.01
+):
     """Poll ``predicate`` until it returns something truthy (returned); AssertionError at the deadline."""
     deadline = time.monotonic() + timeout
     backoff = Backoff(low, high)

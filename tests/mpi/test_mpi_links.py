@@ -7,11 +7,11 @@ from mpi4py import MPI
 from mpitools import WAIT, recv
 
 from mixle_mpi.core.deadlines import run_with_deadline
+from mixle_mpi.core.protocol import TAG_CMD, TAG_HB, TAG_REPLY
 from mixle_mpi.policy.reconfig_plan import EMULATED, ULFM, renumber
 from mixle_mpi.runtime.keptcomm import KeptComm
 from mixle_mpi.runtime.shrink import probe_shrink_method, shrink
 from mixle_mpi.runtime.startup import build_comms
-from mixle_mpi.core.protocol import TAG_CMD, TAG_HB, TAG_REPLY
 from mixle_mpi.runtime.transport import Link, finish_sends
 
 pytestmark = pytest.mark.mpi(min_size=3)
@@ -44,7 +44,9 @@ def test_build_comms_over_every_rank_gives_two_separate_communicators(comm):
     data, hb = build_comms(comm, tuple(range(size)), WAIT)
     assert data.Get_size() == hb.Get_size() == size
     assert data.Get_rank() == hb.Get_rank() == comm.Get_rank()
-    assert MPI.Comm.Compare(data, hb) == MPI.CONGRUENT  # same members and order, not the same communicator
+    assert (
+        MPI.Comm.Compare(data, hb) == MPI.CONGRUENT
+    )  # same members and order, not the same communicator
     _round_trip(data, hb, list(range(1, size)), "all")
 
 
@@ -63,7 +65,9 @@ def test_build_comms_leaves_a_rank_out(comm):
 
 def test_emulated_shrink_keeps_every_live_rank_in_order(comm):
     size = comm.Get_size()
-    new = run_with_deadline(lambda: shrink(comm, list(range(size)), EMULATED, 1), WAIT, "emulated shrink")
+    new = run_with_deadline(
+        lambda: shrink(comm, list(range(size)), EMULATED, 1), WAIT, "emulated shrink"
+    )
     assert new.Get_size() == size and new.Get_rank() == comm.Get_rank()
     assert MPI.Comm.Compare(new, comm) == MPI.CONGRUENT
     hb = run_with_deadline(new.Dup, WAIT, "heartbeat dup")

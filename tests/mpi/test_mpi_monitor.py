@@ -61,7 +61,9 @@ def test_monitor_hears_every_worker_then_names_the_one_that_stops_beating(comm, 
             # Two timeouts of beats from everyone: nobody is suspect.
             assert _watch_for(monitor, 2 * TIMEOUT) == {}
             _tell(comm, [silent], "stop beating")
-            suspects = wait_until(monitor.take_suspects, "the monitor to name a suspect", timeout=10 * TIMEOUT)
+            suspects = wait_until(
+                monitor.take_suspects, "the monitor to name a suspect", timeout=10 * TIMEOUT
+            )
             assert set(suspects) == {silent}, suspects
             cause, when = suspects[silent]
             assert cause.startswith("heartbeat: silent for"), cause
@@ -94,7 +96,9 @@ def test_monitor_names_a_busy_worker_that_makes_no_progress_as_stalled(comm, no_
             monitor.watch(r, Link(data, hb, r))
         monitor.start()
         try:
-            suspects = wait_until(monitor.take_suspects, "the monitor to name a stalled worker", timeout=10 * TIMEOUT)
+            suspects = wait_until(
+                monitor.take_suspects, "the monitor to name a stalled worker", timeout=10 * TIMEOUT
+            )
             assert set(suspects) == {stuck}, suspects
             assert suspects[stuck][0].startswith("stalled:"), suspects
             monitor.forget(stuck)  # as the driver does when it fails a worker
@@ -116,7 +120,9 @@ def _relayed_worker(comm, data, hb) -> None:
         if msg == "stop beating":
             _stop_beating(worker)
         else:  # ("role", relay rank, members): what the driver's plan gave this worker
-            assert (worker.fanin.role.relay, worker.fanin.role.members) == msg[1:], worker.fanin.role
+            assert (worker.fanin.role.relay, worker.fanin.role.members) == msg[1:], (
+                worker.fanin.role
+            )
     _stop_beating(worker)
 
 
@@ -142,8 +148,9 @@ def test_a_relayed_worker_that_stops_beating_is_named_through_its_relay(comm, no
             _tell(comm, [1], ("role", None, tuple((r, r) for r in range(2, size))))
             _tell(comm, range(2, size), ("role", 1, ()))
             _tell(comm, [size - 1], "stop beating")
-            suspects = wait_until(monitor.take_suspects, "the monitor to name the silent member",
-                                  timeout=10 * TIMEOUT)
+            suspects = wait_until(
+                monitor.take_suspects, "the monitor to name the silent member", timeout=10 * TIMEOUT
+            )
             assert set(suspects) == {size - 1}, suspects
             assert "heard through its relay, worker 1" in suspects[size - 1][0], suspects
             for r in range(2, size):
@@ -166,10 +173,13 @@ def test_when_a_relay_stops_beating_its_members_beat_to_the_driver_again(comm, n
         try:
             assert _watch_for(monitor, 2 * TIMEOUT) == {}
             _tell(comm, [1], "stop beating")
-            suspects = wait_until(monitor.take_suspects, "the monitor to name the silent relay",
-                                  timeout=10 * TIMEOUT)
+            suspects = wait_until(
+                monitor.take_suspects, "the monitor to name the silent relay", timeout=10 * TIMEOUT
+            )
             assert set(suspects) == {1}, suspects
-            monitor.forget(1)  # as the driver does when it fails a worker: its members get new roles
+            monitor.forget(
+                1
+            )  # as the driver does when it fails a worker: its members get new roles
             assert _watch_for(monitor, 3 * TIMEOUT) == {}  # and are heard, not taken for dead
             survivors = list(range(2, size))
             assert monitor.relays() == {r: 2 for r in survivors[1:]}

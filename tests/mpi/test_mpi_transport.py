@@ -46,9 +46,9 @@ def test_poll_takes_only_its_peer_its_tag_and_its_communicator(comm):
     if rank == 0:
         for r in range(1, size):
             link = Link(comm, hb, r)
-            assert recv(link, TAG_HB) == ("data", r)                 # Y, never X
-            assert recv(link, TAG_HB, comm=link.hb) == ("hb", r)     # X on its own communicator
-            assert recv(link, TAG_REPLY) == ("reply", r)             # from this peer only
+            assert recv(link, TAG_HB) == ("data", r)  # Y, never X
+            assert recv(link, TAG_HB, comm=link.hb) == ("hb", r)  # X on its own communicator
+            assert recv(link, TAG_REPLY) == ("reply", r)  # from this peer only
             assert link.poll(TAG_HB) is None and link.poll(TAG_HB, comm=link.hb) is None
             assert link.poll(TAG_REPLY) is None and link.poll(TAG_CMD) is None
     else:
@@ -85,7 +85,9 @@ def test_finish_sends_returns_at_its_deadline_while_a_peer_does_not_receive(comm
         finish_sends(links, 0.3)
         waited = time.monotonic() - t0
         assert 0.3 <= waited < 5.0, waited
-        assert not any(link.progress() for link in links), "a rendezvous send completed with no receiver"
+        assert not any(link.progress() for link in links), (
+            "a rendezvous send completed with no receiver"
+        )
         for link in links:
             link.post("take it", TAG_CMD)
         finish_sends(links, WAIT)

@@ -4,12 +4,11 @@ tiny dataset; every shard's result must equal the serial computation exactly."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import os
 import pickle
 import shutil
 import tempfile
+from dataclasses import replace
 
 import mixle.stats as st
 import numpy as np
@@ -36,8 +35,13 @@ pytestmark = pytest.mark.mpi(min_size=3)
 
 # A long heartbeat timeout: a worker the monitor wrongly took for dead would be fenced
 # (SIGKILLed: it is a pytest rank on this host), and this machine may be busy.
-SETTINGS = Settings(heartbeat_period=0.05, heartbeat_timeout=15.0, driver_timeout=WAIT,
-                    reconfigure_timeout=WAIT, respawn=False)
+SETTINGS = Settings(
+    heartbeat_period=0.05,
+    heartbeat_timeout=15.0,
+    driver_timeout=WAIT,
+    reconfigure_timeout=WAIT,
+    respawn=False,
+)
 SHARDS, SUB_CHUNKS = 5, 2
 ROUND = 60.0  # seconds one round may take
 
@@ -81,8 +85,22 @@ def _with_driver(comm, body, failover: str = "", settings: Settings = SETTINGS) 
     estimator = _estimator()
     encoder = estimator.accumulator_factory().make().acc_to_encoder()
     wiring = over_mpi(data, hb, ranks, settings, None, None, None)
-    driver = Driver(data, ranks, size - 1, monitor, store, pickle.dumps(encoder, protocol=PROTO), SUB_CHUNKS,
-                    2, settings, events, (), EMULATED, wiring, failover=failover)
+    driver = Driver(
+        data,
+        ranks,
+        size - 1,
+        monitor,
+        store,
+        pickle.dumps(encoder, protocol=PROTO),
+        SUB_CHUNKS,
+        2,
+        settings,
+        events,
+        (),
+        EMULATED,
+        wiring,
+        failover=failover,
+    )
     try:
         run_with_deadline(driver.start, ROUND, "Driver.start (setup and load)")
         body(driver, estimator, x)
@@ -101,7 +119,9 @@ def _round(driver, *args):
 def test_run_round_equals_the_serial_computation_exactly(comm, no_exit):
     def body(driver, estimator, x):
         encoder = estimator.accumulator_factory().make().acc_to_encoder()
-        chunks = {s: encode_shard(encoder, x[s::SHARDS].tolist(), SUB_CHUNKS) for s in range(SHARDS)}
+        chunks = {
+            s: encode_shard(encoder, x[s::SHARDS].tolist(), SUB_CHUNKS) for s in range(SHARDS)
+        }
         seeds = {s: 1000 + 17 * s for s in range(SHARDS)}
 
         init = _round(driver, "init", (estimator, 0.5), seeds)
@@ -111,7 +131,9 @@ def test_run_round_equals_the_serial_computation_exactly(comm, no_exit):
         for _ in range(2):  # two EM steps, the second from the first's model
             results = _round(driver, "estep", (estimator, model))
             assert results == {s: estep_shard(estimator, model, chunks[s]) for s in range(SHARDS)}
-            model = estimator.estimate(*checkpointed_fold(estimator, [results[s] for s in range(SHARDS)]))
+            model = estimator.estimate(
+                *checkpointed_fold(estimator, [results[s] for s in range(SHARDS)])
+            )
 
         scores = _round(driver, "llsum", model)
         assert scores == {s: score_shard(model, chunks[s]) for s in range(SHARDS)}
@@ -127,6 +149,7 @@ def test_a_worker_side_exception_reaches_the_driver_as_worker_error(comm, no_exi
     """A task that raises on a worker (here: no model) is reported, with the worker's rank
     and traceback, and the worker keeps serving until the driver stops it. (The driver
     computes no shard here, so the workers' errors are the ones seen.)"""
+
     def body(driver, estimator, x):
         assert driver.here == []
         with pytest.raises(WorkerError) as err:
@@ -141,12 +164,18 @@ def test_the_drivers_own_shard_raising_is_a_worker_error_of_rank_0(comm, no_exit
     """The driver computes its own shards after dispatching the workers' (driver_computes):
     the same bad task raises there first, and is reported the same way, as rank 0's, with
     its traceback. The workers keep serving until the driver stops them."""
+
     def body(driver, estimator, x):
-        assert driver.here == list(range(SHARDS // comm.Get_size()))  # a worker's share, the lowest ids
+        assert driver.here == list(
+            range(SHARDS // comm.Get_size())
+        )  # a worker's share, the lowest ids
         with pytest.raises(WorkerError) as err:
             _round(driver, "estep", (estimator, None))
         assert (err.value.worker, err.value.pid) == (0, os.getpid()), err.value
-        assert "the driver, rank 0, computing its own shards" in str(err.value) and "Traceback" in err.value.text
+        assert (
+            "the driver, rank 0, computing its own shards" in str(err.value)
+            and "Traceback" in err.value.text
+        )
 
     _with_driver(comm, body)
 
@@ -155,16 +184,27 @@ def test_a_worker_that_cannot_read_the_checkpoint_folder_drops_out_of_failover(c
     """Failover asked for: a worker that sees the file the driver wrote beside its checkpoint
     is armed; one that cannot (here: a name that does not exist, as on another node's local
     disk) says why and stays out; each fit's question is answered afresh."""
+
     def body(driver, estimator, x):
         workers = set(range(1, comm.Get_size()))
         here = os.path.join(tempfile.mkdtemp(prefix="mixle-mpi-reach-"), "ck.h5.reach")
         open(here, "w").close()
-        assert run_with_deadline(lambda: driver.reach(here, "the checkpoint's folder"), ROUND, "reach") == {}
+        assert (
+            run_with_deadline(lambda: driver.reach(here, "the checkpoint's folder"), ROUND, "reach")
+            == {}
+        )
         gone = here + ".elsewhere"
-        lost = run_with_deadline(lambda: driver.reach(gone, "the checkpoint's folder"), ROUND, "reach")
-        assert set(lost) == workers and all(w.startswith("cannot read the checkpoint's folder") for w in lost.values())
+        lost = run_with_deadline(
+            lambda: driver.reach(gone, "the checkpoint's folder"), ROUND, "reach"
+        )
+        assert set(lost) == workers and all(
+            w.startswith("cannot read the checkpoint's folder") for w in lost.values()
+        )
         assert driver.unreached == workers
-        assert run_with_deadline(lambda: driver.reach(here, "the checkpoint's folder"), ROUND, "reach") == {}
+        assert (
+            run_with_deadline(lambda: driver.reach(here, "the checkpoint's folder"), ROUND, "reach")
+            == {}
+        )
         assert driver.unreached == set()
 
     _with_driver(comm, body, failover=BY_MESSAGES)
