@@ -35,11 +35,11 @@ def same_bits(a, b) -> bool:
             and (
                 np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
                 if a.dtype.kind != "O"
-                else all(same_bits(x, y) for x, y in zip(a.ravel(), b.ravel()))
+                else all(same_bits(x, y) for x, y in zip(a.ravel(), b.ravel(), strict=False))
             )
         )
     if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same_bits(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_bits(x, y) for x, y in zip(a, b, strict=False))
     if isinstance(a, dict):
         return list(a) == list(b) and all(same_bits(a[k], b[k]) for k in a)
     if isinstance(a, (float, np.floating)):

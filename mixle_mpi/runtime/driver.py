@@ -569,8 +569,10 @@ class Driver:
             except (TimeoutError, MPI.Exception) as exc:
                 logs.get("driver").warning(f"disconnecting respawned rank {w} failed: {exc}")
 
-    def _stop(self, workers: list[int], msg=Stop(), wait: float = STOP_SEND_WAIT) -> None:
-        """Send ``msg`` to ``workers`` and wait (bounded) until the sends have completed."""
+    def _stop(self, workers: list[int], msg=None, wait: float = STOP_SEND_WAIT) -> None:
+        """Send ``msg`` (a ``Stop`` unless given) to ``workers`` and wait (bounded) until the
+        sends have completed."""
+        msg = Stop() if msg is None else msg
         for w in workers:
             self.mail.post(w, msg)
         deadline = clock.monotonic() + wait
