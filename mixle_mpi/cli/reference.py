@@ -45,6 +45,8 @@ EVENTS = {
     "checkpoint_fallback": "a damaged checkpoint; the previous one (.prev) is read instead",
     "journal_reused": "shard results of an interrupted round read back from the fold journal",
     "checkpoint": "a checkpoint was written (path, iteration, seconds)",
+    "suspected": "a silent worker whose process is alive is suspected, not failed: why, and that it gets more time",
+    "suspicion_cleared": "a suspected worker was heard again: nothing was done (seconds suspected, looks)",
     "failure_detected": "a rank failed: rank, pid, host, how it was seen (ULFM, heartbeat, process gone, stall)",
     "recovery": "a failed rank's shards are recomputed on survivors",
     "shrink": "the communicator was rebuilt without the dead ranks (method, survivors, seconds)",

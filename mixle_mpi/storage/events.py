@@ -22,6 +22,7 @@ LOG = object()  # EventLog's default echo: a line through the logging module
 # progress line and a fallback into the "resumed" line, so they only show with -v.
 LEVELS = {
     "failure_detected": logging.WARNING,
+    "suspected": logging.INFO,
     "relaunched": logging.WARNING,
     "blacklisted": logging.WARNING,
     "spawn_unavailable": logging.WARNING,
