@@ -89,7 +89,7 @@ def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> 
         help=more(
             "launch again, up to this many times, a job whose driver could not reconfigure "
             "after a failure (exit 74, e.g. a replacement that died inside MPI_Comm_spawn under "
-            "MPICH): it resumes from its checkpoint"
+            "MPICH), or whose checkpoint write timed out (exit 77): it resumes from its checkpoint"
         ),
     )
     p.add_argument(

@@ -84,8 +84,8 @@ def write_within(path: str, state, before_rename, seconds: float) -> None:
     """``checkpoint.write`` in a helper thread, waited for at most ``seconds``: a write to a
     hung file system would stop the driver's main thread for good while its heartbeat
     thread went on, so nothing would ever end the job. Past the deadline the fit ends with
-    an error that says so; the previous checkpoint is intact (the write goes to a temporary
-    name first)."""
+    ``CheckpointTimeout`` (exit CHECKPOINT_TIMEOUT, which the launcher runs again to resume);
+    the previous checkpoint is intact (the write goes to a temporary name first)."""
     try:
         run_with_deadline(
             lambda: ckpt.write(path, state, before_rename=before_rename),
@@ -93,7 +93,7 @@ def write_within(path: str, state, before_rename, seconds: float) -> None:
             "the checkpoint write",
         )
     except TimeoutError as exc:
-        raise ckpt.CheckpointError(
+        raise ckpt.CheckpointTimeout(
             f"{exc} (checkpoint {path}): its file system may hang; the previous checkpoint "
             f"is intact, and a rerun resumes from it"
         ) from None
@@ -196,13 +196,14 @@ def fit(
     """Fit with ``optimize`` on the driver; returns (model, log-likelihood per iteration).
 
     ``checkpoint`` is an HDF5 path ("auto", the default: ``checkpoint.h5`` in the handle's
-    work folder, so the same script run again resumes; None: no checkpoint); a checkpoint is written every ``every`` iterations
-    and/or every ``seconds`` seconds, and once at the end (the step that ends EM gets only
-    that one, see :func:`~mixle_mpi.fitting.progress.may_end_em`). Neither given: after the
-    first iteration, then every 60 s, at most 2 % of the wall time
-    (:mod:`mixle_mpi.fitting.cadence`). The scoring round of an iteration whose checkpoint
-    is due computes no E-step ahead (policy/lookahead.py); the others do. ``resume``: "auto" resumes
-    when a checkpoint exists, "yes" requires one, "no" starts afresh (overwriting).
+    work folder, so the same script run again resumes; None: no checkpoint); a checkpoint is
+    written every ``every`` iterations and/or every ``seconds`` seconds, and once at the end
+    (the step that ends EM gets only that one, see
+    :func:`~mixle_mpi.fitting.progress.may_end_em`). Neither given: after the first iteration,
+    then every 60 s, at most 2 % of the wall time (:mod:`mixle_mpi.fitting.cadence`). The
+    scoring round of an iteration whose checkpoint is due computes no E-step ahead
+    (policy/lookahead.py); the others do. ``resume``: "auto" resumes when a checkpoint exists,
+    "yes" requires one, "no" starts afresh (overwriting).
     ``journal`` also persists each E-step round's received shard payloads to
     ``<checkpoint>.round.h5``, so a driver killed mid-round recomputes only the missing
     shards after resuming (off by default: one small HDF5 write per shard and round).
@@ -229,7 +230,7 @@ def fit(
     if checkpoint and journal:
         from mixle_mpi.storage.journal import FoldJournal
 
-        enc.journal = FoldJournal(checkpoint + ".round.h5")
+        enc.journal = FoldJournal(checkpoint + ".round.h5", current.fingerprint["data"])
     stop = _StopFlag()
     steps = _Steps(
         enc,

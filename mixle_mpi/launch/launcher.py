@@ -552,8 +552,9 @@ def run(
     """Launch ``cmd`` on ``n`` ranks and return the job's exit code. A job that never
     started (exit NEVER_STARTED: a rank died or hung while starting) is launched again, up
     to ``start_retries`` times: nothing was computed, and a checkpoint resumes the rest. A
-    job whose driver could not reconfigure (exit RERUN_TO_RESUME) is launched again up to
-    ``resume_retries`` times: it resumes from its checkpoint. A launch over several hosts
+    job whose driver could not reconfigure (exit RERUN_TO_RESUME), or whose checkpoint write
+    timed out (exit CHECKPOINT_TIMEOUT), is launched again up to ``resume_retries`` times
+    each: it resumes from its checkpoint. A launch over several hosts
     that failed has its hosts probed: one that does not answer is left out and the job
     launched again on the rest (``HostRelaunch``), up to ``max_host_failures`` host losses,
     on no fewer than ``fewest`` ranks (a driver, a worker and the job's hot spares).
@@ -587,10 +588,7 @@ def run(
             "the job's CPUs; set it yourself to choose)"
         )
         env = {**overlap, **(env or {})}
-    left = {
-        exitcodes.NEVER_STARTED: max(0, int(start_retries)),
-        exitcodes.RERUN_TO_RESUME: max(0, int(resume_retries)),
-    }
+    left = retry_budget(start_retries, resume_retries)
     expect_here = n if own_job and one_host(extra, full) else None  # every rank marks its MPI init
     relaunch = HostRelaunch(
         exe,
@@ -662,6 +660,18 @@ def is_own_fit(cmd: list[str]) -> bool:
         ["-m", "mixle_mpi.fitting.fitjob"],
     )
     return any(cmd[i : i + len(o)] == o for i in range(len(cmd)) for o in ours)
+
+
+def retry_budget(start_retries: int, resume_retries: int) -> dict[int, int]:
+    """How many times each retryable exit is launched again (pure): a start that never
+    happened, and the two that resume from an intact checkpoint (a driver that could not
+    reconfigure, a checkpoint write that timed out)."""
+    resume = max(0, int(resume_retries))
+    return {
+        exitcodes.NEVER_STARTED: max(0, int(start_retries)),
+        exitcodes.RERUN_TO_RESUME: resume,
+        exitcodes.CHECKPOINT_TIMEOUT: resume,
+    }
 
 
 def relaunch_note(code: int, left: dict) -> str | None:

@@ -577,9 +577,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             self._driver.run_round(kind, body, extras, fold=fold.add, body_b=body_b)
             return fold.result()
         fold = PrefixFold(estimator, self.num_shards)
-        from mixle_mpi.storage.journal import round_key
-
-        found = self.journal.begin(round_key(*body))
+        found = self.journal.begin_round(*body)
         if found:
             self.events.emit("journal_reused", shards=sorted(found), path=self.journal.path)
         self._driver.run_round(

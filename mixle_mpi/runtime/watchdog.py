@@ -14,6 +14,10 @@ system, a user's callback that never returns) leaves the heartbeat thread beatin
 workers would wait for good. When the main thread passed no mark of its wait loops
 (``core/liveness``) for longer than the limit and did not compute meanwhile
 (``policy/heartbeat.main_thread_stuck``), it ends the driver the same way.
+
+Its own last words (a log line, ``status.json``) go to the same file systems that may hang,
+so before it writes anything it arms a hard timer (``EXIT_GRACE`` seconds, a thread of its
+own that does no I/O) that ends the process with 74 whatever the writes do.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import time
 
 from mixle_mpi.core import exitcodes, liveness, logs
 from mixle_mpi.policy.heartbeat import listener_stuck, main_thread_stuck
+
+EXIT_GRACE = 5.0  # seconds the watchdog's last log line and status.json may take
 
 
 class Watchdog:
@@ -87,9 +93,20 @@ class _MainCPU:
         return now - (self.at_mark if self.at_mark is not None else now)
 
 
+def arm_hard_exit(code: int, seconds: float | None = None) -> threading.Timer:
+    """End this process with ``code`` in ``seconds`` whatever its other threads are blocked
+    in: a timer thread that does no I/O (os._exit needs no lock and writes nothing)."""
+    timer = threading.Timer(EXIT_GRACE if seconds is None else seconds, os._exit, (code,))
+    timer.daemon = True
+    timer.name = "mixle-mpi-hard-exit"
+    timer.start()
+    return timer
+
+
 def _end_driver(message: str) -> None:
     from mixle_mpi.runtime.exiting import write_status
 
+    arm_hard_exit(exitcodes.RERUN_TO_RESUME)  # before any I/O: the file system may hang
     logs.get("driver").error(message)
     try:
         write_status(exitcodes.RERUN_TO_RESUME, message, reported=True)
