@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import secrets
 import socket
 import sys
 import time
@@ -28,6 +29,7 @@ from mixle_mpi.core import joblock, logs, probes
 from mixle_mpi.core.errors import ConfigError, DataError, ReconfigurationTimeout
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.prefixfold import PrefixFold
+from mixle_mpi.core.privatefile import new_private_file
 from mixle_mpi.core.settings import Settings
 from mixle_mpi.core.validate import check_int
 from mixle_mpi.launch import contract
@@ -469,9 +471,10 @@ class ResilientMPIEncodedData(EncodedDataHandle):
                 "resume from (pass a checkpoint); a dead driver ends the job"
             )
             return
-        marker = f"{os.path.abspath(checkpoint)}.reach.{os.getpid()}"
-        with open(marker, "w", encoding="utf-8") as fh:
-            fh.write("mixle_mpi: can every rank read the checkpoint's folder? (removed at once)\n")
+        marker = f"{os.path.abspath(checkpoint)}.reach.{os.getpid()}.{secrets.token_hex(4)}"
+        new_private_file(
+            marker, "mixle_mpi: can every rank read the checkpoint's folder? (removed at once)\n"
+        )
         try:
             self._driver.reach(marker, "the checkpoint's folder")
         finally:

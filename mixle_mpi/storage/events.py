@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from mixle_mpi.core import logs
+from mixle_mpi.core.privatefile import open_private_append
 
 LOG = object()  # EventLog's default echo: a line through the logging module
 
@@ -53,7 +54,7 @@ class EventLog:
         if path:
             parent = os.path.dirname(os.path.abspath(path))
             os.makedirs(parent, exist_ok=True)
-            self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the log
+            self._fh = open_private_append(path)  # lives as long as the log
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         record = {"time": round(time.time(), 6), "event": event, **fields}
