@@ -290,6 +290,7 @@ def _checkpoint_path(enc, checkpoint: str | None) -> str | None:
         checkpoint = os.path.join(enc.workdir, CHECKPOINT_NAME)
     if checkpoint:
         ckpt.check_writable(checkpoint)
+        enc.claim_checkpoint(checkpoint)  # a second job on it is refused, exit 2
     enc.check_failover_reach(checkpoint)
     return checkpoint
 

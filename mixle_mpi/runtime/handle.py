@@ -456,6 +456,11 @@ class ResilientMPIEncodedData(EncodedDataHandle):
                 MPI.COMM_WORLD if self.took_over is None else self.took_over.comm, code, message
             )
 
+    def claim_checkpoint(self, checkpoint: str) -> None:
+        """This fit's checkpoint is this job's alone (``hold_checkpoint``; a successor that
+        took over from a dead driver goes on whatever its lock says)."""
+        hold_checkpoint(checkpoint, strict=self.took_over is None)
+
     # -- instrumentation -----------------------------------------------------------
     def check_failover_reach(self, checkpoint: str) -> None:
         """Failover arms here, when a fit with a ``checkpoint`` starts (without one there is
@@ -687,8 +692,19 @@ def hold_folder(folder: str, what: str, strict: bool = True) -> None:
     from a dead driver (``strict`` False) goes on whatever the lock says: on a network file
     system the dead driver's lock may outlive it for a while, and ending the fit then loses
     more than the lock protects."""
+    _hold(lambda: joblock.hold(folder, what), strict)
+
+
+def hold_checkpoint(path: str, strict: bool = True) -> None:
+    """One job per checkpoint (``joblock.hold_file``), as ``hold_folder`` is per folder:
+    two fits with their own output folders and one ``--checkpoint`` would rotate each
+    other's files."""
+    _hold(lambda: joblock.hold_file(path, "checkpoint"), strict)
+
+
+def _hold(take, strict: bool) -> None:
     try:
-        note = joblock.hold(folder, what)
+        note = take()
     except ConfigError as exc:
         if strict:
             raise
