@@ -147,7 +147,9 @@ class Driver:
         fenced, fenced_by = False, None
         here = pid is not None and host == self.host and self.spaces.get(worker) == self.space != ""
         if pid is not None and not here and self.started_at.get(worker):
-            fenced_by = self.membership.fencer(host, worker)  # a signal reaches only its own host
+            fenced_by = self.membership.fencer(  # a pid means something only in its pid space
+                host, worker, self.spaces.get(worker, ""), self.spaces
+            )
             if fenced_by is not None and fenced_by in self.mail.links:
                 self.monitor.send(fenced_by, Fence(pid, self.started_at[worker], worker))
             else:
@@ -569,8 +571,10 @@ class Driver:
             except (TimeoutError, MPI.Exception) as exc:
                 logs.get("driver").warning(f"disconnecting respawned rank {w} failed: {exc}")
 
-    def _stop(self, workers: list[int], msg=Stop(), wait: float = STOP_SEND_WAIT) -> None:
-        """Send ``msg`` to ``workers`` and wait (bounded) until the sends have completed."""
+    def _stop(self, workers: list[int], msg=None, wait: float = STOP_SEND_WAIT) -> None:
+        """Send ``msg`` (a ``Stop`` by default) to ``workers`` and wait (bounded) until the
+        sends have completed."""
+        msg = Stop() if msg is None else msg
         for w in workers:
             self.mail.post(w, msg)
         deadline = clock.monotonic() + wait
