@@ -515,10 +515,11 @@ class ChildExitWait:
         return self.proc.wait() if ready else self.proc.poll()
 
 
-def _start_reaper(tag: str) -> subprocess.Popen:
-    """The process that kills this job if the launcher dies (see reaper.py)."""
+def _start_reaper(tag: str, run_dir: str) -> subprocess.Popen:
+    """The process that kills this job, and removes its run folder, if the launcher dies
+    (see reaper.py)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "mixle_mpi.launch.reaper", tag],
+        [sys.executable, "-m", "mixle_mpi.launch.reaper", tag, run_dir],
         stdin=subprocess.PIPE,
         start_new_session=True,
     )
@@ -606,10 +607,10 @@ def run(
                 flavor, hostprobe.prrte_version(exe) if flavor == OPENMPI else None
             )
         )
-    attempt = 1
-    while True:
+
+    def launch_one() -> Attempt:
         argv = build_command(exe, flavor, relaunch.ranks, cmd, relaunch.extra, srun_mpi=srun_mpi)
-        a = _launch_once(
+        return _launch_once(
             argv,
             timeout,
             blas_threads,
@@ -620,6 +621,18 @@ def run(
             usr1_as_term=flavor == MPICH,
             shared=os.getcwd() if relaunch.hosts is not None else None,
         )
+
+    try:
+        return _attempts(relaunch, left, launch_one)
+    finally:
+        relaunch.close()  # its hostfiles, however the launches ended
+
+
+def _attempts(relaunch: HostRelaunch, left: dict, launch_one) -> int:
+    """Launch (``launch_one``) until an attempt is not to be run again: the last one's code."""
+    attempt = 1
+    while True:
+        a = launch_one()
         try:
             moved = relaunch.after(a, attempt + 1)
         except ConfigError:  # what the job needs; how this attempt ended only looked like the cause
@@ -709,7 +722,8 @@ def _launch_once(
     shared: str | None = None,
 ) -> Attempt:
     """One launch. ``shared``: a folder every host sees, for the run folder (``contract``);
-    ``usr1_as_term``: a SIGUSR1 for the driver is sent as SIGTERM (``SignalForwarder``)."""
+    ``usr1_as_term``: a SIGUSR1 for the driver is sent as SIGTERM (``SignalForwarder``).
+    The run folder is removed however the launch ends (by the reaper if this process dies)."""
     files = contract.RunFiles(shared)
     if shared and os.path.dirname(files.dir) != shared:
         log.warning(
@@ -717,6 +731,26 @@ def _launch_once(
             f"of other hosts cannot see {files.dir}, so a driver there cannot tell the launcher how the job "
             "ended (a finished fit then ends with exit 1). Launch from a folder you can write to"
         )
+    try:
+        return _launch_in(
+            files, argv, timeout, blas_threads, env, limit, own_job, expect_here, usr1_as_term
+        )
+    finally:
+        files.remove()
+
+
+def _launch_in(
+    files: contract.RunFiles,
+    argv: list[str],
+    timeout: float | None,
+    blas_threads: int,
+    env: dict | None,
+    limit: float,
+    own_job: bool,
+    expect_here: int | None,
+    usr1_as_term: bool,
+) -> Attempt:
+    """``_launch_once`` in the run folder ``files``."""
     tag = uuid.uuid4().hex
     started: list[subprocess.Popen] = []
     forwarder = SignalForwarder(
@@ -726,7 +760,7 @@ def _launch_once(
     )
     previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
     full_env = {**launch_env(blas_threads, files.env(tag)), **(env or {})}
-    reaper = _start_reaper(tag)
+    reaper = _start_reaper(tag, files.dir)
     rc, why, lost, t0 = None, None, False, time.monotonic()
     try:
         if os.environ.get(
@@ -780,7 +814,6 @@ def _launch_once(
             lost=why if lost else None,
         )
     )
-    files.remove()
     code, note = judge(rc, status, forwarder.terminated, never, forwarder.interrupted)
     return Attempt(code, note, verdict_level(code, status), timed_out, ended)
 
