@@ -79,6 +79,11 @@ class _StopFlag:
     def _handler(self, signum, frame) -> None:
         self.signal = signum
 
+    def asked(self) -> int | None:
+        """The signal to act on: one received, or one the launcher asked for through the run
+        folder (it cannot signal a driver on another host: ``contract.request_stop``)."""
+        return self.signal if self.signal is not None else contract.stop_requested()
+
 
 def write_within(path: str, state, before_rename, seconds: float) -> None:
     """``checkpoint.write`` in a helper thread, waited for at most ``seconds``: a write to a
@@ -439,7 +444,7 @@ class _Steps:
             return
         # read the flag once: a signal landing after the save was decided would otherwise end
         # the fit claiming a checkpoint that was never written (it is handled at the next step)
-        signum, checkpoint = self.stop.signal, self.checkpoint
+        signum, checkpoint = self.stop.asked(), self.checkpoint
         saved = checkpoint if checkpoint and (self.cadence.due(i) or signum is not None) else None
         if saved:
             self.save(step.model, i)

@@ -16,6 +16,9 @@ MIXLE_MPI_STARTED_FILE   started.json        driver, fit started         launche
 MIXLE_MPI_DRIVER_PID_    driver.json         driver (pid, start, space)  launcher's signal forwarder
 FILE
 MIXLE_MPI_STATUS_FILE    status.json         driver, its verdict         launcher (over mpiexec's)
+MIXLE_MPI_STOP_FILE      stop.json           launcher, a signal for a    the driver, after each
+                                             driver it cannot signal     iteration (fitloop)
+                                             (another host, pid space)
 MIXLE_MPI_RELAUNCHES     (JSON, no file)     launcher, after each launch driver (event "relaunched",
                                              without a lost host         summary.json)
 =======================  ==================  ==========================  =========================
@@ -38,6 +41,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import time
@@ -54,7 +58,9 @@ STARTED_ENV = "MIXLE_MPI_STARTED_FILE"
 DRIVER_PID_ENV = "MIXLE_MPI_DRIVER_PID_FILE"
 STATUS_ENV = "MIXLE_MPI_STATUS_FILE"
 RELAUNCHES_ENV = "MIXLE_MPI_RELAUNCHES"
-FILE_VARS = (INIT_BEGUN_ENV, MPI_UP_ENV, STARTED_ENV, DRIVER_PID_ENV, STATUS_ENV)
+STOP_ENV = "MIXLE_MPI_STOP_FILE"
+FILE_VARS = (INIT_BEGUN_ENV, MPI_UP_ENV, STARTED_ENV, DRIVER_PID_ENV, STATUS_ENV, STOP_ENV)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 # How long every rank gives MPI initialisation and the startup handshake; the launcher reads it
 # too (a bad value is refused before any launch, and its messages name it).
 STARTUP_TIMEOUT_ENV = "MIXLE_MPI_STARTUP_TIMEOUT"
@@ -87,6 +93,7 @@ class RunFiles:
         self.mpi_up = os.path.join(self.dir, "mpi_up.json")
         self.started = os.path.join(self.dir, "started.json")
         self.init_begun = os.path.join(self.dir, "init_begun.txt")
+        self.stop = os.path.join(self.dir, "stop.json")
 
     def env(self, tag: str, signals: bool = True) -> dict[str, str]:
         """The variables that hand these files to the ranks (``signals``: the driver writes
@@ -101,6 +108,7 @@ class RunFiles:
         }
         if signals:
             env[DRIVER_PID_ENV] = self.driver
+            env[STOP_ENV] = self.stop
         return env
 
     def read_status(self) -> dict | None:
@@ -153,6 +161,13 @@ def _read_json(path: str) -> dict | None:
     except ValueError:
         return None  # half written: not yet
     return record if isinstance(record, dict) else None
+
+
+def request_stop(path: str, signum: int) -> bool:
+    """Ask the driver to act on ``signum`` as if it had received it, through the run folder:
+    for a driver no signal of this host reaches (after a failover to another host). True if
+    written."""
+    return rundir.write_marker(path, {"signal": int(signum), "time": time.time()})
 
 
 def read_driver(path: str, host: str | None = None) -> tuple[procs.Ident | None, str | None]:
@@ -250,6 +265,13 @@ def mark_init_begun() -> None:
         f"{ident[0]} {'-' if rank is None else rank} {socket.gethostname()} {ident[1]} "
         f"{procs.pid_space() or '-'}\n",
     )
+
+
+def stop_requested() -> int | None:
+    """The signal the launcher asked this driver to act on (``request_stop``), or None."""
+    record = _read_json(os.environ.get(STOP_ENV, "")) if os.environ.get(STOP_ENV) else None
+    signum = record.get("signal") if record else None
+    return signum if signum in STOP_SIGNALS else None
 
 
 def mark_mpi_up() -> None:

@@ -312,7 +312,10 @@ class SignalForwarder:
     SIGUSR1 that arrives before the driver has written its identity (``driver.json``) is held
     until it has; a SIGTERM then calls ``terminate`` (the job is ended: there is nothing to
     checkpoint yet). A signal goes to the driver's process by its identity (``kill``:
-    ``procs.kill_same``): True sent, None that process is gone, False refused.
+    ``procs.kill_same``): True sent, None that process is gone, False refused. A driver no
+    signal of this host reaches (on another host, or in another pid space: after a failover)
+    is asked through the run folder instead (``stop_file``: ``contract.request_stop``), which
+    it reads after each iteration.
     """
 
     def __init__(
@@ -323,8 +326,11 @@ class SignalForwarder:
         log=None,
         terminate=None,
         usr1_as_term: bool = False,
+        stop_file: str | None = None,
     ) -> None:
         self.pid_file = pid_file
+        self.stop_file = stop_file
+        self.remote = False  # the driver is where no signal of this host reaches
         # MPICH: every rank, the driver too, ignores SIGUSR1 (Hydra sends it to all at any
         # rank's death: rankwrap.sh); SIGTERM means the same to the driver (checkpoint, exit 75)
         self._as_sent = {signal.SIGUSR1: signal.SIGTERM} if usr1_as_term else {}
@@ -348,6 +354,7 @@ class SignalForwarder:
     def driver(self) -> procs.Ident | None:
         """The driver's identity once it can take a signal; None before (or if unusable)."""
         ident, why = contract.read_driver(self.pid_file, self._host)
+        self.remote = why is not None
         if why is not None and why not in self._said:
             self._said.add(why)
             self._say(why)
@@ -390,7 +397,7 @@ class SignalForwarder:
             return []
         ident = self.driver()
         if ident is None:
-            return []
+            return self._ask_remote() if self.remote else []
         pid = ident[0]
         sent, self.pending = self.pending, []
         for signum in sent:
@@ -425,6 +432,22 @@ class SignalForwarder:
                     )
                     + ", which checkpoints after this iteration and stops"
                 )
+        return sent
+
+    def _ask_remote(self) -> list[int]:
+        """The held signals, for a driver out of this host's reach: written to the run folder
+        (``contract.request_stop``), which it reads after each iteration; returns those asked."""
+        if not self.stop_file or not contract.request_stop(self.stop_file, self.pending[-1]):
+            return []
+        sent, self.pending = self.pending, []
+        for signum in sent:
+            self.delivered.append((0, signum))
+        self._say(
+            f"received {signal.Signals(sent[-1]).name}: the driver runs where no signal of this "
+            "host reaches it; asked it through the run folder to checkpoint after this "
+            "iteration and stop",
+            logging.WARNING,
+        )
         return sent
 
     def install(self) -> dict:
@@ -757,6 +780,7 @@ def _launch_in(
         files.driver,
         terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started],
         usr1_as_term=usr1_as_term,
+        stop_file=files.stop,
     )
     previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
     full_env = {**launch_env(blas_threads, files.env(tag)), **(env or {})}
