@@ -271,3 +271,8 @@ def test_a_torn_line_from_a_killed_driver_is_skipped_and_said_by_every_reader(tm
     assert lines[0] == "skipped 1 torn line (a write cut short by a kill)"
     assert [e["event"] for e in status.tail_events(str(path), 10)] == ["start", "closed"]
     assert read_events(str(tmp_path / "none.jsonl")) == []
+    rerun = EventLog(str(path), echo=None)  # a rerun after the torn '{"ti': its events are whole
+    rerun.emit("start")
+    rerun.close()
+    again = read_events(str(path))
+    assert [e["event"] for e in again] == ["start", "closed", "start"] and again.skipped == 2

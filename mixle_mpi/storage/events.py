@@ -54,7 +54,10 @@ class EventLog:
         if path:
             parent = os.path.dirname(os.path.abspath(path))
             os.makedirs(parent, exist_ok=True)
+            torn = _ends_torn(path)
             self._fh = open_private_append(path)  # lives as long as the log
+            if torn:  # a killed writer's cut line stays a line of its own
+                self._fh.write("\n")
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         record = {"time": round(time.time(), 6), "event": event, **fields}
@@ -247,6 +250,19 @@ def describe(rec: dict[str, Any]) -> str:
             who += f" (pid {rec['pid']} on {rec.get('host', '?')})"
     extra = " ".join(f"{k}={_value(k, v)}" for k, v in rec.items() if k not in SKIP)
     return " ".join(p for p in (ev, who, extra) if p)
+
+
+def _ends_torn(path: str) -> bool:
+    """The file at ``path`` ends inside a line (a writer was killed mid-record)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False  # none yet (or a link, which the append refuses)
+    try:
+        size = os.fstat(fd).st_size
+        return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+    finally:
+        os.close(fd)
 
 
 class Events(list):
