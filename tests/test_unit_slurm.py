@@ -621,3 +621,27 @@ def test_mpich_in_a_slurm_allocation_lets_a_replacements_step_overlap():
     assert (
         hydra_overlap(MPICH, {**job, HYDRA_EXTRA_ENV: "--mpi=none"}, "slurm 22.05.8") == {}
     )  # the user's
+
+
+def test_a_signal_for_a_driver_on_another_host_reaches_it_through_the_run_folder(monkeypatch):
+    """Before, SLURM's time-limit USR1 was held for good when the driver ran on another host
+    (after a failover): no signal of the launcher's host reaches it, so the job was killed at
+    the limit without a checkpoint. The launcher now asks it through the run folder, which
+    the driver reads after each iteration (fitloop), as if it had received the signal."""
+    files = contract.RunFiles()
+    try:
+        rec = Recorder()
+        fw = SignalForwarder(
+            files.driver, kill=rec.kill, host="h1", log=rec.logs.append, stop_file=files.stop
+        )
+        with open(files.driver, "w") as fh:
+            json.dump({"pid": 4242, "host": "h2", "start": "1.00", "space": "b:2"}, fh)
+        monkeypatch.setenv(contract.STOP_ENV, files.stop)
+        assert contract.stop_requested() is None
+        fw.receive(signal.SIGUSR1)
+        assert rec.kills == [] and fw.pending == [] and "through the run folder" in rec.logs[-1]
+        assert contract.stop_requested() == signal.SIGUSR1  # what the remote driver reads
+        monkeypatch.setenv(contract.STOP_ENV, files.stop + ".other")
+        assert contract.stop_requested() is None
+    finally:
+        files.remove()

@@ -89,7 +89,7 @@ def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> 
         help=more(
             "launch again, up to this many times, a job whose driver could not reconfigure "
             "after a failure (exit 74, e.g. a replacement that died inside MPI_Comm_spawn under "
-            "MPICH): it resumes from its checkpoint"
+            "MPICH), or whose checkpoint write timed out (exit 77): it resumes from its checkpoint"
         ),
     )
     p.add_argument(
@@ -207,13 +207,16 @@ def _fit(args) -> int:
     cfg = from_args(args)
     if args.n is not None and not fitcmd.under_mpi_launcher():
         from mixle_mpi.cli import preflight
-        from mixle_mpi.core.joblock import check_free
+        from mixle_mpi.cli.restartpaths import restart_checkpoints
+        from mixle_mpi.core.joblock import check_file_free, check_free
         from mixle_mpi.launch.launcher import run
 
         preflight.check(
             cfg
         ).raise_any()  # every problem of the data and model: exit 2 before MPI starts
         check_free(cfg.out_dir, "output")  # another fit there: exit 2 before MPI starts
+        for path in restart_checkpoints(cfg.checkpoint, cfg.restarts) if cfg.checkpoint else ():
+            check_file_free(path, "checkpoint")  # another fit's checkpoint: the same
         return run(
             args.n + (cfg.spares or 0),
             [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)],

@@ -206,8 +206,8 @@ _COMMON_DOC = """\
 #   SLURM_RESTART_COUNT < {max_restarts}; the next start resumes from the checkpoint, to the same bits.
 # Exit codes: {ok} the fit finished; {ck} checkpointed but not requeued (restart bound reached or
 # requeue refused: resubmit to resume); 1 failed, 2 bad input, 70-72 a worker gave up,
-# 73 never started and 74 could not reconfigure (each already run again once by the launcher:
-# resubmit to resume).
+# 73 never started, 74 could not reconfigure and 77 a checkpoint write timed out (each already
+# run again once by the launcher: resubmit to resume).
 #
 # Rendered by `mixle-mpi slurm {kind}`; regenerate it instead of editing by hand."""
 
@@ -218,7 +218,8 @@ PY={python}
 MAX_RESTARTS={max_restarts}
 RESTARTS=${{SLURM_RESTART_COUNT:-0}}
 {setup}
-echo "[mixle_mpi] job $SLURM_JOB_ID on $(hostname -s): start $((RESTARTS + 1)), restart count $RESTARTS of at most $MAX_RESTARTS"{announce}
+echo "[mixle_mpi] job $SLURM_JOB_ID on $(hostname -s): start $((RESTARTS + 1))," \\
+     "restart count $RESTARTS of at most $MAX_RESTARTS"{announce}
 
 # Forward USR1/TERM to `mixle-mpi run`, which passes them to the driver only. The launcher
 # starts with both ignored (so one that comes before its handlers are in cannot kill it) and
@@ -236,7 +237,8 @@ case $rc in
     exit {ok} ;;
   {ck})
     if [ "$RESTARTS" -lt "$MAX_RESTARTS" ]; then
-      echo "[mixle_mpi] checkpointed (exit {ck}): requeueing job $SLURM_JOB_ID (restart $((RESTARTS + 1)) of at most $MAX_RESTARTS)"
+      echo "[mixle_mpi] checkpointed (exit {ck}): requeueing job $SLURM_JOB_ID" \\
+           "(restart $((RESTARTS + 1)) of at most $MAX_RESTARTS)"
       if scontrol requeue "$SLURM_JOB_ID"; then exit {ok}; fi
       echo "[mixle_mpi] scontrol requeue failed (is JobRequeue allowed?); resubmit this script to resume" >&2
     else
@@ -245,7 +247,8 @@ case $rc in
     fi
     exit {ck} ;;
   *)
-    echo "[mixle_mpi] the fit failed with exit code $rc (1 failed, 2 bad input, 70-72 a worker gave up, 73-74 resubmit to resume); see above" >&2
+    echo "[mixle_mpi] the fit failed with exit code $rc (1 failed, 2 bad input, 70-72 a worker gave up," \\
+         "73, 74 and 77 resubmit to resume); see above" >&2
     exit "$rc" ;;
 esac
 """

@@ -11,4 +11,5 @@ NEVER_STARTED = 73  # a rank died or hung while the job started; nothing was com
 RERUN_TO_RESUME = 74  # the driver could not reconfigure (e.g. a spawn stuck in MPI); the checkpoint is intact: rerun
 CHECKPOINTED = 75  # preempted (SIGTERM/SIGUSR1): checkpointed, please requeue (EX_TEMPFAIL)
 PREEMPTED_UNSAVED = 76  # preempted, no checkpoint configured: nothing saved, a rerun starts over
+CHECKPOINT_TIMEOUT = 77  # a checkpoint write timed out (hung file system?); rerun to resume
 INTERRUPTED = 130  # Ctrl-C (SIGINT): every rank ended, checkpointed if one was configured (128 + 2)
