@@ -157,9 +157,21 @@ def resolve(file_values: dict | None, flag_values: dict, where_file: str = "job 
                 )
             if value is not None or source != "flag":
                 merged[key] = _coerce(key, value, source)
+    _follow_out_dir(merged, file_values or {}, flag_values)
     cfg = FitConfig(**{**asdict(FitConfig()), **merged})
     validate(cfg)
     return cfg
+
+
+def _follow_out_dir(merged: dict, file_values: dict, flag_values: dict) -> None:
+    """A job file's checkpoint in its own out_dir is that folder's default: an --out-dir flag
+    takes it along, so two jobs in different folders never share (or resume) one."""
+    if flag_values.get("out_dir") is None or flag_values.get("checkpoint") is not None:
+        return
+    file_dir, file_ck = file_values.get("out_dir"), file_values.get("checkpoint")
+    if isinstance(file_ck, str) and isinstance(file_dir, str):
+        if os.path.abspath(file_ck) == os.path.abspath(os.path.join(file_dir, CHECKPOINT_NAME)):
+            merged["checkpoint"] = AUTO_CHECKPOINT
 
 
 def validate(cfg: FitConfig) -> None:
