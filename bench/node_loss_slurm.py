@@ -75,7 +75,7 @@ def one_job(kind: str, library: str, its: int, folder: Path, lose: bool, rows: i
         ntasks=6,
         time="20",
         signal_margin=60,
-        max_restarts=1,
+        max_requeues=1,
         python=_python(library),
         out_dir=str(out),
         fit_cmd=FIT.format(n=rows, its=its),

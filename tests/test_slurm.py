@@ -159,7 +159,7 @@ def _render(kind: str, out_dir: Path, **opts) -> str:
         "ntasks": 3,
         "time": "10",
         "signal_margin": 60,
-        "max_restarts": 1,
+        "max_requeues": 1,
         "python": OMPI_PYTHON,
         "out_dir": str(out_dir),
         "fit_cmd": SINGLE_FIT,
@@ -285,7 +285,7 @@ def test_time_limit_signal_checkpoints_requeues_and_resumes_to_the_same_bits(
 
 
 def test_restart_bound_fails_clearly_with_exit_75(cluster, tmp_path):
-    text = _render("ft", tmp_path / "out", max_restarts=0, fit_cmd=FIT.format(n=20000, its=40))
+    text = _render("ft", tmp_path / "out", max_requeues=0, fit_cmd=FIT.format(n=20000, its=40))
     job = cluster.submit(text, tmp_path, "ft")
     end = time.monotonic() + 60
     while "launching:" not in _output(tmp_path):
@@ -296,7 +296,7 @@ def test_restart_bound_fails_clearly_with_exit_75(cluster, tmp_path):
     log = _output(tmp_path)
     assert (rec["JobState"], rec["ExitCode"], rec["Restarts"]) == ("FAILED", "75:0", "0"), log
     assert (
-        "max_restarts 0): not requeueing; resubmit this script to resume from the checkpoint" in log
+        "--max-requeues 0): not requeueing; resubmit this script to resume from the checkpoint" in log
     )
 
 

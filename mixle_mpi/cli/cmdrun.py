@@ -34,4 +34,9 @@ def module_main(name: str, doc: str, add_arguments, argv=None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(p)
+    from mixle_mpi.cli import argvfix
+
+    argv, warnings = argvfix.rewrite(name, list(sys.argv[1:] if argv is None else argv))
+    for warning in warnings:
+        sys.stderr.write(f"python -m mixle_mpi.{name}: warning: {warning}\n")
     return run_command(p.parse_args(argv), name)
