@@ -296,7 +296,8 @@ def test_restart_bound_fails_clearly_with_exit_75(cluster, tmp_path):
     log = _output(tmp_path)
     assert (rec["JobState"], rec["ExitCode"], rec["Restarts"]) == ("FAILED", "75:0", "0"), log
     assert (
-        "--max-requeues 0): not requeueing; resubmit this script to resume from the checkpoint" in log
+        "--max-requeues 0): not requeueing; resubmit this script to resume from the checkpoint"
+        in log
     )
 
 
