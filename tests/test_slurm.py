@@ -225,6 +225,14 @@ def test_default_ft_template_runs_the_shipped_job_file_in_its_out_dir(cluster, t
     assert not (tmp_path / "mixle_mpi_jobs").exists()  # nothing in the job file's own folder
 
 
+def test_the_tutorial_runs_on_slurm(cluster, tmp_path):
+    """docs/tutorial.md from install check to resume, its SLURM blocks included."""
+    from test_docs import run_blocks
+
+    env = {k: v for k, v in cluster.env.items() if not k.startswith("MIXLE_MPI_")}
+    assert run_blocks("docs/tutorial.md", tmp_path, tags=("", "slurm"), env=env) >= 6
+
+
 @pytest.mark.parametrize("ntasks", [4, 8])
 def test_ft_template_with_a_mistyped_data_path_fails_fast(cluster, ntasks, tmp_path):
     """A user's typo in job.toml: the job FAILS with exit 2 and the message, within seconds;
