@@ -202,35 +202,18 @@ def test_ft_template_completes_a_fit(uninterrupted):
     assert "restart count 0 of at most 1" in log
 
 
-def test_default_ft_template_runs_the_shipped_job_file_in_its_out_dir(cluster, tmp_path):
-    """jobs/job.toml as shipped, with --out-dir: the checkpoint moves with the out-dir (it used
-    to stay in the job file's folder, which did not exist: exit 2 after the queue wait)."""
-    shutil.copy(REPO / "jobs" / "job.toml", tmp_path / "job.toml")
-    text = slurm.render(
-        "ft",
-        job_name="t-default",
-        ntasks=3,
-        time="10",
-        signal_margin=60,
-        python=OMPI_PYTHON,
-        out_dir="out",
-    )
-    job = cluster.submit(text, tmp_path, "ft")
-    (rec,) = cluster.wait_done(job)
-    log = _output(tmp_path)
-    assert (rec["JobState"], rec["ExitCode"]) == ("COMPLETED", "0:0"), log
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["iterations"] >= 1 and (tmp_path / "out" / "model.json").exists()
-    assert (tmp_path / "out" / "checkpoint.h5").exists()
-    assert not (tmp_path / "mixle_mpi_jobs").exists()  # nothing in the job file's own folder
-
-
 def test_the_tutorial_runs_on_slurm(cluster, tmp_path):
-    """docs/tutorial.md from install check to resume, its SLURM blocks included."""
+    """docs/tutorial.md from install check to resume, its SLURM blocks included. It runs the
+    shipped jobs/job.toml with `slurm ft --out-dir`: the checkpoint moves with the out-dir (it
+    used to stay in the job file's folder, which did not exist: exit 2 after the queue wait)."""
     from test_docs import run_blocks
 
     env = {k: v for k, v in cluster.env.items() if not k.startswith("MIXLE_MPI_")}
     assert run_blocks("docs/tutorial.md", tmp_path, tags=("", "slurm"), env=env) >= 6
+    out = tmp_path / "runs" / "first"
+    assert (out / "checkpoint.h5").exists() and (out / "model.json").exists()
+    assert not (tmp_path / "mixle_mpi_jobs").exists()  # nothing in the job file's own folder
+    assert no_leftover_processes(str(tmp_path)) == []
 
 
 @pytest.mark.parametrize("ntasks", [4, 8])
