@@ -78,7 +78,7 @@ def test_exit_code_branches_use_the_project_codes():
 
 def test_srun_kind_launches_with_srun_and_states_the_tradeoffs():
     text = slurm.render("srun")
-    assert '"$PY" -m mixle_mpi run --mpi srun -n' in text
+    assert '"$PY" -m mixle_mpi run --launcher srun -n' in text
     for phrase in (
         "heartbeats only",
         "--kill-on-bad-exit=0 --wait=0",

@@ -36,16 +36,17 @@ def _kill_window(text: str):
 
 
 def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> None:
-    """How the ranks are launched. ``full_help`` False: only -n and --mpi are described."""
+    """How the ranks are launched. ``full_help`` False: only -n and --launcher are described."""
     more = (lambda text: text) if full_help else (lambda text: argparse.SUPPRESS)
     p.add_argument(
         "-n",
         type=int,
         required=required_n,
         default=None,
-        help="number of ranks (1 driver + n-1 workers)"
+        help="number of ranks: the driver, which also computes a share unless "
+        "--no-driver-computes, and n-1 workers"
         if required_n
-        else "launch N ranks, 1 driver + N-1 workers (default: none)",
+        else "launch N ranks: the driver (it also computes a share) and N-1 workers (default: none)",
     )
     p.add_argument(
         "--launcher",

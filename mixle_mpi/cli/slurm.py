@@ -229,7 +229,7 @@ _HEADER = {
     "srun": """\
 # mixle_mpi: fit launched by srun (kind "srun"), for sites that require srun.
 #
-# The ranks are started by `mixle-mpi run --mpi srun`, i.e. srun --mpi=pmix (Open MPI) or
+# The ranks are started by `mixle-mpi run --launcher srun`, i.e. srun --mpi=pmix (Open MPI) or
 # --mpi=pmi2 (MPICH) with --kill-on-bad-exit=0 --wait=0 --no-kill. Measured on SLURM 22.05
 # with the Open MPI 5.0.11 and MPICH 5.0.2 wheels (slurm/README.md):
 # - A lost node is survived in the job: srun's --no-kill keeps the step (the sbatch
@@ -364,7 +364,7 @@ def render(kind: str, **opts) -> str:
             python=shlex.quote(o["python"]),
             max_restarts=o["max_requeues"],
             setup=setup,
-            launch=" --mpi srun" if kind == "srun" else "",
+            launch=" --launcher srun" if kind == "srun" else "",
             ntasks=o["ntasks"],
             announce=(
                 '\necho "[mixle_mpi] array task $SLURM_ARRAY_TASK_ID: seed $SEED, output $OUT_DIR"'

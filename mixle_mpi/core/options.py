@@ -313,7 +313,7 @@ OPTIONS: tuple[Option, ...] = (
         "from the checkpoint, in the same job (under mpiexec and srun); on whenever a "
         "checkpoint is written, unless --no-failover or MIXLE_MPI_FAILOVER=0",
         about="A dead driver is followed by the lowest surviving rank, which resumes the fit from its "
-        "checkpoint (policy/failover_plan.py); under mpiexec (not srun), with the shard store and the "
+        "checkpoint (policy/failover_plan.py); under mpiexec and srun, with the shard store and the "
         "checkpoint where every rank can read them. Off: a dead driver ends the job.",
         short="a survivor takes over from a dead driver",
         setting=True,
