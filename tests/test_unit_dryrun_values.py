@@ -169,3 +169,21 @@ def test_the_launch_line_is_shell_quoted(tmp_path, capsys):
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("launch: "))
     argv = shlex.split(line[len("launch: ") :])
     assert argv[argv.index("--out-dir") + 1] == str(out)
+
+
+def test_a_composite_models_table_and_csv_sequences_are_read_to_the_end(tmp_path):
+    table = tmp_path / "t.csv"
+    table.write_text("x,kind,n\n" + "1.5,a,3\n" * 50 + "2.5,b,-1\n")
+    with pytest.raises(
+        DataError, match=r"t.csv line 52, column 3: found '-1', needs a non-negative"
+    ):
+        datacheck.check_values(
+            datainput.parse_source(str(table)),
+            "table",
+            None,
+            ("gaussian", "categorical", "poisson"),
+        )
+    seqs = tmp_path / "s.csv"
+    seqs.write_text("1,2,3\n4,5\n" * 20 + "6,inf\n")
+    with pytest.raises(DataError, match="s.csv line 41: found 'inf', needs a finite number"):
+        datacheck.check_values(datainput.parse_source(str(seqs)), "sequences")
