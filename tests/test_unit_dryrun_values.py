@@ -83,7 +83,7 @@ def test_a_job_files_keys_are_named_as_written_there(tmp_path):
     from mixle_mpi.cli.jobconfig import resolve_all
 
     _, problems = resolve_all({"max_its": 0, "max_itz": 3}, {"init_p": "2"}, "job.toml")
-    assert "max_its (in job.toml) must be an integer >= 1; found 0" in problems
+    assert "max_its must be an integer >= 1; found 0 (in job.toml)" in problems
     assert "--init-p must be in (0, 1]; found 2.0" in problems
     assert "unknown option 'max_itz' in the job.toml; did you mean 'max_its'?" in problems
 

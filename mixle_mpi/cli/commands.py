@@ -46,7 +46,7 @@ def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> 
         help="number of ranks: the driver, which also computes a share unless "
         "--no-driver-computes, and n-1 workers"
         if required_n
-        else "launch N ranks: the driver (it also computes a share) and N-1 workers (default: none)",
+        else "N ranks: the driver and N-1 workers (default: none)",
     )
     p.add_argument(
         "--launcher",

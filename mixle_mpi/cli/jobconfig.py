@@ -151,16 +151,17 @@ def read_toml(path: str) -> dict:
 
 class Labels:
     """How errors name each option: as the user gave it (``--max-its`` on the command line,
-    ``max_its`` in a job file, with the file's name), else by its flag."""
+    ``max_its`` in a job file, the file named at the end of the message), else by its flag."""
 
     def __init__(self, where_file: str = "job file") -> None:
         self.where_file = where_file
         self.origin: dict[str, str] = {}
 
     def __call__(self, name: str) -> str:
-        if self.origin.get(name) == "file":
-            return f"{name} (in {self.where_file})"
-        return "--" + name.replace("_", "-")
+        return name if self.origin.get(name) == "file" else "--" + name.replace("_", "-")
+
+    def suffix(self, name: str) -> str:
+        return f" (in {self.where_file})" if self.origin.get(name) == "file" else ""
 
 
 def resolve(file_values: dict | None, flag_values: dict, where_file: str = "job file") -> FitConfig:
@@ -195,7 +196,7 @@ def resolve_all(
                 try:
                     merged[key] = _coerce(key, value, labels(key))
                 except ConfigError as exc:
-                    problems.append(str(exc))
+                    problems.append(str(exc) + labels.suffix(key))
     _follow_out_dir(merged, file_values or {}, flag_values)
     cfg = FitConfig(**{**asdict(FitConfig()), **merged})
     problems += validate(cfg, labels)
@@ -229,7 +230,7 @@ def validate(cfg: FitConfig, label=None) -> list[str]:
     problems: list[str] = []
 
     def bad(name: str, text: str) -> None:
-        problems.append(text)
+        problems.append(text + label.suffix(name))
         setattr(cfg, name, options.BY_NAME[name].job_default)
 
     if not cfg.data:
@@ -259,6 +260,7 @@ def validate(cfg: FitConfig, label=None) -> list[str]:
     if cfg.resume == "yes" and not cfg.checkpoint:
         problems.append(
             f"{label('resume')}=yes needs a checkpoint: drop --no-checkpoint (checkpoint = none)"
+            + label.suffix("resume")
         )
     return problems
 
