@@ -377,7 +377,7 @@ def test_a_stop_signal_landing_mid_step_never_claims_a_checkpoint_that_was_not_w
         100,
         None,
         lambda i, ll, saved: setattr(stop, "signal", signal.SIGINT),
-        Cadence(every=50),
+        Cadence(every=50, seconds=3600.0),  # exact: no first-iteration write
     )
     steps.on_step(
         SimpleNamespace(iter=1, log_density=-3.0, delta=1.0, model=model)

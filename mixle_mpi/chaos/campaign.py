@@ -467,7 +467,7 @@ def resolve_args(args) -> tuple[FitConfig, int, str, list[str]]:
         else tempfile.mkdtemp(prefix="mixle_mpi_chaos_")
     )
     launch = (
-        (["--mpi", args.mpi] if args.mpi else [])
+        (["--launcher", args.mpi] if args.mpi else [])
         + (["--mpiexec", args.mpiexec] if args.mpiexec else [])
         + (["--allow-many-ranks"] if args.allow_many_ranks else [])
     )

@@ -87,7 +87,7 @@ def find_mpiexec(explicit: str | None = None, flavor: str | None = None) -> str:
         found = shutil.which("srun")
         if not found:
             raise ConfigError(
-                "--mpi srun was asked for but found no srun on PATH (is this a SLURM node?)"
+                "--launcher srun was asked for but found no srun on PATH (is this a SLURM node?)"
             )
         return found
     beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
