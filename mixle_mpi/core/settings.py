@@ -42,6 +42,11 @@ class SettingsChecks:
                     raise ConfigError(f"{f.name} must be True or False; found {value!r}")
             elif option.kind is float:
                 object.__setattr__(self, f.name, _positive_float(f.name, value))
+            elif option.kind is str:
+                if value not in option.choices:
+                    raise ConfigError(
+                        f"{f.name} must be one of {', '.join(option.choices)}; found {value!r}"
+                    )
             else:
                 object.__setattr__(self, f.name, check_int(f.name, value, option.at_least))
         if self.heartbeat_fanin == 1:
