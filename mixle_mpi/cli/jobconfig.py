@@ -188,7 +188,8 @@ def validate(cfg: FitConfig) -> None:
     if not 0 < cfg.init_p <= 1:
         raise ConfigError(f"init_p must be in (0, 1]; found {cfg.init_p}")
     for option in options.JOB:
-        if option.choices and getattr(cfg, option.name) not in option.choices:
+        unset = option.setting and getattr(cfg, option.name) is None  # the environment's
+        if option.choices and not unset and getattr(cfg, option.name) not in option.choices:
             raise ConfigError(
                 f"{option.name} must be one of {list(option.choices)}; found "
                 f"{getattr(cfg, option.name)!r}"

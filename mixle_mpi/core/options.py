@@ -143,23 +143,6 @@ OPTIONS: tuple[Option, ...] = (
     ),
     # -- EM ----------------------------------------------------------------------------
     Option(
-        "engine",
-        str,
-        "seq",
-        "E-step engine: seq (mixle's own path, its bits), fused (one-pass kernels for 1-D, "
-        "diagonal Gaussian and Poisson mixtures, seq elsewhere) or auto (the fastest that keeps "
-        "every promise: fused today)",
-        about="Which code computes each shard's E-step and score (core/engine.py). seq: mixle's "
-        "seq_update and seq_log_density, bit for bit mixle's multiprocessing backend. fused: one "
-        "numba pass gives both for mixtures of 1-D Gaussian, diagonal Gaussian or Poisson "
-        "components (other models: seq); its bits are its own, independent of ranks, failures "
-        "and recovery like seq's. auto: fused where a kernel exists.",
-        setting=True,
-        job=True,
-        choices=("auto", "seq", "fused"),
-        metavar="ENGINE",
-    ),
-    Option(
         "max_its",
         int,
         100,
@@ -643,6 +626,23 @@ OPTIONS: tuple[Option, ...] = (
         False,
         "set by the launcher: the progress line is rewritten in place (a terminal)",
         env="MIXLE_MPI_LIVE_PROGRESS",
+    ),
+    Option(
+        "engine",
+        str,
+        "seq",
+        "E-step engine: seq (mixle's own path, its bits), fused (one-pass kernels for 1-D, "
+        "diagonal Gaussian and Poisson mixtures, seq elsewhere) or auto (the fastest that keeps "
+        "every promise: fused today)",
+        about="Which code computes each shard's E-step and score (core/engine.py). seq: mixle's "
+        "seq_update and seq_log_density, bit for bit mixle's multiprocessing backend. fused: one "
+        "numba pass gives both for mixtures of 1-D Gaussian, diagonal Gaussian or Poisson "
+        "components (other models: seq); its bits are its own, independent of ranks, failures "
+        "and recovery like seq's. auto: fused where a kernel exists.",
+        setting=True,
+        job=True,
+        choices=("auto", "seq", "fused"),
+        metavar="ENGINE",
     ),
 )
 

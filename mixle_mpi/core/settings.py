@@ -45,7 +45,7 @@ class SettingsChecks:
             elif option.kind is str:
                 if value not in option.choices:
                     raise ConfigError(
-                        f"{f.name} must be one of {', '.join(option.choices)}; found {value!r}"
+                        f"{f.name} must be one of {list(option.choices)}; found {value!r}"
                     )
             else:
                 object.__setattr__(self, f.name, check_int(f.name, value, option.at_least))
