@@ -1,7 +1,8 @@
-"""The fused engine under real MPI, on both libraries: the same bits from 1 worker computing
+"""The fused engine under real MPI, on both libraries: the same bits as the in-process
+reference of the same engine (``fitting.reference.ShardsInProcess``), from 1 worker computing
 every shard without failures and from 3 workers (the driver computing a shard too) with one
-SIGKILLed mid-E-step and respawned. Were the engine not sent to the workers, the driver's
-fused shard would make the two fits differ."""
+SIGKILLed mid-E-step and respawned. The other exactness and chaos tests run for any engine
+with ``MIXLE_MPI_ENGINE`` set (their reference follows it: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ FUSED = {"MIXLE_MPI_ENGINE": "fused"}
 
 
 @pytest.mark.parametrize("library, model, n", with_libraries([("diag", 3000)]))
-def test_fused_bits_survive_a_kill_and_ignore_w(library, model, n, tmp_path):
+def test_fused_bits_survive_a_kill_and_ignore_w(library, model, n, tmp_path, reference):
     _, python = library
     args = fit_args(model, n, 4, 2, 5)
     alone_env = {**FUSED, "MIXLE_MPI_DRIVER_COMPUTES": "0"}
@@ -25,6 +26,7 @@ def test_fused_bits_survive_a_kill_and_ignore_w(library, model, n, tmp_path):
     assert alone.rc == 0, alone.describe()
     start = next(e for e in alone.events if e["event"] == "start")
     assert start["settings"]["engine"] == "fused"
+    assert same_fit(alone.result, reference(model, n, 4, 2, 5, 7, "fused")), alone.describe()
     log = tmp_path / "faults.jsonl"
     plan = "2:kill:estep_mid:1"
     killed = run_job(

@@ -146,3 +146,17 @@ def test_ill_conditioned_shard_falls_back_to_seq_bits():
     assert engine.fused_shard("gauss1d", model, chunks)[0] is None
     seq = estep.shard_result("estep", (est, model), chunks, engine="seq")
     assert estep.shard_result("estep", (est, model), chunks, engine="fused") == seq
+
+
+def test_in_process_reference_is_mixles_backend_with_seq():
+    """``ShardsInProcess`` with ``seq`` is bit for bit mixle's multiprocessing backend, so
+    with ``fused`` it is the reference a fused resilient fit must equal."""
+    from mixle_mpi.fitting.reference import reference_fit
+
+    args = ("gmm1d", 2000, 1, 7, 3)
+    mixle = reference_fit(*args, sub_chunks=2, max_its=3)
+    ours = reference_fit(*args, sub_chunks=2, max_its=3, engine="seq")
+    assert ours == mixle
+    fused = reference_fit(*args, sub_chunks=2, max_its=3, engine="fused")
+    assert fused["ll"] != mixle["ll"]
+    np.testing.assert_allclose(fused["ll"], mixle["ll"], rtol=1e-9)
