@@ -160,3 +160,16 @@ def test_in_process_reference_is_mixles_backend_with_seq():
     fused = reference_fit(*args, sub_chunks=2, max_its=3, engine="fused")
     assert fused["ll"] != mixle["ll"]
     np.testing.assert_allclose(fused["ll"], mixle["ll"], rtol=1e-9)
+
+
+def test_warm_compiles_every_signature_a_round_uses():
+    """After ``warm`` (a rank's setup), no E-step compiles: each kernel keeps its signatures."""
+    from mixle_mpi.core import kernels
+
+    engine.warm("auto")
+    fns = (kernels.gauss1d, kernels.diag, kernels.poisson)
+    before = [len(f.signatures) for f in fns]
+    for make in FAMILIES.values():
+        est, model, chunks = shard(make, n=300)
+        run("fused", est, model, chunks)
+    assert [len(f.signatures) for f in fns] == before == [1, 1, 1]

@@ -105,7 +105,8 @@ def _run(family: str, params: tuple, x: Any, stats: tuple) -> float:
     from mixle_mpi.core import kernels  # numba: imported where a kernel runs
 
     if family == "poisson":
-        return kernels.poisson(x[0], x[1], *params, *stats)
+        vals = np.ascontiguousarray(x[0], dtype=np.int64)
+        return kernels.poisson(vals, np.ascontiguousarray(x[1], dtype=np.float64), *params, *stats)
     fn = kernels.diag if family == "diag" else kernels.gauss1d
     return fn(np.ascontiguousarray(x, dtype=np.float64), *params, *stats)
 

@@ -156,5 +156,4 @@ def warm() -> None:
         np.zeros((1, 1)),
         np.zeros((1, 1)),
     )
-    for ints in (np.zeros(2, dtype=np.int64), np.zeros(2)):
-        poisson(ints, np.zeros(2), k, k, k, k.copy(), k.copy())
+    poisson(np.zeros(2, dtype=np.int64), np.zeros(2), k, k, k, k.copy(), k.copy())
