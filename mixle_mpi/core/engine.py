@@ -28,6 +28,7 @@ _FAMILIES = {  # component distribution -> (kernel family, component accumulator
     "GaussianDistribution": ("gauss1d", "GaussianAccumulator"),
     "DiagonalGaussianDistribution": ("diag", "DiagonalGaussianAccumulator"),
     "PoissonDistribution": ("poisson", "PoissonAccumulator"),
+    "MultivariateGaussianDistribution": ("full", "MultivariateGaussianAccumulator"),
 }
 
 
@@ -54,6 +55,8 @@ def model_family(model: Any) -> str | None:
     if len(names) != 1:
         return None
     entry = _FAMILIES.get(names.pop())
+    if entry and entry[0] == "full" and any(c.use_lstsq for c in model.components):
+        return None  # a singular covariance: mixle scores it its own way
     return entry[0] if entry else None
 
 
@@ -88,11 +91,18 @@ def _params(family: str, model: Any) -> tuple:
         mu = np.array([c.mu for c in comps], dtype=np.float64)
         const = log_w - 0.5 * (covar.shape[1] * _LOG_2PI + np.log(covar).sum(axis=1))
         return np.ascontiguousarray(mu.T), np.ascontiguousarray((1.0 / covar).T), const
+    if family == "full":
+        mu = np.array([c.mu for c in comps], dtype=np.float64)
+        prec = np.array([c.inv_covar for c in comps], dtype=np.float64)
+        return mu, prec, log_w + np.array([c.chol_const for c in comps], dtype=np.float64)
     lam = np.array([c.lam for c in comps], dtype=np.float64)
     return np.array([c.log_lambda for c in comps], dtype=np.float64), lam, log_w
 
 
 def _stats(family: str, k: int, x: Any) -> tuple:
+    if family == "full":
+        d = x.shape[1]
+        return np.zeros(k), np.zeros((k, d)), np.zeros((k, d, d))
     if family == "diag":
         d = x.shape[1]
         return np.zeros(k), np.zeros((k, d)), np.zeros((k, d))
@@ -107,7 +117,7 @@ def _run(family: str, params: tuple, x: Any, stats: tuple) -> float:
     if family == "poisson":
         vals = np.ascontiguousarray(x[0], dtype=np.int64)
         return kernels.poisson(vals, np.ascontiguousarray(x[1], dtype=np.float64), *params, *stats)
-    fn = kernels.diag if family == "diag" else kernels.gauss1d
+    fn = {"diag": kernels.diag, "full": kernels.full, "gauss1d": kernels.gauss1d}[family]
     return fn(np.ascontiguousarray(x, dtype=np.float64), *params, *stats)
 
 
@@ -122,12 +132,19 @@ def ill_conditioned(counts, s1, s2) -> bool:
     return bool(np.any(spread2 <= 0.0) or np.any(m * m > RATIO * spread2))
 
 
+def _diagonal(family: str, stats: tuple) -> tuple:
+    """Counts, sums and each coordinate's sum of squares (a full model's diagonal)."""
+    if family != "full":
+        return stats
+    return stats[0], stats[1], np.diagonal(stats[2], axis1=1, axis2=2)
+
+
 def _value(family: str, stats: tuple) -> tuple:
     """The mixture accumulator's ``value()``: component counts, then each component's."""
     counts = stats[0]
     if family == "poisson":
         comps = tuple((np.float64(c), np.float64(s)) for c, s in zip(counts, stats[1], strict=True))
-    elif family == "diag":
+    elif family in ("diag", "full"):
         comps = tuple(
             (s1.copy(), s2.copy(), float(c)) for c, s1, s2 in zip(counts, *stats[1:], strict=True)
         )
@@ -151,7 +168,7 @@ def fused_shard(family: str, model: Any, chunks, on_chunk=None) -> tuple:
         stats = _stats(family, k, x)
         ll += _run(family, params, x, stats)
         count += size
-        if not trusted and ill_conditioned(*stats):
+        if not trusted and ill_conditioned(*_diagonal(family, stats)):
             ok = False
         total = stats if total is None else tuple(t + s for t, s in zip(total, stats, strict=True))
         if on_chunk is not None:

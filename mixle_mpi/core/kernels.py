@@ -1,5 +1,5 @@
 """One-pass E-step and score kernels (numba) for the common mixtures: 1-D Gaussian,
-diagonal Gaussian and Poisson components.
+diagonal Gaussian, full-covariance Gaussian and Poisson components.
 
 Each kernel reads a sub-chunk once and returns its log-evidence sum while it adds the
 responsibility-weighted raw moments into the caller's arrays: the E-step and the score of
@@ -118,6 +118,51 @@ def diag(x, mu_t, ivar_t, const, counts, s1, s2):
 
 
 @njit(cache=True, nogil=True)
+def full(x, mu, prec, const, counts, s1, s2):
+    """Full-covariance Gaussian mixture: ``prec`` (K, D, D) the precision matrices, ``const[k]``
+    log w_k plus the component's normalizing constant; ``s2`` (K, D, D) the weighted outer
+    products."""
+    n, d_n = x.shape
+    k_n = const.shape[0]
+    lp, resp, diff = np.empty(k_n), np.empty(k_n), np.empty(d_n)
+    bc, b1, b2 = np.zeros(k_n), np.zeros((k_n, d_n)), np.zeros((k_n, d_n, d_n))
+    ll = 0.0
+    for start in range(0, n, BLOCK):
+        bll = 0.0
+        for i in range(start, min(start + BLOCK, n)):
+            for k in range(k_n):
+                for a in range(d_n):
+                    diff[a] = x[i, a] - mu[k, a]
+                quad = 0.0
+                for a in range(d_n):
+                    t = 0.0
+                    for b in range(d_n):
+                        t += diff[b] * prec[k, b, a]
+                    quad += diff[a] * t
+                lp[k] = const[k] - 0.5 * quad
+            bll += _posterior(lp, resp)
+            for k in range(k_n):
+                r = resp[k]
+                bc[k] += r
+                for a in range(d_n):
+                    ra = r * x[i, a]
+                    b1[k, a] += ra
+                    for b in range(d_n):
+                        b2[k, a, b] += ra * x[i, b]
+        ll += bll
+        for k in range(k_n):
+            counts[k] += bc[k]
+            bc[k] = 0.0
+            for a in range(d_n):
+                s1[k, a] += b1[k, a]
+                b1[k, a] = 0.0
+                for b in range(d_n):
+                    s2[k, a, b] += b2[k, a, b]
+                    b2[k, a, b] = 0.0
+    return ll
+
+
+@njit(cache=True, nogil=True)
 def poisson(vals, log_fact, log_lam, lam, log_w, counts, sums):
     """Poisson mixture over counts ``vals`` with ``log_fact`` = log(vals!)."""
     k_n = lam.shape[0]
@@ -155,5 +200,14 @@ def warm() -> None:
         k.copy(),
         np.zeros((1, 1)),
         np.zeros((1, 1)),
+    )
+    full(
+        np.zeros((2, 1)),
+        np.zeros((1, 1)),
+        np.ones((1, 1, 1)),
+        k,
+        k.copy(),
+        np.zeros((1, 1)),
+        np.zeros((1, 1, 1)),
     )
     poisson(np.zeros(2, dtype=np.int64), np.zeros(2), k, k, k, k.copy(), k.copy())
