@@ -142,7 +142,12 @@ def measure(python: str, quick: bool, workers: int = 2, reps: int | None = None)
                 )
                 env = {"MIXLE_MPI_ENGINE": ENGINE_OF[peer]} if peer in ENGINE_OF else None
                 commands[peer] = common.show(cmd, env, tmp=tmp)
-                rec = common.run_record(cmd, out, f"peers rep {rep + 1} {peer}", env=env)
+                rec = common.run_record(
+                    cmd,
+                    out,
+                    f"peers rep {rep + 1} {peer}",
+                    env=common.job_env(env) if env else None,
+                )
                 if rec is not None:
                     sec = rec["median"]
                     per[peer].append(n / sec / cores[peer])

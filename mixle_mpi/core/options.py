@@ -632,11 +632,11 @@ OPTIONS: tuple[Option, ...] = (
         str,
         "seq",
         "E-step engine: seq (mixle's own path, its bits), fused (one-pass kernels for 1-D, "
-        "diagonal Gaussian and Poisson mixtures, seq elsewhere) or auto (the fastest that keeps "
+        "diagonal, full Gaussian and Poisson mixtures, seq elsewhere) or auto (the fastest that keeps "
         "every promise: fused today)",
         about="Which code computes each shard's E-step and score (core/engine.py). seq: mixle's "
         "seq_update and seq_log_density, bit for bit mixle's multiprocessing backend. fused: one "
-        "numba pass gives both for mixtures of 1-D Gaussian, diagonal Gaussian or Poisson "
+        "numba pass gives both for mixtures of 1-D, diagonal or full-covariance Gaussian or Poisson "
         "components (other models: seq); its bits are its own, independent of ranks, failures "
         "and recovery like seq's. auto: fused where a kernel exists.",
         setting=True,
