@@ -642,6 +642,23 @@ OPTIONS: tuple[Option, ...] = (
         "set by the launcher: the progress line is rewritten in place (a terminal)",
         env="MIXLE_MPI_LIVE_PROGRESS",
     ),
+    Option(
+        "engine",
+        str,
+        "seq",
+        "E-step engine: seq (mixle's own path, its bits), fused (one-pass kernels for 1-D, "
+        "diagonal, full Gaussian and Poisson mixtures, seq elsewhere) or auto (the fastest that keeps "
+        "every promise: fused today)",
+        about="Which code computes each shard's E-step and score (core/engine.py). seq: mixle's "
+        "seq_update and seq_log_density, bit for bit mixle's multiprocessing backend. fused: one "
+        "numba pass gives both for mixtures of 1-D, diagonal or full-covariance Gaussian or Poisson "
+        "components (other models: seq); its bits are its own, independent of ranks, failures "
+        "and recovery like seq's. auto: fused where a kernel exists.",
+        setting=True,
+        job=True,
+        choices=("auto", "seq", "fused"),
+        metavar="ENGINE",
+    ),
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
@@ -654,7 +671,7 @@ ENVIRONMENT: tuple[Option, ...] = tuple(o for o in OPTIONS if o.env is not None)
 # option in exactly one; tests/test_unit_options.py checks it).
 FIT_GROUPS: dict[str, tuple[str, ...]] = {
     "data and model": ("data", "model", "columns", "num_shards", "sub_chunks", "seed", "restarts"),
-    "EM": ("max_its", "delta", "init_p"),
+    "EM": ("max_its", "delta", "init_p", "engine"),
     "resilience": (
         "checkpoint",
         "checkpoint_every",

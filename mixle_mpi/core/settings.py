@@ -47,6 +47,11 @@ class SettingsChecks:
             elif option.kind is float:
                 value = _checked_float(f.name, value, option.positive)
                 object.__setattr__(self, f.name, value)
+            elif option.kind is str:
+                if value not in option.choices:
+                    raise ConfigError(
+                        f"{f.name} must be one of {list(option.choices)}; found {value!r}"
+                    )
             else:
                 object.__setattr__(self, f.name, check_int(f.name, value, option.at_least))
         if self.heartbeat_fanin == 1:

@@ -22,6 +22,7 @@ from mpi4py import MPI
 from mixle_mpi.chaos.faults import FaultInjector, plan_to_json
 from mixle_mpi.core import clock, estep, logs, probes, procs
 from mixle_mpi.core.deadlines import run_with_deadline
+from mixle_mpi.core.engine import warm as warm_engine
 from mixle_mpi.core.errors import NoWorkersLeft
 from mixle_mpi.core.malloc import retain_freed_memory
 from mixle_mpi.core.protocol import (
@@ -311,6 +312,7 @@ class Driver:
         for w, why in sorted((excluded or {}).items()):
             self.fail(w, f"startup: {why}")
         self._setup(self.live())
+        warm_engine(self.settings.engine)  # the workers did before Ready; from their cache here
         t_setup = time.perf_counter()
         self.load({w: list(self.owners[w]) for w in self.live()})
         self.events.emit(
@@ -346,6 +348,7 @@ class Driver:
             armed=self.armed and worker not in self.unreached,
             driver_bell=self.mail.bell.address if self.mail.bell is not None else "",
             driver_space=self.space,
+            engine=s.engine,
         )
 
     def note_ready(self, worker: int, ready: Ready) -> None:
