@@ -119,6 +119,15 @@ def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> 
             "default as a likely typo; or set MIXLE_MPI_ALLOW_MANY_RANKS=1) (default: off)"
         ),
     )
+    p.add_argument(
+        "--native-numerics",
+        action="store_true",
+        help=more(
+            "let each rank use its CPU's own SIMD and BLAS kernels instead of the job's common "
+            "baseline (x86-64-v3): for a homogeneous cluster; a rank whose numerics then differ "
+            "from the driver's gets no shard (or set MIXLE_MPI_NATIVE_NUMERICS=1) (default: off)"
+        ),
+    )
 
 
 def host_defaults() -> tuple[int, float]:
@@ -153,11 +162,17 @@ def _flag_level(args) -> int | None:
 
 
 def _rank_env(args) -> dict:
-    """The log level of -q/-v for every rank, through the environment they inherit."""
+    """The log level of -q/-v and native numerics for every rank, through the environment
+    they inherit."""
     from mixle_mpi.core import logs
 
+    from mixle_mpi.core import numerics
+
     level = _flag_level(args)
-    return {} if level is None else {logs.LEVEL_ENV: logs.level_name(level)}
+    env = {} if level is None else {logs.LEVEL_ENV: logs.level_name(level)}
+    if getattr(args, "native_numerics", False):
+        env[numerics.NATIVE_ENV] = "1"
+    return env
 
 
 def _mpiexec_args(args) -> list[str]:

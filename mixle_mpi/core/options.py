@@ -581,6 +581,16 @@ OPTIONS: tuple[Option, ...] = (
         flags=("fit --allow-many-ranks",),
     ),
     Option(
+        "native_numerics",
+        bool,
+        False,
+        "1: every rank uses its CPU's own SIMD and BLAS kernels, not the job's numeric "
+        "baseline (x86-64-v3), for speed on a homogeneous cluster (as `--native-numerics`); "
+        "a rank whose numerics differ from the driver's then gets no shard",
+        env="MIXLE_MPI_NATIVE_NUMERICS",
+        flags=("fit --native-numerics", "run --native-numerics"),
+    ),
+    Option(
         "startup_timeout",
         float,
         120.0,

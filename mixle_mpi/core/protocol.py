@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-PROTOCOL = 7
+PROTOCOL = 8
 
 # tags: the startup handshake on COMM_WORLD; then commands, replies and heartbeats on the
 # job's communicators (heartbeats on their own duplicate, so they never queue behind data)
@@ -185,6 +185,7 @@ class Ready(NamedTuple):
     space: str = (
         ""  # its pid space (procs.pid_space): the driver signals it only if equal to its own
     )
+    numerics: tuple = ()  # its core.numerics.report(): a worker of other bits gets no shard
 
     @property
     def key(self) -> tuple:

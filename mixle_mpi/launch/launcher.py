@@ -38,7 +38,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from mixle_mpi.core import exitcodes, logs, procs
+from mixle_mpi.core import exitcodes, logs, numerics, procs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.procs import usable_cores  # noqa: F401 - launcher.usable_cores, as the tests and dryrun name it
 from mixle_mpi.launch import contract, host_plan, hostlist, hostprobe
@@ -220,10 +220,14 @@ def srun_version(environ) -> str | None:
         return None
 
 
-def launch_env(blas_threads: int, run_vars: dict | None = None, base=None) -> dict:
+def launch_env(
+    blas_threads: int, run_vars: dict | None = None, base=None, overrides: dict | None = None
+) -> dict:
     """The ranks' environment (pure but for ``os.environ`` as the default ``base``): BLAS
-    threads pinned, and this launch's own files (``RunFiles.env``, the launcher<->rank
-    contract), never an outer launcher's."""
+    threads pinned, the job's numeric baseline (``core/numerics``: one SIMD level, BLAS core
+    and JIT target on every rank, unless ``MIXLE_MPI_NATIVE_NUMERICS``), and this launch's
+    own files (``RunFiles.env``, the launcher<->rank contract), never an outer launcher's.
+    ``overrides`` (the command's own variables) go over all but the baseline."""
     env = {
         **contract.outer_vars_removed(dict(os.environ if base is None else base)),
         **(run_vars or {}),
@@ -238,7 +242,7 @@ def launch_env(blas_threads: int, run_vars: dict | None = None, base=None) -> di
         env.setdefault(
             "MIXLE_MPI_LIVE_PROGRESS", "1"
         )  # ranks' own stdout may be a pty whatever ours is
-    return env
+    return numerics.with_baseline({**env, **(overrides or {})})
 
 
 def judge(
@@ -599,7 +603,7 @@ def run(
         list(extra or []),
         launch_hosts(list(extra or []), full),
         host_plan.HostBook(max(0, int(max_host_failures)), float(host_cooldown), fewest),
-        {**launch_env(blas_threads), **(env or {})},
+        launch_env(blas_threads, overrides=env),
     )
     if relaunch.hosts is not None:
         log.info(
@@ -715,7 +719,7 @@ def _launch_once(
         usr1_as_term=usr1_as_term,
     )
     previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
-    full_env = {**launch_env(blas_threads, files.env(tag)), **(env or {})}
+    full_env = launch_env(blas_threads, files.env(tag), overrides=env)
     reaper = _start_reaper(tag)
     rc, why, lost, t0 = None, None, False, time.monotonic()
     try:

@@ -240,7 +240,11 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             failover=failover,
         )
         self._driver.start(excluded)
-        self.events.emit("ranks", ranks=rank_places(self._driver.membership))
+        self.events.emit(
+            "ranks",
+            ranks=rank_places(self._driver.membership),
+            numerics={"driver": self._driver.numerics._asdict(), "workers": self._driver.probes},
+        )
         self._estimator = (
             None  # the last E-step's or initialization's: a scoring round computes ahead with it
         )
