@@ -21,9 +21,29 @@ def pytest_ignore_collect(collection_path, config):
 
 @functools.lru_cache(maxsize=None)
 def _reference(model, n, shards, sub_chunks, max_its, seed):
-    from mixle_mpi.fitting.reference import reference_fit
+    """mixle's own fit, in a process of its own under the numeric baseline that `mixle-mpi
+    run` gives every rank (core/numerics): numpy picks its SIMD kernels when imported, so
+    this test process (native numerics) would give other bits."""
+    import json
+    import os
+    import subprocess
 
-    return reference_fit(model, n, 1, seed, shards, sub_chunks=sub_chunks, max_its=max_its)
+    from mixle_mpi.core import numerics
+
+    code = (
+        "import json, sys; from mixle_mpi.fitting.reference import reference_fit; "
+        "print(json.dumps(reference_fit(*json.loads(sys.argv[1]))))"
+    )
+    args = json.dumps([model, n, 1, seed, shards, sub_chunks, max_its])
+    out = subprocess.run(
+        [sys.executable, "-c", code, args],
+        env=numerics.with_baseline(dict(os.environ)),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+    )
+    return json.loads(out.stdout.splitlines()[-1])
 
 
 @pytest.fixture(scope="session")

@@ -485,7 +485,9 @@ OPTIONS: tuple[Option, ...] = (
         "allow_version_change",
         bool,
         False,
-        "resume a checkpoint that another version of mixle_mpi, mixle or numpy wrote",
+        "resume a checkpoint that another version of mixle_mpi, mixle or numpy, or another "
+        "numeric baseline (CPU numerics), wrote",
+        job=True,
         fitjob=FitjobFlag(False),
     ),
     Option(
@@ -655,6 +657,7 @@ FIT_GROUPS: dict[str, tuple[str, ...]] = {
         "checkpoint_every",
         "checkpoint_seconds",
         "resume",
+        "allow_version_change",
         "failover",
         "spares",
         "max_retries",
