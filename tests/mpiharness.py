@@ -47,10 +47,12 @@ def run_job(
     module: str = "mixle_mpi.fitting.fitjob",
     launch: tuple[str, ...] = (),
     workdir: Path | None = None,
+    rank_wrapper: str | None = None,
 ) -> JobResult:
     """Launch ``python -m module job_args`` on ``ranks`` ranks through ``mixle-mpi run``
     (``launch``: more of its flags), from ``tmp``, with the job's work folder ``workdir``
-    (default ``tmp/work``)."""
+    (default ``tmp/work``); ``rank_wrapper``: a script each rank runs the module through
+    (``python SCRIPT MODULE ARGS``)."""
     tmp.mkdir(parents=True, exist_ok=True)
     out = tmp / "result.json"
     events = tmp / "events.jsonl"
@@ -81,8 +83,7 @@ def run_job(
         *launch,
         "--",
         python,
-        "-m",
-        module,
+        *([rank_wrapper, module] if rank_wrapper else ["-m", module]),
         *job_args,
         "--workdir",
         str(workdir or tmp / "work"),
