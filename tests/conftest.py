@@ -20,10 +20,10 @@ def pytest_ignore_collect(collection_path, config):
 
 
 @functools.lru_cache(maxsize=None)
-def _reference(model, n, shards, sub_chunks, max_its, seed):
-    """mixle's own fit, in a process of its own under the numeric baseline that `mixle-mpi
-    run` gives every rank (core/numerics): numpy picks its SIMD kernels when imported, so
-    this test process (native numerics) would give other bits."""
+def _reference(model, n, shards, sub_chunks, max_its, seed, mode="auto"):
+    """mixle's own fit, in a process of its own under numerics ``mode`` (core/numerics; a
+    job's ranks are pinned to the baseline when their probes differ, as the tests' odd-CPU
+    jobs do): numpy picks its SIMD kernels when imported, so this process cannot."""
     import json
     import os
     import subprocess
@@ -37,7 +37,7 @@ def _reference(model, n, shards, sub_chunks, max_its, seed):
     args = json.dumps([model, n, 1, seed, shards, sub_chunks, max_its])
     out = subprocess.run(
         [sys.executable, "-c", code, args],
-        env=numerics.with_baseline(dict(os.environ)),
+        env=numerics.with_baseline({**os.environ, numerics.MODE_ENV: mode}),
         capture_output=True,
         text=True,
         timeout=900,

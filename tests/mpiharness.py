@@ -47,12 +47,10 @@ def run_job(
     module: str = "mixle_mpi.fitting.fitjob",
     launch: tuple[str, ...] = (),
     workdir: Path | None = None,
-    rank_wrapper: str | None = None,
 ) -> JobResult:
     """Launch ``python -m module job_args`` on ``ranks`` ranks through ``mixle-mpi run``
     (``launch``: more of its flags), from ``tmp``, with the job's work folder ``workdir``
-    (default ``tmp/work``); ``rank_wrapper``: a script each rank runs the module through
-    (``python SCRIPT MODULE ARGS``)."""
+    (default ``tmp/work``)."""
     tmp.mkdir(parents=True, exist_ok=True)
     out = tmp / "result.json"
     events = tmp / "events.jsonl"
@@ -83,7 +81,8 @@ def run_job(
         *launch,
         "--",
         python,
-        *([rank_wrapper, module] if rank_wrapper else ["-m", module]),
+        "-m",
+        module,
         *job_args,
         "--workdir",
         str(workdir or tmp / "work"),

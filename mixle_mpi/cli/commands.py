@@ -120,12 +120,15 @@ def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> 
         ),
     )
     p.add_argument(
-        "--native-numerics",
-        action="store_true",
+        "--numerics",
+        choices=("auto", "baseline", "native"),
+        default=None,
         help=more(
-            "let each rank use its CPU's own SIMD and BLAS kernels instead of the job's common "
-            "baseline (x86-64-v3): for a homogeneous cluster; a rank whose numerics then differ "
-            "from the driver's gets no shard (or set MIXLE_MPI_NATIVE_NUMERICS=1) (default: off)"
+            "auto: each rank's native SIMD and BLAS kernels while every rank's numerics probe "
+            "agrees, else launch again under the common baseline (x86-64-v3); baseline: always "
+            "(a partition of mixed CPUs); native: never (a homogeneous cluster). A rank whose "
+            "numerics still differ from the driver's gets no shard (or set MIXLE_MPI_NUMERICS) "
+            "(default: auto)"
         ),
     )
 
@@ -162,16 +165,14 @@ def _flag_level(args) -> int | None:
 
 
 def _rank_env(args) -> dict:
-    """The log level of -q/-v and native numerics for every rank, through the environment
+    """The log level of -q/-v and the numerics mode for every rank, through the environment
     they inherit."""
-    from mixle_mpi.core import logs
-
-    from mixle_mpi.core import numerics
+    from mixle_mpi.core import logs, numerics
 
     level = _flag_level(args)
     env = {} if level is None else {logs.LEVEL_ENV: logs.level_name(level)}
-    if getattr(args, "native_numerics", False):
-        env[numerics.NATIVE_ENV] = "1"
+    if getattr(args, "numerics", None):
+        env[numerics.MODE_ENV] = args.numerics
     return env
 
 

@@ -22,12 +22,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import platform
 import pickle
+import platform
 from typing import NamedTuple
 
-NATIVE_ENV = "MIXLE_MPI_NATIVE_NUMERICS"  # 1: no baseline, every rank uses its CPU natively
-BASELINE_MARK = "MIXLE_MPI_NUMERIC_BASELINE"  # the baseline a rank was started under
+MODE_ENV = "MIXLE_MPI_NUMERICS"  # auto, baseline or native (the option ``numerics``)
+MODES = ("auto", "baseline", "native")
+# What a rank was started under: a baseline's name, or the mode that pins none (auto, native)
+BASELINE_MARK = "MIXLE_MPI_NUMERIC_BASELINE"
 # numpy's dispatch targets above each baseline, in numpy 2.4's names and the older ones. Only
 # those the installed build dispatches to are named: disabling one the CPU lacks is harmless,
 # one the build does not know draws an ImportWarning (and naming one to *enable* fails).
@@ -72,9 +74,15 @@ def arch(machine: str | None = None) -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
 
 
-def native_requested(environ=None) -> bool:
+def mode(environ=None) -> str:
+    """``MIXLE_MPI_NUMERICS``: auto (the default), baseline or native."""
+    from mixle_mpi.core.errors import ConfigError
+
     environ = os.environ if environ is None else environ
-    return environ.get(NATIVE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    value = environ.get(MODE_ENV, "").strip().lower() or "auto"
+    if value not in MODES:
+        raise ConfigError(f"{MODE_ENV}={value!r} must be one of {', '.join(MODES)}")
+    return value
 
 
 def numpy_dispatch_targets() -> list[str]:
@@ -85,16 +93,16 @@ def numpy_dispatch_targets() -> list[str]:
 
 
 def baseline_env(
-    machine: str | None = None, native: bool = False, dispatch: list[str] | None = None
+    machine: str | None = None, unpinned: str = "", dispatch: list[str] | None = None
 ) -> dict[str, str]:
     """The variables that put a rank on the job's baseline (pure given ``dispatch``, numpy's
-    dispatch targets), only ``BASELINE_MARK=native`` with ``native`` or on an architecture
-    without a baseline. ``BASELINE_MARK`` names the baseline, so a rank (and a checkpoint)
-    can say which one it runs under."""
+    dispatch targets). With ``unpinned`` (a mode: auto or native), or on an architecture
+    without a baseline, only ``BASELINE_MARK`` set to that mode (native there). The mark
+    names what a rank runs under, for its reports and a checkpoint."""
     key = arch(machine)
     spec = BASELINES.get(key)
-    if native or spec is None:
-        return {BASELINE_MARK: "native"}
+    if unpinned or spec is None:
+        return {BASELINE_MARK: unpinned if spec is not None and unpinned else "native"}
     targets = numpy_dispatch_targets() if dispatch is None else dispatch
     above = " ".join(t for t in ABOVE[key] if t in targets)
     return {
@@ -105,14 +113,20 @@ def baseline_env(
 
 
 def with_baseline(env: dict, machine: str | None = None) -> dict:
-    """``env`` with the baseline set over it, unless it asks for native numerics. A rank
-    that must differ (a test's simulated older CPU) is given its variables by its own
-    wrapper, after this."""
-    return {**env, **baseline_env(machine, native_requested(env))}
+    """``env`` with the baseline set over it in mode baseline; in auto and native only the
+    mark (auto launches again pinned once the ranks' probes differ: ``launch.launcher``)."""
+    m = mode(env)
+    return {**env, **baseline_env(machine, "" if m == "baseline" else m)}
+
+
+def pinned(env: dict) -> dict:
+    """``env`` in mode baseline: what the launcher relaunches an auto job with."""
+    return with_baseline({**env, MODE_ENV: "baseline"})
 
 
 def baseline_name(environ=None) -> str:
-    """The baseline this process was started under: its name, or ``native`` (not set)."""
+    """The baseline this process was started under: its name, or ``auto`` or ``native``
+    (none pinned; native too when started without mixle-mpi's launcher)."""
     environ = os.environ if environ is None else environ
     return environ.get(BASELINE_MARK, "") or "native"
 

@@ -583,14 +583,16 @@ OPTIONS: tuple[Option, ...] = (
         flags=("fit --allow-many-ranks",),
     ),
     Option(
-        "native_numerics",
-        bool,
-        False,
-        "1: every rank uses its CPU's own SIMD and BLAS kernels, not the job's numeric "
-        "baseline (x86-64-v3), for speed on a homogeneous cluster (as `--native-numerics`); "
-        "a rank whose numerics differ from the driver's then gets no shard",
-        env="MIXLE_MPI_NATIVE_NUMERICS",
-        flags=("fit --native-numerics", "run --native-numerics"),
+        "numerics",
+        str,
+        "auto",
+        "auto (each rank's native SIMD and BLAS kernels while every rank's probe agrees; "
+        "else the job is launched again under the common baseline, x86-64-v3), baseline "
+        "(always the baseline: a mixed partition) or native (never: a homogeneous cluster); "
+        "a rank whose numerics still differ from the driver's gets no shard (as `--numerics`)",
+        env="MIXLE_MPI_NUMERICS",
+        choices=("auto", "baseline", "native"),
+        flags=("fit --numerics", "run --numerics"),
     ),
     Option(
         "startup_timeout",

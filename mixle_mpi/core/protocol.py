@@ -26,6 +26,7 @@ class Hello(NamedTuple):
     host: str
     pid: int
     protocol: int = PROTOCOL
+    numerics: tuple = ()  # its core.numerics.report(): the driver compares it with its own
 
 
 class Beacon(NamedTuple):

@@ -626,6 +626,12 @@ def run(
             usr1_as_term=flavor == MPICH,
             shared=os.getcwd() if relaunch.hosts is not None else None,
         )
+        if (pinned := pin_after(a.code, env)) is not None:
+            env, attempt = pinned, attempt + 1
+            log.warning(
+                f"{a.note}; launching it again under the numeric baseline (attempt {attempt})"
+            )
+            continue
         try:
             moved = relaunch.after(a, attempt + 1)
         except ConfigError:  # what the job needs; how this attempt ended only looked like the cause
@@ -643,6 +649,16 @@ def run(
         log.warning(f"{a.note}; {again} (attempt {attempt})")
     log.log(a.level, a.note)
     return a.code
+
+
+def pin_after(code: int, env: dict | None, base=None) -> dict | None:
+    """The command's variables for a launch again under the numeric baseline, after a job
+    in numerics mode auto ended because its ranks' numerics differ (exit NUMERICS_DIFFER,
+    nothing computed); None otherwise (pure but for ``os.environ`` as the default ``base``)."""
+    full = {**(os.environ if base is None else base), **(env or {})}
+    if code != exitcodes.NUMERICS_DIFFER or numerics.mode(full) != "auto":
+        return None
+    return {**(env or {}), numerics.MODE_ENV: "baseline"}
 
 
 def launch_hosts(extra: list[str], environ) -> hostlist.Hosts | None:

@@ -54,6 +54,23 @@ def odd_ranks(mine: Numerics, reports: dict[int, tuple[str, Numerics]]) -> dict[
     return out
 
 
+def at_startup(mine: Numerics, reports: dict[int, tuple]) -> tuple[str | None, dict[int, str]]:
+    """What the driver does with the workers' numerics at startup (rank -> (host, numerics
+    as sent)): (why the job starts again under the baseline, or None; rank -> why it gets no
+    shard). Under ``auto`` (nothing pinned yet) any difference relaunches the job pinned,
+    since nothing was computed yet; pinned or ``native``, the odd ranks are left out (pure)."""
+    found = {r: (host, Numerics(*n) if n else Numerics("")) for r, (host, n) in reports.items()}
+    odd = odd_ranks(mine, found)
+    if odd and mine.baseline == "auto":
+        return (
+            "numerics auto: the ranks' probes differ ("
+            + "; ".join(odd.values())
+            + "); starting the job again under the common baseline",
+            {},
+        )
+    return None, odd
+
+
 def too_few(left: int, needed: int, refused: dict[int, str]) -> str | None:
     """The message of a job left with fewer than ``needed`` workers once the ranks of other
     numerics are refused, with the fix; None if enough are left (pure)."""

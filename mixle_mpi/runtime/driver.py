@@ -38,8 +38,8 @@ from mixle_mpi.core.protocol import (
     Stop,
 )
 from mixle_mpi.core.settings import Settings
-from mixle_mpi.policy.join_plan import release_plan
 from mixle_mpi.policy import numerics_plan
+from mixle_mpi.policy.join_plan import release_plan
 from mixle_mpi.policy.membership import Membership
 from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers
 from mixle_mpi.policy.rebalance_plan import Rebalancer

@@ -22,7 +22,7 @@ from typing import Any
 from mpi4py import MPI
 
 from mixle_mpi.chaos.faults import FaultInjector, parse_plan
-from mixle_mpi.core import numerics, estep, logs, probes, procs
+from mixle_mpi.core import estep, logs, numerics, probes, procs
 from mixle_mpi.core.blas import pin_blas_threads
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT

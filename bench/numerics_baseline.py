@@ -1,0 +1,97 @@
+"""The cost of the numeric baseline (core/numerics: x86-64-v3, OpenBLAS Haswell) against each
+rank's native dispatch, per EM iteration, on this (homogeneous) machine.
+
+One process per measurement, alternating native and baseline so that load drifts hit both;
+each times ``estep.shard_result`` E-steps (with scores, as a fit's round does) of the built-in
+models over one shard's rows, and reports its median seconds per iteration. The ratio is
+baseline / native, measured in the same run.
+
+    .venv/bin/python bench/numerics_baseline.py [--rounds 5] [--its 5] [--out bench/results/numerics_baseline.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+MODELS = {"gmm1d": 40000, "diag": 20000, "poisson": 40000, "hmm": 3000}
+
+CHILD = r"""
+import json, sys, time, pickle
+from mixle_mpi.core.estep import encode_shard, shard_result
+from mixle_mpi.fitting.models import get_model
+name, n, its = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+m = get_model(name); est = m.estimator(); rows = m.sample(n, 1)
+chunks = encode_shard(est.accumulator_factory().make().acc_to_encoder(), rows, 1)
+count, value = pickle.loads(shard_result("init", (est, 0.1), chunks, extra=3))
+model = est.estimate(count, value)
+times = []
+for _ in range(its):
+    t = time.perf_counter()
+    payload, _ = shard_result("estep", (est, model), chunks, scores=True)
+    times.append(time.perf_counter() - t)
+    model = est.estimate(*pickle.loads(payload))
+print(json.dumps(sorted(times)[len(times) // 2]))
+"""
+
+
+def measure(name: str, n: int, its: int, baseline: bool) -> float:
+    from mixle_mpi.core import numerics
+
+    env = dict(os.environ)
+    env.pop(numerics.NATIVE_ENV, None)
+    env = numerics.with_baseline(env) if baseline else {**env, numerics.BASELINE_MARK: "native"}
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, name, str(n), str(its)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return float(json.loads(out.stdout.splitlines()[-1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--its", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    from mixle_mpi.core import numerics
+
+    lines = [
+        "# The numeric baseline's cost (bench/numerics_baseline.py)",
+        "",
+        f"baseline: {numerics.baseline_env()}; CPU: {numerics.describe()['cpu']}; "
+        f"rounds {args.rounds}, E-step iterations per process {args.its} (median); "
+        "ratio = baseline / native, median over rounds",
+        "",
+        "| model | rows | native s/it | baseline s/it | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for name, n in MODELS.items():
+        native, base = [], []
+        for _ in range(args.rounds):
+            native.append(measure(name, n, args.its, False))
+            base.append(measure(name, n, args.its, True))
+        ratios = [b / a for a, b in zip(native, base, strict=True)]
+        row = (
+            f"| {name} | {n} | {statistics.median(native):.4f} | {statistics.median(base):.4f} "
+            f"| {statistics.median(ratios):.3f} |"
+        )
+        print(row, flush=True)
+        lines.append(row)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
