@@ -1,5 +1,7 @@
 """The cost of the numeric baseline (core/numerics: x86-64-v3, OpenBLAS Haswell) against each
-rank's native dispatch, per EM iteration, on this (homogeneous) machine.
+rank's native dispatch, per EM iteration, on this (homogeneous) machine; and the cost of the
+default, numerics auto, which pins nothing while the ranks' probes agree: one probe per rank
+at startup (timed here), nothing per iteration.
 
 One process per measurement, alternating native and baseline so that load drifts hit both;
 each times ``estep.shard_result`` E-steps (with scores, as a fit's round does) of the built-in
@@ -43,8 +45,7 @@ def measure(name: str, n: int, its: int, baseline: bool) -> float:
     from mixle_mpi.core import numerics
 
     env = dict(os.environ)
-    env.pop(numerics.NATIVE_ENV, None)
-    env = numerics.with_baseline(env) if baseline else {**env, numerics.BASELINE_MARK: "native"}
+    env = numerics.with_baseline({**env, numerics.MODE_ENV: "baseline" if baseline else "auto"})
     out = subprocess.run(
         [sys.executable, "-c", CHILD, name, str(n), str(its)],
         env=env,
@@ -54,6 +55,23 @@ def measure(name: str, n: int, its: int, baseline: bool) -> float:
         check=True,
     )
     return float(json.loads(out.stdout.splitlines()[-1]))
+
+
+PROBE = r"""
+import time, mixle.stats
+t = time.perf_counter()
+from mixle_mpi.core import numerics
+numerics.report()
+print(time.perf_counter() - t)
+"""
+
+
+def probe_seconds() -> float:
+    """One rank's startup probe (mixle imported already, as a rank has by then)."""
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300, check=True
+    )
+    return float(out.stdout.splitlines()[-1])
 
 
 def main() -> None:
@@ -86,6 +104,12 @@ def main() -> None:
         )
         print(row, flush=True)
         lines.append(row)
+    probe = statistics.median(probe_seconds() for _ in range(3))
+    lines += [
+        "",
+        f"numerics auto (the default): no baseline while the probes agree, so ratio 1 per "
+        f"iteration; its startup probe takes {probe:.3f} s per rank (median of 3).",
+    ]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

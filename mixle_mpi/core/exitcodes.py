@@ -9,9 +9,7 @@ RECONFIG_TIMEOUT = 71  # a shrink/respawn overran its deadline
 WORKER_ABORTED = 72  # a worker ended because the driver aborted the job
 NEVER_STARTED = 73  # a rank died or hung while the job started; nothing was computed: safe to rerun
 RERUN_TO_RESUME = 74  # the driver could not reconfigure (e.g. a spawn stuck in MPI); the checkpoint is intact: rerun
-NUMERICS_DIFFER = (
-    77  # numerics auto: the ranks' probes differ; nothing computed: relaunch under the baseline
-)
 CHECKPOINTED = 75  # preempted (SIGTERM/SIGUSR1): checkpointed, please requeue (EX_TEMPFAIL)
 PREEMPTED_UNSAVED = 76  # preempted, no checkpoint configured: nothing saved, a rerun starts over
+NUMERICS_DIFFER = 77  # numerics auto: the ranks' probes differ, nothing computed: relaunch pinned
 INTERRUPTED = 130  # Ctrl-C (SIGINT): every rank ended, checkpointed if one was configured (128 + 2)
