@@ -3,15 +3,21 @@
 numpy picks its SIMD kernels at run time from the CPU (``np.exp`` with AVX-512 or AVX2 differs
 in the last bits), OpenBLAS picks its kernels from the CPU too, and a JIT compiles for the host
 (numba's default target). On a partition that mixes CPU generations, a shard recomputed on
-another node would then change the model. The launcher and the rank wrapper set one baseline
-on every rank before numpy is imported (:func:`baseline_env`): a fixed portable level,
+another node would then change the model. In mode ``baseline`` the launcher sets one baseline
+on every rank before numpy is imported (:func:`baseline_env`; MPICH's Hydra, srun and Open MPI
+pass it to the ranks and to the replacements they spawn): a fixed portable level,
 x86-64-v3 on x86 (Haswell and later, and every AMD since Zen: AVX2 and FMA, which glibc's libm
 also dispatches on) and ARMv8.0 with NEON on ARM. A fixed level, not the intersection of the
 ranks' features, because the intersection is known only once every rank is up, and a
 replacement arriving later could lower it and change the bits mid-fit; a fixed level makes
 the bits a property of the job, the same for every placement, replacement and resume.
 
-The probe (:func:`probe`) then runs fixed inputs through the kernels the E-step uses and the
+Mode ``auto`` (the default) pins nothing while every rank's probe agrees: the baseline costs
+about 3x per iteration of an exp/log-bound E-step on an AVX-512 machine, as numpy's float64
+``exp``/``log`` are SIMD only with AVX-512 (bench/results/numerics_baseline.md). When the
+probes differ at startup the launcher starts the job again pinned; ``native`` never pins.
+
+The probe (:func:`probe`) runs fixed inputs through the kernels the E-step uses and the
 E-step itself (``estep.shard_result``, whatever engine computes it) on small fixed shards of
 each model family, and hashes the bits. A rank whose hash differs from the driver's gets no
 shard (policy/numerics_plan.py).
