@@ -70,11 +70,19 @@ EVENTS = {
 
 
 def launcher_set() -> tuple[str, ...]:
-    """The variables of the launcher and rank contract (``launch/contract.py``)."""
-    from mixle_mpi.core import rundir
+    """The variables of the launcher and rank contract (``launch/contract.py``), and the
+    numerics a rank was started under (``core/numerics``: its mark; the baseline's own
+    variables are numpy's, OpenBLAS's and numba's)."""
+    from mixle_mpi.core import numerics, rundir
     from mixle_mpi.launch import contract
 
-    return (rundir.RUN_DIR_ENV, contract.TAG_ENV, *contract.FILE_VARS, contract.RELAUNCHES_ENV)
+    return (
+        rundir.RUN_DIR_ENV,
+        contract.TAG_ENV,
+        *contract.FILE_VARS,
+        contract.RELAUNCHES_ENV,
+        numerics.BASELINE_MARK,
+    )
 
 
 def _settings_rows() -> list[tuple[str, str, str]]:

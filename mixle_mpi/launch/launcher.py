@@ -224,8 +224,9 @@ def launch_env(
     blas_threads: int, run_vars: dict | None = None, base=None, overrides: dict | None = None
 ) -> dict:
     """The ranks' environment (pure but for ``os.environ`` as the default ``base``): BLAS
-    threads pinned, the job's numeric baseline (``core/numerics``: one SIMD level, BLAS core
-    and JIT target on every rank, unless ``MIXLE_MPI_NATIVE_NUMERICS``), and this launch's
+    threads pinned, the job's numeric baseline in numerics mode baseline (``core/numerics``:
+    one SIMD level, BLAS core and JIT target on every rank; only its mark in auto and
+    native), and this launch's
     own files (``RunFiles.env``, the launcher<->rank contract), never an outer launcher's.
     ``overrides`` (the command's own variables) go over all but the baseline."""
     env = {

@@ -80,6 +80,6 @@ def too_few(left: int, needed: int, refused: dict[int, str]) -> str | None:
         f"{len(refused)} rank(s) compute other bits than the driver and get no shard, leaving "
         f"{left} worker(s), but the job needs {needed}: "
         + "; ".join(refused.values())
-        + ". Run on nodes of one CPU generation, or under the baseline that `mixle-mpi run` "
-        "sets (do not pass --native-numerics on a mixed partition)"
+        + ". Run on nodes of one CPU generation, or under the common baseline: "
+        "`mixle-mpi run`/`fit` with --numerics auto or baseline (not native)"
     )
