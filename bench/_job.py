@@ -155,7 +155,7 @@ class StepClock:
 
     def per_iteration(self) -> list[float]:
         # stamps[k] - stamps[k-1] is iteration k+1 (1-based); iteration 1 has no start stamp: discarded
-        return [b - a for a, b in zip(self.stamps, self.stamps[1:])]
+        return [b - a for a, b in zip(self.stamps, self.stamps[1:], strict=False)]
 
 
 def timed(fn, done):
@@ -195,7 +195,7 @@ def per_iteration_totals(events, stamps, label, by_source=False) -> list[float]:
     """For iterations 2..its: the summed seconds of ``label`` events ending inside each iteration.
     With by_source, the slowest source counts (the workers compute in parallel)."""
     out = []
-    for a, b in zip(stamps, stamps[1:]):
+    for a, b in zip(stamps, stamps[1:], strict=False):
         per = seconds_by_source(events, a, b, (label,), by_source)
         out.append(max(per.values()) if per else 0.0)
     return out
@@ -220,7 +220,7 @@ def rounds_beyond_compute(wev, estep_rounds, stamps, announces) -> list[dict]:
         per = seconds_by_source(wev, start, end, COMPUTE)
         marks: dict = {}
 
-        def first(label, at):
+        def first(label, at, start=start, marks=marks):
             if at - start < marks.get(label, float("inf")):
                 marks[label] = at - start
 

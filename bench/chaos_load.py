@@ -94,7 +94,10 @@ def render(reports: dict, smoke: bool) -> str:
         extra = sum(max(0, r.get("failed_places", 0) - r.get("processes_killed", 0)) for r in rows)
         k = s["seconds_from_kill"]
         over = sum(1 for r in rows if (r.get("seconds_from_kill") or 0) > TARGET_SECONDS)
-        fmt = lambda x: "-" if x is None else f"{x:.2f}"
+
+        def fmt(x):
+            return "-" if x is None else f"{x:.2f}"
+
         lines.append(
             f"| {lib} | {s['runs']} | {s['runs'] - s['failures']} | "
             f"{', '.join(f'{o} {n}' for o, n in s['outcomes'].items())} | "

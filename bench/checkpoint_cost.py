@@ -59,7 +59,7 @@ def run(python: str, model: str, n: int, its: int, journal: bool) -> dict:
             os.environ, PYTHONWARNINGS="ignore", MIXLE_MPI_EVENT_LOG=events, MIXLE_MPI_FAULT_PLAN=""
         )
         subprocess.run(cmd, check=True, capture_output=True, timeout=1000, env=env)
-        ev = [json.loads(l) for l in open(events)]
+        ev = [json.loads(line) for line in open(events)]
         res = json.load(open(out))
     writes = [e["seconds"] for e in ev if e["event"] == "checkpoint" and not e["finished"]]
     rounds = res["rounds"]
@@ -68,6 +68,7 @@ def run(python: str, model: str, n: int, its: int, journal: bool) -> dict:
         for a, b in zip(
             [r for r in rounds if r["kind"] == "estep"],
             [r for r in rounds if r["kind"] == "llsum"][1:],
+            strict=False,
         )
     ]
     return {

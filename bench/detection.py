@@ -79,7 +79,7 @@ def one_run(
             fired
         )  # the victim records the fault, with its time, just before it acts
         detected = (
-            [json.loads(l) for l in open(events) if '"failure_detected"' in l]
+            [json.loads(line) for line in open(events) if '"failure_detected"' in line]
             if os.path.exists(events)
             else []
         )

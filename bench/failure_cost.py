@@ -276,7 +276,7 @@ def measure(
                     )
                 )
             raw.append({"mode": label, "splits": got})
-        ratio = [b / a for a, b in zip(idle[0], idle[1])]
+        ratio = [b / a for a, b in zip(idle[0], idle[1], strict=False)]
         figures.append(
             common.figure(
                 "11",

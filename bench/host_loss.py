@@ -212,7 +212,7 @@ def main(argv=None) -> int:
         stamps = sorted(e["time"] for e in events if e["event"] == "checkpoint")
         baseline = {
             "seconds_per_iteration": round(
-                statistics.median(b - a for a, b in zip(stamps, stamps[1:])), 4
+                statistics.median(b - a for a, b in zip(stamps, stamps[1:], strict=False)), 4
             )
         }
         for rep in range(args.reps):

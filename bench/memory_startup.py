@@ -187,7 +187,7 @@ def measure(python: str, quick: bool, workers: int = 2, reps: int | None = None)
     figures = []
     peak = {n: [r["startup"]["vmhwm_end"] for r in recs[n]] for n in sizes}
     for n in sizes[1:]:
-        ratios = [a / b for a, b in zip(peak[n], peak[base])]
+        ratios = [a / b for a, b in zip(peak[n], peak[base], strict=False)]
         med = statistics.median(ratios) if ratios else None
         figures.append(
             common.figure(
@@ -213,7 +213,7 @@ def measure(python: str, quick: bool, workers: int = 2, reps: int | None = None)
             common.figure(
                 "5",
                 f"launch to first E-step / one EM iteration (N={n:,}, 1-D GMM, W={workers})",
-                [t / i for t, i in zip(totals, its_s)],
+                [t / i for t, i in zip(totals, its_s, strict=False)],
                 baseline="median EM iteration of the same job",
                 target=None,
                 met=None,

@@ -350,7 +350,9 @@ def summarise(args, jobs: list[dict]) -> dict:
         s["ratio"] = a / b if a and b else None
         # paired ratios: rep i of ours against rep i of mixle (they ran back to back)
         paired = [
-            x / y for x, y in zip(s["resilient"]["rep_medians"], s["mixle"]["rep_medians"]) if y
+            x / y
+            for x, y in zip(s["resilient"]["rep_medians"], s["mixle"]["rep_medians"], strict=False)
+            if y
         ]
         s["paired_ratios"] = paired
         # each rep's E-step round beyond its compute (bench/_job.py: ours per round, mixle's per

@@ -81,7 +81,7 @@ def run_mixle_mp(n: int, its: int, workers: int) -> float:
             print_iter=0,
             on_step=lambda step: stamps.append(time.monotonic()),
         )
-    return statistics.median(b - a for a, b in zip(stamps, stamps[1:]))
+    return statistics.median(b - a for a, b in zip(stamps, stamps[1:], strict=False))
 
 
 def peer_command(python: str, peer: str, n: int, its: int, workers: int, out: str) -> list[str]:
@@ -152,7 +152,7 @@ def measure(python: str, quick: bool, workers: int = 2, reps: int | None = None)
         ("sklearn", ">= 1 (per-core throughput at least scikit-learn's)"),
         ("mixle_mp", ">= 1 (at least mixle multiprocessing's)"),
     ):
-        ratios = [a / b for a, b in zip(per["ours"], per[peer]) if a and b]
+        ratios = [a / b for a, b in zip(per["ours"], per[peer], strict=False) if a and b]
         med = statistics.median(ratios) if ratios else None
         figures.append(
             common.figure(

@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     ws = sorted(per)
     base = ws[0]
     fig, axes = plt.subplots(1, len(SERIES), figsize=(13, 4))
-    for ax, (key, title) in zip(axes, SERIES):
+    for ax, (key, title) in zip(axes, SERIES, strict=False):
         ratios = [per[w][key] / per[base][key] for w in ws]
         ax.plot(ws, ratios, "o-", label="measured")
         ax.plot(ws, [w / base for w in ws], "--", color="grey", label=f"linear in W (W / {base})")

@@ -135,16 +135,16 @@ def main(argv=None) -> int:
         if not ok:
             continue
 
-        def med(v, key="median"):
+        def med(v, key="median", r=r, ok=ok):
             return statistics.median(r[v][i][key] for i in ok) * 1e3
 
-        def paired(a, b):
+        def paired(a, b, r=r, ok=ok):
             return [r[a][i]["median"] / r[b][i]["median"] for i in ok]
 
-        def llsum(v):
+        def llsum(v, r=r, ok=ok):
             return statistics.median(r[v][i]["rank0_llsum_call"]["median"] for i in ok) * 1e3
 
-        def overhead(v):
+        def overhead(v, r=r, ok=ok):
             """The E-step round's time beyond the slowest E-step process's compute in it (the
             scoring compute too when the round computes it), the median over rounds of each
             round's own difference (bench/_job.py): what the round costs."""

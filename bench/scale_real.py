@@ -261,7 +261,7 @@ def summarise(args, jobs: list[dict]) -> tuple[dict, list[dict]]:
         per_w[w] = s
     base_w = min(args.workers)
     base = per_w[base_w]
-    for w, s in per_w.items():
+    for s in per_w.values():
         s["ratios"] = {
             k: (s[k] / base[k] if s[k] is not None and base[k] else None) for k in RATIO_KEYS
         }

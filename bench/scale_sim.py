@@ -33,6 +33,7 @@ would in the driver): the CPU time is the decision's own cost.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import os
 import platform
@@ -134,7 +135,7 @@ def measure(
     for s in pending[: min(reps * 10, shards - 1)]:  # the last reply would end the round
         w, inc = d.rs.assigned[s]
 
-        def reply() -> None:
+        def reply(d=d, w=w, inc=inc, s=s) -> None:
             assert d.rs.accept(w, inc, s, d.live)
             assert isinstance(d.rs.next_step(d.owners, d.live), Wait)
 
@@ -144,13 +145,13 @@ def measure(
     d = Driver(workers, shards)
     victims = rng.sample(d.ids, min(reps, workers // 2))
     for w in victims:
-        out[ORDER[1]].append(timed(lambda: d.fail([w])))
+        out[ORDER[1]].append(timed(functools.partial(d.fail, [w])))
 
     # a lost host: 1 % of the workers at once
     for _ in range(max(1, reps // 20)):
         d = Driver(workers, shards)
         host = rng.sample(d.ids, max(1, workers // 100))
-        out[ORDER[2]].append(timed(lambda: d.fail(host)))
+        out[ORDER[2]].append(timed(functools.partial(d.fail, host)))
 
     # reconfiguration passes between rounds: one failed place each
     for respawn in (False, True):
@@ -160,7 +161,7 @@ def measure(
             d.membership.mark_failed(w)
             del d.live[w]
 
-            def reconfigure() -> None:
+            def reconfigure(d=d, w=w, respawn=respawn) -> None:
                 spares = reconfig_plan.idle_places(d.owners, d.live)
                 for a in reconfig_plan.plan(
                     [w], {}, d.membership, respawn, respawn, d.owners, spares

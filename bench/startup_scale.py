@@ -100,8 +100,12 @@ def main(argv=None) -> int:
                 k: (statistics.median(x[k] for x in s), statistics.median(x[k] for x in o))
                 for k in ("shard_load", "first_round")
             }
-            lr = statistics.median(b["shard_load"] / a["shard_load"] for a, b in zip(s, o))
-            fr = statistics.median(b["first_round"] / a["first_round"] for a, b in zip(s, o))
+            lr = statistics.median(
+                b["shard_load"] / a["shard_load"] for a, b in zip(s, o, strict=False)
+            )
+            fr = statistics.median(
+                b["first_round"] / a["first_round"] for a, b in zip(s, o, strict=False)
+            )
             out.append(
                 f"| {n:,} | {w} | {med['shard_load'][0]:.2f} | {med['shard_load'][1]:.2f} | {lr:.2f} | "
                 f"{med['first_round'][0]:.2f} | {med['first_round'][1]:.2f} | {fr:.2f} |"

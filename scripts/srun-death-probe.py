@@ -98,7 +98,7 @@ say(
 def pmix_finalize():
     import ctypes
 
-    libs = sorted({l.split()[-1] for l in open("/proc/self/maps") if "libpmix.so" in l})
+    libs = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libpmix.so" in line})
     if not libs:
         return "no libpmix loaded"
     lib = ctypes.CDLL(libs[0])
@@ -179,7 +179,8 @@ if rank == 0:
             say(
                 "Create_from_group(survivors):",
                 in_thread(
-                    lambda: MPI.Intracomm.Create_from_group(grp, stringtag="x").Get_size(), 15
+                    lambda grp=grp: MPI.Intracomm.Create_from_group(grp, stringtag="x").Get_size(),
+                    15,
                 ),
             )
         else:
@@ -224,7 +225,8 @@ else:
             say(
                 "Create_from_group:",
                 in_thread(
-                    lambda: MPI.Intracomm.Create_from_group(grp, stringtag="x").Get_size(), 15
+                    lambda grp=grp: MPI.Intracomm.Create_from_group(grp, stringtag="x").Get_size(),
+                    15,
                 ),
             )
         elif cmd == "shrink":

@@ -147,7 +147,7 @@ class FakeHosts:
         cases = "\n".join(
             f"  {addr}|{name}) ns={ns}; name={name}; tmp={tmp} ;;"
             for addr, ns, name, tmp in zip(
-                self.addresses[1:], self.namespaces[1:], self.names[1:], self.tmps[1:]
+                self.addresses[1:], self.namespaces[1:], self.names[1:], self.tmps[1:], strict=False
             )
         )
         mounts = dict(unshare="", tmpdir="", mounts="", keep="")
@@ -164,7 +164,7 @@ class FakeHosts:
     def mpiexec_args(self, slots: list[int] | None = None) -> str:
         """Open MPI's flags for a job over these hosts (``slots`` per host; 0 leaves one out)."""
         slots = self.slots if slots is None else slots
-        hosts = ",".join(f"{a}:{n}" for a, n in zip(self.addresses, slots) if n)
+        hosts = ",".join(f"{a}:{n}" for a, n in zip(self.addresses, slots, strict=False) if n)
         return (
             f"--prtemca plm_ssh_agent {self.agent} --prtemca oob_tcp_if_include 10.231.{self.subnet}.0/24 "
             f"--mca btl_tcp_if_include 10.231.{self.subnet}.0/24 --host {hosts} --map-by slot "
@@ -176,7 +176,7 @@ class FakeHosts:
         """MPICH Hydra's flags for the same hosts (its ofi network layer needs
         ``mpich_env()`` too)."""
         slots = self.slots if slots is None else slots
-        hosts = ",".join(f"{a}:{n}" for a, n in zip(self.addresses, slots) if n)
+        hosts = ",".join(f"{a}:{n}" for a, n in zip(self.addresses, slots, strict=False) if n)
         return f"-launcher ssh -launcher-exec {self.agent} -localhost {self.addresses[0]} -hosts {hosts}"
 
     def mpich_env(self, provider: str = "sockets") -> dict:

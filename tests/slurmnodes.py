@@ -156,11 +156,13 @@ class SlurmNodes:
             ns = subprocess.run(
                 ["ip", "netns", "list"], capture_output=True, text=True, timeout=30
             ).stdout
-            found += [f"netns {l.split()[0]}" for l in ns.splitlines() if tag in l]
+            found += [f"netns {line.split()[0]}" for line in ns.splitlines() if tag in line]
             links = subprocess.run(
                 ["ip", "-o", "link"], capture_output=True, text=True, timeout=30
             ).stdout
-            found += [f"link {l.split(':')[1].strip()}" for l in links.splitlines() if tag in l]
+            found += [
+                f"link {line.split(':')[1].strip()}" for line in links.splitlines() if tag in line
+            ]
             found += (
                 [f"/etc/netns/{p.name}" for p in Path("/etc/netns").glob(f"*{tag}*")]
                 if Path("/etc/netns").exists()
@@ -173,9 +175,9 @@ class SlurmNodes:
             ["ps", "-eo", "pid,args"], capture_output=True, text=True, timeout=30
         ).stdout
         found += [
-            f"process {l.strip()}"
-            for l in ps.splitlines()
-            if str(self.dir) in l and "ps -eo" not in l
+            f"process {line.strip()}"
+            for line in ps.splitlines()
+            if str(self.dir) in line and "ps -eo" not in line
         ]
         return found
 
@@ -214,7 +216,7 @@ class SlurmNodes:
     def job(self, job: str) -> dict:
         """``scontrol -o show job`` as a dict ({} once SLURM forgot the job)."""
         out = self.run("scontrol", "-o", "show", "job", job).stdout
-        lines = [l for l in out.splitlines() if l.strip()]
+        lines = [line for line in out.splitlines() if line.strip()]
         return dict(re.findall(r"(\w+)=(\S*)", lines[0])) if lines else {}
 
     def wait(self, predicate, deadline: float, what: str, period: float = 0.2):

@@ -165,7 +165,7 @@ def test_signal_to_the_driver_checkpoints_and_asks_for_requeue(sig, tmp_path):
     ck, n = tmp_path / "ck.h5", 200000
     proc, events = _start(tmp_path, ck, n)
     wait_for_checkpoint(ck, 2, proc)
-    start = next(json.loads(l) for l in events.read_text().splitlines() if '"start"' in l)
+    start = next(json.loads(line) for line in events.read_text().splitlines() if '"start"' in line)
     os.kill(start["driver_pid"], sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, err[-4000:]

@@ -19,17 +19,17 @@ def assert_same(a, b):
     if isinstance(a, np.ndarray):
         assert a.dtype == b.dtype and a.shape == b.shape
         if a.dtype.kind == "O":
-            for x, y in zip(a.reshape(-1), b.reshape(-1)):
+            for x, y in zip(a.reshape(-1), b.reshape(-1), strict=False):
                 assert_same(x, y)
         else:
             assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
     elif isinstance(a, (list, tuple)):
         assert len(a) == len(b)
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=False):
             assert_same(x, y)
     elif isinstance(a, dict):
         assert list(a) == list(b)
-        for (ka, va), (kb, vb) in zip(a.items(), b.items()):
+        for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=False):
             assert_same(ka, kb)
             assert_same(va, vb)
     elif isinstance(a, float):

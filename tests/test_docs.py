@@ -38,7 +38,7 @@ def blocks(doc: str) -> list[tuple[str, str, str]]:
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_every_shell_block_is_run_or_says_why_not(doc):
-    for lang, tag, body in blocks(doc):
+    for lang, tag, _body in blocks(doc):
         if lang == "bash":
             assert tag in NOT_RUN | {""}, (
                 f"{doc}: a bash block tagged {tag!r}: run it, or tag it one of {NOT_RUN}"

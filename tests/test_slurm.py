@@ -177,9 +177,9 @@ def _result(out_dir: Path) -> dict:
 
 def _events(out_dir: Path) -> list[dict]:
     return [
-        json.loads(l)
-        for l in (out_dir / "work" / "events.jsonl").read_text().splitlines()
-        if l.strip()
+        json.loads(line)
+        for line in (out_dir / "work" / "events.jsonl").read_text().splitlines()
+        if line.strip()
     ]
 
 

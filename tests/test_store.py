@@ -25,7 +25,7 @@ def assert_same(a, b):
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
     elif isinstance(a, (list, tuple)):
         assert len(a) == len(b)
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=False):
             assert_same(x, y)
     elif isinstance(a, dict):
         assert_same(list(a.items()), list(b.items()))
@@ -355,7 +355,7 @@ def test_packed_shards_rebuild_the_same_rows(tmp_path):
                 packed = pickle.loads(pickle.dumps(st.read_packed(i)))
                 got, want = rows_from_packed(packed), st.read_shard(i)
                 assert len(got) == len(want)
-                for a, b in zip(got, want):
+                for a, b in zip(got, want, strict=False):
                     assert type(a) is type(b)
                     assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
 
@@ -378,7 +378,9 @@ def test_blocks_rebuild_each_shard_exactly(tmp_path, kind, data):
             assert blocks[0][0] == 0 and blocks[-1][1] == st.shard_size(i)
             assert all(
                 a < b and b == c
-                for (a, b), (c, _) in zip(blocks, blocks[1:] + [(blocks[-1][1], None)])
+                for (a, b), (c, _) in zip(
+                    blocks, blocks[1:] + [(blocks[-1][1], None)], strict=False
+                )
             )
             rows = [r for a, b in blocks for r in rows_from_packed(st.read_packed(i, a, b))]
             assert_same(rows, expected(data, i, 3))
@@ -439,7 +441,7 @@ def test_a_worker_reads_the_rows_the_driver_would_stream(tmp_path, data, monkeyp
             own = st.read_rows(i)
             assert len(st.blocks(i, 4096)) > 1
             assert len(own) == len(streamed) == len(st.read_shard(i))
-            for x, y in zip(own, streamed):
+            for x, y in zip(own, streamed, strict=False):
                 assert type(x) is type(y) and repr(x) == repr(y)
 
 

@@ -196,18 +196,15 @@ def test_no_module_uses_another_modules_private_names():
     assert wrong == []
 
 
-def test_the_compatibility_names_still_import():
-    """``mixle_mpi.fitloop.fit`` and ``python -m mixle_mpi.{fitjob,slurm,collect}`` are public."""
-    import mixle_mpi.collect
+def test_the_compatibility_name_still_imports():
+    """``python -m mixle_mpi.fitjob`` is the documented built-in job (templates, users' scripts);
+    ``mixle_mpi.fit`` is the fit loop."""
+    import mixle_mpi
     import mixle_mpi.fitjob
-    import mixle_mpi.fitloop
-    import mixle_mpi.slurm
-    from mixle_mpi.cli import collect, slurm
     from mixle_mpi.fitting import fitjob, fitloop
 
-    assert mixle_mpi.fitloop.fit is fitloop.fit
+    assert mixle_mpi.fit is fitloop.fit
     assert mixle_mpi.fitjob.main is fitjob.main
-    assert mixle_mpi.slurm.main is slurm.main and mixle_mpi.collect.main is collect.main
 
 
 # a function a reader holds in view; longer ones are split into named steps. Counted in

@@ -83,7 +83,9 @@ def test_setup_keeps_a_level_chosen_by_a_flag(fresh_logging, monkeypatch):
 def test_a_warning_is_one_line_without_its_source_line(fresh_logging, capsys):
     logs.setup(logging.INFO)
     warnings.simplefilter("always")
-    warnings.warn("this mixture fit left 2 of 3 component(s)\nwith less data", UserWarning)
+    warnings.warn(
+        "this mixture fit left 2 of 3 component(s)\nwith less data", UserWarning, stacklevel=1
+    )
     err = capsys.readouterr().err
     lines = err.splitlines()
     assert len(lines) == 1, err

@@ -31,9 +31,11 @@ def test_the_target_ends_a_round_no_later_than_any_other_placement():
         best = round_time(target(total, paces), paces)
         for _ in range(20):
             cuts = sorted(rng.sample(range(1, total), len(paces) - 1)) if total > len(paces) else []
-            sizes = [b - a for a, b in zip([0, *cuts], [*cuts, total])]
+            sizes = [b - a for a, b in zip([0, *cuts], [*cuts, total], strict=False)]
             if len(sizes) == len(paces) and min(sizes) >= 1:
-                assert best <= round_time(dict(zip(sorted(paces), sizes)), paces) + 1e-12, seed
+                assert (
+                    best <= round_time(dict(zip(sorted(paces), sizes, strict=False)), paces) + 1e-12
+                ), seed
 
 
 def test_moves_are_the_fewest_and_take_the_highest_ids_of_the_overloaded():

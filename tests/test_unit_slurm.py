@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("kind", slurm.KINDS)
 def test_golden_files_are_the_rendered_defaults(kind):
     """slurm/*.sbatch are render(kind) with the documented defaults; regenerate them with
-    `python -m mixle_mpi.slurm --write slurm/` (see slurm/README.md)."""
+    `mixle-mpi slurm --write slurm/` (see slurm/README.md)."""
     golden = (REPO / "slurm" / slurm.GOLDEN[kind]).read_text()
     assert golden == slurm.render(kind)
 

@@ -154,7 +154,7 @@ def compare(reference: dict, result: dict) -> list[str]:
     ref_ll, got_ll = reference["summary"]["ll"], result["summary"]["ll"]
     if ref_ll != got_ll:
         first = next(
-            (i for i, (x, y) in enumerate(zip(ref_ll, got_ll)) if x != y),
+            (i for i, (x, y) in enumerate(zip(ref_ll, got_ll, strict=False)) if x != y),
             min(len(ref_ll), len(got_ll)),
         )
         diffs.append(f"log-likelihood trace differs from iteration {first + 1}")

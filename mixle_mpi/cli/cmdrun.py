@@ -1,6 +1,6 @@
 """Running one parsed subcommand the way every entry point does: a user's mistake
 (a MixleMPIError) is one line and exit 2, not a traceback. Shared by ``mixle-mpi`` and the
-``python -m mixle_mpi.slurm`` / ``python -m mixle_mpi.collect`` shortcuts."""
+``python -m mixle_mpi.cli.slurm`` / ``python -m mixle_mpi.cli.collect`` module entry points."""
 
 from __future__ import annotations
 

@@ -181,7 +181,7 @@ def add_subcommand(subparsers) -> None:
 
 
 def main(argv=None) -> int:
-    """``python -m mixle_mpi.collect``: the same as ``mixle-mpi collect``."""
+    """``python -m mixle_mpi.cli.collect``: the same as ``mixle-mpi collect``."""
     from mixle_mpi.cli.cmdrun import module_main
 
     return module_main("collect", __doc__, add_arguments, argv)

@@ -697,7 +697,7 @@ def convert_table(
     return [
         tuple(
             _convert(c, k, f"{where} {label} {n}, column {j + 1}")
-            for j, (c, k) in enumerate(zip(r, parts))
+            for j, (c, k) in enumerate(zip(r, parts, strict=False))
         )
-        for n, r in zip(numbers, rows)
+        for n, r in zip(numbers, rows, strict=False)
     ]

@@ -59,7 +59,7 @@ def _categorical(d, indent: str) -> list[str]:
 def _mixture(d, indent: str) -> list[str]:
     k = len(d.components)
     lines = [f"{indent}mixture of {k} component{'s' if k != 1 else ''}, weights {_vec(d.w)}"]
-    for i, (w, comp) in enumerate(zip(d.w, d.components)):
+    for i, (w, comp) in enumerate(zip(d.w, d.components, strict=True)):
         lines.append(f"{indent}  component {i + 1} (weight {_num(w)}):")
         lines += describe_model(comp, indent + "    ")
     return lines

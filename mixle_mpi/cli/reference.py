@@ -48,6 +48,8 @@ EVENTS = {
     "checkpoint": "a checkpoint was written (path, iteration, seconds)",
     "numerics_refused": "a worker's numerics probe differs from the driver's: which, on which host, "
     "what differs; it gets no shard (it fails, and its place is recovered)",
+    "suspected": "a silent worker whose process is alive is suspected, not failed: why, and that it gets more time",
+    "suspicion_cleared": "a suspected worker was heard again: nothing was done (seconds suspected, looks)",
     "failure_detected": "a rank failed: rank, pid, host, how it was seen (ULFM, heartbeat, process gone, stall)",
     "recovery": "a failed rank's shards are recomputed on survivors",
     "shrink": "the communicator was rebuilt without the dead ranks (method, survivors, seconds)",

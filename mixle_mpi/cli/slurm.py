@@ -30,7 +30,7 @@ soon as the driver has said it can take it (:class:`mixle_mpi.launch.launcher.Si
 Open MPI's mpiexec would pass a USR1 on to every rank, so it is never signalled.
 
 The golden files in ``slurm/`` are ``render(kind)`` with the defaults below; regenerate them
-with ``python -m mixle_mpi.slurm --write slurm/``.
+with ``mixle-mpi slurm --write slurm/``.
 """
 
 from __future__ import annotations
@@ -415,7 +415,7 @@ def add_subcommand(subparsers) -> None:
 
 
 def main(argv=None) -> int:
-    """``python -m mixle_mpi.slurm``: the same as ``mixle-mpi slurm``."""
+    """``python -m mixle_mpi.cli.slurm``: the same as ``mixle-mpi slurm``."""
     from mixle_mpi.cli.cmdrun import module_main
 
     return module_main("slurm", __doc__, add_arguments, argv)

@@ -230,6 +230,21 @@ OPTIONS: tuple[Option, ...] = (
         metavar="SEC",
     ),
     Option(
+        "suspect_max_wait",
+        float,
+        10.0,
+        "seconds a silent worker whose process is alive (runnable, or using CPU) may stay "
+        "suspected before it is failed; 0: fail it at the first silence",
+        about="A worker silent for heartbeat_timeout on the driver's host is suspected, not failed: "
+        "a process that is gone or stopped is failed at once, one that is alive gets one more timeout "
+        "and, while it stays runnable or uses CPU (starved by a loaded node, or held in the MPI "
+        "library), more, up to this many seconds from the first suspicion (policy/suspicion.py). "
+        "Workers on other hosts, ULFM errors and stalls are failed at once. 0 turns the check off.",
+        setting=True,
+        job=True,
+        metavar="SEC",
+    ),
+    Option(
         "driver_timeout",
         float,
         60.0,
@@ -667,6 +682,7 @@ FIT_GROUPS: dict[str, tuple[str, ...]] = {
         "respawn_wait",
         "heartbeat_period",
         "heartbeat_timeout",
+        "suspect_max_wait",
         "stall_timeout",
         "driver_computes",
         "speculation",

@@ -147,7 +147,7 @@ def from_slurm(environ, expand=expand_nodelist) -> Hosts | None:
     counts = tasks_per_node(environ.get("SLURM_TASKS_PER_NODE", ""))
     if len(counts) != len(names):
         counts = [1] * len(names)
-    return Hosts(tuple(zip(names, counts)), "slurm")
+    return Hosts(tuple(zip(names, counts, strict=True)), "slurm")
 
 
 def of_launch(extra: list[str], environ, expand=expand_nodelist) -> Hosts | None:

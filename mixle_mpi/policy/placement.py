@@ -59,7 +59,7 @@ def spread(shards: Iterable[int], load: Mapping[int, int]) -> dict[int, list[int
         raise ValueError("no candidate workers to place shards on")
     # A heap of (load, worker): its top is exactly min(load, key=(load, id)), since worker
     # ids are distinct, so each shard costs O(log W) instead of a scan of every candidate.
-    heap = list(zip(load.values(), load))
+    heap = list(zip(load.values(), load, strict=True))
     heapq.heapify(heap)
     plan: dict[int, list[int]] = {}
     for s in sorted(shards):
@@ -74,7 +74,10 @@ def plan_recovery(
 ) -> dict[int, list[int]]:
     """Which survivor recomputes which orphaned shard this round, balancing by resident load."""
     live = list(survivors)  # (spread's answer does not depend on their order)
-    return spread(orphans, dict(zip(live, map(len, map(owners.get, live, repeat((), len(live)))))))
+    return spread(
+        orphans,
+        dict(zip(live, map(len, map(owners.get, live, repeat((), len(live)))), strict=False)),
+    )
 
 
 OWN_READ_MIN_BYTES = (

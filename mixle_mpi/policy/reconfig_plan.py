@@ -158,7 +158,9 @@ def migration(
     if not homeless:
         return new, {}
     live = list(live)  # (spread's answer does not depend on their order)
-    plan = spread(homeless, dict(zip(live, map(len, map(new.get, live, repeat([], len(live)))))))
+    plan = spread(
+        homeless, dict(zip(live, map(len, map(new.get, live, repeat([], len(live)))), strict=False))
+    )
     for w, sids in plan.items():
         new[w] = sorted(new.get(w, []) + sids)
     return new, plan

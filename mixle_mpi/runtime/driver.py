@@ -44,6 +44,7 @@ from mixle_mpi.policy.membership import Membership
 from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers
 from mixle_mpi.policy.rebalance_plan import Rebalancer
 from mixle_mpi.policy.speculation_plan import Paces
+from mixle_mpi.policy.suspicion import Look, Suspicions
 from mixle_mpi.runtime.arrivals import Arrivals
 from mixle_mpi.runtime.mailroom import Mailroom
 from mixle_mpi.runtime.monitor import Monitor
@@ -130,6 +131,7 @@ class Driver:
             str, float
         ] = {}  # kind -> the last round's dispatch-to-results time
         self.paces = Paces()  # each place's seconds per shard (policy/speculation_plan.py)
+        self.suspicions = Suspicions(settings.suspect_max_wait)  # silent, not yet failed
         self.rebalancer = (
             Rebalancer()
         )  # speed-aware placement between rounds (policy/rebalance_plan.py)
@@ -146,9 +148,10 @@ class Driver:
         self.paces.forget(worker)  # its next process is another one
         self.arrivals.joining.pop(worker, None)
         self.kept = {s: h for s, h in self.kept.items() if h != worker}
+        self.suspicions.forget(worker)
         host, pid = self.info.get(worker, (None, None))
         fenced, fenced_by = False, None
-        here = pid is not None and host == self.host and self.spaces.get(worker) == self.space != ""
+        here = self._here(worker)
         if pid is not None and not here and self.started_at.get(worker):
             fenced_by = self.membership.fencer(host, worker)  # a signal reaches only its own host
             if fenced_by is not None and fenced_by in self.mail.links:
@@ -188,9 +191,37 @@ class Driver:
             )
         return outcome is not False
 
+    def _here(self, worker: int) -> bool:
+        """``worker``'s process is on this host, in this pid space: ours to look at and kill."""
+        host, pid = self.info.get(worker, (None, None))
+        return pid is not None and host == self.host and self.spaces.get(worker) == self.space != ""
+
+    def _look(self, worker: int) -> Look | None:
+        """``worker``'s process as the process table shows it (None: not here to look at)."""
+        started = self.started_at.get(worker)
+        if self.settings.suspect_max_wait <= 0 or not started or not self._here(worker):
+            return None
+        return Look(*procs.look((self.info[worker][1], started)))
+
     def check_failures(self) -> None:
+        """Fail the workers reported failed, once confirmed (policy/suspicion.py): a silent
+        worker whose process is alive is suspected first and given more time."""
+        now = clock.monotonic()
         for worker, (cause, when) in sorted(self.monitor.take_suspects().items()):
-            self.fail(worker, cause, when)
+            verdict = self.suspicions.judge(worker, cause, self._look(worker), now)
+            if verdict.confirm:
+                self.fail(worker, cause + verdict.why, when)
+            else:
+                self.monitor.extend(worker)
+                self.events.emit("suspected", worker=worker, cause=cause, why=verdict.why)
+        if self.suspicions.open:
+            for worker, s in self.suspicions.cleared(self.monitor.heard_since).items():
+                self.events.emit(
+                    "suspicion_cleared",
+                    worker=worker,
+                    seconds=round(now - s.since, 3),
+                    looks=s.looks,
+                )
 
     def live(self) -> list[int]:
         """The workers that compute this round (a replacement still joining does not)."""
@@ -585,8 +616,10 @@ class Driver:
             except (TimeoutError, MPI.Exception) as exc:
                 logs.get("driver").warning(f"disconnecting respawned rank {w} failed: {exc}")
 
-    def _stop(self, workers: list[int], msg=Stop(), wait: float = STOP_SEND_WAIT) -> None:
-        """Send ``msg`` to ``workers`` and wait (bounded) until the sends have completed."""
+    def _stop(self, workers: list[int], msg=None, wait: float = STOP_SEND_WAIT) -> None:
+        """Send ``msg`` (a ``Stop`` unless given) to ``workers`` and wait (bounded) until the
+        sends have completed."""
+        msg = Stop() if msg is None else msg
         for w in workers:
             self.mail.post(w, msg)
         deadline = clock.monotonic() + wait

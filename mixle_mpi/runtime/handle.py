@@ -517,26 +517,6 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             since_death=round(time.time() - t.lost_at, 3),
         )
 
-    def _last(self, key: str) -> set[int]:
-        rounds = [r for r in self._driver.rounds if r["kind"] == "estep"]
-        return set(rounds[-1][key]) if rounds else set()
-
-    @property
-    def last_round_reused_shards(self) -> set[int]:
-        return self._last("reused")
-
-    @property
-    def last_round_recomputed_shards(self) -> set[int]:
-        return self._last("recomputed")
-
-    @property
-    def last_round_failed_workers(self) -> set[int]:
-        return self._last("failed")
-
-    @property
-    def last_round_blacklisted_workers(self) -> set[int]:
-        return self._last("blacklisted")
-
     @property
     def rounds(self) -> list[dict]:
         """Every round so far: kind, call, seconds, reused, recomputed, failed, blacklisted."""

@@ -105,7 +105,9 @@ class Mailroom:
                 self.fail(w, f"ulfm: send failed ({exc})")
                 continue
             due.append(w)
-        for w, reached in zip(due, self.bell.ring_all([self.bells[w] for w in due]) if due else ()):
+        for w, reached in zip(
+            due, self.bell.ring_all([self.bells[w] for w in due]) if due else (), strict=False
+        ):
             if not reached:
                 del self.bells[w]  # unreachable after all (another network namespace): polled
 

@@ -11,6 +11,7 @@ mailroom, monitor, membership and placement, its ``live``, ``collect``, ``load``
 
 from __future__ import annotations
 
+import functools
 import time
 
 from mpi4py import MPI
@@ -188,15 +189,14 @@ class Reconfiguring:
             for w in survivors:
                 self.d.mail.post(w, ShrinkGo(epoch))
                 self.d.mail.sent(w)
-            self.d.faults.check(
-                "shrink", epoch
-            )  # the driver's own chaos: the survivors shrink without it
+            # the driver's own chaos: the survivors shrink without it
+            self.d.faults.check("shrink", epoch)
             if any(w not in self.d.mail.links for w in survivors):
                 continue  # one died before the collective: agree again without it
             t0 = time.perf_counter()
             try:
                 comm = run_with_deadline(
-                    lambda: shrink(self.d.gcomm, ranks, method, epoch),
+                    functools.partial(shrink, self.d.gcomm, ranks, method, epoch),
                     self.d.settings.reconfigure_timeout,
                     "shrink",
                 )

@@ -187,7 +187,7 @@ class Round:
     def _note_paces(self, worker: int, incarnation: int, msg: Result) -> None:
         """Each result's compute seconds: a place's own shards time its pace, a speculative
         copy (rows encoded too) what copies cost (policy/speculation_plan.Paces)."""
-        for (shard, _), seconds in zip(msg.results, msg.seconds):
+        for (shard, _), seconds in zip(msg.results, msg.seconds, strict=False):
             if (worker, incarnation) in self.state.copies.get(shard, ()):
                 self.d.paces.note_copy(self.kind, seconds)
             else:

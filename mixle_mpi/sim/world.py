@@ -119,7 +119,7 @@ class World:
         if not isinstance(msg, Result):
             return msg
         bad = []
-        for shard, payload in msg.results:
+        for shard, _payload in msg.results:
             fake = pickle.dumps(("fenced", shard, self.events))
             self.poisoned[id(fake)] = fake
             bad.append((shard, fake))
@@ -368,6 +368,12 @@ class SimMonitor:
     def grace(self, worker: int, seconds: float) -> None:
         pass
 
+    def extend(self, worker: int) -> None:
+        pass
+
+    def heard_since(self, worker: int, since: float) -> bool:
+        return False
+
     def send(self, worker: int, msg) -> None:
         pass
 
@@ -470,7 +476,7 @@ class SimStore:
 
     def blocks(self, i: int) -> list[tuple[int, int]]:
         cuts = self.splits[i]
-        return [(a, b) for a, b in zip(cuts, cuts[1:])] or [(0, 0)]
+        return list(itertools.pairwise(cuts)) or [(0, 0)]
 
 
 def reference_fold(store: SimStore, estimator, model: Model, scores: bool) -> tuple:

@@ -23,6 +23,7 @@ LOG = object()  # EventLog's default echo: a line through the logging module
 LEVELS = {
     "failure_detected": logging.WARNING,
     "numerics_refused": logging.WARNING,
+    "suspected": logging.INFO,
     "relaunched": logging.WARNING,
     "blacklisted": logging.WARNING,
     "spawn_unavailable": logging.WARNING,

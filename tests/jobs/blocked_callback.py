@@ -5,8 +5,7 @@ beats on; only the watchdog's look at the main thread can end the job. Then it r
 import sys
 import threading
 
-from mixle_mpi import ResilientMPIEncodedData, is_driver
-from mixle_mpi.fitloop import fit
+from mixle_mpi import ResilientMPIEncodedData, fit, is_driver
 from mixle_mpi.fitting.models import get_model
 
 checkpoint, workdir, block = sys.argv[1], sys.argv[2], sys.argv[3] == "block"
