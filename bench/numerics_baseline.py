@@ -93,6 +93,7 @@ def main() -> None:
     args = ap.parse_args()
     from mixle_mpi.core import numerics
 
+    load0 = f"{os.getloadavg()[0]:.1f}"
     lines = [
         "# The numeric baseline's cost (bench/numerics_baseline.py)",
         "",
@@ -112,6 +113,7 @@ def main() -> None:
         print(row, flush=True)
         lines.append(row)
     probe = statistics.median(probe_seconds() for _ in range(3))
+    lines[2] += f"; load average {load0} at the start, {os.getloadavg()[0]:.1f} at the end"
     lines += [
         "",
         f"numerics auto (the default): no baseline while the probes agree, so ratio 1 per "

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.mpijob
 
 NO_AVX512 = "X86_V4 AVX512_ICL AVX512_SPR"  # a node without AVX-512 (Haswell to Zen 3)
 PRE_V3 = "X86_V3 " + NO_AVX512  # a node below x86-64-v3: the baseline cannot lift it
-ARGS = ("hmm", 400, 3, 1, 5)
+ARGS = ("hmm", 240, 3, 1, 4)
 PINNED = "launching it again under the numeric baseline"
 
 

@@ -12,10 +12,11 @@ ranks' features, because the intersection is known only once every rank is up, a
 replacement arriving later could lower it and change the bits mid-fit; a fixed level makes
 the bits a property of the job, the same for every placement, replacement and resume.
 
-Mode ``auto`` (the default) pins nothing while every rank's probe agrees: the baseline costs
-about 3x per iteration of an exp/log-bound E-step on an AVX-512 machine, as numpy's float64
-``exp``/``log`` are SIMD only with AVX-512 (bench/results/numerics_baseline.md). When the
-probes differ at startup the launcher starts the job again pinned; ``native`` never pins.
+Mode ``auto`` (the default) pins nothing while every rank's probe agrees: on an AVX-512
+machine the baseline cost up to 12 % per E-step iteration (numpy's float64 ``exp``/``log``
+are SIMD only with AVX-512; bench/results/numerics_baseline.md), over the 2 % a default may
+cost. When the probes differ at startup the launcher starts the job again pinned;
+``native`` never pins.
 
 The probe (:func:`probe`) runs fixed inputs through the kernels the E-step uses and the
 E-step itself (``estep.shard_result``, whatever engine computes it) on small fixed shards of
