@@ -149,6 +149,14 @@ def _exit_rows() -> list[tuple[int, str, str]]:
     return sorted(rows)
 
 
+def _exit_table() -> list[str]:
+    """The one table of exit codes in the docs (README and the guides link to it)."""
+    from mixle_mpi.core.exitcodes import WHAT_TO_DO
+
+    rows = [(c, f"`{n}`", m, WHAT_TO_DO[c]) for c, n, m in _exit_rows()]
+    return _table(("code", "name", "meaning", "what to do"), rows)
+
+
 def _command_help(parser: argparse.ArgumentParser, name: str | None) -> str:
     """The --help of subcommand ``name`` of ``parser`` (None: of ``parser`` itself)."""
     if name is not None:
@@ -251,7 +259,7 @@ def render() -> str:
     ]
     out += [", ".join(f"`{v}`" for v in launcher_set()), ""]
     out += ["## Exit codes", ""]
-    out += _table(("code", "name", "meaning"), [(c, f"`{n}`", m) for c, n, m in _exit_rows()])
+    out += _exit_table()
     out += [
         "",
         "## Events",

@@ -328,7 +328,7 @@ OPTIONS: tuple[Option, ...] = (
         "from the checkpoint, in the same job (under mpiexec and srun); on whenever a "
         "checkpoint is written, unless --no-failover or MIXLE_MPI_FAILOVER=0",
         about="A dead driver is followed by the lowest surviving rank, which resumes the fit from its "
-        "checkpoint (policy/failover_plan.py); under mpiexec (not srun), with the shard store and the "
+        "checkpoint (policy/failover_plan.py); under mpiexec and srun, with the shard store and the "
         "checkpoint where every rank can read them. Off: a dead driver ends the job.",
         short="a survivor takes over from a dead driver",
         setting=True,
@@ -468,7 +468,7 @@ OPTIONS: tuple[Option, ...] = (
         "checkpoint_every",
         int,
         None,
-        "also a checkpoint every this many iterations (given, the cadence is exactly as asked)",
+        "also a checkpoint every this many iterations, besides the first one and the clock's",
         job=True,
         at_least=1,
         metavar="N",
@@ -478,7 +478,7 @@ OPTIONS: tuple[Option, ...] = (
         "checkpoint_seconds",
         float,
         None,
-        "a checkpoint every this many seconds (given, the cadence is exactly as asked)",
+        "a checkpoint every this many seconds instead of the default clock (given, exactly as asked: no early first write, no 2 percent cap)",
         job=True,
         positive=True,
         metavar="SEC",

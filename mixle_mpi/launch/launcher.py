@@ -87,7 +87,7 @@ def find_mpiexec(explicit: str | None = None, flavor: str | None = None) -> str:
         found = shutil.which("srun")
         if not found:
             raise ConfigError(
-                "--mpi srun was asked for but found no srun on PATH (is this a SLURM node?)"
+                "--launcher srun was asked for but found no srun on PATH (is this a SLURM node?)"
             )
         return found
     beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
@@ -317,7 +317,10 @@ class SignalForwarder:
     SIGUSR1 that arrives before the driver has written its identity (``driver.json``) is held
     until it has; a SIGTERM then calls ``terminate`` (the job is ended: there is nothing to
     checkpoint yet). A signal goes to the driver's process by its identity (``kill``:
-    ``procs.kill_same``): True sent, None that process is gone, False refused.
+    ``procs.kill_same``): True sent, None that process is gone, False refused. A driver no
+    signal of this host reaches (on another host, or in another pid space: after a failover)
+    is asked through the run folder instead (``stop_file``: ``contract.request_stop``), which
+    it reads after each iteration.
     """
 
     def __init__(
@@ -328,8 +331,11 @@ class SignalForwarder:
         log=None,
         terminate=None,
         usr1_as_term: bool = False,
+        stop_file: str | None = None,
     ) -> None:
         self.pid_file = pid_file
+        self.stop_file = stop_file
+        self.remote = False  # the driver is where no signal of this host reaches
         # MPICH: every rank, the driver too, ignores SIGUSR1 (Hydra sends it to all at any
         # rank's death: rankwrap.sh); SIGTERM means the same to the driver (checkpoint, exit 75)
         self._as_sent = {signal.SIGUSR1: signal.SIGTERM} if usr1_as_term else {}
@@ -353,6 +359,7 @@ class SignalForwarder:
     def driver(self) -> procs.Ident | None:
         """The driver's identity once it can take a signal; None before (or if unusable)."""
         ident, why = contract.read_driver(self.pid_file, self._host)
+        self.remote = why is not None
         if why is not None and why not in self._said:
             self._said.add(why)
             self._say(why)
@@ -395,7 +402,7 @@ class SignalForwarder:
             return []
         ident = self.driver()
         if ident is None:
-            return []
+            return self._ask_remote() if self.remote else []
         pid = ident[0]
         sent, self.pending = self.pending, []
         for signum in sent:
@@ -430,6 +437,22 @@ class SignalForwarder:
                     )
                     + ", which checkpoints after this iteration and stops"
                 )
+        return sent
+
+    def _ask_remote(self) -> list[int]:
+        """The held signals, for a driver out of this host's reach: written to the run folder
+        (``contract.request_stop``), which it reads after each iteration; returns those asked."""
+        if not self.stop_file or not contract.request_stop(self.stop_file, self.pending[-1]):
+            return []
+        sent, self.pending = self.pending, []
+        for signum in sent:
+            self.delivered.append((0, signum))
+        self._say(
+            f"received {signal.Signals(sent[-1]).name}: the driver runs where no signal of this "
+            "host reaches it; asked it through the run folder to checkpoint after this "
+            "iteration and stop",
+            logging.WARNING,
+        )
         return sent
 
     def install(self) -> dict:
@@ -520,10 +543,11 @@ class ChildExitWait:
         return self.proc.wait() if ready else self.proc.poll()
 
 
-def _start_reaper(tag: str) -> subprocess.Popen:
-    """The process that kills this job if the launcher dies (see reaper.py)."""
+def _start_reaper(tag: str, run_dir: str) -> subprocess.Popen:
+    """The process that kills this job, and removes its run folder, if the launcher dies
+    (see reaper.py)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "mixle_mpi.launch.reaper", tag],
+        [sys.executable, "-m", "mixle_mpi.launch.reaper", tag, run_dir],
         stdin=subprocess.PIPE,
         start_new_session=True,
     )
@@ -557,8 +581,9 @@ def run(
     """Launch ``cmd`` on ``n`` ranks and return the job's exit code. A job that never
     started (exit NEVER_STARTED: a rank died or hung while starting) is launched again, up
     to ``start_retries`` times: nothing was computed, and a checkpoint resumes the rest. A
-    job whose driver could not reconfigure (exit RERUN_TO_RESUME) is launched again up to
-    ``resume_retries`` times: it resumes from its checkpoint. A launch over several hosts
+    job whose driver could not reconfigure (exit RERUN_TO_RESUME), or whose checkpoint write
+    timed out (exit CHECKPOINT_TIMEOUT), is launched again up to ``resume_retries`` times
+    each: it resumes from its checkpoint. A launch over several hosts
     that failed has its hosts probed: one that does not answer is left out and the job
     launched again on the rest (``HostRelaunch``), up to ``max_host_failures`` host losses,
     on no fewer than ``fewest`` ranks (a driver, a worker and the job's hot spares).
@@ -592,10 +617,7 @@ def run(
             "the job's CPUs; set it yourself to choose)"
         )
         env = {**overlap, **(env or {})}
-    left = {
-        exitcodes.NEVER_STARTED: max(0, int(start_retries)),
-        exitcodes.RERUN_TO_RESUME: max(0, int(resume_retries)),
-    }
+    left = retry_budget(start_retries, resume_retries)
     expect_here = n if own_job and one_host(extra, full) else None  # every rank marks its MPI init
     relaunch = HostRelaunch(
         exe,
@@ -613,22 +635,42 @@ def run(
                 flavor, hostprobe.prrte_version(exe) if flavor == OPENMPI else None
             )
         )
-    attempt = 1
-    while True:
+
+    pinned: dict = {}  # the numeric baseline, once an auto job's probes differed (pin_after)
+
+    def launch_one() -> Attempt:
         argv = build_command(exe, flavor, relaunch.ranks, cmd, relaunch.extra, srun_mpi=srun_mpi)
-        a = _launch_once(
+        return _launch_once(
             argv,
             timeout,
             blas_threads,
-            {**(env or {}), **relaunch.env()},
+            {**(env or {}), **pinned, **relaunch.env()},
             limit,
             own_job,
             expect_here,
             usr1_as_term=flavor == MPICH,
             shared=os.getcwd() if relaunch.hosts is not None else None,
         )
-        if (pinned := pin_after(a.code, env)) is not None:
-            env, attempt = pinned, attempt + 1
+
+    def pin(code: int) -> bool:
+        again = pin_after(code, {**(env or {}), **pinned})
+        pinned.update(again or {})
+        return again is not None
+
+    try:
+        return _attempts(relaunch, left, launch_one, pin)
+    finally:
+        relaunch.close()  # its hostfiles, however the launches ended
+
+
+def _attempts(relaunch: HostRelaunch, left: dict, launch_one, pin) -> int:
+    """Launch (``launch_one``) until an attempt is not to be run again: the last one's code.
+    ``pin(code)``: True if the next launch is under the numeric baseline (``pin_after``)."""
+    attempt = 1
+    while True:
+        a = launch_one()
+        if pin(a.code):
+            attempt += 1
             log.warning(
                 f"{a.note}; launching it again under the numeric baseline (attempt {attempt})"
             )
@@ -685,6 +727,18 @@ def is_own_fit(cmd: list[str]) -> bool:
     return any(cmd[i : i + len(o)] == o for i in range(len(cmd)) for o in ours)
 
 
+def retry_budget(start_retries: int, resume_retries: int) -> dict[int, int]:
+    """How many times each retryable exit is launched again (pure): a start that never
+    happened, and the two that resume from an intact checkpoint (a driver that could not
+    reconfigure, a checkpoint write that timed out)."""
+    resume = max(0, int(resume_retries))
+    return {
+        exitcodes.NEVER_STARTED: max(0, int(start_retries)),
+        exitcodes.RERUN_TO_RESUME: resume,
+        exitcodes.CHECKPOINT_TIMEOUT: resume,
+    }
+
+
 def relaunch_note(code: int, left: dict) -> str | None:
     """Whether to launch the job again after exit ``code``, spending one of ``left[code]``
     (pure but for that count): the launcher's log line, or None."""
@@ -720,7 +774,8 @@ def _launch_once(
     shared: str | None = None,
 ) -> Attempt:
     """One launch. ``shared``: a folder every host sees, for the run folder (``contract``);
-    ``usr1_as_term``: a SIGUSR1 for the driver is sent as SIGTERM (``SignalForwarder``)."""
+    ``usr1_as_term``: a SIGUSR1 for the driver is sent as SIGTERM (``SignalForwarder``).
+    The run folder is removed however the launch ends (by the reaper if this process dies)."""
     files = contract.RunFiles(shared)
     if shared and os.path.dirname(files.dir) != shared:
         log.warning(
@@ -728,16 +783,37 @@ def _launch_once(
             f"of other hosts cannot see {files.dir}, so a driver there cannot tell the launcher how the job "
             "ended (a finished fit then ends with exit 1). Launch from a folder you can write to"
         )
+    try:
+        return _launch_in(
+            files, argv, timeout, blas_threads, env, limit, own_job, expect_here, usr1_as_term
+        )
+    finally:
+        files.remove()
+
+
+def _launch_in(
+    files: contract.RunFiles,
+    argv: list[str],
+    timeout: float | None,
+    blas_threads: int,
+    env: dict | None,
+    limit: float,
+    own_job: bool,
+    expect_here: int | None,
+    usr1_as_term: bool,
+) -> Attempt:
+    """``_launch_once`` in the run folder ``files``."""
     tag = uuid.uuid4().hex
     started: list[subprocess.Popen] = []
     forwarder = SignalForwarder(
         files.driver,
         terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started],
         usr1_as_term=usr1_as_term,
+        stop_file=files.stop,
     )
     previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
     full_env = launch_env(blas_threads, files.env(tag), overrides=env)
-    reaper = _start_reaper(tag)
+    reaper = _start_reaper(tag, files.dir)
     rc, why, lost, t0 = None, None, False, time.monotonic()
     try:
         if os.environ.get(
@@ -791,7 +867,6 @@ def _launch_once(
             lost=why if lost else None,
         )
     )
-    files.remove()
     code, note = judge(rc, status, forwarder.terminated, never, forwarder.interrupted)
     return Attempt(code, note, verdict_level(code, status), timed_out, ended)
 

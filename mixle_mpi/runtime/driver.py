@@ -153,7 +153,9 @@ class Driver:
         fenced, fenced_by = False, None
         here = self._here(worker)
         if pid is not None and not here and self.started_at.get(worker):
-            fenced_by = self.membership.fencer(host, worker)  # a signal reaches only its own host
+            fenced_by = self.membership.fencer(  # a pid means something only in its pid space
+                host, worker, self.spaces.get(worker, ""), self.spaces
+            )
             if fenced_by is not None and fenced_by in self.mail.links:
                 self.monitor.send(fenced_by, Fence(pid, self.started_at[worker], worker))
             else:
