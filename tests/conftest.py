@@ -21,28 +21,40 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
-def _reference(model, n, shards, sub_chunks, max_its, seed, engine=None):
+def _reference(model, n, shards, sub_chunks, max_its, seed, *, engine=None, mode="auto"):
     """For the engine the jobs run with (``MIXLE_MPI_ENGINE``, default seq: mixle's own
-    backend), so the exactness and chaos tests run for any engine."""
-    return _reference_of(
-        model, n, shards, sub_chunks, max_its, seed, engine or os.environ.get(ENGINE_ENV, "seq")
-    )
+    backend), so the exactness and chaos tests run for any engine; under numerics ``mode``."""
+    engine = engine or os.environ.get(ENGINE_ENV, "seq")
+    return _reference_of(model, n, shards, sub_chunks, max_its, seed, engine, mode)
 
 
 @functools.lru_cache(maxsize=None)
-def _reference_of(model, n, shards, sub_chunks, max_its, seed, engine):
-    from mixle_mpi.fitting.reference import reference_fit
+def _reference_of(model, n, shards, sub_chunks, max_its, seed, engine, mode="auto"):
+    """mixle's own fit (engine seq) or ``ShardsInProcess`` with the engine, in a process of
+    its own under numerics ``mode`` (core/numerics; a job's ranks are pinned to the baseline
+    when their probes differ, as the tests' odd-CPU jobs do): numpy picks its SIMD kernels
+    when imported, so this process cannot."""
+    import json
+    import subprocess
 
-    return reference_fit(
-        model,
-        n,
-        1,
-        seed,
-        shards,
-        sub_chunks=sub_chunks,
-        max_its=max_its,
-        engine=None if engine == "seq" else engine,  # seq: mixle's own backend
+    from mixle_mpi.core import numerics
+
+    code = (
+        "import json, sys; from mixle_mpi.fitting.reference import reference_fit; "
+        "a = json.loads(sys.argv[1]); print(json.dumps(reference_fit(*a[:7], engine=a[7])))"
     )
+    args = json.dumps(
+        [model, n, 1, seed, shards, sub_chunks, max_its, None if engine == "seq" else engine]
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, args],
+        env=numerics.with_baseline({**os.environ, numerics.MODE_ENV: mode}),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+    )
+    return json.loads(out.stdout.splitlines()[-1])
 
 
 @pytest.fixture(scope="session")

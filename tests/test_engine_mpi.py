@@ -26,7 +26,7 @@ def test_fused_bits_survive_a_kill_and_ignore_w(library, model, n, tmp_path, ref
     assert alone.rc == 0, alone.describe()
     start = next(e for e in alone.events if e["event"] == "start")
     assert start["settings"]["engine"] == "fused"
-    assert same_fit(alone.result, reference(model, n, 4, 2, 5, 7, "fused")), alone.describe()
+    assert same_fit(alone.result, reference(model, n, 4, 2, 5, 7, engine="fused")), alone.describe()
     log = tmp_path / "faults.jsonl"
     plan = "2:kill:estep_mid:1"
     killed = run_job(

@@ -124,6 +124,18 @@ def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> 
             "default as a likely typo; or set MIXLE_MPI_ALLOW_MANY_RANKS=1) (default: off)"
         ),
     )
+    p.add_argument(
+        "--numerics",
+        choices=("auto", "baseline", "native"),
+        default=None,
+        help=more(
+            "auto: each rank's native SIMD and BLAS kernels while every rank's numerics probe "
+            "agrees, else launch again under the common baseline (x86-64-v3); baseline: always "
+            "(a partition of mixed CPUs); native: never (a homogeneous cluster). A rank whose "
+            "numerics still differ from the driver's gets no shard (or set MIXLE_MPI_NUMERICS) "
+            "(default: auto)"
+        ),
+    )
 
 
 def host_defaults() -> tuple[int, float]:
@@ -158,11 +170,15 @@ def _flag_level(args) -> int | None:
 
 
 def _rank_env(args) -> dict:
-    """The log level of -q/-v for every rank, through the environment they inherit."""
-    from mixle_mpi.core import logs
+    """The log level of -q/-v and the numerics mode for every rank, through the environment
+    they inherit."""
+    from mixle_mpi.core import logs, numerics
 
     level = _flag_level(args)
-    return {} if level is None else {logs.LEVEL_ENV: logs.level_name(level)}
+    env = {} if level is None else {logs.LEVEL_ENV: logs.level_name(level)}
+    if getattr(args, "numerics", None):
+        env[numerics.MODE_ENV] = args.numerics
+    return env
 
 
 def _mpiexec_args(args) -> list[str]:

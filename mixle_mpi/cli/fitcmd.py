@@ -280,6 +280,7 @@ def _fit_restarts(enc, est, cfg: FitConfig, segments):
                 every=cfg.checkpoint_every,
                 seconds=cfg.checkpoint_seconds,
                 resume=cfg.resume,
+                allow_version_change=cfg.allow_version_change,
                 on_iteration=on_iteration,
                 segments=segments,
                 on_finish=stopped.append,

@@ -30,7 +30,8 @@ ENVIRONMENT = {o.env: o.help for o in options.ENVIRONMENT}
 EVENTS = {
     "start": "the driver is set up: workers, shards, settings, MPI and BLAS in use",
     "relaunched": "this launch is the launcher's relaunch without lost host(s): which, on how many ranks",
-    "ranks": "where each rank runs: rank -> host:pid (the driver is rank 0)",
+    "ranks": "where each rank runs: rank -> host:pid (the driver is rank 0); the driver's numerics "
+    "(baseline, CPU, numpy dispatch, BLAS core, probe hash) and each worker's probe hash",
     "continuation": "how the job will continue after a failure (ulfm, emulated or keep) and why",
     "driver_shards": "the shards the driver computes itself (driver_computes)",
     "loaded": "the workers hold their shards; how long the load took",
@@ -45,6 +46,8 @@ EVENTS = {
     "checkpoint_fallback": "a damaged checkpoint; the previous one (.prev) is read instead",
     "journal_reused": "shard results of an interrupted round read back from the fold journal",
     "checkpoint": "a checkpoint was written (path, iteration, seconds)",
+    "numerics_refused": "a worker's numerics probe differs from the driver's: which, on which host, "
+    "what differs; it gets no shard (it fails, and its place is recovered)",
     "suspected": "a silent worker whose process is alive is suspected, not failed: why, and that it gets more time",
     "suspicion_cleared": "a suspected worker was heard again: nothing was done (seconds suspected, looks)",
     "failure_detected": "a rank failed: rank, pid, host, how it was seen (ULFM, heartbeat, process gone, stall)",
@@ -69,11 +72,19 @@ EVENTS = {
 
 
 def launcher_set() -> tuple[str, ...]:
-    """The variables of the launcher and rank contract (``launch/contract.py``)."""
-    from mixle_mpi.core import rundir
+    """The variables of the launcher and rank contract (``launch/contract.py``), and the
+    numerics a rank was started under (``core/numerics``: its mark; the baseline's own
+    variables are numpy's, OpenBLAS's and numba's)."""
+    from mixle_mpi.core import numerics, rundir
     from mixle_mpi.launch import contract
 
-    return (rundir.RUN_DIR_ENV, contract.TAG_ENV, *contract.FILE_VARS, contract.RELAUNCHES_ENV)
+    return (
+        rundir.RUN_DIR_ENV,
+        contract.TAG_ENV,
+        *contract.FILE_VARS,
+        contract.RELAUNCHES_ENV,
+        numerics.BASELINE_MARK,
+    )
 
 
 def _settings_rows() -> list[tuple[str, str, str]]:

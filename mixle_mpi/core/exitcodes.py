@@ -12,6 +12,7 @@ RERUN_TO_RESUME = 74  # the driver could not reconfigure (e.g. a spawn stuck in 
 CHECKPOINTED = 75  # preempted (SIGTERM/SIGUSR1): checkpointed, please requeue (EX_TEMPFAIL)
 PREEMPTED_UNSAVED = 76  # preempted, no checkpoint configured: nothing saved, a rerun starts over
 CHECKPOINT_TIMEOUT = 77  # a checkpoint write timed out (hung file system?); rerun to resume
+NUMERICS_DIFFER = 78  # numerics auto: the ranks' probes differ, nothing computed: relaunch pinned
 INTERRUPTED = 130  # Ctrl-C (SIGINT): every rank ended, checkpointed if one was configured (128 + 2)
 
 # What to do about each code: the last column of the one exit-code table (docs/reference.md).
@@ -29,5 +30,7 @@ WHAT_TO_DO = {
     PREEMPTED_UNSAVED: "rerun from scratch; keep checkpoints on",
     CHECKPOINT_TIMEOUT: "`mixle-mpi run` already ran it again (`--max-restarts`); check the "
     "checkpoint's file system, then rerun",
+    NUMERICS_DIFFER: "`mixle-mpi run` already ran it again under the numeric baseline "
+    "(`--numerics`, see the user guide's Determinism); a rank still of other numerics gets no shard",
     INTERRUPTED: "rerun to resume",
 }

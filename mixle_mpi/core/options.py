@@ -500,7 +500,9 @@ OPTIONS: tuple[Option, ...] = (
         "allow_version_change",
         bool,
         False,
-        "resume a checkpoint that another version of mixle_mpi, mixle or numpy wrote",
+        "resume a checkpoint that another version of mixle_mpi, mixle or numpy, or another "
+        "numeric baseline (CPU numerics), wrote",
+        job=True,
         fitjob=FitjobFlag(False),
     ),
     Option(
@@ -596,6 +598,18 @@ OPTIONS: tuple[Option, ...] = (
         flags=("fit --allow-many-ranks",),
     ),
     Option(
+        "numerics",
+        str,
+        "auto",
+        "auto (each rank's native SIMD and BLAS kernels while every rank's probe agrees; "
+        "else the job is launched again under the common baseline, x86-64-v3), baseline "
+        "(always the baseline: a mixed partition) or native (never: a homogeneous cluster); "
+        "a rank whose numerics still differ from the driver's gets no shard (as `--numerics`)",
+        env="MIXLE_MPI_NUMERICS",
+        choices=("auto", "baseline", "native"),
+        flags=("fit --numerics", "run --numerics"),
+    ),
+    Option(
         "startup_timeout",
         float,
         120.0,
@@ -677,6 +691,7 @@ FIT_GROUPS: dict[str, tuple[str, ...]] = {
         "checkpoint_every",
         "checkpoint_seconds",
         "resume",
+        "allow_version_change",
         "failover",
         "spares",
         "max_retries",

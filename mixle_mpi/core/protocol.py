@@ -26,6 +26,7 @@ class Hello(NamedTuple):
     host: str
     pid: int
     protocol: int = PROTOCOL
+    numerics: tuple = ()  # its core.numerics.report(): the driver compares it with its own
 
 
 class Beacon(NamedTuple):
@@ -186,6 +187,7 @@ class Ready(NamedTuple):
     space: str = (
         ""  # its pid space (procs.pid_space): the driver signals it only if equal to its own
     )
+    numerics: tuple = ()  # its core.numerics.report(): a worker of other bits gets no shard
 
     @property
     def key(self) -> tuple:

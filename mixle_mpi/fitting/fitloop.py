@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from mixle_mpi.core import exitcodes, liveness, logs
+from mixle_mpi.core import exitcodes, liveness, logs, numerics
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.errors import Interrupted, Preempted, PreemptedUnsaved  # noqa: F401 - public here too (fitloop.Preempted)
 from mixle_mpi.core.options import AUTO
@@ -113,6 +113,7 @@ def versions(blas_threads: int) -> dict:
         "numpy": np.__version__,
         "mpi": mpi_text(),
         "blas_threads": int(blas_threads),
+        "numerics": numerics.signature(),
     }
 
 

@@ -38,7 +38,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from mixle_mpi.core import exitcodes, logs, procs
+from mixle_mpi.core import exitcodes, logs, numerics, procs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.procs import usable_cores  # noqa: F401 - launcher.usable_cores, as the tests and dryrun name it
 from mixle_mpi.launch import contract, host_plan, hostlist, hostprobe
@@ -220,10 +220,15 @@ def srun_version(environ) -> str | None:
         return None
 
 
-def launch_env(blas_threads: int, run_vars: dict | None = None, base=None) -> dict:
+def launch_env(
+    blas_threads: int, run_vars: dict | None = None, base=None, overrides: dict | None = None
+) -> dict:
     """The ranks' environment (pure but for ``os.environ`` as the default ``base``): BLAS
-    threads pinned, and this launch's own files (``RunFiles.env``, the launcher<->rank
-    contract), never an outer launcher's."""
+    threads pinned, the job's numeric baseline in numerics mode baseline (``core/numerics``:
+    one SIMD level, BLAS core and JIT target on every rank; only its mark in auto and
+    native), and this launch's
+    own files (``RunFiles.env``, the launcher<->rank contract), never an outer launcher's.
+    ``overrides`` (the command's own variables) go over all but the baseline."""
     env = {
         **contract.outer_vars_removed(dict(os.environ if base is None else base)),
         **(run_vars or {}),
@@ -238,7 +243,7 @@ def launch_env(blas_threads: int, run_vars: dict | None = None, base=None) -> di
         env.setdefault(
             "MIXLE_MPI_LIVE_PROGRESS", "1"
         )  # ranks' own stdout may be a pty whatever ours is
-    return env
+    return numerics.with_baseline({**env, **(overrides or {})})
 
 
 def judge(
@@ -621,7 +626,7 @@ def run(
         list(extra or []),
         launch_hosts(list(extra or []), full),
         host_plan.HostBook(max(0, int(max_host_failures)), float(host_cooldown), fewest),
-        {**launch_env(blas_threads), **(env or {})},
+        launch_env(blas_threads, overrides=env),
     )
     if relaunch.hosts is not None:
         log.info(
@@ -631,13 +636,15 @@ def run(
             )
         )
 
+    pinned: dict = {}  # the numeric baseline, once an auto job's probes differed (pin_after)
+
     def launch_one() -> Attempt:
         argv = build_command(exe, flavor, relaunch.ranks, cmd, relaunch.extra, srun_mpi=srun_mpi)
         return _launch_once(
             argv,
             timeout,
             blas_threads,
-            {**(env or {}), **relaunch.env()},
+            {**(env or {}), **pinned, **relaunch.env()},
             limit,
             own_job,
             expect_here,
@@ -645,17 +652,29 @@ def run(
             shared=os.getcwd() if relaunch.hosts is not None else None,
         )
 
+    def pin(code: int) -> bool:
+        again = pin_after(code, {**(env or {}), **pinned})
+        pinned.update(again or {})
+        return again is not None
+
     try:
-        return _attempts(relaunch, left, launch_one)
+        return _attempts(relaunch, left, launch_one, pin)
     finally:
         relaunch.close()  # its hostfiles, however the launches ended
 
 
-def _attempts(relaunch: HostRelaunch, left: dict, launch_one) -> int:
-    """Launch (``launch_one``) until an attempt is not to be run again: the last one's code."""
+def _attempts(relaunch: HostRelaunch, left: dict, launch_one, pin) -> int:
+    """Launch (``launch_one``) until an attempt is not to be run again: the last one's code.
+    ``pin(code)``: True if the next launch is under the numeric baseline (``pin_after``)."""
     attempt = 1
     while True:
         a = launch_one()
+        if pin(a.code):
+            attempt += 1
+            log.warning(
+                f"{a.note}; launching it again under the numeric baseline (attempt {attempt})"
+            )
+            continue
         try:
             moved = relaunch.after(a, attempt + 1)
         except ConfigError:  # what the job needs; how this attempt ended only looked like the cause
@@ -673,6 +692,16 @@ def _attempts(relaunch: HostRelaunch, left: dict, launch_one) -> int:
         log.warning(f"{a.note}; {again} (attempt {attempt})")
     log.log(a.level, a.note)
     return a.code
+
+
+def pin_after(code: int, env: dict | None, base=None) -> dict | None:
+    """The command's variables for a launch again under the numeric baseline, after a job
+    in numerics mode auto ended because its ranks' numerics differ (exit NUMERICS_DIFFER,
+    nothing computed); None otherwise (pure but for ``os.environ`` as the default ``base``)."""
+    full = {**(os.environ if base is None else base), **(env or {})}
+    if code != exitcodes.NUMERICS_DIFFER or numerics.mode(full) != "auto":
+        return None
+    return {**(env or {}), numerics.MODE_ENV: "baseline"}
 
 
 def launch_hosts(extra: list[str], environ) -> hostlist.Hosts | None:
@@ -783,7 +812,7 @@ def _launch_in(
         stop_file=files.stop,
     )
     previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
-    full_env = {**launch_env(blas_threads, files.env(tag)), **(env or {})}
+    full_env = launch_env(blas_threads, files.env(tag), overrides=env)
     reaper = _start_reaper(tag, files.dir)
     rc, why, lost, t0 = None, None, False, time.monotonic()
     try:

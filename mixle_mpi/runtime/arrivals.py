@@ -157,7 +157,8 @@ class Arrivals:
                 continue
             for msg in self.d.mail.drain(w):
                 if isinstance(msg, Ready) and not join.ready:
-                    self.d.note_ready(w, msg)
+                    if not self.d.note_ready(w, msg):
+                        break  # other numerics: it failed, and gets no shard
                     join.got_ready(self.d.load_parts(self.d.owners.get(w, [])), now)
                     self.d.events.emit(
                         "respawn_ready",
@@ -282,8 +283,7 @@ class Arrivals:
             "ready",
             watch={worker: (watch, self.d.started_at[worker])} if watch is not None else None,
         )
-        if worker in ready:
-            self.d.note_ready(worker, ready[worker][0])
+        if worker in ready and self.d.note_ready(worker, ready[worker][0]):
             self.d.load({worker: [s for s in self.d.owners.get(worker, []) if s not in held]})
         self.d.monitor.grace(worker, 0.0)
         if self.d.membership.is_live(worker):

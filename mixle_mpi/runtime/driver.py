@@ -20,7 +20,7 @@ from typing import Any
 from mpi4py import MPI
 
 from mixle_mpi.chaos.faults import FaultInjector, plan_to_json
-from mixle_mpi.core import clock, estep, logs, probes, procs
+from mixle_mpi.core import clock, estep, logs, numerics, probes, procs
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.engine import warm as warm_engine
 from mixle_mpi.core.errors import NoWorkersLeft
@@ -39,6 +39,7 @@ from mixle_mpi.core.protocol import (
     Stop,
 )
 from mixle_mpi.core.settings import Settings
+from mixle_mpi.policy import numerics_plan
 from mixle_mpi.policy.join_plan import release_plan
 from mixle_mpi.policy.membership import Membership
 from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers
@@ -113,6 +114,8 @@ class Driver:
         self.info: dict[int, tuple[str, int]] = {}  # worker -> (host, pid)
         self.reads_store: set[int] = set()  # workers that read their own shards (Ready.reads_store)
         self.started_at: dict[int, str] = {}  # worker -> its process's start time (Ready.started)
+        self.numerics = numerics.report()  # the job's numerics: a worker of others gets no shard
+        self.probes: dict[int, str] = {}  # worker -> its numerics probe (Ready.numerics)
         self.read_own: set[int] = set()  # the workers that read their own shards at the last load
         self.here = self._driver_share(len(holders))  # the shards this process computes itself
         self.here_chunks: dict[int, Any] | None = None  # encoded at the first round
@@ -351,9 +354,21 @@ class Driver:
             engine=s.engine,
         )
 
-    def note_ready(self, worker: int, ready: Ready) -> None:
+    def note_ready(self, worker: int, ready: Ready) -> bool:
         """``worker`` is set up: it beats from now on, so a replacement's grace for its
-        imports ends here (its loading is covered by heartbeats like everything after)."""
+        imports ends here (its loading is covered by heartbeats like everything after).
+        False: its numerics are not the driver's, so it failed and gets no shard
+        (``numerics_plan.refusal``; a stand-in of the simulation reports none)."""
+        refused = ready.numerics and numerics_plan.refusal(
+            worker, ready.host, self.numerics, numerics.Numerics(*ready.numerics)
+        )
+        if refused:
+            logs.get("driver").warning(refused)
+            self.events.emit("numerics_refused", worker=worker, host=ready.host, why=refused)
+            self.fail(worker, f"numerics: {refused}")
+            return False
+        if ready.numerics:
+            self.probes[worker] = ready.numerics[0]
         self.monitor.grace(worker, 0.0)
         self.info[worker] = (ready.host, ready.pid)
         self.started_at[worker] = ready.started
@@ -364,6 +379,7 @@ class Driver:
         self.mail.note_bell(worker, ready.bell)
         if ready.no_failover:  # the others follow a dead driver without it
             self._out_of_failover(worker, ready.no_failover)
+        return True
 
     @probes.spanned("driver_setup")
     def _setup(self, workers: list[int]) -> None:

@@ -67,7 +67,7 @@ def _flush() -> None:
 
 
 def exit_code_for(exc: BaseException) -> int:
-    from mixle_mpi.runtime.startup import StartupFailed
+    from mixle_mpi.runtime.startup import NumericsDiffer, StartupFailed
     from mixle_mpi.storage.checkpoint import CheckpointError, CheckpointTimeout
 
     if isinstance(exc, (Interrupted, KeyboardInterrupt)):
@@ -78,6 +78,8 @@ def exit_code_for(exc: BaseException) -> int:
         return exitcodes.CHECKPOINTED
     if isinstance(exc, StartupFailed):
         return exitcodes.NEVER_STARTED
+    if isinstance(exc, NumericsDiffer):
+        return exitcodes.NUMERICS_DIFFER
     if isinstance(exc, ReconfigurationTimeout):  # the checkpoint is intact: a rerun resumes
         return exitcodes.RERUN_TO_RESUME
     if isinstance(exc, CheckpointTimeout):  # the file system, not the input: a rerun resumes

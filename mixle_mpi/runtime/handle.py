@@ -25,7 +25,7 @@ from mixle.utils.vector import (
 
 from mixle_mpi.chaos.faults import ENV_VAR as FAULT_ENV
 from mixle_mpi.chaos.faults import FIRED_ENV, parse_plan, plan_from_env, read_fired, unfired
-from mixle_mpi.core import joblock, logs, probes
+from mixle_mpi.core import joblock, logs, numerics, probes
 from mixle_mpi.core.errors import ConfigError, DataError, ReconfigurationTimeout
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.prefixfold import PrefixFold
@@ -33,6 +33,7 @@ from mixle_mpi.core.privatefile import new_private_file
 from mixle_mpi.core.settings import Settings
 from mixle_mpi.core.validate import check_int
 from mixle_mpi.launch import contract
+from mixle_mpi.policy import numerics_plan
 from mixle_mpi.policy.lookahead import Lookahead
 from mixle_mpi.policy.speculation_plan import slow_places
 from mixle_mpi.runtime import exiting
@@ -52,6 +53,21 @@ def is_driver() -> bool:
     if driver:
         startup.start_beacon(MPI.COMM_WORLD)  # the workers wait while this rank prepares
     return driver
+
+
+def _check_numerics(reports: dict, members: int) -> None:
+    """Numerics auto and the workers' probes differ from the driver's: end the job before
+    anything is computed, so that the launcher starts it again under the baseline. Too few
+    workers of the driver's numerics: exit 2 with the fix. The others of other numerics are
+    refused when they report ready (``Driver.note_ready``)."""
+    from mixle_mpi.runtime import startup
+
+    relaunch, refused = numerics_plan.at_startup(numerics.report(), reports)
+    if relaunch:
+        raise startup.NumericsDiffer(relaunch)
+    too_few = numerics_plan.too_few(members - len(refused), 1, refused)
+    if too_few:
+        raise ConfigError(too_few)
 
 
 def _warm_serialization() -> None:
@@ -242,7 +258,11 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             failover=failover,
         )
         self._driver.start(excluded)
-        self.events.emit("ranks", ranks=rank_places(self._driver.membership))
+        self.events.emit(
+            "ranks",
+            ranks=rank_places(self._driver.membership),
+            numerics={"driver": self._driver.numerics._asdict(), "workers": self._driver.probes},
+        )
         self._estimator = (
             None  # the last E-step's or initialization's: a scoring round computes ahead with it
         )
@@ -341,7 +361,9 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         # ranks of this host that die while the job starts (their records name world ranks:
         # not after a takeover, whose communicator numbers the survivors anew)
         gone = startup.RanksGone() if self.took_over is None else None
-        members, excluded = startup.gather_workers(world, timeout, gone=gone)
+        reports: dict = {}
+        members, excluded = startup.gather_workers(world, timeout, gone=gone, reports=reports)
+        _check_numerics(reports, len(members))
         if self.warm_serialization:  # the input is valid and the workers are up: a fit follows
             _warm_serialization()
         startup.send_go(

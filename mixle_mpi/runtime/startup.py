@@ -53,6 +53,11 @@ class StartupFailed(MixleMPIError):
     computed, so starting it again loses nothing."""
 
 
+class NumericsDiffer(MixleMPIError):
+    """Numerics auto: the ranks' probes differ at startup; nothing was computed, and the
+    launcher starts the job again under the common baseline (exit NUMERICS_DIFFER)."""
+
+
 def mpi_text() -> str:
     """The MPI library this process runs, as a person reads it: ``Open MPI 5.0.11``."""
     from mpi4py import MPI
@@ -220,9 +225,10 @@ STARTUP_POLL = (0.0005, 0.05)  # backoff bounds (s) of the startup waits: they c
 
 
 def gather_workers(
-    world, timeout: float, log=None, gone: RanksGone | None = None
+    world, timeout: float, log=None, gone: RanksGone | None = None, reports: dict | None = None
 ) -> tuple[list[int], dict[int, str]]:
-    """Driver: wait for every worker's Hello. Returns (members, excluded rank -> why).
+    """Driver: wait for every worker's Hello. Returns (members, excluded rank -> why), and
+    fills ``reports`` with each member's (host, numerics).
 
     A rank ULFM reports dead, or whose process ``gone`` saw end on this host, is left out
     at once; a silent one when ``timeout`` passes."""
@@ -262,6 +268,8 @@ def gather_workers(
                 waiting.discard(rank)
                 continue
             if isinstance(hello, Hello):
+                if reports is not None:
+                    reports[rank] = (hello.host, hello.numerics)
                 members.append(rank)
                 waiting.discard(rank)
                 progressed = True
@@ -434,10 +442,12 @@ def wait_for_go(world, timeout: float) -> Go | Abort | None:
     silent (no beacon, no answer) for ``timeout`` seconds."""
     from mpi4py import MPI
 
+    from mixle_mpi.core import numerics
     from mixle_mpi.runtime.transport import Backoff
 
     host, pid = MPI.Get_processor_name(), os.getpid()
-    hello = world.isend(Hello(world.Get_rank(), host, pid), dest=0, tag=TAG_START)
+    me = Hello(world.Get_rank(), host, pid, numerics=numerics.report())
+    hello = world.isend(me, dest=0, tag=TAG_START)
     deadline = time.monotonic() + timeout
     backoff = Backoff(*STARTUP_POLL)
     while True:

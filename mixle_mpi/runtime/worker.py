@@ -22,7 +22,7 @@ from typing import Any
 from mpi4py import MPI
 
 from mixle_mpi.chaos.faults import FaultInjector, parse_plan
-from mixle_mpi.core import estep, logs, probes, procs
+from mixle_mpi.core import estep, logs, numerics, probes, procs
 from mixle_mpi.core.blas import pin_blas_threads
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.engine import warm as warm_engine
@@ -396,6 +396,7 @@ class Worker:
                 me[1] if me else "",
                 self.bell.address if self.bell is not None else "",
                 procs.pid_space(),
+                numerics.report(),
             )
         )
 

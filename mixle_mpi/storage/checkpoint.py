@@ -177,9 +177,20 @@ def differences(
             if saved.versions.get(key) != current.versions.get(key):
                 out.append(
                     f"versions.{key}: checkpoint has {saved.versions.get(key)!r}, this run has "
-                    f"{current.versions.get(key)!r} (override with allow_version_change=True)"
+                    f"{current.versions.get(key)!r}{VERSION_NOTES.get(key, '')} (override "
+                    "with allow_version_change=True)"
                 )
     return out
+
+
+# What a version field means, where its name alone does not say what to do.
+VERSION_NOTES = {
+    "numerics": (
+        ": the numeric baseline and numerics probe of the CPU it ran on differ (core/numerics: "
+        "another CPU generation, or another --numerics); resume on the CPUs and with the "
+        "--numerics it was written with to keep the bits"
+    ),
+}
 
 
 # The flag and the Python API argument that set each field a resume must match.

@@ -23,6 +23,7 @@ LOG = object()  # EventLog's default echo: a line through the logging module
 # progress line and a fallback into the "resumed" line, so they only show with -v.
 LEVELS = {
     "failure_detected": logging.WARNING,
+    "numerics_refused": logging.WARNING,
     "suspected": logging.INFO,
     "relaunched": logging.WARNING,
     "blacklisted": logging.WARNING,
@@ -197,11 +198,20 @@ def _driver_shards_text(rec: dict[str, Any]) -> str:
 
 
 def _ranks_text(rec: dict[str, Any]) -> str:
-    """Where each rank runs: rank -> host:pid, the driver first."""
+    """Where each rank runs: rank -> host:pid, the driver first; then the numerics (the
+    driver's baseline and probe, and each worker's probe when any differs)."""
     places = rec.get("ranks") or {}
-    return "ranks: " + ", ".join(
+    text = "ranks: " + ", ".join(
         f"{r}{' (driver)' if r == '0' else ''} {where}" for r, where in places.items()
     )
+    num = rec.get("numerics") or {}
+    mine = num.get("driver") or {}
+    if not mine:
+        return text
+    probes = num.get("workers") or {}
+    odd = {w: p for w, p in probes.items() if p != mine.get("probe")}
+    agree = f"every worker's probe agrees ({len(probes)})" if not odd else f"workers differ: {odd}"
+    return f"{text}; numerics {mine.get('baseline')} probe {mine.get('probe')}, {agree}"
 
 
 def _failover_armed_text(rec: dict[str, Any]) -> str:

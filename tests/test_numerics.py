@@ -1,0 +1,108 @@
+"""A job whose ranks see different CPUs (simulated per process: numpy's SIMD dispatch turned
+down on one rank or on every replacement, tests/jobs/oddcpu) gives the bits of the
+homogeneous job under the numeric baseline (core/numerics): numerics auto launches it again
+pinned, and a process whose numerics cannot be aligned gets no shard, and the job says so."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import with_libraries
+from mpiharness import OMPI_PYTHON, REPO, fit_args, run_job, same_fit
+
+pytestmark = pytest.mark.mpijob
+
+NO_AVX512 = "X86_V4 AVX512_ICL AVX512_SPR"  # a node without AVX-512 (Haswell to Zen 3)
+PRE_V3 = "X86_V3 " + NO_AVX512  # a node below x86-64-v3: the baseline cannot lift it
+ARGS = ("hmm", 240, 3, 1, 4)
+PINNED = "launching it again under the numeric baseline"
+
+
+def _odd(who: str, npy: str, **more) -> dict:
+    path = str(REPO / "tests" / "jobs" / "oddcpu")
+    return {
+        "PYTHONPATH": os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p),
+        "MIXLE_MPI_TEST_ODD_RANK": who,
+        "MIXLE_MPI_TEST_ODD_NPY": npy,
+        **more,
+    }
+
+
+def _events(job, name: str) -> list[dict]:
+    return [e for e in job.events if e["event"] == name]
+
+
+def _probes_agree(job) -> dict:
+    ranks = _events(job, "ranks")[-1]
+    mine = ranks["numerics"]["driver"]
+    assert set(ranks["numerics"]["workers"].values()) == {mine["probe"]}, ranks
+    return mine
+
+
+# one MPI job per library: the odd rank killed mid-E-step under one, at initialization under
+# the other (CI's time)
+KILLS = {"openmpi": "2:kill:estep_mid:1", "mpich": "2:kill:init:0"}
+
+
+@pytest.mark.parametrize("library", with_libraries([()], id_of=lambda row: "x"))
+def test_an_older_cpu_killed_changes_no_bit(library, tmp_path, reference):
+    """W = 3, rank 2 without AVX-512, killed in its second E-step (Open MPI) or its
+    initialization (MPICH). Numerics auto sees the probes differ and launches the job again
+    under the baseline, where every probe agrees; the bits are those of the homogeneous,
+    failure-free fit under the baseline."""
+    name, python = library
+    job = run_job(python, 4, fit_args(*ARGS), tmp_path, plan=KILLS[name], env=_odd("2", NO_AVX512))
+    assert job.rc == 0 and PINNED in job.stderr, job.describe()
+    assert [e["worker"] for e in _events(job, "failure_detected")][:1] == [2], job.describe()
+    mine = _probes_agree(job)
+    assert mine["baseline"] == "x86-64-v3" and "X86_V4" not in mine["dispatch"]
+    assert not _events(job, "numerics_refused"), job.describe()
+    assert same_fit(job.result, reference(*ARGS, 7, mode="baseline")), job.describe()
+
+
+@pytest.mark.parametrize("library", with_libraries([()], id_of=lambda row: "x"))
+def test_a_rank_below_the_baseline_gets_no_shard(library, tmp_path, reference):
+    """W = 4, rank 1 below x86-64-v3: pinned, it still differs, so it is refused (rank, host,
+    what differs), a replacement under the baseline takes its place, and the bits are the
+    homogeneous fit's."""
+    _, python = library
+    job = run_job(python, 5, fit_args(*ARGS), tmp_path, env=_odd("1", PRE_V3))
+    assert job.rc == 0 and PINNED in job.stderr, job.describe()
+    (refused,) = _events(job, "numerics_refused")
+    assert refused["worker"] == 1 and "rank 1 on " in refused["why"], refused
+    assert "numpy dispatch" in refused["why"] and "gets no shard" in refused["why"], refused
+    assert same_fit(job.result, reference(*ARGS, 7, mode="baseline")), job.describe()
+
+
+def test_unpinned_a_replacement_of_other_numerics_changes_no_bit(tmp_path, reference):
+    """Numerics auto on a homogeneous machine pins nothing (native speed). Worker 2 dies;
+    each replacement comes without AVX-512: it is refused and gets no shard, so the bits
+    stay those of the native, failure-free fit."""
+    job = run_job(
+        OMPI_PYTHON,
+        4,
+        fit_args(*ARGS),
+        tmp_path,
+        plan="2:kill:estep_before:1",
+        env=_odd("spawned", NO_AVX512, MIXLE_MPI_RESPAWN_WAIT="1"),
+    )
+    assert job.rc == 0 and PINNED not in job.stderr, job.describe()
+    assert _probes_agree(job)["baseline"] == "auto"
+    refused = _events(job, "numerics_refused")
+    assert refused and all(e["worker"] == 2 for e in refused), job.describe()
+    assert same_fit(job.result, reference(*ARGS, 7)), job.describe()
+
+
+def test_native_numerics_refuses_an_odd_rank_and_needs_one_worker(tmp_path):
+    """--numerics native on 2 ranks whose only worker lacks AVX-512: exit 2, naming it."""
+    job = run_job(
+        OMPI_PYTHON,
+        2,
+        fit_args(*ARGS),
+        tmp_path,
+        env=_odd("1", NO_AVX512),
+        launch=("--numerics", "native"),
+    )
+    assert job.rc == 2, job.describe()
+    assert "rank 1 on " in job.stderr and "but the job needs 1" in job.stderr, job.describe()
