@@ -72,6 +72,7 @@ DEFAULTS = {
     "base_seed": 1,
     "fit_cmd": None,  # None: DEFAULT_FIT (ft, srun) or DEFAULT_ARRAY_FIT (array)
     "sbatch": (),  # extra "#SBATCH" options, e.g. ("--partition=debug",)
+    "prologue": (),  # shell lines run before the launch: module load, environment activation
 }
 
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
@@ -153,7 +154,28 @@ def validate(kind: str, opts: dict) -> dict:
                     f"{'seed' if var == 'SEED' else 'output folder'}); found {o['fit_cmd']!r}"
                 )
     o["sbatch"] = tuple(_one_line("sbatch option", s) for s in o["sbatch"])
+    o["prologue"] = prologue_lines(o["prologue"])
     return o
+
+
+def prologue_lines(prologue) -> tuple[str, ...]:
+    """The prologue as lines (pure): text or lines, each kept as written; no line may be a
+    ``#SBATCH`` one (sbatch reads those only above the first command: use ``sbatch``)."""
+    lines = prologue.splitlines() if isinstance(prologue, str) else [str(x) for x in prologue]
+    for line in lines:
+        if "\r" in line or line.lstrip().upper().startswith("#SBATCH"):
+            raise ConfigError(
+                f"a prologue line must be a shell line, not {line!r}; give #SBATCH options with --sbatch"
+            )
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return tuple(lines)
+
+
+PROLOGUE_HEAD = (
+    "# Prologue: the site's setup (module load, environment activation), run before `set -u`\n"
+    "# (module scripts read unset variables). The launcher uses the first mpiexec on PATH after it."
+)
 
 
 _HEADER = {
@@ -213,7 +235,7 @@ _COMMON_DOC = """\
 
 _BODY = """\
 trap '' USR1 TERM  # until the launcher is up: a signal now must not end this script
-set -u
+{prologue}set -u
 PY={python}
 MAX_RESTARTS={max_restarts}
 RESTARTS=${{SLURM_RESTART_COUNT:-0}}
@@ -305,6 +327,7 @@ def render(kind: str, **opts) -> str:
                 else ""
             ),
             fit_cmd=o["fit_cmd"],
+            prologue="\n".join((PROLOGUE_HEAD, *o["prologue"], "")) + "\n" if o["prologue"] else "",
             ok=exitcodes.OK,
             ck=exitcodes.CHECKPOINTED,
         )
@@ -325,11 +348,23 @@ def write_golden(directory: str) -> list[str]:
 
 def _options(args) -> dict:
     """The render options given on the command line (absent ones keep their defaults)."""
-    names = [n for n in DEFAULTS if n != "sbatch"]
+    names = [n for n in DEFAULTS if n not in ("sbatch", "prologue")]
     opts = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
     if args.sbatch:
         opts["sbatch"] = tuple(args.sbatch)
+    if args.prologue:
+        opts["prologue"] = tuple(
+            line for value in args.prologue for line in read_prologue(value).splitlines()
+        )
     return opts
+
+
+def read_prologue(value: str) -> str:
+    """A ``--prologue`` value: the text of the file it names, else the value as a line."""
+    if os.path.isfile(value):
+        with open(value, encoding="utf-8") as f:
+            return f.read()
+    return value
 
 
 def _cmd_slurm(args) -> int:
@@ -398,6 +433,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="OPTION",
         help="an extra #SBATCH option, e.g. --sbatch=--partition=debug (repeatable)",
+    )
+    p.add_argument(
+        "--prologue",
+        action="append",
+        default=[],
+        metavar="FILE_OR_LINE",
+        help="shell lines run before the launch, for the site's setup: a file of them, or one "
+        "line, e.g. --prologue='module load openmpi' --prologue='source ~/env/bin/activate' "
+        "(repeatable; the launcher then uses the first mpiexec on PATH)",
     )
     p.set_defaults(func=_cmd_slurm)
 

