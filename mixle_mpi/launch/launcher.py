@@ -203,7 +203,9 @@ def build_command(
     extra = list(extra or [])
     caps = caps or WHEEL_CAPS.get(flavor)
     if placement is None:
-        placement = ["--oversubscribe", "--bind-to", "none"] if caps is WHEEL_CAPS.get(flavor) else []
+        placement = (
+            ["--oversubscribe", "--bind-to", "none"] if caps is WHEEL_CAPS.get(flavor) else []
+        )
     if flavor == OPENMPI:
         flags = [*mpicaps.survival_flags(caps), *placement]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
