@@ -335,13 +335,30 @@ def render(kind: str, **opts) -> str:
     return "\n".join(lines)
 
 
+# A pinned example beside the defaults: the ft kind on a site's MPI, loaded as a module into
+# a shared environment (docs/user-guide.md "Your site's MPI").
+MODULES_PROLOGUE = (
+    "module purge",
+    "module load openmpi",
+    "source /shared/envs/mixle/bin/activate",
+)
+EXAMPLES = {"fit-ft-modules.sbatch": ("ft", {"prologue": MODULES_PROLOGUE})}
+
+
+def golden_files() -> dict[str, str]:
+    """Every golden file's name and its text: each kind with the defaults, and the examples."""
+    files = {GOLDEN[kind]: render(kind) for kind in KINDS}
+    files.update({name: render(kind, **opts) for name, (kind, opts) in EXAMPLES.items()})
+    return files
+
+
 def write_golden(directory: str) -> list[str]:
-    """Write every kind with the defaults to ``directory`` (the golden files); returns the paths."""
+    """Write the golden files (``golden_files``) to ``directory``; returns the paths."""
     os.makedirs(directory, exist_ok=True)
     paths = []
-    for kind in KINDS:
-        path = os.path.join(directory, GOLDEN[kind])
-        write_text(path, render(kind))
+    for name, text in golden_files().items():
+        path = os.path.join(directory, name)
+        write_text(path, text)
         paths.append(path)
     return paths
 
