@@ -58,7 +58,12 @@ def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> 
         else "default: detected from the mpiexec found",
     )
     p.add_argument(
-        "--mpiexec", default=None, help=more("default: the one beside this Python, else PATH")
+        "--mpiexec",
+        default=None,
+        help=more(
+            "default: the first mpiexec on PATH (a loaded module's), else the one beside this Python "
+            "(an MPI wheel's)"
+        ),
     )
     p.add_argument(
         "--mpiexec-args",
