@@ -135,3 +135,26 @@ def test_the_command_carries_the_probed_flags_only():
     assert argv[1] == "--enable-recovery"
     wheel = launcher.build_command("/x/mpiexec", OPENMPI, 4, ["python", "j.py"])
     assert wheel[1:6] == ["--with-ft", "ulfm", "--oversubscribe", "--bind-to", "none"]
+
+
+def attempt(code, started=True, written=False, timed_out=False):
+    return launcher.Attempt(code, "the job failed", 40, timed_out, 0.0, started, written)
+
+
+def test_a_death_under_an_mpiexec_that_cannot_outlive_it_is_resumed():
+    assert launcher.lost_to_a_death(mpicaps.NONE, attempt(137))
+    assert not launcher.lost_to_a_death(mpicaps.RECOVERY, attempt(137))  # the job lived on
+    assert not launcher.lost_to_a_death(mpicaps.NONE, attempt(137, started=False))  # a start
+    assert not launcher.lost_to_a_death(mpicaps.NONE, attempt(75, written=True))  # the driver's
+    assert not launcher.lost_to_a_death(mpicaps.NONE, attempt(1, timed_out=True))
+    assert not launcher.lost_to_a_death(mpicaps.NONE, attempt(0))
+
+
+def test_the_driver_says_what_a_death_does_without_ulfm():
+    from mixle_mpi.runtime.shrink import recovery_enabled_by_launcher, without_ulfm
+
+    assert "keeps the job alive" in without_ulfm((4, 1, 4), True)
+    assert "not given --enable-recovery" in without_ulfm((4, 1, 4), False)
+    assert "use `mixle-mpi run`" in without_ulfm((5, 0, 11), False)
+    assert recovery_enabled_by_launcher({"OMPI_MCA_orte_enable_recovery": "1"})
+    assert not recovery_enabled_by_launcher({})

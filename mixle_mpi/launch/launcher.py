@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mixle_mpi.core import exitcodes, logs, procs
 from mixle_mpi.core.errors import ConfigError
@@ -691,6 +691,12 @@ def run(
             usr1_as_term=flavor == MPICH,
             shared=os.getcwd() if relaunch.hosts is not None else None,
         )
+        if caps is not None and lost_to_a_death(caps.survival, a):
+            a = replace(
+                a,
+                code=exitcodes.RERUN_TO_RESUME,
+                note=f"{a.note}: a rank died, and {os.path.basename(exe)} cannot outlive that",
+            )
         if a.code == exitcodes.NEVER_STARTED and (why := refused(argv, full)):
             raise ConfigError(
                 f"{a.note.split('. Nothing was computed')[0]}: {os.path.basename(exe)} refused "
@@ -771,6 +777,23 @@ class Attempt:
     level: int
     timed_out: bool = False
     ended_at: float = 0.0
+    fit_started: bool = False  # the fit's ranks were past the start
+    status_written: bool = False  # the driver wrote how the job ended
+
+
+def lost_to_a_death(survival: str, a: Attempt) -> bool:
+    """Whether a launch under an mpiexec that cannot outlive a rank's death (``survival``
+    ``mpicaps.NONE``) ended because one died (pure): the fit had started, the driver wrote
+    nothing (the runtime killed it) and the launcher neither stopped nor timed it out. Such a
+    job is run again to resume from its checkpoint, like one whose driver could not
+    reconfigure."""
+    return (
+        survival == mpicaps.NONE
+        and a.fit_started
+        and not a.status_written
+        and not a.timed_out
+        and a.code not in (exitcodes.OK, exitcodes.NEVER_STARTED, exitcodes.INTERRUPTED)
+    )
 
 
 def _launch_once(
@@ -856,9 +879,11 @@ def _launch_once(
             lost=why if lost else None,
         )
     )
+    started = files.fit_started()
     files.remove()
     code, note = judge(rc, status, forwarder.terminated, never, forwarder.interrupted)
-    return Attempt(code, note, verdict_level(code, status), timed_out, ended)
+    level = verdict_level(code, status)
+    return Attempt(code, note, level, timed_out, ended, started, status is not None)
 
 
 def never_started(

@@ -32,6 +32,22 @@ def ulfm_enabled_by_launcher(environ=None) -> bool:
     return environ.get("OMPI_MCA_mpi_ft_enable", "").strip().lower() in ("1", "true", "yes")
 
 
+def recovery_enabled_by_launcher(environ=None) -> bool:
+    """Open MPI 4's mpiexec exports this when given ``--enable-recovery``."""
+    environ = os.environ if environ is None else environ
+    return environ.get("OMPI_MCA_orte_enable_recovery", "").strip().lower() in ("1", "true", "yes")
+
+
+def without_ulfm(version: tuple, recovery: bool) -> str:
+    """Why Open MPI ``version`` has no ULFM here, and whether a rank's death ends the job."""
+    name = f"Open MPI {'.'.join(map(str, version))}"
+    if recovery:
+        return f"{name} without ULFM; mpiexec --enable-recovery keeps the job alive after a rank's death"
+    if tuple(version) < (5,):
+        return f"{name} has no ULFM and mpiexec was not given --enable-recovery: a rank death ends the job"
+    return f"{name} without --with-ft ulfm: a rank death ends the job; use `mixle-mpi run`"
+
+
 def probe_shrink_method(timeout: float = 5.0) -> tuple[str, str]:
     """Return (method, reason): ULFM only when the library is Open MPI, FT is on and a
     one-process ``Shrink`` of COMM_SELF really returns (in a thread, under a deadline)."""
@@ -42,10 +58,7 @@ def probe_shrink_method(timeout: float = 5.0) -> tuple[str, str]:
             f"{vendor} {'.'.join(map(str, version))} has no working ULFM (mpi4py stubs it)",
         )
     if not ulfm_enabled_by_launcher():
-        return (
-            EMULATED,
-            "Open MPI without --with-ft ulfm: a rank death ends the job; use `mixle-mpi run`",
-        )
+        return EMULATED, without_ulfm(version, recovery_enabled_by_launcher())
     box: dict = {}
 
     def attempt() -> None:
