@@ -68,14 +68,14 @@ def site(request):
     return request.param
 
 
+def modules(site: str) -> list[str]:
+    """What loads the site's MPI: Lmod, its modulefiles, the module."""
+    return [f"source {LMOD_INIT}", f"module use {MODULES}", f"module load site-{site}"]
+
+
 def prologue(site: str) -> list[str]:
     """What a user's job script runs first: the module, then the shared environment."""
-    return [
-        f"source {LMOD_INIT}",
-        f"module use {MODULES}",
-        f"module load site-{site}",
-        f"source {venv(site)}/bin/activate",
-    ]
+    return [*modules(site), f"source {venv(site)}/bin/activate"]
 
 
 def fit_line(data: Path, out: Path) -> str:
@@ -173,12 +173,13 @@ def clean(data, tmp_path_factory) -> tuple[str, list]:
     return fitted(out)
 
 
-def killed_run(
-    site: str, data: Path, tmp_path: Path, env: dict | None = None
-) -> tuple[str, WorkerKill]:
+def killed_run(site: str, data: Path, tmp_path: Path) -> tuple[str, WorkerKill]:
+    """The fit with worker 1 SIGKILLed mid-fit, its MPI loaded by the job's own prologue
+    (``--prologue``, the job-file key): the shell has no MPI on PATH before it."""
     out = tmp_path / "out"
     kill = WorkerKill(out)
-    proc = shell([*prologue(site), fit_line(data, out) + " -n 4"], tmp_path, env)
+    lines = shlex.quote("\n".join(modules(site)))
+    proc = shell([f"{venv(site)}/bin/{fit_line(data, out)} -n 4 --prologue {lines}"], tmp_path)
     log = follow(proc, 300, kill)
     assert kill.pid is not None, f"the planned worker kill did not fire:\n{log[-4000:]}"
     assert proc.returncode == 0, f"worker {kill.pid} killed, exit {proc.returncode}:\n{log[-5000:]}"

@@ -158,3 +158,18 @@ def test_the_driver_says_what_a_death_does_without_ulfm():
     assert "use `mixle-mpi run`" in without_ulfm((5, 0, 11), False)
     assert recovery_enabled_by_launcher({"OMPI_MCA_orte_enable_recovery": "1"})
     assert not recovery_enabled_by_launcher({})
+
+
+def test_a_prologue_gives_the_launch_its_environment(tmp_path):
+    from mixle_mpi.launch import prologue
+
+    env = prologue.environment(
+        f"echo loading\nexport PATH={tmp_path}:$PATH\nexport SITE_MPI='a b=c'",
+        {"PATH": "/usr/bin:/bin", "KEEP": "1"},
+    )
+    assert env["PATH"].startswith(f"{tmp_path}:") and env["SITE_MPI"] == "a b=c"
+    assert env["KEEP"] == "1" and "loading" not in "".join(env)
+    with pytest.raises(ConfigError, match="exit 3.*no such module"):
+        prologue.environment("echo 'no such module' >&2; exit 3", {"PATH": "/usr/bin:/bin"})
+    with pytest.raises(ConfigError, match="ended before"):
+        prologue.parse(b"PATH=/x\0")

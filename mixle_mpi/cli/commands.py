@@ -213,12 +213,14 @@ def _fit(args) -> int:
     if args.n is not None and not fitcmd.under_mpi_launcher():
         from mixle_mpi.cli import preflight
         from mixle_mpi.core.joblock import check_free
+        from mixle_mpi.launch import prologue
         from mixle_mpi.launch.launcher import run
 
         preflight.check(
             cfg
         ).raise_any()  # every problem of the data and model: exit 2 before MPI starts
         check_free(cfg.out_dir, "output")  # another fit there: exit 2 before MPI starts
+        site = prologue.environment(cfg.prologue, dict(os.environ)) if cfg.prologue else {}
         return run(
             args.n + (cfg.spares or 0),
             [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)],
@@ -227,7 +229,7 @@ def _fit(args) -> int:
             flavor=args.mpi,
             timeout=args.timeout,
             start_retries=args.start_retries,
-            env=_rank_env(args),
+            env={**site, **_rank_env(args)},
             allow_many_ranks=args.allow_many_ranks,
             resume_retries=args.resume_retries,
             own_job=True,
