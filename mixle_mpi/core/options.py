@@ -575,7 +575,6 @@ OPTIONS: tuple[Option, ...] = (
         "environment. The launch takes the environment they leave, so the first mpiexec on PATH "
         "after them is the one used. A failing prologue ends the fit before the launch (exit 2). "
         "A batch script runs its own (`mixle-mpi slurm --prologue`).",
-        short="shell lines before the launch, e.g. 'module load openmpi'",
         job=True,
         metavar="LINES",
     ),
