@@ -257,3 +257,17 @@ def test_the_slurm_template_with_a_modules_prologue_runs_under_the_site_mpi(
     assert (rec["JobState"], rec["ExitCode"]) == ("COMPLETED", "0:0"), log[-5000:]
     assert f"MPI: {SITES[site]}" in log and shlex.quote(str(MODULES)) in text, log[-3000:]
     assert fitted(out) == clean
+
+
+def test_an_option_the_site_mpiexec_refuses_fails_at_once_and_is_not_retried(data, tmp_path):
+    """Issue 48's first failure, on purpose: Open MPI 4.1's mpiexec refuses --with-ft. The
+    launcher says so and ends with exit 2 after one attempt, not as a start to retry."""
+    if missing("openmpi"):
+        pytest.skip(missing("openmpi"))
+    out = tmp_path / "out"
+    fit = fit_line(data, out) + " -n 2 --mpiexec-args='--with-ft ulfm'"
+    proc = shell([*prologue("openmpi"), fit], tmp_path)
+    log = follow(proc, 120)
+    assert proc.returncode == 2, log[-3000:]
+    assert "refused an option (" in log and '"--with-ft"' in log and "Not run again" in log, log
+    assert log.count("launching:") == 1 and "starting it again" not in log, log

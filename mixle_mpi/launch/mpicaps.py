@@ -181,4 +181,4 @@ def refused_option(text: str) -> str | None:
     if line.lower().startswith(("option:", "an unrecognized")):
         nxt = text[m.end() :].strip().splitlines()
         line = " ".join([line, *(nxt[:2] if nxt else [])])
-    return line
+    return " ".join(line.split())
