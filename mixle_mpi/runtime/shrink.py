@@ -44,7 +44,10 @@ def without_ulfm(version: tuple, recovery: bool) -> str:
     if recovery:
         return f"{name} without ULFM; mpiexec --enable-recovery keeps the job alive after a rank's death"
     if tuple(version) < (5,):
-        return f"{name} has no ULFM and mpiexec was not given --enable-recovery: a rank death ends the job"
+        return (
+            f"{name} has no ULFM and mpiexec was not given --enable-recovery: a rank death ends "
+            "the job (launch with `mixle-mpi fit -n N`, which adds it where it exists)"
+        )
     return f"{name} without --with-ft ulfm: a rank death ends the job; use `mixle-mpi run`"
 
 
