@@ -70,13 +70,14 @@ def test_an_mpiexec_with_no_way_to_survive_says_the_launcher_resumes():
     [
         (4, 2, True, ["--oversubscribe", "--bind-to", "none"]),
         (2, 2, True, ["--oversubscribe", "--bind-to", "none"]),  # a respawn needs a slot
-        (4, 16, True, []),  # a real node: the site's binding stands
-        (64, 16, False, []),  # over several hosts: the allocation's slots
+        (4, 16, True, ["--oversubscribe"]),  # a real node: the site's binding stands
+        (64, 16, False, ["--oversubscribe"]),  # over several hosts: the allocation's slots
     ],
 )
 def test_binding_is_left_to_the_site_unless_oversubscribed(ranks, cores, one_host, flags):
     c = caps(OMPI4, {"--enable-recovery", "--oversubscribe"})
     assert mpicaps.placement_flags(c, ranks, cores, one_host) == flags
+    assert mpicaps.placement_flags(caps(OMPI4, {"--enable-recovery"}), 4, 16, True) == []
     assert mpicaps.placement_flags(caps(HYDRA, {"-disable-auto-cleanup"}), 8, 2, True) == []
 
 

@@ -699,9 +699,9 @@ def run(
             )
         if a.code == exitcodes.NEVER_STARTED and (why := refused(argv, full)):
             raise ConfigError(
-                f"{a.note.split('. Nothing was computed')[0]}: {os.path.basename(exe)} refused "
-                f"an option ({why}). Not run again: it would fail the same way every time; "
-                "fix the option (--mpiexec-args) or choose another MPI (--mpiexec)"
+                f"the job never started: {exe} refused an option ({why}). Not run again: it "
+                "would fail the same way every time; fix the option (--mpiexec-args) or "
+                "choose another MPI (--mpiexec)"
             )
         try:
             moved = relaunch.after(a, attempt + 1)
@@ -725,8 +725,8 @@ def run(
 def launch_caps(
     exe: str, flavor: str, n: int, extra: list[str] | None, environ
 ) -> tuple[mpicaps.Capabilities | None, list[str] | None]:
-    """What ``exe`` was probed to accept, and its placement flags: oversubscribed only where
-    the ranks (and a respawn's) would not fit this host's cores; (None, None) for srun."""
+    """What ``exe`` was probed to accept, and its placement flags (``mpicaps.placement_flags``);
+    (None, None) for srun."""
     if flavor == SRUN:
         return None, None
     caps = probe(exe, flavor, environ)

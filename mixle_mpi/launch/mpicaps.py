@@ -111,12 +111,17 @@ def survival_flags(caps: Capabilities) -> list[str]:
 
 
 def placement_flags(caps: Capabilities, ranks: int, cores: int, one_host: bool) -> list[str]:
-    """``--oversubscribe --bind-to none`` only where the ranks fill this host's cores on a
-    launch that stays on it (Open MPI would refuse more ranks than cores, a respawn's among
-    them, or pin two to one core); else the site's binding and slot counts stand."""
-    if caps.flavor != OPENMPI or not one_host or ranks < cores:
+    """Open MPI's placement flags. ``--oversubscribe`` wherever it is accepted: it only lets a
+    replacement start past the slots (a Spawn fails without it once they are full), and Open
+    MPI leaves ranks unbound by itself where they outnumber the cores. ``--bind-to none``
+    only where the ranks fill this host's cores on a launch that stays on it (a replacement
+    would share a bound core); else the site's binding stands."""
+    if caps.flavor != OPENMPI:
         return []
-    return [*(OVERSUBSCRIBE_FLAG if caps.has(OVERSUBSCRIBE_FLAG) else ()), "--bind-to", "none"]
+    flags = list(OVERSUBSCRIBE_FLAG) if caps.has(OVERSUBSCRIBE_FLAG) else []
+    if one_host and ranks >= cores:
+        flags += ["--bind-to", "none"]
+    return flags
 
 
 _SURVIVAL_TEXT = {
