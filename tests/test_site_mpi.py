@@ -58,14 +58,19 @@ def missing(site: str) -> str | None:
     return None
 
 
-@pytest.fixture(params=sorted(SITES))
-def site(request):
-    why = missing(request.param)
+def require(site: str) -> str:
+    """``site``, or a skip saying why it cannot be tested here (a failure under CI)."""
+    why = missing(site)
     if why:
         if REQUIRED:
             pytest.fail(f"MIXLE_MPI_REQUIRE_SITE_MPI=1 but {why}")
         pytest.skip(why)
-    return request.param
+    return site
+
+
+@pytest.fixture(params=sorted(SITES))
+def site(request):
+    return require(request.param)
 
 
 def modules(site: str) -> list[str]:
@@ -164,8 +169,7 @@ class WorkerKill:
 def clean(data, tmp_path_factory) -> tuple[str, list]:
     """The fit without a failure, under the site Open MPI (the bits every other run must give:
     they do not depend on the MPI, its ranks or its failures)."""
-    if missing("openmpi"):
-        pytest.skip(missing("openmpi"))
+    require("openmpi")
     out = tmp_path_factory.mktemp("clean") / "out"
     proc = shell([*prologue("openmpi"), fit_line(data, out) + " -n 4 -q"], out.parent)
     log = follow(proc, 240)
@@ -204,8 +208,7 @@ def test_a_fit_under_the_site_mpi_survives_a_worker_sigkill_to_the_same_bits(
 def test_an_mpiexec_that_cannot_outlive_a_death_resumes_to_the_same_bits(data, tmp_path, clean):
     """A site Open MPI whose mpiexec refuses --enable-recovery (a wrapper stands in for it):
     the death ends the job, and the launcher runs it again from its checkpoint."""
-    if missing("openmpi"):
-        pytest.skip(missing("openmpi"))
+    require("openmpi")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "mpiexec").write_text(
@@ -262,8 +265,7 @@ def test_the_slurm_template_with_a_modules_prologue_runs_under_the_site_mpi(
 def test_an_option_the_site_mpiexec_refuses_fails_at_once_and_is_not_retried(data, tmp_path):
     """Issue 48's first failure, on purpose: Open MPI 4.1's mpiexec refuses --with-ft. The
     launcher says so and ends with exit 2 after one attempt, not as a start to retry."""
-    if missing("openmpi"):
-        pytest.skip(missing("openmpi"))
+    require("openmpi")
     out = tmp_path / "out"
     fit = fit_line(data, out) + " -n 2 --mpiexec-args='--with-ft ulfm'"
     proc = shell([*prologue("openmpi"), fit], tmp_path)
