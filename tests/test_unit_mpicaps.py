@@ -152,13 +152,11 @@ def test_a_death_under_an_mpiexec_that_cannot_outlive_it_is_resumed():
 
 
 def test_the_driver_says_what_a_death_does_without_ulfm():
-    from mixle_mpi.runtime.shrink import recovery_enabled_by_launcher, without_ulfm
+    from mixle_mpi.policy.reconfig_plan import without_ulfm
 
     assert "keeps the job alive" in without_ulfm((4, 1, 4), True)
     assert "not given --enable-recovery" in without_ulfm((4, 1, 4), False)
     assert "use `mixle-mpi run`" in without_ulfm((5, 0, 11), False)
-    assert recovery_enabled_by_launcher({"OMPI_MCA_orte_enable_recovery": "1"})
-    assert not recovery_enabled_by_launcher({})
 
 
 def test_a_prologue_gives_the_launch_its_environment(tmp_path):

@@ -23,6 +23,7 @@ from mixle_mpi.policy.reconfig_plan import (
     detach_from_pmix,
     requested_method,
     srun_plugin,
+    without_ulfm,
 )
 
 
@@ -36,19 +37,6 @@ def recovery_enabled_by_launcher(environ=None) -> bool:
     """Open MPI 4's mpiexec exports this when given ``--enable-recovery``."""
     environ = os.environ if environ is None else environ
     return environ.get("OMPI_MCA_orte_enable_recovery", "").strip().lower() in ("1", "true", "yes")
-
-
-def without_ulfm(version: tuple, recovery: bool) -> str:
-    """Why Open MPI ``version`` has no ULFM here, and whether a rank's death ends the job."""
-    name = f"Open MPI {'.'.join(map(str, version))}"
-    if recovery:
-        return f"{name} without ULFM; mpiexec --enable-recovery keeps the job alive after a rank's death"
-    if tuple(version) < (5,):
-        return (
-            f"{name} has no ULFM and mpiexec was not given --enable-recovery: a rank death ends "
-            "the job (launch with `mixle-mpi fit -n N`, which adds it where it exists)"
-        )
-    return f"{name} without --with-ft ulfm: a rank death ends the job; use `mixle-mpi run`"
 
 
 def probe_shrink_method(timeout: float = 5.0) -> tuple[str, str]:
