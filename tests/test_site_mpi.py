@@ -34,6 +34,7 @@ MODULES = REPO / ".site-mpi" / "modules"
 LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
 REQUIRED = os.environ.get("MIXLE_MPI_REQUIRE_SITE_MPI") == "1"
 ITERATIONS = 30
+ROWS = 200_000  # an iteration long enough that the fit outlasts the runtime ending a job at a death
 ENV = {
     "PYTHONWARNINGS": "ignore",
     "MIXLE_MPI_HEARTBEAT_PERIOD": "0.1",
@@ -94,7 +95,7 @@ def fit_line(data: Path, out: Path) -> str:
 def data(tmp_path_factory) -> Path:
     rng = np.random.default_rng(3)
     centers = np.array([[0.0, 0.0], [4.0, 1.0], [-3.0, 5.0]])
-    x = centers[rng.integers(0, 3, 60000)] + rng.normal(size=(60000, 2))
+    x = centers[rng.integers(0, 3, ROWS)] + rng.normal(size=(ROWS, 2))
     path = tmp_path_factory.mktemp("data") / "x.npy"
     np.save(path, x)
     return path
