@@ -149,7 +149,7 @@ def render(kind: str, folder: str, python: str, args) -> str:
         ntasks=args.workers + 1,
         time="10",
         signal_margin=60,
-        max_restarts=1,
+        max_requeues=1,
         python=python,
         out_dir=os.path.join(folder, "out"),
         fit_cmd=FIT.format(n=args.n, its=args.its, shards=args.shards),

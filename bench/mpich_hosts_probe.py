@@ -5,7 +5,7 @@ One run: the built-in fit on hosts A (driver), B (workers 1-2), C (workers 3-4) 
 worker 2 on host B SIGKILLed before E-step 2 (plan "2:kill:estep_before:2"), or with
 ``--mode linkdown`` host B's link taken down first and then worker 2 SIGKILLed by us (its
 peers see silence, not a reset, as on a lost SLURM node). The launcher does not rerun a
-blocked job (--resume-retries 0), so each run shows the first attempt only. With --gdb the
+blocked job (--max-restarts 0), so each run shows the first attempt only. With --gdb the
 driver's native stacks are taken once the fault is some seconds old and no recovery is in
 the events: where it blocks.
 
@@ -194,7 +194,7 @@ def one(config: str, mode: str, gdb: bool, base: Path, i: int) -> dict:
             plan="2:kill:estep_before:2" if mode == "plan" else None,
             env=env,
             timeout=150,
-            launch=("--resume-retries", "0"),
+            launch=("--max-restarts", "0"),
         )
         took = time.monotonic() - t0
         stop.set()

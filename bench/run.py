@@ -25,9 +25,19 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench import common, detection, failure_cost, memory_startup, overhead, paired, payload, peers  # noqa: E402
+from bench import (
+    common,
+    detection,
+    engines,
+    failure_cost,
+    memory_startup,
+    overhead,
+    paired,
+    payload,
+    peers,
+)  # noqa: E402
 
-ITEMS = ("1", "2", "3", "4", "5", "6", "7")
+ITEMS = ("1", "2", "3", "4", "5", "6", "7", "8")
 TITLES = {
     "1": "Failure-free overhead per iteration (ours / mixle MPIEncodedData, same number of E-step processes)",
     "2": "Cost of one worker failure (SIGKILL mid-E-step), split into its parts",
@@ -36,6 +46,7 @@ TITLES = {
     "5": "Startup: launch to the first E-step against N, and what dominates it",
     "6": "Throughput per core against scikit-learn and mixle multiprocessing",
     "7": "Bytes sent per iteration over MPI against the size of the sufficient statistics",
+    "8": "E-step engines: per-core throughput of each against scikit-learn, mixle multiprocessing and today's (seq)",
 }
 
 
@@ -383,6 +394,8 @@ def render(report: dict) -> str:
                     f"  - ms/iteration: ours {common.fmt(f['ours_ms'], 1)}, mixle {common.fmt(f['mixle_ms'], 1)}; "
                     f"same final log-likelihood: {f['same_final_ll']}"
                 )
+            if f.get("engine_ms"):
+                lines.append(engines.detail(f))
             lines.append(f"  - command: `{f['command']}`")
     lines += ["", "## Closing note: every figure against its target", ""]
     for f in report["figures"]:
@@ -471,6 +484,7 @@ def main(argv=None) -> int:
         ("4,5", lambda: item_memory_startup(args.python, args.quick, args.reps)),
         ("6", lambda: peers.measure(args.python, args.quick, reps=args.reps)),
         ("7", lambda: payload.measure(args.python, args.quick)),
+        ("8", lambda: engines.measure(args.python, args.quick, reps=args.reps)),
     ]
     for key, fn in steps:
         if not only & set(key.split(",")):

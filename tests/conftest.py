@@ -1,4 +1,5 @@
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mpiharness import OMPI_PYTHON, mpich_python  # noqa: E402
 from slurmharness import cluster  # noqa: E402, F401 - the session's local SLURM (a fixture)
 
+ENGINE_ENV = "MIXLE_MPI_ENGINE"
 MPI_TIER = Path(__file__).resolve().parent / "mpi"
 
 
@@ -20,11 +22,28 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+def _reference(model, n, shards, sub_chunks, max_its, seed, engine=None):
+    """For the engine the jobs run with (``MIXLE_MPI_ENGINE``, default seq: mixle's own
+    backend), so the exactness and chaos tests run for any engine."""
+    return _reference_of(
+        model, n, shards, sub_chunks, max_its, seed, engine or os.environ.get(ENGINE_ENV, "seq")
+    )
+
+
 @functools.lru_cache(maxsize=None)
-def _reference(model, n, shards, sub_chunks, max_its, seed):
+def _reference_of(model, n, shards, sub_chunks, max_its, seed, engine):
     from mixle_mpi.fitting.reference import reference_fit
 
-    return reference_fit(model, n, 1, seed, shards, sub_chunks=sub_chunks, max_its=max_its)
+    return reference_fit(
+        model,
+        n,
+        1,
+        seed,
+        shards,
+        sub_chunks=sub_chunks,
+        max_its=max_its,
+        engine=None if engine == "seq" else engine,  # seq: mixle's own backend
+    )
 
 
 @pytest.fixture(scope="session")

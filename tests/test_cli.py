@@ -315,7 +315,7 @@ def test_fit_errors_under_mpi_end_the_job_fast_and_clearly(args, needle, code, d
         ),
         (
             ["fit", "-n", "3", "--data", "builtin:iris", "--model", "gmm:k=2", "--max-its", "0"],
-            "max_its must be an integer >= 1; found 0",
+            "--max-its must be an integer >= 1; found 0",
         ),
         (["fit", "--data", "builtin:iris", "--model", "gmm:k=2"], "give -n N"),
         (

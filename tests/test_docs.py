@@ -18,8 +18,9 @@ import subprocess
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-DOCS = ("README.md", "docs/user-guide.md")
-NOT_RUN = {"ci", "needs-slurm", "needs-network", "needs-your-script"}
+DOCS = ("README.md", "docs/user-guide.md", "docs/tutorial.md")
+NOT_RUN = {"ci", "needs-slurm", "needs-network", "needs-your-script", "needs-your-site", "slurm"}
+# "slurm": run by tests/test_slurm.py on a local SLURM (run_blocks with those tags)
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```", re.M | re.S)
 LINKED = (".venv", ".venv-mpich", "jobs", "scripts", "slurm")
 BLOCK_TIMEOUT = 600
@@ -45,21 +46,22 @@ def test_every_shell_block_is_run_or_says_why_not(doc):
             )
 
 
-@pytest.mark.parametrize("doc", DOCS)
-def test_the_commands_of_the_docs_run(doc, tmp_path):
+def run_blocks(doc: str, folder: pathlib.Path, tags=("",), env=None) -> int:
+    """Run ``doc``'s bash blocks tagged one of ``tags``, in order, in ``folder`` (with the
+    checkout's folders linked in); returns how many ran. A failing block fails the test."""
     for name in LINKED:
         if (ROOT / name).exists():
-            (tmp_path / name).symlink_to(ROOT / name)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MIXLE_MPI_")}
+            (folder / name).symlink_to(ROOT / name)
+    env = env or {k: v for k, v in os.environ.items() if not k.startswith("MIXLE_MPI_")}
     ran = 0
     for lang, tag, body in blocks(doc):
         if lang == "python" and tag:
-            (tmp_path / tag).write_text(body)
-        if lang != "bash" or tag:
+            (folder / tag).write_text(body)
+        if lang != "bash" or tag not in tags:
             continue
         proc = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", body],
-            cwd=tmp_path,
+            cwd=folder,
             env=env,
             capture_output=True,
             text=True,
@@ -70,4 +72,10 @@ def test_the_commands_of_the_docs_run(doc, tmp_path):
             f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
         )
         ran += 1
+    return ran
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_the_commands_of_the_docs_run(doc, tmp_path):
+    ran = run_blocks(doc, tmp_path)
     assert ran >= 2, f"{doc}: only {ran} block(s) ran"

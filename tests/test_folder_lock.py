@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 from mpiharness import OMPI_PYTHON, no_leftover_processes
 
+from mixle_mpi.core import joblock
 from mixle_mpi.core.joblock import LOCK_NAME
 from mixle_mpi.fitting.models import get_model
 
@@ -108,3 +110,43 @@ def test_a_second_fit_on_a_running_fits_folder_exits_2_at_once_and_the_first_kee
     for name in ("model.json",):
         assert (shared / name).read_text() == (alone / name).read_text()
     assert no_leftover_processes(str(shared)) == []
+
+
+HOLD_CHECKPOINT = (
+    "import sys, time; from mixle_mpi.runtime.handle import hold_checkpoint; "
+    "hold_checkpoint(sys.argv[1]); print('held', flush=True); time.sleep(60)"
+)
+
+
+def test_two_fits_with_their_own_out_dirs_and_one_checkpoint_are_refused(tmp_path):
+    """Before, only the folders were locked: two fits with different --out-dir and the same
+    --checkpoint both ran and rotated each other's files. The checkpoint is locked too: the
+    second fit exits 2 naming the first, before MPI starts under `fit -n` and in the driver."""
+    ck = tmp_path / "shared" / "ck.h5"
+    ck.parent.mkdir()
+    first = subprocess.Popen(
+        [sys.executable, "-c", HOLD_CHECKPOINT, str(ck)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert first.stdout.readline().strip() == "held"
+        from mixle_mpi.runtime.handle import hold_checkpoint
+
+        with pytest.raises(joblock.FolderBusy, match=f"pid {first.pid}.*--checkpoint"):
+            hold_checkpoint(str(ck))  # the driver's own check (fitloop: claim_checkpoint)
+        second = subprocess.run(
+            [sys.executable, "-m", "mixle_mpi", "fit", "-n", "2", "--model", "gmm:k=2"]
+            + ["--data", "builtin:iris", "--columns", "0:4", "--out-dir", str(tmp_path / "out2")]
+            + ["--checkpoint", str(ck)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 2 and f"pid {first.pid}" in second.stderr, second.stderr
+        assert "launching" not in second.stderr  # refused before MPI starts
+    finally:
+        first.kill()
+        first.wait()
+        first.stdout.close()
+    assert not (tmp_path / "out2" / "work").exists()
+    assert joblock.hold_file(str(ck), "checkpoint") is not None  # a dead job's: taken over
+    joblock.release_all()

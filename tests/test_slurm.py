@@ -56,7 +56,7 @@ def _render(kind: str, out_dir: Path, **opts) -> str:
         "ntasks": 3,
         "time": "10",
         "signal_margin": 60,
-        "max_restarts": 1,
+        "max_requeues": 1,
         "python": OMPI_PYTHON,
         "out_dir": str(out_dir),
         "fit_cmd": SINGLE_FIT,
@@ -99,27 +99,18 @@ def test_ft_template_completes_a_fit(uninterrupted):
     assert "restart count 0 of at most 1" in log
 
 
-def test_default_ft_template_runs_mixle_mpi_fit_with_a_job_file(cluster, tmp_path):
-    (tmp_path / "job.toml").write_text(
-        '[fit]\ndata = "builtin:iris"\ncolumns = "0:4"\nmodel = "gmm:k=3,cov=full"\n'
-        "num_shards = 4\nmax_its = 5\nseed = 3\n"
-    )
-    text = slurm.render(
-        "ft",
-        job_name="t-default",
-        ntasks=3,
-        time="10",
-        signal_margin=60,
-        python=OMPI_PYTHON,
-        out_dir="out",
-    )
-    job = cluster.submit(text, tmp_path, "ft")
-    (rec,) = cluster.wait_done(job)
-    log = _output(tmp_path)
-    assert (rec["JobState"], rec["ExitCode"]) == ("COMPLETED", "0:0"), log
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["iterations"] == 5 and (tmp_path / "out" / "model.json").exists()
-    assert (tmp_path / "out" / "checkpoint.h5").exists()
+def test_the_tutorial_runs_on_slurm(cluster, tmp_path):
+    """docs/tutorial.md from install check to resume, its SLURM blocks included. It runs the
+    shipped jobs/job.toml with `slurm ft --out-dir`: the checkpoint moves with the out-dir (it
+    used to stay in the job file's folder, which did not exist: exit 2 after the queue wait)."""
+    from test_docs import run_blocks
+
+    env = {k: v for k, v in cluster.env.items() if not k.startswith("MIXLE_MPI_")}
+    assert run_blocks("docs/tutorial.md", tmp_path, tags=("", "slurm"), env=env) >= 6
+    out = tmp_path / "runs" / "first"
+    assert (out / "checkpoint.h5").exists() and (out / "model.json").exists()
+    assert not (tmp_path / "mixle_mpi_jobs").exists()  # nothing in the job file's own folder
+    assert no_leftover_processes(str(tmp_path)) == []
 
 
 @pytest.mark.parametrize("ntasks", [4, 8])
@@ -182,7 +173,7 @@ def test_time_limit_signal_checkpoints_requeues_and_resumes_to_the_same_bits(
 
 
 def test_restart_bound_fails_clearly_with_exit_75(cluster, tmp_path):
-    text = _render("ft", tmp_path / "out", max_restarts=0, fit_cmd=FIT.format(n=20000, its=40))
+    text = _render("ft", tmp_path / "out", max_requeues=0, fit_cmd=FIT.format(n=20000, its=40))
     job = cluster.submit(text, tmp_path, "ft")
     end = time.monotonic() + 60
     while "launching:" not in _output(tmp_path):
@@ -193,7 +184,8 @@ def test_restart_bound_fails_clearly_with_exit_75(cluster, tmp_path):
     log = _output(tmp_path)
     assert (rec["JobState"], rec["ExitCode"], rec["Restarts"]) == ("FAILED", "75:0", "0"), log
     assert (
-        "max_restarts 0): not requeueing; resubmit this script to resume from the checkpoint" in log
+        "--max-requeues 0): not requeueing; resubmit this script to resume from the checkpoint"
+        in log
     )
 
 

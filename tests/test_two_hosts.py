@@ -330,7 +330,7 @@ def test_under_mpich_over_libfabric_sockets_a_dead_worker_on_another_host_is_rec
         plan=plan,
         env=env,
         timeout=300,
-        launch=("--resume-retries", "0"),
+        launch=("--max-restarts", "0"),
     )
     assert time.monotonic() - t0 < 120, job.describe()
     assert job.rc == 0, job.describe()

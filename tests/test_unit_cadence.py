@@ -46,10 +46,21 @@ def test_a_resumed_fit_does_not_write_at_once():
     assert c.due(8)
 
 
-def test_an_explicit_cadence_is_kept_exactly():
+def test_every_n_iterations_adds_to_the_default_protections():
     clock = Clock()
     every = Cadence(every=3, clock=clock)
-    assert [i for i in range(1, 10) if every.due(i)] == [3, 6, 9]  # no early first, no clock
+    due = []
+    for i in range(1, 10):
+        if every.due(i):
+            due.append(i)
+            every.wrote(0.01)
+    assert due == [1, 3, 6, 9]  # the early first write stays
+    clock.now += DEFAULT_SECONDS
+    assert every.due(10)  # and so does the clock
+
+
+def test_an_explicit_clock_is_kept_exactly():
+    clock = Clock()
     timed = Cadence(seconds=1.0, clock=clock)
     assert not timed.due(1)
     timed.wrote(30.0)  # no 2 % floor on a cadence the user chose
@@ -98,3 +109,17 @@ def test_the_flags_parse_to_the_same(tmp_path):
     )
     cfg = from_args(args)
     assert cfg.checkpoint is None and cfg.failover is False
+
+
+def test_an_out_dir_flag_takes_the_job_files_default_checkpoint_along():
+    """Two jobs of one job file in two folders never share a checkpoint (issue 48)."""
+    file_values = {
+        "data": "builtin:iris",
+        "model": "gmm:k=3",
+        "out_dir": "jobs/a",
+        "checkpoint": "jobs/a/checkpoint.h5",
+    }
+    cfg = resolve(file_values, {"out_dir": "runs/b"})
+    assert cfg.checkpoint == os.path.join("runs/b", "checkpoint.h5")
+    chosen = resolve({**file_values, "checkpoint": "/scratch/ck.h5"}, {"out_dir": "runs/b"})
+    assert chosen.checkpoint == "/scratch/ck.h5"  # a path of its own stays

@@ -136,7 +136,7 @@ def test_store_checkpoint_and_journal_are_owner_only_whatever_the_umask(tmp_path
         with ShardStore.create(tmp_path / "shards.h5", np.arange(12.0), 3):
             pass
         ck.write(str(tmp_path / "ck.h5"), ck.FitState(iteration=1, model="{}", ll=[-1.0]))
-        journal = FoldJournal(str(tmp_path / "fold.h5"))
+        journal = FoldJournal(str(tmp_path / "fold.h5"), "data")
         journal.begin("round-key")
         journal.close()
     finally:
@@ -274,7 +274,46 @@ def test_every_output_is_written_through_a_name_of_its_own_never_through_a_link(
     assert not os.path.exists(str(ck) + ".prev")  # a link is no good checkpoint to keep
 
 
-def test_a_checkpoint_write_that_hangs_ends_the_fit_with_an_error_not_a_silent_hang(
+def test_outputs_are_owner_only_and_never_written_through_a_link(tmp_path):
+    """model.json, summary.json, progress.json (write_json), events.jsonl (appended), fit.png
+    and the checkpoint's reach marker: mode 0600 whatever the umask, and a link planted at
+    the name is replaced or refused, never written through (issue 50)."""
+    import errno
+
+    from mixle_mpi.cli.plot import plot_fit
+    from mixle_mpi.core.atomicfile import write_json
+    from mixle_mpi.core.privatefile import new_private_file
+    from mixle_mpi.storage.events import EventLog
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    old = os.umask(0)
+    try:
+        write_json(str(tmp_path / "summary.json"), {"a": 1})
+        (tmp_path / "fit.png").symlink_to(outside)
+        plot_fit(str(tmp_path / "fit.png"), [[-3.0, -2.0, -1.5]], [], None)
+        (tmp_path / "old.jsonl").write_text("")
+        os.chmod(tmp_path / "old.jsonl", 0o644)  # a log an older version left
+        for name in ("events.jsonl", "old.jsonl"):
+            log = EventLog(str(tmp_path / name), echo=None)
+            log.emit("start")
+            log.close()
+        (tmp_path / "linked.jsonl").symlink_to(outside)
+        with pytest.raises(OSError) as refused:
+            EventLog(str(tmp_path / "linked.jsonl"), echo=None)
+        assert refused.value.errno == errno.ELOOP
+        new_private_file(str(tmp_path / "ck.h5.reach.1.ab"), "marker")
+        (tmp_path / "ck.h5.reach.2.cd").symlink_to(outside)
+        with pytest.raises(FileExistsError):
+            new_private_file(str(tmp_path / "ck.h5.reach.2.cd"), "marker")
+    finally:
+        os.umask(old)
+    assert outside.read_text() == "keep me" and not (tmp_path / "fit.png").is_symlink()
+    for name in ("summary.json", "fit.png", "events.jsonl", "old.jsonl", "ck.h5.reach.1.ab"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
+
+
+def test_a_checkpoint_write_that_hangs_ends_the_fit_with_a_retryable_exit_not_a_silent_hang(
     tmp_path, monkeypatch
 ):
     """Issue 33: a write on a hung file system stopped the driver's main thread for good while
@@ -291,11 +330,21 @@ def test_a_checkpoint_write_that_hangs_ends_the_fit_with_an_error_not_a_silent_h
     )  # the file system never answers
     t0 = time.monotonic()
     with pytest.raises(
-        ckpt.CheckpointError, match="did not finish within 0.3 s .*file system may hang.*intact"
-    ):
+        ckpt.CheckpointTimeout, match="did not finish within 0.3 s .*file system may hang.*intact"
+    ) as caught:
         fitloop.write_within(str(tmp_path / "ck.h5"), _state(1), None, 0.3)
     assert time.monotonic() - t0 < 5
     stuck.set()
+    # not "bad input" (exit 2): its own code, which the launcher runs again to resume
+    from mixle_mpi.core import exitcodes
+    from mixle_mpi.launch import launcher
+    from mixle_mpi.runtime import exiting
+
+    code = exiting.exit_code_for(caught.value)
+    assert code == exitcodes.CHECKPOINT_TIMEOUT != exitcodes.BAD_INPUT
+    left = launcher.retry_budget(start_retries=1, resume_retries=1)
+    assert launcher.relaunch_note(code, left) == "running it again to resume from its checkpoint"
+    assert launcher.relaunch_note(code, left) is None  # once, as --resume-retries says
 
 
 def test_a_stop_signal_landing_mid_step_never_claims_a_checkpoint_that_was_not_written(tmp_path):
@@ -328,7 +377,7 @@ def test_a_stop_signal_landing_mid_step_never_claims_a_checkpoint_that_was_not_w
         100,
         None,
         lambda i, ll, saved: setattr(stop, "signal", signal.SIGINT),
-        Cadence(every=50),
+        Cadence(every=50, seconds=3600.0),  # exact: no first-iteration write
     )
     steps.on_step(
         SimpleNamespace(iter=1, log_density=-3.0, delta=1.0, model=model)

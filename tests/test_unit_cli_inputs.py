@@ -245,7 +245,7 @@ def test_flags_override_the_job_file(tmp_path):
     "values, needle",
     [
         ({"max_itz": 3}, "unknown option 'max_itz'"),
-        ({"max_its": "ten"}, "max_its must be int; found 'ten'"),
+        ({"max_its": "ten"}, "max_its must be an integer; found 'ten' (in job file)"),
         ({"max_its": 0}, "max_its must be an integer >= 1; found 0"),
         ({"heartbeat_timeout": -1}, "heartbeat_timeout must be a number > 0"),
         ({"init_p": 2}, "init_p must be in (0, 1]"),

@@ -37,7 +37,14 @@ def test_env_overrides_default():
         "MIXLE_MPI_RESPAWN": "off",
     }
     s = Settings.resolve({}, environ=env)
-    assert s == Settings(0.25, 3.0, 100.0, 30.0, 4, False)
+    assert s == Settings(
+        heartbeat_period=0.25,
+        heartbeat_timeout=3.0,
+        driver_timeout=100.0,
+        reconfigure_timeout=30.0,
+        blas_threads=4,
+        respawn=False,
+    )
     assert type(s.heartbeat_timeout) is float and type(s.blas_threads) is int
 
 

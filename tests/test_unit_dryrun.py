@@ -150,34 +150,21 @@ def test_dry_run_prints_everything_and_launches_nothing(h5data, tmp_path, capsys
     assert not (tmp_path / "out").exists()
 
 
-def test_dry_run_reads_a_csv_header_not_its_values(tmp_path, capsys, no_launch, monkeypatch):
+def test_dry_run_reads_every_csv_value_without_loading_it(tmp_path, capsys, no_launch, monkeypatch):
     path = tmp_path / "d.csv"
-    path.write_text("a,b,c\n" + "1,2,3\n" * 999 + "oops,2,3\n")  # a bad cell a full read would find
+    path.write_text("a,b,c\n" + "1,2,3\n" * 999 + "oops,2,3\n")  # a bad cell on the last line
     monkeypatch.setattr(
-        datainput, "_read_numeric", lambda *a: pytest.fail("the dry run parsed the values")
+        datainput, "_read_numeric", lambda *a: pytest.fail("the dry run loaded the values")
     )
-    assert (
-        main(
-            [
-                "fit",
-                "-n",
-                "3",
-                "--dry-run",
-                "--data",
-                str(path),
-                "--columns",
-                "a,c",
-                "--model",
-                "gmm:k=2",
-            ]
-        )
-        == 0
-    )
+    argv = ["fit", "-n", "3", "--dry-run", "--data", str(path), "--model", "gmm:k=2"]
+    assert main([*argv, "--columns", "a,c"]) == 2
+    captured = capsys.readouterr()
+    assert "d.csv: 1000 data lines x 2 columns (a, c)" in captured.out
+    assert "d.csv line 1001, column 1 (a): found 'oops', needs a finite number" in captured.err
+    assert main([*argv, "--columns", "b,c"]) == 0  # the bad cell is in a column left out
     out = capsys.readouterr().out
-    assert (
-        "d.csv: 1000 data lines x 2 columns (a, c)" in out
-        and "5-6 shards per worker, 5 computed by the driver" in out
-    )
+    assert "every value of 1000 rows read and good" in out
+    assert "5-6 shards per worker, 5 computed by the driver" in out
     assert "reads the whole data before writing the shard store" in out
 
 

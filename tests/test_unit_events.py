@@ -251,3 +251,28 @@ def test_the_drivers_share_reads_as_which_shards_or_why_none():
     assert "S // (workers + 1) is 0" in describe(
         {**base, "shards": [], "share": 0, "share_bytes": 0}
     )
+
+
+def test_a_torn_line_from_a_killed_driver_is_skipped_and_said_by_every_reader(tmp_path):
+    """A driver killed mid-write, then rerun: the rerun's events follow a torn line. The one
+    reader keeps every whole event and says it skipped one; inspect, status and the chaos
+    campaigns all read through it."""
+    from mixle_mpi.cli import inspector, status
+
+    path = tmp_path / "events.jsonl"
+    first, rerun = {"time": 1.0, "event": "start"}, {"time": 2.0, "event": "resumed"}
+    path.write_text(
+        json.dumps(first) + "\n" + '{"time": 1.5, "event": "chec' + json.dumps(rerun) + "\n"
+    )
+    path.write_text(path.read_text() + json.dumps({"time": 3.0, "event": "closed"}) + "\n" + '{"ti')
+    events = read_events(str(path))
+    assert [e["event"] for e in events] == ["start", "closed"] and events.skipped == 1
+    lines = inspector.summarize(str(path))
+    assert lines[0] == "skipped 1 torn line (a write cut short by a kill)"
+    assert [e["event"] for e in status.tail_events(str(path), 10)] == ["start", "closed"]
+    assert read_events(str(tmp_path / "none.jsonl")) == []
+    rerun = EventLog(str(path), echo=None)  # a rerun after the torn '{"ti': its events are whole
+    rerun.emit("start")
+    rerun.close()
+    again = read_events(str(path))
+    assert [e["event"] for e in again] == ["start", "closed", "start"] and again.skipped == 2

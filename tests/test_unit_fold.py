@@ -296,3 +296,23 @@ def test_folding_as_results_arrive_in_any_order_gives_checkpointed_folds_bits(mo
         assert same_bits(fold.result(), want), (model, order)
     with pytest.raises(RuntimeError, match="fold incomplete"):
         PrefixFold(estimator, len(payloads)).result()
+
+
+def test_the_reference_runs_with_the_jobs_blas_threads_and_leaves_the_environment_as_it_was(
+    monkeypatch,
+):
+    """mixle's reference workers read the BLAS thread variables at their numpy import: a
+    sub-chunk of more than ~10,000 rows gives other bits with 2 OpenBLAS threads than with
+    the ranks' 1 (seen at N = 400,000, S = 4, 2 sub-chunks)."""
+    import os
+
+    from threadpoolctl import threadpool_info
+
+    from mixle_mpi.fitting.reference import BLAS_THREAD_VARS, blas_threads_everywhere
+
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    with blas_threads_everywhere(1):
+        assert all(os.environ[var] == "1" for var in BLAS_THREAD_VARS)
+        assert all(pool["num_threads"] == 1 for pool in threadpool_info())
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "2" and "OMP_NUM_THREADS" not in os.environ

@@ -357,3 +357,18 @@ def test_the_watchdog_ends_a_fit_whose_main_thread_blocks_outside_mpi_and_spares
     assert (
         run(lambda: threading.Event().wait(1.5), armed=False) == []
     )  # between fits: the caller's time
+
+
+def test_a_fresh_deadline_is_not_a_hearing():
+    """A suspect given one more timeout (``watch``) is cleared only by a real beat."""
+    clock = FakeClock()
+    t = HeartbeatTracker(1.0, clock=clock)
+    t.watch([1])
+    clock.advance(1.5)
+    t.watch([1])  # one more timeout from now
+    assert not t.heard_since(1, clock() - 0.1)
+    clock.advance(0.2)
+    t.heard(1)
+    assert t.heard_since(1, clock() - 0.1)
+    t.heard_ago(1, 0.5)  # a relay's older word never moves the hearing back
+    assert t.heard_since(1, clock() - 0.1)

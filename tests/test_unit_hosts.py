@@ -209,7 +209,8 @@ def test_the_failure_budget_and_too_few_slots_end_the_job_with_a_clear_message()
     assert not nxt.relaunch and nxt.lost_now == ("c",)
     assert "more than --max-host-failures=0" in nxt.message and "checkpoint is kept" in nxt.message
     book = HostBook(max_failures=5, cooldown=600)
-    nxt = book.decide(list(SLOTS), SLOTS, {"a": True, "b": False, "c": False}, 5, now=0.0, why="x")
+    book.decide(list(SLOTS), SLOTS, {"a": True, "b": False, "c": False}, 5, now=0.0, why="x")
+    nxt = book.decide(list(SLOTS), SLOTS, {"a": True, "b": False, "c": False}, 5, now=9.0, why="x")
     assert not nxt.relaunch and nxt.ranks == 1
     assert (
         "the hosts left (a:1) have 1 slot(s)" in nxt.message and "at least 2 ranks" in nxt.message
@@ -218,6 +219,18 @@ def test_the_failure_budget_and_too_few_slots_end_the_job_with_a_clear_message()
     nxt = spares.decide(list(SLOTS), SLOTS, {"a": True, "b": True, "c": False}, 5, now=0.0, why="x")
     assert not nxt.relaunch and nxt.ranks == 3
     assert "at least 4 ranks (a driver, a worker and its spares" in nxt.message
+
+
+def test_every_host_but_one_silent_at_once_is_doubted_until_a_second_probe_says_so_again():
+    """Seen once under MPICH on a loaded machine: right after a failed start, neither worker
+    host answered within 20 s, and the job ended with 74 on the one host left."""
+    book = HostBook(max_failures=5, cooldown=600)
+    first = book.decide(list(SLOTS), SLOTS, {"a": True, "b": False, "c": False}, 5, 0.0, "x")
+    assert not first.relaunch and first.lost_now == () and first.left_out == frozenset()
+    assert "every host probed but one was silent at once (b, c)" in first.message
+    assert first.ranks == 5 and book.losses == []
+    back = book.decide(list(SLOTS), SLOTS, {"a": True, "b": True, "c": False}, 5, 5.0, "x")
+    assert back.relaunch and back.lost_now == ("c",)  # one silent host is lost at once
 
 
 def test_when_no_host_answers_the_probe_is_at_fault_and_none_is_left_out():

@@ -17,6 +17,7 @@ def test_a_replacement_joins_once_ready_and_every_block_is_loaded():
     assert j.stalled(77.0, 60) and not j.stalled(75.0, 60)  # measured from its last step
     j.got_loaded(4, 17.0)
     assert j.joined()
+    assert not j.stalled(1000.0, 60)  # it awaits the round boundary, however long the round
 
 
 def test_a_replacement_of_a_place_without_shards_joins_when_ready():

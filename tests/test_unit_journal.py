@@ -29,12 +29,12 @@ def _payloads(name: str):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_journaled_payloads_fold_to_the_same_model(name, tmp_path):
     est, model, pays = _payloads(name)
-    j = FoldJournal(str(tmp_path / "round.h5"))
+    j = FoldJournal(str(tmp_path / "round.h5"), "data")
     assert j.begin("k1") == {}
     j.record(1, pays[1])
     j.record(3, pays[3])
     j.close()
-    found = FoldJournal(str(tmp_path / "round.h5")).begin("k1")
+    found = FoldJournal(str(tmp_path / "round.h5"), "data").begin("k1")
     assert sorted(found) == [1, 3]
     mixed = [pays[0], found[1], pays[2], found[3]]
     assert (
@@ -46,13 +46,26 @@ def test_journaled_payloads_fold_to_the_same_model(name, tmp_path):
 def test_other_round_or_damage_means_recompute(tmp_path):
     est, model, pays = _payloads("gmm1d")
     path = str(tmp_path / "round.h5")
-    j = FoldJournal(path)
+    j = FoldJournal(path, "data")
     j.begin("k1")
     j.record(0, pays[0])
     j.close()
-    assert FoldJournal(path).begin("k2") == {}  # another round: start afresh
+    assert FoldJournal(path, "data").begin("k2") == {}  # another round: start afresh
     open(path, "wb").write(b"half a file")
-    assert FoldJournal(path).begin("k2") == {}  # unreadable: recompute everything
+    assert FoldJournal(path, "data").begin("k2") == {}  # unreadable: recompute everything
+
+
+def test_a_journal_of_the_same_round_over_other_data_is_never_folded(tmp_path):
+    """A rerun after the data changed (same estimator, same model) recomputes every shard:
+    the round's key holds the data's fingerprint."""
+    est, model, pays = _payloads("gmm1d")
+    path = str(tmp_path / "round.h5")
+    j = FoldJournal(path, "fingerprint-of-the-old-data")
+    assert j.begin_round(est, model) == {}
+    j.record(0, pays[0])
+    j.close()
+    assert sorted(FoldJournal(path, "fingerprint-of-the-old-data").begin_round(est, model)) == [0]
+    assert FoldJournal(path, "fingerprint-of-the-new-data").begin_round(est, model) == {}
 
 
 def test_exact_value_codec_keeps_numpy_scalar_types():

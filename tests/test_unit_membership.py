@@ -171,3 +171,18 @@ def test_a_failed_worker_on_another_host_is_fenced_by_the_lowest_live_worker_the
     assert m.fencer("b", exclude=2) is None  # nobody left on that host: it cannot be fenced
     assert m.fencer("c", exclude=3) == 5
     assert m.fencer(None, exclude=3) is None and m.fencer("", exclude=3) is None
+
+
+def test_the_remote_fencer_is_chosen_by_pid_space_not_by_host_name():
+    """Two containers may share a host name: a pid means something only in its pid space. A
+    worker of another space on the same host name never fences; an unknown space falls back
+    to the host name."""
+    m = Membership([1, 2, 3, 4], max_retries=2)
+    for w in (1, 2, 3, 4):
+        m.records[w].host = "node"
+    spaces = {1: "boot:ns-a", 2: "boot:ns-b", 3: "boot:ns-b", 4: "boot:ns-a"}
+    m.mark_failed(3)
+    assert m.fencer("node", 3, "boot:ns-b", spaces) == 2
+    m.mark_failed(2)
+    assert m.fencer("node", 3, "boot:ns-b", spaces) is None  # nobody left in its space
+    assert m.fencer("node", 3, "", spaces) == 1  # its space unknown: by host name

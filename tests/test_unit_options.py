@@ -59,10 +59,13 @@ def test_settings_bounds_come_from_the_table():
         if o.kind is int:
             with pytest.raises(ConfigError, match=f"{o.name} must be an integer >= {o.at_least}"):
                 Settings.resolve({o.name: o.at_least - 1}, environ={})
-        if o.kind is float:
-            assert o.positive, o.name
+        if o.kind is float and o.positive:
             with pytest.raises(ConfigError, match=f"{o.name} must be a finite number > 0"):
                 Settings.resolve({o.name: 0.0}, environ={})
+        elif o.kind is float:  # 0 turns something off; below it is refused
+            assert Settings.resolve({o.name: 0.0}, environ={})
+            with pytest.raises(ConfigError, match=f"{o.name} must be a finite number >= 0"):
+                Settings.resolve({o.name: -1.0}, environ={})
 
 
 def test_fitconfig_is_the_job_options_and_a_setting_is_left_to_the_handle():

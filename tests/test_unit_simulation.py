@@ -72,6 +72,16 @@ def test_a_replay_of_a_seed_is_identical():
     assert check.run(Schedule.draw(4242)) == check.run(Schedule.draw(4242))
 
 
+def test_seed_24409_a_joined_replacement_waiting_for_a_slow_round_is_not_hung():
+    """Issue 50: a replacement held all its shards, and the round it waited for (its
+    survivors slowed to a fraction of their speed) outlasted reconfigure_timeout: it was
+    declared hung while joining. One that holds everything awaits nothing but the boundary."""
+    from mixle_mpi.sim.schedule import Schedule
+
+    check, _ = _sim()
+    assert check.run(Schedule.draw(24409)).rounds_done == 4
+
+
 def test_a_seed_replays_from_the_command_line():
     out = subprocess.run(
         [sys.executable, "-m", "mixle_mpi.sim", "--seed", "65"],

@@ -7,6 +7,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,7 @@ def _sbatch(text: str) -> list[str]:
 
 def test_ft_directives():
     text = slurm.render(
-        "ft", job_name="j1", ntasks=6, time="2:00:00", signal_margin=120, max_restarts=5
+        "ft", job_name="j1", ntasks=6, time="2:00:00", signal_margin=120, max_requeues=5
     )
     assert _sbatch(text) == [
         "--job-name=j1",
@@ -118,7 +119,7 @@ def test_exit_code_branches_use_the_project_codes():
 
 def test_srun_kind_launches_with_srun_and_states_the_tradeoffs():
     text = slurm.render("srun")
-    assert '"$PY" -m mixle_mpi run --mpi srun -n' in text
+    assert '"$PY" -m mixle_mpi run --launcher srun -n' in text
     for phrase in (
         "heartbeats only",
         "--kill-on-bad-exit=0 --wait=0",
@@ -216,7 +217,7 @@ def test_unknown_kind_lists_the_valid_ones():
             r"signal_margin \(300 s\) must be shorter than the time limit '5' \(300 s\)",
         ),
         ({"signal_margin": 0}, "signal_margin must be an integer between 1 and 65535; found 0"),
-        ({"max_restarts": -1}, "max_restarts must be an integer >= 0; found -1"),
+        ({"max_requeues": -1}, "--max-requeues must be an integer >= 0; found -1"),
         ({"job_name": "a b"}, "job_name must be letters"),
         ({"array": "0-"}, "array must be a SLURM index list"),
         ({"fit_cmd": "a\nb"}, "fit_cmd must be one non-empty line"),
@@ -250,7 +251,9 @@ def test_rendered_scripts_are_valid_bash(tmp_path):
 # -- the CLI ---------------------------------------------------------------------------------
 def test_cli_renders_to_stdout(capsys):
     assert cli.main(["slurm", "ft", "--ntasks", "8", "--time", "30", "--signal-margin", "120"]) == 0
-    assert capsys.readouterr().out == slurm.render("ft", ntasks="8", time="30", signal_margin="120")
+    assert capsys.readouterr().out == slurm.render(
+        "ft", ntasks="8", time="30", signal_margin="120", python=sys.executable
+    )  # --python defaults to the interpreter running the command
 
 
 def test_cli_writes_a_file(tmp_path, capsys):
@@ -272,7 +275,7 @@ def test_cli_writes_a_file(tmp_path, capsys):
         == 0
     )
     assert out.read_text() == slurm.render(
-        "array", array="0-3", base_seed="5", sbatch=("--partition=x",)
+        "array", array="0-3", base_seed="5", sbatch=("--partition=x",), python=sys.executable
     )
     assert f"sbatch {out}" in capsys.readouterr().err
 
@@ -662,3 +665,27 @@ def test_mpich_in_a_slurm_allocation_lets_a_replacements_step_overlap():
     assert (
         hydra_overlap(MPICH, {**job, HYDRA_EXTRA_ENV: "--mpi=none"}, "slurm 22.05.8") == {}
     )  # the user's
+
+
+def test_a_signal_for_a_driver_on_another_host_reaches_it_through_the_run_folder(monkeypatch):
+    """Before, SLURM's time-limit USR1 was held for good when the driver ran on another host
+    (after a failover): no signal of the launcher's host reaches it, so the job was killed at
+    the limit without a checkpoint. The launcher now asks it through the run folder, which
+    the driver reads after each iteration (fitloop), as if it had received the signal."""
+    files = contract.RunFiles()
+    try:
+        rec = Recorder()
+        fw = SignalForwarder(
+            files.driver, kill=rec.kill, host="h1", log=rec.logs.append, stop_file=files.stop
+        )
+        with open(files.driver, "w") as fh:
+            json.dump({"pid": 4242, "host": "h2", "start": "1.00", "space": "b:2"}, fh)
+        monkeypatch.setenv(contract.STOP_ENV, files.stop)
+        assert contract.stop_requested() is None
+        fw.receive(signal.SIGUSR1)
+        assert rec.kills == [] and fw.pending == [] and "through the run folder" in rec.logs[-1]
+        assert contract.stop_requested() == signal.SIGUSR1  # what the remote driver reads
+        monkeypatch.setenv(contract.STOP_ENV, files.stop + ".other")
+        assert contract.stop_requested() is None
+    finally:
+        files.remove()

@@ -4,10 +4,12 @@ the launcher's verdict on a job that never started, the job tag and the reaper's
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -88,9 +90,11 @@ def test_every_rank_marks_the_start_of_its_mpi_init(tmp_path, monkeypatch):
     monkeypatch.delenv("PMI_RANK")
     contract.mark_init_begun()  # no rank in its environment (not started by a launcher)
     host = socket.gethostname()
-    assert marker.read_text().splitlines() == [f"{os.getpid()} 3 {host}", f"{os.getpid()} - {host}"]
+    me = procs.identity(os.getpid())
+    tail = f"{host} {me[1]} {procs.pid_space() or '-'}"
+    assert marker.read_text().splitlines() == [f"{me[0]} 3 {tail}", f"{me[0]} - {tail}"]
     assert contract.init_begun_pids(str(marker)) == [os.getpid()] * 2
-    assert contract.init_begun_here(str(marker), host) == {3: os.getpid()}
+    assert contract.init_begun_here(str(marker), host) == {3: me}
     monkeypatch.setenv(contract.INIT_BEGUN_ENV, str(tmp_path / "missing" / "x"))
     contract.mark_init_begun()  # cannot be written: the launcher only loses that knowledge
 
@@ -99,18 +103,35 @@ def test_a_rank_whose_process_ended_on_this_host_is_named_at_once_and_others_are
     """The handshake leaves out (or gives up a collective waiting for) a rank whose process
     is gone, from the records of this host only: a pid of another host means nothing here."""
     records = tmp_path / "init_begun.txt"
-    records.write_text("101 0 here\n102 1 here\n103 2 there\n104 - here\nnonsense\n105 3 here\n")
+    space = procs.pid_space()
+    records.write_text(
+        "".join(
+            f"{pid} {rank} {host} 1.00 {space if host == 'here' else 'other-space'}\n"
+            for pid, rank, host in (
+                (101, 0, "here"),
+                (102, 1, "here"),
+                (103, 2, "there"),
+                (104, "-", "here"),
+                (105, 3, "here"),
+            )
+        )
+        + "nonsense\n106 4 here\n"  # no identity recorded: never judged
+    )
     clock = [0.0]
-    dead = {102, 103, 104}
+    dead = {102, 103, 104, 106}
     gone = startup.RanksGone(
-        str(records), "here", gone=lambda pid: pid in dead, every=0.25, clock=lambda: clock[0]
+        str(records),
+        "here",
+        gone=lambda ident: ident[0] in dead,
+        every=0.25,
+        clock=lambda: clock[0],
     )
     assert gone([1, 2, 3]) == {1: "its process (pid 102) ended on here while the job started"}
     assert (
         gone.give_up((0, 1, 2))
         == "rank 1: its process (pid 102) ended on here while the job started"
     )
-    assert gone.give_up((0, 2, 3)) is None  # rank 2's pid is of another host; 3 lives
+    assert gone.give_up((0, 2, 3, 4)) is None  # rank 2's pid is of another pid space; 3 lives
     dead.add(105)
     assert gone([3]) == {}  # the file is read again only after `every`
     clock[0] = 0.3
@@ -517,7 +538,7 @@ def test_init_begun_pids_are_read_back_as_written(tmp_path, monkeypatch):
     assert contract.init_begun_pids(str(tmp_path / "none")) == []
     # a shared run folder holds every host's ranks: the launcher looks only for its own host's
     with open(path, "a") as fh:
-        fh.write("4242 3 elsewhere\n")
+        fh.write("4242 3 elsewhere 1.00 another-space\n")
     assert contract.init_begun_pids(str(path)) == [os.getpid(), 4242]
     assert contract.init_begun_pids(str(path), socket.gethostname()) == [os.getpid()]
 
@@ -527,16 +548,17 @@ def test_a_rank_stopped_while_the_job_starts_is_fenced_and_left_out_after_a_seco
     whole startup_timeout (external campaign, MPICH seed 3711 run 28: 21.7 s). It is now
     named, and fenced, once it stayed stopped at every look for over a second."""
     records = tmp_path / "init_begun.txt"
-    records.write_text("101 0 here\n102 1 here\n103 2 here\n")
+    space = procs.pid_space()
+    records.write_text("".join(f"{101 + r} {r} here 1.00 {space}\n" for r in (0, 1, 2)))
     clock, states, fenced = [0.0], {101: "S", 102: "T", 103: "t"}, []
     gone = startup.RanksGone(
         str(records),
         "here",
-        gone=lambda pid: False,
+        gone=lambda ident: False,
         every=0.25,
         clock=lambda: clock[0],
         state=states.get,
-        fence=lambda pid: fenced.append(pid) or True,
+        fence=lambda ident: fenced.append(ident[0]) or True,
     )
     assert gone([1, 2]) == {}
     clock[0] = 0.6
@@ -565,3 +587,31 @@ def test_stopped_watch_counts_only_an_unbroken_stop():
     assert watch.too_long(1, "T")
     assert not watch.too_long(1, "R") and not watch.too_long(1, "T")  # started over
     assert not watch.too_long(2, None)  # gone or unreadable: the gone check decides
+
+
+def test_startup_fencing_never_signals_a_pid_reused_since_the_rank_was_born(tmp_path):
+    """Before, init_begun.txt held bare "pid rank host" and the identity was read only at kill
+    time: a rank's pid reused by another stopped process was SIGKILLed. The record now holds
+    the rank's identity at its birth (pid, start time, pid space): a process that is not the
+    one born there is never signalled, and the rank it replaced is named as ended."""
+    impostor = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(impostor.pid, signal.SIGSTOP)
+        for _ in range(200):
+            if procs.state(impostor.pid) == "T":
+                break
+            time.sleep(0.01)
+        born = float(procs.identity(impostor.pid)[1]) - 5.0  # the rank, born before it
+        records = tmp_path / "init_begun.txt"
+        records.write_text(f"{impostor.pid} 1 here {born:.2f} {procs.pid_space() or '-'}\n")
+        clock = [0.0]
+        gone = startup.RanksGone(str(records), "here", every=0.0, clock=lambda: clock[0])
+        found = gone([1])
+        for t in (0.5, 1.2, 2.5):  # past the stopped-rank limit (1 s)
+            clock[0] = t
+            found = found or gone([1])
+        assert found == {1: f"its process (pid {impostor.pid}) ended on here while the job started"}
+        assert procs.state(impostor.pid) == "T"  # alive and never signalled
+    finally:
+        impostor.kill()
+        impostor.wait()

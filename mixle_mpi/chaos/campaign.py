@@ -385,11 +385,7 @@ def campaign(
         rdir = os.path.join(out_dir, f"run-{run.index:03d}")
         code, seconds, hung = launch_fit(cfg, n, rdir, run.plan, timeout, launch)
         result = read_output(rdir)
-        events = (
-            read_events(os.path.join(rdir, "events.jsonl"))
-            if os.path.exists(os.path.join(rdir, "events.jsonl"))
-            else []
-        )
+        events = read_events(os.path.join(rdir, "events.jsonl"))
         records = read_fired(os.path.join(rdir, FAULT_LOG))
         missing = unfired(run.plan, records)
         fired = run.faults - len(missing)
@@ -421,7 +417,8 @@ def campaign(
         )
         if missing:
             w(
-                f"{'':>5}not fired: {', '.join(compact(f) for f in missing)} (no record in {os.path.join(rdir, FAULT_LOG)})\n"
+                f"{'':>5}not fired: {', '.join(compact(f) for f in missing)} "
+                f"(no record in {os.path.join(rdir, FAULT_LOG)})\n"
             )
         stream.flush()
     failed = sum(bad.values())
@@ -470,7 +467,7 @@ def resolve_args(args) -> tuple[FitConfig, int, str, list[str]]:
         else tempfile.mkdtemp(prefix="mixle_mpi_chaos_")
     )
     launch = (
-        (["--mpi", args.mpi] if args.mpi else [])
+        (["--launcher", args.mpi] if args.mpi else [])
         + (["--mpiexec", args.mpiexec] if args.mpiexec else [])
         + (["--allow-many-ranks"] if args.allow_many_ranks else [])
     )

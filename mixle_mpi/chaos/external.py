@@ -26,7 +26,6 @@ outcomes, the report's figures) are pure functions in :mod:`mixle_mpi.chaos.exte
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -54,7 +53,7 @@ from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.core.exitcodes import NEVER_STARTED
 from mixle_mpi.launch.contract import MPI_UP_ENV, STARTED_ENV, STARTUP_TIMEOUT_ENV, TAG_ENV
 from mixle_mpi.launch.ranks import RANK_VARS
-from mixle_mpi.storage.events import TOOK_OVER
+from mixle_mpi.storage.events import TOOK_OVER, read_events
 
 kinds_from_text = cp.kinds_from_text
 
@@ -418,17 +417,8 @@ def _launch(
 
 
 def _events(rdir: str) -> list[dict]:
-    """The run's event log, line by line: a line cut short by a SIGKILLed driver (and then
-    followed by the rerun's lines) is skipped, not a reason to lose the others."""
-    out = []
-    for line in _text(os.path.join(rdir, "events.jsonl")).splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            out.append(event)
-    return out
+    """The run's event log (a line cut short by a SIGKILLed driver is skipped: the one reader)."""
+    return read_events(os.path.join(rdir, "events.jsonl"))
 
 
 def _annotate_kills(kills: list, events: list, checkpoints: bool = True) -> None:

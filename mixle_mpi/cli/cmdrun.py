@@ -34,4 +34,15 @@ def module_main(name: str, doc: str, add_arguments, argv=None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(p)
-    return run_command(p.parse_args(argv), name)
+    from mixle_mpi.cli import argvfix
+
+    argv, warnings = argvfix.rewrite(name, list(sys.argv[1:] if argv is None else argv))
+    for warning in warnings:
+        sys.stderr.write(f"python -m mixle_mpi.{name}: warning: {warning}\n")
+    args, unknown = p.parse_known_args(argv)
+    if unknown:
+        p.error(
+            f"unrecognized arguments: {' '.join(unknown)}"
+            + argvfix.suggestion(unknown, argvfix.flags_in(p.format_help()))
+        )
+    return run_command(args, name)

@@ -36,22 +36,25 @@ def _kill_window(text: str):
 
 
 def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> None:
-    """How the ranks are launched. ``full_help`` False: only -n and --mpi are described."""
+    """How the ranks are launched. ``full_help`` False: only -n and --launcher are described."""
     more = (lambda text: text) if full_help else (lambda text: argparse.SUPPRESS)
     p.add_argument(
         "-n",
         type=int,
         required=required_n,
         default=None,
-        help="number of ranks (1 driver + n-1 workers)"
+        help="number of ranks: the driver, which also computes a share unless "
+        "--no-driver-computes, and n-1 workers"
         if required_n
-        else "launch N ranks, 1 driver + N-1 workers (default: none)",
+        else "N ranks: the driver and N-1 workers (default: none)",
     )
     p.add_argument(
-        "--mpi",
+        "--launcher",
+        dest="mpi",
         choices=["openmpi", "mpich", "srun"],
         default=None,
-        help="default: detected from --mpiexec; srun launches with srun --mpi=pmix (Open MPI) or "
+        help="how ranks start (was --mpi): mpiexec of Open MPI or MPICH, or srun; "
+        "default: detected from --mpiexec; srun launches with srun --mpi=pmix (Open MPI) or "
         "--mpi=pmi2 (MPICH), --kill-on-bad-exit=0 --wait=0 --no-kill: no ULFM, and a worker death is "
         "survived without respawn"
         if full_help
@@ -88,13 +91,15 @@ def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> 
         ),
     )
     p.add_argument(
-        "--resume-retries",
+        "--max-restarts",
+        dest="resume_retries",
         type=int,
         default=1,
         help=more(
-            "launch again, up to this many times, a job whose driver could not reconfigure "
-            "after a failure (exit 74, e.g. a replacement that died inside MPI_Comm_spawn under "
-            "MPICH): it resumes from its checkpoint"
+            "launch again, up to this many times (was --resume-retries), a job whose driver "
+            "could not reconfigure after a failure (exit 74, e.g. a replacement that died inside "
+            "MPI_Comm_spawn under MPICH), or whose checkpoint write timed out (exit 77): it "
+            "resumes from its checkpoint"
         ),
     )
     p.add_argument(
@@ -212,7 +217,8 @@ def _fit(args) -> int:
     cfg = from_args(args)
     if args.n is not None and not fitcmd.under_mpi_launcher():
         from mixle_mpi.cli import preflight
-        from mixle_mpi.core.joblock import check_free
+        from mixle_mpi.cli.restartpaths import restart_checkpoints
+        from mixle_mpi.core.joblock import check_file_free, check_free
         from mixle_mpi.launch import prologue
         from mixle_mpi.launch.launcher import run
 
@@ -220,6 +226,8 @@ def _fit(args) -> int:
             cfg
         ).raise_any()  # every problem of the data and model: exit 2 before MPI starts
         check_free(cfg.out_dir, "output")  # another fit there: exit 2 before MPI starts
+        for path in restart_checkpoints(cfg.checkpoint, cfg.restarts) if cfg.checkpoint else ():
+            check_file_free(path, "checkpoint")  # another fit's checkpoint: the same
         site = prologue.environment(cfg.prologue, dict(os.environ)) if cfg.prologue else {}
         return run(
             args.n + (cfg.spares or 0),
@@ -275,6 +283,7 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="mixle-mpi", description="Resilient MPI EM for mixle.")
     sub = p.add_subparsers(dest="command", required=True)
+    p.subcommands = sub.choices  # each subcommand's parser, for main's suggestions
 
     f = sub.add_parser(
         "fit",
@@ -332,7 +341,13 @@ def build_parser(full_help: bool = False) -> argparse.ArgumentParser:
     d = sub.add_parser(
         "demo", help="fit the built-in Iris data, kill a worker mid-fit, check the bits"
     )
-    d.add_argument("--ranks", type=int, default=4, help="MPI ranks: 1 driver + the workers")
+    d.add_argument(
+        "-n",
+        dest="ranks",
+        type=int,
+        default=4,
+        help="MPI ranks (was --ranks): 1 driver + the workers",
+    )
     d.add_argument(
         "--timeout", type=float, default=600, help="seconds before each of the two fits is ended"
     )
@@ -458,9 +473,36 @@ def main(argv=None) -> int:
     full_help = "--help-all" in argv
     if full_help:
         argv = ["--help" if a == "--help-all" else a for a in argv]
-    args = build_parser(full_help=full_help).parse_args(argv)
+    argv = _renamed(argv)
+    parser = build_parser(full_help=full_help)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _refuse_unknown(parser, args.command, unknown)
     logs.setup(_flag_level(args))
     return run_command(args, args.command)
+
+
+def _renamed(argv: list[str]) -> list[str]:
+    """argv with the renamed flags of its subcommand renamed (and a warning for each)."""
+    from mixle_mpi.cli import argvfix
+
+    at = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+    if at is None:
+        return argv
+    rest, warnings = argvfix.rewrite(argv[at], argv[at + 1 :])
+    for warning in warnings:
+        sys.stderr.write(f"mixle-mpi {argv[at]}: warning: {warning}\n")
+    return [*argv[: at + 1], *rest]
+
+
+def _refuse_unknown(parser, command: str, unknown: list[str]) -> None:
+    """argparse's usage error, with the closest flag of the subcommand (exits 2)."""
+    from mixle_mpi.cli import argvfix
+
+    known = argvfix.flags_in(build_parser(full_help=True).subcommands[command].format_help())
+    parser.subcommands[command].error(
+        f"unrecognized arguments: {' '.join(unknown)}{argvfix.suggestion(unknown, known)}"
+    )
 
 
 if __name__ == "__main__":

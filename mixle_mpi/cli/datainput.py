@@ -177,10 +177,10 @@ def probe(source: DataSource, need: str, columns: list[str] | None = None) -> Da
 
 
 def _probe_h5_sequences(source: DataSource) -> DataShape:
-    f, ds = _open_h5(source)
+    f, ds = open_h5(source)
     with f:
         where = f"{source.path}:{ds.name}"
-        _require_vlen(ds, where)
+        require_vlen(ds, where)
         sample = ds[:SAMPLE_ROWS]
         mean = float(np.mean([len(r) for r in sample])) if len(sample) else 0.0
         return DataShape(
@@ -195,8 +195,8 @@ def _probe_h5_sequences(source: DataSource) -> DataShape:
 
 def _probe_csv(source: DataSource, need: str, columns) -> DataShape:
     path = source.path
-    head, _ = _open_csv(path)
-    index = _column_index(head, columns, path)
+    head, _ = open_csv(path)
+    index = column_index(head, columns, path)
     rows = _count_lines(path) - head.first_line + 1
     if need == "sequences":
         values = float(sum(1 for c in head.first if c != ""))
@@ -235,7 +235,7 @@ def list_datasets(f) -> list[str]:
     return found
 
 
-def _open_h5(source: DataSource):
+def open_h5(source: DataSource):
     """(open h5py.File, the dataset it names); the file is closed again on any error."""
     import h5py
 
@@ -267,7 +267,7 @@ def _open_h5(source: DataSource):
 
 
 def _load_h5(source: DataSource, need: str) -> Loaded:
-    f, ds = _open_h5(source)
+    f, ds = open_h5(source)
     try:
         loaded = _from_h5_dataset(ds, need, f"{source.path}:{ds.name}")
     except BaseException:
@@ -282,8 +282,8 @@ def _from_h5_dataset(ds, need: str, where: str) -> Loaded:
 
     vlen = h5py.check_vlen_dtype(ds.dtype)
     if need == "sequences":
-        _require_vlen(ds, where)
-        rows = _finite_sequences(ds[()], where)
+        require_vlen(ds, where)
+        rows = finite_sequences(ds[()], where)
         return Loaded(rows, None, f"{where}: {len(rows)} sequences")
     if need == "table":
         raise DataError(f"{where}: a composite model reads mixed-type rows from CSV only")
@@ -294,13 +294,13 @@ def _from_h5_dataset(ds, need: str, where: str) -> Loaded:
         )
     _check_need(need, ds.dtype, ds.ndim, where)
     if need == "integers":
-        _check_counts(ds, where)
+        check_counts(ds, where)
     return Loaded(
         ds, ds.shape[1] if ds.ndim == 2 else None, f"{where}: shape {ds.shape}, {ds.dtype}"
     )
 
 
-def _require_vlen(ds, where: str) -> None:
+def require_vlen(ds, where: str) -> None:
     import h5py
 
     if h5py.check_vlen_dtype(ds.dtype) is None:
@@ -310,15 +310,16 @@ def _require_vlen(ds, where: str) -> None:
         )
 
 
-def _finite_sequences(seqs, where: str) -> list[list]:
-    """Sequences as lists, after checking every value is finite (named by 0-based row)."""
+def finite_sequences(seqs, where: str, first_row: int = 0) -> list[list]:
+    """Sequences as lists, after checking every value is finite (named by 0-based row;
+    ``seqs`` starts at row ``first_row``)."""
     from mixle_mpi.storage.store import nonfinite_row
 
     rows = []
     for i, seq in enumerate(seqs):
         seq = np.asarray(seq)
         if seq.dtype.kind in "fc" and not np.isfinite(seq).all():
-            raise nonfinite_row(where, i)
+            raise nonfinite_row(where, first_row + i)
         rows.append(seq.tolist())
     return rows
 
@@ -336,7 +337,7 @@ def _load_npy(source: DataSource, need: str) -> Loaded:
         )
     _check_need(need, arr.dtype, arr.ndim, source.path)
     if need == "integers":
-        _check_counts(arr, source.path)
+        check_counts(arr, source.path)
     return Loaded(
         np.asarray(arr),
         arr.shape[1] if arr.ndim == 2 else None,
@@ -344,7 +345,7 @@ def _load_npy(source: DataSource, need: str) -> Loaded:
     )
 
 
-def _check_counts(values, where: str) -> None:
+def check_counts(values, where: str) -> None:
     """A Poisson mixture's counts are never negative: the first negative one is named (its
     0-based row), read block by block so that a large file is never loaded whole."""
     if values.dtype.kind == "u":
@@ -408,9 +409,14 @@ def _is_number(cell: str) -> bool:
     return True
 
 
+def delimiter_of(path: str) -> str:
+    """A tab for .tsv files, else a comma (pure)."""
+    return "\t" if path.lower().endswith(".tsv") else ","
+
+
 def _records(path: str):
     """(file line number, stripped cells) of each non-blank record, streamed."""
-    delimiter = "\t" if path.lower().endswith(".tsv") else ","
+    delimiter = delimiter_of(path)
     with open(path, encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh, delimiter=delimiter)
         for cells in reader:
@@ -419,7 +425,7 @@ def _records(path: str):
                 yield reader.line_num, cells
 
 
-def _open_csv(path: str):
+def open_csv(path: str):
     """(CsvHead, iterator over the data records, the first one included).
 
     A first record that is not all numbers is a header when the second record has a
@@ -442,7 +448,7 @@ def _open_csv(path: str):
     return CsvHead(None, first[1], first[0]), itertools.chain(head, records)
 
 
-def _column_index(head: CsvHead, columns: list[str] | None, path: str) -> list[int]:
+def column_index(head: CsvHead, columns: list[str] | None, path: str) -> list[int]:
     """The 0-based indices of the selected columns (all when ``columns`` is None)."""
     width = len(head.first)
     if columns is None:
@@ -478,7 +484,7 @@ def _check_width(cells: list[str], line: int, head: CsvHead, path: str) -> None:
         )
 
 
-def _convert(cell: str, kind: str, where: str):
+def convert_cell(cell: str, kind: str, where: str):
     try:
         if kind == "categorical":
             return cell
@@ -520,7 +526,7 @@ def _bad_cell(cells: list[list[str]], values: np.ndarray | None, kind: str) -> t
     raise AssertionError("no bad cell in a block that failed to convert")
 
 
-def _block_values(block, index: list[int], head: CsvHead, kind: str, path: str) -> np.ndarray:
+def block_values(block, index: list[int], head: CsvHead, kind: str, path: str) -> np.ndarray:
     """One block of records -> a float array of the selected columns; errors name the cell."""
     cells = [[cells[i] for i in index] for _, cells in block]
     try:
@@ -561,15 +567,15 @@ def check_first_rows(source: DataSource, need: str, columns: list[str] | None = 
     load checks every row)."""
     if source.kind != "csv" or need not in ("matrix", "integers"):
         return
-    head, records = _open_csv(source.path)
-    index = _column_index(head, columns, source.path)
+    head, records = open_csv(source.path)
+    index = column_index(head, columns, source.path)
     block = list(itertools.islice(records, FIRST_ROWS))
     for line, cells in block:
         _check_width(cells, line, head, source.path)
-    _block_values(block, index, head, "poisson" if need == "integers" else "gaussian", source.path)
+    block_values(block, index, head, "poisson" if need == "integers" else "gaussian", source.path)
 
 
-def _blocks(records, head: CsvHead, path: str):
+def record_blocks(records, head: CsvHead, path: str):
     """Lists of at most ``block_rows`` (line, cells) records, each checked for its width."""
     block, size = [], None
     for line, cells in records:
@@ -635,8 +641,8 @@ def _read_numeric(
     )
     try:
         n = 0
-        for block in _blocks(records, head, path):
-            values = _block_values(block, index, head, kind, path)
+        for block in record_blocks(records, head, path):
+            values = block_values(block, index, head, kind, path)
             out[n : n + len(block)] = values[:, 0] if width == 1 else values
             n += len(block)
         return _trim(out, n, spill), spill
@@ -648,19 +654,19 @@ def _read_numeric(
 
 def _load_csv(source: DataSource, need: str, columns, spill_dir: str | None = None) -> Loaded:
     path = source.path
-    head, records = _open_csv(path)
+    head, records = open_csv(path)
     if need == "sequences":
         seqs = [
-            [_convert(c, "gaussian", f"{path} line {line}") for c in cells if c != ""]
+            [convert_cell(c, "gaussian", f"{path} line {line}") for c in cells if c != ""]
             for line, cells in records
         ]
         return Loaded(seqs, None, f"{path}: {len(seqs)} sequences")
-    index = _column_index(head, columns, path)
+    index = column_index(head, columns, path)
     header = [head.header[i] for i in index] if head.header else None
     width = len(index)
     if need == "table":
         rows, lines = [], []
-        for block in _blocks(records, head, path):
+        for block in record_blocks(records, head, path):
             rows.extend(tuple(cells[i] for i in index) for _, cells in block)
             lines.extend(line for line, _ in block)
         return Loaded(rows, width, f"{path}: {len(rows)} rows x {width} columns", lines=lines)
@@ -696,7 +702,7 @@ def convert_table(
     label, numbers = ("line", lines) if lines is not None else ("row", range(1, len(rows) + 1))
     return [
         tuple(
-            _convert(c, k, f"{where} {label} {n}, column {j + 1}")
+            convert_cell(c, k, f"{where} {label} {n}, column {j + 1}")
             for j, (c, k) in enumerate(zip(r, parts, strict=False))
         )
         for n, r in zip(numbers, rows, strict=False)

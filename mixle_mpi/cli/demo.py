@@ -27,7 +27,7 @@ def demo(ranks: int = 4, timeout: float = 600, out_dir: str | None = None) -> in
 
     if ranks < 3:
         sys.stderr.write(
-            f"mixle-mpi demo: needs --ranks >= 3 (a driver and at least two workers); found {ranks}\n"
+            f"mixle-mpi demo: needs -n 3 or more (a driver and at least two workers); found -n {ranks}\n"
         )
         return 2
     cfg = resolve(None, {**DEMO_JOB, "progress": "off"})

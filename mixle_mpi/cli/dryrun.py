@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -193,10 +194,10 @@ def _report_mpi(args, cfg, ranks: int | None, problems: list[str]) -> list[str]:
     if typo:
         problems.append(typo)
     if ranks is None:
-        lines.append("launch: under mpiexec/srun every rank runs: " + " ".join(fit_cmd))
+        lines.append("launch: under mpiexec/srun every rank runs: " + shlex.join(fit_cmd))
     else:
         argv = launcher.build_command(exe, flavor, ranks, fit_cmd, caps=caps, placement=placement)
-        lines.append("launch: " + " ".join(argv))
+        lines.append("launch: " + shlex.join(argv))
     return lines
 
 
@@ -301,7 +302,33 @@ def _memory_lines(shape, lay: Layout, model: tuple[int, int], problems: list[str
     ]
 
 
-def _outputs_line(cfg) -> str:
+def folder_problem(folder: str) -> str | None:
+    """Why ``folder`` could not be made or written, or None (reads the file system only)."""
+    path = os.path.abspath(folder)
+    if os.path.exists(path) and not os.path.isdir(path):
+        return f"the out-dir {folder!r} is a file, not a folder"
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"the out-dir {folder!r} cannot be created: {existing!r} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        verb = "written" if existing == path else "created"
+        return f"the out-dir {folder!r} cannot be {verb}: no write permission in {existing!r}"
+    return None
+
+
+def _outputs_line(cfg, problems: list[str]) -> str:
+    from mixle_mpi.core.joblock import check_free
+
+    problem = folder_problem(cfg.out_dir)
+    if problem:
+        problems.append(problem)
+    elif os.path.isdir(cfg.out_dir):
+        try:
+            check_free(cfg.out_dir, "output")
+        except MixleMPIError as exc:
+            problems.append(str(exc))
     state = "exists" if os.path.isdir(cfg.out_dir) else "will be created"
     return (
         f"outputs: {cfg.out_dir} ({state}): model.json, summary.json, events.jsonl, progress.json"
@@ -313,17 +340,21 @@ def report(args, lines: list[str], problems: list[str]) -> None:
     """Append the report to ``lines`` step by step (so that what was found before an error
     is still shown) and what would stop the fit to ``problems``; errors raise."""
     from mixle_mpi.cli import preflight
-    from mixle_mpi.cli.jobconfig import from_args, resolved_settings
+    from mixle_mpi.cli.jobconfig import from_args_all, resolved_settings
     from mixle_mpi.fitting import modelspec
 
-    cfg = from_args(args)
-    found = preflight.check(cfg)
+    cfg, wrong = from_args_all(args)  # a wrong option keeps its default: the rest is checked
+    problems.extend(wrong)
+    found = preflight.check(cfg, every_row=True)
     if found.spec is not None:
         lines.append(
             f"fit: {found.spec.text}, max_its {cfg.max_its}, seed {cfg.seed}, restarts {cfg.restarts}"
         )
     if found.shape is not None:
         lines.append(f"data: {found.shape.describe}")
+    if found.checked is not None:
+        rows, seconds = found.checked
+        lines.append(f"data: every value of {rows} rows read and good, in {seconds:.1f} s")
     if found.errors:
         problems.extend(found.problems)
         return
@@ -342,7 +373,7 @@ def report(args, lines: list[str], problems: list[str]) -> None:
     lines += _memory_lines(shape, lay, modelspec.model_bytes(spec, shape.ncols), problems)
     lines += _report_mpi(args, cfg, ranks, problems)
     lines += _report_checkpoint(cfg, lay, problems)
-    lines.append(_outputs_line(cfg))
+    lines.append(_outputs_line(cfg, problems))
 
 
 def dry_run(args) -> int:

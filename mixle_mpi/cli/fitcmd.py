@@ -19,7 +19,7 @@ import sys
 import time
 
 from mixle_mpi.cli import datainput, preflight
-from mixle_mpi.cli.jobconfig import FitConfig, settings_overrides
+from mixle_mpi.cli.jobconfig import FitConfig, resolved_settings, settings_overrides
 from mixle_mpi.cli.restartpaths import restart_checkpoint, restart_checkpoints
 from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.fitting import modelspec
@@ -67,7 +67,6 @@ def check_memory(cfg: FitConfig, spec, shape) -> None:
     """Refuse a fit that cannot fit in memory before its data is read (exit 2 with the
     estimate): from the data's headers, the world's size and the model's parameters."""
     from mixle_mpi.cli import dryrun
-    from mixle_mpi.cli.jobconfig import resolved_settings
 
     settings = resolved_settings(cfg)
     lay = dryrun.layout(
@@ -90,22 +89,40 @@ def world_size() -> int | None:
 def run(cfg: FitConfig) -> int:
     from mixle_mpi.fitting.fitloop import Segments
     from mixle_mpi.runtime.handle import ResilientMPIEncodedData, is_driver
+    from mixle_mpi.runtime.watchdog import main_thread_watched
 
     segments = Segments()
-    events_path = os.path.join(cfg.out_dir, "events.jsonl")
     where = dict(
         num_shards=cfg.num_shards,
         sub_chunks=cfg.sub_chunks,
         max_retries=cfg.max_retries,
         workdir=os.path.join(cfg.out_dir, "work"),
         keep_store=cfg.keep_store,
-        event_log=events_path,
+        event_log=os.path.join(cfg.out_dir, "events.jsonl"),
         warm_serialization=True,  # model.json and the checkpoints need mixle's registry
         **settings_overrides(cfg),
     )
     # A worker serves inside this call until the driver is done and never returns, unless
     # the driver dies with failover on: then the successor returns here, as the driver.
     successor = None if is_driver() else ResilientMPIEncodedData(None, **where)
+    with main_thread_watched(watch_limit(cfg)):  # from here to the exit (runtime/watchdog)
+        return _drive(cfg, successor, where, segments)
+
+
+def watch_limit(cfg: FitConfig) -> float:
+    """Seconds the driver's main thread may block without computing before it is ended (74):
+    the watchdog's limit, ``reconfigure_timeout`` + its margin."""
+    from mixle_mpi.policy.heartbeat import WATCHDOG_MARGIN
+
+    return resolved_settings(cfg).reconfigure_timeout + WATCHDOG_MARGIN
+
+
+def _drive(cfg: FitConfig, successor, where: dict, segments) -> int:
+    """The driver's part of ``run``: its input, the fit and its outputs (``successor``: the
+    handle of a process that took over from a dead driver, else None)."""
+    from mixle_mpi.runtime.handle import ResilientMPIEncodedData
+
+    events_path = where["event_log"]
     spec, loaded, est = prepare(cfg, successor is not None)
     with successor or ResilientMPIEncodedData(loaded.data, estimator=est, **where) as enc:
         loaded.close()

@@ -17,7 +17,7 @@ from collections import defaultdict
 from typing import IO
 
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.storage.events import describe, read_events
+from mixle_mpi.storage.events import describe, read_events, skipped_text
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
@@ -371,10 +371,10 @@ def summarize(path: str) -> list[str]:
     if kind == "outdir":
         return _summarize_outdir(path)
     if kind == "events":
-        try:
-            return summarize_events(read_events(path))
-        except ValueError as exc:
-            raise ConfigError(f"{path} is not a JSON-lines event log: {exc}") from None
+        events = read_events(path)
+        if events.skipped and not events:
+            raise ConfigError(f"{path} is not a JSON-lines event log: no line of it is an event")
+        return [line for line in (skipped_text(events),) if line] + summarize_events(events)
     if kind == "summary":
         with open(path, encoding="utf-8") as fh:
             return summarize_summary(json.load(fh))

@@ -98,7 +98,11 @@ def add_fit_options(p: argparse.ArgumentParser, full_help: bool = True) -> None:
                 )
 
 
-def _coerce(name: str, value, where: str):
+TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "text"}
+
+
+def _coerce(name: str, value, label: str):
+    """``value`` as option ``name``'s type; a ConfigError names it by ``label``."""
     typ = TYPES[name]
     if value is None:
         return None
@@ -125,8 +129,8 @@ def _coerce(name: str, value, where: str):
             raise ValueError
         return value
     except ValueError:
-        need = typ.replace(" | None", " or none")
-        raise ConfigError(f"{name} must be {need}; found {value!r} ({where})") from None
+        need = TYPE_WORDS[typ.split(" ")[0]] + (" or none" if "None" in typ else "")
+        raise ConfigError(f"{label} must be {need}; found {value!r}") from None
 
 
 def read_toml(path: str) -> dict:
@@ -145,62 +149,133 @@ def read_toml(path: str) -> dict:
     }
 
 
+class Labels:
+    """How errors name each option: as the user gave it (``--max-its`` on the command line,
+    ``max_its`` in a job file, the file named at the end of the message), else by its flag."""
+
+    def __init__(self, where_file: str = "job file") -> None:
+        self.where_file = where_file
+        self.origin: dict[str, str] = {}
+
+    def __call__(self, name: str) -> str:
+        return name if self.origin.get(name) == "file" else "--" + name.replace("_", "-")
+
+    def suffix(self, name: str) -> str:
+        return f" (in {self.where_file})" if self.origin.get(name) == "file" else ""
+
+
 def resolve(file_values: dict | None, flag_values: dict, where_file: str = "job file") -> FitConfig:
-    """Defaults, overridden by the file, overridden by flags; then validated (pure)."""
-    valid = [f.name for f in fields(FitConfig)]
-    merged: dict = {}
-    for source, values in ((where_file, file_values or {}), ("flag", flag_values)):
-        for key, value in values.items():
-            if key not in valid:
-                raise ConfigError(
-                    f"unknown option {key!r} in the {source}; valid options are {valid}"
-                )
-            if value is not None or source != "flag":
-                merged[key] = _coerce(key, value, source)
-    cfg = FitConfig(**{**asdict(FitConfig()), **merged})
-    validate(cfg)
+    """Defaults, overridden by the file, overridden by flags; then validated (pure). Every
+    problem is reported at once, in one ConfigError."""
+    cfg, problems = resolve_all(file_values, flag_values, where_file)
+    raise_problems(problems)
     return cfg
 
 
-def validate(cfg: FitConfig) -> None:
+def raise_problems(problems: list[str]) -> None:
+    """The one problem as it is, or all of them in one ConfigError (exit 2)."""
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigError(f"{len(problems)} problems:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def resolve_all(
+    file_values: dict | None, flag_values: dict, where_file: str = "job file"
+) -> tuple[FitConfig, list[str]]:
+    """(the configuration, every problem found in it): an option that is wrong keeps its
+    default, so that a dry run goes on to check the data and the rest (pure)."""
+    valid = [f.name for f in fields(FitConfig)]
+    labels, merged, problems = Labels(where_file), {}, []
+    for source, values in (("file", file_values or {}), ("flag", flag_values)):
+        for key, value in values.items():
+            if key not in valid:
+                problems.append(_unknown(key, source, where_file, valid))
+            elif value is not None or source != "flag":
+                labels.origin[key] = source
+                try:
+                    merged[key] = _coerce(key, value, labels(key))
+                except ConfigError as exc:
+                    problems.append(str(exc) + labels.suffix(key))
+    _follow_out_dir(merged, file_values or {}, flag_values)
+    cfg = FitConfig(**{**asdict(FitConfig()), **merged})
+    problems += validate(cfg, labels)
+    return cfg, problems
+
+
+def _unknown(key: str, source: str, where_file: str, valid: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, valid, 1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; valid options are {valid}"
+    where = f"the {where_file}" if source == "file" else "the flags"
+    return f"unknown option {key!r} in {where}{hint}"
+
+
+def _follow_out_dir(merged: dict, file_values: dict, flag_values: dict) -> None:
+    """A job file's checkpoint in its own out_dir is that folder's default: an --out-dir flag
+    takes it along, so two jobs in different folders never share (or resume) one."""
+    if flag_values.get("out_dir") is None or flag_values.get("checkpoint") is not None:
+        return
+    file_dir, file_ck = file_values.get("out_dir"), file_values.get("checkpoint")
+    if isinstance(file_ck, str) and isinstance(file_dir, str):
+        if os.path.abspath(file_ck) == os.path.abspath(os.path.join(file_dir, CHECKPOINT_NAME)):
+            merged["checkpoint"] = AUTO_CHECKPOINT
+
+
+def validate(cfg: FitConfig, label=None) -> list[str]:
+    """Every problem of ``cfg``, each naming its option by ``label(name)``; an option found
+    wrong is set back to its default (so that later checks see a value of the right kind)."""
+    label = label or Labels()
+    problems: list[str] = []
+
+    def bad(name: str, text: str) -> None:
+        problems.append(text + label.suffix(name))
+        setattr(cfg, name, options.BY_NAME[name].job_default)
+
     if not cfg.data:
-        raise ConfigError(
+        problems.append(
             "no data given: use --data PATH (PATH.h5:/dataset, PATH.npy, PATH.csv or builtin:iris)"
         )
     if not cfg.model:
-        raise ConfigError("no model given: use --model, e.g. gmm:k=3,cov=diag")
-    if cfg.checkpoint == AUTO_CHECKPOINT:
-        cfg.checkpoint = os.path.join(cfg.out_dir, CHECKPOINT_NAME)
+        problems.append("no model given: use --model, e.g. gmm:k=3,cov=diag")
     for option in options.JOB:
-        value = getattr(cfg, option.name)
+        value, name = getattr(cfg, option.name), option.name
         if value is None:
             continue
         if option.at_least is not None and value < option.at_least:
-            raise ConfigError(
-                f"{option.name} must be an integer >= {option.at_least}; found {value}"
-            )
-        if option.positive and not value > 0:
-            raise ConfigError(f"{option.name} must be a number > 0; found {value}")
+            bad(name, f"{label(name)} must be an integer >= {option.at_least}; found {value}")
+        elif option.positive and not value > 0:
+            bad(name, f"{label(name)} must be a number > 0; found {value}")
+        elif option.choices and value not in option.choices:
+            bad(name, f"{label(name)} must be one of {list(option.choices)}; found {value!r}")
     if cfg.delta is not None and (cfg.delta < 0 or cfg.delta != cfg.delta):
-        raise ConfigError(f"delta must be a number >= 0 or none; found {cfg.delta}")
+        bad("delta", f"{label('delta')} must be a number >= 0 or none; found {cfg.delta}")
     if cfg.delta == 0:
         cfg.delta = None
     if not 0 < cfg.init_p <= 1:
-        raise ConfigError(f"init_p must be in (0, 1]; found {cfg.init_p}")
-    for option in options.JOB:
-        if option.choices and getattr(cfg, option.name) not in option.choices:
-            raise ConfigError(
-                f"{option.name} must be one of {list(option.choices)}; found "
-                f"{getattr(cfg, option.name)!r}"
-            )
+        bad("init_p", f"{label('init_p')} must be in (0, 1]; found {cfg.init_p}")
+    if cfg.checkpoint == AUTO_CHECKPOINT:
+        cfg.checkpoint = os.path.join(cfg.out_dir, CHECKPOINT_NAME)
     if cfg.resume == "yes" and not cfg.checkpoint:
-        raise ConfigError("resume=yes needs a checkpoint: drop --no-checkpoint (checkpoint = none)")
+        problems.append(
+            f"{label('resume')}=yes needs a checkpoint: drop --no-checkpoint (checkpoint = none)"
+            + label.suffix("resume")
+        )
+    return problems
+
+
+def from_args_all(args: argparse.Namespace) -> tuple[FitConfig, list[str]]:
+    """The fit's configuration and every problem in it (for ``--dry-run``)."""
+    flags = {f.name: getattr(args, f.name, None) for f in fields(FitConfig)}
+    file_values = read_toml(args.config) if getattr(args, "config", None) else None
+    return resolve_all(file_values, flags, where_file=args.config or "job file")
 
 
 def from_args(args: argparse.Namespace) -> FitConfig:
-    flags = {f.name: getattr(args, f.name, None) for f in fields(FitConfig)}
-    file_values = read_toml(args.config) if getattr(args, "config", None) else None
-    return resolve(file_values, flags, where_file=args.config or "job file")
+    cfg, problems = from_args_all(args)
+    raise_problems(problems)
+    return cfg
 
 
 def to_argv(cfg: FitConfig) -> list[str]:

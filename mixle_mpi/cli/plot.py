@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import os
 
+from mixle_mpi.core.atomicfile import replacing
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.storage.events import read_events
 
@@ -95,6 +96,7 @@ def plot_fit(
     )
     ax.legend(loc="lower right", fontsize="small")
     fig.tight_layout()
-    fig.savefig(path)
+    with replacing(path) as fh:  # owner-only, never through a link
+        fig.savefig(fh, format="png")
     plt.close(fig)
     return path

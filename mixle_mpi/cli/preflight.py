@@ -1,7 +1,7 @@
 """Every problem that would stop a fit, found before MPI starts, each with its fix.
 
 ``mixle-mpi fit -n N`` and ``--dry-run`` check the model spec, the data (the file, the
-dataset, the columns, the header and the first rows) and that the model fits the data, in
+dataset, the columns, the header and the first rows; ``--dry-run`` every row) and that the model fits the data, in
 a second and without MPI. Each check runs even when another failed, so a bad path and a
 bad model spec are reported together. Under ``mpiexec``/``srun`` the driver runs the same
 checks before any rank works.
@@ -20,6 +20,7 @@ class Preflight:
     spec: Any = None  # the parsed model spec (None: it is wrong)
     source: Any = None  # the parsed data source
     shape: Any = None  # the data's shape, from its headers
+    checked: tuple[int, float] | None = None  # every_row: (rows read, seconds taken)
     errors: list[MixleMPIError] = field(default_factory=list)
 
     @property
@@ -44,8 +45,9 @@ class Preflight:
             )
 
 
-def check(cfg) -> Preflight:
-    """Run every check of ``cfg``'s model and data (pure but for reading the data's head)."""
+def check(cfg, every_row: bool = False) -> Preflight:
+    """Run every check of ``cfg``'s model and data (pure but for reading the data's head;
+    ``every_row``: every value of the data, as ``--dry-run`` does)."""
     from mixle_mpi.cli import datainput
     from mixle_mpi.fitting import modelspec
 
@@ -60,7 +62,25 @@ def check(cfg) -> Preflight:
     found.shape = found.attempt(datainput.probe, found.source, need, columns)
     if found.shape is None:
         return found
-    found.attempt(datainput.check_first_rows, found.source, need, columns)
+    if every_row:
+        _check_every_row(found, need, columns)
+    else:
+        found.attempt(datainput.check_first_rows, found.source, need, columns)
     if found.spec is not None:
         found.attempt(modelspec.build_estimator, found.spec, found.shape.ncols)
     return found
+
+
+def _check_every_row(found: Preflight, need: str, columns) -> None:
+    """Every value, timed (the dry run reports how long its read of the data took)."""
+    import time
+
+    from mixle_mpi.cli import datacheck
+
+    if found.spec is None:
+        return  # what the values must be depends on the model
+    parts = found.spec.parts
+    start = time.monotonic()
+    rows = found.attempt(datacheck.check_values, found.source, need, columns, parts)
+    if rows is not None:
+        found.checked = (rows, time.monotonic() - start)

@@ -45,6 +45,8 @@ EVENTS = {
     "checkpoint_fallback": "a damaged checkpoint; the previous one (.prev) is read instead",
     "journal_reused": "shard results of an interrupted round read back from the fold journal",
     "checkpoint": "a checkpoint was written (path, iteration, seconds)",
+    "suspected": "a silent worker whose process is alive is suspected, not failed: why, and that it gets more time",
+    "suspicion_cleared": "a suspected worker was heard again: nothing was done (seconds suspected, looks)",
     "failure_detected": "a rank failed: rank, pid, host, how it was seen (ULFM, heartbeat, process gone, stall)",
     "recovery": "a failed rank's shards are recomputed on survivors",
     "shrink": "the communicator was rebuilt without the dead ranks (method, survivors, seconds)",
@@ -134,6 +136,14 @@ def _exit_rows() -> list[tuple[int, str, str]]:
         if m:
             rows.append((int(m.group(2)), m.group(1), m.group(3) or ""))
     return sorted(rows)
+
+
+def _exit_table() -> list[str]:
+    """The one table of exit codes in the docs (README and the guides link to it)."""
+    from mixle_mpi.core.exitcodes import WHAT_TO_DO
+
+    rows = [(c, f"`{n}`", m, WHAT_TO_DO[c]) for c, n, m in _exit_rows()]
+    return _table(("code", "name", "meaning", "what to do"), rows)
 
 
 def _command_help(parser: argparse.ArgumentParser, name: str | None) -> str:
@@ -238,7 +248,7 @@ def render() -> str:
     ]
     out += [", ".join(f"`{v}`" for v in launcher_set()), ""]
     out += ["## Exit codes", ""]
-    out += _table(("code", "name", "meaning"), [(c, f"`{n}`", m) for c, n, m in _exit_rows()])
+    out += _exit_table()
     out += [
         "",
         "## Events",

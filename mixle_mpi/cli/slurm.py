@@ -65,19 +65,34 @@ DEFAULTS = {
     "ntasks": 4,
     "time": "01:00:00",
     "signal_margin": 300,
-    "max_restarts": 3,
+    "max_requeues": 3,
     "out_dir": None,  # None: the job file's (ft, srun), ARRAY_OUT_DIR (array)
     "python": "python3",
     "array": "0-7",
     "base_seed": 1,
     "fit_cmd": None,  # None: DEFAULT_FIT (ft, srun) or DEFAULT_ARRAY_FIT (array)
     "sbatch": (),  # extra "#SBATCH" options, e.g. ("--partition=debug",)
+    "partition": None,  # None: the site's default (no line)
+    "account": None,
+    "mem": None,
+    "nodes": None,
+    "ntasks_per_node": None,
     "prologue": (),  # shell lines run before the launch: module load, environment activation
 }
+# The #SBATCH options the template sets itself (the first five from its flags of the same
+# name): an --sbatch line may not set them again.
+OWN_DIRECTIVES = ("job-name", "ntasks", "time", "array", "signal", "no-kill", "requeue",
+                  "open-mode", "output")  # fmt: skip
+FLAGGED = ("job-name", "ntasks", "time", "array", "partition", "account", "mem", "nodes",
+           "ntasks-per-node")  # fmt: skip
 
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 _ARRAY = re.compile(r"^\d+(?:-\d+(?::\d+)?)?(?:,\d+(?:-\d+(?::\d+)?)?)*(?:%\d+)?$")
 _NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
+_NAMES = re.compile(r"^[A-Za-z0-9._+-]+(?:,[A-Za-z0-9._+-]+)*$")  # a partition list
+_MEM = re.compile(r"^\d+[KMGT]?$")
+_NODES = re.compile(r"^\d+(?:-\d+)?$")
+_DIRECTIVE = re.compile(r"^(?:--([a-z][a-z0-9-]*)(?:[= ](\S.*))?|-([A-Za-z])(?:\s*(\S.*))?)$")
 
 
 def time_limit_seconds(limit: str) -> int:
@@ -128,7 +143,7 @@ def validate(kind: str, opts: dict) -> dict:
             f"signal_margin ({o['signal_margin']} s) must be shorter than the time limit "
             f"{o['time']!r} ({limit} s): the checkpoint signal would come at the start"
         )
-    o["max_restarts"] = check_int("max_restarts", o["max_restarts"], 0, text=True)
+    o["max_requeues"] = check_int("--max-requeues", o["max_requeues"], 0, text=True)
     o["base_seed"] = check_int("base_seed", o["base_seed"], 0, text=True)
     if not _ARRAY.match(str(o["array"])):
         raise ConfigError(
@@ -153,9 +168,56 @@ def validate(kind: str, opts: dict) -> dict:
                     f"an array's fit_cmd must use ${var} (each task its own "
                     f"{'seed' if var == 'SEED' else 'output folder'}); found {o['fit_cmd']!r}"
                 )
-    o["sbatch"] = tuple(_one_line("sbatch option", s) for s in o["sbatch"])
+    _check_placement(o)
+    o["sbatch"] = tuple(sbatch_directive(s) for s in o["sbatch"])
     o["prologue"] = prologue_lines(o["prologue"])
     return o
+
+
+def _check_placement(o: dict) -> None:
+    """--partition, --account, --mem, --nodes, --ntasks-per-node: each as sbatch takes it."""
+    shapes = {
+        "partition": (_NAMES, "a partition name, or several separated by commas"),
+        "account": (_NAME, "an account name (letters, digits and ._+-)"),
+        "mem": (_MEM, "megabytes, or a number with K, M, G or T (e.g. 4G)"),
+        "nodes": (_NODES, "a node count or a range such as 2-3"),
+    }
+    for name, (shape, need) in shapes.items():
+        if o[name] is not None and not shape.match(str(o[name])):
+            raise ConfigError(f"--{name} must be {need}; found {o[name]!r}")
+    if o["ntasks_per_node"] is not None:
+        o["ntasks_per_node"] = check_int("--ntasks-per-node", o["ntasks_per_node"], 1, text=True)
+
+
+def sbatch_directive(text: str) -> str:
+    """One ``--sbatch`` value as an #SBATCH option (pure): ``--partition=debug`` as it is,
+    ``partition=debug`` with its dashes; refused when it is not an option sbatch could read
+    or sets what the template or one of its flags sets."""
+    given = _one_line("--sbatch", text).strip()
+    text = given if given.startswith("-") else "--" + given
+    m = _DIRECTIVE.match(text)
+    if not m:
+        raise ConfigError(
+            f"--sbatch {given!r} is not an sbatch option; needed one such as --partition=debug, "
+            "partition=debug or -p debug"
+        )
+    name = m.group(1)
+    if name in OWN_DIRECTIVES:
+        how = f"give `mixle-mpi slurm --{name}`" if name in FLAGGED else "the template sets it"
+        raise ConfigError(f"--sbatch {text!r} sets --{name}: {how} instead")
+    return text
+
+
+def _no_twice(lines: list[str]) -> None:
+    """Refuse an #SBATCH option given twice (a flag and an --sbatch line)."""
+    seen: set[str] = set()
+    for line in lines:
+        name = re.split(r"[= ]", line[2:])[0] if line.startswith("--") else line[:2]
+        if name in seen:
+            raise ConfigError(
+                f"#SBATCH {name} is given twice (a flag and --sbatch {line!r}): give it once"
+            )
+        seen.add(name)
 
 
 def prologue_lines(prologue) -> tuple[str, ...]:
@@ -189,7 +251,7 @@ _HEADER = {
     "srun": """\
 # mixle_mpi: fit launched by srun (kind "srun"), for sites that require srun.
 #
-# The ranks are started by `mixle-mpi run --mpi srun`, i.e. srun --mpi=pmix (Open MPI) or
+# The ranks are started by `mixle-mpi run --launcher srun`, i.e. srun --mpi=pmix (Open MPI) or
 # --mpi=pmi2 (MPICH) with --kill-on-bad-exit=0 --wait=0 --no-kill. Measured on SLURM 22.05
 # with the Open MPI 5.0.11 and MPICH 5.0.2 wheels (slurm/README.md):
 # - A lost node is survived in the job: srun's --no-kill keeps the step (the sbatch
@@ -225,11 +287,12 @@ _COMMON_DOC = """\
 #   the driver ends its iteration, writes a checkpoint and exits 75. The margin must cover an
 #   iteration, a checkpoint write and SLURM's coarse (about 30 s) check of time limits.
 # - --requeue: on exit 75 this script requeues the job (scontrol requeue) while
-#   SLURM_RESTART_COUNT < {max_restarts}; the next start resumes from the checkpoint, to the same bits.
+#   SLURM_RESTART_COUNT < {max_restarts} (--max-requeues); the next start resumes from the checkpoint,
+#   to the same bits.
 # Exit codes: {ok} the fit finished; {ck} checkpointed but not requeued (restart bound reached or
 # requeue refused: resubmit to resume); 1 failed, 2 bad input, 70-72 a worker gave up,
-# 73 never started and 74 could not reconfigure (each already run again once by the launcher:
-# resubmit to resume).
+# 73 never started, 74 could not reconfigure and 77 a checkpoint write timed out (each already
+# run again once by the launcher: resubmit to resume).
 #
 # Rendered by `mixle-mpi slurm {kind}`; regenerate it instead of editing by hand."""
 
@@ -240,7 +303,8 @@ PY={python}
 MAX_RESTARTS={max_restarts}
 RESTARTS=${{SLURM_RESTART_COUNT:-0}}
 {setup}
-echo "[mixle_mpi] job $SLURM_JOB_ID on $(hostname -s): start $((RESTARTS + 1)), restart count $RESTARTS of at most $MAX_RESTARTS"{announce}
+echo "[mixle_mpi] job $SLURM_JOB_ID on $(hostname -s): start $((RESTARTS + 1))," \\
+     "restart count $RESTARTS of at most $MAX_RESTARTS"{announce}
 
 # Forward USR1/TERM to `mixle-mpi run`, which passes them to the driver only. The launcher
 # starts with both ignored (so one that comes before its handlers are in cannot kill it) and
@@ -258,16 +322,18 @@ case $rc in
     exit {ok} ;;
   {ck})
     if [ "$RESTARTS" -lt "$MAX_RESTARTS" ]; then
-      echo "[mixle_mpi] checkpointed (exit {ck}): requeueing job $SLURM_JOB_ID (restart $((RESTARTS + 1)) of at most $MAX_RESTARTS)"
+      echo "[mixle_mpi] checkpointed (exit {ck}): requeueing job $SLURM_JOB_ID" \\
+           "(restart $((RESTARTS + 1)) of at most $MAX_RESTARTS)"
       if scontrol requeue "$SLURM_JOB_ID"; then exit {ok}; fi
       echo "[mixle_mpi] scontrol requeue failed (is JobRequeue allowed?); resubmit this script to resume" >&2
     else
       echo "[mixle_mpi] checkpointed (exit {ck}) but the job has already restarted $RESTARTS times" \\
-           "(max_restarts $MAX_RESTARTS): not requeueing; resubmit this script to resume from the checkpoint" >&2
+           "(--max-requeues $MAX_RESTARTS): not requeueing; resubmit this script to resume from the checkpoint" >&2
     fi
     exit {ck} ;;
   *)
-    echo "[mixle_mpi] the fit failed with exit code $rc (1 failed, 2 bad input, 70-72 a worker gave up, 73-74 resubmit to resume); see above" >&2
+    echo "[mixle_mpi] the fit failed with exit code $rc (1 failed, 2 bad input, 70-72 a worker gave up," \\
+         "73, 74 and 77 resubmit to resume); see above" >&2
     exit "$rc" ;;
 esac
 """
@@ -282,7 +348,7 @@ def render(kind: str, **opts) -> str:
         _HEADER[kind],
         _COMMON_DOC.format(
             margin=o["signal_margin"],
-            max_restarts=o["max_restarts"],
+            max_restarts=o["max_requeues"],
             kind=kind,
             ok=exitcodes.OK,
             ck=exitcodes.CHECKPOINTED,
@@ -300,6 +366,10 @@ def render(kind: str, **opts) -> str:
     ]
     if array:
         sbatch.append(f"--array={o['array']}")
+    for name in ("partition", "account", "mem", "nodes", "ntasks_per_node"):
+        if o[name] is not None:
+            sbatch.append(f"--{name.replace('_', '-')}={o[name]}")
+    _no_twice([*sbatch, *o["sbatch"]])
     lines += [f"#SBATCH {s}" for s in (*sbatch, *o["sbatch"])]
     out = shlex.quote(o["out_dir"]) if o["out_dir"] is not None else None
     if array:
@@ -317,9 +387,9 @@ def render(kind: str, **opts) -> str:
     lines.append(
         _BODY.format(
             python=shlex.quote(o["python"]),
-            max_restarts=o["max_restarts"],
+            max_restarts=o["max_requeues"],
             setup=setup,
-            launch=" --mpi srun" if kind == "srun" else "",
+            launch=" --launcher srun" if kind == "srun" else "",
             ntasks=o["ntasks"],
             announce=(
                 '\necho "[mixle_mpi] array task $SLURM_ARRAY_TASK_ID: seed $SEED, output $OUT_DIR"'
@@ -367,6 +437,7 @@ def _options(args) -> dict:
     """The render options given on the command line (absent ones keep their defaults)."""
     names = [n for n in DEFAULTS if n not in ("sbatch", "prologue")]
     opts = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    opts.setdefault("python", sys.executable)  # the Python running this has mixle_mpi
     if args.sbatch:
         opts["sbatch"] = tuple(args.sbatch)
     if args.prologue:
@@ -421,9 +492,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"seconds before the limit at which the fit checkpoints and exits 75; default {d['signal_margin']}",
     )
     p.add_argument(
-        "--max-restarts",
-        dest="max_restarts",
-        help=f"requeue at most this many times; default {d['max_restarts']}",
+        "--max-requeues",
+        dest="max_requeues",
+        help=f"requeue at most this many times (was --max-restarts); default {d['max_requeues']}",
+    )
+    p.add_argument("--partition", help="#SBATCH --partition (default: the site's)")
+    p.add_argument("--account", help="#SBATCH --account (default: the site's)")
+    p.add_argument("--mem", help="#SBATCH --mem, memory per node, e.g. 16G (default: the site's)")
+    p.add_argument(
+        "--nodes",
+        help="#SBATCH --nodes, a count or a range such as 2-3 (default: as SLURM places --ntasks)",
+    )
+    p.add_argument(
+        "--ntasks-per-node",
+        dest="ntasks_per_node",
+        help="#SBATCH --ntasks-per-node (default: none). A requeue after a node loss then waits "
+        "for as many nodes as before; --nodes 2-3 with --ntasks lets it start on fewer",
     )
     p.add_argument(
         "--out-dir",
@@ -431,7 +515,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"output folder ($OUT_DIR), overriding the job file's out_dir; default: the job file's "
         f"(ft, srun), {ARRAY_OUT_DIR} (array: one task-<id> folder each)",
     )
-    p.add_argument("--python", help=f"the Python that has mixle_mpi; default {d['python']}")
+    p.add_argument(
+        "--python",
+        help="the Python that has mixle_mpi, on the compute nodes; default: the one running "
+        "this command",
+    )
     p.add_argument("--array", help=f"array indices (kind array); default {d['array']}")
     p.add_argument(
         "--base-seed",
@@ -449,7 +537,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="OPTION",
-        help="an extra #SBATCH option, e.g. --sbatch=--partition=debug (repeatable)",
+        help="an extra #SBATCH option: --sbatch --constraint=ib, --sbatch constraint=ib or "
+        "--sbatch='-C ib' (repeatable)",
     )
     p.add_argument(
         "--prologue",

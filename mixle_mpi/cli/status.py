@@ -21,7 +21,7 @@ from mixle_mpi.core import procs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.logs import clock
 from mixle_mpi.fitting.progress import PROGRESS_FILE, hms, summary_stop_text, summary_wall_text
-from mixle_mpi.storage.events import describe
+from mixle_mpi.storage.events import describe, read_events
 
 SUMMARY_FILE, EVENTS_FILE = "summary.json", "events.jsonl"
 TAIL_BYTES = 1 << 16  # the last events are in the file's last 64 KiB
@@ -53,27 +53,8 @@ def _read_json(path: str) -> tuple[dict | None, float | None]:
 
 
 def tail_events(path: str, n: int) -> list[dict]:
-    """The last ``n`` events of a JSON-lines log, reading only its end; a line cut by a
-    concurrent append (or by the start of the window) is skipped."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - TAIL_BYTES))
-            lines = fh.read().split(b"\n")
-    except FileNotFoundError:
-        return []
-    if size > TAIL_BYTES:
-        lines = lines[1:]  # the window's first line is probably cut
-    events = []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            events.append(rec)
-    return events[-n:] if n > 0 else []
+    """The last ``n`` events of a JSON-lines log, reading only its end."""
+    return read_events(path, TAIL_BYTES)[-n:] if n > 0 else []
 
 
 def read_fit_files(out_dir: str) -> FitFiles:
@@ -171,7 +152,14 @@ def _summary_lines(s: dict) -> list[str]:
         f"{'-' if ll is None else f'{ll:.10g}'}, {summary_wall_text(s)}; model in model.json",
         f"ranks: {s.get('workers')} workers; failures survived {s.get('failures_survived')}"
         + (
-            f" ({', '.join([*(f'rank {w} x{n}' for w, n in failed.items()), *([f'the driver x{t}'] if (t := s.get('driver_takeovers')) else [])])})"
+            " ("
+            + ", ".join(
+                [
+                    *(f"rank {w} x{n}" for w, n in failed.items()),
+                    *([f"the driver x{t}"] if (t := s.get("driver_takeovers")) else []),
+                ]
+            )
+            + ")"
             if failed or s.get("driver_takeovers")
             else ""
         )

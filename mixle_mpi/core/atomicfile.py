@@ -7,6 +7,8 @@ through here: to a temporary name of its own in the same folder (created with
 ``O_EXCL | O_NOFOLLOW``, so neither another job's file nor a planted link is written
 through), fsynced, renamed over the target (a rename replaces a link, never follows it),
 and the folder fsynced, so that after a crash the file is the old one or the new one.
+Outputs are the owner's alone (mode 0600, whatever the umask): results, summaries and
+reports describe the user's data as much as the data itself does.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from contextlib import contextmanager
 
+OWNER_ONLY = 0o600
 NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -57,25 +61,28 @@ def discard(tmp: str) -> None:
         pass
 
 
-def write_text(path: str, text: str, mode: int = 0o666) -> None:
+@contextmanager
+def replacing(path: str, mode: int = OWNER_ONLY):
+    """A binary file to write ``path``'s new content into (for writers that want a file,
+    such as matplotlib's ``savefig``): on leaving the block it is fsynced and renamed over
+    ``path``; on an error it is removed and ``path`` is untouched. ``mode`` whatever the umask."""
     tmp = temp_path(path)
-    fd = open_new(tmp, mode)
+    fh = os.fdopen(open_new(tmp, mode), "wb")
     try:
-        try:
-            _write_all(fd, text.encode("utf-8"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with fh:
+            os.fchmod(fh.fileno(), mode)
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
         commit(tmp, path)
     except BaseException:
         discard(tmp)
         raise
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+def write_text(path: str, text: str, mode: int = OWNER_ONLY) -> None:
+    with replacing(path, mode) as fh:
+        fh.write(text.encode("utf-8"))
 
 
 def write_json(path: str, obj, indent: int | None = None) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 # what a job that cannot go on says about rerunning it
 RERUN_ADVICE = (
-    "Nothing saved is lost: `mixle-mpi run`/`fit` runs the job again by itself (--resume-retries, "
+    "Nothing saved is lost: `mixle-mpi run`/`fit` runs the job again by itself (--max-restarts, "
     "default 1), which resumes from the last checkpoint if one is configured; exit 74 means rerun "
     "the same command. Or disable respawn (--no-respawn)"
 )

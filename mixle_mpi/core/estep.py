@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_mpi.core import engine as engines
 from mixle_mpi.core import probes
 
 PROTO = pickle.HIGHEST_PROTOCOL
@@ -84,6 +85,14 @@ def score_shard(model: Any, chunks: Chunks, on_chunk: OnChunk | None = None) -> 
 Ahead = Callable[[bytes], bool]  # offered an E-step payload before the scores; True: it took it
 
 
+def _fused_estep(family, estimator, model, chunks, on_chunk) -> tuple[bytes, tuple]:
+    """A kernel's payload and score in one pass; ``seq``'s payload where it declines."""
+    value, count, ll = engines.fused_shard(family, model, chunks, on_chunk)
+    if value is None:
+        return estep_shard(estimator, model, chunks, on_chunk), (count, ll)
+    return pickle.dumps((count, value), protocol=PROTO), (count, ll)
+
+
 def shard_result(
     kind: str,
     body: Any,
@@ -92,22 +101,35 @@ def shard_result(
     scores: bool = False,
     on_chunk: OnChunk | None = None,
     ahead: Ahead | None = None,
+    engine: str = "seq",
 ) -> Any:
     """One shard's result for a round of ``kind``, wherever it is computed (a worker's task,
     or the driver's own share): ``estep`` (and, with ``scores``, the score of the same
     model after it, as mixle's EM loop asks for both), ``init`` with the shard's seed
     ``extra``, or ``llsum``. With ``scores``, ``ahead`` is offered the E-step payload
     before the scores are computed; if it takes it (a worker sends it ahead,
-    ``protocol.Stats``), the result carries ``None`` in its place."""
+    ``protocol.Stats``), the result carries ``None`` in its place. ``engine`` (``core.engine``)
+    says whether a fused kernel computes the E-step and the score, in one pass."""
     if kind == "estep":
         estimator, model = body
-        result = estep_shard(estimator, model, chunks, on_chunk)
+        family = engines.kernel_for(engine, model)
+        if family is not None and engines.payload_fits(estimator, family):
+            result, score = _fused_estep(family, estimator, model, chunks, on_chunk)
+        else:
+            result, score = estep_shard(estimator, model, chunks, on_chunk), None
         if not scores:
             return result
         if ahead is not None and ahead(result):
             result = None
-        return result, score_shard(model, chunks, on_chunk)
+        return result, score if score is not None else _score(family, model, chunks, on_chunk)
     if kind == "init":
         estimator, p = body
         return init_shard(estimator, p, int(extra), chunks, on_chunk)
-    return score_shard(body, chunks, on_chunk)
+    return _score(engines.kernel_for(engine, body), body, chunks, on_chunk)
+
+
+def _score(family: str | None, model: Any, chunks: Chunks, on_chunk: OnChunk | None):
+    """(count, log-density sum): the kernel's where one scores the model, else ``seq``'s."""
+    if family is None:
+        return score_shard(model, chunks, on_chunk)
+    return engines.fused_shard(family, model, chunks, on_chunk)[1:]

@@ -7,6 +7,10 @@ second job is refused at once, with an error that names the first (host, pid and
 time, from the lock file). The kernel releases a lock when its process ends, so a lock file
 left by a dead job is simply taken over, and the takeover is said. A survivor that takes
 over from a dead driver (failover) takes its locks over the same way.
+
+A checkpoint is locked the same way, by its own lock file beside it (``.<name>.lock``): two
+fits with different output folders and the same ``--checkpoint`` once both ran and rotated
+each other's files.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from mixle_mpi.core import procs
 from mixle_mpi.core.errors import ConfigError
 
 LOCK_NAME = ".mixle_mpi.lock"
-_held: dict[str, int] = {}  # folder (real path) -> the open descriptor that holds its lock
+_held: dict[str, int] = {}  # lock file (real path) -> the open descriptor that holds its lock
 
 
 class FolderBusy(ConfigError):
@@ -33,40 +37,58 @@ def hold(folder: str, what: str) -> str | None:
     """Take ``folder``'s lock for this process (again: nothing to do). Returns a line to log
     when a dead job's lock file was taken over, else None. Raises ``FolderBusy`` naming the
     job that holds it."""
-    key = os.path.realpath(folder)
+    return _hold(os.path.join(folder, LOCK_NAME), f"the {what} folder", folder)
+
+
+def lock_path_of(path: str) -> str:
+    """The lock file of the file ``path`` (a checkpoint): hidden, beside it (pure)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(folder, f".{name}.lock")
+
+
+def hold_file(path: str, what: str) -> str | None:
+    """``hold`` for one file (a checkpoint and its siblings) rather than a folder."""
+    return _hold(lock_path_of(path), f"the {what}", path)
+
+
+def _hold(path: str, what: str, name: str) -> str | None:
+    key = os.path.realpath(path)
     if key in _held:
         return None
-    path = os.path.join(folder, LOCK_NAME)
     try:
         fd = os.open(
             path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600
         )
     except OSError as exc:
-        raise ConfigError(
-            f"cannot lock the {what} folder {folder!r}: {exc.strerror} ({path})"
-        ) from None
+        raise ConfigError(f"cannot lock {what} {name!r}: {exc.strerror} ({path})") from None
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
         other = _read(fd)
         os.close(fd)
         if exc.errno not in (errno.EAGAIN, errno.EACCES):
-            raise ConfigError(
-                f"cannot lock the {what} folder {folder!r}: {exc.strerror} ({path})"
-            ) from None
-        raise _busy(folder, what, other) from None
+            raise ConfigError(f"cannot lock {what} {name!r}: {exc.strerror} ({path})") from None
+        raise _busy(name, what, other) from None
     previous = _read(fd)
     _write(fd)
     _held[key] = fd
     if previous:
-        return f"took over the {what} folder {folder}: the job that held it ({describe(previous)}) has ended"
+        return f"took over {what} {name}: the job that held it ({describe(previous)}) has ended"
     return None
 
 
 def check_free(folder: str, what: str) -> None:
     """Before launching a job on ``folder``: raise ``FolderBusy`` at once if a live job holds
     it (the driver takes the lock itself later; this only saves starting MPI for nothing)."""
-    path = os.path.join(folder, LOCK_NAME)
+    _check_free(os.path.join(folder, LOCK_NAME), f"the {what} folder", folder)
+
+
+def check_file_free(path: str, what: str) -> None:
+    """``check_free`` for one file's lock (``hold_file``)."""
+    _check_free(lock_path_of(path), f"the {what}", path)
+
+
+def _check_free(path: str, what: str, folder: str) -> None:
     try:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -87,10 +109,11 @@ def release_all() -> None:
     _held.clear()
 
 
-def _busy(folder: str, what: str, other: dict | None) -> FolderBusy:
+def _busy(name: str, what: str, other: dict | None) -> FolderBusy:
+    own = "--checkpoint" if what.endswith("checkpoint") else "--out-dir"
     return FolderBusy(
-        f"the {what} folder {folder!r} is in use by another job ({describe(other)}); "
-        f"give this job a folder of its own (--out-dir), or wait for that job to end"
+        f"{what} {name!r} is in use by another job ({describe(other)}); "
+        f"give this job one of its own ({own}), or wait for that job to end"
     )
 
 

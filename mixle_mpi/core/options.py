@@ -230,6 +230,21 @@ OPTIONS: tuple[Option, ...] = (
         metavar="SEC",
     ),
     Option(
+        "suspect_max_wait",
+        float,
+        10.0,
+        "seconds a silent worker whose process is alive (runnable, or using CPU) may stay "
+        "suspected before it is failed; 0: fail it at the first silence",
+        about="A worker silent for heartbeat_timeout on the driver's host is suspected, not failed: "
+        "a process that is gone or stopped is failed at once, one that is alive gets one more timeout "
+        "and, while it stays runnable or uses CPU (starved by a loaded node, or held in the MPI "
+        "library), more, up to this many seconds from the first suspicion (policy/suspicion.py). "
+        "Workers on other hosts, ULFM errors and stalls are failed at once. 0 turns the check off.",
+        setting=True,
+        job=True,
+        metavar="SEC",
+    ),
+    Option(
         "driver_timeout",
         float,
         60.0,
@@ -313,7 +328,7 @@ OPTIONS: tuple[Option, ...] = (
         "from the checkpoint, in the same job (under mpiexec and srun); on whenever a "
         "checkpoint is written, unless --no-failover or MIXLE_MPI_FAILOVER=0",
         about="A dead driver is followed by the lowest surviving rank, which resumes the fit from its "
-        "checkpoint (policy/failover_plan.py); under mpiexec (not srun), with the shard store and the "
+        "checkpoint (policy/failover_plan.py); under mpiexec and srun, with the shard store and the "
         "checkpoint where every rank can read them. Off: a dead driver ends the job.",
         short="a survivor takes over from a dead driver",
         setting=True,
@@ -453,7 +468,7 @@ OPTIONS: tuple[Option, ...] = (
         "checkpoint_every",
         int,
         None,
-        "also a checkpoint every this many iterations (given, the cadence is exactly as asked)",
+        "also a checkpoint every this many iterations, besides the first one and the clock's",
         job=True,
         at_least=1,
         metavar="N",
@@ -463,7 +478,7 @@ OPTIONS: tuple[Option, ...] = (
         "checkpoint_seconds",
         float,
         None,
-        "a checkpoint every this many seconds (given, the cadence is exactly as asked)",
+        "a checkpoint every this many seconds instead of the default clock (given, exactly as asked: no early first write, no 2 percent cap)",
         job=True,
         positive=True,
         metavar="SEC",
@@ -641,6 +656,23 @@ OPTIONS: tuple[Option, ...] = (
         "set by the launcher: the progress line is rewritten in place (a terminal)",
         env="MIXLE_MPI_LIVE_PROGRESS",
     ),
+    Option(
+        "engine",
+        str,
+        "seq",
+        "E-step engine: seq (mixle's own path, its bits), fused (one-pass kernels for 1-D, "
+        "diagonal, full Gaussian and Poisson mixtures, seq elsewhere) or auto (the fastest that keeps "
+        "every promise: fused today)",
+        about="Which code computes each shard's E-step and score (core/engine.py). seq: mixle's "
+        "seq_update and seq_log_density, bit for bit mixle's multiprocessing backend. fused: one "
+        "numba pass gives both for mixtures of 1-D, diagonal or full-covariance Gaussian or Poisson "
+        "components (other models: seq); its bits are its own, independent of ranks, failures "
+        "and recovery like seq's. auto: fused where a kernel exists.",
+        setting=True,
+        job=True,
+        choices=("auto", "seq", "fused"),
+        metavar="ENGINE",
+    ),
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
@@ -653,7 +685,7 @@ ENVIRONMENT: tuple[Option, ...] = tuple(o for o in OPTIONS if o.env is not None)
 # option in exactly one; tests/test_unit_options.py checks it).
 FIT_GROUPS: dict[str, tuple[str, ...]] = {
     "data and model": ("data", "model", "columns", "num_shards", "sub_chunks", "seed", "restarts"),
-    "EM": ("max_its", "delta", "init_p"),
+    "EM": ("max_its", "delta", "init_p", "engine"),
     "resilience": (
         "checkpoint",
         "checkpoint_every",
@@ -666,6 +698,7 @@ FIT_GROUPS: dict[str, tuple[str, ...]] = {
         "respawn_wait",
         "heartbeat_period",
         "heartbeat_timeout",
+        "suspect_max_wait",
         "stall_timeout",
         "driver_computes",
         "speculation",

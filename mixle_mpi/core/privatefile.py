@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 
-from mixle_mpi.core.atomicfile import open_new, temp_path
+from mixle_mpi.core.atomicfile import OWNER_ONLY, open_new, temp_path
 
-PRIVATE = 0o600
+PRIVATE = OWNER_ONLY
+APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 def create_private(path: str) -> None:
@@ -34,3 +35,24 @@ def new_private_temp(path: str) -> str:
     finally:
         os.close(fd)
     return tmp
+
+
+def open_private_append(path: str):
+    """``path`` opened to append text (made owner-only if new, and if this user's); a link
+    at ``path`` is refused, not followed (an event log appended over reruns)."""
+    fd = os.open(path, APPEND, PRIVATE)
+    try:
+        if os.fstat(fd).st_uid == os.geteuid():
+            os.fchmod(fd, PRIVATE)  # one left by an older version keeps its mode otherwise
+        return os.fdopen(fd, "a", encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def new_private_file(path: str, text: str) -> None:
+    """Create ``path`` (it must not exist) owner-only, holding ``text``; never through a link."""
+    fd = open_new(path, PRIVATE)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        os.fchmod(fd, PRIVATE)
+        fh.write(text)

@@ -95,6 +95,20 @@ def running(ident: Ident) -> bool:
     return not_reaped(ident) and state(ident[0]) not in (None, *GONE)
 
 
+def look(ident: Ident) -> tuple[str | None, float | None]:
+    """The state letter and the CPU seconds (user + system) used so far of the process
+    ``ident`` names; (None, None) once it is gone or its pid names another process."""
+    p = _process(ident[0])
+    if p is None or _start(p) != ident[1]:
+        return None, None
+    try:
+        with p.oneshot():
+            times = p.cpu_times()
+            return _LETTERS.get(p.status(), "?"), times.user + times.system
+    except _ERRORS:
+        return None, None
+
+
 def owner(pid: int) -> int | None:
     """The real uid of process ``pid``, if it can be read."""
     p = _process(pid)

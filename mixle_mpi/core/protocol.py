@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-PROTOCOL = 7
+PROTOCOL = 8
 
 # tags: the startup handshake on COMM_WORLD; then commands, replies and heartbeats on the
 # job's communicators (heartbeats on their own duplicate, so they never queue behind data)
@@ -71,6 +71,7 @@ class Setup(NamedTuple):
     driver_space: str = (
         ""  # the driver's pid space (procs.pid_space): its pid means something here only if equal
     )
+    engine: str = "seq"  # which code computes the E-step and score (core/engine.py)
 
 
 class Load(NamedTuple):

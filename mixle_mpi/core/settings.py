@@ -20,14 +20,18 @@ from mixle_mpi.core.validate import check_int
 __all__ = ["ENV_PREFIX", "Settings"]
 
 
-def _positive_float(name: str, value) -> float:
+def _checked_float(name: str, value, positive: bool) -> float:
+    """A finite number, > 0 (``positive``) or >= 0 (a float whose 0 turns something off)."""
     if (
         isinstance(value, bool)
         or not isinstance(value, Real)
         or not math.isfinite(value)
-        or value <= 0
+        or value < 0
+        or (positive and value == 0)
     ):
-        raise ConfigError(f"{name} must be a finite number > 0; found {value!r}")
+        raise ConfigError(
+            f"{name} must be a finite number {'>' if positive else '>='} 0; found {value!r}"
+        )
     return float(value)
 
 
@@ -41,7 +45,13 @@ class SettingsChecks:
                 if not isinstance(value, bool):
                     raise ConfigError(f"{f.name} must be True or False; found {value!r}")
             elif option.kind is float:
-                object.__setattr__(self, f.name, _positive_float(f.name, value))
+                value = _checked_float(f.name, value, option.positive)
+                object.__setattr__(self, f.name, value)
+            elif option.kind is str:
+                if value not in option.choices:
+                    raise ConfigError(
+                        f"{f.name} must be one of {list(option.choices)}; found {value!r}"
+                    )
             else:
                 object.__setattr__(self, f.name, check_int(f.name, value, option.at_least))
         if self.heartbeat_fanin == 1:

@@ -10,8 +10,11 @@ the small fits far more than 2 % of their time, so the default cadence is:
 - then every ``seconds`` (default 60 s): what a dead driver or a killed job loses at most;
 - but never sooner than ``last write time / MAX_SHARE`` after the last write, so writes
   take at most ``MAX_SHARE`` of the wall time even for a model whose checkpoint is large;
-A cadence given explicitly (``every`` N iterations and/or ``seconds``) is kept exactly as
-given: no early first checkpoint and no cap (the user's choice). The fit also writes one at the end and one when it is preempted, whatever the cadence.
+``every`` N iterations adds writes to this default and keeps its protections (users who ask
+for more checkpoints do not expect to lose the early one and the clock). A clock given
+explicitly (``seconds``) is kept exactly as given: no early first checkpoint and no cap (the
+user's choice). The fit also writes one at the end and one when it is preempted, whatever
+the cadence.
 Pure but for the clock, which the caller may inject.
 """
 
@@ -34,11 +37,11 @@ class Cadence:
     written: bool = False  # a checkpoint of this fit exists (resumed, or written)
     last: float = field(default=0.0)  # when the last one was written (or the segment began)
     cost: float = 0.0  # how long the last write took, seconds
-    default: bool = field(init=False)  # neither given: the default cadence above
+    default: bool = field(init=False)  # no clock given: the default clock, first write and cap
 
     def __post_init__(self) -> None:
         self.last = self.clock()
-        self.default = self.every is None and self.seconds is None
+        self.default = self.seconds is None
         if self.default:
             self.seconds = DEFAULT_SECONDS
 

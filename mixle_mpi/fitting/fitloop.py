@@ -79,13 +79,18 @@ class _StopFlag:
     def _handler(self, signum, frame) -> None:
         self.signal = signum
 
+    def asked(self) -> int | None:
+        """The signal to act on: one received, or one the launcher asked for through the run
+        folder (it cannot signal a driver on another host: ``contract.request_stop``)."""
+        return self.signal if self.signal is not None else contract.stop_requested()
+
 
 def write_within(path: str, state, before_rename, seconds: float) -> None:
     """``checkpoint.write`` in a helper thread, waited for at most ``seconds``: a write to a
     hung file system would stop the driver's main thread for good while its heartbeat
     thread went on, so nothing would ever end the job. Past the deadline the fit ends with
-    an error that says so; the previous checkpoint is intact (the write goes to a temporary
-    name first)."""
+    ``CheckpointTimeout`` (exit CHECKPOINT_TIMEOUT, which the launcher runs again to resume);
+    the previous checkpoint is intact (the write goes to a temporary name first)."""
     try:
         run_with_deadline(
             lambda: ckpt.write(path, state, before_rename=before_rename),
@@ -93,7 +98,7 @@ def write_within(path: str, state, before_rename, seconds: float) -> None:
             "the checkpoint write",
         )
     except TimeoutError as exc:
-        raise ckpt.CheckpointError(
+        raise ckpt.CheckpointTimeout(
             f"{exc} (checkpoint {path}): its file system may hang; the previous checkpoint "
             f"is intact, and a rerun resumes from it"
         ) from None
@@ -196,13 +201,14 @@ def fit(
     """Fit with ``optimize`` on the driver; returns (model, log-likelihood per iteration).
 
     ``checkpoint`` is an HDF5 path ("auto", the default: ``checkpoint.h5`` in the handle's
-    work folder, so the same script run again resumes; None: no checkpoint); a checkpoint is written every ``every`` iterations
-    and/or every ``seconds`` seconds, and once at the end (the step that ends EM gets only
-    that one, see :func:`~mixle_mpi.fitting.progress.may_end_em`). Neither given: after the
-    first iteration, then every 60 s, at most 2 % of the wall time
-    (:mod:`mixle_mpi.fitting.cadence`). The scoring round of an iteration whose checkpoint
-    is due computes no E-step ahead (policy/lookahead.py); the others do. ``resume``: "auto" resumes
-    when a checkpoint exists, "yes" requires one, "no" starts afresh (overwriting).
+    work folder, so the same script run again resumes; None: no checkpoint); a checkpoint is
+    written every ``every`` iterations and/or every ``seconds`` seconds, and once at the end
+    (the step that ends EM gets only that one, see
+    :func:`~mixle_mpi.fitting.progress.may_end_em`). Neither given: after the first iteration,
+    then every 60 s, at most 2 % of the wall time (:mod:`mixle_mpi.fitting.cadence`). The
+    scoring round of an iteration whose checkpoint is due computes no E-step ahead
+    (policy/lookahead.py); the others do. ``resume``: "auto" resumes when a checkpoint exists,
+    "yes" requires one, "no" starts afresh (overwriting).
     ``journal`` also persists each E-step round's received shard payloads to
     ``<checkpoint>.round.h5``, so a driver killed mid-round recomputes only the missing
     shards after resuming (off by default: one small HDF5 write per shard and round).
@@ -229,7 +235,7 @@ def fit(
     if checkpoint and journal:
         from mixle_mpi.storage.journal import FoldJournal
 
-        enc.journal = FoldJournal(checkpoint + ".round.h5")
+        enc.journal = FoldJournal(checkpoint + ".round.h5", current.fingerprint["data"])
     stop = _StopFlag()
     steps = _Steps(
         enc,
@@ -289,6 +295,7 @@ def _checkpoint_path(enc, checkpoint: str | None) -> str | None:
         checkpoint = os.path.join(enc.workdir, CHECKPOINT_NAME)
     if checkpoint:
         ckpt.check_writable(checkpoint)
+        enc.claim_checkpoint(checkpoint)  # a second job on it is refused, exit 2
     enc.check_failover_reach(checkpoint)
     return checkpoint
 
@@ -437,7 +444,7 @@ class _Steps:
             return
         # read the flag once: a signal landing after the save was decided would otherwise end
         # the fit claiming a checkpoint that was never written (it is handled at the next step)
-        signum, checkpoint = self.stop.signal, self.checkpoint
+        signum, checkpoint = self.stop.asked(), self.checkpoint
         saved = checkpoint if checkpoint and (self.cadence.due(i) or signum is not None) else None
         if saved:
             self.save(step.model, i)

@@ -8,12 +8,17 @@ variable                 file                written by                  read by
 MIXLE_MPI_RUN_DIR        the run folder      launcher (mkdtemp, 0700)    every rank (core/rundir)
 MIXLE_MPI_JOB_TAG        (a random text)     launcher                    reaper, job watch, chaos
 MIXLE_MPI_INIT_BEGUN_    init_begun.txt      each rank, a line as its    launcher (never started?),
-FILE                                         MPI init begins             driver (ranks gone)
+FILE                                         MPI init begins (its        driver (ranks gone)
+                                             identity: pid, start,
+                                             pid space)
 MIXLE_MPI_MPI_UP_FILE    mpi_up.json         driver, MPI up              launcher
 MIXLE_MPI_STARTED_FILE   started.json        driver, fit started         launcher, chaos
 MIXLE_MPI_DRIVER_PID_    driver.json         driver (pid, start, space)  launcher's signal forwarder
 FILE
 MIXLE_MPI_STATUS_FILE    status.json         driver, its verdict         launcher (over mpiexec's)
+MIXLE_MPI_STOP_FILE      stop.json           launcher, a signal for a    the driver, after each
+                                             driver it cannot signal     iteration (fitloop)
+                                             (another host, pid space)
 MIXLE_MPI_RELAUNCHES     (JSON, no file)     launcher, after each launch driver (event "relaunched",
                                              without a lost host         summary.json)
 =======================  ==================  ==========================  =========================
@@ -36,9 +41,11 @@ import json
 import math
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import time
+from typing import NamedTuple
 
 from mixle_mpi.core import procs, rundir
 from mixle_mpi.core.errors import ConfigError
@@ -51,7 +58,9 @@ STARTED_ENV = "MIXLE_MPI_STARTED_FILE"
 DRIVER_PID_ENV = "MIXLE_MPI_DRIVER_PID_FILE"
 STATUS_ENV = "MIXLE_MPI_STATUS_FILE"
 RELAUNCHES_ENV = "MIXLE_MPI_RELAUNCHES"
-FILE_VARS = (INIT_BEGUN_ENV, MPI_UP_ENV, STARTED_ENV, DRIVER_PID_ENV, STATUS_ENV)
+STOP_ENV = "MIXLE_MPI_STOP_FILE"
+FILE_VARS = (INIT_BEGUN_ENV, MPI_UP_ENV, STARTED_ENV, DRIVER_PID_ENV, STATUS_ENV, STOP_ENV)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 # How long every rank gives MPI initialisation and the startup handshake; the launcher reads it
 # too (a bad value is refused before any launch, and its messages name it).
 STARTUP_TIMEOUT_ENV = "MIXLE_MPI_STARTUP_TIMEOUT"
@@ -84,6 +93,7 @@ class RunFiles:
         self.mpi_up = os.path.join(self.dir, "mpi_up.json")
         self.started = os.path.join(self.dir, "started.json")
         self.init_begun = os.path.join(self.dir, "init_begun.txt")
+        self.stop = os.path.join(self.dir, "stop.json")
 
     def env(self, tag: str, signals: bool = True) -> dict[str, str]:
         """The variables that hand these files to the ranks (``signals``: the driver writes
@@ -98,6 +108,7 @@ class RunFiles:
         }
         if signals:
             env[DRIVER_PID_ENV] = self.driver
+            env[STOP_ENV] = self.stop
         return env
 
     def read_status(self) -> dict | None:
@@ -152,6 +163,13 @@ def _read_json(path: str) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
+def request_stop(path: str, signum: int) -> bool:
+    """Ask the driver to act on ``signum`` as if it had received it, through the run folder:
+    for a driver no signal of this host reaches (after a failover to another host). True if
+    written."""
+    return rundir.write_marker(path, {"signal": int(signum), "time": time.time()})
+
+
 def read_driver(path: str, host: str | None = None) -> tuple[procs.Ident | None, str | None]:
     """The driver's identity from ``driver.json``: ``(ident, None)``, or ``(None, why)`` when
     there is none to signal (``why`` None: not written yet)."""
@@ -176,21 +194,43 @@ def read_driver(path: str, host: str | None = None) -> tuple[procs.Ident | None,
     return ident, None
 
 
+class Begun(NamedTuple):
+    """One rank's record of the start of its MPI init: who it is, recorded at its birth."""
+
+    ident: procs.Ident  # pid and start time: a pid reused since is never taken for it
+    rank: int | None
+    host: str
+    space: str  # its pid space (procs.pid_space): only a reader in the same one may look
+
+
 def init_begun_pids(path: str, host: str | None = None) -> list[int]:
-    """The pids ``mark_init_begun`` wrote to ``path`` (only ``host``'s, if given: the run
-    folder of a launch over several hosts is shared, and another host's pid means nothing here)."""
-    return [
-        int(f[0]) for f in _init_begun_lines(path) if host is None or (len(f) >= 3 and f[2] == host)
-    ]
+    """The pids ``mark_init_begun`` wrote to ``path`` (only those of this pid space, if
+    ``host`` is given: the run folder of a launch over several hosts is shared, and another
+    host's, or another container's, pid means nothing here)."""
+    return [b.ident[0] for b in read_init_begun(path) if host is None or _here(b, host)]
 
 
-def init_begun_here(path: str | None, host: str) -> dict[int, int]:
-    """World rank -> pid of the ranks of ``host`` that marked the start of their MPI init."""
-    return {
-        int(f[1]): int(f[0])
-        for f in _init_begun_lines(path)
-        if len(f) >= 3 and f[1].isdigit() and f[2] == host
-    }
+def init_begun_here(path: str | None, host: str) -> dict[int, procs.Ident]:
+    """World rank -> identity of the ranks born in this pid space (on ``host``) that marked
+    the start of their MPI init."""
+    return {b.rank: b.ident for b in read_init_begun(path) if b.rank is not None and _here(b, host)}
+
+
+def _here(b: Begun, host: str) -> bool:
+    """Born in this pid space: the same one where both are known, else the same host name."""
+    space = procs.pid_space()
+    return b.space == space if space and b.space else b.host == host
+
+
+def read_init_begun(path: str | None) -> list[Begun]:
+    """Every whole record of ``path`` (``pid rank host start space``); others are skipped."""
+    out = []
+    for f in _init_begun_lines(path):
+        if len(f) >= 4 and (f[1].isdigit() or f[1] == "-"):
+            rank = int(f[1]) if f[1].isdigit() else None
+            space = f[4] if len(f) >= 5 and f[4] != "-" else ""
+            out.append(Begun((int(f[0]), f[3]), rank, f[2], space))
+    return out
 
 
 def _init_begun_lines(path: str | None) -> list[list[str]]:
@@ -211,12 +251,27 @@ def init_begun_path() -> str | None:
 def mark_init_begun() -> None:
     """This rank's process runs and begins MPI initialisation: a job that then ends without
     MPI up lost a rank while starting (it never started), unlike a command that failed on its
-    own. Every rank appends a line "pid rank host" to one file (one ``write``: ranks write at
-    once). A line that cannot be written only costs that knowledge."""
+    own. Every rank appends a line "pid rank host start space" to one file (one ``write``:
+    ranks write at once): its full identity, recorded at its birth, so that a pid reused
+    since, or one of another container with the same host name, is never signalled. A line
+    that cannot be written only costs that knowledge."""
+    path = init_begun_path()
+    ident = procs.identity(os.getpid()) if path else None
+    if ident is None:
+        return
     rank = ranks.world_rank(os.environ)
     rundir.append_line(
-        init_begun_path(), f"{os.getpid()} {'-' if rank is None else rank} {socket.gethostname()}\n"
+        path,
+        f"{ident[0]} {'-' if rank is None else rank} {socket.gethostname()} {ident[1]} "
+        f"{procs.pid_space() or '-'}\n",
     )
+
+
+def stop_requested() -> int | None:
+    """The signal the launcher asked this driver to act on (``request_stop``), or None."""
+    record = _read_json(os.environ.get(STOP_ENV, "")) if os.environ.get(STOP_ENV) else None
+    signum = record.get("signal") if record else None
+    return signum if signum in STOP_SIGNALS else None
 
 
 def mark_mpi_up() -> None:

@@ -71,10 +71,29 @@ class HostBook:
     )
     losses: list[Loss] = field(default_factory=list)
     out: dict = field(default_factory=dict)  # host -> when it was left out
+    # hosts that were all silent at once, but one, at the last probe: not taken for lost
+    # until a second probe finds them so again (``_all_but_one_silent``)
+    doubted: frozenset = frozenset()
 
     def to_probe(self, names: list[str], now: float) -> list[str]:
         """The hosts to probe: every one in use, and those left out whose cooldown is over."""
         return [h for h in names if h not in self.out or now - self.out[h] >= self.cooldown]
+
+    def _all_but_one_silent(self, answered: dict) -> str:
+        """Why no host is left out this time, when every probed host but one is silent (two
+        or more): right after a failed launch that says more about the network or the probe
+        than about the hosts (seen under MPICH on a loaded machine). Only a second probe
+        that finds the same hosts silent takes them for lost."""
+        silent = frozenset(h for h, ok in answered.items() if ok is False)
+        if len(silent) < 2 or len(silent) != len(answered) - 1 or silent == self.doubted:
+            self.doubted = frozenset()
+            return ""
+        self.doubted = silent
+        return (
+            f"every host probed but one was silent at once ({', '.join(sorted(silent))}): that "
+            "points at the network or the probe rather than at the hosts, so none is left out "
+            "now; a second probe that finds them silent again leaves them out"
+        )
 
     def decide(
         self, names: list[str], slots: dict, answered: dict, ranks: int, now: float, why: str
@@ -91,6 +110,9 @@ class HostBook:
                 (),
                 "no host answered a probe, so none is left out (is the launcher itself at fault?)",
             )
+        doubt = self._all_but_one_silent(answered)
+        if doubt:
+            return Next(False, frozenset(self.out), min(ranks, sum(slots.values())), (), doubt)
         lost_now = tuple(h for h in names if answered.get(h) is False and h not in self.out)
         for h in names:
             if answered.get(h) is True:

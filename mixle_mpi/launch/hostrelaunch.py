@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import time
 
 from mixle_mpi.core import logs
@@ -42,6 +44,13 @@ class HostRelaunch:
         self.probe_env = probe_env
         self.ranks, self.extra, self.left_out = n, list(extra), frozenset()
         self.records: list[dict] = []
+        self.folder: str | None = None  # private, for the hostfiles it rewrites (close)
+
+    def close(self) -> None:
+        """Remove the hostfiles it wrote (the launcher calls it however the launch ends)."""
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
 
     def env(self) -> dict:
         return contract.relaunches_env(self.records)
@@ -85,8 +94,9 @@ class HostRelaunch:
             return False
         if nxt.left_out != self.left_out and nxt.ranks >= self.book.fewest:
             self.left_out, self.ranks = nxt.left_out, nxt.ranks
+            self.folder = self.folder or tempfile.mkdtemp(prefix="mixle_mpi_hosts_")
             self.extra = hostlist.without(
-                self.base_extra, self.hosts, set(nxt.left_out), self.flavor
+                self.base_extra, self.hosts, set(nxt.left_out), self.flavor, self.folder
             )
         if not nxt.lost_now:
             return None

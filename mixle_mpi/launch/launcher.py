@@ -97,7 +97,7 @@ def choose_mpiexec(
         found = shutil.which("srun", path=path)
         if not found:
             raise ConfigError(
-                "--mpi srun was asked for but found no srun on PATH (is this a SLURM node?)"
+                "--launcher srun was asked for but found no srun on PATH (is this a SLURM node?)"
             )
         return found, "srun on PATH (--mpi srun)"
     beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
@@ -369,7 +369,10 @@ class SignalForwarder:
     SIGUSR1 that arrives before the driver has written its identity (``driver.json``) is held
     until it has; a SIGTERM then calls ``terminate`` (the job is ended: there is nothing to
     checkpoint yet). A signal goes to the driver's process by its identity (``kill``:
-    ``procs.kill_same``): True sent, None that process is gone, False refused.
+    ``procs.kill_same``): True sent, None that process is gone, False refused. A driver no
+    signal of this host reaches (on another host, or in another pid space: after a failover)
+    is asked through the run folder instead (``stop_file``: ``contract.request_stop``), which
+    it reads after each iteration.
     """
 
     def __init__(
@@ -380,8 +383,11 @@ class SignalForwarder:
         log=None,
         terminate=None,
         usr1_as_term: bool = False,
+        stop_file: str | None = None,
     ) -> None:
         self.pid_file = pid_file
+        self.stop_file = stop_file
+        self.remote = False  # the driver is where no signal of this host reaches
         # MPICH: every rank, the driver too, ignores SIGUSR1 (Hydra sends it to all at any
         # rank's death: rankwrap.sh); SIGTERM means the same to the driver (checkpoint, exit 75)
         self._as_sent = {signal.SIGUSR1: signal.SIGTERM} if usr1_as_term else {}
@@ -405,6 +411,7 @@ class SignalForwarder:
     def driver(self) -> procs.Ident | None:
         """The driver's identity once it can take a signal; None before (or if unusable)."""
         ident, why = contract.read_driver(self.pid_file, self._host)
+        self.remote = why is not None
         if why is not None and why not in self._said:
             self._said.add(why)
             self._say(why)
@@ -447,7 +454,7 @@ class SignalForwarder:
             return []
         ident = self.driver()
         if ident is None:
-            return []
+            return self._ask_remote() if self.remote else []
         pid = ident[0]
         sent, self.pending = self.pending, []
         for signum in sent:
@@ -482,6 +489,22 @@ class SignalForwarder:
                     )
                     + ", which checkpoints after this iteration and stops"
                 )
+        return sent
+
+    def _ask_remote(self) -> list[int]:
+        """The held signals, for a driver out of this host's reach: written to the run folder
+        (``contract.request_stop``), which it reads after each iteration; returns those asked."""
+        if not self.stop_file or not contract.request_stop(self.stop_file, self.pending[-1]):
+            return []
+        sent, self.pending = self.pending, []
+        for signum in sent:
+            self.delivered.append((0, signum))
+        self._say(
+            f"received {signal.Signals(sent[-1]).name}: the driver runs where no signal of this "
+            "host reaches it; asked it through the run folder to checkpoint after this "
+            "iteration and stop",
+            logging.WARNING,
+        )
         return sent
 
     def install(self) -> dict:
@@ -572,10 +595,11 @@ class ChildExitWait:
         return self.proc.wait() if ready else self.proc.poll()
 
 
-def _start_reaper(tag: str) -> subprocess.Popen:
-    """The process that kills this job if the launcher dies (see reaper.py)."""
+def _start_reaper(tag: str, run_dir: str) -> subprocess.Popen:
+    """The process that kills this job, and removes its run folder, if the launcher dies
+    (see reaper.py)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "mixle_mpi.launch.reaper", tag],
+        [sys.executable, "-m", "mixle_mpi.launch.reaper", tag, run_dir],
         stdin=subprocess.PIPE,
         start_new_session=True,
     )
@@ -609,8 +633,9 @@ def run(
     """Launch ``cmd`` on ``n`` ranks and return the job's exit code. A job that never
     started (exit NEVER_STARTED: a rank died or hung while starting) is launched again, up
     to ``start_retries`` times: nothing was computed, and a checkpoint resumes the rest. A
-    job whose driver could not reconfigure (exit RERUN_TO_RESUME) is launched again up to
-    ``resume_retries`` times: it resumes from its checkpoint. A launch over several hosts
+    job whose driver could not reconfigure (exit RERUN_TO_RESUME), or whose checkpoint write
+    timed out (exit CHECKPOINT_TIMEOUT), is launched again up to ``resume_retries`` times
+    each: it resumes from its checkpoint. A launch over several hosts
     that failed has its hosts probed: one that does not answer is left out and the job
     launched again on the rest (``HostRelaunch``), up to ``max_host_failures`` host losses,
     on no fewer than ``fewest`` ranks (a driver, a worker and the job's hot spares).
@@ -647,10 +672,7 @@ def run(
             "the job's CPUs; set it yourself to choose)"
         )
         env = {**overlap, **(env or {})}
-    left = {
-        exitcodes.NEVER_STARTED: max(0, int(start_retries)),
-        exitcodes.RERUN_TO_RESUME: max(0, int(resume_retries)),
-    }
+    left = retry_budget(start_retries, resume_retries)
     expect_here = n if own_job and one_host(extra, full) else None  # every rank marks its MPI init
     relaunch = HostRelaunch(
         exe,
@@ -668,8 +690,8 @@ def run(
                 flavor, hostprobe.prrte_version(exe) if flavor == OPENMPI else None
             )
         )
-    attempt = 1
-    while True:
+
+    def launch_one() -> Attempt:
         argv = build_command(
             exe,
             flavor,
@@ -680,29 +702,53 @@ def run(
             caps=caps,
             placement=placement,
         )
-        a = _launch_once(
+        return judged_launch(
             argv,
-            timeout,
-            blas_threads,
-            {**(env or {}), **relaunch.env()},
-            limit,
-            own_job,
-            expect_here,
-            usr1_as_term=flavor == MPICH,
-            shared=os.getcwd() if relaunch.hosts is not None else None,
+            caps,
+            full,
+            _launch_once(
+                argv,
+                timeout,
+                blas_threads,
+                {**(env or {}), **relaunch.env()},
+                limit,
+                own_job,
+                expect_here,
+                usr1_as_term=flavor == MPICH,
+                shared=os.getcwd() if relaunch.hosts is not None else None,
+            ),
         )
-        if caps is not None and lost_to_a_death(caps.survival, a):
-            a = replace(
-                a,
-                code=exitcodes.RERUN_TO_RESUME,
-                note=f"{a.note}: a rank died, and {os.path.basename(exe)} cannot outlive that",
-            )
-        if a.code == exitcodes.NEVER_STARTED and (why := refused(argv, full)):
-            raise ConfigError(
-                f"the job never started: {exe} refused an option ({why}). Not run again: it "
-                "would fail the same way every time; fix the option (--mpiexec-args) or "
-                "choose another MPI (--mpiexec)"
-            )
+
+    try:
+        return _attempts(relaunch, left, launch_one)
+    finally:
+        relaunch.close()  # its hostfiles, however the launches ended
+
+
+def judged_launch(argv: list[str], caps, environ, a: Attempt) -> Attempt:
+    """Attempt ``a`` of ``argv`` as the relaunch sees it: a death under an mpiexec that cannot
+    outlive one is run again to resume (``lost_to_a_death``); an option mpiexec refused is a
+    ConfigError, never run again."""
+    if caps is not None and lost_to_a_death(caps.survival, a):
+        a = replace(
+            a,
+            code=exitcodes.RERUN_TO_RESUME,
+            note=f"{a.note}: a rank died, and {os.path.basename(argv[0])} cannot outlive that",
+        )
+    if a.code == exitcodes.NEVER_STARTED and (why := refused(argv, environ)):
+        raise ConfigError(
+            f"the job never started: {argv[0]} refused an option ({why}). Not run again: it "
+            "would fail the same way every time; fix the option (--mpiexec-args) or "
+            "choose another MPI (--mpiexec)"
+        )
+    return a
+
+
+def _attempts(relaunch: HostRelaunch, left: dict, launch_one) -> int:
+    """Launch (``launch_one``) until an attempt is not to be run again: the last one's code."""
+    attempt = 1
+    while True:
+        a = launch_one()
         try:
             moved = relaunch.after(a, attempt + 1)
         except ConfigError:  # what the job needs; how this attempt ended only looked like the cause
@@ -754,6 +800,18 @@ def is_own_fit(cmd: list[str]) -> bool:
         ["-m", "mixle_mpi.fitting.fitjob"],
     )
     return any(cmd[i : i + len(o)] == o for i in range(len(cmd)) for o in ours)
+
+
+def retry_budget(start_retries: int, resume_retries: int) -> dict[int, int]:
+    """How many times each retryable exit is launched again (pure): a start that never
+    happened, and the two that resume from an intact checkpoint (a driver that could not
+    reconfigure, a checkpoint write that timed out)."""
+    resume = max(0, int(resume_retries))
+    return {
+        exitcodes.NEVER_STARTED: max(0, int(start_retries)),
+        exitcodes.RERUN_TO_RESUME: resume,
+        exitcodes.CHECKPOINT_TIMEOUT: resume,
+    }
 
 
 def relaunch_note(code: int, left: dict) -> str | None:
@@ -808,7 +866,8 @@ def _launch_once(
     shared: str | None = None,
 ) -> Attempt:
     """One launch. ``shared``: a folder every host sees, for the run folder (``contract``);
-    ``usr1_as_term``: a SIGUSR1 for the driver is sent as SIGTERM (``SignalForwarder``)."""
+    ``usr1_as_term``: a SIGUSR1 for the driver is sent as SIGTERM (``SignalForwarder``).
+    The run folder is removed however the launch ends (by the reaper if this process dies)."""
     files = contract.RunFiles(shared)
     if shared and os.path.dirname(files.dir) != shared:
         log.warning(
@@ -816,16 +875,37 @@ def _launch_once(
             f"of other hosts cannot see {files.dir}, so a driver there cannot tell the launcher how the job "
             "ended (a finished fit then ends with exit 1). Launch from a folder you can write to"
         )
+    try:
+        return _launch_in(
+            files, argv, timeout, blas_threads, env, limit, own_job, expect_here, usr1_as_term
+        )
+    finally:
+        files.remove()
+
+
+def _launch_in(
+    files: contract.RunFiles,
+    argv: list[str],
+    timeout: float | None,
+    blas_threads: int,
+    env: dict | None,
+    limit: float,
+    own_job: bool,
+    expect_here: int | None,
+    usr1_as_term: bool,
+) -> Attempt:
+    """``_launch_once`` in the run folder ``files``."""
     tag = uuid.uuid4().hex
     started: list[subprocess.Popen] = []
     forwarder = SignalForwarder(
         files.driver,
         terminate=lambda: [os.killpg(p.pid, signal.SIGTERM) for p in started],
         usr1_as_term=usr1_as_term,
+        stop_file=files.stop,
     )
     previous = forwarder.install() if threading.current_thread() is threading.main_thread() else {}
     full_env = {**launch_env(blas_threads, files.env(tag)), **(env or {})}
-    reaper = _start_reaper(tag)
+    reaper = _start_reaper(tag, files.dir)
     rc, why, lost, t0 = None, None, False, time.monotonic()
     try:
         if os.environ.get(
@@ -879,11 +959,10 @@ def _launch_once(
             lost=why if lost else None,
         )
     )
-    started = files.fit_started()
-    files.remove()
+    fit_started = files.fit_started()
     code, note = judge(rc, status, forwarder.terminated, never, forwarder.interrupted)
     level = verdict_level(code, status)
-    return Attempt(code, note, level, timed_out, ended, started, status is not None)
+    return Attempt(code, note, level, timed_out, ended, fit_started, status is not None)
 
 
 def never_started(

@@ -6,11 +6,14 @@ reaper in a session of its own, holding the read end of a pipe. When the launche
 normally it sweeps the job itself and writes ``done``; when it is SIGKILLed (or its whole
 process group is), the pipe closes without ``done`` and the reaper kills every process that
 carries the tag: mpiexec, its daemons and the ranks, wherever they were reparented.
-Only processes of this host can be found this way; mpiexec's daemons end the others.
+Only processes of this host can be found this way; mpiexec's daemons end the others. Then
+it removes the launch's run folder (given after the tag), which the launcher would have.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import sys
 import time
@@ -72,8 +75,24 @@ def sweep(tag: str, grace: float) -> list[int]:
     return sorted(set(killed))
 
 
+def remove_run_folder(path: str) -> bool:
+    """Remove ``path`` if it is a run folder the launcher made (its name, a real folder of
+    this user's, not a link): the reaper is given it on its command line. True if removed."""
+    name = os.path.basename(os.path.normpath(path))
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not name.lstrip(".").startswith("mixle_mpi_run_") or not os.path.isdir(path):
+        return False
+    if os.path.islink(path) or st.st_uid != os.getuid():
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return True
+
+
 def main(argv: list[str]) -> int:
-    tag = argv[0]
+    tag, run_dirs = argv[0], argv[1:]
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the terminal is the launcher's
     try:
         said = sys.stdin.buffer.read()  # returns when the launcher closes the pipe, or dies
@@ -82,6 +101,8 @@ def main(argv: list[str]) -> int:
     if said.strip() == DONE:
         return 0
     killed = sweep(tag, grace=0.0)
+    for path in run_dirs:
+        remove_run_folder(path)
     if killed:
         sys.stderr.write(
             f"[mixle_mpi] the launcher is gone: killed the job's {len(killed)} remaining processes\n"

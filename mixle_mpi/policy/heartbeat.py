@@ -16,7 +16,8 @@ class HeartbeatTracker:
     def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.timeout = float(timeout)
         self.clock = clock
-        self._last: dict[int, float] = {}
+        self._last: dict[int, float] = {}  # when its deadline last started: heard, or watched
+        self._heard: dict[int, float] = {}  # when it was last heard (a beat, or a relay's word)
         self._grace: dict[int, float] = {}
         self._hop: dict[int, float] = {}  # extra allowance of a worker heard through a relay
 
@@ -28,6 +29,7 @@ class HeartbeatTracker:
 
     def forget(self, worker: int) -> None:
         self._last.pop(worker, None)
+        self._heard.pop(worker, None)
         self._grace.pop(worker, None)
         self._hop.pop(worker, None)
 
@@ -52,12 +54,19 @@ class HeartbeatTracker:
 
     def heard(self, worker: int) -> None:
         if worker in self._last:
-            self._last[worker] = self.clock()
+            self._last[worker] = self._heard[worker] = self.clock()
 
     def heard_ago(self, worker: int, age: float) -> None:
         """A relay heard ``worker`` ``age`` seconds ago (never moves its last time back)."""
         if worker in self._last:
-            self._last[worker] = max(self._last[worker], self.clock() - max(age, 0.0))
+            at = self.clock() - max(age, 0.0)
+            self._last[worker] = max(self._last[worker], at)
+            self._heard[worker] = max(self._heard.get(worker, at), at)
+
+    def heard_since(self, worker: int, since: float) -> bool:
+        """``worker`` was heard after ``since`` (a fresh deadline from ``watch`` is not a
+        hearing)."""
+        return self._heard.get(worker, float("-inf")) > since
 
     def silence(self, worker: int) -> float:
         """Seconds since the worker was last heard."""

@@ -53,8 +53,11 @@ class Join:
         return self.ready and not self.parts and not self.loading
 
     def stalled(self, now: float, timeout: float) -> bool:
-        """No step forward for ``timeout`` seconds: hung (it is failed like any hung worker)."""
-        return now - self.since > timeout
+        """No step forward for ``timeout`` seconds while one is awaited from it: hung (it is
+        failed like any hung worker). One that holds every shard awaits the next round
+        boundary, however long the round takes: nothing is awaited from it (its heartbeats
+        still tell whether it lives)."""
+        return not self.joined() and now - self.since > timeout
 
 
 def work_of(

@@ -7,6 +7,7 @@ blacklisted for the rest of the job and its shards move for good.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 LIVE, DEAD, BLACKLISTED = "live", "dead", "blacklisted"
@@ -69,16 +70,28 @@ class Membership:
                 decision.blacklist.append(w)
         return decision
 
-    def fencer(self, host: str | None, exclude: int) -> int | None:
-        """Who kills a failed worker's process on ``host``, another host than the driver's:
-        the lowest live worker there (a signal reaches only its own host's processes)."""
-        if not host:
+    def fencer(
+        self,
+        host: str | None,
+        exclude: int,
+        space: str = "",
+        spaces: Mapping[int, str] | None = None,
+    ) -> int | None:
+        """Who kills a failed worker's process in another pid space than the driver's: the
+        lowest live worker in its pid space ``space`` (``spaces``: each worker's), since a
+        pid means something only there (two containers may share a host name). Where the
+        failed worker's space is unknown, the lowest live worker on its ``host``."""
+        if not space and not host:
             return None
+
+        def beside(w: int) -> bool:
+            return (spaces or {}).get(w) == space if space else self.records[w].host == host
+
         return next(
             (
                 w
                 for w in sorted(self.records)
-                if w != exclude and self.records[w].state == LIVE and self.records[w].host == host
+                if w != exclude and self.records[w].state == LIVE and beside(w)
             ),
             None,
         )

@@ -22,6 +22,7 @@ from mpi4py import MPI
 from mixle_mpi.chaos.faults import FaultInjector, plan_to_json
 from mixle_mpi.core import clock, estep, logs, probes, procs
 from mixle_mpi.core.deadlines import run_with_deadline
+from mixle_mpi.core.engine import warm as warm_engine
 from mixle_mpi.core.errors import NoWorkersLeft
 from mixle_mpi.core.malloc import retain_freed_memory
 from mixle_mpi.core.protocol import (
@@ -43,6 +44,7 @@ from mixle_mpi.policy.membership import Membership
 from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers
 from mixle_mpi.policy.rebalance_plan import Rebalancer
 from mixle_mpi.policy.speculation_plan import Paces
+from mixle_mpi.policy.suspicion import Look, Suspicions
 from mixle_mpi.runtime.arrivals import Arrivals
 from mixle_mpi.runtime.mailroom import Mailroom
 from mixle_mpi.runtime.monitor import Monitor
@@ -127,6 +129,7 @@ class Driver:
             str, float
         ] = {}  # kind -> the last round's dispatch-to-results time
         self.paces = Paces()  # each place's seconds per shard (policy/speculation_plan.py)
+        self.suspicions = Suspicions(settings.suspect_max_wait)  # silent, not yet failed
         self.rebalancer = (
             Rebalancer()
         )  # speed-aware placement between rounds (policy/rebalance_plan.py)
@@ -143,11 +146,14 @@ class Driver:
         self.paces.forget(worker)  # its next process is another one
         self.arrivals.joining.pop(worker, None)
         self.kept = {s: h for s, h in self.kept.items() if h != worker}
+        self.suspicions.forget(worker)
         host, pid = self.info.get(worker, (None, None))
         fenced, fenced_by = False, None
-        here = pid is not None and host == self.host and self.spaces.get(worker) == self.space != ""
+        here = self._here(worker)
         if pid is not None and not here and self.started_at.get(worker):
-            fenced_by = self.membership.fencer(host, worker)  # a signal reaches only its own host
+            fenced_by = self.membership.fencer(  # a pid means something only in its pid space
+                host, worker, self.spaces.get(worker, ""), self.spaces
+            )
             if fenced_by is not None and fenced_by in self.mail.links:
                 self.monitor.send(fenced_by, Fence(pid, self.started_at[worker], worker))
             else:
@@ -185,9 +191,37 @@ class Driver:
             )
         return outcome is not False
 
+    def _here(self, worker: int) -> bool:
+        """``worker``'s process is on this host, in this pid space: ours to look at and kill."""
+        host, pid = self.info.get(worker, (None, None))
+        return pid is not None and host == self.host and self.spaces.get(worker) == self.space != ""
+
+    def _look(self, worker: int) -> Look | None:
+        """``worker``'s process as the process table shows it (None: not here to look at)."""
+        started = self.started_at.get(worker)
+        if self.settings.suspect_max_wait <= 0 or not started or not self._here(worker):
+            return None
+        return Look(*procs.look((self.info[worker][1], started)))
+
     def check_failures(self) -> None:
+        """Fail the workers reported failed, once confirmed (policy/suspicion.py): a silent
+        worker whose process is alive is suspected first and given more time."""
+        now = clock.monotonic()
         for worker, (cause, when) in sorted(self.monitor.take_suspects().items()):
-            self.fail(worker, cause, when)
+            verdict = self.suspicions.judge(worker, cause, self._look(worker), now)
+            if verdict.confirm:
+                self.fail(worker, cause + verdict.why, when)
+            else:
+                self.monitor.extend(worker)
+                self.events.emit("suspected", worker=worker, cause=cause, why=verdict.why)
+        if self.suspicions.open:
+            for worker, s in self.suspicions.cleared(self.monitor.heard_since).items():
+                self.events.emit(
+                    "suspicion_cleared",
+                    worker=worker,
+                    seconds=round(now - s.since, 3),
+                    looks=s.looks,
+                )
 
     def live(self) -> list[int]:
         """The workers that compute this round (a replacement still joining does not)."""
@@ -278,6 +312,7 @@ class Driver:
         for w, why in sorted((excluded or {}).items()):
             self.fail(w, f"startup: {why}")
         self._setup(self.live())
+        warm_engine(self.settings.engine)  # the workers did before Ready; from their cache here
         t_setup = time.perf_counter()
         self.load({w: list(self.owners[w]) for w in self.live()})
         self.events.emit(
@@ -313,6 +348,7 @@ class Driver:
             armed=self.armed and worker not in self.unreached,
             driver_bell=self.mail.bell.address if self.mail.bell is not None else "",
             driver_space=self.space,
+            engine=s.engine,
         )
 
     def note_ready(self, worker: int, ready: Ready) -> None:

@@ -68,7 +68,7 @@ def _flush() -> None:
 
 def exit_code_for(exc: BaseException) -> int:
     from mixle_mpi.runtime.startup import StartupFailed
-    from mixle_mpi.storage.checkpoint import CheckpointError
+    from mixle_mpi.storage.checkpoint import CheckpointError, CheckpointTimeout
 
     if isinstance(exc, (Interrupted, KeyboardInterrupt)):
         return exitcodes.INTERRUPTED
@@ -80,6 +80,8 @@ def exit_code_for(exc: BaseException) -> int:
         return exitcodes.NEVER_STARTED
     if isinstance(exc, ReconfigurationTimeout):  # the checkpoint is intact: a rerun resumes
         return exitcodes.RERUN_TO_RESUME
+    if isinstance(exc, CheckpointTimeout):  # the file system, not the input: a rerun resumes
+        return exitcodes.CHECKPOINT_TIMEOUT
     if isinstance(exc, (ConfigError, DataError, CheckpointError)):
         return exitcodes.BAD_INPUT
     return exitcodes.FAILED

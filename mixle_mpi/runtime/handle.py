@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import secrets
 import socket
 import sys
 import time
@@ -28,6 +29,7 @@ from mixle_mpi.core import joblock, logs, probes
 from mixle_mpi.core.errors import ConfigError, DataError, ReconfigurationTimeout
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.prefixfold import PrefixFold
+from mixle_mpi.core.privatefile import new_private_file
 from mixle_mpi.core.settings import Settings
 from mixle_mpi.core.validate import check_int
 from mixle_mpi.launch import contract
@@ -454,6 +456,11 @@ class ResilientMPIEncodedData(EncodedDataHandle):
                 MPI.COMM_WORLD if self.took_over is None else self.took_over.comm, code, message
             )
 
+    def claim_checkpoint(self, checkpoint: str) -> None:
+        """This fit's checkpoint is this job's alone (``hold_checkpoint``; a successor that
+        took over from a dead driver goes on whatever its lock says)."""
+        hold_checkpoint(checkpoint, strict=self.took_over is None)
+
     # -- instrumentation -----------------------------------------------------------
     def check_failover_reach(self, checkpoint: str) -> None:
         """Failover arms here, when a fit with a ``checkpoint`` starts (without one there is
@@ -469,9 +476,10 @@ class ResilientMPIEncodedData(EncodedDataHandle):
                 "resume from (pass a checkpoint); a dead driver ends the job"
             )
             return
-        marker = f"{os.path.abspath(checkpoint)}.reach.{os.getpid()}"
-        with open(marker, "w", encoding="utf-8") as fh:
-            fh.write("mixle_mpi: can every rank read the checkpoint's folder? (removed at once)\n")
+        marker = f"{os.path.abspath(checkpoint)}.reach.{os.getpid()}.{secrets.token_hex(4)}"
+        new_private_file(
+            marker, "mixle_mpi: can every rank read the checkpoint's folder? (removed at once)\n"
+        )
         try:
             self._driver.reach(marker, "the checkpoint's folder")
         finally:
@@ -557,9 +565,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             self._driver.run_round(kind, body, extras, fold=fold.add, body_b=body_b)
             return fold.result()
         fold = PrefixFold(estimator, self.num_shards)
-        from mixle_mpi.storage.journal import round_key
-
-        found = self.journal.begin(round_key(*body))
+        found = self.journal.begin_round(*body)
         if found:
             self.events.emit("journal_reused", shards=sorted(found), path=self.journal.path)
         self._driver.run_round(
@@ -666,8 +672,19 @@ def hold_folder(folder: str, what: str, strict: bool = True) -> None:
     from a dead driver (``strict`` False) goes on whatever the lock says: on a network file
     system the dead driver's lock may outlive it for a while, and ending the fit then loses
     more than the lock protects."""
+    _hold(lambda: joblock.hold(folder, what), strict)
+
+
+def hold_checkpoint(path: str, strict: bool = True) -> None:
+    """One job per checkpoint (``joblock.hold_file``), as ``hold_folder`` is per folder:
+    two fits with their own output folders and one ``--checkpoint`` would rotate each
+    other's files."""
+    _hold(lambda: joblock.hold_file(path, "checkpoint"), strict)
+
+
+def _hold(take, strict: bool) -> None:
     try:
-        note = joblock.hold(folder, what)
+        note = take()
     except ConfigError as exc:
         if strict:
             raise

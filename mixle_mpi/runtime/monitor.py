@@ -85,6 +85,17 @@ class Monitor:
         with self.lock:
             self.tracker.set_grace(worker, seconds)
 
+    def extend(self, worker: int) -> None:
+        """Give a suspected ``worker`` one more timeout from now (policy/suspicion.py)."""
+        with self.lock:
+            if worker in self._links:
+                self.tracker.watch([worker])
+
+    def heard_since(self, worker: int, since: float) -> bool:
+        """``worker`` was heard after ``since`` (monotonic seconds)."""
+        with self.lock:
+            return self.tracker.heard_since(worker, since)
+
     def send(self, worker: int, msg) -> None:
         """Have ``worker``'s heartbeat thread get ``msg`` at the next pass (it may be mid-task)."""
         with self.lock:

@@ -376,6 +376,7 @@ class Round:
                     chunks[shard],
                     self.extras.get(shard),
                     self.scores is not None,
+                    engine=d.settings.engine,
                 )
             except (
                 Exception

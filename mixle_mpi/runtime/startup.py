@@ -89,9 +89,10 @@ def init_mpi():
 
 
 class RanksGone:
-    """Which ranks of the starting job died on this host, from their init records and
-    their processes: the handshake then leaves them out (or gives up a collective that
-    waits for them) at once, instead of at ``startup_timeout``. MPICH says nothing of a
+    """Which ranks of the starting job died in this pid space (on this host), from their
+    init records (each rank's identity, recorded at its birth) and their processes: the
+    handshake then leaves them out (or gives up a collective that waits for them) at once,
+    instead of at ``startup_timeout``. MPICH says nothing of a
     rank that died before its Hello or inside ``Create_from_group``; ULFM does, and then
     this only agrees. Without the launcher's record file (a plain mpiexec) it knows
     nothing, and the deadlines decide as before. Reads the file at most every ``every``
@@ -101,7 +102,7 @@ class RanksGone:
         self,
         path: str | None = None,
         host: str | None = None,
-        gone=procs.gone,
+        gone=None,
         every: float = 0.25,
         clock=time.monotonic,
         state=procs.state,
@@ -109,7 +110,7 @@ class RanksGone:
     ) -> None:
         self.path = contract.init_begun_path() if path is None else path
         self.host = host or socket.gethostname()
-        self.gone, self.every, self.clock, self.state = gone, every, clock, state
+        self.gone, self.every, self.clock, self.state = gone or _ended, every, clock, state
         self.fence = fence or _fence_stopped
         self.stopped = StoppedAtStartCheck(clock=clock)
         self.next_look = 0.0
@@ -120,14 +121,15 @@ class RanksGone:
         is SIGKILLed, as the driver fences a stopped worker): rank -> why."""
         if self.path and self.clock() >= self.next_look:
             self.next_look = self.clock() + self.every
-            for rank, pid in contract.init_begun_here(self.path, self.host).items():
+            for rank, ident in contract.init_begun_here(self.path, self.host).items():
+                pid = ident[0]
                 if rank in self.found:
                     continue
-                if self.gone(pid):
+                if self.gone(ident):
                     self.found[rank] = (
                         f"its process (pid {pid}) ended on {self.host} while the job started"
                     )
-                elif self.stopped.too_long(rank, self.state(pid)) and self.fence(pid):
+                elif self.stopped.too_long(rank, self.state(pid)) and self.fence(ident):
                     self.found[rank] = (
                         f"its process (pid {pid}) on {self.host} stayed stopped for over "
                         f"{self.stopped.limit:g} s while the job started; fenced"
@@ -140,12 +142,16 @@ class RanksGone:
         return "; ".join(f"rank {r}: {why}" for r, why in self(ranks).items()) or None
 
 
-def _fence_stopped(pid: int) -> bool:
-    """SIGKILL a starting rank found stopped, if ``pid`` still names a stopped process (never
-    one that started since: its identity is read and checked in one go). True once it is gone
-    or killed."""
-    ident = procs.identity(pid)
-    return ident is not None and procs.state(pid) == "T" and procs.kill_same(ident) is not False
+def _ended(ident: procs.Ident) -> bool:
+    """The process born as ``ident`` has ended (its pid names nothing, or another process)."""
+    return not procs.running(ident)
+
+
+def _fence_stopped(ident: procs.Ident) -> bool:
+    """SIGKILL a starting rank found stopped, if ``ident`` (its identity recorded at its
+    birth) still names a stopped process: never one that started since under its pid. True
+    once it is gone or killed."""
+    return procs.state(ident[0]) == "T" and procs.kill_same(ident) is not False
 
 
 # -- phase 2: the driver prepares ------------------------------------------------------------

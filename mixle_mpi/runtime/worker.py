@@ -25,6 +25,7 @@ from mixle_mpi.chaos.faults import FaultInjector, parse_plan
 from mixle_mpi.core import estep, logs, probes, procs
 from mixle_mpi.core.blas import pin_blas_threads
 from mixle_mpi.core.deadlines import run_with_deadline
+from mixle_mpi.core.engine import warm as warm_engine
 from mixle_mpi.core.exitcodes import DRIVER_LOST, NEVER_STARTED, RECONFIG_TIMEOUT
 from mixle_mpi.core.malloc import peak_rss_mb, retain_freed_memory
 from mixle_mpi.core.protocol import (
@@ -126,6 +127,7 @@ class Worker:
         self.encoder: Any = None
         self.encoder_b: bytes | None = None
         self.sub_chunks = 1
+        self.engine = "seq"
         self.resident: dict[int, estep.Chunks] = {}
         self._loading: dict[int, list] = {}  # rows of shards still arriving in parts
         self.loads = 0  # loads begun by this process (the ``load`` fault phase's call)
@@ -352,6 +354,8 @@ class Worker:
         self.encoder = pickle.loads(cfg.encoder)  # nosec B301 - IPC from this job's own driver
         self.encoder_b = cfg.encoder  # a successor (failover) sets up the others with it
         self.sub_chunks = cfg.sub_chunks
+        self.engine = cfg.engine
+        warm_engine(cfg.engine)  # before Ready: a kernel's compile is never in a round
         self.reconfigure_timeout = cfg.reconfigure_timeout
         if (
             cfg.blas_threads != self._blas_threads
@@ -482,7 +486,12 @@ class Worker:
                 continue
             ahead = self._stats_ahead(task_id, sid, call, recovery) if scores else None
             batch.append(
-                (sid, estep.shard_result(kind, body, chunks, extra, scores, on_chunk, ahead))
+                (
+                    sid,
+                    estep.shard_result(
+                        kind, body, chunks, extra, scores, on_chunk, ahead, self.engine
+                    ),
+                )
             )
             self._slowed(time.perf_counter() - t0)
             seconds.append(time.perf_counter() - t0)

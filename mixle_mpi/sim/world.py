@@ -368,6 +368,12 @@ class SimMonitor:
     def grace(self, worker: int, seconds: float) -> None:
         pass
 
+    def extend(self, worker: int) -> None:
+        pass
+
+    def heard_since(self, worker: int, since: float) -> bool:
+        return False
+
     def send(self, worker: int, msg) -> None:
         pass
 

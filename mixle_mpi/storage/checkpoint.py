@@ -29,6 +29,11 @@ class CheckpointError(MixleMPIError):
     """A checkpoint is unreadable, corrupt, or from a different fit."""
 
 
+class CheckpointTimeout(MixleMPIError):
+    """A checkpoint write did not finish in time: its file system may hang, not the input
+    be wrong. The last checkpoint is intact, so a rerun resumes (exit CHECKPOINT_TIMEOUT)."""
+
+
 @dataclass
 class FitState:
     """Everything needed to continue a fit to the same bits."""

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from mixle_mpi.core import logs
+from mixle_mpi.core.privatefile import open_private_append
 
 LOG = object()  # EventLog's default echo: a line through the logging module
 
@@ -22,6 +23,7 @@ LOG = object()  # EventLog's default echo: a line through the logging module
 # progress line and a fallback into the "resumed" line, so they only show with -v.
 LEVELS = {
     "failure_detected": logging.WARNING,
+    "suspected": logging.INFO,
     "relaunched": logging.WARNING,
     "blacklisted": logging.WARNING,
     "spawn_unavailable": logging.WARNING,
@@ -53,7 +55,10 @@ class EventLog:
         if path:
             parent = os.path.dirname(os.path.abspath(path))
             os.makedirs(parent, exist_ok=True)
-            self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the log
+            torn = _ends_torn(path)
+            self._fh = open_private_append(path)  # lives as long as the log
+            if torn:  # a killed writer's cut line stays a line of its own
+                self._fh.write("\n")
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         record = {"time": round(time.time(), 6), "event": event, **fields}
@@ -176,14 +181,18 @@ def _driver_shards_text(rec: dict[str, Any]) -> str:
     shards, mib = rec["shards"], rec.get("share_bytes", 0) / 2**20
     if shards:
         ids = f"shard {shards[0]}" if len(shards) == 1 else f"shards {shards[0]}-{shards[-1]}"
-        return f"the driver computes {ids} itself ({len(shards)} of {rec.get('num_shards', '?')}, {mib:.2f} MiB stored; setting driver_computes)"
+        return (
+            f"the driver computes {ids} itself ({len(shards)} of {rec.get('num_shards', '?')}, "
+            f"{mib:.2f} MiB stored; setting driver_computes)"
+        )
     if not rec.get("setting", True):
         return "the driver computes no shard (setting driver_computes off)"
     if not rec.get("share"):
         return "the driver computes no shard: S // (workers + 1) is 0 (more shards would give it a share)"
     return (
         f"the driver computes no shard: its share, {rec['share']} shard(s), is {mib:.1f} MiB stored, over "
-        f"driver_share_max_bytes ({rec.get('max_bytes', 0) / 2**20:.1f} MiB); it holds no data, so its memory stays flat"
+        f"driver_share_max_bytes ({rec.get('max_bytes', 0) / 2**20:.1f} MiB); it holds no data, "
+        "so its memory stays flat"
     )
 
 
@@ -244,15 +253,60 @@ def describe(rec: dict[str, Any]) -> str:
     return " ".join(p for p in (ev, who, extra) if p)
 
 
-def read_events(path: str) -> list[dict[str, Any]]:
-    """Every event in the log. A last line without its newline is a record still being
-    appended by a live job; it is skipped when it does not parse yet."""
-    with open(path, encoding="utf-8") as fh:
-        lines = fh.read().split("\n")
-    tail = lines.pop()
-    events = [json.loads(line) for line in lines if line.strip()]
+def _ends_torn(path: str) -> bool:
+    """The file at ``path`` ends inside a line (a writer was killed mid-record)."""
     try:
-        events += [json.loads(tail)] if tail.strip() else []
-    except ValueError:
-        pass
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False  # none yet (or a link, which the append refuses)
+    try:
+        size = os.fstat(fd).st_size
+        return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+    finally:
+        os.close(fd)
+
+
+class Events(list):
+    """The events of a log, oldest first, and how many torn lines were skipped (``skipped``)."""
+
+    skipped = 0
+
+
+def read_events(path: str, last_bytes: int | None = None) -> Events:
+    """Every event in the log (only those in its last ``last_bytes``, when given): the one
+    reader of an event log. A line that does not parse is skipped and counted: a driver
+    killed mid-write leaves a torn line, and its rerun appends after it. A last line without
+    its newline is a record a live job is still appending (and the first line of a window
+    was cut by the window): skipped without counting. A missing log has no events."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - last_bytes) if last_bytes else 0)
+            lines = fh.read().split(b"\n")
+    except FileNotFoundError:
+        return Events()
+    cut_first = bool(last_bytes) and size > last_bytes
+    events = Events()
+    for i, line in enumerate(lines):
+        record = _record(line)
+        if record is not None:
+            events.append(record)
+        elif line.strip() and i != len(lines) - 1 and not (cut_first and i == 0):
+            events.skipped += 1
     return events
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError is one
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def skipped_text(events: Events) -> str:
+    """The line a reader shows when it skipped torn lines ("" when it skipped none)."""
+    n = events.skipped
+    return (
+        f"skipped {n} torn line{'s' if n != 1 else ''} (a write cut short by a kill)" if n else ""
+    )

@@ -3,8 +3,9 @@
 With it, a driver killed in the middle of an E-step round recomputes, after resuming, only
 the shards whose payloads had not arrived. Payloads are stored with the type-exact safe
 codec (never pickled) and each carries a sha256; an entry that fails it, or a file that a
-kill left unreadable, is simply recomputed. A round is identified by the estimator and
-the model it folds against, so a stale journal can never be used for another round.
+kill left unreadable, is simply recomputed. A round is identified by the data's fingerprint,
+the estimator and the model it folds against, so a stale journal can never be used for
+another round, nor for the same round over data that changed since.
 """
 
 from __future__ import annotations
@@ -20,16 +21,23 @@ from mixle_mpi.core.privatefile import create_private
 from mixle_mpi.core.validate import sha256_text
 
 
-def round_key(estimator, model) -> str:
+def round_key(estimator, model, data: str) -> str:
+    """The round's identity: the data's fingerprint (``ShardStore.fingerprint``), the
+    estimator and the model."""
     from mixle.utils.serialization import to_json
 
-    return sha256_text(to_json(estimator) + "\n" + to_json(model))
+    return sha256_text(data + "\n" + to_json(estimator) + "\n" + to_json(model))
 
 
 class FoldJournal:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, data: str) -> None:
         self.path = path
+        self.data = data  # the fingerprint of the data this journal's rounds fold over
         self._file = None
+
+    def begin_round(self, estimator, model) -> dict[int, bytes]:
+        """``begin`` the round of ``estimator`` and ``model`` over this journal's data."""
+        return self.begin(round_key(estimator, model, self.data))
 
     def begin(self, key: str) -> dict[int, bytes]:
         """Start (or pick up) the round ``key``; returns the payloads already received."""

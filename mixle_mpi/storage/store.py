@@ -23,7 +23,7 @@ from collections.abc import Callable
 import h5py
 import numpy as np
 
-from mixle_mpi.core import probes
+from mixle_mpi.core import liveness, probes
 from mixle_mpi.core.atomicfile import commit, discard
 from mixle_mpi.core.codec import decode_row, encode_row
 from mixle_mpi.core.errors import ConfigError, DataError
@@ -194,6 +194,7 @@ def _write(
     except TypeError as exc:
         raise DataError(f"dtype {dtype} cannot be stored in HDF5: {exc}") from None
     for a in range(0, n, block_rows):
+        liveness.mark()  # a block written is progress, however slow the file system
         rows = _read_block(block, a, min(a + block_rows, n), source)
         bad = _first_nonfinite(rows)
         if bad is not None:
@@ -404,6 +405,7 @@ class ShardStore:
         """sha256 hex over the header attributes and every shard's stored bytes, read in blocks."""
         h = hashlib.sha256(json.dumps([FORMAT, VERSION, self._s, self._n, self._kind]).encode())
         for i in range(self._s):
+            liveness.mark()  # a shard read is progress, however slow the file system
             ds = self._dataset(i)
             h.update(
                 json.dumps(
