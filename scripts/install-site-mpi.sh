@@ -46,7 +46,7 @@ whatis("$name for mixle_mpi's site MPI tests")
 prepend_path("PATH", "$ROOT/$name/bin")
 setenv("MPICC", "$ROOT/$name/bin/mpicc")
 EOF
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import mixle_mpi, h5py, mpi4py" 2>/dev/null; then
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import mixle_mpi, h5py, mpi4py, numba" 2>/dev/null; then
     return
   fi
   [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"

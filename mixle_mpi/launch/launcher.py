@@ -123,12 +123,24 @@ def detect_flavor(mpiexec: str) -> str:
     return flavor
 
 
-def _ask(mpiexec: str, args: list[str], environ=None) -> tuple[int, str]:
-    """(exit code, output) of ``mpiexec ARGS`` (a probe: it exits at once)."""
+PROBE_TIMEOUT = 10.0  # seconds an `mpiexec ... --version` may take; past it, the answer is no
+
+
+def _ask(mpiexec: str, args: list[str], environ=None) -> tuple[int | None, str]:
+    """(exit code, output) of ``mpiexec ARGS``, a probe that should exit at once; (None, "")
+    when it did not within ``PROBE_TIMEOUT``."""
     env = {**(os.environ if environ is None else environ), **ROOT_ENV}
-    out = subprocess.run(
-        [mpiexec, *args], capture_output=True, text=True, timeout=30, env=env, check=False
-    )
+    try:
+        out = subprocess.run(
+            [mpiexec, *args],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT,
+            env=env,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return None, ""
     return out.returncode, out.stdout + out.stderr
 
 
