@@ -248,7 +248,7 @@ def test_the_slurm_template_with_a_modules_prologue_runs_under_the_site_mpi(
         ntasks=3,
         time="10",
         signal_margin=60,
-        max_restarts=0,
+        max_requeues=0,
         python="python3",
         fit_cmd=fit_line(data, out).replace("mixle-mpi fit", '"$PY" -m mixle_mpi fit'),
         prologue=prologue(site),
