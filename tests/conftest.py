@@ -8,6 +8,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from mpiharness import OMPI_PYTHON, mpich_python  # noqa: E402
+from slurmharness import cluster  # noqa: E402, F401 - the session's local SLURM (a fixture)
 
 ENGINE_ENV = "MIXLE_MPI_ENGINE"
 MPI_TIER = Path(__file__).resolve().parent / "mpi"

@@ -15,7 +15,7 @@ from mixle_mpi.launch import host_plan, hostlist, hostprobe
 from mixle_mpi.launch.hostrelaunch import HostRelaunch
 
 FAKE_MPIEXEC = """#!/bin/sh
-case "$1" in --version) echo "HYDRA build details: mpich"; exit 0;; esac
+case " $* " in *" --version "*) echo "HYDRA build details: mpich"; exit 0;; esac
 exec sleep 60
 """
 

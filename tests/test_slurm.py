@@ -9,17 +9,13 @@ job restarts after ``cred_expire``, 10 s here) dominate.
 from __future__ import annotations
 
 import json
-import os
-import re
 import shutil
-import socket
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from mpiharness import OMPI_PYTHON, REPO, mpich_python, no_leftover_processes, same_fit
+from mpiharness import OMPI_PYTHON, mpich_python, no_leftover_processes, same_fit
 
 from mixle_mpi.chaos.faults import FIRED_ENV, read_fired, unfired
 from mixle_mpi.cli import slurm
@@ -47,110 +43,11 @@ pytestmark = [
     ),
 ]
 
-TERMINAL = {
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "BOOT_FAIL",
-    "DEADLINE",
-    "PREEMPTED",
-}
 FIT = (
     '"$PY" -m mixle_mpi.fitjob --model gmm1d --n {n} --max-its {its} --num-shards 4 --quiet '
     '--workdir "$OUT_DIR/work" --checkpoint "$OUT_DIR/fit.ckpt.h5" --out "$OUT_DIR/result.json"'
 )
 SINGLE_FIT = FIT.format(n=20000, its=10)  # the same fit under ft (plain and interrupted) and srun
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Cluster:
-    env: dict
-
-    def run(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=self.env)
-
-    def submit(self, text: str, folder: Path, name: str, env: dict | None = None) -> str:
-        """sbatch the script from ``folder`` (its output lands there); the job inherits ``env``."""
-        folder.mkdir(parents=True, exist_ok=True)
-        script = folder / f"{name}.sbatch"
-        script.write_text(text)
-        out = subprocess.run(
-            ["sbatch", "--parsable", str(script)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            env={**self.env, **(env or {})},
-            cwd=str(folder),
-        )
-        assert out.returncode == 0, out.stderr
-        return out.stdout.strip().split(";")[0]
-
-    def jobs(self, job: str) -> list[dict]:
-        """``scontrol -o show job`` as one dict per job (an array gives one per task)."""
-        out = self.run("scontrol", "-o", "show", "job", job)
-        return [
-            dict(re.findall(r"(\w+)=(\S*)", line))
-            for line in out.stdout.splitlines()
-            if line.strip()
-        ]
-
-    def wait(self, job: str, until, deadline: float, what: str) -> list[dict]:
-        end = time.monotonic() + deadline
-        records: list[dict] = []
-        while time.monotonic() < end:
-            records = self.jobs(job)
-            if records and until(records):
-                return records
-            time.sleep(0.2)
-        raise AssertionError(
-            f"job {job}: gave up after {deadline:.0f} s waiting for {what}; last seen {records}"
-        )
-
-    def wait_done(self, job: str, deadline: float = 120) -> list[dict]:
-        def done(records):
-            queued = self.run("squeue", "-h", "-j", job, "-o", "%i").stdout.strip()
-            return not queued and all(r.get("JobState") in TERMINAL for r in records)
-
-        return self.wait(job, done, deadline, "the end of the job")
-
-
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory):
-    state = tmp_path_factory.mktemp("slurm")
-    env = dict(
-        os.environ,
-        SLURM_CONF=str(state / "slurm.conf"),
-        PYTHONWARNINGS="ignore",
-        SLURM_LOCAL_CTLD_PORT=str(_free_port()),
-        SLURM_LOCAL_SLURMD_PORT=str(_free_port()),
-        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    )
-    env.pop("MIXLE_MPI_FAULT_PLAN", None)
-    script = str(REPO / "scripts" / "slurm-local.sh")
-    up = subprocess.run(
-        ["bash", script, "start", str(state)], capture_output=True, text=True, timeout=90, env=env
-    )
-    try:
-        assert up.returncode == 0, f"could not start SLURM:\n{up.stdout}\n{up.stderr}"
-        yield Cluster(env)
-    finally:
-        down = subprocess.run(
-            ["bash", script, "stop", str(state)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
-        assert down.returncode == 0, f"could not stop SLURM:\n{down.stdout}\n{down.stderr}"
 
 
 def _render(kind: str, out_dir: Path, **opts) -> str:

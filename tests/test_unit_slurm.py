@@ -34,9 +34,50 @@ def test_golden_files_are_the_rendered_defaults(kind):
 
 def test_write_golden_writes_every_kind(tmp_path):
     paths = slurm.write_golden(str(tmp_path))
-    assert sorted(os.path.basename(p) for p in paths) == sorted(slurm.GOLDEN.values())
+    expected = [*slurm.GOLDEN.values(), *slurm.EXAMPLES]
+    assert sorted(os.path.basename(p) for p in paths) == sorted(expected)
     for kind, name in slurm.GOLDEN.items():
         assert (tmp_path / name).read_text() == slurm.render(kind)
+
+
+def test_the_modules_example_is_pinned_and_its_prologue_comes_before_the_launch():
+    """slurm/fit-ft-modules.sbatch: a site's MPI module and environment, loaded first."""
+    text = (REPO / "slurm" / "fit-ft-modules.sbatch").read_text()
+    assert text == slurm.golden_files()["fit-ft-modules.sbatch"]
+    lines = text.splitlines()
+    load = lines.index("module load openmpi")
+    assert (
+        lines.index(
+            "trap '' USR1 TERM  # until the launcher is up: a signal now must not end this script"
+        )
+        < load
+    )
+    assert (
+        load
+        < lines.index("set -u")
+        < next(i for i, line in enumerate(lines) if "mixle_mpi run" in line)
+    )
+    assert slurm.render("ft", prologue="") == slurm.render("ft")  # no prologue: the defaults
+
+
+def test_a_prologue_is_lines_or_a_file(tmp_path):
+    f = tmp_path / "site.sh"
+    f.write_text("module load mpich/4.0\nsource ~/env/bin/activate\n\n")
+    by_file = slurm.render("ft", prologue=slurm.read_prologue(str(f)))
+    by_lines = slurm.render("ft", prologue=["module load mpich/4.0", "source ~/env/bin/activate"])
+    assert by_file == by_lines and "module load mpich/4.0\nsource ~/env/bin/activate\n" in by_file
+    assert slurm.read_prologue("module load x") == "module load x"
+    with pytest.raises(ConfigError, match="--sbatch"):
+        slurm.render("ft", prologue=["#SBATCH --partition=x"])
+
+
+def test_the_cli_takes_prologue_files_and_lines(tmp_path, capsys):
+    f = tmp_path / "site.sh"
+    f.write_text("module load openmpi\n")
+    assert (
+        cli.main(["slurm", "ft", "--prologue", str(f), "--prologue", "source e/bin/activate"]) == 0
+    )
+    assert "module load openmpi\nsource e/bin/activate\n" in capsys.readouterr().out
 
 
 def _sbatch(text: str) -> list[str]:

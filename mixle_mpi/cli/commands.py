@@ -61,7 +61,12 @@ def _add_launch_options(p, required_n: bool = False, full_help: bool = True) -> 
         else "default: detected from the mpiexec found",
     )
     p.add_argument(
-        "--mpiexec", default=None, help=more("default: the one beside this Python, else PATH")
+        "--mpiexec",
+        default=None,
+        help=more(
+            "default: the first mpiexec on PATH (a loaded module's), else the one beside this Python "
+            "(an MPI wheel's)"
+        ),
     )
     p.add_argument(
         "--mpiexec-args",
@@ -230,6 +235,7 @@ def _fit(args) -> int:
         from mixle_mpi.cli import preflight
         from mixle_mpi.cli.restartpaths import restart_checkpoints
         from mixle_mpi.core.joblock import check_file_free, check_free
+        from mixle_mpi.launch import prologue
         from mixle_mpi.launch.launcher import run
 
         preflight.check(
@@ -238,6 +244,7 @@ def _fit(args) -> int:
         check_free(cfg.out_dir, "output")  # another fit there: exit 2 before MPI starts
         for path in restart_checkpoints(cfg.checkpoint, cfg.restarts) if cfg.checkpoint else ():
             check_file_free(path, "checkpoint")  # another fit's checkpoint: the same
+        site = prologue.environment(cfg.prologue, dict(os.environ)) if cfg.prologue else {}
         return run(
             args.n + (cfg.spares or 0),
             [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)],
@@ -246,7 +253,7 @@ def _fit(args) -> int:
             flavor=args.mpi,
             timeout=args.timeout,
             start_retries=args.start_retries,
-            env=_rank_env(args),
+            env={**site, **_rank_env(args)},
             allow_many_ranks=args.allow_many_ranks,
             resume_retries=args.resume_retries,
             own_job=True,

@@ -176,12 +176,13 @@ def _report_mpi(args, cfg, ranks: int | None, problems: list[str]) -> list[str]:
 
     lines = [f"MPI library (mpi4py): {mpi_library()}"]
     try:
-        exe = launcher.find_mpiexec(args.mpiexec, args.mpi)
+        exe, why = launcher.choose_mpiexec(args.mpiexec, args.mpi)
         flavor = args.mpi or launcher.detect_flavor(exe)
-    except (ConfigError, OSError, subprocess.TimeoutExpired) as exc:
+        caps, placement = launcher.launch_caps(exe, flavor, ranks or 2, None, os.environ)
+    except (ConfigError, OSError, subprocess.SubprocessError) as exc:
         problems.append(f"MPI: {exc}")
         return lines + [f"mpiexec: NOT USABLE: {exc}"]
-    lines.append(f"mpiexec: {exe} ({flavor}: {_mpiexec_line(exe)})")
+    lines.append(f"mpiexec: {exe} ({flavor}: {_mpiexec_line(exe)}; {why})")
     fit_cmd = [sys.executable, "-m", "mixle_mpi", "fit", *to_argv(cfg)]
     typo = (
         None
@@ -195,7 +196,8 @@ def _report_mpi(args, cfg, ranks: int | None, problems: list[str]) -> list[str]:
     if ranks is None:
         lines.append("launch: under mpiexec/srun every rank runs: " + shlex.join(fit_cmd))
     else:
-        lines.append("launch: " + shlex.join(launcher.build_command(exe, flavor, ranks, fit_cmd)))
+        argv = launcher.build_command(exe, flavor, ranks, fit_cmd, caps=caps, placement=placement)
+        lines.append("launch: " + shlex.join(argv))
     return lines
 
 

@@ -77,6 +77,7 @@ DEFAULTS = {
     "mem": None,
     "nodes": None,
     "ntasks_per_node": None,
+    "prologue": (),  # shell lines run before the launch: module load, environment activation
 }
 # The #SBATCH options the template sets itself (the first five from its flags of the same
 # name): an --sbatch line may not set them again.
@@ -169,6 +170,7 @@ def validate(kind: str, opts: dict) -> dict:
                 )
     _check_placement(o)
     o["sbatch"] = tuple(sbatch_directive(s) for s in o["sbatch"])
+    o["prologue"] = prologue_lines(o["prologue"])
     return o
 
 
@@ -216,6 +218,26 @@ def _no_twice(lines: list[str]) -> None:
                 f"#SBATCH {name} is given twice (a flag and --sbatch {line!r}): give it once"
             )
         seen.add(name)
+
+
+def prologue_lines(prologue) -> tuple[str, ...]:
+    """The prologue as lines (pure): text or lines, each kept as written; no line may be a
+    ``#SBATCH`` one (sbatch reads those only above the first command: use ``sbatch``)."""
+    lines = prologue.splitlines() if isinstance(prologue, str) else [str(x) for x in prologue]
+    for line in lines:
+        if "\r" in line or line.lstrip().upper().startswith("#SBATCH"):
+            raise ConfigError(
+                f"a prologue line must be a shell line, not {line!r}; give #SBATCH options with --sbatch"
+            )
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return tuple(lines)
+
+
+PROLOGUE_HEAD = (
+    "# Prologue: the site's setup (module load, environment activation), run before `set -u`\n"
+    "# (module scripts read unset variables). The launcher uses the first mpiexec on PATH after it."
+)
 
 
 _HEADER = {
@@ -276,7 +298,7 @@ _COMMON_DOC = """\
 
 _BODY = """\
 trap '' USR1 TERM  # until the launcher is up: a signal now must not end this script
-set -u
+{prologue}set -u
 PY={python}
 MAX_RESTARTS={max_restarts}
 RESTARTS=${{SLURM_RESTART_COUNT:-0}}
@@ -375,6 +397,7 @@ def render(kind: str, **opts) -> str:
                 else ""
             ),
             fit_cmd=o["fit_cmd"],
+            prologue="\n".join((PROLOGUE_HEAD, *o["prologue"], "")) + "\n" if o["prologue"] else "",
             ok=exitcodes.OK,
             ck=exitcodes.CHECKPOINTED,
         )
@@ -382,25 +405,54 @@ def render(kind: str, **opts) -> str:
     return "\n".join(lines)
 
 
+# A pinned example beside the defaults: the ft kind on a site's MPI, loaded as a module into
+# a shared environment (docs/user-guide.md "Your site's MPI").
+MODULES_PROLOGUE = (
+    "module purge",
+    "module load openmpi",
+    "source /shared/envs/mixle/bin/activate",
+)
+EXAMPLES = {"fit-ft-modules.sbatch": ("ft", {"prologue": MODULES_PROLOGUE})}
+
+
+def golden_files() -> dict[str, str]:
+    """Every golden file's name and its text: each kind with the defaults, and the examples."""
+    files = {GOLDEN[kind]: render(kind) for kind in KINDS}
+    files.update({name: render(kind, **opts) for name, (kind, opts) in EXAMPLES.items()})
+    return files
+
+
 def write_golden(directory: str) -> list[str]:
-    """Write every kind with the defaults to ``directory`` (the golden files); returns the paths."""
+    """Write the golden files (``golden_files``) to ``directory``; returns the paths."""
     os.makedirs(directory, exist_ok=True)
     paths = []
-    for kind in KINDS:
-        path = os.path.join(directory, GOLDEN[kind])
-        write_text(path, render(kind))
+    for name, text in golden_files().items():
+        path = os.path.join(directory, name)
+        write_text(path, text)
         paths.append(path)
     return paths
 
 
 def _options(args) -> dict:
     """The render options given on the command line (absent ones keep their defaults)."""
-    names = [n for n in DEFAULTS if n != "sbatch"]
+    names = [n for n in DEFAULTS if n not in ("sbatch", "prologue")]
     opts = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
     opts.setdefault("python", sys.executable)  # the Python running this has mixle_mpi
     if args.sbatch:
         opts["sbatch"] = tuple(args.sbatch)
+    if args.prologue:
+        opts["prologue"] = tuple(
+            line for value in args.prologue for line in read_prologue(value).splitlines()
+        )
     return opts
+
+
+def read_prologue(value: str) -> str:
+    """A ``--prologue`` value: the text of the file it names, else the value as a line."""
+    if os.path.isfile(value):
+        with open(value, encoding="utf-8") as f:
+            return f.read()
+    return value
 
 
 def _cmd_slurm(args) -> int:
@@ -487,6 +539,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="OPTION",
         help="an extra #SBATCH option: --sbatch --constraint=ib, --sbatch constraint=ib or "
         "--sbatch='-C ib' (repeatable)",
+    )
+    p.add_argument(
+        "--prologue",
+        action="append",
+        default=[],
+        metavar="FILE_OR_LINE",
+        help="shell lines run before the launch, for the site's setup: a file of them, or one "
+        "line, e.g. --prologue='module load openmpi' --prologue='source ~/env/bin/activate' "
+        "(repeatable; the launcher then uses the first mpiexec on PATH)",
     )
     p.set_defaults(func=_cmd_slurm)
 

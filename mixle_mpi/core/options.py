@@ -582,6 +582,20 @@ OPTIONS: tuple[Option, ...] = (
         env="MIXLE_MPI_EVENT_LOG",
     ),
     Option(
+        "prologue",
+        str,
+        None,
+        "shell lines run in bash before a launch with -n, e.g. 'module load openmpi': the "
+        "launch takes the environment they leave, and so the mpiexec they put first on PATH",
+        about="Shell lines (a TOML multi-line string in a job file) that `mixle-mpi fit -n N` runs in "
+        "bash before it launches: `module load` of the site's MPI, the activation of a shared "
+        "environment. The launch takes the environment they leave, so the first mpiexec on PATH "
+        "after them is the one used. A failing prologue ends the fit before the launch (exit 2). "
+        "A batch script runs its own (`mixle-mpi slurm --prologue`).",
+        job=True,
+        metavar="LINES",
+    ),
+    Option(
         "mpiexec_args",
         str,
         None,
@@ -706,6 +720,7 @@ FIT_GROUPS: dict[str, tuple[str, ...]] = {
         "memory_check",
     ),
     "output": ("out_dir", "plot", "progress", "keep_store"),
+    "site": ("prologue",),
 }
 
 

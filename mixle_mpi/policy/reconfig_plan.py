@@ -297,3 +297,16 @@ def replacement_command(
     if fast and not any(b"__main__" in blob for blob in pickled):
         return fast
     return full
+
+
+def without_ulfm(version: tuple, recovery: bool) -> str:
+    """Why Open MPI ``version`` has no ULFM here, and whether a rank's death ends the job."""
+    name = f"Open MPI {'.'.join(map(str, version))}"
+    if recovery:
+        return f"{name} without ULFM; mpiexec --enable-recovery keeps the job alive after a rank's death"
+    if tuple(version) < (5,):
+        return (
+            f"{name} has no ULFM and mpiexec was not given --enable-recovery: a rank death ends "
+            "the job (launch with `mixle-mpi fit -n N`, which adds it where it exists)"
+        )
+    return f"{name} without --with-ft ulfm: a rank death ends the job; use `mixle-mpi run`"

@@ -23,6 +23,7 @@ from mixle_mpi.policy.reconfig_plan import (
     detach_from_pmix,
     requested_method,
     srun_plugin,
+    without_ulfm,
 )
 
 
@@ -30,6 +31,12 @@ def ulfm_enabled_by_launcher(environ=None) -> bool:
     """Open MPI exports this when mpiexec was given ``--with-ft ulfm``."""
     environ = os.environ if environ is None else environ
     return environ.get("OMPI_MCA_mpi_ft_enable", "").strip().lower() in ("1", "true", "yes")
+
+
+def recovery_enabled_by_launcher(environ=None) -> bool:
+    """Open MPI 4's mpiexec exports this when given ``--enable-recovery``."""
+    environ = os.environ if environ is None else environ
+    return environ.get("OMPI_MCA_orte_enable_recovery", "").strip().lower() in ("1", "true", "yes")
 
 
 def probe_shrink_method(timeout: float = 5.0) -> tuple[str, str]:
@@ -42,10 +49,7 @@ def probe_shrink_method(timeout: float = 5.0) -> tuple[str, str]:
             f"{vendor} {'.'.join(map(str, version))} has no working ULFM (mpi4py stubs it)",
         )
     if not ulfm_enabled_by_launcher():
-        return (
-            EMULATED,
-            "Open MPI without --with-ft ulfm: a rank death ends the job; use `mixle-mpi run`",
-        )
+        return EMULATED, without_ulfm(version, recovery_enabled_by_launcher())
     box: dict = {}
 
     def attempt() -> None:
