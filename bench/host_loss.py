@@ -177,7 +177,13 @@ def one_run(library: str, folder: Path) -> dict:
         rc, result, events, stderr = _fit(python, sum(SLOTS), folder / "run", env)
         killer.join(5)
     if not lost:
-        return {"library": library, "ok": False, "why": "the host was never lost", "rc": rc}
+        return {
+            "library": library,
+            "ok": False,
+            "why": "the host was never lost",
+            "rc": rc,
+            "stderr": stderr[-3000:],
+        }
     try:
         parts = split(events, lost[0])
     except (StopIteration, ValueError, KeyError) as exc:

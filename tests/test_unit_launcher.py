@@ -370,3 +370,17 @@ def test_exit_watch_sleeps_until_the_child_ends_and_gives_its_code():
                 rc = exited.within(1.0)
             assert rc == 7
         assert child.returncode == 7
+
+
+def test_open_mpi_is_told_to_pass_on_every_variable_the_bits_depend_on():
+    """Open MPI's mpirun hands the ranks of other hosts only the variables named with -x: a
+    rank there without the baseline computed other bits and was refused (fake hosts)."""
+    from mixle_mpi.launch.launcher import MPICH, OPENMPI, forwarded, launch_env
+
+    env = launch_env(1, base={"OPENBLAS_CORETYPE": "Haswell", "MIXLE_MPI_NUMERICS": "baseline"})
+    argv = forwarded(["mpiexec", "-n", "4", "python", "job.py"], OPENMPI, env)
+    named = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
+    assert argv[0] == "mpiexec" and argv[-4:] == ["-n", "4", "python", "job.py"]
+    assert {"OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES", "NUMBA_CPU_NAME"} <= named
+    assert {"OMP_NUM_THREADS", "MIXLE_MPI_NUMERICS", "MIXLE_MPI_NUMERIC_BASELINE"} <= named
+    assert forwarded(["mpiexec", "-n", "4", "x"], MPICH, env) == ["mpiexec", "-n", "4", "x"]

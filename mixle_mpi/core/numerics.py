@@ -63,6 +63,20 @@ BASELINES = {
     },
 }
 VARS = ("OPENBLAS_CORETYPE", "NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")
+# Every variable a rank's bits depend on (BLAS threads and kernels, numpy's dispatch, the JIT
+# target, the mode and its mark): a launcher that does not hand its environment to the ranks
+# of other hosts (Open MPI's mpirun) must be told to pass these on.
+BITS_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "MIXLE_MPI_BLAS_THREADS",
+    "OPENBLAS_L2_SIZE",
+    "NPY_DISABLE_CPU_FEATURES",
+    *VARS,
+    MODE_ENV,
+    BASELINE_MARK,
+)
 
 
 class Numerics(NamedTuple):

@@ -315,6 +315,17 @@ def launch_env(
     return numerics.with_baseline({**env, **(overrides or {})})
 
 
+def forwarded(argv: list[str], flavor: str, env: dict) -> list[str]:
+    """``argv`` with ``-x VAR`` for each variable the ranks' bits depend on that ``env`` sets
+    (``numerics.BITS_VARS``), under Open MPI (pure): its mpirun hands the ranks of other hosts
+    only the variables named so, and a rank there without the baseline or the BLAS threads
+    would compute other bits (and be refused). Hydra and srun pass the whole environment."""
+    if flavor != OPENMPI:
+        return argv
+    flags = [f for var in numerics.BITS_VARS if var in env for f in ("-x", var)]
+    return [argv[0], *flags, *argv[1:]]
+
+
 def judge(
     mpiexec_rc: int | None,
     status: dict | None,
@@ -721,6 +732,8 @@ def run(
             caps=caps,
             placement=placement,
         )
+        ranks_env = launch_env(blas_threads, overrides={**(env or {}), **pinned})
+        argv = forwarded(argv, flavor, ranks_env)
         return judged_launch(
             argv,
             caps,
