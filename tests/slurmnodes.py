@@ -24,6 +24,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from slurmharness import TERMINAL  # the job states after which SLURM runs it no more
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
 BINARIES = (
@@ -41,17 +43,6 @@ BINARIES = (
     "nsenter",
     "unshare",
 )
-TERMINAL = {
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "BOOT_FAIL",
-    "DEADLINE",
-    "PREEMPTED",
-}
 
 
 def available() -> str:
