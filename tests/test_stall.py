@@ -50,7 +50,7 @@ def test_a_long_healthy_estep_is_not_taken_for_a_stall(tmp_path):
     """Each worker's E-step lasts longer than the heartbeat timeout and the stall timeout;
     it reports progress after every sub-chunk, so nobody is failed."""
     data = tmp_path / "x.npy"
-    np.save(data, np.random.RandomState(0).normal(size=(80000, 40)))
+    np.save(data, np.random.RandomState(0).normal(size=(160000, 40)))
     stall = 1.0  # as the heartbeat timeout: the E-step below must outlast both, on any machine
     env = dict(os.environ, PYTHONWARNINGS="ignore", MIXLE_MPI_STALL_TIMEOUT=str(stall))
     out = tmp_path / "out"
