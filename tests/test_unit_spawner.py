@@ -286,3 +286,16 @@ def test_a_spawn_that_connected_leaves_its_process_pid_for_the_driver_to_watch(t
     spawner.running = {2: _underway(connected, time.monotonic(), str(record))}
     assert spawner.finished(time.monotonic()) == [(2, "link")]
     assert spawner.born == {2: procs.identity(os.getpid())} and not record.exists()
+
+
+def test_a_replacement_is_spawned_with_the_variables_its_bits_depend_on():
+    """A Spawn on another host starts from that host's daemon's environment (Open MPI): the
+    replacement had neither the BLAS core type nor the numerics mark, and was refused."""
+    from mixle_mpi.runtime.spawner import with_bits_env
+
+    env = {"OPENBLAS_CORETYPE": "Haswell", "MIXLE_MPI_NUMERICS": "auto", "HOME": "/root"}
+    exe, args = with_bits_env("python", ["-m", "x"], env)
+    assert exe == "/usr/bin/env" and args[-3:] == ["python", "-m", "x"]
+    assert "OPENBLAS_CORETYPE=Haswell" in args and "MIXLE_MPI_NUMERICS=auto" in args
+    assert not any(a.startswith("HOME=") for a in args)
+    assert with_bits_env("python", ["-m", "x"], {}) == ("python", ["-m", "x"])

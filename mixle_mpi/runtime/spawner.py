@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from mpi4py import MPI
 
-from mixle_mpi.core import procs, rundir
+from mixle_mpi.core import numerics, procs, rundir
 from mixle_mpi.core.deadlines import Background, run_with_deadline
 from mixle_mpi.core.errors import RERUN_ADVICE, ReconfigurationTimeout
 from mixle_mpi.core.settings import Settings
@@ -63,9 +63,20 @@ class SpawnUnavailable(Exception):
     """Spawning cannot work here, or just failed: the place's shards migrate. Its text is why."""
 
 
+def with_bits_env(exe: str, args: list[str], environ=None) -> tuple[str, list[str]]:
+    """``exe args`` run through ``env`` with the variables the replacement's bits depend on,
+    as this process has them (``numerics.BITS_VARS``): a Spawn on another host starts from
+    that host's daemon's environment (Open MPI), where they are missing, and a replacement
+    without the job's baseline or BLAS settings computes other bits (and is refused)."""
+    environ = os.environ if environ is None else environ
+    sets = [f"{var}={environ[var]}" for var in numerics.BITS_VARS if var in environ]
+    return ("/usr/bin/env", [*sets, exe, *args]) if sets else (exe, list(args))
+
+
 def spawn_on(host: str | None, exe: str, args: list[str]):
     """``Spawn`` one replacement, on ``host`` when one is named (the "host" info key, which
     Open MPI and MPICH read); where the library refuses that host, wherever it maps it."""
+    exe, args = with_bits_env(exe, args)
     if host:
         info = MPI.Info.Create()
         info.Set("host", host)
