@@ -79,6 +79,11 @@ BITS_VARS = (
 )
 
 
+def bits_env(environ) -> dict[str, str]:
+    """The variables of ``BITS_VARS`` that ``environ`` sets, in that order."""
+    return {var: environ[var] for var in BITS_VARS if var in environ}
+
+
 class Numerics(NamedTuple):
     """What a rank reports of its numerics (``protocol.Hello``)."""
 

@@ -322,7 +322,7 @@ def forwarded(argv: list[str], flavor: str, env: dict) -> list[str]:
     would compute other bits (and be refused). Hydra and srun pass the whole environment."""
     if flavor != OPENMPI:
         return argv
-    flags = [f for var in numerics.BITS_VARS if var in env for f in ("-x", var)]
+    flags = [f for var in numerics.bits_env(env) for f in ("-x", var)]
     return [argv[0], *flags, *argv[1:]]
 
 

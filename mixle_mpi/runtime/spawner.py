@@ -69,7 +69,7 @@ def with_bits_env(exe: str, args: list[str], environ=None) -> tuple[str, list[st
     that host's daemon's environment (Open MPI), where they are missing, and a replacement
     without the job's baseline or BLAS settings computes other bits (and is refused)."""
     environ = os.environ if environ is None else environ
-    sets = [f"{var}={environ[var]}" for var in numerics.BITS_VARS if var in environ]
+    sets = [f"{var}={value}" for var, value in numerics.bits_env(environ).items()]
     return ("/usr/bin/env", [*sets, exe, *args]) if sets else (exe, list(args))
 
 
