@@ -38,7 +38,7 @@ def _reference_of(model, n, shards, sub_chunks, max_its, seed, engine, mode="aut
     import json
     import subprocess
 
-    from mixle_mpi.core import numerics
+    from mixle_mpi.core import jitcache, numerics
 
     code = (
         "import json, sys; from mixle_mpi.fitting.reference import reference_fit; "
@@ -47,9 +47,11 @@ def _reference_of(model, n, shards, sub_chunks, max_its, seed, engine, mode="aut
     args = json.dumps(
         [model, n, 1, seed, shards, sub_chunks, max_its, None if engine == "seq" else engine]
     )
+    env = numerics.with_baseline({**os.environ, numerics.MODE_ENV: mode})
+    jitcache.prime(env)  # loaded from numba's cache, as the jobs' ranks load them
     out = subprocess.run(
         [sys.executable, "-c", code, args],
-        env=numerics.with_baseline({**os.environ, numerics.MODE_ENV: mode}),
+        env=env,
         capture_output=True,
         text=True,
         timeout=900,

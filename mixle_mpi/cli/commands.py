@@ -268,6 +268,9 @@ def _fit(args) -> int:
     args.spmd = (
         True  # under MPI, errors end the job through mixle_mpi.runtime.exiting, not in main()
     )
+    from mixle_mpi.core import jitcache
+
+    jitcache.prime()  # before mixle is imported: load the kernels, never compile them here
     return fitcmd.run(cfg)
 
 

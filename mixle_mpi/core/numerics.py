@@ -76,6 +76,7 @@ BITS_VARS = (
     *VARS,
     MODE_ENV,
     BASELINE_MARK,
+    "NUMBA_CACHE_DIR",  # where the kernels are loaded from (core/jitcache)
 )
 
 
@@ -92,6 +93,7 @@ class Numerics(NamedTuple):
     cpu: str = ""  # the CPU's model name
     dispatch: tuple = ()  # numpy's SIMD targets in use
     blas: str = ""  # OpenBLAS's core type
+    compiled: tuple = ()  # parallel kernels it compiled rather than loaded (core/jitcache)
 
 
 def arch(machine: str | None = None) -> str:
@@ -249,7 +251,15 @@ def signature() -> str:
 
 def report() -> Numerics:
     """This rank's numerics as it reports them to the driver."""
+    from mixle_mpi.core import jitcache
+
     d = describe()
+    hashed = probe()
     return Numerics(
-        probe(), d["baseline"], d["cpu"], tuple(d["numpy_dispatch"]), d["openblas_coretype"]
+        hashed,
+        d["baseline"],
+        d["cpu"],
+        tuple(d["numpy_dispatch"]),
+        d["openblas_coretype"],
+        tuple(jitcache.compiled_here()),
     )

@@ -36,6 +36,9 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> None:
+    from mixle_mpi.core import jitcache
+
+    jitcache.prime()  # before mixle is imported: load the kernels, never compile them here
     from mixle_mpi.fitting.fitloop import fit
     from mixle_mpi.fitting.models import get_model
     from mixle_mpi.runtime.handle import ResilientMPIEncodedData, is_driver

@@ -38,7 +38,7 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 
-from mixle_mpi.core import exitcodes, logs, numerics, procs
+from mixle_mpi.core import exitcodes, jitcache, logs, numerics, procs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.procs import usable_cores  # noqa: F401 - launcher.usable_cores, as the tests and dryrun name it
 from mixle_mpi.launch import contract, host_plan, hostlist, hostprobe, mpicaps
@@ -734,6 +734,7 @@ def run(
         )
         ranks_env = launch_env(blas_threads, overrides={**(env or {}), **pinned})
         argv = forwarded(argv, flavor, ranks_env)
+        prime_kernels({**full, **ranks_env})
         return judged_launch(
             argv,
             caps,
@@ -760,6 +761,21 @@ def run(
         return _attempts(relaunch, left, launch_one, pin)
     finally:
         relaunch.close()  # its hostfiles, however the launches ended
+
+
+def prime_kernels(environ) -> None:
+    """Fill numba's cache for the ranks' JIT target before they start, so that every rank
+    loads its kernels rather than compiling them (``core/jitcache``: compiled in-process,
+    mixle's parallel kernels give other bits)."""
+    t0 = time.monotonic()
+    what = jitcache.prime(environ)
+    if what == "primed":
+        log.info(f"compiled the kernels into numba's cache in {time.monotonic() - t0:.1f} s")
+    elif what.startswith("failed"):
+        log.warning(
+            f"could not fill numba's cache ({what}): each rank compiles its kernels, and a "
+            "rank that loads them later computes other bits (it gets no shard)"
+        )
 
 
 def judged_launch(argv: list[str], caps, environ, a: Attempt) -> Attempt:

@@ -24,6 +24,11 @@ def difference(mine: Numerics, theirs: Numerics) -> str:
             f"numpy dispatch {' '.join(theirs.dispatch) or 'baseline only'} "
             f"(driver {' '.join(mine.dispatch) or 'baseline only'})"
         )
+    if bool(mine.compiled) != bool(theirs.compiled):
+        parts.append(
+            f"numba kernels compiled in the process, not loaded from the cache: "
+            f"{len(theirs.compiled)} (driver {len(mine.compiled)})"
+        )
     return ", ".join(parts)
 
 
@@ -32,11 +37,12 @@ def refusal(rank: int, host: str, mine: Numerics, theirs: Numerics) -> str | Non
     driver's (pure)."""
     if theirs.probe and theirs.probe == mine.probe:
         return None
-    fix = (
-        "start it under the job's baseline (mixle-mpi run/fit set it on every rank)"
-        if theirs.baseline != mine.baseline
-        else "its CPU cannot reach the baseline: leave the host out of the job"
-    )
+    if theirs.baseline != mine.baseline:
+        fix = "start it under the job's baseline (mixle-mpi run/fit set it on every rank)"
+    elif bool(theirs.compiled) != bool(mine.compiled):
+        fix = "start the job with mixle-mpi run, which fills numba's cache before the ranks start"
+    else:
+        fix = "its CPU cannot reach the baseline: leave the host out of the job"
     return (
         f"rank {rank} on {host} computes other bits than the driver: "
         f"{difference(mine, theirs)}; it gets no shard ({fix})"

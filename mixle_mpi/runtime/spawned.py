@@ -39,8 +39,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.path.insert(0, found["--path"])
     from mixle_mpi.runtime import exiting, startup
 
-    MPI = startup.init_mpi()
+    MPI = startup.init_mpi()  # first: the driver's Spawn waits for it
     exiting.install("worker")
+    from mixle_mpi.core import jitcache
+
+    jitcache.prime()  # before mixle is imported: load the kernels, never compile them here
     from mixle_mpi.runtime.worker import serve_spawned
 
     serve_spawned(

@@ -3,8 +3,10 @@
 Put this folder on ``PYTHONPATH`` and set ``MIXLE_MPI_TEST_ODD_RANK`` to a rank's number (its
 MPI rank at launch) or to ``spawned`` (every rank started once the fit had started: a
 replacement, whichever entry the driver starts it with): that process
-gets ``MIXLE_MPI_TEST_ODD_NPY`` as its ``NPY_DISABLE_CPU_FEATURES``, as a node without
-AVX-512 (or an older one) would have. Test-only; the processes stay real ranks under mpiexec.
+gets ``MIXLE_MPI_TEST_ODD_NPY`` added to its ``NPY_DISABLE_CPU_FEATURES``, as a node without
+AVX-512 (or an older one) would have: added, not set, so that under the job's baseline (which
+disables more) it lacks what the baseline disables too, as a real older node would. Test-only;
+the processes stay real ranks under mpiexec.
 """
 
 import os
@@ -29,4 +31,6 @@ def _odd() -> bool:
 
 
 if _odd():
-    os.environ["NPY_DISABLE_CPU_FEATURES"] = os.environ.get("MIXLE_MPI_TEST_ODD_NPY", "")
+    _have = os.environ.get("NPY_DISABLE_CPU_FEATURES", "").split()
+    _more = os.environ.get("MIXLE_MPI_TEST_ODD_NPY", "").split()
+    os.environ["NPY_DISABLE_CPU_FEATURES"] = " ".join(dict.fromkeys(_have + _more))
