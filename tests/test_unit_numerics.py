@@ -126,3 +126,12 @@ def test_a_bad_numerics_mode_is_refused_with_the_choices():
 
     with pytest.raises(ConfigError, match="MIXLE_MPI_NUMERICS='fast' must be one of auto"):
         numerics.mode({numerics.MODE_ENV: "fast"})
+
+
+def test_a_worker_that_compiled_its_kernels_is_told_how_to_load_them():
+    """A rank whose numba cache was cold compiled mixle's parallel kernels itself (other
+    bits than loaded ones: core/jitcache): the reason says so and how to avoid it."""
+    compiled = MINE._replace(probe="0" * 16, compiled=("mixle.stats.latent.x.numba_baum_welch2",))
+    why = numerics_plan.refusal(1, "n1", MINE, compiled)
+    assert "compiled in the process, not loaded from the cache: 1 (driver 0)" in why, why
+    assert "mixle-mpi run, which fills numba's cache" in why, why
