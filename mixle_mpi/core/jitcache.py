@@ -152,14 +152,17 @@ def prime(environ=None, timeout: float = PRIME_TIMEOUT) -> str:
 
 
 def _parallel_dispatchers():
-    """Every parallel numba function that a loaded mixle or mixle_mpi module holds."""
+    """Every parallel numba function that a loaded mixle or mixle_mpi module holds (none
+    before numba is imported)."""
+    dispatcher = sys.modules.get("numba.core.dispatcher")
+    if dispatcher is None:
+        return
     for name, module in list(sys.modules.items()):
         if module is None or not name.startswith(("mixle.", "mixle_mpi.")):
             continue
         for value in list(vars(module).values()):
-            options = getattr(value, "targetoptions", None)
-            if isinstance(options, dict) and options.get("parallel") and hasattr(value, "stats"):
-                yield f"{name}.{getattr(value, '__name__', '?')}", value
+            if isinstance(value, dispatcher.Dispatcher) and value.targetoptions.get("parallel"):
+                yield f"{name}.{value.__name__}", value
 
 
 def compiled_here() -> list[str]:
