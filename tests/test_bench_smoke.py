@@ -2,7 +2,9 @@
 whose figures are committed: ``bench/failure_cost.py`` (a real worker SIGKILLed mid-E-step
 in each mode, the call split into its parts) and ``bench/scale_real.py`` (the driver's cost
 per round against W). No timing is asserted; what is checked is that every planned kill
-fired, every part was measured and every job ran (``bench/results/`` holds the figures)."""
+fired, every part was measured and every job ran (``bench/results/`` holds the figures).
+Every other bench command at least imports and builds its parser, and those that need no
+MPI job run at tiny sizes."""
 
 from __future__ import annotations
 
@@ -148,3 +150,58 @@ def test_the_node_loss_benchmark_runs_a_clean_and_a_lost_node_job_on_three_slurm
     (row,) = json.loads(out.read_text())["rows"]
     assert row["ok"] and row["identical"] and not row["relaunched"], row
     assert 0 < row["detection"] <= row["recovery"], row
+
+
+# the helpers that a benchmark starts (no flags of their own) and the module they share
+NOT_COMMANDS = {"__init__.py", "common.py", "payload.py", "memory_startup.py"}
+PARSERS = """
+import contextlib, io, runpy, sys
+for path in sys.argv[1:]:
+    sys.argv = [path, "--help"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            runpy.run_path(path, run_name="__main__")
+            code = "ran without exiting"
+        except SystemExit as e:
+            code = e.code
+    print(path, code, out.getvalue().startswith("usage:"))
+"""
+
+
+def test_every_bench_script_imports_and_builds_its_parser():
+    """Every command of bench/ (not the helpers it starts) imports what it needs and
+    answers --help: a renamed module or option breaks it here, not at its next run."""
+    scripts = sorted(
+        str(p)
+        for p in (ROOT / "bench").glob("*.py")
+        if not p.name.startswith("_") and p.name not in NOT_COMMANDS
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", PARSERS, *scripts],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answers = [line.rsplit(" ", 2) for line in proc.stdout.splitlines() if line.startswith("/")]
+    assert [a[0] for a in answers] == scripts, proc.stdout
+    assert all(a[1:] == ["0", "True"] for a in answers), proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["scale_sim.py", "--sizes", "4:8", "--reps", "20"],
+        ["wakeup.py", "--trips", "50"],
+        ["csv_memory.py", "--rows", "2000", "--reps", "1"],
+    ],
+    ids=lambda a: a[0],
+)
+def test_the_benchmarks_without_mpi_run_at_tiny_sizes(args, tmp_path):
+    """The benchmarks that need no MPI job run end to end at tiny sizes and write their
+    report (the figures themselves are noise at these sizes)."""
+    out = tmp_path / "out"
+    _bench([str(ROOT / "bench" / args[0]), *args[1:], "--out", str(out)], timeout=300)
+    assert out.exists() and out.stat().st_size > 0
