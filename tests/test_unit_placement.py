@@ -254,6 +254,9 @@ def test_a_replacement_goes_back_to_its_host_while_it_is_up_else_to_the_least_lo
     assert respawn_host("b", ["d", "c"], driver_host="a") == "c"  # ties: by name
     assert respawn_host(None, [], driver_host="a") is None
     assert respawn_host("b", [], driver_host="a") is None  # nothing live to judge by
+    # a host whose process computed other bits (numerics refused) gets no replacement
+    assert respawn_host("b", ["b", "c", "c"], driver_host="a", avoid={"b"}) == "c"
+    assert respawn_host("b", ["b", "c"], driver_host="a", avoid={"b", "c"}) is None
 
 
 def test_driver_share_is_a_workers_share_of_the_lowest_ids_and_none_when_off():

@@ -121,18 +121,25 @@ def replacement_here(
 
 
 def respawn_host(
-    failed_host: str | None, live_hosts: Iterable[str], driver_host: str
+    failed_host: str | None,
+    live_hosts: Iterable[str],
+    driver_host: str,
+    avoid: Iterable[str] = (),
 ) -> str | None:
     """Where a failed worker's replacement starts, when the job spans several hosts: back on
     its own host while that host still runs a live worker (it is up: the process died, not
-    the machine), else on the host with the fewest live workers (ties: by name). None on one
-    host, or with nothing known: MPI's own mapping then places it."""
+    the machine), else on the host with the fewest live workers (ties: by name). Never on a
+    host in ``avoid`` (one whose process computed other bits: a replacement there would be
+    refused too) while another is known. None on one host, or with nothing known: MPI's own
+    mapping then places it."""
     hosts = list(live_hosts)
     if len(set(hosts) | {driver_host}) < 2:
         return None
-    if failed_host in hosts:
+    shunned = set(avoid)
+    if failed_host in hosts and failed_host not in shunned:
         return failed_host
     counts: dict[str, int] = {}
     for h in hosts:
-        counts[h] = counts.get(h, 0) + 1
+        if h not in shunned:
+            counts[h] = counts.get(h, 0) + 1
     return min(counts, key=lambda h: (counts[h], h)) if counts else None

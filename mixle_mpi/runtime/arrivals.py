@@ -38,6 +38,12 @@ class Arrivals:
         ] = {}  # place -> the host its last replacement was asked on
         self.joining: dict[int, Join] = {}  # replacements on their way in (policy/join_plan.py)
         self.spawn_failed: list[int] = []  # places whose background Spawn failed
+        self.odd_hosts: set[str] = set()  # hosts whose process computed other bits
+
+    def computed_other_bits_on(self, host: str) -> None:
+        """A process on ``host`` was refused for its numerics: replacements go elsewhere
+        while another host is known (``placement.respawn_host``)."""
+        self.odd_hosts.add(host)
 
     def respawn(self, worker: int) -> bool:
         """Start a replacement process for ``worker``; it gets the same shards back. It joins
@@ -47,7 +53,7 @@ class Arrivals:
         t0 = time.perf_counter()
         failed_host = self.d.info.get(worker, (None, None))[0]
         live_hosts = [self.d.info[w][0] for w in self.d.live() if w != worker and w in self.d.info]
-        host = respawn_host(failed_host, live_hosts, self.d.host)
+        host = respawn_host(failed_host, live_hosts, self.d.host, self.odd_hosts)
         here = replacement_here(
             host, [*live_hosts, *([failed_host] if failed_host else [])], self.d.host, os.environ
         )

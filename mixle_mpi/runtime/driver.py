@@ -365,6 +365,7 @@ class Driver:
         if refused:
             logs.get("driver").warning(refused)
             self.events.emit("numerics_refused", worker=worker, host=ready.host, why=refused)
+            self.arrivals.computed_other_bits_on(ready.host)
             self.fail(worker, f"numerics: {refused}")
             return False
         if ready.numerics:
