@@ -134,7 +134,7 @@ def prime(environ=None, timeout: float = PRIME_TIMEOUT) -> str:
             if os.path.exists(path):
                 return "warm"
             child = subprocess.run(
-                [sys.executable, "-m", "mixle_mpi.core.jitcache"],
+                [sys.executable, "-m", "mixle_mpi.core.jitwarm"],
                 env=environ,
                 capture_output=True,
                 text=True,
@@ -151,7 +151,7 @@ def prime(environ=None, timeout: float = PRIME_TIMEOUT) -> str:
         return f"failed: {exc}"
 
 
-def _parallel_dispatchers():
+def parallel_dispatchers():
     """Every parallel numba function that a loaded mixle or mixle_mpi module holds (none
     before numba is imported)."""
     dispatcher = sys.modules.get("numba.core.dispatcher")
@@ -167,21 +167,4 @@ def _parallel_dispatchers():
 
 def compiled_here() -> list[str]:
     """The parallel kernels this process compiled rather than loaded from the cache."""
-    return sorted(name for name, d in _parallel_dispatchers() if sum(d.stats.cache_misses.values()))
-
-
-def warm() -> list[str]:
-    """Import (and so compile or load) every kernel and run the probe's E-steps once."""
-    import importlib
-
-    for name in KERNEL_MODULES:
-        importlib.import_module(name)
-    from mixle_mpi.core import kernels, numerics
-
-    kernels.warm()
-    numerics.probe()
-    return sorted(name for name, _ in _parallel_dispatchers())
-
-
-if __name__ == "__main__":
-    print("\n".join(warm()))
+    return sorted(name for name, d in parallel_dispatchers() if sum(d.stats.cache_misses.values()))
