@@ -63,3 +63,20 @@ def test_a_prime_that_cannot_write_says_why(tmp_path):
     blocker.write_text("not a folder")
     what = jitcache.prime({**os.environ, "NUMBA_CACHE_DIR": str(blocker / "cache")})
     assert what.startswith("failed:"), what
+
+
+def test_the_launcher_primes_the_ranks_interpreter_when_it_is_another(tmp_path):
+    """``mixle-mpi run -- OTHER_PYTHON ...``: the cache of OTHER_PYTHON's install is filled,
+    by OTHER_PYTHON (here the MPICH environment's), then found warm."""
+    from mpiharness import mpich_python
+
+    from mixle_mpi.launch.launcher import ranks_python
+
+    assert ranks_python(["/x/bin/python3.11", "-m", "m"]) == "/x/bin/python3.11"
+    assert ranks_python(["./job.sh"]) == sys.executable
+    other = mpich_python()
+    assert other is not None, "setup makes .venv-mpich"
+    env = _cold(tmp_path, "other")
+    assert jitcache.prime_for(other, env) == "primed"
+    assert jitcache.prime_for(other, env) == "warm"
+    assert jitcache.prime_for("/nonexistent/python", env).startswith("failed:")

@@ -115,6 +115,29 @@ def _locked(folder: str, deadline: float):
         os.close(fd)
 
 
+def prime_for(python: str, environ, timeout: float = PRIME_TIMEOUT) -> str:
+    """:func:`prime` for the install of another interpreter ``python`` (the ranks' own,
+    when the launcher runs from another), run by that interpreter."""
+    if os.path.abspath(python) == os.path.abspath(sys.executable):  # not resolved: venvs link one
+        return prime(environ, timeout)
+    try:
+        child = subprocess.run(
+            [python, "-m", "mixle_mpi.core.jitcache"],
+            env=dict(environ),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"failed: {exc}"
+    lines = child.stdout.strip().splitlines()
+    if child.returncode != 0 or not lines:
+        tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"failed: {python} exited {child.returncode}: {tail}"
+    return lines[-1]
+
+
 def prime(environ=None, timeout: float = PRIME_TIMEOUT) -> str:
     """Fill numba's cache with every kernel for ``environ``'s target (default: this
     process's), in a child process, unless the marker says it is full. Returns what was
@@ -168,3 +191,7 @@ def parallel_dispatchers():
 def compiled_here() -> list[str]:
     """The parallel kernels this process compiled rather than loaded from the cache."""
     return sorted(name for name, d in parallel_dispatchers() if sum(d.stats.cache_misses.values()))
+
+
+if __name__ == "__main__":  # prime_for: this interpreter's install
+    print(prime())

@@ -734,7 +734,7 @@ def run(
         )
         ranks_env = launch_env(blas_threads, overrides={**(env or {}), **pinned})
         argv = forwarded(argv, flavor, ranks_env)
-        prime_kernels({**full, **ranks_env})
+        prime_kernels({**full, **ranks_env}, cmd)
         return judged_launch(
             argv,
             caps,
@@ -763,12 +763,19 @@ def run(
         relaunch.close()  # its hostfiles, however the launches ended
 
 
-def prime_kernels(environ) -> None:
-    """Fill numba's cache for the ranks' JIT target before they start, so that every rank
-    loads its kernels rather than compiling them (``core/jitcache``: compiled in-process,
-    mixle's parallel kernels give other bits)."""
+def ranks_python(cmd: list[str]) -> str:
+    """The interpreter the ranks run: the command's first word when it names a Python
+    (``.../python3.11``), else this one (pure)."""
+    first = os.path.basename(cmd[0]) if cmd else ""
+    return cmd[0] if first.startswith("python") else sys.executable
+
+
+def prime_kernels(environ, cmd: list[str]) -> None:
+    """Fill numba's cache for the ranks' interpreter and JIT target before they start, so
+    that every rank loads its kernels rather than compiling them (``core/jitcache``:
+    compiled in-process, mixle's parallel kernels give other bits)."""
     t0 = time.monotonic()
-    what = jitcache.prime(environ)
+    what = jitcache.prime_for(ranks_python(cmd), environ)
     if what == "primed":
         log.info(f"compiled the kernels into numba's cache in {time.monotonic() - t0:.1f} s")
     elif what.startswith("failed"):
