@@ -146,3 +146,48 @@ def test_every_model_family_with_an_older_cpu_changes_no_bit(
     if more.get("MIXLE_MPI_SPARES"):
         assert _events(job, "spare_adopted"), job.describe()
     assert same_fit(job.result, reference(*args, 7, mode="baseline")), job.describe()
+
+
+def test_an_older_cpu_that_takes_over_as_driver_changes_no_bit(tmp_path, reference):
+    """Failover with rank 1 (the first successor) without AVX-512: the driver dies before
+    E-step 3, rank 1 is elected and resumes from the checkpoint. Pinned, its probe was the
+    job's, so the fit it finishes has the baseline's failure-free bits."""
+    from mixle_mpi.chaos.faults import FIRED_ENV, read_fired, unfired
+
+    args = ("gmm1d", 4000, 4, 1, 8)
+    plan, fired = "0:kill:estep_before:3", tmp_path / "fired.jsonl"
+    job = run_job(
+        OMPI_PYTHON,
+        4,
+        fit_args(*args) + ["--checkpoint", str(tmp_path / "ck.h5")],
+        tmp_path,
+        plan=plan,
+        env=_odd("1", NO_AVX512, MIXLE_MPI_FAILOVER="1", **{FIRED_ENV: str(fired)}),
+    )
+    assert unfired(plan, read_fired(str(fired))) == [], job.describe()
+    assert job.rc == 0 and PINNED in job.stderr, job.describe()
+    assert [e["rank"] for e in _events(job, "driver_elected")] == [1], job.describe()
+    assert same_fit(job.result, reference(*args, 7, mode="baseline")), job.describe()
+
+
+def test_a_copy_won_by_an_older_cpu_changes_no_bit(tmp_path, reference):
+    """Worker 2 turns 8 times slower at E-step 1; the idle workers, rank 1 without AVX-512
+    among them, copy its outstanding shards and win: pinned, the copies are the baseline's
+    bits, and so is the fit."""
+    from mixle_mpi.chaos.faults import FIRED_ENV, read_fired, unfired
+
+    args = ("gmm1d", 60000, 12, 1, 10)
+    plan, fired = "2:slow:estep_before:1:0::8", tmp_path / "fired.jsonl"
+    job = run_job(
+        OMPI_PYTHON,
+        4,
+        fit_args(*args),
+        tmp_path,
+        plan=plan,
+        env=_odd("1", NO_AVX512, MIXLE_MPI_DRIVER_COMPUTES="0", **{FIRED_ENV: str(fired)}),
+    )
+    assert unfired(plan, read_fired(str(fired))) == [], job.describe()
+    assert job.rc == 0 and PINNED in job.stderr, job.describe()
+    won_by = [w for e in _events(job, "speculation_won") for w in e["by"].values()]
+    assert 1 in won_by, job.describe()  # the older CPU won copies
+    assert same_fit(job.result, reference(*args, 7, mode="baseline")), job.describe()
