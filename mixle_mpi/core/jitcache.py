@@ -167,8 +167,9 @@ def prime(environ=None, timeout: float = PRIME_TIMEOUT) -> str:
             if child.returncode != 0:
                 tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
                 return f"failed: the child exited {child.returncode}: {tail}"
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(child.stdout)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+            with os.fdopen(os.open(path, flags, 0o600), "w", encoding="utf-8") as f:
+                f.write(child.stdout)  # never written through a link planted there
             return "primed"
     except (OSError, TimeoutError, subprocess.TimeoutExpired) as exc:
         return f"failed: {exc}"
