@@ -4,7 +4,7 @@ An option can be a field of the handle's ``Settings`` (then also the environment
 ``MIXLE_MPI_<NAME>``), a key of a ``mixle-mpi fit`` job file with its ``--flag`` (a field
 of ``FitConfig``), a flag of the built-in fit job (``python -m mixle_mpi.fitjob``), or an
 environment variable alone. ``core.settings``, ``cli.jobconfig``, ``fitting.fitjob`` and
-``cli.reference`` (docs/reference.md) are built from this table, so a name, default or
+``cli.refdoc`` (docs/reference.md) are built from this table, so a name, default or
 help text is edited here and nowhere else. Pure data: no imports beyond the standard library.
 """
 

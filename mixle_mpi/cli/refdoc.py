@@ -5,7 +5,7 @@ the other environment variables from the option table (``core/options.py``), the
 from ``core/exitcodes.py``, the launcher's variables from ``launch/contract.py`` and the fault
 grammar from ``chaos/faults.py``. Only the events are written by hand here; a unit test
 checks that they, and the option table's variables, name exactly what the package emits and
-reads. Regenerate with ``python -m mixle_mpi.cli.reference --write``.
+reads. Regenerate with ``python -m mixle_mpi.cli.refdoc --write``.
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def render() -> str:
     out = [
         "# Reference",
         "",
-        "Generated from the code by `python -m mixle_mpi.cli.reference --write`; do not edit by hand",
+        "Generated from the code by `python -m mixle_mpi.cli.refdoc --write`; do not edit by hand",
         "(a test fails when this file and the code disagree). The user guide explains; this lists.",
         "",
         "## Commands",
@@ -290,7 +290,7 @@ def render() -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m mixle_mpi.cli.reference", description=__doc__.split("\n\n")[0]
+        prog="python -m mixle_mpi.cli.refdoc", description=__doc__.split("\n\n")[0]
     )
     p.add_argument(
         "--write",
