@@ -48,7 +48,7 @@ from mixle_mpi.policy import reconfig_plan  # noqa: E402
 from mixle_mpi.policy.heartbeat import HeartbeatTracker, StallTracker  # noqa: E402
 from mixle_mpi.policy.membership import Membership  # noqa: E402
 from mixle_mpi.policy.placement import initial_placement  # noqa: E402
-from mixle_mpi.policy.rounds import Recover, RoundState, Wait  # noqa: E402
+from mixle_mpi.policy.round_plan import Recover, RoundState, Wait  # noqa: E402
 from mixle_mpi.sim.check import run  # noqa: E402
 from mixle_mpi.sim.schedule import Schedule  # noqa: E402
 

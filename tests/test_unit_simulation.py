@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mixle_mpi.policy import rounds
+from mixle_mpi.policy import round_plan
 
 # The simulation imports the runtime, and mpi4py initializes MPI when imported: imported
 # inside the tests, so that collecting this file does not start MPI in the test process
@@ -93,7 +93,7 @@ def test_a_seed_replays_from_the_command_line():
     assert "Schedule(seed=65" in out.stdout and "Outcome(rounds_done=" in out.stdout
 
 
-class FoldsEveryCopy(rounds.RoundState):
+class FoldsEveryCopy(round_plan.RoundState):
     """A broken round: every accepted payload is folded, a copy sent ahead or twice too."""
 
     def accept(self, worker, incarnation, shard, live):

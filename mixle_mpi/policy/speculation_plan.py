@@ -3,7 +3,7 @@
 EM is bulk-synchronous: every round waits for its slowest worker, and on a shared cluster
 the slowest is more often a slow node (a noisy neighbour, throttling, swapping) than a dead
 one. A shard's result is the same bits whichever process computes it, and the fold takes
-one result per shard in id order (policy/rounds.py), so the first copy of a shard to reply
+one result per shard in id order (policy/round_plan.py), so the first copy of a shard to reply
 can win without changing anything downstream; later ones are dropped.
 
 The rule follows Spark's speculation (a task is copied once it runs ``multiplier`` times

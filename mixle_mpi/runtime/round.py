@@ -1,6 +1,6 @@
 """One call's round on the driver: send the shards out, take the replies, recover what fails.
 
-The decisions are ``policy.rounds.RoundState``'s (who computes what, which reply counts, what
+The decisions are ``policy.round_plan.RoundState``'s (who computes what, which reply counts, what
 a failure asks for); this class only carries them out with the driver's collaborators (its
 mailroom, membership, store and fault hook), and computes the driver's own share meanwhile.
 A Round lives for one call: ``Driver.run_round`` makes one and runs it.
@@ -21,7 +21,7 @@ from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.protocol import Release, Result, Skip, Stats, Task
 from mixle_mpi.policy.join_plan import work_of
 from mixle_mpi.policy.pacing import round_window
-from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState
+from mixle_mpi.policy.round_plan import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.policy.speculation_plan import busy_workers, plan_copies
 
 _TASK_IDS = itertools.count(1)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from mixle_mpi.policy.rounds import Done, NeedWorkers, Recover, RoundState, Wait
+from mixle_mpi.policy.round_plan import Done, NeedWorkers, Recover, RoundState, Wait
 
 
 def test_first_dispatch_is_each_live_workers_own_missing_shards():
