@@ -37,7 +37,7 @@ POINTS = {
     "estep_shard": "span (estimator, model, chunks, on_chunk): one shard's E-step, wherever it is computed",
     "score_shard": "span (model, chunks, on_chunk): one shard's log-density sum, wherever it is computed",
     "worker_recv": "span (worker): a worker waits for and receives its next command",
-    "worker_body": "span (worker, task_id, body_b): a worker has a task's model (unpickled once per task)",
+    "worker_body": "span (worker, task_id, body_pickled): a worker has a task's model (unpickled once per task)",
     "worker_task": "span (worker, task): a worker computes a task and replies (task.kind: estep, init, llsum)",
     "driver_setup": "span (driver, workers): the driver sets workers up and waits for them to be ready",
     "shard_load": "span (driver, plan): the driver makes shards resident on workers",

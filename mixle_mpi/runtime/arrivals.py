@@ -62,14 +62,16 @@ class Arrivals:
                 self.spawner.timeout
             )  # a Spawn in this thread may hold MPI, and the beats (MPICH)
         try:
-            link = self.spawner.start(worker, host, (self.d.encoder_b, self.d.body_b), here)
+            link = self.spawner.start(
+                worker, host, (self.d.encoder_pickled, self.d.body_pickled), here
+            )
         except SpawnUnavailable as exc:  # the shards migrate
             self._spawn_unavailable(worker, str(exc))
             return False
         self.respawn_hosts[worker] = host
         if link is not None and self.d.settings.respawn_wait:
             pid = self._replacement_pid(worker)
-            self.d.grank.pop(worker, None)
+            self.d.group_ranks.pop(worker, None)
             self._bring_up(worker, link, "respawned", t0, watch=pid)
             return True
         self._start_join(worker, t0)
@@ -80,7 +82,7 @@ class Arrivals:
     def _start_join(self, worker: int, t0: float) -> None:
         """A replacement for ``worker`` is on its way (spawned, or being spawned): it joins in
         the background, as incarnation + 1 of the place."""
-        self.d.grank.pop(worker, None)
+        self.d.group_ranks.pop(worker, None)
         incarnation = self.d.membership.revive(worker)
         self.joining[worker] = Join(worker, clock.monotonic())
         self.d.events.emit(
@@ -239,8 +241,8 @@ class Arrivals:
             return False
         self.d.monitor.forget(spare)
         self.d.mail.rename(spare, worker)
-        if spare in self.d.grank:
-            self.d.grank[worker] = self.d.grank.pop(spare)
+        if spare in self.d.group_ranks:
+            self.d.group_ranks[worker] = self.d.group_ranks.pop(spare)
         self.d.owners.pop(spare, None)
         self.d.membership.retire(spare)
         if spare in self.d.info:

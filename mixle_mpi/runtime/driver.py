@@ -63,12 +63,12 @@ DISCONNECT_TIMEOUT = 10.0  # seconds for one respawned worker's Disconnect at ex
 class Driver:
     def __init__(
         self,
-        gcomm,
+        group_comm,
         ranks: dict[int, int],
         workers: int,
         monitor: Monitor,
         store: ShardStore,
-        encoder_b: bytes,
+        encoder_pickled: bytes,
         sub_chunks: int,
         max_retries: int,
         settings: Settings,
@@ -81,7 +81,7 @@ class Driver:
     ) -> None:
         self.store = store
         self.num_shards = store.num_shards
-        self.encoder_b = encoder_b
+        self.encoder_pickled = encoder_pickled
         self.failover = (
             failover  # how the workers agree on a dead driver's successor (Setup.failover)
         )
@@ -93,7 +93,7 @@ class Driver:
         self.fault_plan_json = plan_to_json(fault_plan)
         self.faults = FaultInjector(fault_plan, 0, 0)  # the driver's own chaos (rank 0)
         self.shrink_method = shrink_method
-        self.body_b = b""  # the last round's pickled body
+        self.body_pickled = b""  # the last round's pickled body
         self.arrivals = Arrivals(self, settings, wiring.spawner)
         self.reconfiguring = Reconfiguring(self)
         self.host = wiring.host
@@ -102,14 +102,14 @@ class Driver:
         )  # this process's pid space: a worker's pid is ours to signal only in it
         self.spaces: dict[int, str] = {}  # worker -> its pid space (Ready.space, a birth record)
 
-        self.gcomm = gcomm
+        self.group_comm = group_comm
         # Worker ids are the world ranks 1..workers, whoever came up: a rank left out at
         # startup is placed like the others and then recovered as a failed worker. The last
         # ``spares`` ids are spares: places with no shard until one adopts a failed place.
         ids = list(range(1, workers + 1))
         holders = ids[: len(ids) - spares]
         self.membership = Membership(ids, max_retries)
-        self.grank = dict(ranks)  # original-group members: rank in gcomm
+        self.group_ranks = dict(ranks)  # original-group members: rank in group_comm
         self.mail = Mailroom(dict(wiring.links), wiring.bell, self.fail, wiring.idle)
         self.info: dict[int, tuple[str, int]] = {}  # worker -> (host, pid)
         self.reads_store: set[int] = set()  # workers that read their own shards (Ready.reads_store)
@@ -336,7 +336,7 @@ class Driver:
         return Setup(
             worker=worker,
             incarnation=self.membership.records[worker].incarnation,
-            encoder=self.encoder_b,
+            encoder=self.encoder_pickled,
             sub_chunks=self.sub_chunks,
             heartbeat_period=s.heartbeat_period,
             driver_timeout=s.driver_timeout,
@@ -521,18 +521,18 @@ class Driver:
         preloaded: dict[int, Any] | None = None,
         record=None,
         fold=None,
-        body_b: bytes | None = None,
+        body_pickled: bytes | None = None,
         scores: dict[int, Any] | None = None,
     ) -> dict[int, Any]:
         """Compute every shard's result for one call; exact whatever fails meanwhile
         (``runtime.round.Round`` says how)."""
-        return Round(self, kind, body, extras, preloaded, record, fold, body_b, scores).run()
+        return Round(self, kind, body, extras, preloaded, record, fold, body_pickled, scores).run()
 
     def encoded_here(self) -> dict[int, Any]:
         """The driver's own shards, encoded as a worker encodes its resident ones (once)."""
         if self.here_chunks is None:
             retain_freed_memory()  # as on a worker: E-step temporaries reuse heap pages (core/malloc.py)
-            encoder = pickle.loads(self.encoder_b)  # nosec B301 - pickled by this process
+            encoder = pickle.loads(self.encoder_pickled)  # nosec B301 - pickled by this process
             self.here_chunks = {
                 s: estep.encode_shard(
                     encoder, rows_from_packed(self.store.read_packed(s)), self.sub_chunks

@@ -138,7 +138,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         self._driver = None
         self.keep_store = bool(keep_store)
         self.warm_serialization = bool(warm_serialization)
-        self._gcomm = None
+        self._group_comm = None
         self._aborted = False
         self.closed_cleanly = False
         if MPI.Comm.Get_parent() != MPI.COMM_NULL:  # a respawned worker: join the driver and serve
@@ -211,7 +211,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         plan = self._fault_plan(fault_plan)
         encoder = self._encoder(data, estimator, encoder)
         store_path, event_log = self._work_paths(workdir, store_path, event_log)
-        members, excluded, gcomm, ghb = self._handshake(world)
+        members, excluded, group_comm, group_beats = self._handshake(world)
         # How to continue after a failure: probed now, while PMIx is still there to answer.
         method, reason = probe_continuation()
         detached = (
@@ -219,8 +219,10 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         )  # srun --mpi=pmix: a death must not end the step
         startup.release_mpich_shm()  # MPICH: no /dev/shm segment outlives the job (no MPI_Finalize here)
         no_spawn = spawn_unavailable(MPI.get_vendor()[0], srun_plugin(os.environ))
-        ranks = {w: i + 1 for i, w in enumerate(members)}  # worker id (world rank) -> rank in gcomm
-        monitor = self._monitor(gcomm, ghb, ranks)
+        ranks = {
+            w: i + 1 for i, w in enumerate(members)
+        }  # worker id (world rank) -> rank in group_comm
+        monitor = self._monitor(group_comm, group_beats, ranks)
         self._blas = pin_blas_threads(self.settings.blas_threads)
         self._open_store(data, num_shards, store_path, workers - spares, estimator, encoder)
         self.events = EventLog(event_log)
@@ -238,10 +240,16 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             else ("on" if self.settings.respawn else "off (respawn=False)"),
         )
         wiring = over_mpi(
-            gcomm, ghb, ranks, self.settings, _spawn_command(), _spawn_command(fast=True), no_spawn
+            group_comm,
+            group_beats,
+            ranks,
+            self.settings,
+            _spawn_command(),
+            _spawn_command(fast=True),
+            no_spawn,
         )
         self._driver = Driver(
-            gcomm,
+            group_comm,
             ranks,
             workers,
             monitor,
@@ -369,11 +377,11 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         startup.send_go(
             world, members, self.settings.heartbeat_period, self.settings.driver_timeout
         )
-        gcomm, ghb = startup.build_comms(world, tuple([0] + members), timeout, gone)
-        self._gcomm = gcomm
-        return members, excluded, gcomm, ghb
+        group_comm, group_beats = startup.build_comms(world, tuple([0] + members), timeout, gone)
+        self._group_comm = group_comm
+        return members, excluded, group_comm, group_beats
 
-    def _monitor(self, gcomm, ghb, ranks: dict[int, int]):
+    def _monitor(self, group_comm, group_beats, ranks: dict[int, int]):
         """Heartbeats and the main thread's watchdog, watching every worker from now on."""
         from mixle_mpi.policy.heartbeat import WATCHDOG_MARGIN
         from mixle_mpi.runtime.monitor import Monitor
@@ -386,7 +394,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         )
         monitor.watchdog = Watchdog(monitor, st.reconfigure_timeout + WATCHDOG_MARGIN)
         for w, r in ranks.items():
-            monitor.watch(w, Link(gcomm, ghb, r))
+            monitor.watch(w, Link(group_comm, group_beats, r))
         monitor.start()
         return monitor
 
@@ -469,8 +477,8 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             if not self._driver.closed:
                 self._driver.abort_workers(code)
                 self._driver.closed = True
-        elif self._gcomm is not None:
-            abort_peers(self._gcomm, range(1, self._gcomm.Get_size()), code)
+        elif self._group_comm is not None:
+            abort_peers(self._group_comm, range(1, self._group_comm.Get_size()), code)
         else:
             from mpi4py import MPI
 
@@ -521,7 +529,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
             pid=os.getpid(),
             host=MPI.Get_processor_name(),
             iteration=iteration,
-            ranks=self._gcomm.Get_size(),
+            ranks=self._group_comm.Get_size(),
             since_death=round(time.time() - t.lost_at, 3),
         )
 
@@ -577,14 +585,14 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         """One round of ``kind`` folded as its results arrive, in shard-id order (the bits of
         ``checkpointed_fold``); with the fold journal, results already journaled are reused."""
         if self.journal is None or kind != "estep":
-            body_b = None
+            body_pickled = None
             if kind == "estep":
-                body_b = pickle.dumps(body, protocol=PROTO)
-                ahead = self._take_ahead(body_b)
+                body_pickled = pickle.dumps(body, protocol=PROTO)
+                ahead = self._take_ahead(body_pickled)
                 if ahead is not None:  # the scoring round computed this E-step already
                     return ahead.result()
             fold = PrefixFold(estimator, self.num_shards)
-            self._driver.run_round(kind, body, extras, fold=fold.add, body_b=body_b)
+            self._driver.run_round(kind, body, extras, fold=fold.add, body_pickled=body_pickled)
             return fold.result()
         fold = PrefixFold(estimator, self.num_shards)
         found = self.journal.begin_round(*body)
@@ -595,10 +603,10 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         )
         return fold.result()
 
-    def _take_ahead(self, body_b: bytes) -> PrefixFold | None:
-        """The E-step of ``body_b`` if the last scoring round computed it (policy/lookahead.py)."""
+    def _take_ahead(self, body_pickled: bytes) -> PrefixFold | None:
+        """The E-step of ``body_pickled`` if the last scoring round computed it (policy/lookahead.py)."""
         was_on = self._ahead.on
-        ahead = self._ahead.take(body_b)
+        ahead = self._ahead.take(body_pickled)
         if was_on and not self._ahead.on:
             self.events.emit("estep_ahead_off", hits=self._ahead.hits, misses=self._ahead.misses)
         return ahead
@@ -643,10 +651,12 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         )
         if self._ahead.wanted(self._estimator is not None, saving):
             body = (self._estimator, estimate)
-            body_b = pickle.dumps(body, protocol=PROTO)
+            body_pickled = pickle.dumps(body, protocol=PROTO)
             fold, results = PrefixFold(self._estimator, self.num_shards), {}
-            self._driver.run_round("estep", body, fold=fold.add, body_b=body_b, scores=results)
-            self._ahead.computed(body_b, fold)
+            self._driver.run_round(
+                "estep", body, fold=fold.add, body_pickled=body_pickled, scores=results
+            )
+            self._ahead.computed(body_pickled, fold)
         else:
             results = self._driver.run_round("llsum", estimate)
         count, score = 0.0, 0.0

@@ -56,7 +56,7 @@ class Reconfiguring:
             actions = (
                 reconfig.plan(
                     failed,
-                    self.d.grank,
+                    self.d.group_ranks,
                     self.d.membership,
                     self.d.arrivals.can_spawn,
                     self.d.settings.respawn,
@@ -166,9 +166,11 @@ class Reconfiguring:
             self.epoch += 1
             epoch = self.epoch
             survivors = sorted(
-                w for w in self.d.grank if self.d.membership.is_live(w) and w in self.d.mail.links
+                w
+                for w in self.d.group_ranks
+                if self.d.membership.is_live(w) and w in self.d.mail.links
             )
-            ranks = [0] + [self.d.grank[w] for w in survivors]
+            ranks = [0] + [self.d.group_ranks[w] for w in survivors]
             reported = (
                 self.d.shrink_method == EMULATED
                 or not self.d.started
@@ -178,7 +180,7 @@ class Reconfiguring:
             if fallback:
                 self.d.events.emit(
                     "shrink_fallback",
-                    ranks=sorted(set(self.d.grank) - set(survivors)),
+                    ranks=sorted(set(self.d.group_ranks) - set(survivors)),
                     cause=fallback,
                 )
             for w in survivors:
@@ -196,7 +198,7 @@ class Reconfiguring:
             t0 = time.perf_counter()
             try:
                 comm = run_with_deadline(
-                    functools.partial(shrink, self.d.gcomm, ranks, method, epoch),
+                    functools.partial(shrink, self.d.group_comm, ranks, method, epoch),
                     self.d.settings.reconfigure_timeout,
                     "shrink",
                 )
@@ -213,10 +215,10 @@ class Reconfiguring:
                     f"shrink returned {comm.Get_size()} ranks, expected {len(ranks)}"
                 )
             seconds = time.perf_counter() - t0
-            self.d.gcomm = comm
-            self.d.grank = renumber(self.d.grank, survivors)
+            self.d.group_comm = comm
+            self.d.group_ranks = renumber(self.d.group_ranks, survivors)
             for w in survivors:
-                self.d.mail.connect(w, Link(comm, hb, self.d.grank[w]))
+                self.d.mail.connect(w, Link(comm, hb, self.d.group_ranks[w]))
                 self.d.monitor.watch(w, self.d.mail.links[w])
             self.d.collect({w: {(Shrunk, epoch)} for w in survivors}, "shrunk")
             self.d.events.emit(
@@ -225,35 +227,35 @@ class Reconfiguring:
             return
 
     def _keep(self, dropped: tuple) -> None:
-        """KEEP: no collective, no handshake. The dead original ranks leave ``grank``; their
+        """KEEP: no collective, no handshake. The dead original ranks leave ``group_ranks``; their
         links and heartbeats went when they failed (``fail``), so nothing addresses them
-        again. ``gcomm`` stays, and every survivor keeps its rank."""
+        again. ``group_comm`` stays, and every survivor keeps its rank."""
         for w in dropped:
-            self.d.grank.pop(w, None)
+            self.d.group_ranks.pop(w, None)
             self.d.mail.forget(w)
             self.d.monitor.forget(w)
         survivors = sorted(
-            w for w in self.d.grank if self.d.membership.is_live(w) and w in self.d.mail.links
+            w for w in self.d.group_ranks if self.d.membership.is_live(w) and w in self.d.mail.links
         )
         self.d.events.emit(
             "kept",
             method="keep",
             dropped=list(dropped),
             survivors=survivors,
-            ranks={w: self.d.grank[w] for w in survivors},
+            ranks={w: self.d.group_ranks[w] for w in survivors},
         )
 
     def _ulfm_knows_failed(self, survivors: list[int], wait: float = ULFM_CHECK_WAIT) -> bool:
         """ULFM's Shrink waits forever for a member the library does not know to be dead
         (one that was fenced but is alive elsewhere, or that exited without a signal), so
         it is used only once the library itself reports every excluded rank failed."""
-        excluded = [r for w, r in self.d.grank.items() if w not in survivors]
+        excluded = [r for w, r in self.d.group_ranks.items() if w not in survivors]
         deadline = time.monotonic() + wait
         pending = set(excluded)
         while pending:
             for rank in sorted(pending):
                 try:
-                    self.d.gcomm.Iprobe(source=rank, tag=TAG_REPLY)
+                    self.d.group_comm.Iprobe(source=rank, tag=TAG_REPLY)
                 except MPI.Exception as exc:
                     if exc.Get_error_class() == MPI.ERR_PROC_FAILED:
                         pending.discard(rank)

@@ -36,7 +36,7 @@ class Round:
     ``preloaded`` results (from a fold journal) are not recomputed; ``record(shard, result)``
     is called for each result as it arrives (the journal), and so is ``fold(shard, result)``
     (for every result, the preloaded ones first). ``body``: the round's objects (the driver's
-    own share computes with them); ``body_b``: ``body`` pickled already. ``scores``: an
+    own share computes with them); ``body_pickled``: ``body`` pickled already. ``scores``: an
     E-step round that also serves the next scoring call (policy/lookahead.py); each shard's
     score lands there."""
 
@@ -49,13 +49,13 @@ class Round:
         preloaded: dict[int, Any] | None = None,
         record: Callable | None = None,
         fold: Callable | None = None,
-        body_b: bytes | None = None,
+        body_pickled: bytes | None = None,
         scores: dict[int, Any] | None = None,
     ) -> None:
         self.d = driver
         self.kind, self.body, self.extras = kind, body, extras or {}
         self.preloaded, self.record, self.fold, self.scores = preloaded, record, fold, scores
-        self.body_b = body_b
+        self.body_pickled = body_pickled
         self.results: dict[int, Any] = dict(preloaded or {})
         self.here: list[
             int
@@ -84,9 +84,9 @@ class Round:
         self.here = [s for s in d.here if s not in self.results]
         self.state = RoundState(d.num_shards, frozenset(self.results), frozenset(self.here))
         self.task_id = next(_TASK_IDS)
-        if self.body_b is None:
-            self.body_b = pickle.dumps(self.body, protocol=PROTO)
-        d.body_b = self.body_b
+        if self.body_pickled is None:
+            self.body_pickled = pickle.dumps(self.body, protocol=PROTO)
+        d.body_pickled = self.body_pickled
         failed_before = set(d.pending)
         for shard in sorted(self.results):
             self._keep(shard, self.results[shard], self.state.fold_once(shard))
@@ -294,7 +294,9 @@ class Round:
         self.seen_live = None
         keep = recovery or copy  # its rows travel with it, and it stays encoded there
         items = [(s, d.store.read_packed(s) if keep else None, self.extras.get(s)) for s in sids]
-        task = Task(self.task_id, self.kind, self.call, self.body_b, items, keep, self.score_call)
+        task = Task(
+            self.task_id, self.kind, self.call, self.body_pickled, items, keep, self.score_call
+        )
         if not d.mail.post(worker, task, announce=False):
             return
         if copy:

@@ -30,8 +30,8 @@ class Wiring:
 
 
 def over_mpi(
-    gcomm,
-    ghb,
+    group_comm,
+    group_beats,
     ranks: dict[int, int],
     settings: Settings,
     spawn_command: list[str] | None,
@@ -43,7 +43,7 @@ def over_mpi(
     from mpi4py import MPI
 
     return Wiring(
-        links={w: Link(gcomm, ghb, r) for w, r in ranks.items()},
+        links={w: Link(group_comm, group_beats, r) for w, r in ranks.items()},
         spawner=Spawner(settings, spawn_command, fast_spawn_command, spawn_unavailable),
         host=MPI.Get_processor_name(),
         bell=doorbell.own() if settings.doorbells else None,

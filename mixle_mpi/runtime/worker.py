@@ -125,7 +125,7 @@ class Worker:
         self.worker_id = -1
         self.incarnation = 0
         self.encoder: Any = None
-        self.encoder_b: bytes | None = None
+        self.encoder_pickled: bytes | None = None
         self.sub_chunks = 1
         self.engine = "seq"
         self.resident: dict[int, estep.Chunks] = {}
@@ -352,7 +352,7 @@ class Worker:
         self.worker_id = _who["rank"] = cfg.worker
         self.incarnation = cfg.incarnation
         self.encoder = pickle.loads(cfg.encoder)  # nosec B301 - IPC from this job's own driver
-        self.encoder_b = cfg.encoder  # a successor (failover) sets up the others with it
+        self.encoder_pickled = cfg.encoder  # a successor (failover) sets up the others with it
         self.sub_chunks = cfg.sub_chunks
         self.engine = cfg.engine
         warm_engine(cfg.engine)  # before Ready: a kernel's compile is never in a round
@@ -436,9 +436,9 @@ class Worker:
             self.loads += 1
 
     @probes.spanned("worker_body")
-    def _body(self, task_id: int, body_b: bytes) -> Any:
+    def _body(self, task_id: int, body_pickled: bytes) -> Any:
         if self._body_cache[0] != task_id:
-            self._body_cache = (task_id, pickle.loads(body_b))  # nosec B301 - IPC from this job's own driver
+            self._body_cache = (task_id, pickle.loads(body_pickled))  # nosec B301 - IPC from this job's own driver
         return self._body_cache[1]
 
     @probes.spanned("worker_task")
@@ -782,7 +782,7 @@ def follow(worker: Worker, why: str):
             worker.announced,
             worker.worker_id,
             worker.driver_proc,
-            worker.encoder_b,
+            worker.encoder_pickled,
             why,
         )
     except (NoAgreement, TimeoutError, MPI.Exception) as exc:
