@@ -127,16 +127,18 @@ FAMILIES = [
 ]
 
 
-@pytest.mark.parametrize("model, ranks, odd, plan, more", FAMILIES, ids=[f[0] for f in FAMILIES])
+@pytest.mark.parametrize(
+    "library, model, ranks, odd, plan, more", with_libraries(FAMILIES, id_of=lambda f: f[0])
+)
 def test_every_model_family_with_an_older_cpu_changes_no_bit(
-    model, ranks, odd, plan, more, tmp_path, reference
+    library, model, ranks, odd, plan, more, tmp_path, reference
 ):
-    """One rank without AVX-512 and a planned kill, per model family (Open MPI; the HMM and
-    MPICH above): pinned, every probe agrees, the kill fired, and the bits are those of the
-    homogeneous failure-free fit under the baseline."""
-    args = (model, 900, 6, 1, 4)
+    """One rank without AVX-512 and a planned kill, per model family, under both MPIs:
+    pinned, every probe agrees, the kill fired, and the bits are those of the homogeneous
+    failure-free fit under the baseline."""
+    args = (model, 600, 6, 1, 4)
     job = run_job(
-        OMPI_PYTHON, ranks, fit_args(*args), tmp_path, plan=plan, env=_odd(odd, NO_AVX512, **more)
+        library[1], ranks, fit_args(*args), tmp_path, plan=plan, env=_odd(odd, NO_AVX512, **more)
     )
     assert job.rc == 0 and PINNED in job.stderr, job.describe()
     _probes_agree(job)
@@ -148,7 +150,8 @@ def test_every_model_family_with_an_older_cpu_changes_no_bit(
     assert same_fit(job.result, reference(*args, 7, mode="baseline")), job.describe()
 
 
-def test_an_older_cpu_that_takes_over_as_driver_changes_no_bit(tmp_path, reference):
+@pytest.mark.parametrize("library", with_libraries([()], id_of=lambda row: "x"))
+def test_an_older_cpu_that_takes_over_as_driver_changes_no_bit(library, tmp_path, reference):
     """Failover with rank 1 (the first successor) without AVX-512: the driver dies before
     E-step 3, rank 1 is elected and resumes from the checkpoint. Pinned, its probe was the
     job's, so the fit it finishes has the baseline's failure-free bits."""
@@ -157,7 +160,7 @@ def test_an_older_cpu_that_takes_over_as_driver_changes_no_bit(tmp_path, referen
     args = ("gmm1d", 4000, 4, 1, 8)
     plan, fired = "0:kill:estep_before:3", tmp_path / "fired.jsonl"
     job = run_job(
-        OMPI_PYTHON,
+        library[1],
         4,
         fit_args(*args) + ["--checkpoint", str(tmp_path / "ck.h5")],
         tmp_path,
@@ -170,7 +173,8 @@ def test_an_older_cpu_that_takes_over_as_driver_changes_no_bit(tmp_path, referen
     assert same_fit(job.result, reference(*args, 7, mode="baseline")), job.describe()
 
 
-def test_a_copy_won_by_an_older_cpu_changes_no_bit(tmp_path, reference):
+@pytest.mark.parametrize("library", with_libraries([()], id_of=lambda row: "x"))
+def test_a_copy_won_by_an_older_cpu_changes_no_bit(library, tmp_path, reference):
     """Worker 2 turns 8 times slower at E-step 1; the idle workers, rank 1 without AVX-512
     among them, copy its outstanding shards and win: pinned, the copies are the baseline's
     bits, and so is the fit."""
@@ -179,7 +183,7 @@ def test_a_copy_won_by_an_older_cpu_changes_no_bit(tmp_path, reference):
     args = ("gmm1d", 60000, 12, 1, 10)
     plan, fired = "2:slow:estep_before:1:0::8", tmp_path / "fired.jsonl"
     job = run_job(
-        OMPI_PYTHON,
+        library[1],
         4,
         fit_args(*args),
         tmp_path,
