@@ -115,6 +115,12 @@ def _locked(folder: str, deadline: float):
         os.close(fd)
 
 
+def _exited(child: subprocess.CompletedProcess) -> str:
+    """How a child ended, for a message: its code and the last line it wrote on stderr."""
+    tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
+    return f"exited {child.returncode}: {tail}"
+
+
 def prime_for(python: str, environ, timeout: float = PRIME_TIMEOUT) -> str:
     """:func:`prime` for the install of another interpreter ``python`` (the ranks' own,
     when the launcher runs from another), run by that interpreter."""
@@ -133,8 +139,7 @@ def prime_for(python: str, environ, timeout: float = PRIME_TIMEOUT) -> str:
         return f"failed: {exc}"
     lines = child.stdout.strip().splitlines()
     if child.returncode != 0 or not lines:
-        tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"failed: {python} exited {child.returncode}: {tail}"
+        return f"failed: {python} {_exited(child)}"
     return lines[-1]
 
 
@@ -165,8 +170,7 @@ def prime(environ=None, timeout: float = PRIME_TIMEOUT) -> str:
                 check=False,
             )
             if child.returncode != 0:
-                tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
-                return f"failed: the child exited {child.returncode}: {tail}"
+                return f"failed: the child {_exited(child)}"
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
             with os.fdopen(os.open(path, flags, 0o600), "w", encoding="utf-8") as f:
                 f.write(child.stdout)  # never written through a link planted there
