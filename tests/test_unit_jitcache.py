@@ -80,3 +80,35 @@ def test_the_launcher_primes_the_ranks_interpreter_when_it_is_another(tmp_path):
     assert jitcache.prime_for(other, env) == "primed"
     assert jitcache.prime_for(other, env) == "warm"
     assert jitcache.prime_for("/nonexistent/python", env).startswith("failed:")
+
+
+def test_a_priming_child_killed_from_outside_leaves_no_marker_and_the_next_prime_fills(tmp_path):
+    """SIGKILL to the child mid-compile: the prime says it failed (the launcher warns and the
+    ranks report what they compiled), no marker claims a full cache, and the next prime
+    fills it."""
+    import signal
+    import time
+
+    import psutil
+
+    env = _cold(tmp_path, "killed")
+    results: list[str] = []
+    runner = threading.Thread(target=lambda: results.append(jitcache.prime(env)))
+    runner.start()
+    deadline = time.monotonic() + 60
+    child = None
+    while child is None and time.monotonic() < deadline:
+        for p in psutil.Process().children(recursive=True):
+            try:
+                if "mixle_mpi.core.jitwarm" in p.cmdline():
+                    child = p
+            except psutil.Error:  # a process that ended meanwhile
+                pass
+        time.sleep(0.05)
+    assert child is not None, "the priming child never started"
+    time.sleep(1.0)  # mid-compile: a cold compile takes several seconds
+    child.send_signal(signal.SIGKILL)
+    runner.join(timeout=120)
+    assert results and results[0].startswith("failed: the child exited -9"), results
+    assert not os.path.exists(jitcache.marker(env))
+    assert jitcache.prime(env) == "primed"
