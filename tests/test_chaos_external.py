@@ -69,8 +69,25 @@ def run_campaign(
         timeout=timeout,
     )
     text = proc.stdout[-4000:] + proc.stderr[-3000:]
-    assert proc.returncode == 0, text
+    assert proc.returncode == 0, text + failed_runs_logs(out)
     return json.loads((out / "campaign.json").read_text()), text, out
+
+
+def failed_runs_logs(out: Path, tail: int = 4000) -> str:
+    """The end of each failed run's job logs and its kills: a CI machine keeps no folder."""
+    try:
+        runs = json.loads((out / "campaign.json").read_text())["runs"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    parts = []
+    for r in runs:
+        if r.get("outcome", "").startswith(("FAILED", "HUNG", "DIVERGED", "LEFTOVER", "EXTRA")):
+            parts.append(f"\n--- run {r['index']} ({r['outcome']}) kills: {r.get('kills')}")
+            for name in ("job.log", "rerun.log"):
+                log = Path(r["out_dir"]) / name
+                if log.exists():
+                    parts.append(f"--- {name}:\n{log.read_text(errors='replace')[-tail:]}")
+    return "\n".join(parts)
 
 
 @pytest.mark.parametrize("library", LIBRARIES)

@@ -36,6 +36,16 @@ from mixle_mpi.core import exitcodes
 pytestmark = [pytest.mark.mpijob, pytest.mark.skipif(bool(available()), reason=available() or "ok")]
 MODEL, N, SHARDS, SUB, ITS = "gmm1d", 6000, 4, 1, 5
 SLOTS = [1, 2, 2]  # ranks: 0 on A (the driver), 1-2 on B, 3-4 on C
+# Open MPI's own runtime (PRRTE's spawn server) sometimes fails a Spawn with a PMIx error and a
+# heap-corruption report: 1 full run in 6 here, and twice in a row in one CI run. The fit still
+# ends with the right bits, without a replacement; the same job is then run again.
+SPAWN_TRIES = 3
+
+
+def prrte_spawn_failed(joined: list, stderr: str, attempt: int) -> bool:
+    """Whether a job whose replacement never joined is to be run once more: PRRTE's spawn
+    server failed it (its error is on stderr) and tries are left."""
+    return not joined and attempt < SPAWN_TRIES and "pmix_server_dyn" in stderr
 
 
 @pytest.fixture
@@ -97,7 +107,7 @@ def test_a_worker_on_another_host_that_hangs_or_dies_is_fenced_there_and_recover
     MPI, and Open MPI's shrink would wait for it). Its replacement starts on host B again.
     The fit ends with the reference's bits."""
     plan = f"2:{action}:estep_before:2"
-    for attempt in (1, 2):
+    for attempt in range(1, SPAWN_TRIES + 1):
         run_dir = tmp_path / f"attempt{attempt}"
         run_dir.mkdir()
         fault_log = run_dir / "fired.jsonl"
@@ -123,10 +133,7 @@ def test_a_worker_on_another_host_that_hangs_or_dies_is_fenced_there_and_recover
         assert [(e["worker"], e["host"]) for e in detected] == [(2, "hostb")], job.describe()
         assert detected[0].get("fenced_by") == 1 and not detected[0]["fenced"], detected
         joined = [e for e in job.events if e["event"] == "respawned"]
-        # Open MPI's own runtime (PRRTE's spawn server) once failed the Spawn with a PMIx error
-        # and a heap-corruption report (1 full run in 6): the fit still ended with the right
-        # bits above, without a replacement. The same job once more must then see it join.
-        if joined or attempt == 2 or "pmix_server_dyn" not in job.stderr:
+        if not prrte_spawn_failed(joined, job.stderr, attempt):
             break
     # host B is up (worker 1 lives there): the replacement starts there, not on the driver's host
     assert [(e["worker"], e["host"]) for e in joined] == [(2, "hostb")], job.describe()
@@ -524,7 +531,7 @@ def test_with_a_tmp_per_host_a_worker_killed_on_host_b_is_replaced_there_to_the_
     kill (see the MPICH test above), and the launcher's resume then does not fire it again."""
     library, python = lib
     plan = "2:kill:estep_before:2"
-    for attempt in (1, 2):
+    for attempt in range(1, SPAWN_TRIES + 1):
         run_dir = shared / f"attempt{attempt}"
         fault_log = run_dir / "fired.jsonl"
         job = run_job(
@@ -550,8 +557,7 @@ def test_with_a_tmp_per_host_a_worker_killed_on_host_b_is_replaced_there_to_the_
         loads = [e["read_by_workers"] for e in job.events if e["event"] == "loaded"]
         assert loads and not any(loads), job.describe()
         joined = [e for e in job.events if e["event"] == "respawned"]
-        # PRRTE's spawn server sometimes fails the Spawn (see the test above): once more then
-        if joined or attempt == 2 or "pmix_server_dyn" not in job.stderr:
+        if not prrte_spawn_failed(joined, job.stderr, attempt):
             break
     blocked = library == "mpich" and "the driver's MPI library made no progress" in job.stderr
     assert blocked or [(e["worker"], e["host"]) for e in joined] == [(2, "hostb")], job.describe()
