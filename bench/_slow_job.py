@@ -4,7 +4,7 @@
 E-step and scoring sleep T seconds first, wherever they are computed (the ``estep_shard`` and
 ``score_shard`` probes). A rank then costs a core only for the real compute, which is small,
 so W ranks behave as if each had a core of its own on this 2-core machine: the capacity bound
-W / (W - 1 + s) of a worker at speed s can be compared with. A ``slow`` fault (chaos/faults.py)
+W / (W - 1 + s) of a worker at speed s can be compared with. A ``slow`` fault (chaos/fault_plan.py)
 stretches each shard's whole time, sleep included. The bits are unchanged.
 """
 

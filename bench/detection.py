@@ -20,7 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from mixle_mpi.chaos.faults import read_fired  # noqa: E402
+from mixle_mpi.chaos.fault_plan import read_fired  # noqa: E402
 
 
 def one_run(

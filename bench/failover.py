@@ -35,7 +35,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import common  # noqa: E402
-from mixle_mpi.chaos.faults import read_fired  # noqa: E402
+from mixle_mpi.chaos.fault_plan import read_fired  # noqa: E402
 from mixle_mpi.storage.events import read_events  # noqa: E402
 
 

@@ -32,7 +32,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import common  # noqa: E402
 from bench.failover import first, job_arguments, same  # noqa: E402
-from mixle_mpi.chaos.faults import FIRED_ENV, read_fired  # noqa: E402
+from mixle_mpi.chaos.fault_plan import FIRED_ENV, read_fired  # noqa: E402
 from mixle_mpi.cli import slurm  # noqa: E402
 from mixle_mpi.storage.events import read_events  # noqa: E402
 

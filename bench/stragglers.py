@@ -4,7 +4,7 @@
     python bench/stragglers.py --smoke         # CI's slice: one pair, a few iterations
 
 One of W = 3 workers (the driver computes no shard) turns ``k`` times slower at E-step 1
-(the ``slow`` chaos action, chaos/faults.py: each of its shards takes k times as long, its
+(the ``slow`` chaos action, chaos/fault_plan.py: each of its shards takes k times as long, its
 heartbeats go on). Cases, each with speculation on and off (``MIXLE_MPI_SPECULATION``):
 
 - *sleep*: the E-step stand-in of bench/_slow_job.py (each shard sleeps first), so every

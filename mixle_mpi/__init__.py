@@ -4,7 +4,7 @@ Import is cheap and does not initialize MPI; the handle imports mpi4py when buil
 itself is imported on first use, so `mixle-mpi run` starts (and takes signals) at once.
 """
 
-from mixle_mpi.chaos.faults import Fault
+from mixle_mpi.chaos.fault_plan import Fault
 from mixle_mpi.core.errors import ConfigError, DataError, MixleMPIError, NoWorkersLeft, WorkerError
 from mixle_mpi.core.version import VERSION as __version__
 

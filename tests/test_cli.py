@@ -19,7 +19,7 @@ from conftest import LIBRARIES
 from mpiharness import OMPI_PYTHON, no_leftover_processes, wait_for_checkpoint
 
 from mixle_mpi.chaos.campaign import FAULT_LOG
-from mixle_mpi.chaos.faults import FIRED_ENV, read_fired, unfired
+from mixle_mpi.chaos.fault_plan import FIRED_ENV, read_fired, unfired
 from mixle_mpi.fitting.models import get_model
 from mixle_mpi.storage import checkpoint as ckpt
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from mpiharness import OMPI_PYTHON, fit_args, no_leftover_processes, run_job, same_fit
 
-from mixle_mpi.chaos.faults import FIRED_ENV, read_fired, unfired
+from mixle_mpi.chaos.fault_plan import FIRED_ENV, read_fired, unfired
 
 pytestmark = pytest.mark.mpijob
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import with_libraries
 from mpiharness import fit_args, run_job, same_fit
 
-from mixle_mpi.chaos.faults import FIRED_ENV, read_fired, unfired
+from mixle_mpi.chaos.fault_plan import FIRED_ENV, read_fired, unfired
 
 pytestmark = pytest.mark.mpijob
 

@@ -24,7 +24,7 @@ from mpiharness import (
     wait_for_checkpoint,
 )
 
-from mixle_mpi.chaos.faults import FIRED_ENV, read_fired, unfired
+from mixle_mpi.chaos.fault_plan import FIRED_ENV, read_fired, unfired
 from mixle_mpi.storage.events import read_events
 
 pytestmark = pytest.mark.mpijob

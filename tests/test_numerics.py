@@ -155,7 +155,7 @@ def test_an_older_cpu_that_takes_over_as_driver_changes_no_bit(library, tmp_path
     """Failover with rank 1 (the first successor) without AVX-512: the driver dies before
     E-step 3, rank 1 is elected and resumes from the checkpoint. Pinned, its probe was the
     job's, so the fit it finishes has the baseline's failure-free bits."""
-    from mixle_mpi.chaos.faults import FIRED_ENV, read_fired, unfired
+    from mixle_mpi.chaos.fault_plan import FIRED_ENV, read_fired, unfired
 
     args = ("gmm1d", 4000, 4, 1, 8)
     plan, fired = "0:kill:estep_before:3", tmp_path / "fired.jsonl"
@@ -178,7 +178,7 @@ def test_a_copy_won_by_an_older_cpu_changes_no_bit(library, tmp_path, reference)
     """Worker 2 turns 8 times slower at E-step 1; the idle workers, rank 1 without AVX-512
     among them, copy its outstanding shards and win: pinned, the copies are the baseline's
     bits, and so is the fit."""
-    from mixle_mpi.chaos.faults import FIRED_ENV, read_fired, unfired
+    from mixle_mpi.chaos.fault_plan import FIRED_ENV, read_fired, unfired
 
     args = ("gmm1d", 60000, 12, 1, 10)
     plan, fired = "2:slow:estep_before:1:0::8", tmp_path / "fired.jsonl"

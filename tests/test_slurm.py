@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from mpiharness import OMPI_PYTHON, mpich_python, no_leftover_processes, same_fit
 
-from mixle_mpi.chaos.faults import FIRED_ENV, read_fired, unfired
+from mixle_mpi.chaos.fault_plan import FIRED_ENV, read_fired, unfired
 from mixle_mpi.cli import slurm
 
 SLURM_BINARIES = (

@@ -190,7 +190,7 @@ def test_a_worker_killed_under_the_ft_template_is_respawned_to_the_same_bits(lib
     bits. Under MPICH the replacement's proxy is a new srun step, which waited for good for
     the job's first one to end (every worker death then ended the job with exit 74) until
     the launcher let the steps overlap (HYDRA_LAUNCHER_EXTRA_ARGS=--overlap)."""
-    from mixle_mpi.chaos.faults import FIRED_ENV, read_fired
+    from mixle_mpi.chaos.fault_plan import FIRED_ENV, read_fired
     from mixle_mpi.cli import slurm
 
     python = OMPI_PYTHON if library == "openmpi" else mpich_python()

@@ -7,7 +7,7 @@ import pytest
 from conftest import LIBRARIES
 from mpiharness import fit_args, no_leftover_processes, run_job, same_fit
 
-from mixle_mpi.chaos.faults import read_fired, unfired
+from mixle_mpi.chaos.fault_plan import read_fired, unfired
 
 pytestmark = pytest.mark.mpijob
 MODEL, N, SHARDS, SUB, ITS = "gmm1d", 6000, 4, 2, 5

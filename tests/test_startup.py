@@ -27,7 +27,7 @@ import pytest
 from conftest import LIBRARIES, with_libraries
 from mpiharness import fit_args, no_leftover_processes, run_job, same_fit
 
-from mixle_mpi.chaos.faults import read_fired, unfired
+from mixle_mpi.chaos.fault_plan import read_fired, unfired
 from mixle_mpi.core import exitcodes
 
 pytestmark = pytest.mark.mpijob

@@ -9,7 +9,7 @@ import pytest
 from conftest import LIBRARIES
 from mpiharness import fit_args, no_leftover_processes, run_job, same_fit
 
-from mixle_mpi.chaos.faults import FIRED_ENV, read_fired, unfired
+from mixle_mpi.chaos.fault_plan import FIRED_ENV, read_fired, unfired
 
 pytestmark = pytest.mark.mpijob
 

@@ -30,7 +30,7 @@ from mpiharness import (
     wait_for_checkpoint,
 )
 
-from mixle_mpi.chaos.faults import read_fired, unfired
+from mixle_mpi.chaos.fault_plan import read_fired, unfired
 from mixle_mpi.core import exitcodes
 
 pytestmark = [pytest.mark.mpijob, pytest.mark.skipif(bool(available()), reason=available() or "ok")]

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from mixle_mpi.chaos import campaign as chaos
-from mixle_mpi.chaos.faults import parse_plan
+from mixle_mpi.chaos.fault_plan import parse_plan
 from mixle_mpi.cli import fitcmd, inspector, restartpaths
 from mixle_mpi.cli.plot import event_position
 from mixle_mpi.core.errors import ConfigError

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-import mixle_mpi.chaos.faults as faults
-from mixle_mpi.chaos.faults import (
+from mixle_mpi.chaos import fault_actor, fault_plan
+from mixle_mpi.chaos.fault_actor import FaultInjector
+from mixle_mpi.chaos.fault_plan import (
     ACTIONS,
     ENV_VAR,
     PHASES,
     SCOPES,
     Fault,
-    FaultInjector,
     parse_plan,
     plan_from_env,
     plan_to_json,
@@ -310,19 +310,24 @@ def test_spawn_phase_fires_in_the_next_starting_replacement_whoever_it_replaces(
 
 def test_pending_from_env_skips_what_the_fault_log_says_fired(tmp_path):
     log = tmp_path / "faults.jsonl"
-    env = {faults.ENV_VAR: "2:kill:spawn,3:kill:spawn,1:kill:startup", faults.FIRED_ENV: str(log)}
-    assert [f.worker for f in faults.pending_from_env(("spawn",), env)] == [2, 3]
-    faults.record_fired(Fault(2, "kill", "spawn"), str(log))
-    assert [f.worker for f in faults.pending_from_env(("spawn",), env)] == [3]
-    assert [f.phase for f in faults.pending_from_env(faults.STARTUP_PHASES, env)] == ["startup"]
+    env = {
+        fault_plan.ENV_VAR: "2:kill:spawn,3:kill:spawn,1:kill:startup",
+        fault_plan.FIRED_ENV: str(log),
+    }
+    assert [f.worker for f in fault_plan.pending_from_env(("spawn",), env)] == [2, 3]
+    fault_actor.record_fired(Fault(2, "kill", "spawn"), str(log))
+    assert [f.worker for f in fault_plan.pending_from_env(("spawn",), env)] == [3]
+    assert [f.phase for f in fault_plan.pending_from_env(fault_plan.STARTUP_PHASES, env)] == [
+        "startup"
+    ]
     assert (
-        faults.pending_from_env(("spawn",), {faults.ENV_VAR: "bad plan"}) == []
+        fault_plan.pending_from_env(("spawn",), {fault_plan.ENV_VAR: "bad plan"}) == []
     )  # the driver reports it
 
 
 def test_a_replacement_is_known_by_its_environment_before_mpi_init():
-    assert not faults.started_by_spawn({"PMI_RANK": "0"})
-    assert faults.started_by_spawn({"PMI_SPAWNED": "1"}) and faults.started_by_spawn(
+    assert not fault_plan.started_by_spawn({"PMI_RANK": "0"})
+    assert fault_plan.started_by_spawn({"PMI_SPAWNED": "1"}) and fault_plan.started_by_spawn(
         {"OMPI_PARENT_PORT": "x"}
     )
 
@@ -343,7 +348,7 @@ def test_scope_own_and_recovery():
 @pytest.fixture
 def performed(monkeypatch):
     fired = []
-    monkeypatch.setattr(faults, "_perform", fired.append)
+    monkeypatch.setattr(fault_actor, "_perform", fired.append)
     return fired
 
 
@@ -417,7 +422,8 @@ def test_injector_empty_plan(performed):
 # -- the victim records its fault before it acts ----------------------------------------
 VICTIM = """
 import sys
-from mixle_mpi.chaos.faults import FaultInjector, parse_plan
+from mixle_mpi.chaos.fault_plan import parse_plan
+from mixle_mpi.chaos.fault_actor import FaultInjector
 FaultInjector(parse_plan(sys.argv[1]), worker=2, incarnation=0).check("estep_before", 1)
 print("survived", flush=True)
 """
@@ -428,9 +434,9 @@ def _victim(plan: str, env_log, tmp_path):
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k != faults.FIRED_ENV}
+    env = {k: v for k, v in os.environ.items() if k != fault_plan.FIRED_ENV}
     if env_log is not None:
-        env[faults.FIRED_ENV] = str(env_log)
+        env[fault_plan.FIRED_ENV] = str(env_log)
     return subprocess.run(
         [sys.executable, "-c", VICTIM, plan],
         capture_output=True,
@@ -443,7 +449,7 @@ def _victim(plan: str, env_log, tmp_path):
 
 @pytest.mark.parametrize("action, returncode", [("kill", -9), ("exit", 3)])
 def test_victim_process_records_before_it_dies(action, returncode, tmp_path):
-    from mixle_mpi.chaos.faults import read_fired, unfired
+    from mixle_mpi.chaos.fault_plan import read_fired, unfired
 
     log = tmp_path / "faults.jsonl"
     plan = f"2:{action}:estep_before:1"
@@ -469,7 +475,7 @@ def test_victim_process_records_before_it_dies(action, returncode, tmp_path):
 
 
 def test_a_fault_that_does_not_match_leaves_no_record(tmp_path):
-    from mixle_mpi.chaos.faults import read_fired, unfired
+    from mixle_mpi.chaos.fault_plan import read_fired, unfired
 
     log = tmp_path / "faults.jsonl"
     proc = _victim("2:kill:estep_before:2", log, tmp_path)  # call 2 never comes
@@ -485,19 +491,19 @@ def test_an_unwritable_record_still_acts_and_says_why(tmp_path):
 
 
 def test_record_fired_without_a_log_writes_nothing(tmp_path, monkeypatch):
-    monkeypatch.delenv(faults.FIRED_ENV, raising=False)
+    monkeypatch.delenv(fault_plan.FIRED_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
-    faults.record_fired(Fault(2, "kill", "init"))
+    fault_actor.record_fired(Fault(2, "kill", "init"))
     assert list(tmp_path.iterdir()) == []
 
 
 def test_records_append_one_whole_line_each(tmp_path):
-    from mixle_mpi.chaos.faults import read_fired
+    from mixle_mpi.chaos.fault_plan import read_fired
 
     log = tmp_path / "f.jsonl"
     plan = parse_plan("1:kill:init,2:stop:respawn,0:kill:checkpoint_write:4")
     for f in plan:
-        faults.record_fired(f, str(log))
+        fault_actor.record_fired(f, str(log))
     lines = log.read_text().splitlines()
     assert len(lines) == 3 and all(json.loads(x)["event"] == "fault_fired" for x in lines)
     assert [
@@ -509,11 +515,11 @@ def test_records_append_one_whole_line_each(tmp_path):
 # -- planned against fired ----------------------------------------------------------------
 def _rec(text: str) -> dict:
     (f,) = parse_plan(text)
-    return faults.fired_record(f)
+    return fault_actor.fired_record(f)
 
 
 def test_unfired_matches_every_field():
-    from mixle_mpi.chaos.faults import unfired
+    from mixle_mpi.chaos.fault_plan import unfired
 
     plan = "1:kill:estep_mid:2:0,1:stop:estep_before:4:1,2:kill:estep_before:2:0:recovery"
     assert (
@@ -541,7 +547,7 @@ def test_unfired_matches_every_field():
 
 
 def test_one_record_accounts_for_one_planned_fault():
-    from mixle_mpi.chaos.faults import unfired
+    from mixle_mpi.chaos.fault_plan import unfired
 
     plan = "2:kill:llsum:0,2:kill:llsum:0"
     assert unfired(plan, [_rec("2:kill:llsum:0")]) == [Fault(2, "kill", "llsum", 0)]
@@ -549,7 +555,7 @@ def test_one_record_accounts_for_one_planned_fault():
 
 
 def test_read_fired_skips_other_events_and_a_torn_line(tmp_path):
-    from mixle_mpi.chaos.faults import read_fired
+    from mixle_mpi.chaos.fault_plan import read_fired
 
     log = tmp_path / "events.jsonl"
     good = _rec("3:stop:estep_mid:1")
@@ -635,24 +641,24 @@ def test_compact_form_round_trips():
 
 def test_delay_is_a_straggler_that_sleeps_once_and_is_recorded(tmp_path, monkeypatch):
     slept = []
-    monkeypatch.setattr(faults.time, "sleep", slept.append)
+    monkeypatch.setattr(fault_actor.time, "sleep", slept.append)
     log = tmp_path / "faults.jsonl"
-    monkeypatch.setenv(faults.FIRED_ENV, str(log))
+    monkeypatch.setenv(fault_plan.FIRED_ENV, str(log))
     f = Fault(1, "delay", "estep_before", 3)
     inj = FaultInjector([f], worker=1, incarnation=0)
     inj.check("estep_before", 3)
     inj.check("estep_before", 3)
-    assert slept == [faults.DELAY_SECONDS]
-    assert faults.unfired([f], faults.read_fired(str(log))) == []
+    assert slept == [fault_plan.DELAY_SECONDS]
+    assert fault_plan.unfired([f], fault_plan.read_fired(str(log))) == []
     Fault(0, "delay", "estep_mid", 2)  # the driver may straggle too
 
 
 def test_a_plan_acting_in_a_replacements_rounds_needs_the_fit_to_wait_for_it():
-    assert faults.needs_replacement_rounds("3:kill:estep_mid:4:0,3:kill:estep_before:5:1")
-    assert faults.needs_replacement_rounds("3:kill:estep_mid:3:0,3:kill:respawn:0:1")
-    assert not faults.needs_replacement_rounds("3:kill:estep_mid:3:0,2:stop:llsum:1")
-    assert not faults.needs_replacement_rounds("2:kill:estep_before:1,2:kill:spawn")
-    assert not faults.needs_replacement_rounds("")
+    assert fault_plan.needs_replacement_rounds("3:kill:estep_mid:4:0,3:kill:estep_before:5:1")
+    assert fault_plan.needs_replacement_rounds("3:kill:estep_mid:3:0,3:kill:respawn:0:1")
+    assert not fault_plan.needs_replacement_rounds("3:kill:estep_mid:3:0,2:stop:llsum:1")
+    assert not fault_plan.needs_replacement_rounds("2:kill:estep_before:1,2:kill:spawn")
+    assert not fault_plan.needs_replacement_rounds("")
 
 
 def test_the_load_phase_names_a_workers_nth_load_in_one_process():

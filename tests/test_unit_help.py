@@ -137,8 +137,8 @@ def test_fit_defaults_are_the_real_ones_not_none():
     [
         ("``mixle-mpi run`` starts", "mixle-mpi run starts"),
         (
-            "see :func:`mixle_mpi.chaos.faults.record_fired`.",
-            "see mixle_mpi.chaos.faults.record_fired.",
+            "see :func:`mixle_mpi.chaos.fault_actor.record_fired`.",
+            "see mixle_mpi.chaos.fault_actor.record_fired.",
         ),
         (
             "(:class:`~mixle_mpi.launch.launcher.SignalForwarder`)",

@@ -1,12 +1,12 @@
 """``mixle-mpi chaos``: a randomized fault campaign against a failure-free reference.
 
 The fit runs once with no fault, then ``runs`` times, each under a random fault plan
-(:mod:`mixle_mpi.chaos.faults`): a real worker process SIGKILLs or SIGSTOPs itself at a random
+(:mod:`mixle_mpi.chaos.fault_plan`): a real worker process SIGKILLs or SIGSTOPs itself at a random
 phase of a random round, a second worker dies while recomputing the first one's shards, a
 respawned worker dies again, or two workers die in one round. Every run must end with the
 reference's exact model and log-likelihood trace, and every planned fault must have fired:
 the victim records its fault in ``faults.jsonl`` of the run's folder before it acts
-(:func:`mixle_mpi.chaos.faults.record_fired`), and a run whose plan has a fault with no record is
+(:func:`mixle_mpi.chaos.fault_actor.record_fired`), and a run whose plan has a fault with no record is
 ``UNFIRED``, a failure, since it proved nothing. Plans come from a seeded generator (pure,
 unit-tested) that picks victims which are sure to reach their fault (workers that hold
 shards; for a death during recovery, a survivor that recovery will use), so a campaign
@@ -25,7 +25,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 
-from mixle_mpi.chaos.faults import FIRED_ENV, Fault, needs_replacement_rounds, read_fired, unfired
+from mixle_mpi.chaos.fault_plan import (
+    FIRED_ENV,
+    Fault,
+    needs_replacement_rounds,
+    read_fired,
+    unfired,
+)
 from mixle_mpi.cli.jobconfig import FitConfig, moved_to, to_argv
 from mixle_mpi.core.atomicfile import write_json
 from mixle_mpi.core.errors import ConfigError

@@ -46,7 +46,7 @@ from mixle_mpi.chaos.campaign import (
     reference_problem,
     seconds_from_kill,
 )
-from mixle_mpi.chaos.faults import read_fired
+from mixle_mpi.chaos.fault_plan import read_fired
 from mixle_mpi.cli.jobconfig import FitConfig, moved_to
 from mixle_mpi.core import procs
 from mixle_mpi.core.atomicfile import write_json

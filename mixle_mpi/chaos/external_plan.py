@@ -21,7 +21,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from mixle_mpi.chaos.faults import SPAWNED_ENV
+from mixle_mpi.chaos.fault_plan import SPAWNED_ENV
 from mixle_mpi.core import procs
 from mixle_mpi.core.errors import ConfigError
 from mixle_mpi.core.exitcodes import NEVER_STARTED

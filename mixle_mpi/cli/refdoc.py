@@ -3,7 +3,7 @@
 Every command's options come from its own parser, the settings, the table of options and
 the other environment variables from the option table (``core/options.py``), the exit codes
 from ``core/exitcodes.py``, the launcher's variables from ``launch/contract.py`` and the fault
-grammar from ``chaos/faults.py``. Only the events are written by hand here; a unit test
+grammar from ``chaos/fault_plan.py``. Only the events are written by hand here; a unit test
 checks that they, and the option table's variables, name exactly what the package emits and
 reads. Regenerate with ``python -m mixle_mpi.cli.refdoc --write``.
 """
@@ -185,7 +185,7 @@ def _table(header: tuple[str, ...], rows) -> list[str]:
 
 def render() -> str:
     """The whole reference, as Markdown (pure: the same code gives the same text)."""
-    from mixle_mpi.chaos import faults
+    from mixle_mpi.chaos import fault_plan
     from mixle_mpi.cli import helptext
     from mixle_mpi.cli.commands import build_parser
     from mixle_mpi.fitting import fitjob
@@ -272,15 +272,15 @@ def render() -> str:
         "",
         "## Fault plans",
         "",
-        f'`{faults.ENV_VAR}="worker:action:phase[:call[:incarnation[:scope]]],..."` (or `fault_plan=`)',
+        f'`{fault_plan.ENV_VAR}="worker:action:phase[:call[:incarnation[:scope]]],..."` (or `fault_plan=`)',
         "makes a chosen rank act at a fixed point, for tests. Worker 0 is the driver.",
         "",
-        f"- actions: {', '.join(f'`{a}`' for a in faults.ACTIONS)}",
-        f"- phases: {', '.join(f'`{p}`' for p in faults.PHASES)}",
-        f"- phases while the job starts (from the environment): {', '.join(f'`{p}`' for p in faults.STARTUP_PHASES)}"
-        f", and `{faults.SPAWN_PHASE}` in a replacement as its process starts",
-        f"- the driver's phases: {', '.join(f'`{p}`' for p in faults.DRIVER_PHASES)}",
-        f"- scopes: {', '.join(f'`{s}`' for s in faults.SCOPES)}",
+        f"- actions: {', '.join(f'`{a}`' for a in fault_plan.ACTIONS)}",
+        f"- phases: {', '.join(f'`{p}`' for p in fault_plan.PHASES)}",
+        f"- phases while the job starts (from the environment): {', '.join(f'`{p}`' for p in fault_plan.STARTUP_PHASES)}"
+        f", and `{fault_plan.SPAWN_PHASE}` in a replacement as its process starts",
+        f"- the driver's phases: {', '.join(f'`{p}`' for p in fault_plan.DRIVER_PHASES)}",
+        f"- scopes: {', '.join(f'`{s}`' for s in fault_plan.SCOPES)}",
         "",
         f"Version {helptext.version()}.",
         "",

@@ -19,7 +19,8 @@ from typing import Any
 
 from mpi4py import MPI
 
-from mixle_mpi.chaos.faults import FaultInjector, plan_to_json
+from mixle_mpi.chaos.fault_actor import FaultInjector
+from mixle_mpi.chaos.fault_plan import plan_to_json
 from mixle_mpi.core import clock, estep, logs, numerics, probes, procs
 from mixle_mpi.core.deadlines import run_with_deadline
 from mixle_mpi.core.engine import warm as warm_engine

@@ -23,8 +23,8 @@ from mixle.utils.vector import (
     validated_initialized_observations,
 )
 
-from mixle_mpi.chaos.faults import ENV_VAR as FAULT_ENV
-from mixle_mpi.chaos.faults import FIRED_ENV, parse_plan, plan_from_env, read_fired, unfired
+from mixle_mpi.chaos.fault_plan import ENV_VAR as FAULT_ENV
+from mixle_mpi.chaos.fault_plan import FIRED_ENV, parse_plan, plan_from_env, read_fired, unfired
 from mixle_mpi.core import joblock, logs, numerics, probes
 from mixle_mpi.core.errors import ConfigError, DataError, ReconfigurationTimeout
 from mixle_mpi.core.estep import PROTO
@@ -101,7 +101,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
 
     Keyword-only extras: ``workdir`` (store and event log; default ``$MIXLE_MPI_WORKDIR``
     or ``./mixle_mpi_run``), ``store_path``, ``event_log``, ``fault_plan`` (see
-    :mod:`mixle_mpi.chaos.faults`), ``keep_store`` (keep the shard store, a full owner-only copy
+    :mod:`mixle_mpi.chaos.fault_plan`), ``keep_store`` (keep the shard store, a full owner-only copy
     of the data, after :meth:`close`; it is deleted by default), ``warm_serialization`` (build
     mixle's serialization registry in the background while the workers load: for fits that
     write checkpoints or JSON, which need it), and the
@@ -558,7 +558,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         return self._driver.membership
 
     def fault_point(self, phase: str, call: int) -> None:
-        """The driver's own chaos hook (``chaos/faults.py``) at ``phase`` of ``call``: a fit
+        """The driver's own chaos hook (``chaos/fault_plan.py``) at ``phase`` of ``call``: a fit
         loop's checkpoint write is one."""
         self._driver.faults.check(phase, call)
 

@@ -70,7 +70,7 @@ def mpi_text() -> str:
 def init_mpi():
     """``mpi4py.MPI``, initialising MPI under the startup deadline (see the module doc)."""
     if "mpi4py.MPI" not in sys.modules:
-        from mixle_mpi.chaos.faults import spawn_fault_check
+        from mixle_mpi.chaos.fault_actor import spawn_fault_check
 
         spawn_fault_check()  # a test's replacement that dies inside the driver's MPI_Comm_spawn
         contract.mark_init_begun()

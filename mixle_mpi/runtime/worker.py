@@ -21,7 +21,8 @@ from typing import Any
 
 from mpi4py import MPI
 
-from mixle_mpi.chaos.faults import FaultInjector, parse_plan
+from mixle_mpi.chaos.fault_actor import FaultInjector
+from mixle_mpi.chaos.fault_plan import parse_plan
 from mixle_mpi.core import estep, logs, numerics, probes, procs
 from mixle_mpi.core.blas import pin_blas_threads
 from mixle_mpi.core.deadlines import run_with_deadline
@@ -800,7 +801,7 @@ def _startup_faults(rank: int) -> FaultInjector:
     """This rank's startup faults from the environment, less those the fault log says fired
     already: a job launched again after it never started meets each fault once. A bad plan
     is the driver's to report."""
-    from mixle_mpi.chaos.faults import STARTUP_PHASES, pending_from_env
+    from mixle_mpi.chaos.fault_plan import STARTUP_PHASES, pending_from_env
 
     return FaultInjector(pending_from_env(STARTUP_PHASES), rank, 0)
 

@@ -1,33 +1,27 @@
-"""Deterministic chaos: a fault plan says which worker does what, when, at which phase.
+"""Deterministic chaos, the plan: which worker does what, when, at which phase (pure).
 
 The MPI equivalent of mixle's ``arm_kill``: a worker process checks the plan at fixed
-points of its own code and kills, stops or ends *itself*, so a test kills a real process
-with no timing race. Plans come from the API (``fault_plan=``) or ``MIXLE_MPI_FAULT_PLAN``,
-as JSON or as compact ``worker:action:phase[:call[:incarnation]]`` items joined by commas.
+points of its own code and kills, stops or ends *itself* (``chaos/fault_actor``), so a test
+kills a real process with no timing race. Plans come from the API (``fault_plan=``) or
+``MIXLE_MPI_FAULT_PLAN``, as JSON or as compact ``worker:action:phase[:call[:incarnation]]``
+items joined by commas.
 
 Before it acts, the victim records that its fault fired: one JSON line (event
 ``fault_fired``) appended and fsynced to the file named by ``MIXLE_MPI_FAULT_LOG``, if set,
 and a line on stderr. A campaign or a test compares the records with the plan
-(:func:`mixle_mpi.chaos.campaign.unfired`): a planned fault that left no record did not happen, and
-a run that was meant to survive it proves nothing. The records also make each fault fire
-once per job: a driver (a successor after failover, or the first one of a job the launcher
-ran again) leaves out the faults the log records already (:func:`unfired`).
+(:func:`unfired`): a planned fault that left no record did not happen, and a run that was
+meant to survive it proves nothing. The records also make each fault fire once per job: a
+driver (a successor after failover, or the first one of a job the launcher ran again) leaves
+out the faults the log records already.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import sys
-import threading
-import time
 from dataclasses import asdict, dataclass
 
-from mixle_mpi.core import logs
 from mixle_mpi.core.errors import ConfigError
-from mixle_mpi.core.exitcodes import FAULT_EXIT
 
 ACTIONS = (
     "kill",
@@ -260,86 +254,6 @@ def plan_to_json(plan) -> str:
     return json.dumps([asdict(f) for f in plan])
 
 
-class FaultInjector:
-    """Held by one worker process; fires the matching fault on itself, at most once each."""
-
-    def __init__(self, plan, worker: int, incarnation: int) -> None:
-        self.plan = tuple(plan)
-        self.worker, self.incarnation = worker, incarnation
-        self._fired: set[int] = set()
-        self.slowdown = 1.0  # a "slow" fault fired: each shard takes this many times as long
-
-    def check(self, phase: str, call: int = 0, recovery: bool = False) -> None:
-        for i, fault in enumerate(self.plan):
-            if i not in self._fired and fault.matches(
-                self.worker, self.incarnation, phase, call, recovery
-            ):
-                self._fired.add(i)
-                if (
-                    fault.action == "slow"
-                ):  # the worker's task loop stretches each shard from now on
-                    _announce(fault)
-                    self.slowdown = float(fault.factor)
-                else:
-                    _perform(fault)
-
-
-def fired_record(fault: Fault) -> dict:
-    """What the victim records about itself, just before it acts."""
-    return {
-        "time": round(time.time(), 6),
-        "event": "fault_fired",
-        **asdict(fault),
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-    }
-
-
-def record_fired(fault: Fault, path: str | None = None) -> None:
-    """Append the record to ``path`` (default ``$MIXLE_MPI_FAULT_LOG``; nothing if unset) with
-    one ``write`` on an ``O_APPEND`` descriptor, then fsync, so that the line is on disk before
-    the process kills or stops itself and whole even when several ranks share the file."""
-    path = path if path is not None else os.environ.get(FIRED_ENV)
-    if not path:
-        return
-    line = (json.dumps(fired_record(fault)) + "\n").encode()
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:  # the fault still acts; the missing record then fails the run
-        logs.get("faults").error(f"chaos: cannot record the fault in {path!r}: {exc}")
-
-
-def _announce(fault: Fault) -> None:
-    record_fired(fault)
-    sys.stdout.flush()
-    slow = f" x{fault.factor:g}" if fault.action == "slow" else ""
-    logs.get("faults").warning(
-        f"chaos: worker {fault.worker} {fault.action}{slow} at {fault.phase} (call {fault.call}) "
-        f"pid={os.getpid()}"
-    )
-
-
-def _perform(fault: Fault) -> None:
-    _announce(fault)
-    if fault.action == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    elif fault.action == "stop":
-        os.kill(os.getpid(), signal.SIGSTOP)
-    elif fault.action == "hang":  # blocked in a C-level lock wait: the GIL is free, beats go on
-        lock = threading.Lock()
-        lock.acquire()
-        lock.acquire()
-    elif fault.action == "delay":
-        time.sleep(DELAY_SECONDS)
-    else:
-        os._exit(FAULT_EXIT)
-
-
 def read_fired(path: str | None) -> list[dict]:
     """The ``fault_fired`` records in ``path`` (a fault log or an event log); [] if it is missing.
     A torn last line (a writer killed mid-write) is skipped."""
@@ -383,12 +297,6 @@ def started_by_spawn(environ=None) -> bool:
     environment its MPI gives it; readable before MPI initialisation)."""
     environ = os.environ if environ is None else environ
     return any(var in environ for var in SPAWNED_ENV)
-
-
-def spawn_fault_check() -> None:
-    """In a replacement process, before MPI initialisation: the first pending spawn fault."""
-    if started_by_spawn():
-        FaultInjector(pending_from_env((SPAWN_PHASE,))[:1], 0, 1).check(SPAWN_PHASE)
 
 
 def unfired(plan, fired: list[dict]) -> list[Fault]:
