@@ -1,4 +1,4 @@
-"""A replacement's birth record (runtime/birth.py) and its entry's arguments (runtime/spawned.py):
+"""A replacement's birth record (runtime/birth.py) and its entry's arguments (runtime/replacement_entry.py):
 what lets the driver give up at once on a Spawn whose process died. The Spawner's use of it
 is in tests/test_unit_spawner.py, real deaths inside a Spawn in tests/test_chaos.py."""
 
@@ -11,7 +11,7 @@ import time
 
 from mixle_mpi.core import procs
 from mixle_mpi.runtime import birth
-from mixle_mpi.runtime.spawned import options
+from mixle_mpi.runtime.replacement_entry import options
 
 HERE = socket.gethostname()
 SPACE = procs.pid_space()

@@ -285,7 +285,7 @@ def test_only_open_mpi_under_srun_pmix_leaves_pmix_and_srun_never_spawns():
 
 
 def test_a_replacement_starts_by_the_fast_entry_unless_it_must_unpickle_the_users_script():
-    full, fast = ["python", "script.py"], ["python", "-m", "mixle_mpi.runtime.spawned"]
+    full, fast = ["python", "script.py"], ["python", "-m", "mixle_mpi.runtime.replacement_entry"]
     assert replacement_command(full, fast, (b"encoder", b"model")) == fast
     assert (
         replacement_command(full, fast, (b"encoder", b"c__main__\nMyModel")) == full

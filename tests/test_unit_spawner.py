@@ -253,7 +253,7 @@ def test_the_fast_entry_is_told_where_to_write_its_birth_record_and_the_script_i
         raise RuntimeError("no MPI here")
 
     monkeypatch.setattr(module, "spawn_on", spawn_on)
-    fast = ["python", "-m", "mixle_mpi.runtime.spawned"]
+    fast = ["python", "-m", "mixle_mpi.runtime.replacement_entry"]
     spawner = module.Spawner(Settings(), ["python", "script.py", "--its", "3"], fast, None)
     spawner.background = True
     spawner.start(2, None, (b"enc", b"model"))

@@ -291,7 +291,7 @@ def spawn_timeout_is_fatal(vendor: str) -> bool:
 def replacement_command(
     full: list[str], fast: list[str] | None, pickled: tuple[bytes, ...]
 ) -> list[str]:
-    """The fast entry (it joins before importing, ``runtime/spawned.py``), unless what the
+    """The fast entry (it joins before importing, ``runtime/replacement_entry.py``), unless what the
     replacement must unpickle names ``__main__`` (a class defined in the user's script):
     only the script itself can define it again."""
     if fast and not any(b"__main__" in blob for blob in pickled):

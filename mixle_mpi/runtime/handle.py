@@ -739,7 +739,7 @@ def ensure_dir(path: str, what: str) -> None:
 def _spawn_command(fast: bool = False) -> list[str]:
     """How to start a replacement worker: this very script, as it was started, or (``fast``)
     mixle_mpi's own entry, which joins the driver before importing anything heavy (see
-    spawned.py). Under MPICH it runs inside the rank wrapper, or Hydra would end the job
+    replacement_entry.py). Under MPICH it runs inside the rank wrapper, or Hydra would end the job
     when it dies."""
     from mpi4py import MPI
 
@@ -749,7 +749,7 @@ def _spawn_command(fast: bool = False) -> list[str]:
         command = [
             sys.executable,
             "-m",
-            "mixle_mpi.runtime.spawned",
+            "mixle_mpi.runtime.replacement_entry",
             "--path",
             sys.path[0] or os.getcwd(),
         ]

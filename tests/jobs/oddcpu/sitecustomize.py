@@ -21,7 +21,10 @@ def _odd() -> bool:
             argv = f.read().split(b"\0")
     except OSError:
         return False
-    if not any(b"mixle_mpi.runtime.spawned" in a or b"mixle_mpi.fitting.fitjob" in a for a in argv):
+    if not any(
+        b"mixle_mpi.runtime.replacement_entry" in a or b"mixle_mpi.fitting.fitjob" in a
+        for a in argv
+    ):
         return False  # the launcher, mpiexec's helpers, the reaper: not ranks
     started = os.environ.get("MIXLE_MPI_STARTED_FILE", "")
     if started and os.path.exists(started):  # the fit had started: a replacement

@@ -8,7 +8,7 @@ script instead when its pickles name ``__main__`` (classes defined in the script
 Before MPI it writes its birth record (runtime/birth.py), so that a death inside the Spawn
 is seen at once.
 
-    python -m mixle_mpi.runtime.spawned [--path DIR] [--birth FILE] [--driver PID,START,SPACE]
+    python -m mixle_mpi.runtime.replacement_entry [--path DIR] [--birth FILE] [--driver PID,START,SPACE]
 
 DIR: the script's folder. The driver's identity (``procs.identity`` and ``pid_space``) lets a
 replacement on the driver's host end at once if the driver dies before it sets it up.
