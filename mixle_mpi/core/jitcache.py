@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+from mixle_mpi.core.importmemo import until_next_import
+
 PRIME_TIMEOUT = 900.0  # a cold compile of every kernel: about 9 s alone, minutes on a loaded node
 LOCK_NAME = "mixle_mpi-jit.lock"
 # the modules whose import compiles mixle's parallel kernels (eager signatures)
@@ -179,18 +181,21 @@ def prime(environ=None, timeout: float = PRIME_TIMEOUT) -> str:
         return f"failed: {exc}"
 
 
-def parallel_dispatchers():
-    """Every parallel numba function that a loaded mixle or mixle_mpi module holds (none
-    before numba is imported)."""
+@until_next_import
+def parallel_dispatchers() -> list:
+    """Every parallel numba function that a loaded mixle or mixle_mpi module holds, as
+    (name, dispatcher) pairs (none before numba is imported)."""
     dispatcher = sys.modules.get("numba.core.dispatcher")
     if dispatcher is None:
-        return
+        return []
+    found = []
     for name, module in list(sys.modules.items()):
         if module is None or not name.startswith(("mixle.", "mixle_mpi.")):
             continue
         for value in list(vars(module).values()):
             if isinstance(value, dispatcher.Dispatcher) and value.targetoptions.get("parallel"):
-                yield f"{name}.{value.__name__}", value
+                found.append((f"{name}.{value.__name__}", value))
+    return found
 
 
 def compiled_here() -> list[str]:

@@ -159,6 +159,7 @@ def baseline_name(environ=None) -> str:
     return environ.get(BASELINE_MARK, "") or "native"
 
 
+@functools.lru_cache(maxsize=1)
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -174,7 +175,7 @@ def describe() -> dict:
     """This process's numerics, for events, ``status`` and the messages of a refusal."""
     from numpy._core import _multiarray_umath as umath
 
-    from mixle_mpi.core.blas import blas_description
+    from mixle_mpi.core.blas import blas_cores
 
     features = umath.__cpu_features__
     return {
@@ -182,7 +183,7 @@ def describe() -> dict:
         "baseline": baseline_name(),
         "numpy_dispatch": [t for t in umath.__cpu_dispatch__ if features.get(t)],
         "cpu_features": sorted(k for k, on in features.items() if on),
-        "blas_core": sorted({str(b.get("architecture")) for b in blas_description()}),
+        "blas_core": blas_cores(),
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
     }
 
