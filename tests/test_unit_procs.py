@@ -73,6 +73,25 @@ def test_a_reused_pid_is_never_signalled_and_the_refusal_is_logged(caplog):
         unrelated.wait()
 
 
+def test_a_driver_whose_pid_was_reused_has_ended_for_a_worker_that_knows_its_start():
+    """A worker on the driver's host looks at its process (Setup's driver_pid and
+    driver_start): a driver that died and whose pid an unrelated process took has ended."""
+    driver = subprocess.Popen(["sleep", "60"])
+    pid, start = procs.identity(driver.pid)
+    assert not procs.ended(pid, start) and not procs.ended(pid)
+    driver.kill()
+    driver.wait()
+    time.sleep(0.05)
+    unrelated = _reuse_pid(pid, ["sleep", "60"])
+    try:
+        assert unrelated.pid == pid
+        assert procs.ended(pid, start)  # its identity: the driver is gone
+        assert not procs.ended(pid)  # by its pid alone it would look alive
+    finally:
+        unrelated.kill()
+        unrelated.wait()
+
+
 @pytest.mark.skipif(os.getuid() != 0, reason="only root can start another user's process to try")
 def test_another_users_process_is_never_signalled_even_by_root(caplog):
     """A job run as root (the launcher allows it) refuses to signal another user's process,

@@ -95,6 +95,12 @@ def running(ident: Ident) -> bool:
     return not_reaped(ident) and state(ident[0]) not in (None, *GONE)
 
 
+def ended(pid: int, start: str | None = None) -> bool:
+    """The process ``pid`` started at ``start`` has ended: gone, a zombie, or its pid now names
+    another process. Without ``start`` (a peer that did not send it) only ``pid`` is looked at."""
+    return not running((pid, start)) if start else gone(pid)
+
+
 def look(ident: Ident) -> tuple[str | None, float | None]:
     """The state letter and the CPU seconds (user + system) used so far of the process
     ``ident`` names; (None, None) once it is gone or its pid names another process."""

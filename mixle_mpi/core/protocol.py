@@ -58,6 +58,7 @@ class Setup(NamedTuple):
     fault_plan: str  # JSON, as faults.parse_plan reads it
     driver_host: str = ""  # where the driver runs, and its pid: a worker on the same host
     driver_pid: int = 0  # tells a dead driver from a silent one at once
+    driver_start: str = ""  # with driver_pid, its identity (procs.identity): never a reused pid
     failover: str = (
         ""  # how the survivors of a dead driver agree: "" (they do not), "ulfm", "messages", ...
     )

@@ -102,6 +102,8 @@ class Driver:
             procs.pid_space()
         )  # this process's pid space: a worker's pid is ours to signal only in it
         self.spaces: dict[int, str] = {}  # worker -> its pid space (Ready.space, a birth record)
+        # this process for good (a worker on this host tells it from a reused pid)
+        self.identity = procs.identity(os.getpid()) or (os.getpid(), "")
 
         self.group_comm = group_comm
         # Worker ids are the world ranks 1..workers, whoever came up: a rank left out at
@@ -346,6 +348,7 @@ class Driver:
             fault_plan=self.fault_plan_json,
             driver_host=self.host,
             driver_pid=os.getpid(),
+            driver_start=self.identity[1],
             failover=self.failover,
             store_path=os.path.abspath(self.store.path) if self.failover or own else "",
             own_store=own,

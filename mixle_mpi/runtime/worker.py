@@ -138,7 +138,7 @@ class Worker:
         self.deadline: float | None = None  # set while inside a collective
         self.last_driver = time.monotonic()
         self.quiet_until = 0.0  # the driver said it may not beat until then (protocol.Quiet)
-        self.driver_proc: tuple[str, int] = ("", 0)  # (host, pid) of the driver, once set up
+        self.driver_proc: tuple[str, int, str] = ("", 0, "")  # the driver's host, pid, start
         self.driver_space = ""  # the driver's pid space: its pid is looked at only if it is ours
         self.failover = ""  # how survivors agree on a dead driver's successor, once armed (Reach)
         self.failover_how = ""  # the same, as the driver asked for it (Setup.failover)
@@ -325,12 +325,12 @@ class Worker:
     def _driver_gone(self) -> bool:
         """The driver's process has ended (in this pid space only: elsewhere, a container that
         shares this host name included, only driver_timeout tells)."""
-        host, pid = self.driver_proc
+        host, pid, start = self.driver_proc
         return (
             bool(pid)
             and host == self.host
             and self.driver_space == procs.pid_space() != ""
-            and procs.gone(pid)
+            and procs.ended(pid, start)
         )
 
     # -- commands ----------------------------------------------------------------
@@ -364,7 +364,7 @@ class Worker:
             self._blas, self._blas_threads = pin_blas_threads(cfg.blas_threads), cfg.blas_threads
         retain_freed_memory()  # E-step temporaries reuse heap pages instead of faulting fresh ones
         self.faults = FaultInjector(parse_plan(cfg.fault_plan), self.worker_id, self.incarnation)
-        self.driver_proc = (cfg.driver_host, cfg.driver_pid)
+        self.driver_proc = (cfg.driver_host, cfg.driver_pid, cfg.driver_start)
         self.driver_space = cfg.driver_space
         # a replacement is not in the survivors' communicator: it never follows a dead driver
         how = cfg.failover if not self.spawned else ""
