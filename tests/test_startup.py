@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import LIBRARIES, with_libraries
@@ -31,6 +32,7 @@ from mixle_mpi.chaos.fault_plan import read_fired, unfired
 from mixle_mpi.core import exitcodes
 
 pytestmark = pytest.mark.mpijob
+JOBS = Path(__file__).resolve().parent / "jobs"
 MODEL, N, SHARDS, SUB, ITS = "gmm1d", 6000, 3, 1, 5
 STARTUP_TIMEOUT = "15"
 
@@ -72,6 +74,36 @@ def test_worker_dying_while_the_job_starts_gives_the_same_bits(library, phase, t
             job.describe()
         )
     assert no_leftover_processes(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_rank_that_runs_a_child_while_it_starts_is_not_taken_for_lost(
+    library, tmp_path, reference
+):
+    """Rank 1 runs a 4 s child process before its MPI initialisation (as a script that asks
+    git something would): the child carries the rank's environment, so the launcher's looks
+    take it for rank 1 while it runs, and its end once ended the start as a lost rank
+    (exit 73, "ended before MPI was up"). The job starts once, with the reference's bits."""
+    _, python = library
+    log = tmp_path / "child.txt"
+    job = run_job(
+        python,
+        3,
+        fit_args(MODEL, N, SHARDS, SUB, ITS),
+        tmp_path,
+        env={
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(JOBS / "startchild"), os.environ.get("PYTHONPATH")) if p
+            ),
+            "MIXLE_MPI_TEST_CHILD_RANK": "1",
+            "MIXLE_MPI_TEST_CHILD_LOG": str(log),
+        },
+    )
+    assert log.exists() and len(log.read_text().split()) == 1, job.describe()  # it ran, once
+    assert job.rc == 0, job.describe()
+    assert "ended before MPI was up" not in job.stderr, job.describe()
+    assert "starting it again" not in job.stderr, job.describe()
+    assert same_fit(job.result, reference(MODEL, N, SHARDS, SUB, ITS, 7)), job.describe()
 
 
 INIT_DEATH = """

@@ -470,6 +470,21 @@ def test_a_rank_processs_mpi_rank_is_read_from_its_environment():
     assert reaper.rank_number(proc.pid) is None  # gone
 
 
+def test_a_child_a_starting_rank_ran_is_no_loss_when_it_ends():
+    """A rank (pid 12, rank 1) runs a short child (pid 13) as it starts: the child carries the
+    rank's environment and is taken for the rank while it runs (its parent is then a
+    wrapper). Its end is not the rank's: the rank's own process is there again. Were the rank
+    itself to end, it would be lost."""
+    rank_of = {11: 0, 12: 1, 13: 1}
+    watch = LostStartCheck()
+    assert watch.observe(False, [11], {11: "S", 12: "R"}, rank_of) is None
+    assert watch.observe(False, [11], {11: "S", 13: "R"}, rank_of) is None  # the child runs
+    for _ in range(3):  # the child ended, its rank lives on
+        assert watch.observe(False, [11], {11: "S", 12: "R"}, rank_of) is None
+    watch.observe(False, [11], {11: "S"}, rank_of)
+    assert watch.observe(False, [11], {11: "S"}, rank_of).startswith("rank 1 (pid 1")
+
+
 def test_a_rank_missing_once_or_after_mpi_is_up_is_no_verdict():
     watch = LostStartCheck()
     watch.observe(False, [11], {11: "S", 12: "S"})

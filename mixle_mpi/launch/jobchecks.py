@@ -76,7 +76,7 @@ class LostStartCheck:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.expect_here, self.appear_within, self.clock = expect_here, appear_within, clock
-        self.seen: set[int] = set()
+        self.seen: set[int] = set()  # every rank process pid a look found alive
         self.missing: set[int] = set()
         self.began_at: float | None = None
 
@@ -89,7 +89,10 @@ class LostStartCheck:
     ) -> str | None:
         """``began``: the pids that began MPI initialisation; ``ranks``: each rank process's
         state letter; ``rank_of``: the MPI rank of each pid seen so far. Why the job can no
-        longer start, or None."""
+        longer start, or None. A pid that ended is no loss while a live process carries its
+        rank: a child process a rank runs while it starts carries the rank's environment and,
+        while it runs, is taken for the rank (``ranks.rank_processes``); when it ends, the
+        rank's own process is there again."""
         if mpi_up:
             return None
         rank_of = rank_of or {}
@@ -97,7 +100,12 @@ class LostStartCheck:
             self.began_at = self.clock()
         alive = {pid for pid, st in ranks.items() if st not in GONE}
         self.seen |= alive
-        missing = (self.seen | set(began)) - alive if began else set()
+        here = {rank_of[pid] for pid in alive if pid in rank_of}
+        missing = {
+            pid
+            for pid in (self.seen | set(began)) - alive
+            if began and not (pid in rank_of and rank_of[pid] in here)
+        }
         lost = sorted(missing & self.missing)
         self.missing = missing
         if lost:
