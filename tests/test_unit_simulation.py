@@ -118,12 +118,13 @@ def test_the_simulation_catches_a_round_that_folds_a_shard_twice(monkeypatch):
 
 
 def test_the_simulation_catches_a_driver_that_releases_the_copies_it_still_needs(monkeypatch):
-    """Release every kept copy at once (not only the shards whose place holds them again):
-    a survivor is then asked for a shard it dropped."""
-    from mixle_mpi.runtime import driver as driver_module
+    """Release every kept copy at once (not only the shards whose place holds them again),
+    while the placement still counts on them: a survivor is then asked for a shard it
+    dropped."""
+    from mixle_mpi.policy import places
 
     check, world = _sim()
-    monkeypatch.setattr(driver_module, "release_plan", lambda kept, shards: _everything(kept))
+    monkeypatch.setattr(places, "release_plan", lambda kept, shards: _everything(kept))
     with pytest.raises(world.Violation, match="does not hold|raised"):
         check.simulate(range(3000))
 
@@ -132,8 +133,6 @@ def _everything(kept):
     plan = {}
     for shard, holder in kept.items():
         plan.setdefault(holder, []).append(shard)
-    for shard in list(kept):
-        kept.pop(shard)
     return plan
 
 

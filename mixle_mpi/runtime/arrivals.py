@@ -6,7 +6,7 @@ and Adopt decisions. A replacement's Spawn runs beside the fit where it may
 while the survivors carry its shards, and takes them back at a round boundary. Set apart
 from the rounds and the reconfiguration because its steps interleave with both: a round
 polls ``advance_joins`` while it waits for results. It uses the driver's mailroom, monitor,
-membership, placement (``owners``, ``kept``) and its ``fail``, ``live``, ``collect``, ``load``,
+membership, placement (``places``) and its ``fail``, ``live``, ``collect``, ``load``,
 ``load_parts``, ``release``, ``setup_message`` and ``note_ready``.
 """
 
@@ -89,7 +89,7 @@ class Arrivals:
             "respawn_started",
             worker=worker,
             incarnation=incarnation,
-            shards=list(self.d.owners.get(worker, [])),
+            shards=self.d.places.of(worker),
             seconds=round(time.perf_counter() - t0, 6),
             **({"on_host": self.respawn_hosts[worker]} if self.respawn_hosts.get(worker) else {}),
         )
@@ -167,7 +167,7 @@ class Arrivals:
                 if isinstance(msg, Ready) and not join.ready:
                     if not self.d.note_ready(w, msg):
                         break  # other numerics: it failed, and gets no shard
-                    join.got_ready(self.d.load_parts(self.d.owners.get(w, [])), now)
+                    join.got_ready(self.d.load_parts(self.d.places.of(w)), now)
                     self.d.events.emit(
                         "respawn_ready",
                         worker=w,
@@ -203,7 +203,7 @@ class Arrivals:
                 continue
             del self.joining[w]
             self.d.monitor.grace(w, 0.0)
-            shards = list(self.d.owners.get(w, []))
+            shards = self.d.places.of(w)
             self.d.release(shards)
             host, pid = self.d.info[w]
             self.d.events.emit(
@@ -243,7 +243,7 @@ class Arrivals:
         self.d.mail.rename(spare, worker)
         if spare in self.d.group_ranks:
             self.d.group_ranks[worker] = self.d.group_ranks.pop(spare)
-        self.d.owners.pop(spare, None)
+        warm = self.d.places.adopt(spare, worker)
         self.d.membership.retire(spare)
         if spare in self.d.info:
             self.d.info[worker] = self.d.info.pop(
@@ -251,13 +251,7 @@ class Arrivals:
             )  # fencing must aim at the spare's process now
         else:
             self.d.info.pop(worker, None)
-        warm = {s for s, h in self.d.kept.items() if h == spare}
-        place = set(self.d.owners.get(worker, []))
-        for s in warm:  # the spare's copies: its own shards now, or still kept (under its new id)
-            if s in place:
-                del self.d.kept[s]
-            else:
-                self.d.kept[s] = worker
+        place = set(self.d.places.of(worker))  # the spare's copies of it: its own shards now
         self._bring_up(
             worker, link, "spare_adopted", t0, held=warm, spare=spare, warm=sorted(warm & place)
         )
@@ -292,12 +286,10 @@ class Arrivals:
             watch={worker: (watch, self.d.started_at[worker])} if watch is not None else None,
         )
         if worker in ready and self.d.note_ready(worker, ready[worker][0]):
-            self.d.load({worker: [s for s in self.d.owners.get(worker, []) if s not in held]})
+            self.d.load({worker: [s for s in self.d.places.of(worker) if s not in held]})
         self.d.monitor.grace(worker, 0.0)
         if self.d.membership.is_live(worker):
-            self.d.release(
-                list(self.d.owners.get(worker, []))
-            )  # survivors' copies from the recovery
+            self.d.release(self.d.places.of(worker))  # survivors' copies from the recovery
             host, pid = self.d.info[worker]
             self.d.events.emit(
                 event,
@@ -305,7 +297,7 @@ class Arrivals:
                 host=host,
                 pid=pid,
                 incarnation=incarnation,
-                shards=list(self.d.owners.get(worker, [])),
+                shards=self.d.places.of(worker),
                 **fields,
                 seconds=round(time.perf_counter() - t0, 6),
             )

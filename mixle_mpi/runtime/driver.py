@@ -41,9 +41,9 @@ from mixle_mpi.core.protocol import (
 )
 from mixle_mpi.core.settings import Settings
 from mixle_mpi.policy import numerics_plan
-from mixle_mpi.policy.join_plan import release_plan
 from mixle_mpi.policy.membership import Membership
-from mixle_mpi.policy.placement import driver_share, initial_placement, own_readers
+from mixle_mpi.policy.placement import driver_share, own_readers
+from mixle_mpi.policy.places import Places
 from mixle_mpi.policy.rebalance_plan import Rebalancer
 from mixle_mpi.policy.speculation_plan import Paces
 from mixle_mpi.policy.suspicion import Look, Suspicions
@@ -120,14 +120,12 @@ class Driver:
         self.numerics = numerics.report()  # the job's numerics: a worker of others gets no shard
         self.probes: dict[int, str] = {}  # worker -> its numerics probe (Ready.numerics)
         self.read_own: set[int] = set()  # the workers that read their own shards at the last load
-        self.here = self._driver_share(len(holders))  # the shards this process computes itself
+        # who owns which shard, the driver's own and the copies kept for a place (policy/places)
+        self.places = Places(
+            self.num_shards, holders, ids[len(holders) :], self._driver_share(len(holders))
+        )
         self.here_chunks: dict[int, Any] | None = None  # encoded at the first round
-        self.owners = {
-            **initial_placement(self.num_shards, holders, skip=self.here),
-            **{s: [] for s in ids[len(holders) :]},
-        }
         self.pending: set[int] = set()  # failed since the last reconfiguration
-        self.kept: dict[int, int] = {}  # shard -> the live worker keeping it encoded for its place
         self.calls = {"estep": 0, "init": 0, "llsum": 0}
         self.monitor = monitor  # started by the handle at the handshake
         self.rounds: list[dict[str, Any]] = []
@@ -151,7 +149,7 @@ class Driver:
         self.mail.forget(worker)
         self.paces.forget(worker)  # its next process is another one
         self.arrivals.joining.pop(worker, None)
-        self.kept = {s: h for s, h in self.kept.items() if h != worker}
+        self.places.drop_holder(worker)
         self.suspicions.forget(worker)
         host, pid = self.info.get(worker, (None, None))
         fenced, fenced_by = False, None
@@ -320,7 +318,7 @@ class Driver:
         self._setup(self.live())
         warm_engine(self.settings.engine)  # the workers did before Ready; from their cache here
         t_setup = time.perf_counter()
-        self.load({w: list(self.owners[w]) for w in self.live()})
+        self.load({w: self.places.of(w) for w in self.live()})
         self.events.emit(
             "loaded",
             workers=len(self.live()),
@@ -541,7 +539,7 @@ class Driver:
                 s: estep.encode_shard(
                     encoder, rows_from_packed(self.store.read_packed(s)), self.sub_chunks
                 )
-                for s in self.here
+                for s in self.places.here
             }
         return self.here_chunks
 
@@ -575,10 +573,8 @@ class Driver:
 
     def release(self, shards) -> None:
         """The kept copies of ``shards`` are not needed any more: their holders drop them."""
-        for holder, sids in release_plan(self.kept, shards).items():
+        for holder, sids in self.places.release(shards).items():
             self.mail.post(holder, Release(tuple(sids)))
-        for s in shards:
-            self.kept.pop(s, None)
 
     # -- ending ------------------------------------------------------------------------
     def close(self) -> None:

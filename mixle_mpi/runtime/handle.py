@@ -542,7 +542,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
     def driver_shards(self) -> list[int]:
         """The shards the driver computes itself (settings ``driver_computes`` and
         ``driver_share_max_bytes``); no worker holds them."""
-        return list(self._driver.here)
+        return list(self._driver.places.here)
 
     @property
     def slow_workers(self) -> dict[int, float]:

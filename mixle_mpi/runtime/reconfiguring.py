@@ -4,7 +4,7 @@ A collaborator of the driver (``driver.Driver.reconfiguring``): it feeds the wor
 last reconfiguration to ``reconfig.plan`` and carries out the actions it returns, in
 order, while every worker is idle: ``ShrinkComm`` (ULFM or emulated; ``shrink``),
 ``KeepComm``, ``Adopt`` and ``Respawn`` (through ``arrivals.Arrivals``), ``Blacklist``;
-then ``reconfig.migrate`` moves blacklisted places' shards for good. It uses the driver's
+then the placement (``policy/places``) moves blacklisted places' shards for good. It uses the driver's
 mailroom, monitor, membership and placement, its ``live``, ``collect``, ``load`` and
 ``release``, and its ``arrivals`` for new processes.
 """
@@ -52,7 +52,7 @@ class Reconfiguring:
         while self.d.pending or self.d.arrivals.spawn_failed:
             failed = sorted(self.d.pending)
             self.d.pending.clear()
-            spares = reconfig.idle_places(self.d.owners, self.d.live())
+            spares = self.d.places.idle(self.d.live())
             actions = (
                 reconfig.plan(
                     failed,
@@ -60,7 +60,7 @@ class Reconfiguring:
                     self.d.membership,
                     self.d.arrivals.can_spawn,
                     self.d.settings.respawn,
-                    self.d.owners,
+                    self.d.places.snapshot(),
                     spares,
                     self.d.shrink_method,
                 )
@@ -107,7 +107,7 @@ class Reconfiguring:
     def _migrate(self) -> None:
         """Shards of blacklisted places move for good onto the least-loaded live workers."""
         blacklisted = self.d.membership.blacklisted()
-        if not any(self.d.owners.get(w) for w in blacklisted):
+        if not self.d.places.owns_any(blacklisted):
             return
         live = self.d.live()
         if not live:
@@ -115,18 +115,10 @@ class Reconfiguring:
                 return  # the next loop of reconfigure() respawns someone first
             self.d.arrivals.await_a_worker()
             live = self.d.live()
-        move = reconfig.migrate(self.d.owners, blacklisted, live)
-        self.d.owners = move.owners
-        load = {}
-        for w, sids in move.plan.items():
+        plan, load = self.d.places.migrate(blacklisted, live)
+        for w, sids in plan.items():
             self.d.events.emit("migrated", worker=w, shards=sids)
-            have = [
-                s for s in sids if self.d.kept.get(s) == w
-            ]  # encoded there already by a recovery
-            for s in have:
-                del self.d.kept[s]
-            load[w] = [s for s in sids if s not in have]
-        self.d.release([s for sids in move.plan.values() for s in sids])  # copies kept elsewhere
+        self.d.release([s for sids in plan.values() for s in sids])  # copies kept elsewhere
         self.d.load(load)
 
     def rebalance(self) -> bool:
@@ -135,9 +127,9 @@ class Reconfiguring:
         (policy/rebalance_plan.py). The new owner loads them, then the old one drops them.
         Whether shards moved."""
         d = self.d
-        if d.pending or d.kept or d.arrivals.joining:
+        if d.pending or d.places.any_kept() or d.arrivals.joining:
             return False
-        holders = {w: list(d.owners[w]) for w in d.live() if d.owners.get(w)}
+        holders = d.places.holding(d.live())
         paces = {w: d.paces.of("estep", w) for w in holders}
         move = d.rebalancer.plan(holders, paces, d.contention)
         if not move:
@@ -145,15 +137,14 @@ class Reconfiguring:
         load: dict[int, list[int]] = {}
         drop: dict[int, list[int]] = {}
         for s, (src, dst) in sorted(move.items()):
-            d.owners[src] = [x for x in d.owners[src] if x != s]
-            d.owners[dst] = sorted([*d.owners[dst], s])
+            d.places.move(s, src, dst)
             load.setdefault(dst, []).append(s)
             drop.setdefault(src, []).append(s)
         d.events.emit(
             "rebalanced",
             moves={s: list(m) for s, m in sorted(move.items())},
             paces={w: round(p, 6) for w, p in paces.items() if p is not None},
-            shards={w: len(d.owners[w]) for w in holders},
+            shards={w: len(d.places.of(w)) for w in holders},
         )
         d.load(load)
         for src, sids in sorted(drop.items()):

@@ -19,7 +19,6 @@ from mixle_mpi.core import clock, estep
 from mixle_mpi.core.errors import WorkerError
 from mixle_mpi.core.estep import PROTO
 from mixle_mpi.core.protocol import Release, Result, Skip, Stats, Task
-from mixle_mpi.policy.join_plan import work_of
 from mixle_mpi.policy.pacing import round_window
 from mixle_mpi.policy.round_plan import Done, NeedWorkers, Recover, RoundState
 from mixle_mpi.policy.speculation_plan import busy_workers, plan_copies
@@ -81,7 +80,7 @@ class Round:
         due = round_window(clock.monotonic(), d.round_seconds.get(kind))
         self._number()
         d.arrivals.finish_joins()
-        self.here = [s for s in d.here if s not in self.results]
+        self.here = [s for s in d.places.here if s not in self.results]
         self.state = RoundState(d.num_shards, frozenset(self.results), frozenset(self.here))
         self.task_id = next(_TASK_IDS)
         if self.body_pickled is None:
@@ -249,21 +248,25 @@ class Round:
 
     def _settle_copies(self) -> None:
         """A copy is kept where it was computed until the round ends: if its shard's place
-        failed meanwhile, it stays kept there for the place (``Driver.kept``), as a recovered
+        failed meanwhile, it stays kept there for the place (``Places.keep_copy``), as a recovered
         shard does, so the next round and an adopting spare need no load; else it is dropped."""
         d = self.d
         if not self.copied:
             return
         live = d.live_processes()
-        place = {s: w for w, ss in d.owners.items() for s in ss}
+        place = d.places.place_of()
         drop: dict[int, list[int]] = {}
         for s, (holder, incarnation) in sorted(self.copied.items()):
-            if live.get(holder) != incarnation or holder == place.get(s) or d.kept.get(s) == holder:
+            if (
+                live.get(holder) != incarnation
+                or holder == place.get(s)
+                or d.places.kept_at(s, holder)
+            ):
                 continue  # gone, or the shard is its own or kept there for a place: it stays
             if place.get(s) in live and place.get(s) not in d.pending:
                 drop.setdefault(holder, []).append(s)
-            elif s not in d.kept:
-                d.kept[s] = holder
+            else:
+                d.places.keep_copy(s, holder)
         for holder, sids in drop.items():
             d.mail.post(holder, Release(tuple(sids)))
 
@@ -306,7 +309,7 @@ class Round:
         if not recovery and not copy:
             self.sent_at.setdefault(worker, clock.monotonic())
         if recovery:
-            d.kept.update((s, worker) for s in sids)
+            d.places.keep(sids, worker)
         self.state.sent(worker, d.membership.records[worker].incarnation, sids, recovery, copy=copy)
         if recovery:
             d.events.emit("recovery", worker=worker, kind=self.kind, call=self.call, shards=sids)
@@ -319,7 +322,7 @@ class Round:
         """Each live worker's own shards (its resident ones), all rung at once."""
         d = self.d
         live = d.live_processes()
-        own = self.state.own_work(work_of(d.owners, d.kept, live), live)
+        own = self.state.own_work(d.places.work(live), live)
         for w, sids in own.items():
             self._dispatch(w, sids, False)
         d.mail.announce(list(own))
@@ -343,7 +346,7 @@ class Round:
         self._speculate(live)
         if live == self.seen_live:
             return progressed
-        action = self.state.next_step(work_of(d.owners, d.kept, live), live)
+        action = self.state.next_step(d.places.work(live), live)
         if isinstance(action, Done):
             return None
         if isinstance(action, NeedWorkers):

@@ -21,6 +21,7 @@ from mixle_mpi.core import clock
 from mixle_mpi.core.errors import NoWorkersLeft
 from mixle_mpi.core.prefixfold import PrefixFold
 from mixle_mpi.core.settings import Settings
+from mixle_mpi.policy.places import PlacementBroken
 from mixle_mpi.policy.reconfig_plan import KEEP
 from mixle_mpi.runtime.driver import Driver
 from mixle_mpi.runtime.wiring import Wiring
@@ -185,6 +186,18 @@ def _driver(s: Schedule, world: World, store: SimStore, monitor: SimMonitor, lin
     )
 
 
+def _placement_check(driver: Driver):
+    """The driver's placement invariants (``Places.check``), as a Violation."""
+
+    def check() -> None:
+        try:
+            driver.places.check()
+        except PlacementBroken as exc:
+            raise Violation(f"the placement broke: {exc}") from None
+
+    return check
+
+
 def run(s: Schedule) -> Outcome:
     """Run ``s``; raises Violation (with its seed and replay command) or returns its Outcome."""
     world, store, monitor, links = _world(s)
@@ -192,6 +205,7 @@ def run(s: Schedule) -> Outcome:
     try:
         with clock.simulated(world.clock):
             driver = _driver(s, world, store, monitor, links)
+            world.invariants = _placement_check(driver)
             try:
                 driver.start()
                 for r in range(s.rounds):

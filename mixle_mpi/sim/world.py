@@ -77,6 +77,7 @@ class World:
         self.store: SimStore | None = None
         self.monitor: SimMonitor | None = None
         self.duplicates = self.late = 0
+        self.invariants: Callable[[], None] = lambda: None  # checked at each of the driver's waits
 
     def clock(self) -> float:
         return self.now
@@ -88,7 +89,9 @@ class World:
 
     def idle(self) -> None:
         """The mailroom's pause: the world runs until something may wake the driver (or the
-        clock moves on towards a deadline when nothing is scheduled)."""
+        clock moves on towards a deadline when nothing is scheduled). The driver's state is
+        checked first (``invariants``): each wait ends one of its steps."""
+        self.invariants()
         self.events += 1
         if self.events > self.event_bound:
             raise Violation(f"no end after {self.event_bound} polls")

@@ -151,7 +151,7 @@ def test_a_worker_side_exception_reaches_the_driver_as_worker_error(comm, no_exi
     computes no shard here, so the workers' errors are the ones seen.)"""
 
     def body(driver, estimator, x):
-        assert driver.here == []
+        assert driver.places.here == []
         with pytest.raises(WorkerError) as err:
             _round(driver, "estep", (estimator, None))
         assert err.value.worker in range(1, comm.Get_size())
@@ -166,7 +166,7 @@ def test_the_drivers_own_shard_raising_is_a_worker_error_of_rank_0(comm, no_exit
     its traceback. The workers keep serving until the driver stops them."""
 
     def body(driver, estimator, x):
-        assert driver.here == list(
+        assert driver.places.here == list(
             range(SHARDS // comm.Get_size())
         )  # a worker's share, the lowest ids
         with pytest.raises(WorkerError) as err:
