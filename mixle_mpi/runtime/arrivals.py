@@ -40,6 +40,25 @@ class Arrivals:
         self.spawn_failed: list[int] = []  # places whose background Spawn failed
         self.odd_hosts: set[str] = set()  # hosts whose process computed other bits
 
+    def is_joining(self, worker: int) -> bool:
+        """A replacement of ``worker``'s place is on its way in (it computes no round yet)."""
+        return worker in self.joining
+
+    def joining_places(self) -> list[int]:
+        return sorted(self.joining)
+
+    def forget(self, worker: int) -> None:
+        """``worker``'s process failed: a join it was making is over."""
+        self.joining.pop(worker, None)
+
+    def spawns_failed(self) -> bool:
+        return bool(self.spawn_failed)
+
+    def take_spawn_failures(self) -> list[int]:
+        """The places whose background Spawn failed since the last call (to blacklist)."""
+        failed, self.spawn_failed = self.spawn_failed, []
+        return failed
+
     def computed_other_bits_on(self, host: str) -> None:
         """A process on ``host`` was refused for its numerics: replacements go elsewhere
         while another host is known (``placement.respawn_host``)."""

@@ -148,7 +148,7 @@ class Driver:
         self.monitor.forget(worker)
         self.mail.forget(worker)
         self.paces.forget(worker)  # its next process is another one
-        self.arrivals.joining.pop(worker, None)
+        self.arrivals.forget(worker)
         self.places.drop_holder(worker)
         self.suspicions.forget(worker)
         host, pid = self.info.get(worker, (None, None))
@@ -232,12 +232,13 @@ class Driver:
         return [
             w
             for w in self.membership.live()
-            if w in self.mail.links and w not in self.arrivals.joining
+            if w in self.mail.links and not self.arrivals.is_joining(w)
         ]
 
     def _reachable(self) -> list[int]:
         """Every worker process to stop at the end: the live ones and those still joining."""
-        return sorted(set(self.live()) | {w for w in self.arrivals.joining if w in self.mail.links})
+        joining = {w for w in self.arrivals.joining_places() if w in self.mail.links}
+        return sorted(set(self.live()) | joining)
 
     @property
     def contention(self) -> float:

@@ -49,7 +49,7 @@ class Reconfiguring:
         """Between rounds: shrink, respawn or blacklist, and re-place orphaned shards.
         Returns the workers blacklisted now. Loops until no failure is pending."""
         blacklisted: list[int] = []
-        while self.d.pending or self.d.arrivals.spawn_failed:
+        while self.d.pending or self.d.arrivals.spawns_failed():
             failed = sorted(self.d.pending)
             self.d.pending.clear()
             spares = self.d.places.idle(self.d.live())
@@ -69,9 +69,8 @@ class Reconfiguring:
             )
             actions += [
                 reconfig.respawn_failed(self.d.membership, w, self.d.settings.respawn)
-                for w in self.d.arrivals.spawn_failed
+                for w in self.d.arrivals.take_spawn_failures()
             ]
-            self.d.arrivals.spawn_failed.clear()
             while actions:
                 action = actions.pop(0)
                 if isinstance(action, ShrinkComm):
@@ -127,7 +126,7 @@ class Reconfiguring:
         (policy/rebalance_plan.py). The new owner loads them, then the old one drops them.
         Whether shards moved."""
         d = self.d
-        if d.pending or d.places.any_kept() or d.arrivals.joining:
+        if d.pending or d.places.any_kept() or d.arrivals.joining_places():
             return False
         holders = d.places.holding(d.live())
         paces = {w: d.paces.of("estep", w) for w in holders}

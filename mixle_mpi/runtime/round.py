@@ -100,7 +100,7 @@ class Round:
             d.round_seconds[kind] = t_results - t0
         saved = self._speculation_report(clock.monotonic())
         self._settle_copies()
-        blacklisted = d.reconfigure() if (d.pending or d.arrivals.spawn_failed) else []
+        blacklisted = d.reconfigure() if (d.pending or d.arrivals.spawns_failed()) else []
         rebalanced = d.settings.speculation and kind == "estep" and d.reconfiguring.rebalance()
         d.rounds.append(
             {
