@@ -135,3 +135,16 @@ def test_a_worker_that_compiled_its_kernels_is_told_how_to_load_them():
     why = numerics_plan.refusal(1, "n1", MINE, compiled)
     assert "compiled in the process, not loaded from the cache: 1 (driver 0)" in why, why
     assert "mixle-mpi run, which fills numba's cache" in why, why
+
+
+def test_the_cpu_is_read_once_for_the_report_and_for_the_caches_key():
+    """core/cpuinfo: one reading of /proc/cpuinfo gives the model a rank reports and the
+    model and flags the numba cache's key depends on."""
+    from mixle_mpi.core import cpuinfo, jitcache
+
+    cpu = cpuinfo.first_cpu()
+    assert cpuinfo.first_cpu() is cpu  # read once per process
+    if "model name" in cpu:
+        assert numerics.describe()["cpu"] == cpu["model name"]
+        assert f"model name: {cpu['model name']}" in cpuinfo.target_text()
+    assert jitcache.key() == jitcache.key()

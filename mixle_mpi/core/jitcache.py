@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 
+from mixle_mpi.core import cpuinfo
 from mixle_mpi.core.importmemo import until_next_import
 
 PRIME_TIMEOUT = 900.0  # a cold compile of every kernel: about 9 s alone, minutes on a loaded node
@@ -46,27 +47,18 @@ def _version(dist: str) -> str:
         return "none"
 
 
-def _cpu() -> str:
-    """The first CPU's model and flags: what numba's native target is chosen from."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            lines = []
-            for line in f:
-                if not line.strip():
-                    break
-                if line.lower().startswith(("model name", "flags", "features", "cpu model")):
-                    lines.append(line.strip())
-            return "\n".join(lines)
-    except OSError:
-        return ""
-
-
 def key(environ=None) -> str:
     """What the compiled kernels depend on, hashed (16 hex digits)."""
     environ = os.environ if environ is None else environ
     spec = importlib.util.find_spec("mixle")
     where = spec.origin if spec is not None else ""  # each install has its own cache entries
-    parts = [sys.version, _version("numba"), _version("mixle"), _version("mixle-mpi"), _cpu()]
+    parts = [
+        sys.version,
+        _version("numba"),
+        _version("mixle"),
+        _version("mixle-mpi"),
+        cpuinfo.target_text(),
+    ]
     parts.append(str(where))
     parts += [f"{var}={environ.get(var, '')}" for var in TARGET_VARS]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]

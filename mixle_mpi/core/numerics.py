@@ -33,6 +33,8 @@ import pickle
 import platform
 from typing import NamedTuple
 
+from mixle_mpi.core import cpuinfo
+
 MODE_ENV = "MIXLE_MPI_NUMERICS"  # auto, baseline or native (the option ``numerics``)
 MODES = ("auto", "baseline", "native")
 # What a rank was started under: a baseline's name, or the mode that pins none (auto, native)
@@ -159,18 +161,6 @@ def baseline_name(environ=None) -> str:
     return environ.get(BASELINE_MARK, "") or "native"
 
 
-@functools.lru_cache(maxsize=1)
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.lower().startswith(("model name", "cpu model")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def describe() -> dict:
     """This process's numerics, for events, ``status`` and the messages of a refusal."""
     from numpy._core import _multiarray_umath as umath
@@ -179,7 +169,7 @@ def describe() -> dict:
 
     features = umath.__cpu_features__
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpuinfo.model(),
         "baseline": baseline_name(),
         "numpy_dispatch": [t for t in umath.__cpu_dispatch__ if features.get(t)],
         "cpu_features": sorted(k for k, on in features.items() if on),
