@@ -139,7 +139,7 @@ def _read(fd: int) -> dict | None:
 
 
 def _write(fd: int) -> None:
-    ident = procs.identity(os.getpid())
+    ident = procs.own()
     record = {
         "host": socket.gethostname(),
         "pid": os.getpid(),

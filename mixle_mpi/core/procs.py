@@ -71,6 +71,12 @@ def identity(pid: int) -> Ident | None:
     return (pid, start) if start is not None else None
 
 
+def own() -> Ident | None:
+    """This process's identity (``identity(os.getpid())``): for the records and messages
+    that name it."""
+    return identity(os.getpid())
+
+
 def state(pid: int) -> str | None:
     """The state letter (R, S, T, Z, ...) of process ``pid``; None if there is none."""
     p = _process(pid)

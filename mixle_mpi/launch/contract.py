@@ -256,7 +256,7 @@ def mark_init_begun() -> None:
     since, or one of another container with the same host name, is never signalled. A line
     that cannot be written only costs that knowledge."""
     path = init_begun_path()
-    ident = procs.identity(os.getpid()) if path else None
+    ident = procs.own() if path else None
     if ident is None:
         return
     rank = ranks.world_rank(os.environ)
@@ -293,7 +293,7 @@ def _mark(env: str) -> None:
 def write_driver() -> None:
     """The driver's identity, for the launcher's signal forwarder (its pid, start time and pid
     space: a pid reused by another process is never signalled)."""
-    ident = procs.identity(os.getpid())
+    ident = procs.own()
     rundir.write_marker(
         os.environ.get(DRIVER_PID_ENV),
         {

@@ -30,7 +30,7 @@ DRIVER_ARG = "--driver"  # the replacement's argument naming the driver's proces
 
 def driver_arg() -> str:
     """This process (the driver), as a replacement is told it: ``PID,START,SPACE``."""
-    ident = procs.identity(os.getpid())
+    ident = procs.own()
     return f"{os.getpid()},{ident[1] if ident else ''},{procs.pid_space()}"
 
 
@@ -47,7 +47,7 @@ def parse_driver(text: str | None) -> tuple[int, str] | None:
 
 def write(path: str) -> None:
     """In the replacement, first thing: this host, pid and start time (the pid's identity)."""
-    ident = procs.identity(os.getpid())
+    ident = procs.own()
     if ident is None:
         return
     try:

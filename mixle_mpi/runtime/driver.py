@@ -103,7 +103,7 @@ class Driver:
         )  # this process's pid space: a worker's pid is ours to signal only in it
         self.spaces: dict[int, str] = {}  # worker -> its pid space (Ready.space, a birth record)
         # this process for good (a worker on this host tells it from a reused pid)
-        self.identity = procs.identity(os.getpid()) or (os.getpid(), "")
+        self.identity = procs.own() or (os.getpid(), "")
 
         self.group_comm = group_comm
         # Worker ids are the world ranks 1..workers, whoever came up: a rank left out at
