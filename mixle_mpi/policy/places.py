@@ -139,8 +139,8 @@ class Places:
     # -- invariants ------------------------------------------------------------------------
     def check(self) -> None:
         """Raise PlacementBroken unless: every shard is the driver's or one place's, once; each
-        place's shards are in id order; no shard is kept by its own place or by the driver's
-        share, nor kept for a shard that does not exist."""
+        place's shards are in id order; every kept shard is a place's (not the driver's), and
+        not kept by that place itself."""
         seen: dict[int, str] = {s: "the driver" for s in self.here}
         for w, ss in self.owners.items():
             if list(ss) != sorted(set(ss)):

@@ -558,7 +558,7 @@ class ResilientMPIEncodedData(EncodedDataHandle):
         return self._driver.membership
 
     def fault_point(self, phase: str, call: int) -> None:
-        """The driver's own chaos hook (``chaos/fault_plan.py``) at ``phase`` of ``call``: a fit
+        """The driver's own chaos hook (``chaos/fault_actor.py``) at ``phase`` of ``call``: a fit
         loop's checkpoint write is one."""
         self._driver.faults.check(phase, call)
 
