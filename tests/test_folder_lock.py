@@ -14,12 +14,14 @@ import numpy as np
 import pytest
 from mpiharness import OMPI_PYTHON, no_leftover_processes
 
+from mixle_mpi.chaos.fault_plan import FIRED_ENV, read_fired, unfired
 from mixle_mpi.core import joblock
 from mixle_mpi.core.joblock import LOCK_NAME
 from mixle_mpi.fitting.models import get_model
 
 pytestmark = pytest.mark.mpijob
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
+DELAY = "0:delay:estep_before:2"
 
 
 def _fit_args(data, out):
@@ -58,12 +60,15 @@ def test_a_second_fit_on_a_running_fits_folder_exits_2_at_once_and_the_first_kee
         env=ENV,
     )
     assert ref.returncode == 0, ref.stderr[-3000:]
+    # the first fit's driver pauses 10 s before its third E-step (a chaos delay: same bits),
+    # so that it still runs while both second tries start: unpaused it sometimes ended first
+    # (20 iterations in 2 s on an idle machine), and the second then ran
     first = subprocess.Popen(
         [OMPI_PYTHON, *_fit_args(data, shared), "-n", "3"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=ENV,
+        env={**ENV, "MIXLE_MPI_FAULT_PLAN": DELAY, FIRED_ENV: str(tmp_path / "fired.jsonl")},
     )
     try:
         lock = shared / LOCK_NAME
@@ -107,6 +112,7 @@ def test_a_second_fit_on_a_running_fits_folder_exits_2_at_once_and_the_first_kee
         if first.poll() is None:
             first.kill()
             first.communicate()
+    assert unfired(DELAY, read_fired(str(tmp_path / "fired.jsonl"))) == []
     for name in ("model.json",):
         assert (shared / name).read_text() == (alone / name).read_text()
     assert no_leftover_processes(str(shared)) == []
