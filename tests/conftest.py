@@ -1,6 +1,8 @@
 import functools
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,48 +24,92 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
-def _reference(model, n, shards, sub_chunks, max_its, seed, *, engine=None, mode="auto"):
-    """For the engine the jobs run with (``MIXLE_MPI_ENGINE``, default seq: mixle's own
-    backend), so the exactness and chaos tests run for any engine; under numerics ``mode``."""
+def _reference(
+    model, n, shards, sub_chunks, max_its, seed, *, engine=None, mode="auto", mixles=False
+):
+    """For the engine the jobs run with (``MIXLE_MPI_ENGINE``, default seq), under numerics
+    ``mode``. ``ShardsInProcess`` computes it; ``mixles``: mixle's own multiprocessing backend
+    (engine seq only), which test_exactness checks the in-process reference against."""
     engine = engine or os.environ.get(ENGINE_ENV, "seq")
-    return _reference_of(model, n, shards, sub_chunks, max_its, seed, engine, mode)
+    assert not mixles or engine == "seq", "mixle's own backend has the seq engine only"
+    return _reference_of(model, n, shards, sub_chunks, max_its, seed, engine, mode, mixles)
 
 
 @functools.lru_cache(maxsize=None)
-def _reference_of(model, n, shards, sub_chunks, max_its, seed, engine, mode="auto"):
-    """mixle's own fit (engine seq) or ``ShardsInProcess`` with the engine, in a process of
-    its own under numerics ``mode`` (core/numerics; a job's ranks are pinned to the baseline
-    when their probes differ, as the tests' odd-CPU jobs do): numpy picks its SIMD kernels
-    when imported, so this process cannot."""
-    import json
-    import subprocess
+def _reference_of(model, n, shards, sub_chunks, max_its, seed, engine, mode, mixles):
+    args = [model, n, 1, seed, shards, sub_chunks, max_its, None if mixles else engine]
+    return _servers.ask(mode, args)
 
-    from mixle_mpi.core import jitcache, numerics
 
-    code = (
-        "import json, sys; from mixle_mpi.fitting.reference import reference_fit; "
-        "a = json.loads(sys.argv[1]); print(json.dumps(reference_fit(*a[:7], engine=a[7])))"
-    )
-    args = json.dumps(
-        [model, n, 1, seed, shards, sub_chunks, max_its, None if engine == "seq" else engine]
-    )
-    env = numerics.with_baseline({**os.environ, numerics.MODE_ENV: mode})
-    jitcache.prime(env)  # loaded from numba's cache, as the jobs' ranks load them
-    out = subprocess.run(
-        [sys.executable, "-c", code, args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=True,
-    )
-    return json.loads(out.stdout.splitlines()[-1])
+class ReferenceServers:
+    """One ``reference_server`` process per numerics mode (core/numerics; a job's ranks are
+    pinned to the baseline when their probes differ, as the tests' odd-CPU jobs do), started
+    on first use and ended with the session; each answer within ``TIMEOUT`` seconds."""
+
+    TIMEOUT = 900.0
+
+    def __init__(self) -> None:
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def _server(self, mode: str) -> subprocess.Popen:
+        from mixle_mpi.core import jitcache, numerics
+
+        proc = self.procs.get(mode)
+        if proc is None or proc.poll() is not None:
+            env = numerics.with_baseline({**os.environ, numerics.MODE_ENV: mode})
+            jitcache.prime(env)  # loaded from numba's cache, as the jobs' ranks load them
+            proc = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("reference_server.py"))],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            self.procs[mode] = proc
+        return proc
+
+    def ask(self, mode: str, args: list):
+        import json
+        import selectors
+
+        proc = self._server(mode)
+        proc.stdin.write(json.dumps(args) + "\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + self.TIMEOUT
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            while time.monotonic() < deadline:
+                if not sel.select(timeout=deadline - time.monotonic()):
+                    continue
+                line = proc.stdout.readline()
+                if not line:
+                    raise RuntimeError(f"the reference server ended (exit {proc.wait(30)})")
+                if line.startswith("REPLY "):
+                    return json.loads(line[6:])
+                if line.startswith("ERROR "):
+                    raise RuntimeError("the reference fit failed:\n" + json.loads(line[6:]))
+        proc.kill()
+        raise TimeoutError(f"no reference within {self.TIMEOUT:.0f} s for {args}")
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+        self.procs.clear()
+
+
+_servers = ReferenceServers()
 
 
 @pytest.fixture(scope="session")
 def reference():
-    """mixle's own ResilientMPEncodedData fit (multiprocessing), cached per parameter set."""
-    return _reference
+    """The reference fit of a parameter set (``_reference``), cached for the session."""
+    yield _reference
+    _servers.close()
 
 
 @pytest.fixture(scope="session")

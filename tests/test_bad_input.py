@@ -109,9 +109,12 @@ def test_launcher_refuses_one_rank(tmp_path):
 @pytest.mark.parametrize("library, ranks", with_libraries([(4,), (8,)]))
 def test_uncaught_exception_on_a_worker_aborts_the_job(library, ranks, tmp_path):
     _, python = library
+    """Exit 1 at once, the first time: the workers' own error is no failed start (the
+    launcher used to take it for one and launch the job again, to fail the same way)."""
     proc = _launch(python, ranks, ["worker_raises", str(tmp_path / "work")], tmp_path, timeout=60)
-    assert proc.returncode != 0
+    assert proc.returncode == 1, proc.stderr[-4000:]
     assert "user code failed on a worker rank" in proc.stderr
+    assert "starting it again" not in proc.stderr, proc.stderr[-4000:]
     assert no_leftover_processes(str(tmp_path / "work")) == []
 
 

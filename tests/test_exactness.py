@@ -24,9 +24,13 @@ CASES = [
     "model,n,shards,sub", CASES, ids=[c.values[0] if hasattr(c, "values") else c[0] for c in CASES]
 )
 def test_matches_mixle_resilient_mp(model, n, shards, sub, tmp_path, reference):
+    """The job's bits are mixle's own multiprocessing backend's, and so are those of the
+    in-process reference (``ShardsInProcess``) every other test compares with."""
     job = run_job(OMPI_PYTHON, 4, fit_args(model, n, shards, sub, 5), tmp_path)
     assert job.rc == 0, job.describe()
-    assert same_fit(job.result, reference(model, n, shards, sub, 5, 7)), job.describe()
+    mixles = reference(model, n, shards, sub, 5, 7, mixles=True)
+    assert same_fit(job.result, mixles), job.describe()
+    assert same_fit(reference(model, n, shards, sub, 5, 7), mixles)
 
 
 # the same bits from 2, 4 and 8 workers

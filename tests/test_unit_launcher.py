@@ -151,6 +151,15 @@ def test_judge_status_error_uses_its_code(rc, reported):
     assert "ignored" not in note
 
 
+def test_judge_a_ranks_early_verdict_names_the_rank_and_is_no_failed_start():
+    """A worker's own error before the handle existed (exiting._early_verdict): its code,
+    its rank named, and no "never started" (which the launcher would launch again)."""
+    status = {"status": "error", "exit_code": 1, "message": "rank 3 failed: E", "by": "rank 3"}
+    code, note = judge(1, status, never_started="the ranks died while the job started")
+    assert code == exitcodes.FAILED
+    assert note.startswith("rank 3 reported error (exit 1)") and "never started" not in note
+
+
 def test_judge_status_without_exit_code_is_failure():
     code, _ = judge(0, {"status": "weird"})
     assert code == exitcodes.FAILED

@@ -354,7 +354,8 @@ def judge(
         code = int(status.get("exit_code", exitcodes.FAILED))
         if code == exitcodes.NEVER_STARTED:
             return code, f"the job never started: {status.get('message', '')}"
-        note = f"driver reported {status.get('status')} (exit {code}): {status.get('message', '')}"
+        who = status.get("by", "driver")
+        note = f"{who} reported {status.get('status')} (exit {code}): {status.get('message', '')}"
         if mpiexec_rc not in (0, None) and code == 0:
             note += f"; mpiexec itself exited {mpiexec_rc}, ignored because the driver finished"
         return code, note

@@ -52,6 +52,20 @@ def write_status(
     )
 
 
+def _early_verdict(code: int, who: str, message: str) -> None:
+    """A rank's own failure before the handle exists (the user's code, say) ends the job
+    before the driver can say why: leave the verdict for the launcher, unless the driver's
+    is there, so that it ends the job with ``code`` rather than take it for a failed start
+    and launch it again to fail the same way."""
+    path = os.environ.get(contract.STATUS_ENV)
+    if not path or os.path.exists(path):
+        return
+    try:
+        write_status(code, f"{who} failed: {message}", extra={"by": who}, reported=True)
+    except OSError:
+        pass
+
+
 def write_driver_pid() -> None:
     """Tell the launcher where to forward SIGTERM/SIGUSR1: call once the driver's handlers
     are installed, so a forwarded signal is never taken by a default action."""
@@ -197,6 +211,8 @@ def _rank_excepthook(tp, value, tb) -> None:
         _bounded(lambda: abort_startup(MPI.COMM_WORLD, code, f"{tp.__name__}: {value}"))
         _flush()
         os._exit(code)
+    if _state["role"] == "early":
+        _early_verdict(code, f"rank {rank}", f"{tp.__name__}: {value}")
     _flush()
     from mixle_mpi.runtime.startup import pmix_detached
 
