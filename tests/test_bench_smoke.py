@@ -152,6 +152,38 @@ def test_the_node_loss_benchmark_runs_a_clean_and_a_lost_node_job_on_three_slurm
     assert 0 < row["detection"] <= row["recovery"], row
 
 
+def test_the_load_soak_counts_no_false_detection_beside_a_cpu_and_a_memory_hog(tmp_path):
+    """bench/load_soak.py, one tiny case: a 6 s soak under Open MPI beside a CPU hog and a
+    small memory hog; the job ends 0 with rounds done, nothing failed or blacklisted, and
+    the hogs are gone."""
+    _bench(
+        [
+            str(ROOT / "bench" / "load_soak.py"),
+            "--seconds",
+            "6",
+            "--kills",
+            "0",
+            "--libs",
+            "openmpi",
+            "--cpu-hogs",
+            "1",
+            "--mem-gib",
+            "0.05",
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--results",
+            str(tmp_path),
+        ],
+        timeout=300,
+    )
+    row = json.loads((tmp_path / "load_soak_openmpi_smoke.json").read_text())
+    soak = row["soak"]
+    assert soak["exit_code"] == 0 and soak["rounds"] > 0, soak
+    assert soak["failure_detected"] == soak["blacklisted"] == 0, soak
+    assert "Smoke run" in (tmp_path / "load_soak_smoke.md").read_text()
+    assert no_leftover_processes("mixle-mpi-load-hog") == [], "a hog outlived the run"
+
+
 # the helpers that a benchmark starts (no flags of their own) and the module they share
 NOT_COMMANDS = {"__init__.py", "common.py", "payload.py", "memory_startup.py"}
 PARSERS = """
