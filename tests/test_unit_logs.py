@@ -151,6 +151,32 @@ def test_status_says_whether_the_driver_printed_its_message(tmp_path, monkeypatc
     }
 
 
+def test_a_workers_early_verdict_is_kept_over_never_started_but_not_over_the_drivers_own(
+    tmp_path, monkeypatch
+):
+    """A worker's own error before the handle exists leaves its verdict; the driver, which then
+    only meets its startup deadline, does not write "never started" over it. Its own error
+    does replace it (the driver's verdict is trusted), and a second early verdict adds nothing."""
+    import json
+
+    from mixle_mpi.core import exitcodes
+
+    path = tmp_path / "status.json"
+    monkeypatch.setenv(contract.STATUS_ENV, str(path))
+    monkeypatch.setitem(exiting._state, "status_written", False)
+    exiting._early_verdict(1, "rank 3", "RuntimeError: typo")
+    monkeypatch.setitem(exiting._state, "status_written", False)
+    exiting._early_verdict(1, "rank 2", "RuntimeError: typo")
+    first = json.loads(path.read_text())
+    assert first["by"] == "rank 3" and first["exit_code"] == 1 and first["reported"], first
+    monkeypatch.setitem(exiting._state, "status_written", False)
+    exiting.write_status(exitcodes.NEVER_STARTED, "StartupFailed: a worker never said hello")
+    assert json.loads(path.read_text()) == first
+    monkeypatch.setitem(exiting._state, "status_written", False)
+    exiting.write_status(2, "DataError: x", reported=True)
+    assert json.loads(path.read_text())["exit_code"] == 2
+
+
 @pytest.mark.parametrize("held", [False, True])
 def test_a_failing_driver_tells_the_workers_unless_its_mpi_is_held(held, tmp_path, monkeypatch):
     """An abandoned Spawn under MPICH holds the driver's MPI: telling the workers would only

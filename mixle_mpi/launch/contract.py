@@ -320,5 +320,11 @@ def write_status(record: dict) -> bool:
     return rundir.write_marker(os.environ.get(STATUS_ENV), record)
 
 
+def written_status() -> dict | None:
+    """The verdict already in the status file, if any (a rank's early one, say)."""
+    path = os.environ.get(STATUS_ENV)
+    return _read_json(path) if path and os.path.exists(path) else None
+
+
 def status_wanted() -> bool:
     return bool(os.environ.get(STATUS_ENV))

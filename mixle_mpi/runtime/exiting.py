@@ -37,8 +37,13 @@ _state: dict = {"role": None, "handle": None, "status_written": False}
 def write_status(
     code: int, message: str = "", extra: dict | None = None, reported: bool = False
 ) -> None:
-    """The driver's verdict for the launcher; ``reported``: ``message`` is on stderr already."""
+    """The driver's verdict for the launcher; ``reported``: ``message`` is on stderr already.
+    "Never started" does not replace a rank's early verdict (``_early_verdict``): where a
+    worker's own error ends it without MPI_Abort (srun's PMIx), the driver then only meets
+    its startup deadline, and the worker's error is the cause."""
     if not contract.status_wanted() or _state["status_written"]:
+        return
+    if code == exitcodes.NEVER_STARTED and (contract.written_status() or {}).get("by"):
         return
     _state["status_written"] = True
     contract.write_status(
@@ -57,8 +62,7 @@ def _early_verdict(code: int, who: str, message: str) -> None:
     before the driver can say why: leave the verdict for the launcher, unless the driver's
     is there, so that it ends the job with ``code`` rather than take it for a failed start
     and launch it again to fail the same way."""
-    path = os.environ.get(contract.STATUS_ENV)
-    if not path or os.path.exists(path):
+    if contract.written_status() is not None:
         return
     try:
         write_status(code, f"{who} failed: {message}", extra={"by": who}, reported=True)
